@@ -1,0 +1,253 @@
+/* kvpalace.h — libkvpalace, the client library of the kvpalace KV-cache daemon.
+ *
+ * kvpalaced keeps the attention KV cache of LLM inference processes on one
+ * machine so that a prefix computed by one process (a system prompt, a
+ * document, earlier turns) is reused by the others instead of recomputed.
+ * The daemon owns the metadata; clients own the numbers: they write K/V
+ * straight into shared-memory pages the daemon lends them and read K/V
+ * straight from pages the daemon pins for them. Nothing is copied on the
+ * way.
+ *
+ * Typical use:
+ *
+ *	kvp_client *c;   kvp_pool *p;   kvp_session *s;
+ *	kvp_connect(NULL, &c);                     // $KVPALACE_SOCKET or default
+ *	kvp_pool_open(c, "llama-3-8b", &layout, &p);
+ *	kvp_session_create(p, &s);
+ *	kvp_append(s, tokens, n);                  // reserve slots
+ *	for each new position, layer, head:        // write K and V in place
+ *		memcpy(kvp_session_kv(s, pos, layer, 0, head), k, row_bytes);
+ *		memcpy(kvp_session_kv(s, pos, layer, 1, head), v, row_bytes);
+ *	kvp_commit(s, n);                          // publish
+ *
+ * and in another process:
+ *
+ *	kvp_match_prefix(p, prompt, n, &lease);    // longest cached prefix
+ *	for pos < kvp_lease_tokens(lease): read kvp_lease_kv(lease, pos, ...)
+ *	kvp_lease_release(lease);
+ *
+ * Errors: every fallible function returns 0 (or a count) on success and a
+ * negative errno on failure; out-parameters are written only on success.
+ * Errors that any call talking to the daemon may return, besides those it
+ * lists:
+ *   -ENOTCONN   the connection was lost earlier (every later call fails so)
+ *   -EPIPE, -ECONNRESET   the daemon went away during the call
+ *   -EPROTO     the daemon's reply was malformed; the connection is closed
+ *   -ENOMEM     out of memory in this process or in the daemon
+ *   -EIO        the daemon failed internally
+ * kvp_strerror() gives a message for the last error the daemon sent.
+ *
+ * Threads: a kvp_client and everything opened through it (pools, sessions,
+ * leases) must be used by one thread at a time; use one client per thread
+ * for parallelism. Different clients are independent.
+ *
+ * Lifetime: closing the client (kvp_disconnect) ends every lease and every
+ * uncommitted reservation it holds, and unmaps its arenas; committed
+ * sessions stay in the daemon until closed. A process that dies has the
+ * same effect: the daemon notices the connection close.
+ */
+#ifndef KVPALACE_H
+#define KVPALACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVP_PUBLIC __attribute__((visibility("default")))
+
+/* Protocol version this library speaks. */
+#define KVP_PROTOCOL_VERSION 1
+
+typedef struct kvp_client kvp_client;
+typedef struct kvp_pool kvp_pool;
+typedef struct kvp_session kvp_session;
+typedef struct kvp_lease kvp_lease;
+
+/* Element types of K/V. Values are part of the protocol. */
+enum kvp_dtype {
+	KVP_DTYPE_F16 = 1,
+	KVP_DTYPE_BF16 = 2,
+	KVP_DTYPE_F32 = 3,
+	KVP_DTYPE_INT8 = 4,     /* with f16 scales per quant_group elements */
+	KVP_DTYPE_FP8_E4M3 = 5, /* with f16 scales per quant_group elements */
+	KVP_DTYPE_INT4 = 6,     /* two per byte, low nibble first; f16 scales */
+};
+
+/* The shape of one model's KV cache. A page holds block_tokens tokens of K
+ * and V of every layer laid out as
+ *   data[layer][k=0|v=1][kv_head][token][head_dim]
+ * then, for quantized types, scales[layer][k|v][kv_head][token][head_dim/quant_group]
+ * as f16, padded to a multiple of 4096 bytes. */
+struct kvp_layout {
+	uint32_t n_layers;     /* 1..1024 */
+	uint32_t n_kv_heads;   /* 1..1024, KV heads (GQA/MQA) */
+	uint32_t head_dim;     /* 1..1024 */
+	uint32_t block_tokens; /* 1..4096, tokens per page */
+	uint32_t dtype;        /* enum kvp_dtype */
+	uint32_t quant_group;  /* divides head_dim for quantized types, else 0 */
+};
+
+/* ---- connection --------------------------------------------------------- */
+
+/* Connects to the daemon at socket path `path`; NULL means
+ * $KVPALACE_SOCKET, else the default path (kvp_default_socket_path()).
+ * Performs the version handshake.
+ * Errors: -ENOENT/-ECONNREFUSED no daemon listens there; -EACCES no
+ * permission on the socket; -EPROTONOSUPPORT the daemon speaks another
+ * protocol version; -ENAMETOOLONG path too long for a Unix socket. */
+KVP_PUBLIC int kvp_connect(const char *path, kvp_client **ret_client);
+
+/* Closes the connection: ends the client's leases and uncommitted
+ * reservations in the daemon and frees every pool, session and lease handle
+ * opened through it (they must not be used afterwards). NULL is accepted. */
+KVP_PUBLIC void kvp_disconnect(kvp_client *c);
+
+/* The default client socket path: $XDG_RUNTIME_DIR/kvpalace/kvpalace.sock,
+ * or /run/kvpalace/kvpalace.sock for root or when XDG_RUNTIME_DIR is unset.
+ * Writes at most n bytes (NUL included) to buf and returns the length the
+ * full path needs (as snprintf). kvp_default_admin_socket_path() gives the
+ * admin socket (admin.sock in the same directory). */
+KVP_PUBLIC int kvp_default_socket_path(char *buf, size_t n);
+KVP_PUBLIC int kvp_default_admin_socket_path(char *buf, size_t n);
+
+/* Round trip to the daemon (a Hello). Returns 0. */
+KVP_PUBLIC int kvp_ping(kvp_client *c);
+
+/* True (1) when the connection came in on the daemon's admin socket. */
+KVP_PUBLIC int kvp_is_admin(const kvp_client *c);
+
+/* The message the daemon gave with its last error reply on this client, or
+ * a generic text for err when there was none. Valid until the next call on
+ * the client. */
+KVP_PUBLIC const char *kvp_strerror(const kvp_client *c, int err);
+
+/* ---- pools -------------------------------------------------------------- */
+
+/* Finds or creates the pool of (this user, model_id, layout) and maps its
+ * host arena. Every process of the same user that opens the same model_id
+ * and layout gets the same pool and sees the same pages; other users never
+ * do. model_id is 1..127 bytes of printable ASCII.
+ * Errors: -EINVAL bad layout or model id; -EDQUOT too many pools;
+ * -ENOSPC the daemon cannot make another arena. */
+KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id,
+			     const struct kvp_layout *layout, kvp_pool **ret_pool);
+
+/* Frees the pool handle and unmaps the arena. Sessions and leases opened
+ * through it must be closed first (they are freed with it otherwise).
+ * The pool itself stays in the daemon. NULL is accepted. */
+KVP_PUBLIC void kvp_pool_close(kvp_pool *p);
+
+KVP_PUBLIC uint64_t kvp_pool_id(const kvp_pool *p);
+/* Bytes of one page, and of one token's row of head_dim elements. */
+KVP_PUBLIC size_t kvp_pool_page_bytes(const kvp_pool *p);
+KVP_PUBLIC size_t kvp_pool_row_bytes(const kvp_pool *p);
+/* Pages in the host arena. */
+KVP_PUBLIC uint32_t kvp_pool_n_pages(const kvp_pool *p);
+KVP_PUBLIC const struct kvp_layout *kvp_pool_layout(const kvp_pool *p);
+
+/* ---- sessions (writing) ------------------------------------------------- */
+
+/* Creates an empty exact session in the pool.
+ * Errors: -EDQUOT too many sessions in the pool. */
+KVP_PUBLIC int kvp_session_create(kvp_pool *p, kvp_session **ret_session);
+
+/* Closes the session in the daemon (its pages return to the pool unless a
+ * lease still pins them) and frees the handle. NULL is accepted and
+ * returns 0. The handle is freed even on error. */
+KVP_PUBLIC int kvp_session_close(kvp_session *s);
+
+KVP_PUBLIC uint64_t kvp_session_id(const kvp_session *s);
+/* Tokens reserved (committed or not) and tokens committed. */
+KVP_PUBLIC uint64_t kvp_session_tokens(const kvp_session *s);
+KVP_PUBLIC uint64_t kvp_session_committed(const kvp_session *s);
+
+/* Reserves slots for n tokens after the last reserved one; the caller then
+ * writes their K and V through kvp_session_kv() and publishes them with
+ * kvp_commit(). Any n is accepted: long lists are split into several
+ * requests. When a later chunk fails, the chunks before it stay reserved
+ * (kvp_session_tokens() tells how many); they can be written and committed,
+ * and like every uncommitted reservation they die with the connection.
+ * Errors: -ENOSPC the host tier is full; -EBUSY another client holds
+ * uncommitted reservations on this session; -EDQUOT the session would exceed
+ * the daemon's token limit; -ENOENT the session was closed. */
+KVP_PUBLIC int kvp_append(kvp_session *s, const uint32_t *tokens, size_t n);
+
+/* Pointer to element 0 of the head_dim elements of position pos, layer,
+ * kv (0 = K, 1 = V), kv_head, inside the shared arena. pos must be below
+ * kvp_session_tokens(). Returns NULL when an index is out of range. Valid
+ * until the session is closed or truncated below pos, or the client
+ * disconnects. Writing committed positions is undefined: other processes
+ * may be reading them. */
+KVP_PUBLIC void *kvp_session_kv(kvp_session *s, uint64_t pos, uint32_t layer, uint32_t kv,
+				uint32_t kv_head);
+
+/* Publishes the next n reserved tokens: afterwards any process of the pool
+ * can match and read them. Errors: -ERANGE n exceeds what is reserved and
+ * uncommitted; -ENOENT the session was closed. */
+KVP_PUBLIC int kvp_commit(kvp_session *s, uint64_t n);
+
+/* ---- prefix matching (reading) ------------------------------------------ */
+
+/* Finds the longest committed prefix of tokens[0..n) cached in the pool and
+ * pins its pages under a read lease: they stay valid and unchanged until
+ * kvp_lease_release() or disconnect. A lease of 0 tokens is a miss (still a
+ * valid handle). Errors: -EDQUOT the client holds too many leases. */
+KVP_PUBLIC int kvp_match_prefix(kvp_pool *p, const uint32_t *tokens, size_t n,
+				kvp_lease **ret_lease);
+
+/* Tokens matched by the lease. */
+KVP_PUBLIC uint64_t kvp_lease_tokens(const kvp_lease *l);
+
+/* Read-only pointer to element 0 of (pos, layer, kv, kv_head) of a leased
+ * token; NULL when out of range. Valid until the lease is released. */
+KVP_PUBLIC const void *kvp_lease_kv(const kvp_lease *l, uint64_t pos, uint32_t layer,
+				    uint32_t kv, uint32_t kv_head);
+
+/* Ends the lease and frees the handle. NULL is accepted and returns 0. */
+KVP_PUBLIC int kvp_lease_release(kvp_lease *l);
+
+/* ---- statistics --------------------------------------------------------- */
+
+struct kvp_pool_stats {
+	uint64_t pool_id;
+	uint32_t uid;
+	char model_id[128];
+	struct kvp_layout layout;
+	uint64_t page_bytes;
+	uint32_t n_pages;
+	uint32_t free_pages;
+	uint32_t reserved_pages; /* held only by uncommitted reservations */
+	uint32_t leased_pages;   /* pinned by at least one read lease */
+	uint32_t n_sessions;
+};
+
+struct kvp_stats {
+	uint64_t uptime_ms;
+	uint64_t connections; /* open now */
+	uint64_t requests;
+	uint64_t errors;
+	uint64_t match_hits;
+	uint64_t match_misses;
+	uint64_t matched_tokens;
+	uint64_t appended_tokens;
+	uint64_t committed_tokens;
+	uint64_t disconnects_bad; /* connections closed for misbehaviour */
+	int gpu;                  /* a GPU tier is available */
+	char gpu_status[128];
+	size_t n_pools;
+	struct kvp_pool_stats *pools; /* n_pools entries */
+};
+
+/* Counters of the daemon and the caller's own pools (every pool on an
+ * admin connection). Free the result with kvp_stats_free(). */
+KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats);
+KVP_PUBLIC void kvp_stats_free(struct kvp_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,102 @@
+/* proto/frame.h — message framing, fd passing and budgeted unpacking.
+ *
+ * Every message on the control socket is one SOCK_SEQPACKET datagram: a
+ * 16-byte header (magic "KVP1", protocol version, flags, payload length)
+ * then one protobuf-c encoded Request or Response. Shared by the daemon,
+ * the client library and the tests; no logging, no global state,
+ * thread-safe as long as callers do not share buffers.
+ */
+#ifndef KVP_PROTO_FRAME_H
+#define KVP_PROTO_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "kvpalace.pb-c.h"
+
+#define FRAME_MAGIC 0x3150564bu /* "KVP1" read as a little-endian u32 */
+#define FRAME_VERSION 1u
+#define FRAME_HEADER_BYTES 16u
+/* Default and bounds of the whole-message cap (header included). The
+ * SOCK_SEQPACKET send limit at the default SO_SNDBUF is about 208 KiB. */
+#define FRAME_DEFAULT_MAX_BYTES (64u * 1024u)
+#define FRAME_MIN_MAX_BYTES (4u * 1024u)
+#define FRAME_MAX_MAX_BYTES (192u * 1024u)
+
+/* Bytes of unpacking memory allowed per wire byte, plus a fixed slack: a
+ * packed uint32 takes at least one wire byte and four in memory, every
+ * submessage costs its struct. Hostile lengths hit this budget, never
+ * malloc. */
+#define FRAME_ARENA_FACTOR 8u
+#define FRAME_ARENA_SLACK 4096u
+
+struct frame_header {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t flags;
+	uint32_t length; /* payload bytes after the header */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct frame_header) == FRAME_HEADER_BYTES, "frame header is 16 bytes");
+
+/* Writes a header for a payload of payload_bytes at buf (16 bytes). */
+void frame_header_encode(void *buf, uint32_t payload_bytes);
+
+/* Checks the header at the start of a received datagram of n bytes, whose
+ * cap is max_bytes. Returns the payload length, or -EBADMSG (shorter than a
+ * header, or length disagrees with n), -EPROTO (bad magic),
+ * -EPROTONOSUPPORT (other version), -EMSGSIZE (over max_bytes). */
+int frame_header_check(const void *buf, size_t n, uint32_t max_bytes);
+
+/* A bump allocator over caller memory for protobuf-c unpacking: freeing is
+ * a no-op, the whole arena is reset at once (frame_arena_reset). An
+ * allocation past the budget fails, so unpacking fails cleanly. */
+struct frame_arena {
+	unsigned char *buf;
+	size_t cap;
+	size_t used;
+	ProtobufCAllocator allocator;
+};
+void frame_arena_init(struct frame_arena *a, void *buf, size_t cap);
+void frame_arena_reset(struct frame_arena *a);
+/* Bytes an arena needs to unpack any message of max_bytes. */
+size_t frame_arena_bytes(uint32_t max_bytes);
+
+/* Unpacks the payload of a checked frame. Returns NULL when the bytes are
+ * not a valid message or the arena budget is exhausted. The message lives in
+ * the arena until its next reset. */
+Kvpalace__V1__Request *frame_unpack_request(struct frame_arena *a, const uint8_t *payload,
+					    size_t n);
+Kvpalace__V1__Response *frame_unpack_response(struct frame_arena *a, const uint8_t *payload,
+					      size_t n);
+
+/* Encodes header + message into buf of cap bytes. Returns the total length,
+ * or -EMSGSIZE when it does not fit (or exceeds max_bytes). */
+int frame_pack_request(const Kvpalace__V1__Request *req, void *buf, size_t cap,
+		       uint32_t max_bytes);
+int frame_pack_response(const Kvpalace__V1__Response *resp, void *buf, size_t cap,
+			uint32_t max_bytes);
+
+/* Blocking datagram I/O for the client library and tests (the daemon does
+ * its own I/O through io_uring but parses ancillary data with
+ * frame_cmsg_fd). frame_send sends len bytes and, when pass_fd >= 0, that fd
+ * as SCM_RIGHTS; returns 0 or a negative errno (-EPIPE when the peer is
+ * gone). frame_recv receives one datagram into buf; returns its length,
+ * 0 at end of stream, -EMSGSIZE when it was truncated (MSG_TRUNC or
+ * MSG_CTRUNC), or a negative errno. A received fd is stored in *ret_fd
+ * (O_CLOEXEC), else *ret_fd = -1; extra fds are closed. */
+int frame_send(int sock, const void *buf, size_t len, int pass_fd);
+int frame_recv(int sock, void *buf, size_t cap, int *ret_fd);
+
+/* Ancillary buffer big enough for one fd. */
+#define FRAME_CMSG_BYTES 64u
+struct msghdr;
+/* Returns the first SCM_RIGHTS fd of a received message and closes any
+ * others, or -1 when it carries none. */
+int frame_cmsg_fd(struct msghdr *msg);
+/* Fills msg's control area (cbuf of FRAME_CMSG_BYTES) to pass fd. */
+void frame_cmsg_put_fd(struct msghdr *msg, void *cbuf, int fd);
+
+#endif

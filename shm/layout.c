@@ -1,0 +1,104 @@
+/* shm/layout.c — page layout arithmetic (see layout.h). */
+#include <errno.h>
+
+#include "layout.h"
+
+uint32_t shm_dtype_bits(uint32_t dtype)
+{
+	switch (dtype) {
+	case SHM_DTYPE_F16:
+	case SHM_DTYPE_BF16:
+		return 16;
+	case SHM_DTYPE_F32:
+		return 32;
+	case SHM_DTYPE_INT8:
+	case SHM_DTYPE_FP8_E4M3:
+		return 8;
+	case SHM_DTYPE_INT4:
+		return 4;
+	default:
+		return 0;
+	}
+}
+
+int shm_dtype_quantized(uint32_t dtype)
+{
+	return dtype == SHM_DTYPE_INT8 || dtype == SHM_DTYPE_FP8_E4M3 || dtype == SHM_DTYPE_INT4;
+}
+
+const char *shm_dtype_name(uint32_t dtype)
+{
+	static const char *const names[] = {"?", "f16", "bf16", "f32", "int8", "fp8-e4m3", "int4"};
+
+	return dtype < sizeof(names) / sizeof(names[0]) ? names[dtype] : "?";
+}
+
+static uint64_t elems(const struct shm_layout *l)
+{
+	return (uint64_t)l->n_layers * 2 * l->n_kv_heads * l->block_tokens * l->head_dim;
+}
+
+uint64_t shm_page_data_bytes(const struct shm_layout *l)
+{
+	return elems(l) * shm_dtype_bits(l->dtype) / 8;
+}
+
+uint64_t shm_page_scale_bytes(const struct shm_layout *l)
+{
+	if (!shm_dtype_quantized(l->dtype))
+		return 0;
+	return elems(l) / l->quant_group * 2;
+}
+
+uint64_t shm_page_bytes(const struct shm_layout *l)
+{
+	uint64_t n = shm_page_data_bytes(l) + shm_page_scale_bytes(l);
+
+	return (n + SHM_PAGE_ALIGN - 1) / SHM_PAGE_ALIGN * SHM_PAGE_ALIGN;
+}
+
+int shm_layout_check(const struct shm_layout *l)
+{
+	if (!l->n_layers || l->n_layers > SHM_MAX_LAYERS || !l->n_kv_heads ||
+	    l->n_kv_heads > SHM_MAX_KV_HEADS || !l->head_dim || l->head_dim > SHM_MAX_HEAD_DIM ||
+	    !l->block_tokens || l->block_tokens > SHM_MAX_BLOCK_TOKENS)
+		return -EINVAL;
+	if (!shm_dtype_bits(l->dtype))
+		return -EINVAL;
+	if (shm_dtype_quantized(l->dtype)) {
+		if (!l->quant_group || l->head_dim % l->quant_group)
+			return -EINVAL;
+	} else if (l->quant_group) {
+		return -EINVAL;
+	}
+	if (l->dtype == SHM_DTYPE_INT4 && l->head_dim % 2)
+		return -EINVAL;
+	/* Limits above keep elems() below 2^53, so this cannot overflow. */
+	if (shm_page_bytes(l) > SHM_MAX_PAGE_BYTES)
+		return -EINVAL;
+	return 0;
+}
+
+static uint64_t row_index(const struct shm_layout *l, uint32_t layer, uint32_t kv, uint32_t head,
+			  uint32_t token)
+{
+	return (((uint64_t)layer * 2 + kv) * l->n_kv_heads + head) * l->block_tokens + token;
+}
+
+uint64_t shm_row_bytes(const struct shm_layout *l)
+{
+	return (uint64_t)l->head_dim * shm_dtype_bits(l->dtype) / 8;
+}
+
+uint64_t shm_kv_offset(const struct shm_layout *l, uint32_t layer, uint32_t kv, uint32_t head,
+		       uint32_t token)
+{
+	return row_index(l, layer, kv, head, token) * shm_row_bytes(l);
+}
+
+uint64_t shm_scale_offset(const struct shm_layout *l, uint32_t layer, uint32_t kv,
+			  uint32_t head, uint32_t token)
+{
+	return shm_page_data_bytes(l) +
+	       row_index(l, layer, kv, head, token) * (l->head_dim / l->quant_group) * 2;
+}
