@@ -38,6 +38,19 @@ int shm_arena_create(const char *name, uint64_t bytes, int *ret_fd, int *ret_hug
 	if (bytes % SHM_HUGEPAGE_BYTES == 0) {
 		/* Hugetlb memfds fail with ENOMEM/EINVAL when none are reserved. */
 		fd = create_sized(name, bytes, MFD_HUGETLB | MFD_HUGE_2MB);
+		if (fd >= 0) {
+			/* Hugepages are reserved at the first mmap, which fails
+			 * with ENOMEM when too few are free: try it now. The
+			 * reservation stays with the file. */
+			void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+			if (p == MAP_FAILED) {
+				close(fd);
+				fd = -ENOMEM;
+			} else {
+				munmap(p, bytes);
+			}
+		}
 		huge = fd >= 0;
 	}
 	if (fd < 0)

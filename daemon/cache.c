@@ -1,0 +1,114 @@
+/* daemon/cache.c — the metadata root: id maps, counters, invariants. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache.h"
+#include "lease.h"
+#include "pool.h"
+#include "session.h"
+
+uint64_t cache_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void cache_init(struct cache *c, const struct config *cfg)
+{
+	memset(c, 0, sizeof(*c));
+	c->cfg = cfg;
+	list_init(&c->pool_list);
+	c->next_id = 1;
+	c->start_ns = cache_now_ns();
+}
+
+uint64_t cache_new_id(struct cache *c)
+{
+	return c->next_id++;
+}
+
+void cache_fini(struct cache *c)
+{
+	/* Leases first: they pin pages of pools freed below. */
+	for (size_t i = 0; i < c->leases.cap; i++)
+		if (c->leases.slots && c->leases.slots[i].id) {
+			lease_release(c, c->leases.slots[i].ptr);
+			i = (size_t)-1; /* the map shifted: rescan */
+		}
+	while (!list_empty(&c->pool_list)) {
+		struct pool *p = list_entry(c->pool_list.next, struct pool, link);
+
+		while (!list_empty(&p->sessions))
+			session_close(c, list_entry(p->sessions.next, struct session, pool_link));
+		pool_free(c, p);
+	}
+	idmap_fini(&c->pools);
+	idmap_fini(&c->sessions);
+	idmap_fini(&c->leases);
+}
+
+static int check_pool(const struct cache *c, const struct pool *p)
+{
+	uint32_t *refs = calloc(p->pa.n_pages ? p->pa.n_pages : 1, sizeof(uint32_t));
+	uint32_t *pins = calloc(p->pa.n_pages ? p->pa.n_pages : 1, sizeof(uint32_t));
+	const struct list *it;
+	int ret = -EUCLEAN;
+
+	if (!refs || !pins) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (pagealloc_check(&p->pa) < 0)
+		goto out;
+	for (it = p->sessions.next; it != &p->sessions; it = it->next) {
+		const struct session *s = list_entry(it, struct session, pool_link);
+		uint32_t bt = p->layout.block_tokens;
+
+		if (s->n_committed > s->n_tokens ||
+		    s->n_pages != (s->n_tokens + bt - 1) / bt ||
+		    (!s->writer && s->n_committed != s->n_tokens))
+			goto out;
+		for (uint32_t i = 0; i < s->n_pages; i++) {
+			if (s->pages[i] >= p->pa.n_pages)
+				goto out;
+			refs[s->pages[i]]++;
+		}
+	}
+	for (size_t i = 0; i < c->leases.cap; i++) {
+		const struct lease *l = c->leases.slots[i].ptr;
+
+		if (!c->leases.slots[i].id || l->pool != p)
+			continue;
+		for (uint32_t j = 0; j < l->n_pages; j++) {
+			if (l->pages[j] >= p->pa.n_pages)
+				goto out;
+			refs[l->pages[j]]++;
+			pins[l->pages[j]]++;
+		}
+	}
+	for (uint32_t i = 0; i < p->pa.n_pages; i++)
+		if (refs[i] != p->pa.refs[i] || pins[i] != p->pa.pins[i])
+			goto out;
+	ret = 0;
+out:
+	free(refs);
+	free(pins);
+	return ret;
+}
+
+int cache_check(const struct cache *c)
+{
+	const struct list *it;
+
+	for (it = c->pool_list.next; it != &c->pool_list; it = it->next) {
+		int ret = check_pool(c, list_entry(it, struct pool, link));
+
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}

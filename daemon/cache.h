@@ -1,0 +1,61 @@
+/* daemon/cache.h — the root of the daemon's metadata.
+ *
+ * One struct cache holds every pool, session and lease, indexed by id, the
+ * daemon-wide counters and the limits from the configuration. Pools,
+ * sessions and leases live in pool.c, session.c and lease.c; this file
+ * owns their id maps, id allocation and the whole-cache invariant check.
+ * Event-loop thread only.
+ */
+#ifndef KVPD_CACHE_H
+#define KVPD_CACHE_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "idmap.h"
+#include "list.h"
+
+struct cache_counters {
+	uint64_t requests;
+	uint64_t errors;
+	uint64_t match_hits;
+	uint64_t match_misses;
+	uint64_t matched_tokens;
+	uint64_t appended_tokens;
+	uint64_t committed_tokens;
+	uint64_t disconnects_bad;
+	uint64_t connections; /* open now */
+};
+
+struct cache {
+	const struct config *cfg;
+	struct idmap pools;    /* id → struct pool */
+	struct idmap sessions; /* id → struct session */
+	struct idmap leases;   /* id → struct lease */
+	struct list pool_list; /* every pool, oldest first */
+	uint64_t next_id;      /* ids are unique across kinds and never reused */
+	uint64_t host_bytes;   /* arena bytes of all pools */
+	struct cache_counters ctr;
+	uint64_t start_ns;
+};
+
+void cache_init(struct cache *c, const struct config *cfg);
+/* Frees every pool, session and lease. */
+void cache_fini(struct cache *c);
+uint64_t cache_new_id(struct cache *c);
+/* Checks page accounting of every pool: free + held = capacity, each
+ * slot's reference count equals the session page-table entries plus lease
+ * pins that name it. Returns 0 or -EUCLEAN. O(pages + tokens). */
+int cache_check(const struct cache *c);
+
+/* Runs cache_check after every operation in a -Ddebug-checks=true build
+ * and aborts on failure; compiles to nothing otherwise. */
+#ifdef KVP_DEBUG_CHECKS
+#define cache_debug_check(c) kvp_assert(cache_check(c) == 0)
+#else
+#define cache_debug_check(c) ((void)(c))
+#endif
+
+uint64_t cache_now_ns(void);
+
+#endif

@@ -1,0 +1,62 @@
+/* daemon/config.h — the daemon's configuration: embedded defaults and
+ * command-line options.
+ *
+ * Every limit on a client-controlled resource lives here. The defaults are
+ * the "embedded default" a daemon started without options runs on: sockets
+ * under $XDG_RUNTIME_DIR/kvpalace/ (or /run/kvpalace/ as root), a host tier
+ * sized from the machine's memory, logging to stderr.
+ */
+#ifndef KVPD_CONFIG_H
+#define KVPD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONFIG_PATH_MAX 4096
+#define CONFIG_SOCKET_PATH_MAX 108 /* sizeof(sun_path) */
+
+struct config {
+	char socket_path[CONFIG_SOCKET_PATH_MAX];
+	char admin_socket_path[CONFIG_SOCKET_PATH_MAX];
+	char state_dir[CONFIG_PATH_MAX];
+	char cache_dir[CONFIG_PATH_MAX];
+	uint64_t host_tier_bytes; /* arenas of all pools together */
+	uint64_t host_pool_bytes; /* one pool's arena */
+	uint32_t max_message_bytes;
+	uint32_t max_pools_per_tenant;
+	uint32_t max_sessions_per_pool;
+	uint32_t max_leases_per_conn;
+	uint32_t max_connections;
+	uint64_t max_session_tokens;
+	uint32_t socket_mode;       /* client socket permissions */
+	uint32_t admin_socket_mode; /* admin socket permissions */
+	int log_level;
+};
+
+enum config_action {
+	CONFIG_RUN,
+	CONFIG_HELP,
+	CONFIG_VERSION,
+};
+
+/* Fills the embedded defaults (reads $XDG_RUNTIME_DIR, the uid and the
+ * machine's memory). */
+void config_defaults(struct config *c);
+
+/* Applies command-line options over c. Returns 0 and what to do in
+ * *ret_action, or -EINVAL with a message in err (errlen bytes). */
+int config_parse_args(struct config *c, int argc, char **argv, enum config_action *ret_action,
+		      char *err, size_t errlen);
+
+/* Parses a size such as "4096", "64K", "512M", "4G" or "25%" (of physical
+ * memory). Returns 0 and the bytes, or -EINVAL / -ERANGE. */
+int config_parse_size(const char *s, uint64_t *ret_bytes);
+
+/* Tokens one request may carry so that it fits max_message_bytes (a
+ * packed uint32 takes at most 5 bytes). */
+uint32_t config_max_tokens_per_request(const struct config *c);
+
+/* Prints the --help text to stdout. */
+void config_usage(const char *argv0);
+
+#endif

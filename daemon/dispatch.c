@@ -1,0 +1,369 @@
+/* daemon/dispatch.c — one request in, one reply out (see dispatch.h).
+ *
+ * Every id a client presents is looked up in its own tenant's scope: an id
+ * of another tenant is "not found". Each handler returns a negative errno
+ * and sets a reason on failure; dispatch() turns that into the reply's
+ * Status.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dispatch.h"
+#include "lease.h"
+#include "pool.h"
+#include "session.h"
+#include "stats.h"
+#include "status.h"
+#include "validate.h"
+
+#define KVPD_VERSION_STRING "kvpalaced " KVP_VERSION
+
+static uint32_t pages_for(const struct pool *p, uint64_t n_tokens)
+{
+	return (uint32_t)((n_tokens + p->layout.block_tokens - 1) / p->layout.block_tokens);
+}
+
+static int do_hello(struct cache *cache, struct conn *c, const Kvpalace__V1__HelloRequest *in,
+		    struct reply *r, const char **why)
+{
+	Kvpalace__V1__HelloResponse *out = &r->u.hello;
+
+	if (in->protocol_version != 1) {
+		*why = "this daemon speaks protocol version 1";
+		return -EPROTONOSUPPORT;
+	}
+	kvpalace__v1__hello_response__init(out);
+	out->protocol_version = 1;
+	out->server_version = KVPD_VERSION_STRING;
+	out->max_message_bytes = cache->cfg->max_message_bytes;
+	out->max_tokens_per_request = config_max_tokens_per_request(cache->cfg);
+	out->admin = c->admin;
+	out->uid = (uint32_t)c->uid;
+	out->has_gpu = 1;
+	out->gpu = 0;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_HELLO;
+	r->resp.hello = out;
+	return 0;
+}
+
+static int do_open_pool(struct cache *cache, struct conn *c,
+			const Kvpalace__V1__OpenPoolRequest *in, struct reply *r, const char **why)
+{
+	Kvpalace__V1__OpenPoolResponse *out = &r->u.open_pool;
+	struct shm_layout layout;
+	struct pool *p;
+	int ret;
+
+	ret = validate_layout(in->layout, &layout);
+	if (ret < 0)
+		return ret; /* validate_request checked it already */
+	ret = pool_open(cache, c->uid, in->model_id, &layout, &p);
+	if (ret < 0) {
+		*why = ret == -EDQUOT   ? "too many pools for this user"
+		       : ret == -ENOSPC ? "no room for another pool arena in the host tier"
+					: "cannot create the pool";
+		return ret;
+	}
+	r->pass_fd = fcntl(p->arena_fd, F_DUPFD_CLOEXEC, 3);
+	if (r->pass_fd < 0) {
+		*why = "cannot duplicate the arena descriptor";
+		return -EMFILE;
+	}
+	kvpalace__v1__open_pool_response__init(out);
+	out->pool_id = p->id;
+	out->page_bytes = p->page_bytes;
+	out->n_pages = p->pa.n_pages;
+	out->arena_bytes = p->arena_bytes;
+	out->arena_offset = 0;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_OPEN_POOL;
+	r->resp.open_pool = out;
+	return 0;
+}
+
+static int do_create_session(struct cache *cache, struct conn *c,
+			     const Kvpalace__V1__CreateSessionRequest *in, struct reply *r,
+			     const char **why)
+{
+	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
+	struct session *s;
+	int ret;
+
+	if (!p) {
+		*why = "no such pool";
+		return -ENOENT;
+	}
+	ret = session_create(cache, p, &s);
+	if (ret < 0) {
+		*why = ret == -EDQUOT ? "too many sessions in this pool" : "cannot create session";
+		return ret;
+	}
+	kvpalace__v1__create_session_response__init(&r->u.create_session);
+	r->u.create_session.session_id = s->id;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_CREATE_SESSION;
+	r->resp.create_session = &r->u.create_session;
+	return 0;
+}
+
+static int do_close_session(struct cache *cache, struct conn *c,
+			    const Kvpalace__V1__CloseSessionRequest *in, struct reply *r,
+			    const char **why)
+{
+	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+
+	if (!s) {
+		*why = "no such session";
+		return -ENOENT;
+	}
+	if (s->writer && s->writer != c) {
+		*why = "another client is writing this session";
+		return -EBUSY;
+	}
+	session_close(cache, s);
+	kvpalace__v1__close_session_response__init(&r->u.close_session);
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_CLOSE_SESSION;
+	r->resp.close_session = &r->u.close_session;
+	return 0;
+}
+
+static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__AppendRequest *in,
+		     struct reply *r, const char **why)
+{
+	Kvpalace__V1__AppendResponse *out = &r->u.append;
+	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+	uint64_t first;
+	uint32_t first_page;
+	int ret;
+
+	if (!s) {
+		*why = "no such session";
+		return -ENOENT;
+	}
+	ret = session_append(cache, s, c, &c->writing, in->tokens, in->n_tokens, &first);
+	if (ret < 0) {
+		*why = ret == -EBUSY     ? "another client holds uncommitted tokens of this session"
+		       : ret == -EDQUOT ? "session would exceed max_session_tokens"
+		       : ret == -ENOSPC ? "host tier full: no free pages in this pool"
+					: "cannot reserve";
+		return ret;
+	}
+	cache->ctr.appended_tokens += in->n_tokens;
+	first_page = (uint32_t)(first / s->pool->layout.block_tokens);
+	kvpalace__v1__append_response__init(out);
+	out->first_token = first;
+	out->first_page = first_page;
+	out->page_slots = s->pages + first_page;
+	out->n_page_slots = pages_for(s->pool, s->n_tokens) - first_page;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_APPEND;
+	r->resp.append = out;
+	return 0;
+}
+
+static int do_commit(struct cache *cache, struct conn *c, const Kvpalace__V1__CommitRequest *in,
+		     struct reply *r, const char **why)
+{
+	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+	int ret;
+
+	if (!s) {
+		*why = "no such session";
+		return -ENOENT;
+	}
+	ret = session_commit(cache, s, c, in->n_tokens);
+	if (ret < 0) {
+		*why = ret == -EBUSY ? "another client holds this session's reservation"
+				     : "commit of more tokens than this client reserved";
+		return ret;
+	}
+	cache->ctr.committed_tokens += in->n_tokens;
+	kvpalace__v1__commit_response__init(&r->u.commit);
+	r->u.commit.committed_tokens = s->n_committed;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_COMMIT;
+	r->resp.commit = &r->u.commit;
+	return 0;
+}
+
+static int do_match_prefix(struct cache *cache, struct conn *c,
+			   const Kvpalace__V1__MatchPrefixRequest *in, struct reply *r,
+			   const char **why)
+{
+	Kvpalace__V1__MatchPrefixResponse *out = &r->u.match_prefix;
+	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
+	struct lease *l = NULL;
+	struct session *s = NULL;
+	uint64_t m = 0;
+	uint32_t have = 0, need;
+	int ret;
+
+	if (!p) {
+		*why = "no such pool";
+		return -ENOENT;
+	}
+	kvpalace__v1__match_prefix_response__init(out);
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_MATCH_PREFIX;
+	r->resp.match_prefix = out;
+
+	if (in->has_lease_id) {
+		/* A later chunk: extend the lease along the session it follows. */
+		l = lease_get(cache, in->lease_id, c);
+		if (!l || l->pool != p) {
+			*why = "no such lease in this pool";
+			return -ENOENT;
+		}
+		s = l->complete ? NULL : session_get(cache, l->session_id, c->uid, 0);
+		if (s)
+			m = session_common_prefix(s, l->n_tokens, in->tokens, in->n_tokens);
+	} else {
+		if (in->has_session_id) {
+			s = session_get(cache, in->session_id, c->uid, 0);
+			if (!s || s->pool != p) {
+				*why = "no such session in this pool";
+				return -ENOENT;
+			}
+			m = session_common_prefix(s, 0, in->tokens, in->n_tokens);
+		} else {
+			s = session_best_match(p, in->tokens, in->n_tokens, &m);
+		}
+		if (m == 0) {
+			cache->ctr.match_misses++;
+			out->complete = 1;
+			return 0;
+		}
+		if (c->n_leases >= cache->cfg->max_leases_per_conn) {
+			*why = "too many leases held by this client";
+			return -EDQUOT;
+		}
+		ret = lease_create(cache, p, c, &c->leases, &l);
+		if (ret < 0) {
+			*why = "cannot create lease";
+			return ret;
+		}
+		c->n_leases++;
+		l->session_id = s->id;
+		cache->ctr.match_hits++;
+	}
+
+	have = l->n_pages;
+	if (m) {
+		need = pages_for(p, l->n_tokens + m);
+		ret = lease_add_pages(l, s->pages + have, need - have);
+		if (ret < 0) {
+			*why = "cannot extend lease";
+			return ret;
+		}
+		l->n_tokens += m;
+		cache->ctr.matched_tokens += m;
+		out->page_slots = l->pages + have;
+		out->n_page_slots = l->n_pages - have;
+	}
+	if (m < in->n_tokens)
+		l->complete = 1;
+	out->lease_id = l->id;
+	out->matched_tokens = l->n_tokens;
+	out->first_page = have;
+	out->complete = l->complete;
+	return 0;
+}
+
+static int do_release(struct cache *cache, struct conn *c, const Kvpalace__V1__ReleaseRequest *in,
+		      struct reply *r, const char **why)
+{
+	struct lease *l = lease_get(cache, in->lease_id, c);
+
+	if (!l) {
+		*why = "no such lease";
+		return -ENOENT;
+	}
+	lease_release(cache, l);
+	c->n_leases--;
+	kvpalace__v1__release_response__init(&r->u.release);
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_RELEASE;
+	r->resp.release = &r->u.release;
+	return 0;
+}
+
+static int do_stats(struct cache *cache, struct conn *c, struct reply *r, const char **why)
+{
+	int ret;
+
+	kvpalace__v1__stats_response__init(&r->u.stats);
+	ret = stats_fill(cache, c->uid, c->admin, cache->cfg->max_message_bytes, &r->u.stats,
+			 &r->heap);
+	if (ret < 0) {
+		*why = "cannot gather statistics";
+		return ret;
+	}
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_STATS;
+	r->resp.stats = &r->u.stats;
+	return 0;
+}
+
+static int run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
+	       struct reply *r, const char **why)
+{
+	struct validate_limits lim = {
+		.max_tokens_per_request = config_max_tokens_per_request(cache->cfg),
+	};
+	int ret = validate_request(req, &lim, why);
+
+	if (ret < 0)
+		return ret;
+	if (c->admin && req->op_case != KVPALACE__V1__REQUEST__OP_HELLO &&
+	    req->op_case != KVPALACE__V1__REQUEST__OP_STATS) {
+		*why = "the admin socket serves admin operations only";
+		return -EPERM;
+	}
+	switch (req->op_case) {
+	case KVPALACE__V1__REQUEST__OP_HELLO:
+		return do_hello(cache, c, req->hello, r, why);
+	case KVPALACE__V1__REQUEST__OP_OPEN_POOL:
+		return do_open_pool(cache, c, req->open_pool, r, why);
+	case KVPALACE__V1__REQUEST__OP_CREATE_SESSION:
+		return do_create_session(cache, c, req->create_session, r, why);
+	case KVPALACE__V1__REQUEST__OP_CLOSE_SESSION:
+		return do_close_session(cache, c, req->close_session, r, why);
+	case KVPALACE__V1__REQUEST__OP_APPEND:
+		return do_append(cache, c, req->append, r, why);
+	case KVPALACE__V1__REQUEST__OP_COMMIT:
+		return do_commit(cache, c, req->commit, r, why);
+	case KVPALACE__V1__REQUEST__OP_MATCH_PREFIX:
+		return do_match_prefix(cache, c, req->match_prefix, r, why);
+	case KVPALACE__V1__REQUEST__OP_RELEASE:
+		return do_release(cache, c, req->release, r, why);
+	case KVPALACE__V1__REQUEST__OP_STATS:
+		return do_stats(cache, c, r, why);
+	default:
+		*why = "unknown operation";
+		return -EPROTO;
+	}
+}
+
+void dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
+	      struct reply *r)
+{
+	const char *why = "failed";
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	kvpalace__v1__response__init(&r->resp);
+	r->pass_fd = -1;
+	r->resp.id = req->id;
+	ret = run(cache, c, req, r, &why);
+	if (ret < 0) {
+		/* A failed handler may have set a partial op: send none. */
+		r->resp.op_case = KVPALACE__V1__RESPONSE__OP__NOT_SET;
+		r->resp.status = status_from_errno(ret);
+		r->resp.error = (char *)why;
+		if (r->pass_fd >= 0)
+			close(r->pass_fd);
+		r->pass_fd = -1;
+	}
+}
+
+void reply_fini(struct reply *r)
+{
+	free(r->heap);
+	r->heap = NULL;
+}

@@ -1,0 +1,36 @@
+/* daemon/dispatch.h — executes one validated request for a connection.
+ *
+ * Builds the reply in a struct reply whose storage outlives the call until
+ * reply_fini, so repeated fields can point straight into daemon tables
+ * (page slots are not copied). Errors become a Status and a reason string
+ * in the reply; nothing here closes the connection. Event-loop thread only.
+ */
+#ifndef KVPD_DISPATCH_H
+#define KVPD_DISPATCH_H
+
+#include "cache.h"
+#include "conn.h"
+#include "kvpalace.pb-c.h"
+
+struct reply {
+	Kvpalace__V1__Response resp;
+	union {
+		Kvpalace__V1__HelloResponse hello;
+		Kvpalace__V1__OpenPoolResponse open_pool;
+		Kvpalace__V1__CreateSessionResponse create_session;
+		Kvpalace__V1__CloseSessionResponse close_session;
+		Kvpalace__V1__AppendResponse append;
+		Kvpalace__V1__CommitResponse commit;
+		Kvpalace__V1__MatchPrefixResponse match_prefix;
+		Kvpalace__V1__ReleaseResponse release;
+		Kvpalace__V1__StatsResponse stats;
+	} u;
+	void *heap;  /* freed by reply_fini */
+	int pass_fd; /* fd to send with the reply (owned), or -1 */
+};
+
+void dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
+	      struct reply *r);
+void reply_fini(struct reply *r);
+
+#endif

@@ -1,0 +1,48 @@
+/* daemon/lease.h — read leases: a client's pins on matched pages.
+ *
+ * MatchPrefix pins the pages of the matched prefix under a lease; they
+ * stay allocated and unchanged until Release or until the owning
+ * connection closes, whatever happens to the session they came from. A
+ * lease remembers what it matched so a token list split over several
+ * requests extends one lease. Only the owner may use or release a lease;
+ * another connection presenting its id gets "not found". Event-loop thread
+ * only.
+ */
+#ifndef KVPD_LEASE_H
+#define KVPD_LEASE_H
+
+#include <stdint.h>
+
+#include "cache.h"
+#include "list.h"
+#include "pool.h"
+
+struct lease {
+	uint64_t id;
+	struct pool *pool;
+	const void *owner;
+	uint64_t session_id; /* the session the match follows */
+	uint64_t n_tokens;   /* matched so far */
+	int complete;        /* the match stopped; later chunks add nothing */
+	uint32_t *pages;     /* [cap_pages] pinned slots, n_pages used */
+	uint32_t n_pages;
+	uint32_t cap_pages;
+	struct list owner_link; /* the owner's list of leases */
+};
+
+/* Creates an empty lease on p for owner, linked into owner_list. Returns
+ * 0, or -ENOMEM. The caller enforces the per-client lease limit. */
+int lease_create(struct cache *c, struct pool *p, const void *owner, struct list *owner_list,
+		 struct lease **ret_lease);
+
+/* Pins slots[0..n) and appends them to the lease. Returns 0 or -ENOMEM
+ * (nothing pinned then). */
+int lease_add_pages(struct lease *l, const uint32_t *slots, uint32_t n);
+
+/* Unpins every page and frees the lease. NULL is accepted. */
+void lease_release(struct cache *c, struct lease *l);
+
+/* The lease with this id if owner holds it, else NULL. */
+struct lease *lease_get(struct cache *c, uint64_t id, const void *owner);
+
+#endif

@@ -1,0 +1,58 @@
+/* daemon/log.c — stderr logging with syslog priority prefixes. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+static int log_level = LOG_INFO;
+
+void log_set_level(int level)
+{
+	log_level = level;
+}
+
+int log_get_level(void)
+{
+	return log_level;
+}
+
+int log_parse_level(const char *s)
+{
+	static const char *const names[] = {"emerg", "alert", "crit",   "err",
+					    "warning", "notice", "info", "debug"};
+
+	for (int i = 0; i < 8; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	if (!strcmp(s, "error"))
+		return LOG_ERR;
+	if (!strcmp(s, "warn"))
+		return LOG_WARNING;
+	if (s[0] >= '0' && s[0] <= '7' && !s[1])
+		return s[0] - '0';
+	return -EINVAL;
+}
+
+void log_msg(int prio, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+	int n;
+
+	if (prio > log_level)
+		return;
+	n = snprintf(line, sizeof(line), "<%d>", prio);
+	va_start(ap, fmt);
+	vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%s\n", line);
+}
+
+void log_assert_fail(const char *expr, const char *file, int line)
+{
+	log_msg(LOG_CRIT, "assertion failed: %s at %s:%d", expr, file, line);
+	abort();
+}

@@ -1,0 +1,55 @@
+/* daemon/pool.h — pools: all pages of one (tenant, model id, layout).
+ *
+ * Each pool owns its host arena (a sealed memfd, shm/arena.h) and the
+ * page-slot allocator over it, so mapping one pool's arena never exposes
+ * another tenant's data. Pools are found by (uid, model id, layout) on
+ * OpenPool and by id afterwards; a pool id presented by another uid is
+ * "not found", never "forbidden", so ids reveal nothing across tenants.
+ * Pools live until the daemon stops. Event-loop thread only.
+ */
+#ifndef KVPD_POOL_H
+#define KVPD_POOL_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cache.h"
+#include "layout.h"
+#include "list.h"
+#include "pagealloc.h"
+
+struct pool {
+	uint64_t id;
+	uid_t uid;
+	char model_id[128];
+	struct shm_layout layout;
+	uint64_t page_bytes;
+	uint64_t arena_bytes;
+	int arena_fd;
+	void *arena; /* the daemon's own mapping */
+	int huge;    /* arena uses hugepages */
+	struct pagealloc pa;
+	struct list sessions; /* struct session.pool_link */
+	uint32_t n_sessions;
+	struct list link; /* cache.pool_list */
+};
+
+/* Finds the pool of (uid, model_id, layout) or creates it with a fresh
+ * arena. model_id and layout must have been validated. Returns 0 and the
+ * pool, -EDQUOT when the tenant has max_pools_per_tenant pools, -ENOSPC
+ * when the host tier has no room for another arena or a page does not fit
+ * in a pool arena, or -ENOMEM. */
+int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm_layout *layout,
+	      struct pool **ret_pool);
+
+/* The pool with this id if it belongs to uid (any uid when admin), else
+ * NULL. */
+struct pool *pool_get(struct cache *c, uint64_t id, uid_t uid, int admin);
+
+/* Frees a pool and its arena; its sessions must be gone. */
+void pool_free(struct cache *c, struct pool *p);
+
+/* Pages held only by uncommitted reservations. O(sessions). */
+uint32_t pool_reserved_pages(const struct pool *p);
+
+#endif

@@ -1,0 +1,215 @@
+/* daemon/server.c — listeners, signals, timer and shutdown (see server.h). */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "listen.h"
+#include "log.h"
+#include "server.h"
+
+#define SERVER_TICK_S 1
+#define SERVER_RING_ENTRIES 1024
+
+static void arm_accept(struct listener *ls)
+{
+	struct io_uring_sqe *sqe = loop_sqe(&ls->srv->loop);
+
+	io_uring_prep_accept(sqe, ls->fd, NULL, NULL, SOCK_CLOEXEC);
+	loop_sqe_set_op(sqe, &ls->op);
+	ls->armed = 1;
+}
+
+static void on_accept(struct loop_op *op, int res, unsigned int flags)
+{
+	struct listener *ls = (struct listener *)((char *)op - offsetof(struct listener, op));
+	struct server *s = ls->srv;
+
+	(void)flags;
+	ls->armed = 0;
+	if (s->loop.stop)
+		return;
+	if (res < 0) {
+		if (res == -EMFILE || res == -ENFILE || res == -ENOBUFS || res == -ENOMEM) {
+			/* Out of descriptors: the timer re-arms us in a second. */
+			log_warn("accept on %s: %s", ls->path, strerror(-res));
+			return;
+		}
+		if (res != -EINTR && res != -ECONNABORTED && res != -EAGAIN)
+			log_warn("accept on %s: %s", ls->path, strerror(-res));
+	} else if (s->cache.ctr.connections >= s->cfg->max_connections) {
+		log_warn("refusing a connection on %s: %u connections open", ls->path,
+			 s->cfg->max_connections);
+		close(res);
+	} else {
+		int ret = conn_start(s, res, ls->admin);
+
+		if (ret < 0)
+			log_warn("cannot start a connection: %s", strerror(-ret));
+	}
+	arm_accept(ls);
+}
+
+static void arm_signal_read(struct server *s)
+{
+	struct io_uring_sqe *sqe = loop_sqe(&s->loop);
+
+	io_uring_prep_read(sqe, s->sigfd, s->siginfo, sizeof(struct signalfd_siginfo), 0);
+	loop_sqe_set_op(sqe, &s->sig_op);
+}
+
+static void on_signal(struct loop_op *op, int res, unsigned int flags)
+{
+	struct server *s = (struct server *)((char *)op - offsetof(struct server, sig_op));
+	struct signalfd_siginfo si;
+
+	(void)flags;
+	if (res != (int)sizeof(si)) {
+		arm_signal_read(s);
+		return;
+	}
+	memcpy(&si, s->siginfo, sizeof(si));
+	log_notice("signal %s received: shutting down", strsignal((int)si.ssi_signo));
+	loop_stop(&s->loop);
+}
+
+static void arm_timer(struct server *s)
+{
+	struct io_uring_sqe *sqe = loop_sqe(&s->loop);
+
+	s->tick.tv_sec = SERVER_TICK_S;
+	s->tick.tv_nsec = 0;
+	io_uring_prep_timeout(sqe, &s->tick, 0, 0);
+	loop_sqe_set_op(sqe, &s->timer_op);
+}
+
+static void on_timer(struct loop_op *op, int res, unsigned int flags)
+{
+	struct server *s = (struct server *)((char *)op - offsetof(struct server, timer_op));
+
+	(void)res;
+	(void)flags;
+	if (s->loop.stop)
+		return;
+	s->ticks++;
+	/* Listeners that stopped on descriptor exhaustion try again. */
+	if (!s->client.armed)
+		arm_accept(&s->client);
+	if (!s->admin.armed)
+		arm_accept(&s->admin);
+	if (s->ticks % 60 == 0)
+		log_debug("%llu connections, %llu requests, %llu errors",
+			  (unsigned long long)s->cache.ctr.connections,
+			  (unsigned long long)s->cache.ctr.requests,
+			  (unsigned long long)s->cache.ctr.errors);
+	arm_timer(s);
+}
+
+static int open_listener(struct server *s, struct listener *ls, const char *path, mode_t mode,
+			 int admin)
+{
+	ls->srv = s;
+	ls->admin = admin;
+	ls->op.cb = on_accept;
+	snprintf(ls->path, sizeof(ls->path), "%s", path);
+	ls->fd = listen_unix(path, mode);
+	if (ls->fd < 0) {
+		log_err("cannot listen on %s: %s%s", path, strerror(-ls->fd),
+			ls->fd == -EADDRINUSE ? " (is another kvpalaced running?)" : "");
+		return ls->fd;
+	}
+	return 0;
+}
+
+int server_init(struct server *s, const struct config *cfg)
+{
+	sigset_t mask;
+	int ret;
+
+	memset(s, 0, sizeof(*s));
+	s->cfg = cfg;
+	s->client.fd = s->admin.fd = s->sigfd = -1;
+	list_init(&s->conns);
+	cache_init(&s->cache, cfg);
+	s->arena_buf = malloc(frame_arena_bytes(cfg->max_message_bytes));
+	if (!s->arena_buf)
+		return -ENOMEM;
+	frame_arena_init(&s->arena, s->arena_buf, frame_arena_bytes(cfg->max_message_bytes));
+
+	ret = loop_init(&s->loop, SERVER_RING_ENTRIES);
+	if (ret < 0) {
+		log_err("cannot set up io_uring: %s%s", strerror(-ret),
+			ret == -EPERM || ret == -ENOSYS ? " (is kernel.io_uring_disabled set?)" : "");
+		return ret;
+	}
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	s->sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
+	if (s->sigfd < 0) {
+		ret = -errno;
+		log_err("signalfd: %s", strerror(-ret));
+		return ret;
+	}
+	s->sig_op.cb = on_signal;
+	s->timer_op.cb = on_timer;
+
+	ret = open_listener(s, &s->client, cfg->socket_path, cfg->socket_mode, 0);
+	if (ret < 0)
+		return ret;
+	ret = open_listener(s, &s->admin, cfg->admin_socket_path, cfg->admin_socket_mode, 1);
+	if (ret < 0)
+		return ret;
+	arm_accept(&s->client);
+	arm_accept(&s->admin);
+	arm_signal_read(s);
+	arm_timer(s);
+	return 0;
+}
+
+int server_run(struct server *s)
+{
+	log_notice("kvpalaced %s serving on %s (admin %s); host tier %llu MiB, pool arenas "
+		   "%llu MiB",
+		   KVP_VERSION, s->cfg->socket_path, s->cfg->admin_socket_path,
+		   (unsigned long long)(s->cfg->host_tier_bytes >> 20),
+		   (unsigned long long)(s->cfg->host_pool_bytes >> 20));
+	return loop_run(&s->loop);
+}
+
+void server_fini(struct server *s)
+{
+	struct list *it, *tmp;
+
+	if (s->client.fd >= 0) {
+		close(s->client.fd);
+		unlink(s->client.path);
+	}
+	if (s->admin.fd >= 0) {
+		close(s->admin.fd);
+		unlink(s->admin.path);
+	}
+	/* Tear the ring down before freeing connections: their buffers may
+	 * still be targets of receives in flight. */
+	list_for_each_safe(it, tmp, &s->conns)
+		shutdown(list_entry(it, struct conn, link)->fd, SHUT_RDWR);
+	if (s->loop.ring.ring_fd > 0)
+		loop_fini(&s->loop);
+	while (!list_empty(&s->conns)) {
+		struct conn *c = list_entry(s->conns.next, struct conn, link);
+
+		c->receiving = c->sending = 0;
+		conn_close(c, 0);
+	}
+	if (s->sigfd >= 0)
+		close(s->sigfd);
+	cache_fini(&s->cache);
+	free(s->arena_buf);
+}

@@ -1,0 +1,56 @@
+/* daemon/server.h — the daemon's top level: listeners, connections,
+ * signals and the periodic timer, all on one event loop.
+ *
+ * The server owns the loop, the metadata cache and the one unpacking arena
+ * every connection shares (messages are handled one at a time, so one
+ * arena suffices). Event-loop thread only.
+ */
+#ifndef KVPD_SERVER_H
+#define KVPD_SERVER_H
+
+#include <linux/time_types.h>
+#include <stdint.h>
+
+#include "cache.h"
+#include "config.h"
+#include "frame.h"
+#include "list.h"
+#include "loop.h"
+
+struct listener {
+	struct server *srv;
+	struct loop_op op;
+	int fd;
+	int admin;
+	int armed; /* an accept is in flight */
+	char path[CONFIG_SOCKET_PATH_MAX];
+};
+
+struct server {
+	const struct config *cfg;
+	struct loop loop;
+	struct cache cache;
+	struct frame_arena arena;
+	void *arena_buf;
+	struct listener client, admin;
+	struct list conns; /* struct conn.link */
+	uint64_t next_conn_id;
+
+	int sigfd;
+	struct loop_op sig_op;
+	unsigned char siginfo[128];
+
+	struct loop_op timer_op;
+	struct __kernel_timespec tick;
+	uint64_t ticks;
+};
+
+/* Creates the sockets (removing stale ones), sets up the loop and starts
+ * accepting. Returns 0 or a negative errno (logged). */
+int server_init(struct server *s, const struct config *cfg);
+/* Serves until SIGINT or SIGTERM. Returns 0 or a negative errno. */
+int server_run(struct server *s);
+/* Closes every connection, frees the cache and removes the socket files. */
+void server_fini(struct server *s);
+
+#endif

@@ -1,0 +1,88 @@
+/* daemon/stats.c — the Stats reply (see stats.h). */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "frame.h"
+#include "pool.h"
+#include "stats.h"
+
+struct pool_entry {
+	Kvpalace__V1__PoolStats ps;
+	Kvpalace__V1__Layout layout;
+};
+
+int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
+	       Kvpalace__V1__StatsResponse *out, void **ret_heap)
+{
+	const struct list *it;
+	size_t n = 0, i = 0, budget;
+	struct pool_entry *e;
+	Kvpalace__V1__PoolStats **ptrs;
+	void *heap;
+
+	for (it = c->pool_list.next; it != &c->pool_list; it = it->next)
+		n += admin || list_entry(it, struct pool, link)->uid == uid;
+	heap = calloc(n ? n : 1, sizeof(*e) + sizeof(*ptrs));
+	if (!heap)
+		return -ENOMEM;
+	e = heap;
+	ptrs = (Kvpalace__V1__PoolStats **)(e + (n ? n : 1));
+
+	out->uptime_ms = (cache_now_ns() - c->start_ns) / 1000000;
+	out->connections = c->ctr.connections;
+	out->requests = c->ctr.requests;
+	out->errors = c->ctr.errors;
+	out->match_hits = c->ctr.match_hits;
+	out->match_misses = c->ctr.match_misses;
+	out->matched_tokens = c->ctr.matched_tokens;
+	out->appended_tokens = c->ctr.appended_tokens;
+	out->committed_tokens = c->ctr.committed_tokens;
+	out->disconnects_bad = c->ctr.disconnects_bad;
+	out->gpu = 0;
+	out->gpu_status = "no GPU tier in this version: host tier only";
+
+	/* Room for the envelope and the counters above; each pool entry is
+	 * measured as it is added. */
+	budget = max_bytes - FRAME_HEADER_BYTES - 512;
+	for (it = c->pool_list.next; it != &c->pool_list && i < n; it = it->next) {
+		const struct pool *p = list_entry(it, struct pool, link);
+		Kvpalace__V1__PoolStats *ps = &e[i].ps;
+		Kvpalace__V1__Layout *l = &e[i].layout;
+		size_t sz;
+
+		if (!admin && p->uid != uid)
+			continue;
+		kvpalace__v1__pool_stats__init(ps);
+		kvpalace__v1__layout__init(l);
+		l->n_layers = p->layout.n_layers;
+		l->n_kv_heads = p->layout.n_kv_heads;
+		l->head_dim = p->layout.head_dim;
+		l->block_tokens = p->layout.block_tokens;
+		l->dtype = (Kvpalace__V1__DType)p->layout.dtype;
+		l->has_quant_group = p->layout.quant_group != 0;
+		l->quant_group = p->layout.quant_group;
+		ps->pool_id = p->id;
+		ps->uid = (uint32_t)p->uid;
+		ps->model_id = (char *)p->model_id;
+		ps->layout = l;
+		ps->page_bytes = p->page_bytes;
+		ps->n_pages = p->pa.n_pages;
+		ps->free_pages = p->pa.n_free;
+		ps->reserved_pages = pool_reserved_pages(p);
+		ps->leased_pages = pagealloc_n_pinned(&p->pa);
+		ps->n_sessions = p->n_sessions;
+		sz = kvpalace__v1__pool_stats__get_packed_size(ps) + 8;
+		if (sz > budget) {
+			out->has_pools_truncated = 1;
+			out->pools_truncated = 1;
+			break;
+		}
+		budget -= sz;
+		ptrs[i] = ps;
+		i++;
+	}
+	out->n_pools = i;
+	out->pools = ptrs;
+	*ret_heap = heap;
+	return 0;
+}

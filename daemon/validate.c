@@ -1,0 +1,83 @@
+/* daemon/validate.c — field checks of decoded requests (see validate.h). */
+#include <errno.h>
+#include <string.h>
+
+#include "validate.h"
+
+int validate_model_id(const char *s)
+{
+	size_t n;
+
+	if (!s)
+		return -EINVAL;
+	n = strlen(s);
+	if (n == 0 || n > VALIDATE_MODEL_ID_MAX)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (s[i] < 0x21 || s[i] > 0x7e)
+			return -EINVAL;
+	return 0;
+}
+
+int validate_layout(const Kvpalace__V1__Layout *in, struct shm_layout *ret)
+{
+	struct shm_layout l = {
+		.n_layers = in->n_layers,
+		.n_kv_heads = in->n_kv_heads,
+		.head_dim = in->head_dim,
+		.block_tokens = in->block_tokens,
+		.dtype = (uint32_t)in->dtype,
+		.quant_group = in->has_quant_group ? in->quant_group : 0,
+	};
+
+	if (shm_layout_check(&l) < 0)
+		return -EINVAL;
+	*ret = l;
+	return 0;
+}
+
+#define REJECT(err, why)                                                                  \
+	do {                                                                              \
+		*ret_reason = (why);                                                      \
+		return (err);                                                             \
+	} while (0)
+
+int validate_request(const Kvpalace__V1__Request *req, const struct validate_limits *lim,
+		     const char **ret_reason)
+{
+	struct shm_layout l;
+
+	switch (req->op_case) {
+	case KVPALACE__V1__REQUEST__OP_HELLO:
+	case KVPALACE__V1__REQUEST__OP_CREATE_SESSION:
+	case KVPALACE__V1__REQUEST__OP_CLOSE_SESSION:
+	case KVPALACE__V1__REQUEST__OP_RELEASE:
+	case KVPALACE__V1__REQUEST__OP_STATS:
+		break;
+	case KVPALACE__V1__REQUEST__OP_OPEN_POOL:
+		if (validate_model_id(req->open_pool->model_id) < 0)
+			REJECT(-EINVAL, "model id must be 1..127 printable ASCII characters");
+		if (validate_layout(req->open_pool->layout, &l) < 0)
+			REJECT(-EINVAL, "layout out of range (dimensions, dtype, quant_group)");
+		break;
+	case KVPALACE__V1__REQUEST__OP_APPEND:
+		if (req->append->n_tokens == 0)
+			REJECT(-EINVAL, "append of zero tokens");
+		if (req->append->n_tokens > lim->max_tokens_per_request)
+			REJECT(-EMSGSIZE, "too many tokens in one request");
+		break;
+	case KVPALACE__V1__REQUEST__OP_COMMIT:
+		if (req->commit->n_tokens == 0)
+			REJECT(-EINVAL, "commit of zero tokens");
+		break;
+	case KVPALACE__V1__REQUEST__OP_MATCH_PREFIX:
+		if (req->match_prefix->n_tokens > lim->max_tokens_per_request)
+			REJECT(-EMSGSIZE, "too many tokens in one request");
+		if (req->match_prefix->has_lease_id && req->match_prefix->lease_id == 0)
+			REJECT(-EINVAL, "lease id 0 does not exist");
+		break;
+	default:
+		REJECT(-EPROTO, "request carries no known operation");
+	}
+	return 0;
+}
