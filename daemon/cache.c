@@ -68,8 +68,7 @@ static int check_pool(const struct cache *c, const struct pool *p)
 		const struct session *s = list_entry(it, struct session, pool_link);
 		uint32_t bt = p->layout.block_tokens;
 
-		if (s->n_committed > s->n_tokens ||
-		    s->n_pages != (s->n_tokens + bt - 1) / bt ||
+		if (s->n_committed > s->n_tokens || s->n_pages != (s->n_tokens + bt - 1) / bt ||
 		    (!s->writer && s->n_committed != s->n_tokens))
 			goto out;
 		for (uint32_t i = 0; i < s->n_pages; i++) {

@@ -121,10 +121,13 @@ void config_usage(const char *argv0)
 	       "kvpalaced keeps the attention KV cache of LLM inference processes on this\n"
 	       "machine and shares it between them.\n"
 	       "\n"
-	       "  --socket PATH             client socket (default $XDG_RUNTIME_DIR/kvpalace/kvpalace.sock,\n"
+	       "  --socket PATH             client socket (default "
+	       "$XDG_RUNTIME_DIR/kvpalace/kvpalace.sock,\n"
 	       "                            /run/kvpalace/kvpalace.sock as root)\n"
-	       "  --admin-socket PATH       admin socket (default admin.sock beside the client socket)\n"
-	       "  --state-dir DIR           durable state: checkpoints (default /var/lib/kvpalace as root)\n"
+	       "  --admin-socket PATH       admin socket (default admin.sock beside the client "
+	       "socket)\n"
+	       "  --state-dir DIR           durable state: checkpoints (default /var/lib/kvpalace "
+	       "as root)\n"
 	       "  --cache-dir DIR           spill files (default /var/cache/kvpalace as root)\n"
 	       "  --host-tier-size SIZE     host memory for all pools (default 25%%)\n"
 	       "  --host-pool-size SIZE     host arena of one pool (default min(1G, host tier))\n"
@@ -302,8 +305,8 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 		int dirlen = slash ? (int)(slash - c->socket_path) : 0;
 
 		if (slash)
-			snprintf(c->admin_socket_path, sizeof(c->admin_socket_path), "%.*s/admin.sock",
-				 dirlen, c->socket_path);
+			snprintf(c->admin_socket_path, sizeof(c->admin_socket_path),
+				 "%.*s/admin.sock", dirlen, c->socket_path);
 		else
 			snprintf(c->admin_socket_path, sizeof(c->admin_socket_path), "admin.sock");
 	}

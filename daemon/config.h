@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CONFIG_PATH_MAX 4096
+#define CONFIG_PATH_MAX	       4096
 #define CONFIG_SOCKET_PATH_MAX 108 /* sizeof(sun_path) */
 
 struct config {
@@ -28,7 +28,7 @@ struct config {
 	uint32_t max_leases_per_conn;
 	uint32_t max_connections;
 	uint64_t max_session_tokens;
-	uint32_t socket_mode;       /* client socket permissions */
+	uint32_t socket_mode;	    /* client socket permissions */
 	uint32_t admin_socket_mode; /* admin socket permissions */
 	int log_level;
 };

@@ -41,10 +41,10 @@ static void release_client_state(struct conn *c)
 	struct cache *cache = &c->srv->cache;
 	struct list *it, *tmp;
 
-	list_for_each_safe(it, tmp, &c->leases)
+	list_for_each_safe (it, tmp, &c->leases)
 		lease_release(cache, list_entry(it, struct lease, owner_link));
 	c->n_leases = 0;
-	list_for_each_safe(it, tmp, &c->writing)
+	list_for_each_safe (it, tmp, &c->writing)
 		session_rollback(cache, list_entry(it, struct session, writer_link));
 	cache_debug_check(cache);
 }

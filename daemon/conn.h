@@ -42,7 +42,7 @@ struct conn {
 	struct iovec riov;
 	unsigned char rcbuf[FRAME_CMSG_BYTES];
 	unsigned char *rbuf; /* max_message_bytes + 1: one more shows oversize */
-	int receiving;       /* a receive is in flight */
+	int receiving;	     /* a receive is in flight */
 
 	struct loop_op send_op;
 	struct msghdr smsg;
@@ -55,7 +55,7 @@ struct conn {
 	int draining; /* send what is queued, then close */
 	int closed;   /* resources released; waiting for in-flight ops */
 
-	struct list leases;  /* struct lease.owner_link */
+	struct list leases; /* struct lease.owner_link */
 	uint32_t n_leases;
 	struct list writing; /* struct session.writer_link */
 	struct list link;    /* server.conns */

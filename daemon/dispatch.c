@@ -62,7 +62,7 @@ static int do_open_pool(struct cache *cache, struct conn *c,
 		return ret; /* validate_request checked it already */
 	ret = pool_open(cache, c->uid, in->model_id, &layout, &p);
 	if (ret < 0) {
-		*why = ret == -EDQUOT   ? "too many pools for this user"
+		*why = ret == -EDQUOT	? "too many pools for this user"
 		       : ret == -ENOSPC ? "no room for another pool arena in the host tier"
 					: "cannot create the pool";
 		return ret;
@@ -143,7 +143,7 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 	}
 	ret = session_append(cache, s, c, &c->writing, in->tokens, in->n_tokens, &first);
 	if (ret < 0) {
-		*why = ret == -EBUSY     ? "another client holds uncommitted tokens of this session"
+		*why = ret == -EBUSY	? "another client holds uncommitted tokens of this session"
 		       : ret == -EDQUOT ? "session would exceed max_session_tokens"
 		       : ret == -ENOSPC ? "host tier full: no free pages in this pool"
 					: "cannot reserve";

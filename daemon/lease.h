@@ -23,7 +23,7 @@ struct lease {
 	const void *owner;
 	uint64_t session_id; /* the session the match follows */
 	uint64_t n_tokens;   /* matched so far */
-	int complete;        /* the match stopped; later chunks add nothing */
+	int complete;	     /* the match stopped; later chunks add nothing */
 	uint32_t *pages;     /* [cap_pages] pinned slots, n_pages used */
 	uint32_t n_pages;
 	uint32_t cap_pages;

@@ -41,8 +41,8 @@ static inline void list_del(struct list *node)
 #define list_entry(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* Iterates safely against removal of the current node. */
-#define list_for_each_safe(pos, tmp, head)                                                \
-	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);                  \
+#define list_for_each_safe(pos, tmp, head)                                                         \
+	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);                           \
 	     (pos) = (tmp), (tmp) = (pos)->next)
 
 #endif

@@ -21,7 +21,7 @@ int log_get_level(void)
 
 int log_parse_level(const char *s)
 {
-	static const char *const names[] = {"emerg", "alert", "crit",   "err",
+	static const char *const names[] = {"emerg",   "alert",	 "crit", "err",
 					    "warning", "notice", "info", "debug"};
 
 	for (int i = 0; i < 8; i++)

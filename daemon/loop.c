@@ -53,7 +53,7 @@ int loop_run(struct loop *l)
 			log_err("io_uring submit failed: %s", strerror(-ret));
 			return ret;
 		}
-		io_uring_for_each_cqe(&l->ring, head, cqe) {
+		io_uring_for_each_cqe (&l->ring, head, cqe) {
 			struct loop_op *op = io_uring_cqe_get_data(cqe);
 
 			n++;

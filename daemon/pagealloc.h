@@ -15,8 +15,8 @@ struct pagealloc {
 	uint32_t n_pages;
 	uint32_t n_free;
 	uint32_t *free_stack; /* [n_pages], the first n_free entries are free slots */
-	uint32_t *refs;       /* [n_pages] holders of each slot, 0 = free */
-	uint32_t *pins;       /* [n_pages] read leases pinning each slot */
+	uint32_t *refs;	      /* [n_pages] holders of each slot, 0 = free */
+	uint32_t *pins;	      /* [n_pages] read leases pinning each slot */
 };
 
 /* Sets up n_pages free slots. Returns 0 or -ENOMEM. */

@@ -35,7 +35,7 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	char name[64];
 	int ret;
 
-	list_for_each_safe(it, tmp, &c->pool_list) {
+	list_for_each_safe (it, tmp, &c->pool_list) {
 		p = list_entry(it, struct pool, link);
 		if (p->uid != uid)
 			continue;
@@ -97,8 +97,8 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	*ret_pool = p;
 	return 0;
 fail:
-	log_err("pool for uid %u model '%s': cannot create arena of %llu bytes: %s",
-		(unsigned)uid, model_id, (unsigned long long)arena_bytes, strerror(-ret));
+	log_err("pool for uid %u model '%s': cannot create arena of %llu bytes: %s", (unsigned)uid,
+		model_id, (unsigned long long)arena_bytes, strerror(-ret));
 	shm_arena_unmap(p->arena, p->arena_bytes);
 	if (p->arena_fd >= 0)
 		close(p->arena_fd);

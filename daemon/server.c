@@ -1,8 +1,8 @@
 /* daemon/server.c — listeners, signals, timer and shutdown (see server.h). */
 #include <errno.h>
 #include <signal.h>
-#include <stdlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -13,7 +13,7 @@
 #include "log.h"
 #include "server.h"
 
-#define SERVER_TICK_S 1
+#define SERVER_TICK_S	    1
 #define SERVER_RING_ENTRIES 1024
 
 static void arm_accept(struct listener *ls)
@@ -144,7 +144,8 @@ int server_init(struct server *s, const struct config *cfg)
 	ret = loop_init(&s->loop, SERVER_RING_ENTRIES);
 	if (ret < 0) {
 		log_err("cannot set up io_uring: %s%s", strerror(-ret),
-			ret == -EPERM || ret == -ENOSYS ? " (is kernel.io_uring_disabled set?)" : "");
+			ret == -EPERM || ret == -ENOSYS ? " (is kernel.io_uring_disabled set?)"
+							: "");
 		return ret;
 	}
 	sigemptyset(&mask);
@@ -198,7 +199,7 @@ void server_fini(struct server *s)
 	}
 	/* Tear the ring down before freeing connections: their buffers may
 	 * still be targets of receives in flight. */
-	list_for_each_safe(it, tmp, &s->conns)
+	list_for_each_safe (it, tmp, &s->conns)
 		shutdown(list_entry(it, struct conn, link)->fd, SHUT_RDWR);
 	if (s->loop.ring.ring_fd > 0)
 		loop_fini(&s->loop);

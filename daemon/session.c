@@ -90,9 +90,8 @@ static int grow(void **arr, uint64_t *cap, uint64_t need, size_t elem)
 	return 0;
 }
 
-int session_append(struct cache *c, struct session *s, const void *writer,
-		   struct list *writer_list, const uint32_t *tokens, size_t n,
-		   uint64_t *ret_first_token)
+int session_append(struct cache *c, struct session *s, const void *writer, struct list *writer_list,
+		   const uint32_t *tokens, size_t n, uint64_t *ret_first_token)
 {
 	struct pagealloc *pa = &s->pool->pa;
 	uint64_t end = s->n_tokens + n;

@@ -24,15 +24,15 @@
 struct session {
 	uint64_t id;
 	struct pool *pool;
-	uint32_t *tokens;      /* [cap_tokens] token ids, n_tokens used */
-	uint64_t n_tokens;     /* reserved, committed or not */
+	uint32_t *tokens;  /* [cap_tokens] token ids, n_tokens used */
+	uint64_t n_tokens; /* reserved, committed or not */
 	uint64_t n_committed;
 	uint64_t cap_tokens;
-	uint32_t *pages;       /* [cap_pages] page slots, n_pages used */
+	uint32_t *pages; /* [cap_pages] page slots, n_pages used */
 	uint32_t n_pages;
 	uint32_t cap_pages;
-	const void *writer;    /* the connection holding uncommitted tokens, or NULL */
-	struct list pool_link;   /* pool.sessions */
+	const void *writer;	 /* the connection holding uncommitted tokens, or NULL */
+	struct list pool_link;	 /* pool.sessions */
 	struct list writer_link; /* the writer's list of sessions it reserved in */
 };
 
@@ -52,9 +52,8 @@ struct session *session_get(struct cache *c, uint64_t id, uid_t uid, int admin);
  * the first new position in *ret_first_token, -EBUSY when another writer
  * holds uncommitted tokens, -EDQUOT past max_session_tokens, -ENOSPC when
  * the arena has too few free pages (nothing is reserved then), -ENOMEM. */
-int session_append(struct cache *c, struct session *s, const void *writer,
-		   struct list *writer_list, const uint32_t *tokens, size_t n,
-		   uint64_t *ret_first_token);
+int session_append(struct cache *c, struct session *s, const void *writer, struct list *writer_list,
+		   const uint32_t *tokens, size_t n, uint64_t *ret_first_token);
 
 /* Publishes the next n reserved tokens. Returns 0, -EBUSY when writer is
  * not the session's writer, -ERANGE when n exceeds the uncommitted tokens. */

@@ -36,10 +36,10 @@ int validate_layout(const Kvpalace__V1__Layout *in, struct shm_layout *ret)
 	return 0;
 }
 
-#define REJECT(err, why)                                                                  \
-	do {                                                                              \
-		*ret_reason = (why);                                                      \
-		return (err);                                                             \
+#define REJECT(err, why)                                                                           \
+	do {                                                                                       \
+		*ret_reason = (why);                                                               \
+		return (err);                                                                      \
 	} while (0)
 
 int validate_request(const Kvpalace__V1__Request *req, const struct validate_limits *lim,

@@ -92,8 +92,7 @@ size_t frame_arena_bytes(uint32_t max_bytes)
 	return (size_t)max_bytes * FRAME_ARENA_FACTOR + FRAME_ARENA_SLACK;
 }
 
-Kvpalace__V1__Request *frame_unpack_request(struct frame_arena *a, const uint8_t *payload,
-					    size_t n)
+Kvpalace__V1__Request *frame_unpack_request(struct frame_arena *a, const uint8_t *payload, size_t n)
 {
 	return kvpalace__v1__request__unpack(&a->allocator, n, payload);
 }
@@ -116,8 +115,7 @@ static int pack_checked(const ProtobufCMessage *m, void *buf, size_t cap, uint32
 	return (int)total;
 }
 
-int frame_pack_request(const Kvpalace__V1__Request *req, void *buf, size_t cap,
-		       uint32_t max_bytes)
+int frame_pack_request(const Kvpalace__V1__Request *req, void *buf, size_t cap, uint32_t max_bytes)
 {
 	return pack_checked(&req->base, buf, cap, max_bytes);
 }

@@ -16,21 +16,21 @@
 
 #include "kvpalace.pb-c.h"
 
-#define FRAME_MAGIC 0x3150564bu /* "KVP1" read as a little-endian u32 */
-#define FRAME_VERSION 1u
+#define FRAME_MAGIC	   0x3150564bu /* "KVP1" read as a little-endian u32 */
+#define FRAME_VERSION	   1u
 #define FRAME_HEADER_BYTES 16u
 /* Default and bounds of the whole-message cap (header included). The
  * SOCK_SEQPACKET send limit at the default SO_SNDBUF is about 208 KiB. */
 #define FRAME_DEFAULT_MAX_BYTES (64u * 1024u)
-#define FRAME_MIN_MAX_BYTES (4u * 1024u)
-#define FRAME_MAX_MAX_BYTES (192u * 1024u)
+#define FRAME_MIN_MAX_BYTES	(4u * 1024u)
+#define FRAME_MAX_MAX_BYTES	(192u * 1024u)
 
 /* Bytes of unpacking memory allowed per wire byte, plus a fixed slack: a
  * packed uint32 takes at least one wire byte and four in memory, every
  * submessage costs its struct. Hostile lengths hit this budget, never
  * malloc. */
 #define FRAME_ARENA_FACTOR 8u
-#define FRAME_ARENA_SLACK 4096u
+#define FRAME_ARENA_SLACK  4096u
 
 struct frame_header {
 	uint32_t magic;
@@ -74,8 +74,7 @@ Kvpalace__V1__Response *frame_unpack_response(struct frame_arena *a, const uint8
 
 /* Encodes header + message into buf of cap bytes. Returns the total length,
  * or -EMSGSIZE when it does not fit (or exceeds max_bytes). */
-int frame_pack_request(const Kvpalace__V1__Request *req, void *buf, size_t cap,
-		       uint32_t max_bytes);
+int frame_pack_request(const Kvpalace__V1__Request *req, void *buf, size_t cap, uint32_t max_bytes);
 int frame_pack_response(const Kvpalace__V1__Response *resp, void *buf, size_t cap,
 			uint32_t max_bytes);
 

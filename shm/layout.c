@@ -96,8 +96,8 @@ uint64_t shm_kv_offset(const struct shm_layout *l, uint32_t layer, uint32_t kv, 
 	return row_index(l, layer, kv, head, token) * shm_row_bytes(l);
 }
 
-uint64_t shm_scale_offset(const struct shm_layout *l, uint32_t layer, uint32_t kv,
-			  uint32_t head, uint32_t token)
+uint64_t shm_scale_offset(const struct shm_layout *l, uint32_t layer, uint32_t kv, uint32_t head,
+			  uint32_t token)
 {
 	return shm_page_data_bytes(l) +
 	       row_index(l, layer, kv, head, token) * (l->head_dim / l->quant_group) * 2;

@@ -18,11 +18,11 @@
 #define SHM_PAGE_ALIGN 4096u
 
 /* Limits on a layout; client-supplied layouts outside them are refused. */
-#define SHM_MAX_LAYERS 1024u
-#define SHM_MAX_KV_HEADS 1024u
-#define SHM_MAX_HEAD_DIM 1024u
+#define SHM_MAX_LAYERS	     1024u
+#define SHM_MAX_KV_HEADS     1024u
+#define SHM_MAX_HEAD_DIM     1024u
 #define SHM_MAX_BLOCK_TOKENS 4096u
-#define SHM_MAX_PAGE_BYTES (256ull << 20)
+#define SHM_MAX_PAGE_BYTES   (256ull << 20)
 
 /* Element types; the values equal the protocol's DType enum. */
 enum shm_dtype {
@@ -39,7 +39,7 @@ struct shm_layout {
 	uint32_t n_kv_heads; /* KV heads (GQA/MQA), not query heads */
 	uint32_t head_dim;
 	uint32_t block_tokens; /* tokens per page */
-	uint32_t dtype;        /* enum shm_dtype */
+	uint32_t dtype;	       /* enum shm_dtype */
 	uint32_t quant_group;  /* elements per scale; 0 for f16/bf16/f32 */
 };
 _Static_assert(sizeof(struct shm_layout) == 24, "shm_layout is part of the ABI");
@@ -71,7 +71,7 @@ uint64_t shm_kv_offset(const struct shm_layout *l, uint32_t layer, uint32_t kv, 
 uint64_t shm_row_bytes(const struct shm_layout *l);
 /* Byte offset of the first f16 scale of (layer, kv, head, token); quantized
  * dtypes only. head_dim / quant_group scales follow. */
-uint64_t shm_scale_offset(const struct shm_layout *l, uint32_t layer, uint32_t kv,
-			  uint32_t head, uint32_t token);
+uint64_t shm_scale_offset(const struct shm_layout *l, uint32_t layer, uint32_t kv, uint32_t head,
+			  uint32_t token);
 
 #endif
