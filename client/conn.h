@@ -1,0 +1,60 @@
+/* client/conn.h — one connection to kvpalaced and its error state.
+ *
+ * struct kvp_client holds the socket, what the Hello handshake told us
+ * (message cap, tokens per request, admin), the send/receive buffers and
+ * the unpacking arena shared by every call, the list of open pools, and the
+ * text of the last error. A transport or protocol failure marks the client
+ * dead: the socket is closed at once (so the daemon frees our leases and
+ * reservations) and every later call that needs the daemon fails with
+ * -ENOTCONN. Not thread-safe: one thread at a time per client.
+ */
+#ifndef KVPC_CONN_H
+#define KVPC_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frame.h"
+#include "kvpalace.h"
+#include "list.h"
+
+#define CONN_ERR_MSG_BYTES 256
+
+struct kvp_client {
+	int fd;	  /* -1 once dead or closed */
+	int dead; /* a transport/protocol error happened: -ENOTCONN from now on */
+	int admin;
+	int gpu;
+	uint32_t uid;
+	uint32_t max_message_bytes; /* the daemon's cap, header included */
+	uint32_t chunk_tokens;	    /* tokens per Append/MatchPrefix request */
+	uint64_t next_id;	    /* request ids start at 1; 0 never names a request */
+	unsigned char *sbuf;	    /* [FRAME_MAX_MAX_BYTES] outgoing frame */
+	unsigned char *rbuf;	    /* [FRAME_MAX_MAX_BYTES] incoming frame */
+	unsigned char *abuf;	    /* unpacking arena for one incoming frame */
+	size_t abuf_bytes;
+	struct frame_arena arena;
+	struct list pools; /* struct kvp_pool.link */
+	int err_code;	   /* negative errno that err_msg explains, 0 for none */
+	char err_msg[CONN_ERR_MSG_BYTES];
+};
+
+/* Forgets the last error message; every public call that can fail starts
+ * with it so kvp_strerror() describes the latest call only. */
+void conn_clear_error(struct kvp_client *c);
+
+/* Records msg (printf format) as the text of err and returns err. */
+int conn_error(struct kvp_client *c, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Marks the client dead: closes the socket, records msg as the text of err
+ * and returns err. The mappings of its pools stay until their handles are
+ * freed. */
+int conn_break(struct kvp_client *c, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Returns 0 when the client can talk to the daemon, else -ENOTCONN (with a
+ * message). */
+int conn_usable(struct kvp_client *c);
+
+#endif

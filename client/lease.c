@@ -1,0 +1,347 @@
+/* client/lease.c — longest-prefix matching (MatchPrefix) and read leases.
+ *
+ * A token list longer than one request allows is matched in chunks: the
+ * first request goes alone (its reply names the lease), the following ones
+ * carry that lease id and are pipelined, a bounded window of them in
+ * flight. Replies may come in any order; each is kept until its turn and
+ * applied in chunk order, checked against what the chunks before it
+ * matched. Once a reply says the match stopped (complete, or shorter than
+ * its chunk) the client stops sending, and replies to chunks already in
+ * flight are collected and ignored: whatever the daemon did with them, the
+ * lease handle only covers tokens that matched contiguously from the start.
+ * On any error the lease is released before returning. Not thread-safe:
+ * one thread at a time per client.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lease.h"
+#include "rpc.h"
+
+/* Chunk requests in flight at most, and their bytes: bounded so that our
+ * sends never wait on a daemon that waits for us to read its replies. */
+#define LEASE_WINDOW	     8u
+#define LEASE_INFLIGHT_BYTES (96u << 10)
+
+/* One chunk request in flight and, once it came, its reply. */
+struct match_chunk {
+	uint64_t req_id;
+	size_t off; /* first token of the chunk */
+	size_t len;
+	size_t wire_bytes;
+	int arrived;
+	int err; /* the reply's status as negative errno */
+	uint64_t lease_id;
+	uint64_t matched;
+	uint64_t first_page;
+	int complete;
+	uint32_t *slots;
+	size_t n_slots;
+	char msg[CONN_ERR_MSG_BYTES]; /* the daemon's text when err */
+};
+
+void lease_free(struct kvp_lease *l)
+{
+	list_del(&l->link);
+	free(l->slots);
+	free(l);
+}
+
+static int lease_send_release(struct kvp_client *c, uint64_t id)
+{
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__ReleaseRequest rr = KVPALACE__V1__RELEASE_REQUEST__INIT;
+	Kvpalace__V1__Response *resp;
+
+	rr.lease_id = id;
+	req.op_case = KVPALACE__V1__REQUEST__OP_RELEASE;
+	req.release = &rr;
+	return rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_RELEASE, &resp, NULL);
+}
+
+/* Checks the reply of the chunk at ch->off (the chunks before it matched
+ * all their tokens) and extends the lease. Sets *stop when the match
+ * cannot go further. Returns 0 or -EPROTO. */
+static int lease_apply(struct kvp_lease *l, const struct match_chunk *ch, int *stop)
+{
+	const struct kvp_pool *p = l->pool;
+	uint64_t known = pool_pages_for(p, l->n_tokens);
+	uint64_t pages;
+
+	if (ch->off == 0) {
+		if (!ch->lease_id) {
+			/* A miss: no lease exists. */
+			if (ch->matched || ch->n_slots)
+				return -EPROTO;
+			*stop = 1;
+			return 0;
+		}
+		l->id = ch->lease_id;
+	} else if (ch->lease_id != l->id) {
+		return -EPROTO;
+	}
+	if (ch->matched < ch->off || ch->matched > ch->off + ch->len)
+		return -EPROTO;
+	pages = pool_pages_for(p, ch->matched);
+	if (ch->n_slots) {
+		if (ch->first_page > known || ch->n_slots != pages - ch->first_page)
+			return -EPROTO;
+	} else if (pages > known) {
+		return -EPROTO;
+	}
+	for (size_t i = 0; i < ch->n_slots; i++)
+		if (ch->slots[i] >= p->n_pages)
+			return -EPROTO;
+	if (ch->n_slots)
+		memcpy(l->slots + ch->first_page, ch->slots, ch->n_slots * sizeof(uint32_t));
+	l->n_tokens = ch->matched;
+	if (ch->complete || ch->matched < ch->off + ch->len)
+		*stop = 1;
+	return 0;
+}
+
+/* Records the reply to ch. Returns 0, or a negative errno when the client
+ * broke (the reply was malformed). */
+static int lease_keep(struct kvp_lease *l, struct match_chunk *ch,
+		      const Kvpalace__V1__Response *resp)
+{
+	struct kvp_client *c = l->pool->client;
+	const Kvpalace__V1__MatchPrefixResponse *r;
+	int ret;
+
+	ch->arrived = 1;
+	ret = rpc_status(c, resp, KVPALACE__V1__RESPONSE__OP_MATCH_PREFIX);
+	if (c->dead)
+		return ret;
+	if (ret < 0) {
+		ch->err = ret;
+		memcpy(ch->msg, c->err_msg, sizeof(ch->msg));
+		return 0;
+	}
+	r = resp->match_prefix;
+	/* A chunk of len tokens spans at most pages_for(len) + 1 pages. */
+	if (r->n_page_slots > pool_pages_for(l->pool, ch->len) + 1)
+		return conn_break(c, -EPROTO, "kvpalaced answered MatchPrefix with %zu slots",
+				  r->n_page_slots);
+	if (r->n_page_slots) {
+		ch->slots = malloc(r->n_page_slots * sizeof(uint32_t));
+		if (!ch->slots) {
+			ch->err = -ENOMEM;
+			snprintf(ch->msg, sizeof(ch->msg), "out of memory");
+			return 0;
+		}
+		memcpy(ch->slots, r->page_slots, r->n_page_slots * sizeof(uint32_t));
+	}
+	ch->n_slots = r->n_page_slots;
+	ch->lease_id = r->lease_id;
+	ch->matched = r->matched_tokens;
+	ch->first_page = r->first_page;
+	ch->complete = !!r->complete;
+	return 0;
+}
+
+/* Runs the chunked match of tokens[0..n) into l (whose page table holds
+ * pool_pages_for(n) entries). Returns 0 or a negative errno; on error the
+ * lease may exist in the daemon (l->id) and must be released. */
+static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n)
+{
+	struct kvp_client *c = l->pool->client;
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__MatchPrefixRequest mp = KVPALACE__V1__MATCH_PREFIX_REQUEST__INIT;
+	struct match_chunk win[LEASE_WINDOW];
+	uint64_t next_send = 0;	 /* sequence number of the next chunk to send */
+	uint64_t next_apply = 0; /* of the oldest chunk in flight */
+	size_t sent = 0;	 /* tokens sent */
+	size_t inflight_bytes = 0;
+	int stop = 0;
+	int err = 0;
+	char err_msg[CONN_ERR_MSG_BYTES] = "";
+	Kvpalace__V1__Response *resp;
+	struct match_chunk *got;
+	int ret = 0;
+	int fd;
+
+	memset(win, 0, sizeof(win));
+	mp.pool_id = l->pool->id;
+	req.op_case = KVPALACE__V1__REQUEST__OP_MATCH_PREFIX;
+	req.match_prefix = &mp;
+	for (;;) {
+		/* Chunk 0 goes alone: the others need the lease id it returns. */
+		while (!stop && sent < n && next_send - next_apply < LEASE_WINDOW &&
+		       !(next_send > 0 && next_apply == 0)) {
+			struct match_chunk *ch = &win[next_send % LEASE_WINDOW];
+			size_t len = n - sent < c->chunk_tokens ? n - sent : c->chunk_tokens;
+			size_t bytes;
+			uint64_t id;
+
+			mp.tokens = (uint32_t *)tokens + sent;
+			mp.n_tokens = len;
+			mp.has_lease_id = next_send > 0;
+			mp.lease_id = l->id;
+			bytes = protobuf_c_message_get_packed_size(&req.base) + FRAME_HEADER_BYTES;
+			if (next_send > next_apply && inflight_bytes + bytes > LEASE_INFLIGHT_BYTES)
+				break;
+			ret = rpc_send(c, &req, &id);
+			if (ret < 0 && c->dead)
+				goto out;
+			if (ret < 0) {
+				/* Not sent (too big): end the match with this error. */
+				err = ret;
+				memcpy(err_msg, c->err_msg, sizeof(err_msg));
+				stop = 1;
+				break;
+			}
+			memset(ch, 0, sizeof(*ch));
+			ch->req_id = id;
+			ch->off = sent;
+			ch->len = len;
+			ch->wire_bytes = bytes;
+			inflight_bytes += bytes;
+			sent += len;
+			next_send++;
+		}
+		if (next_apply == next_send)
+			break;
+
+		ret = rpc_recv(c, &resp, &fd);
+		if (ret < 0)
+			goto out;
+		if (fd >= 0)
+			close(fd);
+		got = NULL;
+		for (uint64_t k = next_apply; k < next_send; k++) {
+			struct match_chunk *ch = &win[k % LEASE_WINDOW];
+
+			if (ch->req_id == resp->id && !ch->arrived) {
+				got = ch;
+				break;
+			}
+		}
+		if (!got) {
+			ret = rpc_stray(c, resp);
+			goto out;
+		}
+		ret = lease_keep(l, got, resp);
+		if (ret < 0)
+			goto out;
+
+		while (next_apply < next_send && win[next_apply % LEASE_WINDOW].arrived) {
+			struct match_chunk *ch = &win[next_apply % LEASE_WINDOW];
+
+			inflight_bytes -= ch->wire_bytes;
+			if (!stop && ch->err) {
+				err = ch->err;
+				memcpy(err_msg, ch->msg, sizeof(err_msg));
+				stop = 1;
+			} else if (!stop && lease_apply(l, ch, &stop) < 0) {
+				ret = conn_break(
+					c, -EPROTO,
+					"kvpalaced answered MatchPrefix of tokens %zu..%zu "
+					"with lease %llu, %llu matched, first page %llu, "
+					"%zu slots",
+					ch->off, ch->off + ch->len,
+					(unsigned long long)ch->lease_id,
+					(unsigned long long)ch->matched,
+					(unsigned long long)ch->first_page, ch->n_slots);
+				goto out;
+			}
+			free(ch->slots);
+			ch->slots = NULL;
+			next_apply++;
+		}
+	}
+	if (err)
+		ret = conn_error(c, err, "%s", err_msg);
+	else
+		conn_clear_error(c); /* errors of ignored chunks are no error */
+out:
+	for (unsigned int i = 0; i < LEASE_WINDOW; i++)
+		free(win[i].slots);
+	return ret;
+}
+
+KVP_PUBLIC int kvp_match_prefix(kvp_pool *p, const uint32_t *tokens, size_t n,
+				kvp_lease **ret_lease)
+{
+	struct kvp_client *c;
+	struct kvp_lease *l;
+	int ret;
+
+	if (!p || (!tokens && n) || !ret_lease)
+		return -EINVAL;
+	c = p->client;
+	conn_clear_error(c);
+	ret = conn_usable(c);
+	if (ret < 0)
+		return ret;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->pool = p;
+	list_init(&l->link);
+	if (n) {
+		ret = pool_table_reserve(&l->slots, &l->cap, pool_pages_for(p, n));
+		if (ret < 0)
+			goto fail;
+		ret = lease_match(l, tokens, n);
+		if (ret < 0)
+			goto fail;
+	}
+	list_add_tail(&p->leases, &l->link);
+	*ret_lease = l;
+	return 0;
+fail:
+	if (l->id && !c->dead) {
+		/* Give the half-built lease back; report the first error. */
+		int code = c->err_code;
+		char msg[CONN_ERR_MSG_BYTES];
+
+		memcpy(msg, c->err_msg, sizeof(msg));
+		lease_send_release(c, l->id);
+		c->err_code = code;
+		memcpy(c->err_msg, msg, sizeof(msg));
+	}
+	free(l->slots);
+	free(l);
+	return ret;
+}
+
+KVP_PUBLIC uint64_t kvp_lease_tokens(const kvp_lease *l)
+{
+	return l ? l->n_tokens : 0;
+}
+
+KVP_PUBLIC const void *kvp_lease_kv(const kvp_lease *l, uint64_t pos, uint32_t layer, uint32_t kv,
+				    uint32_t kv_head)
+{
+	const struct kvp_pool *p;
+
+	if (!l || pos >= l->n_tokens)
+		return NULL;
+	p = l->pool;
+	/* A lost connection ended the lease: the pages may be reused. */
+	if (p->client->dead || pool_check_index(p, layer, kv, kv_head) < 0)
+		return NULL;
+	return pool_kv(p, l->slots[pos / p->layout.block_tokens], pos, layer, kv, kv_head);
+}
+
+KVP_PUBLIC int kvp_lease_release(kvp_lease *l)
+{
+	struct kvp_client *c;
+	int ret = 0;
+
+	if (!l)
+		return 0;
+	c = l->pool->client;
+	conn_clear_error(c);
+	if (l->id) {
+		ret = conn_usable(c);
+		if (ret == 0)
+			ret = lease_send_release(c, l->id);
+	}
+	lease_free(l);
+	return ret;
+}

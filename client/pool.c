@@ -1,0 +1,212 @@
+/* client/pool.c — opening pools and mapping their host arenas.
+ *
+ * kvp_pool_open() checks the model id and layout here (so a bad argument
+ * costs no round trip), sends OpenPool, checks that the daemon's geometry
+ * agrees with shm/layout.h and fits the arena, and maps the arena memfd
+ * that came with the reply (shm_arena_map checks its seals and size). The
+ * fd is closed once mapped. A pool handle owns the handles of its sessions
+ * and leases. Not thread-safe: one thread at a time per client.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "lease.h"
+#include "pool.h"
+#include "rpc.h"
+#include "session.h"
+
+#define POOL_MODEL_ID_MAX 127u
+
+int pool_table_reserve(uint32_t **slots, size_t *cap, uint64_t n)
+{
+	size_t want;
+	uint32_t *p;
+
+	if (n <= *cap)
+		return 0;
+	if (n > SIZE_MAX / sizeof(uint32_t) / 2)
+		return -ENOMEM;
+	want = *cap ? *cap : 16;
+	while (want < n)
+		want *= 2;
+	p = realloc(*slots, want * sizeof(uint32_t));
+	if (!p)
+		return -ENOMEM;
+	*slots = p;
+	*cap = want;
+	return 0;
+}
+
+static int model_id_check(const char *s)
+{
+	size_t n = 0;
+
+	for (; s[n]; n++)
+		if (s[n] < 0x20 || s[n] > 0x7e || n >= POOL_MODEL_ID_MAX)
+			return -EINVAL;
+	return n ? 0 : -EINVAL;
+}
+
+static void layout_to_shm(const struct kvp_layout *in, struct shm_layout *out)
+{
+	out->n_layers = in->n_layers;
+	out->n_kv_heads = in->n_kv_heads;
+	out->head_dim = in->head_dim;
+	out->block_tokens = in->block_tokens;
+	out->dtype = in->dtype;
+	out->quant_group = in->quant_group;
+}
+
+/* Checks the geometry of an OpenPool reply against the layout we asked
+ * for and the arena's size. */
+static int pool_check_reply(struct kvp_pool *p, const Kvpalace__V1__OpenPoolResponse *r)
+{
+	uint64_t room;
+
+	if (r->page_bytes != shm_page_bytes(&p->shm))
+		return -EPROTO;
+	if (!r->arena_bytes || r->arena_bytes > SIZE_MAX || r->arena_offset > r->arena_bytes)
+		return -EPROTO;
+	room = r->arena_bytes - r->arena_offset;
+	if (r->n_pages > room / r->page_bytes)
+		return -EPROTO;
+	return 0;
+}
+
+KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id, const struct kvp_layout *layout,
+			     kvp_pool **ret_pool)
+{
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__OpenPoolRequest op = KVPALACE__V1__OPEN_POOL_REQUEST__INIT;
+	Kvpalace__V1__Layout wl = KVPALACE__V1__LAYOUT__INIT;
+	Kvpalace__V1__Response *resp;
+	const Kvpalace__V1__OpenPoolResponse *r;
+	struct kvp_pool *p;
+	void *addr;
+	int fd = -1;
+	int ret;
+
+	if (!c || !model_id || !layout || !ret_pool)
+		return -EINVAL;
+	conn_clear_error(c);
+	ret = conn_usable(c);
+	if (ret < 0)
+		return ret;
+	if (model_id_check(model_id) < 0)
+		return conn_error(c, -EINVAL, "model id must be 1..%u bytes of printable ASCII",
+				  POOL_MODEL_ID_MAX);
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->client = c;
+	p->layout = *layout;
+	layout_to_shm(layout, &p->shm);
+	list_init(&p->link);
+	list_init(&p->sessions);
+	list_init(&p->leases);
+	if (shm_layout_check(&p->shm) < 0) {
+		ret = conn_error(c, -EINVAL, "invalid layout");
+		goto fail;
+	}
+
+	wl.n_layers = layout->n_layers;
+	wl.n_kv_heads = layout->n_kv_heads;
+	wl.head_dim = layout->head_dim;
+	wl.block_tokens = layout->block_tokens;
+	wl.dtype = (Kvpalace__V1__DType)layout->dtype;
+	wl.has_quant_group = layout->quant_group != 0;
+	wl.quant_group = layout->quant_group;
+	op.model_id = (char *)model_id;
+	op.layout = &wl;
+	req.op_case = KVPALACE__V1__REQUEST__OP_OPEN_POOL;
+	req.open_pool = &op;
+	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_OPEN_POOL, &resp, &fd);
+	if (ret < 0)
+		goto fail;
+	r = resp->open_pool;
+	if (fd < 0) {
+		ret = conn_break(c, -EPROTO, "kvpalaced sent no arena with OpenPool");
+		goto fail;
+	}
+	if (pool_check_reply(p, r) < 0) {
+		ret = conn_break(c, -EPROTO, "kvpalaced sent an arena geometry that does not fit");
+		goto fail;
+	}
+	ret = shm_arena_map(fd, r->arena_bytes, &addr);
+	if (ret == -EINVAL || ret == -EBADF) {
+		ret = conn_break(c, -EPROTO, "kvpalaced sent an fd that is not a sealed arena");
+		goto fail;
+	}
+	if (ret < 0) {
+		ret = conn_error(c, ret, "cannot map the pool's arena");
+		goto fail;
+	}
+	close(fd);
+	p->id = r->pool_id;
+	p->page_bytes = r->page_bytes;
+	p->row_bytes = shm_row_bytes(&p->shm);
+	p->n_pages = r->n_pages;
+	p->arena = addr;
+	p->arena_bytes = r->arena_bytes;
+	p->pages = p->arena + r->arena_offset;
+	list_add_tail(&c->pools, &p->link);
+	*ret_pool = p;
+	return 0;
+fail:
+	if (fd >= 0)
+		close(fd);
+	free(p);
+	return ret;
+}
+
+void pool_free(struct kvp_pool *p)
+{
+	while (!list_empty(&p->leases))
+		lease_free(list_entry(p->leases.next, struct kvp_lease, link));
+	while (!list_empty(&p->sessions))
+		session_free(list_entry(p->sessions.next, struct kvp_session, link));
+	shm_arena_unmap(p->arena, p->arena_bytes);
+	list_del(&p->link);
+	free(p);
+}
+
+KVP_PUBLIC void kvp_pool_close(kvp_pool *p)
+{
+	if (!p)
+		return;
+	conn_clear_error(p->client);
+	/* Leases pin pages in the daemon until released; their pointers die
+	 * with the mapping, so give them back now. Sessions stay in the
+	 * daemon (other processes may match them); only their handles go. */
+	while (!list_empty(&p->leases))
+		kvp_lease_release(list_entry(p->leases.next, struct kvp_lease, link));
+	pool_free(p);
+}
+
+KVP_PUBLIC uint64_t kvp_pool_id(const kvp_pool *p)
+{
+	return p ? p->id : 0;
+}
+
+KVP_PUBLIC size_t kvp_pool_page_bytes(const kvp_pool *p)
+{
+	return p ? (size_t)p->page_bytes : 0;
+}
+
+KVP_PUBLIC size_t kvp_pool_row_bytes(const kvp_pool *p)
+{
+	return p ? (size_t)p->row_bytes : 0;
+}
+
+KVP_PUBLIC uint32_t kvp_pool_n_pages(const kvp_pool *p)
+{
+	return p ? p->n_pages : 0;
+}
+
+KVP_PUBLIC const struct kvp_layout *kvp_pool_layout(const kvp_pool *p)
+{
+	return p ? &p->layout : NULL;
+}

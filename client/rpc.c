@@ -1,0 +1,143 @@
+/* client/rpc.c — sending requests and receiving replies (see rpc.h).
+ *
+ * One outgoing and one incoming frame buffer per client; a reply is
+ * unpacked into the client's arena with a budget proportional to its size,
+ * so a hostile length in a reply cannot make us allocate. Every failure of
+ * the transport or of the reply's shape breaks the client: after a lost or
+ * garbled exchange we can no longer tell which requests took effect.
+ * Not thread-safe: one thread at a time per client.
+ */
+#include <errno.h>
+#include <unistd.h>
+
+#include "rpc.h"
+#include "status.h"
+
+int rpc_send(struct kvp_client *c, Kvpalace__V1__Request *req, uint64_t *ret_id)
+{
+	uint64_t id;
+	int len;
+	int ret;
+
+	if (c->dead)
+		return conn_usable(c);
+	id = c->next_id;
+	req->id = id;
+	len = frame_pack_request(req, c->sbuf, FRAME_MAX_MAX_BYTES, c->max_message_bytes);
+	if (len < 0)
+		return conn_error(c, len,
+				  "request of operation %d exceeds the daemon's %u-byte cap",
+				  (int)req->op_case, c->max_message_bytes);
+	ret = frame_send(c->fd, c->sbuf, (size_t)len, -1);
+	if (ret < 0)
+		return conn_break(c, ret, "sending to kvpalaced failed: %s",
+				  kvp_strerror(NULL, ret));
+	c->next_id++;
+	*ret_id = id;
+	return 0;
+}
+
+int rpc_recv(struct kvp_client *c, Kvpalace__V1__Response **ret_resp, int *ret_fd)
+{
+	Kvpalace__V1__Response *resp;
+	int fd;
+	int n;
+	int len;
+
+	if (c->dead)
+		return conn_usable(c);
+	n = frame_recv(c->fd, c->rbuf, FRAME_MAX_MAX_BYTES, &fd);
+	if (n == 0)
+		return conn_break(c, -ECONNRESET, "kvpalaced closed the connection");
+	if (n == -EMSGSIZE)
+		return conn_break(c, -EPROTO, "kvpalaced sent a truncated message");
+	if (n < 0)
+		return conn_break(c, n, "receiving from kvpalaced failed: %s",
+				  kvp_strerror(NULL, n));
+	len = frame_header_check(c->rbuf, (size_t)n, FRAME_MAX_MAX_BYTES);
+	if (len < 0) {
+		if (fd >= 0)
+			close(fd);
+		if (len == -EPROTONOSUPPORT)
+			return conn_break(c, len, "kvpalaced framed a reply with another version");
+		return conn_break(c, -EPROTO, "kvpalaced sent a bad frame header (%d)", len);
+	}
+	frame_arena_init(&c->arena, c->abuf, frame_arena_bytes((uint32_t)n));
+	resp = frame_unpack_response(&c->arena, c->rbuf + FRAME_HEADER_BYTES, (size_t)len);
+	if (!resp) {
+		if (fd >= 0)
+			close(fd);
+		return conn_break(c, -EPROTO, "kvpalaced sent a reply that does not decode");
+	}
+	*ret_resp = resp;
+	*ret_fd = fd;
+	return 0;
+}
+
+int rpc_stray(struct kvp_client *c, const Kvpalace__V1__Response *resp)
+{
+	int err;
+
+	if (resp->id == 0 && resp->status != KVPALACE__V1__STATUS__STATUS_OK) {
+		err = status_to_errno(resp->status);
+		return conn_break(c, err, "kvpalaced: %s",
+				  resp->error && resp->error[0] ? resp->error : "request refused");
+	}
+	return conn_break(c, -EPROTO, "kvpalaced answered request %llu, which is not in flight",
+			  (unsigned long long)resp->id);
+}
+
+int rpc_status(struct kvp_client *c, const Kvpalace__V1__Response *resp, int op)
+{
+	const char *why = resp->error && resp->error[0] ? resp->error : NULL;
+	int err;
+
+	if (resp->status == KVPALACE__V1__STATUS__STATUS_OK) {
+		if ((int)resp->op_case != op)
+			return conn_break(c, -EPROTO,
+					  "kvpalaced answered operation %d with operation %d", op,
+					  (int)resp->op_case);
+		return 0;
+	}
+	err = status_to_errno(resp->status);
+	if (err == -EPROTO || resp->status == KVPALACE__V1__STATUS__STATUS_TOO_BIG)
+		/* The daemon drops connections whose messages it refuses as
+		 * malformed or oversized; an unknown status is malformed. */
+		return conn_break(c, err, "kvpalaced: %s", why ? why : "protocol error");
+	if (why)
+		return conn_error(c, err, "kvpalaced: %s", why);
+	return conn_error(c, err, "kvpalaced refused the request (status %d)", (int)resp->status);
+}
+
+int rpc_call(struct kvp_client *c, Kvpalace__V1__Request *req, int op,
+	     Kvpalace__V1__Response **ret_resp, int *ret_fd)
+{
+	Kvpalace__V1__Response *resp;
+	uint64_t id;
+	int fd;
+	int ret;
+
+	ret = rpc_send(c, req, &id);
+	if (ret < 0)
+		return ret;
+	ret = rpc_recv(c, &resp, &fd);
+	if (ret < 0)
+		return ret;
+	if (resp->id != id) {
+		if (fd >= 0)
+			close(fd);
+		return rpc_stray(c, resp);
+	}
+	ret = rpc_status(c, resp, op);
+	if (ret < 0 || !ret_fd) {
+		if (fd >= 0)
+			close(fd);
+		fd = -1;
+	}
+	if (ret < 0)
+		return ret;
+	*ret_resp = resp;
+	if (ret_fd)
+		*ret_fd = fd;
+	return 0;
+}
