@@ -71,9 +71,9 @@ enum kvp_dtype {
 	KVP_DTYPE_F16 = 1,
 	KVP_DTYPE_BF16 = 2,
 	KVP_DTYPE_F32 = 3,
-	KVP_DTYPE_INT8 = 4,     /* with f16 scales per quant_group elements */
+	KVP_DTYPE_INT8 = 4,	/* with f16 scales per quant_group elements */
 	KVP_DTYPE_FP8_E4M3 = 5, /* with f16 scales per quant_group elements */
-	KVP_DTYPE_INT4 = 6,     /* two per byte, low nibble first; f16 scales */
+	KVP_DTYPE_INT4 = 6,	/* two per byte, low nibble first; f16 scales */
 };
 
 /* The shape of one model's KV cache. A page holds block_tokens tokens of K
@@ -86,7 +86,7 @@ struct kvp_layout {
 	uint32_t n_kv_heads;   /* 1..1024, KV heads (GQA/MQA) */
 	uint32_t head_dim;     /* 1..1024 */
 	uint32_t block_tokens; /* 1..4096, tokens per page */
-	uint32_t dtype;        /* enum kvp_dtype */
+	uint32_t dtype;	       /* enum kvp_dtype */
 	uint32_t quant_group;  /* divides head_dim for quantized types, else 0 */
 };
 
@@ -132,8 +132,8 @@ KVP_PUBLIC const char *kvp_strerror(const kvp_client *c, int err);
  * do. model_id is 1..127 bytes of printable ASCII.
  * Errors: -EINVAL bad layout or model id; -EDQUOT too many pools;
  * -ENOSPC the daemon cannot make another arena. */
-KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id,
-			     const struct kvp_layout *layout, kvp_pool **ret_pool);
+KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id, const struct kvp_layout *layout,
+			     kvp_pool **ret_pool);
 
 /* Frees the pool handle and unmaps the arena. Sessions and leases opened
  * through it must be closed first (they are freed with it otherwise).
@@ -203,8 +203,8 @@ KVP_PUBLIC uint64_t kvp_lease_tokens(const kvp_lease *l);
 
 /* Read-only pointer to element 0 of (pos, layer, kv, kv_head) of a leased
  * token; NULL when out of range. Valid until the lease is released. */
-KVP_PUBLIC const void *kvp_lease_kv(const kvp_lease *l, uint64_t pos, uint32_t layer,
-				    uint32_t kv, uint32_t kv_head);
+KVP_PUBLIC const void *kvp_lease_kv(const kvp_lease *l, uint64_t pos, uint32_t layer, uint32_t kv,
+				    uint32_t kv_head);
 
 /* Ends the lease and frees the handle. NULL is accepted and returns 0. */
 KVP_PUBLIC int kvp_lease_release(kvp_lease *l);
@@ -220,7 +220,7 @@ struct kvp_pool_stats {
 	uint32_t n_pages;
 	uint32_t free_pages;
 	uint32_t reserved_pages; /* held only by uncommitted reservations */
-	uint32_t leased_pages;   /* pinned by at least one read lease */
+	uint32_t leased_pages;	 /* pinned by at least one read lease */
 	uint32_t n_sessions;
 };
 
@@ -235,10 +235,11 @@ struct kvp_stats {
 	uint64_t appended_tokens;
 	uint64_t committed_tokens;
 	uint64_t disconnects_bad; /* connections closed for misbehaviour */
-	int gpu;                  /* a GPU tier is available */
+	int gpu;		  /* a GPU tier is available */
 	char gpu_status[128];
 	size_t n_pools;
 	struct kvp_pool_stats *pools; /* n_pools entries */
+	int pools_truncated;	      /* more pools exist than fit in one reply */
 };
 
 /* Counters of the daemon and the caller's own pools (every pool on an

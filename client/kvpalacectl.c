@@ -251,7 +251,8 @@ static void print_stats_text(const char *path, int admin, const struct kvp_stats
 	printf("  %-18s %s", "gpu", st->gpu ? "yes" : "no");
 	if (st->gpu_status[0])
 		printf(" (%s)", printable(st->gpu_status, buf, sizeof(buf)));
-	printf("\n\npools: %zu\n", st->n_pools);
+	printf("\n\npools: %zu%s\n", st->n_pools,
+	       st->pools_truncated ? " (more exist than fit in one reply)" : "");
 	if (!st->n_pools)
 		return;
 
@@ -303,6 +304,7 @@ static void print_stats_json(const char *path, int admin, const struct kvp_stats
 	json_u64(f, "disconnects_bad", st->disconnects_bad, 1);
 	json_bool(f, "gpu", st->gpu, 1);
 	json_string(f, "gpu_status", st->gpu_status, 1);
+	json_bool(f, "pools_truncated", st->pools_truncated, 1);
 	json_key(f, "pools");
 	fputc('[', f);
 	for (size_t i = 0; i < st->n_pools; i++) {

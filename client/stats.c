@@ -78,6 +78,7 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 	st->gpu = !!r->gpu;
 	copy_str(st->gpu_status, sizeof(st->gpu_status), r->gpu_status);
 	st->n_pools = r->n_pools;
+	st->pools_truncated = r->has_pools_truncated && r->pools_truncated;
 	for (size_t i = 0; i < r->n_pools; i++) {
 		const Kvpalace__V1__PoolStats *in = r->pools[i];
 		struct kvp_pool_stats *out = &st->pools[i];
