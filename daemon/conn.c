@@ -14,7 +14,8 @@
 
 struct conn_out {
 	struct conn_out *next;
-	int fd; /* passed with the message (owned, closed after sending), or -1 */
+	uint64_t batch; /* the datagram it answers; replies to one may share one */
+	int fd;		/* passed with the message (owned, closed after sending), or -1 */
 	size_t len;
 	unsigned char buf[];
 };
@@ -67,10 +68,8 @@ void conn_close(struct conn *c, int bad)
 	conn_maybe_free(c);
 }
 
-static void submit_recv(struct conn *c)
+static void reset_rmsg(struct conn *c)
 {
-	struct io_uring_sqe *sqe = loop_sqe(&c->srv->loop);
-
 	c->riov.iov_base = c->rbuf;
 	c->riov.iov_len = c->srv->cfg->max_message_bytes + 1;
 	memset(&c->rmsg, 0, sizeof(c->rmsg));
@@ -78,6 +77,13 @@ static void submit_recv(struct conn *c)
 	c->rmsg.msg_iovlen = 1;
 	c->rmsg.msg_control = c->rcbuf;
 	c->rmsg.msg_controllen = sizeof(c->rcbuf);
+}
+
+static void submit_recv(struct conn *c)
+{
+	struct io_uring_sqe *sqe = loop_sqe(&c->srv->loop);
+
+	reset_rmsg(c);
 	io_uring_prep_recvmsg(sqe, c->fd, &c->rmsg, MSG_CMSG_CLOEXEC);
 	loop_sqe_set_op(sqe, &c->recv_op);
 	c->receiving = 1;
@@ -102,36 +108,39 @@ static void submit_send(struct conn *c)
 }
 
 /* Queues a packed reply; takes ownership of pass_fd. */
-static void queue_reply(struct conn *c, const Kvpalace__V1__Response *resp, int pass_fd)
+static void queue_reply(struct conn *c, const Kvpalace__V1__Response *resp, int pass_fd,
+			uint64_t batch)
 {
-	size_t len = protobuf_c_message_get_packed_size(&resp->base) + FRAME_HEADER_BYTES;
-	struct conn_out *o = malloc(sizeof(*o) + len);
-	int n;
+	Kvpalace__V1__Response err = KVPALACE__V1__RESPONSE__INIT;
+	size_t n = frame_packed_bytes(&resp->base);
+	struct conn_out *o;
 
-	if (!o) {
-		log_err("connection %llu: out of memory for a reply", (unsigned long long)c->id);
-		if (pass_fd >= 0)
-			close(pass_fd);
-		conn_close(c, 0);
-		return;
-	}
-	n = frame_pack_response(resp, o->buf, len, c->srv->cfg->max_message_bytes);
-	if (n < 0) {
+	if (n > c->srv->cfg->max_message_bytes) {
 		/* Only a reply the dispatcher failed to bound gets here. */
-		Kvpalace__V1__Response err = KVPALACE__V1__RESPONSE__INIT;
-
 		log_err("connection %llu: reply %llu over the message cap",
 			(unsigned long long)c->id, (unsigned long long)resp->id);
 		err.id = resp->id;
 		err.status = KVPALACE__V1__STATUS__STATUS_INTERNAL;
 		err.error = "reply too large";
-		n = frame_pack_response(&err, o->buf, len, c->srv->cfg->max_message_bytes);
-		kvp_assert(n > 0);
+		resp = &err;
+		n = frame_packed_bytes(&resp->base);
 		if (pass_fd >= 0)
 			close(pass_fd);
 		pass_fd = -1;
 	}
-	o->len = (size_t)n;
+	o = malloc(sizeof(*o) + n);
+	if (!o) {
+		/* Without its reply the client would wait forever: end the
+		 * connection once what is queued is out. */
+		log_err("connection %llu: out of memory for a reply", (unsigned long long)c->id);
+		if (pass_fd >= 0)
+			close(pass_fd);
+		c->draining = 1;
+		return;
+	}
+	frame_pack_sized(&resp->base, n, o->buf);
+	o->len = n;
+	o->batch = batch;
 	o->fd = pass_fd;
 	o->next = NULL;
 	if (c->out_tail)
@@ -140,8 +149,83 @@ static void queue_reply(struct conn *c, const Kvpalace__V1__Response *resp, int 
 		c->out_head = o;
 	c->out_tail = o;
 	c->n_out++;
-	if (!c->sending)
-		submit_send(c);
+}
+
+static void pop_reply(struct conn *c)
+{
+	struct conn_out *o = c->out_head;
+
+	c->out_head = o->next;
+	if (!c->out_head)
+		c->out_tail = NULL;
+	c->n_out--;
+	if (o->fd >= 0)
+		close(o->fd);
+	free(o);
+}
+
+/* Sends queued replies with as few system calls as possible: sendmmsg
+ * without blocking while the socket has room, then one ring send that
+ * waits for room. Replies to the frames of one multi-frame datagram are
+ * gathered into one datagram (iovecs, no copy). Returns 0, or -1 when the
+ * connection was closed. */
+static int flush_replies(struct conn *c)
+{
+	uint32_t max_bytes = c->srv->cfg->max_message_bytes;
+	struct mmsghdr mm[CONN_SEND_BATCH];
+	struct iovec iov[CONN_SEND_IOVS];
+	unsigned int per_msg[CONN_SEND_BATCH];
+	unsigned char cbuf[CONN_SEND_BATCH][FRAME_CMSG_BYTES];
+
+	while (c->out_head && !c->sending) {
+		struct conn_out *o = c->out_head;
+		unsigned int k = 0, n_iov = 0;
+		int n;
+
+		memset(mm, 0, sizeof(mm));
+		while (o && k < CONN_SEND_BATCH && n_iov < CONN_SEND_IOVS) {
+			struct msghdr *h = &mm[k].msg_hdr;
+			size_t bytes = 0;
+			uint64_t batch = o->batch;
+
+			h->msg_iov = &iov[n_iov];
+			per_msg[k] = 0;
+			if (o->fd >= 0)
+				frame_cmsg_put_fd(h, cbuf[k], o->fd);
+			do {
+				iov[n_iov].iov_base = o->buf;
+				iov[n_iov].iov_len = o->len;
+				n_iov++;
+				per_msg[k]++;
+				bytes += o->len;
+				o = o->next;
+			} while (o && batch && o->batch == batch && o->fd < 0 &&
+				 h->msg_control == NULL && bytes + o->len <= max_bytes &&
+				 n_iov < CONN_SEND_IOVS);
+			h->msg_iovlen = per_msg[k];
+			k++;
+		}
+		n = sendmmsg(c->fd, mm, k, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			submit_send(c);
+			break;
+		}
+		if (n < 0) {
+			if (errno != EPIPE && errno != ECONNRESET)
+				log_info("connection %llu: send: %s", (unsigned long long)c->id,
+					 strerror(errno));
+			conn_close(c, 0);
+			return -1;
+		}
+		for (int i = 0; i < n; i++)
+			for (unsigned int j = 0; j < per_msg[i]; j++)
+				pop_reply(c);
+	}
+	if (!c->out_head && c->draining) {
+		conn_close(c, 0);
+		return -1;
+	}
+	return 0;
 }
 
 /* Replies with an error and closes the connection once the reply is out. */
@@ -157,35 +241,18 @@ static void fail_conn(struct conn *c, uint64_t id, int err, const char *why)
 	resp.status = status_from_errno(err);
 	resp.error = (char *)why;
 	c->draining = 1;
-	queue_reply(c, &resp, -1);
+	queue_reply(c, &resp, -1, 0);
 }
 
-static void handle_message(struct conn *c, size_t n)
+/* Unpacks, dispatches and answers one frame's payload. */
+static void handle_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_t batch)
 {
 	struct server *srv = c->srv;
 	Kvpalace__V1__Request *req;
 	struct reply r;
-	int len, fd;
 
-	fd = frame_cmsg_fd(&c->rmsg);
-	if (fd >= 0) {
-		close(fd);
-		fail_conn(c, 0, -EPROTO, "clients must not send file descriptors");
-		return;
-	}
-	if (c->rmsg.msg_flags & (MSG_TRUNC | MSG_CTRUNC) || n > srv->cfg->max_message_bytes) {
-		fail_conn(c, 0, -EMSGSIZE, "message larger than max_message_bytes");
-		return;
-	}
-	len = frame_header_check(c->rbuf, n, srv->cfg->max_message_bytes);
-	if (len < 0) {
-		fail_conn(c, 0, len == -EPROTONOSUPPORT ? len : -EPROTO,
-			  len == -EPROTONOSUPPORT ? "unsupported frame version"
-						  : "malformed frame header");
-		return;
-	}
 	frame_arena_reset(&srv->arena);
-	req = frame_unpack_request(&srv->arena, c->rbuf + FRAME_HEADER_BYTES, (size_t)len);
+	req = frame_unpack_request(&srv->arena, payload, len);
 	if (!req) {
 		fail_conn(c, 0, -EPROTO, "undecodable request");
 		return;
@@ -194,9 +261,105 @@ static void handle_message(struct conn *c, size_t n)
 	dispatch(&srv->cache, c, req, &r);
 	if (r.resp.status != KVPALACE__V1__STATUS__STATUS_OK)
 		srv->cache.ctr.errors++;
-	queue_reply(c, &r.resp, r.pass_fd);
+	queue_reply(c, &r.resp, r.pass_fd, batch);
 	reply_fini(&r);
 	cache_debug_check(&srv->cache);
+}
+
+/* Handles one received datagram of n bytes in buf, received with msg: one
+ * frame, or up to FRAME_MAX_BATCH frames back to back. */
+static void handle_message(struct conn *c, const unsigned char *buf, size_t n, struct msghdr *msg)
+{
+	uint32_t max_bytes = c->srv->cfg->max_message_bytes;
+	unsigned int frames = 0;
+	const uint8_t *payload;
+	size_t off = 0, len;
+	uint64_t batch;
+	int fd, ret;
+
+	fd = frame_cmsg_fd(msg);
+	if (fd >= 0) {
+		close(fd);
+		fail_conn(c, 0, -EPROTO, "clients must not send file descriptors");
+		return;
+	}
+	if (msg->msg_flags & (MSG_TRUNC | MSG_CTRUNC) || n > max_bytes) {
+		fail_conn(c, 0, -EMSGSIZE, "message larger than max_message_bytes");
+		return;
+	}
+	/* Replies to a single frame are never gathered with others. */
+	batch = ++c->rx_datagrams;
+	while ((ret = frame_next(buf, n, &off, max_bytes, &payload, &len)) > 0) {
+		if (++frames > FRAME_MAX_BATCH) {
+			fail_conn(c, 0, -EPROTO, "more frames in one message than allowed");
+			return;
+		}
+		handle_frame(c, payload, len, off == n && frames == 1 ? 0 : batch);
+		if (c->draining)
+			return;
+	}
+	if (ret < 0)
+		fail_conn(c, 0, ret == -EPROTONOSUPPORT ? ret : -EPROTO,
+			  ret == -EPROTONOSUPPORT ? "unsupported frame version"
+						  : "malformed frame header");
+}
+
+int conn_rx_init(struct conn_rx *rx, uint32_t max_message_bytes)
+{
+	rx->slot_bytes = (size_t)max_message_bytes + 1;
+	rx->buf = malloc(rx->slot_bytes * CONN_RECV_BATCH);
+	return rx->buf ? 0 : -ENOMEM;
+}
+
+void conn_rx_fini(struct conn_rx *rx)
+{
+	free(rx->buf);
+	rx->buf = NULL;
+}
+
+/* Receives and handles the datagrams already queued on the socket, as many
+ * as the reply queue has room for. Returns 0, or -1 when the peer closed
+ * or the socket failed. */
+static int drain_socket(struct conn *c)
+{
+	struct conn_rx *rx = &c->srv->rx;
+
+	while (!c->draining && c->n_out < CONN_MAX_QUEUED) {
+		unsigned int want = CONN_MAX_QUEUED - c->n_out;
+		int k;
+
+		if (want > CONN_RECV_BATCH)
+			want = CONN_RECV_BATCH;
+		memset(rx->mm, 0, sizeof(rx->mm[0]) * want);
+		for (unsigned int i = 0; i < want; i++) {
+			rx->iov[i].iov_base = rx->buf + i * rx->slot_bytes;
+			rx->iov[i].iov_len = rx->slot_bytes;
+			rx->mm[i].msg_hdr.msg_iov = &rx->iov[i];
+			rx->mm[i].msg_hdr.msg_iovlen = 1;
+			rx->mm[i].msg_hdr.msg_control = rx->cbuf[i];
+			rx->mm[i].msg_hdr.msg_controllen = FRAME_CMSG_BYTES;
+		}
+		k = recvmmsg(c->fd, rx->mm, want, MSG_DONTWAIT | MSG_CMSG_CLOEXEC, NULL);
+		if (k < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+		for (int i = 0; i < k; i++) {
+			if (rx->mm[i].msg_len == 0)
+				return -1; /* end of stream */
+			if (c->draining) {
+				/* Dropped: the connection ends; only fds need closing. */
+				int fd = frame_cmsg_fd(&rx->mm[i].msg_hdr);
+
+				if (fd >= 0)
+					close(fd);
+				continue;
+			}
+			handle_message(c, rx->buf + i * rx->slot_bytes, rx->mm[i].msg_len,
+				       &rx->mm[i].msg_hdr);
+		}
+		if ((unsigned int)k < want)
+			break;
+	}
+	return 0;
 }
 
 static void on_recv(struct loop_op *op, int res, unsigned int flags)
@@ -216,25 +379,29 @@ static void on_recv(struct loop_op *op, int res, unsigned int flags)
 		conn_close(c, 0);
 		return;
 	}
-	handle_message(c, (size_t)res);
-	if (!c->closed && !c->draining && c->n_out < CONN_MAX_QUEUED)
+	handle_message(c, c->rbuf, (size_t)res, &c->rmsg);
+	/* The ring said one message is there; a pipelining client has usually
+	 * sent more. Take them in one recvmmsg without blocking, so one wakeup
+	 * serves a batch. */
+	if (!c->draining && drain_socket(c) < 0) {
+		/* The peer is gone: flush what the socket still takes. */
+		if (flush_replies(c) == 0)
+			conn_close(c, 0);
+		return;
+	}
+	if (flush_replies(c) < 0)
+		return;
+	if (!c->draining && c->n_out < CONN_MAX_QUEUED)
 		submit_recv(c);
 }
 
 static void on_send(struct loop_op *op, int res, unsigned int flags)
 {
 	struct conn *c = (struct conn *)((char *)op - offsetof(struct conn, send_op));
-	struct conn_out *o = c->out_head;
 
 	(void)flags;
 	c->sending = 0;
-	c->out_head = o->next;
-	if (!c->out_head)
-		c->out_tail = NULL;
-	c->n_out--;
-	if (o->fd >= 0)
-		close(o->fd);
-	free(o);
+	pop_reply(c);
 	if (c->closed) {
 		conn_maybe_free(c);
 		return;
@@ -246,16 +413,10 @@ static void on_send(struct loop_op *op, int res, unsigned int flags)
 		conn_close(c, 0);
 		return;
 	}
-	if (c->out_head) {
-		submit_send(c);
+	if (flush_replies(c) < 0)
 		return;
-	}
-	if (c->draining) {
-		conn_close(c, 0);
-		return;
-	}
 	/* Receiving paused while too many replies were queued. */
-	if (!c->receiving && c->n_out < CONN_MAX_QUEUED)
+	if (!c->receiving && !c->draining && c->n_out < CONN_MAX_QUEUED)
 		submit_recv(c);
 }
 

@@ -1,9 +1,11 @@
 /* daemon/conn.h — one client connection.
  *
- * A connection receives one datagram at a time through io_uring, checks
- * the frame, unpacks it with the server's byte-budgeted arena, validates
- * and dispatches it, and queues the reply; replies are sent one at a time
- * in order of completion. When a client queues more replies than
+ * A connection waits for datagrams through io_uring; when one arrives it
+ * also takes those already queued behind it without blocking (a pipelining
+ * client sends many), checks each frame, unpacks it with the server's
+ * byte-budgeted arena, validates and dispatches it, and queues the reply.
+ * Queued replies go out with sendmmsg while the socket has room, and
+ * through the ring when it is full. When a client queues more replies than
  * CONN_MAX_QUEUED without reading them, the connection stops receiving
  * until they drain, so a stalled reader only stalls itself. A malformed,
  * truncated or oversized message gets an error reply and the connection is
@@ -24,9 +26,28 @@
 #include "loop.h"
 
 #define CONN_MAX_QUEUED 64u
+/* Messages taken per wakeup, and replies per sendmmsg. */
+#define CONN_RECV_BATCH 32u
+#define CONN_SEND_BATCH 32u
+#define CONN_SEND_IOVS	128u
 
 struct server;
 struct conn_out;
+
+/* Receive buffers for recvmmsg, shared by every connection: messages are
+ * handled one at a time on the loop thread, straight after they arrive. */
+struct conn_rx {
+	struct mmsghdr mm[CONN_RECV_BATCH];
+	struct iovec iov[CONN_RECV_BATCH];
+	unsigned char cbuf[CONN_RECV_BATCH][FRAME_CMSG_BYTES];
+	unsigned char *buf; /* CONN_RECV_BATCH slots of slot_bytes */
+	size_t slot_bytes;
+};
+
+/* Allocates the shared buffers for messages of max_message_bytes (one more
+ * byte per slot shows an oversized message). Returns 0 or -ENOMEM. */
+int conn_rx_init(struct conn_rx *rx, uint32_t max_message_bytes);
+void conn_rx_fini(struct conn_rx *rx);
 
 struct conn {
 	struct server *srv;
@@ -41,8 +62,9 @@ struct conn {
 	struct msghdr rmsg;
 	struct iovec riov;
 	unsigned char rcbuf[FRAME_CMSG_BYTES];
-	unsigned char *rbuf; /* max_message_bytes + 1: one more shows oversize */
-	int receiving;	     /* a receive is in flight */
+	unsigned char *rbuf;   /* max_message_bytes + 1: one more shows oversize */
+	int receiving;	       /* a receive is in flight */
+	uint64_t rx_datagrams; /* datagrams received, numbering reply batches */
 
 	struct loop_op send_op;
 	struct msghdr smsg;

@@ -13,6 +13,7 @@
 
 #include "dispatch.h"
 #include "lease.h"
+#include "match.h"
 #include "pool.h"
 #include "session.h"
 #include "stats.h"
@@ -191,78 +192,63 @@ static int do_match_prefix(struct cache *cache, struct conn *c,
 {
 	Kvpalace__V1__MatchPrefixResponse *out = &r->u.match_prefix;
 	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
+	struct match_result mr;
 	struct lease *l = NULL;
-	struct session *s = NULL;
-	uint64_t m = 0;
-	uint32_t have = 0, need;
+	uint64_t before = 0;
 	int ret;
 
 	if (!p) {
 		*why = "no such pool";
 		return -ENOENT;
 	}
-	kvpalace__v1__match_prefix_response__init(out);
-	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_MATCH_PREFIX;
-	r->resp.match_prefix = out;
-
 	if (in->has_lease_id) {
-		/* A later chunk: extend the lease along the session it follows. */
+		/* A later chunk of a long token list. */
 		l = lease_get(cache, in->lease_id, c);
 		if (!l || l->pool != p) {
 			*why = "no such lease in this pool";
 			return -ENOENT;
 		}
-		s = l->complete ? NULL : session_get(cache, l->session_id, c->uid, 0);
-		if (s)
-			m = session_common_prefix(s, l->n_tokens, in->tokens, in->n_tokens);
+		before = l->n_tokens;
+		ret = match_extend(cache, l, in->tokens, in->n_tokens, &mr);
 	} else {
+		struct session *only = NULL;
+
 		if (in->has_session_id) {
-			s = session_get(cache, in->session_id, c->uid, 0);
-			if (!s || s->pool != p) {
+			only = session_get(cache, in->session_id, c->uid, 0);
+			if (!only || only->pool != p) {
 				*why = "no such session in this pool";
 				return -ENOENT;
 			}
-			m = session_common_prefix(s, 0, in->tokens, in->n_tokens);
-		} else {
-			s = session_best_match(p, in->tokens, in->n_tokens, &m);
-		}
-		if (m == 0) {
-			cache->ctr.match_misses++;
-			out->complete = 1;
-			return 0;
 		}
 		if (c->n_leases >= cache->cfg->max_leases_per_conn) {
 			*why = "too many leases held by this client";
 			return -EDQUOT;
 		}
-		ret = lease_create(cache, p, c, &c->leases, &l);
-		if (ret < 0) {
-			*why = "cannot create lease";
-			return ret;
+		ret = match_start(cache, p, only, c, &c->leases, in->tokens, in->n_tokens, &l, &mr);
+		if (ret == 1)
+			c->n_leases++;
+		if (ret >= 0) {
+			cache->ctr.match_hits += ret == 1;
+			cache->ctr.match_misses += ret == 0;
 		}
-		c->n_leases++;
-		l->session_id = s->id;
-		cache->ctr.match_hits++;
 	}
-
-	have = l->n_pages;
-	if (m) {
-		need = pages_for(p, l->n_tokens + m);
-		ret = lease_add_pages(l, s->pages + have, need - have);
-		if (ret < 0) {
-			*why = "cannot extend lease";
-			return ret;
-		}
-		l->n_tokens += m;
-		cache->ctr.matched_tokens += m;
-		out->page_slots = l->pages + have;
-		out->n_page_slots = l->n_pages - have;
+	if (ret < 0) {
+		*why = "cannot pin the matched pages";
+		return ret;
 	}
-	if (m < in->n_tokens)
-		l->complete = 1;
+	kvpalace__v1__match_prefix_response__init(out);
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_MATCH_PREFIX;
+	r->resp.match_prefix = out;
+	if (!l) {
+		out->complete = 1; /* a miss: no lease */
+		return 0;
+	}
+	cache->ctr.matched_tokens += l->n_tokens - before;
 	out->lease_id = l->id;
 	out->matched_tokens = l->n_tokens;
-	out->first_page = have;
+	out->first_page = mr.first_page;
+	out->page_slots = (uint32_t *)mr.slots;
+	out->n_page_slots = mr.n_slots;
 	out->complete = l->complete;
 	return 0;
 }

@@ -54,6 +54,7 @@ void lease_release(struct cache *c, struct lease *l)
 		pagealloc_unpin(&l->pool->pa, l->pages[i]);
 	idmap_del(&c->leases, l->id);
 	list_del(&l->owner_link);
+	free(l->cands);
 	free(l->pages);
 	free(l);
 }

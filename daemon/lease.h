@@ -21,10 +21,11 @@ struct lease {
 	uint64_t id;
 	struct pool *pool;
 	const void *owner;
-	uint64_t session_id; /* the session the match follows */
-	uint64_t n_tokens;   /* matched so far */
-	int complete;	     /* the match stopped; later chunks add nothing */
-	uint32_t *pages;     /* [cap_pages] pinned slots, n_pages used */
+	uint64_t *cands; /* sessions matching all tokens so far (match.c) */
+	uint32_t n_cands;
+	uint64_t n_tokens; /* matched so far */
+	int complete;	   /* the match stopped; later chunks add nothing */
+	uint32_t *pages;   /* [cap_pages] pinned slots, n_pages used */
 	uint32_t n_pages;
 	uint32_t cap_pages;
 	struct list owner_link; /* the owner's list of leases */

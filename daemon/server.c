@@ -140,6 +140,8 @@ int server_init(struct server *s, const struct config *cfg)
 	if (!s->arena_buf)
 		return -ENOMEM;
 	frame_arena_init(&s->arena, s->arena_buf, frame_arena_bytes(cfg->max_message_bytes));
+	if (conn_rx_init(&s->rx, cfg->max_message_bytes) < 0)
+		return -ENOMEM;
 
 	ret = loop_init(&s->loop, SERVER_RING_ENTRIES);
 	if (ret < 0) {
@@ -212,5 +214,6 @@ void server_fini(struct server *s)
 	if (s->sigfd >= 0)
 		close(s->sigfd);
 	cache_fini(&s->cache);
+	conn_rx_fini(&s->rx);
 	free(s->arena_buf);
 }

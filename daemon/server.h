@@ -13,6 +13,7 @@
 
 #include "cache.h"
 #include "config.h"
+#include "conn.h"
 #include "frame.h"
 #include "list.h"
 #include "loop.h"
@@ -32,6 +33,7 @@ struct server {
 	struct cache cache;
 	struct frame_arena arena;
 	void *arena_buf;
+	struct conn_rx rx;
 	struct listener client, admin;
 	struct list conns; /* struct conn.link */
 	uint64_t next_conn_id;

@@ -157,23 +157,3 @@ uint64_t session_common_prefix(const struct session *s, uint64_t from, const uin
 		i++;
 	return i;
 }
-
-struct session *session_best_match(const struct pool *p, const uint32_t *tokens, size_t n,
-				   uint64_t *ret_matched)
-{
-	struct session *best = NULL;
-	uint64_t best_n = 0;
-	const struct list *it;
-
-	for (it = p->sessions.next; it != &p->sessions; it = it->next) {
-		struct session *s = list_entry(it, struct session, pool_link);
-		uint64_t m = session_common_prefix(s, 0, tokens, n);
-
-		if (m > best_n) {
-			best = s;
-			best_n = m;
-		}
-	}
-	*ret_matched = best_n;
-	return best;
-}

@@ -71,9 +71,4 @@ uint32_t session_reserved_pages(const struct session *s);
 uint64_t session_common_prefix(const struct session *s, uint64_t from, const uint32_t *tokens,
 			       size_t n);
 
-/* The session of p whose committed tokens share the longest prefix with
- * tokens[0..n); NULL when none shares a token. O(sessions × prefix). */
-struct session *session_best_match(const struct pool *p, const uint32_t *tokens, size_t n,
-				   uint64_t *ret_matched);
-
 #endif

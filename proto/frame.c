@@ -55,6 +55,32 @@ int frame_header_check(const void *buf, size_t n, uint32_t max_bytes)
 	return (int)len;
 }
 
+int frame_next(const void *buf, size_t n, size_t *off, uint32_t max_bytes,
+	       const uint8_t **ret_payload, size_t *ret_len)
+{
+	const unsigned char *p = (const unsigned char *)buf + *off;
+	size_t left = n - *off;
+	uint32_t len;
+
+	if (n > max_bytes)
+		return -EMSGSIZE;
+	if (*off == n)
+		return n ? 0 : -EBADMSG;
+	if (left < FRAME_HEADER_BYTES)
+		return -EBADMSG;
+	if (get_le32(p) != FRAME_MAGIC)
+		return -EPROTO;
+	if ((uint32_t)(p[4] | p[5] << 8) != FRAME_VERSION)
+		return -EPROTONOSUPPORT;
+	len = get_le32(p + 8);
+	if (len > left - FRAME_HEADER_BYTES)
+		return -EBADMSG;
+	*ret_payload = p + FRAME_HEADER_BYTES;
+	*ret_len = len;
+	*off += FRAME_HEADER_BYTES + len;
+	return 1;
+}
+
 static void *arena_alloc(void *data, size_t size)
 {
 	struct frame_arena *a = data;
@@ -103,15 +129,24 @@ Kvpalace__V1__Response *frame_unpack_response(struct frame_arena *a, const uint8
 	return kvpalace__v1__response__unpack(&a->allocator, n, payload);
 }
 
+size_t frame_packed_bytes(const ProtobufCMessage *m)
+{
+	return protobuf_c_message_get_packed_size(m) + FRAME_HEADER_BYTES;
+}
+
+void frame_pack_sized(const ProtobufCMessage *m, size_t total, void *buf)
+{
+	frame_header_encode(buf, (uint32_t)(total - FRAME_HEADER_BYTES));
+	protobuf_c_message_pack(m, (uint8_t *)buf + FRAME_HEADER_BYTES);
+}
+
 static int pack_checked(const ProtobufCMessage *m, void *buf, size_t cap, uint32_t max_bytes)
 {
-	size_t n = protobuf_c_message_get_packed_size(m);
-	size_t total = n + FRAME_HEADER_BYTES;
+	size_t total = frame_packed_bytes(m);
 
 	if (total > cap || total > max_bytes)
 		return -EMSGSIZE;
-	frame_header_encode(buf, (uint32_t)n);
-	protobuf_c_message_pack(m, (uint8_t *)buf + FRAME_HEADER_BYTES);
+	frame_pack_sized(m, total, buf);
 	return (int)total;
 }
 

@@ -44,11 +44,26 @@ _Static_assert(sizeof(struct frame_header) == FRAME_HEADER_BYTES, "frame header 
 /* Writes a header for a payload of payload_bytes at buf (16 bytes). */
 void frame_header_encode(void *buf, uint32_t payload_bytes);
 
+/* Frames one datagram may carry back to back (pipelining in one system
+ * call, as Redis does with -P on a stream). A datagram of one frame is the
+ * usual case; the daemon answers the frames of one datagram with replies
+ * that it may gather into one datagram, and never gathers replies to
+ * separate datagrams, so a client that never batches never meets one. */
+#define FRAME_MAX_BATCH 64u
+
 /* Checks the header at the start of a received datagram of n bytes, whose
- * cap is max_bytes. Returns the payload length, or -EBADMSG (shorter than a
+ * cap is max_bytes, as a datagram of exactly one frame. Returns the payload length, or -EBADMSG (shorter than a
  * header, or length disagrees with n), -EPROTO (bad magic),
  * -EPROTONOSUPPORT (other version), -EMSGSIZE (over max_bytes). */
 int frame_header_check(const void *buf, size_t n, uint32_t max_bytes);
+
+/* Walks the frames of a datagram of n bytes: call with *off = 0; each call
+ * checks the frame at *off, stores where its payload starts and its length,
+ * advances *off and returns 1; returns 0 once every byte is consumed. Errors
+ * as frame_header_check, with -EBADMSG for a frame running past the end or
+ * an empty datagram. The frame count is the caller's to limit. */
+int frame_next(const void *buf, size_t n, size_t *off, uint32_t max_bytes,
+	       const uint8_t **ret_payload, size_t *ret_len);
 
 /* A bump allocator over caller memory for protobuf-c unpacking: freeing is
  * a no-op, the whole arena is reset at once (frame_arena_reset). An
@@ -77,6 +92,11 @@ Kvpalace__V1__Response *frame_unpack_response(struct frame_arena *a, const uint8
 int frame_pack_request(const Kvpalace__V1__Request *req, void *buf, size_t cap, uint32_t max_bytes);
 int frame_pack_response(const Kvpalace__V1__Response *resp, void *buf, size_t cap,
 			uint32_t max_bytes);
+
+/* Bytes of header + message once packed, and packing with that size known
+ * (saves a second size walk on hot paths): buf must hold total bytes. */
+size_t frame_packed_bytes(const ProtobufCMessage *m);
+void frame_pack_sized(const ProtobufCMessage *m, size_t total, void *buf);
 
 /* Blocking datagram I/O for the client library and tests (the daemon does
  * its own I/O through io_uring but parses ancillary data with
