@@ -33,12 +33,15 @@ uint64_t cache_new_id(struct cache *c)
 
 void cache_fini(struct cache *c)
 {
-	/* Leases first: they pin pages of pools freed below. */
-	for (size_t i = 0; i < c->leases.cap; i++)
-		if (c->leases.slots && c->leases.slots[i].id) {
-			lease_release(c, c->leases.slots[i].ptr);
-			i = (size_t)-1; /* the map shifted: rescan */
-		}
+	/* Leases first: they pin pages of pools freed below. Connections
+	 * normally released theirs already. */
+	while (c->leases.n) {
+		size_t i = 0;
+
+		while (!c->leases.slots[i].id)
+			i++;
+		lease_release(c, c->leases.slots[i].ptr);
+	}
 	while (!list_empty(&c->pool_list)) {
 		struct pool *p = list_entry(c->pool_list.next, struct pool, link);
 

@@ -32,8 +32,11 @@ static void on_accept(struct loop_op *op, int res, unsigned int flags)
 
 	(void)flags;
 	ls->armed = 0;
-	if (s->loop.stop)
+	if (s->loop.stop) {
+		if (res >= 0)
+			close(res);
 		return;
+	}
 	if (res < 0) {
 		if (res == -EMFILE || res == -ENFILE || res == -ENOBUFS || res == -ENOMEM) {
 			/* Out of descriptors: the timer re-arms us in a second. */

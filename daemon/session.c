@@ -131,8 +131,10 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 int session_commit(struct cache *c, struct session *s, const void *writer, uint64_t n)
 {
 	(void)c;
-	if (s->n_tokens == s->n_committed || s->writer != writer)
-		return s->n_tokens == s->n_committed ? -ERANGE : -EBUSY;
+	if (s->n_tokens == s->n_committed)
+		return -ERANGE; /* nothing reserved */
+	if (s->writer != writer)
+		return -EBUSY;
 	if (n > s->n_tokens - s->n_committed)
 		return -ERANGE;
 	s->n_committed += n;
