@@ -325,9 +325,14 @@ static int drain_socket(struct conn *c)
 	struct conn_rx *rx = &c->srv->rx;
 
 	while (!c->draining && c->n_out < CONN_MAX_QUEUED) {
-		unsigned int want = CONN_MAX_QUEUED - c->n_out;
+		/* Each datagram may add FRAME_MAX_BATCH replies: take only as
+		 * many as surely fit, and one at a time near the limit, so at
+		 * most CONN_MAX_QUEUED + FRAME_MAX_BATCH - 1 are ever queued. */
+		unsigned int want = (CONN_MAX_QUEUED - c->n_out) / FRAME_MAX_BATCH;
 		int k;
 
+		if (want == 0)
+			want = 1;
 		if (want > CONN_RECV_BATCH)
 			want = CONN_RECV_BATCH;
 		memset(rx->mm, 0, sizeof(rx->mm[0]) * want);

@@ -5,9 +5,10 @@
  * client sends many), checks each frame, unpacks it with the server's
  * byte-budgeted arena, validates and dispatches it, and queues the reply.
  * Queued replies go out with sendmmsg while the socket has room, and
- * through the ring when it is full. When a client queues more replies than
- * CONN_MAX_QUEUED without reading them, the connection stops receiving
- * until they drain, so a stalled reader only stalls itself. A malformed,
+ * through the ring when it is full. When a client leaves CONN_MAX_QUEUED
+ * replies unread, the connection stops receiving until they drain, so a
+ * stalled reader only stalls itself and holds at most CONN_MAX_QUEUED +
+ * FRAME_MAX_BATCH - 1 replies of at most max_message_bytes each. A malformed,
  * truncated or oversized message gets an error reply and the connection is
  * closed after it is sent. Closing releases the client's leases and rolls
  * back its uncommitted reservations at once; the memory goes when the last
@@ -25,7 +26,7 @@
 #include "list.h"
 #include "loop.h"
 
-#define CONN_MAX_QUEUED 64u
+#define CONN_MAX_QUEUED 256u
 /* Messages taken per wakeup, and replies per sendmmsg. */
 #define CONN_RECV_BATCH 32u
 #define CONN_SEND_BATCH 32u

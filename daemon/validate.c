@@ -14,7 +14,7 @@ int validate_model_id(const char *s)
 	if (n == 0 || n > VALIDATE_MODEL_ID_MAX)
 		return -EINVAL;
 	for (size_t i = 0; i < n; i++)
-		if (s[i] < 0x21 || s[i] > 0x7e)
+		if (s[i] < 0x20 || s[i] > 0x7e)
 			return -EINVAL;
 	return 0;
 }

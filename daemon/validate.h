@@ -28,7 +28,7 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 /* Converts and checks a wire layout. Returns 0 and fills *ret, or -EINVAL. */
 int validate_layout(const Kvpalace__V1__Layout *in, struct shm_layout *ret);
 
-/* Returns 0 for 1..VALIDATE_MODEL_ID_MAX bytes of printable ASCII, else
+/* Returns 0 for 1..VALIDATE_MODEL_ID_MAX bytes of printable ASCII (0x20..0x7e), else
  * -EINVAL. */
 int validate_model_id(const char *s);
 

@@ -1,0 +1,210 @@
+/* tests/integration/harness.h — what every integration test needs: a real
+ * kvpalaced on sockets in a private temporary directory, child processes,
+ * deterministic K/V contents, and a raw protocol client for the tests that
+ * must send what the library never would.
+ *
+ * The daemon binary comes from $KVPALACED (meson passes
+ * kvpalaced.full_path()), kvpalacectl from $KVPALACECTL. Each test starts
+ * its own daemon in its own directory, so tests may run in parallel.
+ *
+ * Child processes must not use cmocka's assertions (a failed assertion
+ * would longjmp into the copy of the parent's test runner): they use
+ * CHILD_CHECK and return non-zero, which the parent asserts on.
+ */
+#ifndef KVP_TEST_HARNESS_H
+#define KVP_TEST_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "frame.h"
+#include "kvpalace.h"
+
+struct harness {
+	char dir[80];	      /* private temporary directory, removed at stop */
+	char sock[108];	      /* client socket */
+	char admin_sock[108]; /* admin socket */
+	pid_t pid;	      /* the daemon, 0 when not running */
+};
+
+/* Starts kvpalaced on sockets in a new temporary directory with the
+ * options in extra (NULL-terminated, may be NULL) and waits until both
+ * sockets accept connections. The directory is world-searchable so a test
+ * may connect as another user. Returns 0, or -1 after printing why (no
+ * $KVPALACED, the daemon exited, never became ready). */
+int harness_start(struct harness *h, const char *const *extra);
+
+/* Stops the daemon with SIGTERM (SIGKILL if it lingers) and removes the
+ * directory. Returns 0 when the daemon was still running and exited with
+ * status 0, else -1 after printing how it ended: a daemon that crashed
+ * during a test fails that test. NULL and a stopped harness return 0. */
+int harness_stop(struct harness *h);
+
+/* True while the daemon process has not exited. */
+int harness_daemon_alive(struct harness *h);
+
+/* cmocka fixtures: start a daemon with default options (or with extra
+ * options) into *state; stop it, failing the test when it did not exit
+ * cleanly. */
+int harness_setup(void **state);
+int harness_setup_args(void **state, const char *const *extra);
+int harness_teardown(void **state);
+
+/* ---- child processes ---------------------------------------------------- */
+
+#define CHILD_CHECK(cond)                                                                          \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "child %d: %s:%d: check failed: %s\n", (int)getpid(),      \
+				__FILE__, __LINE__, #cond);                                        \
+			return 1;                                                                  \
+		}                                                                                  \
+	} while (0)
+
+/* Same, printing two integers that should have been equal. */
+#define CHILD_CHECK_EQ(a, b)                                                                       \
+	do {                                                                                       \
+		long long a_ = (long long)(a), b_ = (long long)(b);                                \
+		if (a_ != b_) {                                                                    \
+			fprintf(stderr, "child %d: %s:%d: %s == %s failed: %lld != %lld\n",        \
+				(int)getpid(), __FILE__, __LINE__, #a, #b, a_, b_);                \
+			return 1;                                                                  \
+		}                                                                                  \
+	} while (0)
+
+/* Forks a child that runs fn(arg) and exits with its return value; it is
+ * killed if the test process ends first. Returns the child's pid or -1. */
+pid_t harness_fork(int (*fn)(void *), void *arg);
+
+/* Waits for a child. Returns its exit status, 128 + signal when a signal
+ * killed it, or -1 when it did not end within timeout_s seconds (it is then
+ * killed). */
+int harness_wait(pid_t pid, int timeout_s);
+
+/* harness_fork + harness_wait with a generous timeout. */
+int harness_run_child(int (*fn)(void *), void *arg);
+
+/* Runs argv[0] with argv, extra environment entries env ("NAME=value",
+ * NULL-terminated, may be NULL), stdout and stderr captured into out (cap
+ * bytes, NUL-terminated). Returns the exit status as harness_wait. */
+int harness_run_capture(char *const argv[], char *const env[], char *out, size_t cap);
+
+/* Drops root to uid/gid 65534 (nobody) in a child. Returns 0, or -1 when
+ * not root or the switch failed. */
+int harness_become_nobody(void);
+
+/* ---- deterministic K/V ------------------------------------------------- */
+
+/* The token id at position pos of sequence `seq` (a few sequences that
+ * differ everywhere). */
+uint32_t harness_token(uint32_t seq, uint64_t pos);
+/* Fills a token array with harness_token(seq, from + i). */
+void harness_tokens(uint32_t *tokens, size_t n, uint32_t seq, uint64_t from);
+
+/* Writes the head_dim f16 elements of (token id, position, layer, kv,
+ * head) with the formula of examples/demo_kv.h, keyed by token and
+ * position, so a row at the wrong place, of the wrong token or of another
+ * session shows. The tests' layouts are f16. */
+void harness_kv_fill(uint16_t *row, uint32_t head_dim, uint32_t token, uint64_t pos, uint32_t layer,
+		     uint32_t kv, uint32_t head);
+/* Returns 0 when row holds what harness_kv_fill writes, else -1. */
+int harness_kv_check(const uint16_t *row, uint32_t head_dim, uint32_t token, uint64_t pos,
+		     uint32_t layer, uint32_t kv, uint32_t head);
+
+/* Writes K and V of every layer and head of positions [from, from + n)
+ * of session s of pool p (an f16 pool), whose tokens are tokens[0..n).
+ * Returns 0, or -1 when the pool is not f16 or the library gave no pointer
+ * for one of them. */
+int harness_write_session(const kvp_pool *p, kvp_session *s, uint64_t from, const uint32_t *tokens,
+			  size_t n);
+
+/* Creates a session in p, appends tokens[0..n), writes their K/V and
+ * commits them. Returns 0 and the session in *ret_session, or the first
+ * error (-EFAULT when a row had no pointer). */
+int harness_commit_session(kvp_pool *p, const uint32_t *tokens, size_t n,
+			   kvp_session **ret_session);
+
+/* Checks every row of leased positions [0, n) against tokens[0..n).
+ * Returns the number of bad rows (a NULL pointer counts as bad). */
+uint64_t harness_check_lease(const kvp_lease *l, const kvp_pool *p, const uint32_t *tokens,
+			     uint64_t n);
+
+/* Stats of one pool, by id, from a kvp_stats reply; NULL when absent. */
+const struct kvp_pool_stats *harness_find_pool(const struct kvp_stats *st, uint64_t pool_id);
+/* Asks for Stats through c and copies pool pool_id's entry to *ret, and the
+ * daemon's open connections to *ret_connections when not NULL. Returns 0,
+ * -ENOENT when the pool is not listed, or kvp_stats' error. */
+int harness_pool_stats(kvp_client *c, uint64_t pool_id, struct kvp_pool_stats *ret,
+		       uint64_t *ret_connections);
+
+/* ---- raw protocol client ----------------------------------------------- */
+
+struct raw {
+	int sock;
+	unsigned char buf[FRAME_MAX_MAX_BYTES + 64];  /* outgoing */
+	unsigned char rbuf[FRAME_MAX_MAX_BYTES + 64]; /* the last datagram received */
+	size_t rx_len, rx_off;			      /* its frames not yet returned */
+	int batched_ok;	    /* accept several reply frames in one datagram */
+	unsigned char *mem; /* unpacking arena */
+	size_t mem_bytes;
+	struct frame_arena arena;
+};
+
+/* Connects a SOCK_SEQPACKET socket to path, with a receive timeout of
+ * 10 s so a daemon that never answers fails the test instead of hanging
+ * it. Returns 0 or a negative errno. */
+int raw_open(struct raw *r, const char *path);
+void raw_close(struct raw *r);
+
+/* Sends n bytes as one datagram, with fd as SCM_RIGHTS when >= 0. */
+int raw_send_bytes(struct raw *r, const void *buf, size_t n, int fd);
+/* Packs and sends req (cap FRAME_MAX_MAX_BYTES, so an oversized request
+ * can be sent on purpose). */
+int raw_send(struct raw *r, const Kvpalace__V1__Request *req);
+/* Packs the n requests back to back into one datagram and sends it. */
+int raw_send_batch(struct raw *r, Kvpalace__V1__Request *const *reqs, size_t n);
+/* Receives one reply, valid until the next receive. Returns 1 and the
+ * reply in *ret (an fd it carried in *ret_fd when not NULL, else closed),
+ * 0 when the daemon closed the connection, or a negative errno (-EAGAIN:
+ * nothing within the timeout; -EBADMSG: the daemon sent something that is
+ * no valid reply). A datagram holding several reply frames is -EBADMSG
+ * unless r->batched_ok, when its frames are returned one by one (the fd
+ * of the datagram with its first frame). */
+int raw_recv(struct raw *r, Kvpalace__V1__Response **ret, int *ret_fd);
+/* raw_send then raw_recv; a reply with another id is -EBADMSG. Returns as
+ * raw_recv. */
+int raw_call(struct raw *r, Kvpalace__V1__Request *req, Kvpalace__V1__Response **ret, int *ret_fd);
+
+/* Shortcuts that fill req with a fresh id and one operation. */
+void raw_req_hello(Kvpalace__V1__Request *req, Kvpalace__V1__HelloRequest *op, uint32_t version);
+void raw_req_open_pool(Kvpalace__V1__Request *req, Kvpalace__V1__OpenPoolRequest *op,
+		       Kvpalace__V1__Layout *lay, const char *model_id,
+		       const struct kvp_layout *layout);
+void raw_req_create_session(Kvpalace__V1__Request *req, Kvpalace__V1__CreateSessionRequest *op,
+			    uint64_t pool_id);
+void raw_req_append(Kvpalace__V1__Request *req, Kvpalace__V1__AppendRequest *op,
+		    uint64_t session_id, uint32_t *tokens, size_t n);
+void raw_req_commit(Kvpalace__V1__Request *req, Kvpalace__V1__CommitRequest *op,
+		    uint64_t session_id, uint64_t n);
+void raw_req_match(Kvpalace__V1__Request *req, Kvpalace__V1__MatchPrefixRequest *op,
+		   uint64_t pool_id, uint32_t *tokens, size_t n);
+void raw_req_release(Kvpalace__V1__Request *req, Kvpalace__V1__ReleaseRequest *op,
+		     uint64_t lease_id);
+void raw_req_close_session(Kvpalace__V1__Request *req, Kvpalace__V1__CloseSessionRequest *op,
+			   uint64_t session_id);
+void raw_req_stats(Kvpalace__V1__Request *req, Kvpalace__V1__StatsRequest *op);
+
+/* Sends Hello then OpenPool; returns 0 and the pool id (the arena fd is
+ * closed), or a negative errno / -EBADMSG. */
+int raw_open_pool(struct raw *r, const char *model_id, const struct kvp_layout *layout,
+		  uint64_t *ret_pool_id);
+/* CreateSession; returns 0 and the id or the negative errno of the reply. */
+int raw_create_session(struct raw *r, uint64_t pool_id, uint64_t *ret_session_id);
+
+/* A small f16 layout used by most tests: 2 layers, 2 KV heads, head_dim
+ * 32, 16 tokens per page (page 8192 bytes). */
+extern const struct kvp_layout harness_layout;
+
+#endif

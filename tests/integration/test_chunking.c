@@ -1,0 +1,257 @@
+/* tests/integration/test_chunking.c — token lists longer than one message.
+ *
+ * The daemon runs with the smallest message cap (4096 bytes, some 760
+ * tokens per request). A writer appends 50,000 tokens in one call and in
+ * calls of awkward sizes around the per-request limit; a reader in another
+ * process matches 50,000 tokens in one call, a list that diverges deep
+ * inside, and a list longer than what is cached — all invisibly chunked,
+ * all with the right bytes. When two sessions share a prefix longer than
+ * one request, the match must still find the longer of the two.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#define MODEL	"chunk-model"
+#define N_LONG	50000
+#define N_EXTRA 10000
+
+/* 1 layer, 1 head, 8-wide f16 rows, 64 tokens a page: 782 pages. */
+static const struct kvp_layout small = {
+	.n_layers = 1,
+	.n_kv_heads = 1,
+	.head_dim = 8,
+	.block_tokens = 64,
+	.dtype = KVP_DTYPE_F16,
+};
+
+struct chunk_ctx {
+	struct harness *h;
+	uint32_t *a; /* N_LONG + N_EXTRA tokens of sequence 40 */
+	uint32_t *b; /* sequence 41, appended in odd-sized pieces */
+	size_t n_b;
+};
+
+static int start(void **state)
+{
+	static const char *const extra[] = {"--max-message-bytes", "4096", NULL};
+
+	return harness_setup_args(state, extra);
+}
+
+static int check_match(kvp_pool *p, const uint32_t *tokens, size_t n, uint64_t want)
+{
+	kvp_lease *l;
+
+	CHILD_CHECK_EQ(kvp_match_prefix(p, tokens, n, &l), 0);
+	CHILD_CHECK_EQ(kvp_lease_tokens(l), want);
+	CHILD_CHECK_EQ(harness_check_lease(l, p, tokens, want), 0);
+	CHILD_CHECK_EQ(kvp_lease_release(l), 0);
+	return 0;
+}
+
+static int reader(void *arg)
+{
+	struct chunk_ctx *k = arg;
+	uint32_t *q = malloc((N_LONG + N_EXTRA) * sizeof(uint32_t));
+	kvp_client *c;
+	kvp_pool *p;
+
+	CHILD_CHECK(q != NULL);
+	CHILD_CHECK_EQ(kvp_connect(k->h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &small, &p), 0);
+	CHILD_CHECK_EQ(check_match(p, k->a, N_LONG, N_LONG), 0);
+	CHILD_CHECK_EQ(check_match(p, k->a, N_LONG + N_EXTRA, N_LONG), 0);
+	CHILD_CHECK_EQ(check_match(p, k->b, k->n_b, k->n_b), 0);
+	/* Diverging deep inside, at a position that is no chunk or page
+	 * boundary. */
+	memcpy(q, k->a, N_LONG * sizeof(uint32_t));
+	q[40001] ^= 0x5a5a;
+	CHILD_CHECK_EQ(check_match(p, q, N_LONG, 40001), 0);
+	/* Diverging right after the first chunk's worth of tokens. */
+	memcpy(q, k->a, N_LONG * sizeof(uint32_t));
+	for (size_t at = 700; at < 800; at += 13) {
+		uint32_t saved = q[at];
+
+		q[at] = 7;
+		CHILD_CHECK_EQ(check_match(p, q, N_LONG, at), 0);
+		q[at] = saved;
+	}
+	kvp_disconnect(c);
+	free(q);
+	return 0;
+}
+
+static void test_long_lists(void **state)
+{
+	static const size_t pieces[] = {1, 763, 764, 765, 1529, 3000, 17, 7000};
+	struct chunk_ctx k = {.h = *state};
+	struct kvp_stats *st;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *sa, *sb;
+	size_t at = 0;
+
+	k.a = malloc((N_LONG + N_EXTRA) * sizeof(uint32_t));
+	assert_non_null(k.a);
+	harness_tokens(k.a, N_LONG + N_EXTRA, 40, 0);
+	for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++)
+		k.n_b += pieces[i];
+	k.b = malloc(k.n_b * sizeof(uint32_t));
+	assert_non_null(k.b);
+	harness_tokens(k.b, k.n_b, 41, 0);
+
+	assert_int_equal(kvp_connect(k.h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &small, &p), 0);
+
+	/* 50,000 tokens in one call. */
+	assert_int_equal(kvp_session_create(p, &sa), 0);
+	assert_int_equal(kvp_append(sa, k.a, N_LONG), 0);
+	assert_int_equal(kvp_session_tokens(sa), N_LONG);
+	assert_int_equal(harness_write_session(p, sa, 0, k.a, N_LONG), 0);
+	assert_int_equal(kvp_commit(sa, N_LONG), 0);
+	assert_int_equal(kvp_session_committed(sa), N_LONG);
+
+	/* Odd pieces, each written right after it is reserved. */
+	assert_int_equal(kvp_session_create(p, &sb), 0);
+	for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
+		assert_int_equal(kvp_append(sb, k.b + at, pieces[i]), 0);
+		assert_int_equal(kvp_session_tokens(sb), at + pieces[i]);
+		assert_int_equal(harness_write_session(p, sb, at, k.b + at, pieces[i]), 0);
+		at += pieces[i];
+	}
+	assert_int_equal(kvp_commit(sb, k.n_b), 0);
+
+	assert_int_equal(harness_run_child(reader, &k), 0);
+
+	assert_int_equal(kvp_stats(c, &st), 0);
+	assert_true(st->appended_tokens >= N_LONG + k.n_b);
+	assert_true(st->committed_tokens >= N_LONG + k.n_b);
+	kvp_stats_free(st);
+	kvp_disconnect(c);
+	free(k.a);
+	free(k.b);
+}
+
+/* Two sessions share a prefix of `shared` tokens and then diverge; the one
+ * created first is the wrong one for the query. The longest cached prefix
+ * of the query is the whole second session, whether or not the query
+ * needs more than one request: chunking must stay invisible. */
+static void check_longest_of_two(struct harness *h, size_t shared, size_t tail, uint32_t seq)
+{
+	size_t n = shared + tail;
+	uint32_t *x = malloc(n * sizeof(uint32_t));
+	uint32_t *y = malloc(n * sizeof(uint32_t));
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *sx, *sy;
+	kvp_lease *l;
+
+	assert_non_null(x);
+	assert_non_null(y);
+	harness_tokens(x, n, seq, 0);
+	memcpy(y, x, shared * sizeof(uint32_t));
+	harness_tokens(y + shared, tail, seq + 1, 0);
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &small, &p), 0);
+	assert_int_equal(harness_commit_session(p, x, n, &sx), 0);
+	assert_int_equal(harness_commit_session(p, y, n, &sy), 0);
+
+	assert_int_equal(kvp_match_prefix(p, y, n, &l), 0);
+	if (kvp_lease_tokens(l) != n)
+		fail_msg("query of %zu tokens (%zu shared with an older session): matched "
+			 "%llu, the newer session holds all %zu",
+			 n, shared, (unsigned long long)kvp_lease_tokens(l), n);
+	assert_int_equal(harness_check_lease(l, p, y, n), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+	/* The other way round, too. */
+	assert_int_equal(kvp_match_prefix(p, x, n, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), n);
+	assert_int_equal(harness_check_lease(l, p, x, n), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+
+	assert_int_equal(kvp_session_close(sx), 0);
+	assert_int_equal(kvp_session_close(sy), 0);
+	kvp_disconnect(c);
+	free(x);
+	free(y);
+}
+
+static void test_longest_match_in_one_request(void **state)
+{
+	/* 700 tokens fit one request (about 760 at this cap). */
+	check_longest_of_two(*state, 500, 200, 70);
+}
+
+static void test_longest_match_across_chunks(void **state)
+{
+	/* The shared part fills the first request; the sessions differ only
+	 * in what later requests carry. */
+	check_longest_of_two(*state, 1600, 400, 72);
+}
+
+/* Like the above with the divergence swept across the first two request
+ * boundaries: when the shared prefix ends in the page where a request
+ * ended, the lease must take that page from the session that goes on, not
+ * keep the one it pinned for the earlier request. */
+static void test_divergence_near_request_boundaries(void **state)
+{
+	struct harness *h = *state;
+	enum { TAIL = 100, MAX_N = 1700 + TAIL };
+	uint32_t *x = malloc(MAX_N * sizeof(uint32_t));
+	uint32_t *y = malloc(MAX_N * sizeof(uint32_t));
+	kvp_client *c;
+	kvp_pool *p;
+
+	assert_non_null(x);
+	assert_non_null(y);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &small, &p), 0);
+	for (size_t d = 700; d < 1700; d += d < 840 || d >= 1460 ? 1 : 20) {
+		size_t n = d + TAIL;
+		kvp_session *sx, *sy;
+		kvp_lease *l;
+
+		harness_tokens(x, n, 74, d << 8);
+		memcpy(y, x, d * sizeof(uint32_t));
+		harness_tokens(y + d, TAIL, 75, d << 8);
+		assert_int_equal(harness_commit_session(p, x, n, &sx), 0);
+		assert_int_equal(harness_commit_session(p, y, n, &sy), 0);
+
+		assert_int_equal(kvp_match_prefix(p, y, n, &l), 0);
+		if (kvp_lease_tokens(l) != n || harness_check_lease(l, p, y, n) != 0)
+			fail_msg("shared prefix %zu: matched %llu of %zu", d,
+				 (unsigned long long)kvp_lease_tokens(l), n);
+		assert_int_equal(kvp_lease_release(l), 0);
+		assert_int_equal(kvp_session_close(sx), 0);
+		assert_int_equal(kvp_session_close(sy), 0);
+	}
+	kvp_disconnect(c);
+	free(x);
+	free(y);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_long_lists, start, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_longest_match_in_one_request, start,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_longest_match_across_chunks, start,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_divergence_near_request_boundaries, start,
+						harness_teardown),
+	};
+
+	return cmocka_run_group_tests_name("chunking", tests, NULL, NULL);
+}

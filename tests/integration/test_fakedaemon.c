@@ -1,0 +1,444 @@
+/* tests/integration/test_fakedaemon.c — the client library against a daemon
+ * that misbehaves.
+ *
+ * A forked fake daemon on a socket in a temporary directory answers the
+ * library's requests wrongly in one way per test: another protocol
+ * version, a garbled or mis-addressed reply, a closed connection, an arena
+ * fd that is no sealed arena or is smaller than announced, Append slots
+ * outside the arena. kvpalace.h promises -EPROTONOSUPPORT for another
+ * version, -EPROTO (and a closed connection, -ENOTCONN afterwards) for a
+ * malformed reply, -EPIPE/-ECONNRESET when the daemon goes away — and, in
+ * no case, a pointer outside the arena.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "arena.h"
+#include "harness.h"
+#include "layout.h"
+
+#define ST(x)	   KVPALACE__V1__STATUS__STATUS_##x
+#define FAKE_PAGES 16
+
+enum fake_mode {
+	FAKE_GOOD,	      /* behaves */
+	FAKE_VERSION_STATUS,  /* Hello: STATUS_VERSION */
+	FAKE_VERSION_2,	      /* Hello: OK, protocol_version 2 */
+	FAKE_GARBAGE,	      /* Hello: bytes that are no reply */
+	FAKE_WRONG_ID,	      /* Hello: the reply carries another id */
+	FAKE_CLOSE,	      /* Hello: the connection closes */
+	FAKE_NO_FD,	      /* OpenPool: no arena fd */
+	FAKE_UNSEALED,	      /* OpenPool: an unsealed memfd */
+	FAKE_SMALL_ARENA,     /* OpenPool: more pages than the arena holds */
+	FAKE_BAD_SLOTS,	      /* Append: a slot past the arena */
+	FAKE_BAD_FIRST_TOKEN, /* Append: reserved at the wrong position */
+	FAKE_MATCH_TOO_LONG,  /* MatchPrefix: more tokens than asked */
+	FAKE_COMMIT_TOO_MANY, /* Commit: more committed than reserved */
+};
+
+struct fake {
+	char dir[80];
+	char sock[108];
+	int listen_fd;
+	enum fake_mode mode;
+};
+
+static int send_resp(int c, Kvpalace__V1__Response *resp, int fd)
+{
+	unsigned char buf[4096];
+	int n = frame_pack_response(resp, buf, sizeof(buf), sizeof(buf));
+
+	if (n < 0)
+		return n;
+	return frame_send(c, buf, (size_t)n, fd);
+}
+
+/* Serves one connection the way f->mode says. */
+static int fake_daemon(void *arg)
+{
+	struct fake *f = arg;
+	unsigned char buf[FRAME_MAX_MAX_BYTES + 1];
+	static unsigned char mem[1 << 20];
+	struct frame_arena a;
+	struct shm_layout layout = {0};
+	uint64_t reserved = 0;
+	int c = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+
+	if (c < 0)
+		return 1;
+	for (;;) {
+		Kvpalace__V1__Response resp = KVPALACE__V1__RESPONSE__INIT;
+		Kvpalace__V1__HelloResponse hello = KVPALACE__V1__HELLO_RESPONSE__INIT;
+		Kvpalace__V1__OpenPoolResponse op = KVPALACE__V1__OPEN_POOL_RESPONSE__INIT;
+		Kvpalace__V1__CreateSessionResponse cs =
+			KVPALACE__V1__CREATE_SESSION_RESPONSE__INIT;
+		Kvpalace__V1__AppendResponse app = KVPALACE__V1__APPEND_RESPONSE__INIT;
+		Kvpalace__V1__CommitResponse cm = KVPALACE__V1__COMMIT_RESPONSE__INIT;
+		Kvpalace__V1__MatchPrefixResponse mp = KVPALACE__V1__MATCH_PREFIX_RESPONSE__INIT;
+		Kvpalace__V1__ReleaseResponse rel = KVPALACE__V1__RELEASE_RESPONSE__INIT;
+		Kvpalace__V1__Request *req;
+		uint32_t slots[64];
+		int fd = -1, n, len, ret;
+
+		n = frame_recv(c, buf, sizeof(buf), &fd);
+		if (n <= 0)
+			return 0;
+		len = frame_header_check(buf, (size_t)n, sizeof(buf));
+		if (len < 0)
+			return 1;
+		frame_arena_init(&a, mem, sizeof(mem));
+		req = frame_unpack_request(&a, buf + FRAME_HEADER_BYTES, (size_t)len);
+		if (!req)
+			return 1;
+		resp.id = req->id;
+		switch (req->op_case) {
+		case KVPALACE__V1__REQUEST__OP_HELLO:
+			if (f->mode == FAKE_CLOSE) {
+				close(c);
+				return 0;
+			}
+			if (f->mode == FAKE_GARBAGE) {
+				frame_header_encode(buf, 8);
+				memset(buf + FRAME_HEADER_BYTES, 0xff, 8);
+				frame_send(c, buf, FRAME_HEADER_BYTES + 8, -1);
+				continue;
+			}
+			if (f->mode == FAKE_VERSION_STATUS) {
+				resp.status = ST(VERSION);
+				resp.error = "fake speaks version 2";
+				break;
+			}
+			if (f->mode == FAKE_WRONG_ID)
+				resp.id++;
+			hello.protocol_version = f->mode == FAKE_VERSION_2 ? 2 : 1;
+			hello.server_version = "fake";
+			hello.max_message_bytes = FRAME_DEFAULT_MAX_BYTES;
+			hello.max_tokens_per_request = 1000;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_HELLO;
+			resp.hello = &hello;
+			break;
+		case KVPALACE__V1__REQUEST__OP_OPEN_POOL: {
+			const Kvpalace__V1__Layout *l = req->open_pool->layout;
+			uint64_t bytes;
+
+			layout.n_layers = l->n_layers;
+			layout.n_kv_heads = l->n_kv_heads;
+			layout.head_dim = l->head_dim;
+			layout.block_tokens = l->block_tokens;
+			layout.dtype = l->dtype;
+			layout.quant_group = l->has_quant_group ? l->quant_group : 0;
+			op.pool_id = 5;
+			op.page_bytes = shm_page_bytes(&layout);
+			op.n_pages = FAKE_PAGES;
+			bytes = op.page_bytes * FAKE_PAGES;
+			op.arena_bytes = bytes;
+			if (f->mode == FAKE_SMALL_ARENA)
+				op.arena_bytes = bytes = op.page_bytes * (FAKE_PAGES / 2);
+			if (f->mode == FAKE_UNSEALED) {
+				fd = memfd_create("fake", MFD_CLOEXEC);
+				if (fd < 0 || ftruncate(fd, (off_t)bytes) < 0)
+					return 1;
+			} else if (f->mode != FAKE_NO_FD) {
+				ret = shm_arena_create("fake", bytes, &fd, NULL);
+				if (ret < 0)
+					return 1;
+			}
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_OPEN_POOL;
+			resp.open_pool = &op;
+			break;
+		}
+		case KVPALACE__V1__REQUEST__OP_CREATE_SESSION:
+			cs.session_id = 6;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_CREATE_SESSION;
+			resp.create_session = &cs;
+			break;
+		case KVPALACE__V1__REQUEST__OP_APPEND: {
+			uint64_t bt = layout.block_tokens;
+			uint64_t end = reserved + req->append->n_tokens;
+
+			app.first_token = reserved;
+			app.first_page = reserved / bt;
+			app.n_page_slots = (end + bt - 1) / bt - app.first_page;
+			if (app.n_page_slots > 64)
+				return 1;
+			for (size_t i = 0; i < app.n_page_slots; i++)
+				slots[i] = (uint32_t)(app.first_page + i);
+			if (f->mode == FAKE_BAD_SLOTS)
+				slots[app.n_page_slots - 1] = FAKE_PAGES;
+			if (f->mode == FAKE_BAD_FIRST_TOKEN)
+				app.first_token += 1;
+			app.page_slots = slots;
+			reserved = end;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_APPEND;
+			resp.append = &app;
+			break;
+		}
+		case KVPALACE__V1__REQUEST__OP_COMMIT:
+			cm.committed_tokens = req->commit->n_tokens;
+			if (f->mode == FAKE_COMMIT_TOO_MANY)
+				cm.committed_tokens = reserved + 5;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_COMMIT;
+			resp.commit = &cm;
+			break;
+		case KVPALACE__V1__REQUEST__OP_MATCH_PREFIX:
+			mp.lease_id = 9;
+			mp.matched_tokens = req->match_prefix->n_tokens;
+			if (f->mode == FAKE_MATCH_TOO_LONG)
+				mp.matched_tokens += 16;
+			mp.first_page = 0;
+			mp.n_page_slots =
+				(mp.matched_tokens + layout.block_tokens - 1) / layout.block_tokens;
+			if (mp.n_page_slots > 64)
+				return 1;
+			for (size_t i = 0; i < mp.n_page_slots; i++)
+				slots[i] = (uint32_t)i;
+			mp.page_slots = slots;
+			mp.complete = 1;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_MATCH_PREFIX;
+			resp.match_prefix = &mp;
+			break;
+		case KVPALACE__V1__REQUEST__OP_RELEASE:
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_RELEASE;
+			resp.release = &rel;
+			break;
+		default:
+			resp.status = ST(UNSUPPORTED);
+			resp.error = "not in the fake";
+			break;
+		}
+		ret = send_resp(c, &resp, fd);
+		if (fd >= 0)
+			close(fd);
+		if (ret < 0)
+			return 0;
+	}
+}
+
+static int setup(void **state)
+{
+	struct fake *f = calloc(1, sizeof(*f));
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+	if (!f)
+		return -1;
+	snprintf(f->dir, sizeof(f->dir), "/tmp/kvpf-XXXXXX");
+	if (!mkdtemp(f->dir))
+		return -1;
+	snprintf(f->sock, sizeof(f->sock), "%s/fake.sock", f->dir);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f->sock);
+	f->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (f->listen_fd < 0 || bind(f->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    listen(f->listen_fd, 4) < 0)
+		return -1;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fake *f = *state;
+
+	close(f->listen_fd);
+	unlink(f->sock);
+	rmdir(f->dir);
+	free(f);
+	return 0;
+}
+
+/* Starts the fake in `mode` and returns its pid. */
+static pid_t start_fake(struct fake *f, enum fake_mode mode)
+{
+	pid_t pid;
+
+	f->mode = mode;
+	pid = harness_fork(fake_daemon, f);
+	assert_true(pid > 0);
+	return pid;
+}
+
+static void expect_connect_fails(void **state, enum fake_mode mode, int want1, int want2)
+{
+	struct fake *f = *state;
+	kvp_client *c = NULL;
+	pid_t pid = start_fake(f, mode);
+	int ret = kvp_connect(f->sock, &c);
+
+	if (ret != want1 && ret != want2)
+		fail_msg("kvp_connect against fake mode %d: %d", mode, ret);
+	assert_null(c);
+	harness_wait(pid, 30);
+}
+
+static void test_version_status(void **state)
+{
+	expect_connect_fails(state, FAKE_VERSION_STATUS, -EPROTONOSUPPORT, -EPROTONOSUPPORT);
+}
+
+static void test_version_2(void **state)
+{
+	expect_connect_fails(state, FAKE_VERSION_2, -EPROTONOSUPPORT, -EPROTONOSUPPORT);
+}
+
+static void test_garbage_reply(void **state)
+{
+	expect_connect_fails(state, FAKE_GARBAGE, -EPROTO, -EPROTO);
+}
+
+static void test_wrong_reply_id(void **state)
+{
+	expect_connect_fails(state, FAKE_WRONG_ID, -EPROTO, -EPROTO);
+}
+
+static void test_daemon_closes(void **state)
+{
+	expect_connect_fails(state, FAKE_CLOSE, -ECONNRESET, -EPIPE);
+}
+
+static void test_good_fake(void **state)
+{
+	struct fake *f = *state;
+	uint32_t tokens[40];
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	kvp_lease *l;
+	pid_t pid = start_fake(f, FAKE_GOOD);
+
+	/* The fake itself must be right, or the other cases prove nothing. */
+	harness_tokens(tokens, 40, 90, 0);
+	assert_int_equal(kvp_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, "fake-model", &harness_layout, &p), 0);
+	assert_int_equal(harness_commit_session(p, tokens, 40, &s), 0);
+	assert_int_equal(kvp_match_prefix(p, tokens, 40, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 40);
+	assert_int_equal(harness_check_lease(l, p, tokens, 40), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+	kvp_disconnect(c);
+	assert_int_equal(harness_wait(pid, 30), 0);
+}
+
+/* OpenPool replies that must not be mapped. */
+static void expect_pool_open_fails(void **state, enum fake_mode mode)
+{
+	struct fake *f = *state;
+	kvp_client *c;
+	kvp_pool *p = NULL;
+	pid_t pid = start_fake(f, mode);
+	int ret;
+
+	assert_int_equal(kvp_connect(f->sock, &c), 0);
+	ret = kvp_pool_open(c, "fake-model", &harness_layout, &p);
+	if (ret != -EPROTO)
+		fail_msg("kvp_pool_open against fake mode %d: %d", mode, ret);
+	assert_null(p);
+	assert_int_equal(kvp_ping(c), -ENOTCONN);
+	kvp_disconnect(c);
+	harness_wait(pid, 30);
+}
+
+static void test_no_arena_fd(void **state)
+{
+	expect_pool_open_fails(state, FAKE_NO_FD);
+}
+
+static void test_unsealed_arena(void **state)
+{
+	expect_pool_open_fails(state, FAKE_UNSEALED);
+}
+
+static void test_arena_smaller_than_announced(void **state)
+{
+	expect_pool_open_fails(state, FAKE_SMALL_ARENA);
+}
+
+/* Replies after a good OpenPool that must break the connection. */
+static void expect_broken_after(void **state, enum fake_mode mode)
+{
+	struct fake *f = *state;
+	uint32_t tokens[40];
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	kvp_lease *l = NULL;
+	pid_t pid = start_fake(f, mode);
+	int ret = 0;
+
+	harness_tokens(tokens, 40, 91, 0);
+	assert_int_equal(kvp_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, "fake-model", &harness_layout, &p), 0);
+	assert_int_equal(kvp_session_create(p, &s), 0);
+	if (mode == FAKE_MATCH_TOO_LONG) {
+		ret = kvp_match_prefix(p, tokens, 20, &l);
+		assert_null(l);
+	} else {
+		ret = kvp_append(s, tokens, 40);
+		if (mode == FAKE_COMMIT_TOO_MANY) {
+			assert_int_equal(ret, 0);
+			ret = kvp_commit(s, 40);
+		} else {
+			/* Nothing past what was properly reserved is writable. */
+			assert_null(kvp_session_kv(s, 39, 0, 0, 0));
+		}
+	}
+	if (ret != -EPROTO)
+		fail_msg("fake mode %d: %d instead of -EPROTO", mode, ret);
+	assert_int_equal(kvp_ping(c), -ENOTCONN);
+	kvp_disconnect(c);
+	harness_wait(pid, 30);
+}
+
+static void test_append_slot_outside_arena(void **state)
+{
+	expect_broken_after(state, FAKE_BAD_SLOTS);
+}
+
+static void test_append_at_wrong_position(void **state)
+{
+	expect_broken_after(state, FAKE_BAD_FIRST_TOKEN);
+}
+
+static void test_match_longer_than_asked(void **state)
+{
+	expect_broken_after(state, FAKE_MATCH_TOO_LONG);
+}
+
+static void test_commit_more_than_reserved(void **state)
+{
+	expect_broken_after(state, FAKE_COMMIT_TOO_MANY);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_good_fake),
+		T(test_version_status),
+		T(test_version_2),
+		T(test_garbage_reply),
+		T(test_wrong_reply_id),
+		T(test_daemon_closes),
+		T(test_no_arena_fd),
+		T(test_unsealed_arena),
+		T(test_arena_smaller_than_announced),
+		T(test_append_slot_outside_arena),
+		T(test_append_at_wrong_position),
+		T(test_match_longer_than_asked),
+		T(test_commit_more_than_reserved),
+	};
+
+	return cmocka_run_group_tests_name("fakedaemon", tests, NULL, NULL);
+}

@@ -1,0 +1,152 @@
+/* tests/integration/test_limits.c — limits on client-controlled resources.
+ *
+ * With small limits on the daemon's command line, each limit is reached
+ * and refused with the errno kvpalace.h documents (-EDQUOT), the refusal
+ * changes nothing, and freeing one unit makes room for exactly one more.
+ * The limits are per user and per client: another client is unaffected.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#define MODEL "limits-model"
+
+static int start(void **state)
+{
+	static const char *const extra[] = {
+		"--max-pools-per-tenant",
+		"2",
+		"--max-sessions-per-pool",
+		"3",
+		"--max-leases-per-client",
+		"4",
+		"--max-session-tokens",
+		"100",
+		NULL,
+	};
+
+	return harness_setup_args(state, extra);
+}
+
+static void test_pools_per_user(void **state)
+{
+	struct harness *h = *state;
+	kvp_client *c;
+	kvp_pool *a, *b, *x, *again;
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, "limits-a", &harness_layout, &a), 0);
+	assert_int_equal(kvp_pool_open(c, "limits-b", &harness_layout, &b), 0);
+	assert_int_equal(kvp_pool_open(c, "limits-c", &harness_layout, &x), -EDQUOT);
+	/* Opening an existing pool again is no new pool. */
+	assert_int_equal(kvp_pool_open(c, "limits-a", &harness_layout, &again), 0);
+	assert_int_equal(kvp_pool_id(again), kvp_pool_id(a));
+	kvp_disconnect(c);
+}
+
+static void test_sessions_per_pool(void **state)
+{
+	struct harness *h = *state;
+	kvp_client *c, *d;
+	kvp_pool *p, *q;
+	kvp_session *s[4];
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(kvp_session_create(p, &s[i]), 0);
+	assert_int_equal(kvp_session_create(p, &s[3]), -EDQUOT);
+	/* The limit is the pool's: another client of it is refused too. */
+	assert_int_equal(kvp_connect(h->sock, &d), 0);
+	assert_int_equal(kvp_pool_open(d, MODEL, &harness_layout, &q), 0);
+	assert_int_equal(kvp_session_create(q, &s[3]), -EDQUOT);
+	/* Closing one makes room for one. */
+	assert_int_equal(kvp_session_close(s[1]), 0);
+	assert_int_equal(kvp_session_create(q, &s[1]), 0);
+	assert_int_equal(kvp_session_create(p, &s[3]), -EDQUOT);
+	kvp_disconnect(d);
+	kvp_disconnect(c);
+}
+
+static void test_leases_per_client(void **state)
+{
+	struct harness *h = *state;
+	uint32_t tokens[20];
+	kvp_client *c, *d;
+	kvp_pool *p, *q;
+	kvp_session *s;
+	kvp_lease *l[5], *m;
+
+	harness_tokens(tokens, 20, 80, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	assert_int_equal(harness_commit_session(p, tokens, 20, &s), 0);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(kvp_match_prefix(p, tokens, 20, &l[i]), 0);
+		assert_int_equal(kvp_lease_tokens(l[i]), 20);
+	}
+	assert_int_equal(kvp_match_prefix(p, tokens, 20, &l[4]), -EDQUOT);
+	/* Another client has its own allowance. */
+	assert_int_equal(kvp_connect(h->sock, &d), 0);
+	assert_int_equal(kvp_pool_open(d, MODEL, &harness_layout, &q), 0);
+	assert_int_equal(kvp_match_prefix(q, tokens, 20, &m), 0);
+	assert_int_equal(harness_check_lease(m, q, tokens, 20), 0);
+	assert_int_equal(kvp_lease_release(m), 0);
+	kvp_disconnect(d);
+	/* Releasing one makes room for one; the others still read right. */
+	assert_int_equal(kvp_lease_release(l[2]), 0);
+	assert_int_equal(kvp_match_prefix(p, tokens, 20, &l[2]), 0);
+	assert_int_equal(kvp_match_prefix(p, tokens, 20, &l[4]), -EDQUOT);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(harness_check_lease(l[i], p, tokens, 20), 0);
+		assert_int_equal(kvp_lease_release(l[i]), 0);
+	}
+	kvp_disconnect(c);
+}
+
+static void test_session_tokens(void **state)
+{
+	struct harness *h = *state;
+	uint32_t tokens[101];
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+
+	harness_tokens(tokens, 101, 81, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	assert_int_equal(kvp_session_create(p, &s), 0);
+	assert_int_equal(kvp_append(s, tokens, 101), -EDQUOT);
+	assert_int_equal(kvp_session_tokens(s), 0);
+	assert_int_equal(kvp_append(s, tokens, 60), 0);
+	assert_int_equal(kvp_append(s, tokens + 60, 41), -EDQUOT);
+	assert_int_equal(kvp_session_tokens(s), 60);
+	assert_int_equal(kvp_append(s, tokens + 60, 40), 0);
+	assert_int_equal(kvp_session_tokens(s), 100);
+	assert_int_equal(kvp_append(s, tokens + 100, 1), -EDQUOT);
+	assert_int_equal(kvp_commit(s, 100), 0);
+	kvp_disconnect(c);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, start, harness_teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_pools_per_user),
+		T(test_sessions_per_pool),
+		T(test_leases_per_client),
+		T(test_session_tokens),
+	};
+
+	return cmocka_run_group_tests_name("limits", tests, NULL, NULL);
+}
