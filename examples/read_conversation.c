@@ -9,103 +9,51 @@
  * matched and every byte agreed; 1 on a miss, a partial match, a mismatch
  * or an error; 2 on a usage error. Single-threaded.
  */
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "demo_kv.h"
-#include "kvpalace.h"
+#include "demo_start.h"
 
-static void usage(FILE *f)
-{
-	fprintf(f, "Usage: kvp-read-conversation [--socket PATH]\n"
-		   "Matches the demo conversation (model " DEMO_MODEL_ID ") in kvpalaced and\n"
-		   "verifies every byte of its KV. The socket defaults to $KVPALACE_SOCKET,\n"
-		   "else the default path.\n");
-}
+static const char help[] =
+	"Usage: kvp-read-conversation [--socket PATH]\n"
+	"Matches the demo conversation (model " DEMO_MODEL_ID ") in kvpalaced and\n"
+	"verifies every byte of its KV. The socket defaults to $KVPALACE_SOCKET,\n"
+	"else the default path.\n";
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{"socket", required_argument, NULL, 's'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
 	uint16_t want[DEMO_HEAD_DIM];
-	const char *path = NULL;
 	const char *what = "";
 	const char *verdict = "OK";
-	struct kvp_layout layout;
 	uint64_t bytes = 0;
 	uint64_t bad_rows = 0;
 	uint64_t matched;
-	uint32_t *tokens;
-	kvp_client *c;
-	kvp_pool *p;
+	struct demo d;
 	kvp_lease *l;
-	size_t n;
-	int opt;
 	int ret;
 
-	while ((opt = getopt_long(argc, argv, "s:h", opts, NULL)) != -1) {
-		switch (opt) {
-		case 's':
-			path = optarg;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind != argc) {
-		usage(stderr);
-		return 2;
-	}
-
-	n = demo_n_tokens();
-	tokens = malloc(n * sizeof(*tokens));
-	if (!tokens) {
-		fprintf(stderr, "kvp-read-conversation: out of memory\n");
-		return 1;
-	}
-	demo_tokens(tokens);
-	demo_layout(&layout);
-
-	ret = kvp_connect(path, &c);
-	if (ret < 0) {
-		fprintf(stderr, "kvp-read-conversation: cannot connect to kvpalaced: %s\n",
-			kvp_strerror(NULL, ret));
-		free(tokens);
-		return 1;
-	}
-	what = "opening the pool";
-	ret = kvp_pool_open(c, DEMO_MODEL_ID, &layout, &p);
-	if (ret < 0)
-		goto fail;
+	ret = demo_start(&d, argc, argv, "kvp-read-conversation", help);
+	if (ret >= 0)
+		return ret;
 	/* Pins the longest cached prefix of the conversation under a lease. */
 	what = "matching the conversation";
-	ret = kvp_match_prefix(p, tokens, n, &l);
+	ret = kvp_match_prefix(d.p, d.tokens, d.n, &l);
 	if (ret < 0)
 		goto fail;
 	matched = kvp_lease_tokens(l);
 	if (!matched) {
 		printf("miss: pool %" PRIu64 " holds no prefix of the %zu-token conversation "
 		       "(run kvp-write-conversation first)\n",
-		       kvp_pool_id(p), n);
-		kvp_disconnect(c);
-		free(tokens);
+		       kvp_pool_id(d.p), d.n);
+		demo_end(&d);
 		return 1;
 	}
 
 	for (uint64_t pos = 0; pos < matched; pos++) {
-		for (uint32_t li = 0; li < layout.n_layers; li++) {
+		for (uint32_t li = 0; li < d.layout.n_layers; li++) {
 			for (uint32_t kv = 0; kv < 2; kv++) {
-				for (uint32_t h = 0; h < layout.n_kv_heads; h++) {
+				for (uint32_t h = 0; h < d.layout.n_kv_heads; h++) {
 					const void *row = kvp_lease_kv(l, pos, li, kv, h);
 
 					demo_kv_row(want, pos, li, kv, h);
@@ -125,12 +73,12 @@ int main(int argc, char **argv)
 	}
 	if (bad_rows)
 		verdict = "MISMATCH";
-	else if (matched < n)
+	else if (matched < d.n)
 		verdict = "PARTIAL";
 	printf("matched %" PRIu64 " of %zu tokens in pool %" PRIu64 ", %" PRIu64 " pages, %" PRIu64
 	       " bytes verified: %s\n",
-	       matched, n, kvp_pool_id(p),
-	       (matched + layout.block_tokens - 1) / layout.block_tokens, bytes, verdict);
+	       matched, d.n, kvp_pool_id(d.p),
+	       (matched + d.layout.block_tokens - 1) / d.layout.block_tokens, bytes, verdict);
 	if (bad_rows)
 		printf("%" PRIu64 " rows differ from what kvp-write-conversation writes\n",
 		       bad_rows);
@@ -138,12 +86,10 @@ int main(int argc, char **argv)
 	ret = kvp_lease_release(l);
 	if (ret < 0)
 		goto fail;
-	kvp_disconnect(c);
-	free(tokens);
-	return bad_rows || matched < n ? 1 : 0;
+	demo_end(&d);
+	return bad_rows || matched < d.n ? 1 : 0;
 fail:
-	fprintf(stderr, "kvp-read-conversation: %s: %s\n", what, kvp_strerror(c, ret));
-	kvp_disconnect(c);
-	free(tokens);
+	fprintf(stderr, "%s: %s: %s\n", d.prog, what, kvp_strerror(d.c, ret));
+	demo_end(&d);
 	return 1;
 }
