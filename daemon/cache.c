@@ -92,6 +92,8 @@ static int check_pool(const struct cache *c, const struct pool *p)
 			pins[l->pages[j]]++;
 		}
 	}
+	if (prefix_index_check(&p->ix, &p->pa, refs) < 0)
+		goto out;
 	for (uint32_t i = 0; i < p->pa.n_pages; i++)
 		if (refs[i] != p->pa.refs[i] || pins[i] != p->pa.pins[i])
 			goto out;

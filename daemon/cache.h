@@ -44,8 +44,8 @@ void cache_init(struct cache *c, const struct config *cfg);
 void cache_fini(struct cache *c);
 uint64_t cache_new_id(struct cache *c);
 /* Checks page accounting of every pool: free + held = capacity, each
- * slot's reference count equals the session page-table entries plus lease
- * pins that name it. Returns 0 or -EUCLEAN. O(pages + tokens). */
+ * slot's reference count equals the session page-table entries, lease pins
+ * and index entries that name it, and the index is consistent. Returns 0 or -EUCLEAN. O(pages + tokens). */
 int cache_check(const struct cache *c);
 
 /* Runs cache_check after every operation in a -Ddebug-checks=true build

@@ -49,6 +49,8 @@ void config_defaults(struct config *c)
 	 * the inference processes it serves into swap. */
 	c->host_tier_bytes = ram / 4;
 	c->host_pool_bytes = c->host_tier_bytes < (1ull << 30) ? c->host_tier_bytes : 1ull << 30;
+	c->host_high_watermark = 0.95;
+	c->host_low_watermark = 0.90;
 	c->max_message_bytes = FRAME_DEFAULT_MAX_BYTES;
 	c->max_pools_per_tenant = 16;
 	c->max_sessions_per_pool = 65536;
@@ -131,6 +133,9 @@ void config_usage(const char *argv0)
 	       "  --cache-dir DIR           spill files (default /var/cache/kvpalace as root)\n"
 	       "  --host-tier-size SIZE     host memory for all pools (default 25%%)\n"
 	       "  --host-pool-size SIZE     host arena of one pool (default min(1G, host tier))\n"
+	       "  --host-high-watermark F   evict cached pages when a pool is fuller than this\n"
+	       "                            fraction (default 0.95)...\n"
+	       "  --host-low-watermark F    ...down to this fraction (default 0.90)\n"
 	       "  --max-message-bytes N     largest control message, 4096..196608 (default %u)\n"
 	       "  --max-pools-per-tenant N  (default 16)\n"
 	       "  --max-sessions-per-pool N (default 65536)\n"
@@ -163,7 +168,22 @@ enum {
 	OPT_SOCKET_MODE,
 	OPT_ADMIN_MODE,
 	OPT_LOG_LEVEL,
+	OPT_HIGH_MARK,
+	OPT_LOW_MARK,
 };
+
+static int parse_fraction(const char *s, double *ret)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v > 0.0 && v <= 1.0))
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
 
 static int parse_u64(const char *s, uint64_t lo, uint64_t hi, int base, uint64_t *ret)
 {
@@ -207,19 +227,22 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 		{"socket-mode", required_argument, NULL, OPT_SOCKET_MODE},
 		{"admin-socket-mode", required_argument, NULL, OPT_ADMIN_MODE},
 		{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+		{"host-high-watermark", required_argument, NULL, OPT_HIGH_MARK},
+		{"host-low-watermark", required_argument, NULL, OPT_LOW_MARK},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{0},
 	};
 	int admin_set = 0, host_pool_set = 0;
+	int idx = -1;
 	int opt, ret = 0;
 	uint64_t v;
 
 	*ret_action = CONFIG_RUN;
 	optind = 1;
 	opterr = 0;
-	while ((opt = getopt_long(argc, argv, "hV", opts, NULL)) != -1) {
-		const char *name = optind > 1 ? argv[optind - 1] : "?";
+	while ((opt = getopt_long(argc, argv, "hV", opts, &idx)) != -1) {
+		const char *name = idx >= 0 ? opts[idx].name : "?";
 
 		switch (opt) {
 		case 'h':
@@ -279,6 +302,12 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 			ret = parse_u64(optarg, 0, 0777, 8, &v);
 			c->admin_socket_mode = (uint32_t)v;
 			break;
+		case OPT_HIGH_MARK:
+			ret = parse_fraction(optarg, &c->host_high_watermark);
+			break;
+		case OPT_LOW_MARK:
+			ret = parse_fraction(optarg, &c->host_low_watermark);
+			break;
 		case OPT_LOG_LEVEL:
 			ret = log_parse_level(optarg);
 			if (ret >= 0) {
@@ -287,11 +316,12 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 			}
 			break;
 		default:
-			snprintf(err, errlen, "unknown option or missing value: %s", name);
+			snprintf(err, errlen, "unknown option or missing value: %s",
+				 argv[optind - 1 < argc ? optind - 1 : argc - 1]);
 			return -EINVAL;
 		}
 		if (ret < 0) {
-			snprintf(err, errlen, "bad value for %s: '%s'", name, optarg);
+			snprintf(err, errlen, "bad value for --%s: '%s'", name, optarg);
 			return -EINVAL;
 		}
 	}
@@ -312,6 +342,10 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 	}
 	if (!host_pool_set && c->host_pool_bytes > c->host_tier_bytes)
 		c->host_pool_bytes = c->host_tier_bytes;
+	if (c->host_low_watermark > c->host_high_watermark) {
+		snprintf(err, errlen, "host low watermark above the high watermark");
+		return -EINVAL;
+	}
 	if (c->host_pool_bytes < 4096 || c->host_pool_bytes > c->host_tier_bytes) {
 		snprintf(err, errlen, "host pool size must be between 4K and the host tier size");
 		return -EINVAL;

@@ -20,8 +20,10 @@ struct config {
 	char admin_socket_path[CONFIG_SOCKET_PATH_MAX];
 	char state_dir[CONFIG_PATH_MAX];
 	char cache_dir[CONFIG_PATH_MAX];
-	uint64_t host_tier_bytes; /* arenas of all pools together */
-	uint64_t host_pool_bytes; /* one pool's arena */
+	uint64_t host_tier_bytes;   /* arenas of all pools together */
+	uint64_t host_pool_bytes;   /* one pool's arena */
+	double host_high_watermark; /* evict above this fraction of a pool's pages... */
+	double host_low_watermark;  /* ...down to this one */
 	uint32_t max_message_bytes;
 	uint32_t max_pools_per_tenant;
 	uint32_t max_sessions_per_pool;

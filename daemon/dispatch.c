@@ -15,6 +15,7 @@
 #include "lease.h"
 #include "match.h"
 #include "pool.h"
+#include "prefix_index.h"
 #include "session.h"
 #include "stats.h"
 #include "status.h"
@@ -96,7 +97,12 @@ static int do_create_session(struct cache *cache, struct conn *c,
 		*why = "no such pool";
 		return -ENOENT;
 	}
-	ret = session_create(cache, p, &s);
+	ret = session_create(cache, p,
+			     in->has_cache_salt
+				     ? prefix_index_root(p->model_id, &p->layout,
+							 in->cache_salt.data, in->cache_salt.len)
+				     : p->root,
+			     &s);
 	if (ret < 0) {
 		*why = ret == -EDQUOT ? "too many sessions in this pool" : "cannot create session";
 		return ret;
@@ -165,24 +171,125 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 static int do_commit(struct cache *cache, struct conn *c, const Kvpalace__V1__CommitRequest *in,
 		     struct reply *r, const char **why)
 {
+	Kvpalace__V1__CommitResponse *out = &r->u.commit;
 	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+	uint32_t first;
 	int ret;
 
 	if (!s) {
 		*why = "no such session";
 		return -ENOENT;
 	}
-	ret = session_commit(cache, s, c, in->n_tokens);
+	ret = session_commit(cache, s, c, in->n_tokens, &first);
 	if (ret < 0) {
-		*why = ret == -EBUSY ? "another client holds this session's reservation"
-				     : "commit of more tokens than this client reserved";
-		return ret;
+		*why = ret == -EBUSY   ? "another client holds this session's reservation"
+		       : ret == -E2BIG ? "commit fills more pages than one reply can list: "
+					 "commit in smaller steps"
+				       : "commit of more tokens than this client reserved";
+		return ret == -E2BIG ? -EINVAL : ret;
 	}
 	cache->ctr.committed_tokens += in->n_tokens;
-	kvpalace__v1__commit_response__init(&r->u.commit);
-	r->u.commit.committed_tokens = s->n_committed;
+	kvpalace__v1__commit_response__init(out);
+	out->committed_tokens = s->n_committed;
+	if (s->n_hashes > first) {
+		/* The pages this commit filled, with their slots after dedup. */
+		out->has_first_page = 1;
+		out->first_page = first;
+		out->page_slots = s->pages + first;
+		out->n_page_slots = s->n_hashes - first;
+	}
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_COMMIT;
-	r->resp.commit = &r->u.commit;
+	r->resp.commit = out;
+	return 0;
+}
+
+static int do_fork(struct cache *cache, struct conn *c, const Kvpalace__V1__ForkRequest *in,
+		   struct reply *r, const char **why)
+{
+	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+	struct session *f;
+	int ret;
+
+	if (!s) {
+		*why = "no such session";
+		return -ENOENT;
+	}
+	ret = session_fork(cache, s, in->n_tokens, &f);
+	if (ret < 0) {
+		*why = ret == -ERANGE	? "fork past the session's committed tokens"
+		       : ret == -EDQUOT ? "too many sessions in this pool"
+		       : ret == -ENOSPC ? "host tier full: no page for the copy of the last page"
+					: "cannot fork";
+		return ret;
+	}
+	kvpalace__v1__fork_response__init(&r->u.fork);
+	r->u.fork.session_id = f->id;
+	r->u.fork.n_tokens = f->n_tokens;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_FORK;
+	r->resp.fork = &r->u.fork;
+	return 0;
+}
+
+static int do_truncate(struct cache *cache, struct conn *c, const Kvpalace__V1__TruncateRequest *in,
+		       struct reply *r, const char **why)
+{
+	Kvpalace__V1__TruncateResponse *out = &r->u.truncate;
+	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+	int copied, ret;
+
+	if (!s) {
+		*why = "no such session";
+		return -ENOENT;
+	}
+	ret = session_truncate(cache, s, c, in->n_tokens, &copied);
+	if (ret < 0) {
+		*why = ret == -EBUSY	? "another client holds uncommitted tokens of this session"
+		       : ret == -ERANGE ? "truncate past the session's tokens"
+		       : ret == -ENOSPC ? "host tier full: no page for the copy of the last page"
+					: "cannot truncate";
+		return ret;
+	}
+	kvpalace__v1__truncate_response__init(out);
+	out->n_tokens = s->n_tokens;
+	out->committed_tokens = s->n_committed;
+	if (copied) {
+		out->has_first_page = 1;
+		out->first_page = s->n_pages - 1;
+		out->page_slots = s->pages + s->n_pages - 1;
+		out->n_page_slots = 1;
+	}
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_TRUNCATE;
+	r->resp.truncate = out;
+	return 0;
+}
+
+static int do_session_pages(struct cache *cache, struct conn *c,
+			    const Kvpalace__V1__SessionPagesRequest *in, struct reply *r,
+			    const char **why)
+{
+	Kvpalace__V1__SessionPagesResponse *out = &r->u.session_pages;
+	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+	/* A packed slot takes at most 5 bytes; the rest fits in 256. */
+	uint64_t fit = (cache->cfg->max_message_bytes - FRAME_HEADER_BYTES - 256) / 5;
+
+	if (!s) {
+		*why = "no such session";
+		return -ENOENT;
+	}
+	if (in->first_page > s->n_pages) {
+		*why = "first page past the session's pages";
+		return -ERANGE;
+	}
+	kvpalace__v1__session_pages_response__init(out);
+	out->first_page = in->first_page;
+	out->page_slots = s->pages + in->first_page;
+	out->n_page_slots = s->n_pages - in->first_page;
+	if (out->n_page_slots > fit)
+		out->n_page_slots = fit;
+	out->n_tokens = s->n_tokens;
+	out->committed_tokens = s->n_committed;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_SESSION_PAGES;
+	r->resp.session_pages = out;
 	return 0;
 }
 
@@ -211,26 +318,27 @@ static int do_match_prefix(struct cache *cache, struct conn *c,
 		before = l->n_tokens;
 		ret = match_extend(cache, l, in->tokens, in->n_tokens, &mr);
 	} else {
-		struct session *only = NULL;
+		XXH128_hash_t root = p->root;
 
-		if (in->has_session_id) {
-			only = session_get(cache, in->session_id, c->uid, 0);
-			if (!only || only->pool != p) {
-				*why = "no such session in this pool";
-				return -ENOENT;
-			}
-		}
+		if (in->has_cache_salt)
+			root = prefix_index_root(p->model_id, &p->layout, in->cache_salt.data,
+						 in->cache_salt.len);
 		if (c->n_leases >= cache->cfg->max_leases_per_conn) {
 			*why = "too many leases held by this client";
 			return -EDQUOT;
 		}
-		ret = match_start(cache, p, only, c, &c->leases, in->tokens, in->n_tokens, &l, &mr);
+		ret = match_start(cache, p, root, c, &c->leases, in->tokens, in->n_tokens, &l, &mr);
 		if (ret == 1)
 			c->n_leases++;
-		if (ret >= 0) {
-			cache->ctr.match_hits += ret == 1;
-			cache->ctr.match_misses += ret == 0;
-		}
+		if (ret == 0)
+			cache->ctr.match_misses++; /* no page at all: no lease */
+	}
+	if (ret >= 0 && l && !l->counted && (l->n_tokens || l->complete)) {
+		/* A match counts once, when its first page is found or when
+		 * it is known to have found none. */
+		l->counted = 1;
+		cache->ctr.match_hits += l->n_tokens > 0;
+		cache->ctr.match_misses += l->n_tokens == 0;
 	}
 	if (ret < 0) {
 		*why = "cannot pin the matched pages";
@@ -270,6 +378,25 @@ static int do_release(struct cache *cache, struct conn *c, const Kvpalace__V1__R
 	return 0;
 }
 
+static int do_list_sessions(struct cache *cache, struct conn *c,
+			    const Kvpalace__V1__ListSessionsRequest *in, struct reply *r,
+			    const char **why)
+{
+	int ret;
+
+	kvpalace__v1__list_sessions_response__init(&r->u.list_sessions);
+	ret = stats_list_sessions(cache, c->uid, c->admin, in->has_pool_id ? in->pool_id : 0,
+				  in->has_after_id ? in->after_id : 0,
+				  cache->cfg->max_message_bytes, &r->u.list_sessions, &r->heap);
+	if (ret < 0) {
+		*why = "cannot list sessions";
+		return ret;
+	}
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_LIST_SESSIONS;
+	r->resp.list_sessions = &r->u.list_sessions;
+	return 0;
+}
+
 static int do_stats(struct cache *cache, struct conn *c, struct reply *r, const char **why)
 {
 	int ret;
@@ -297,7 +424,8 @@ static int run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request 
 	if (ret < 0)
 		return ret;
 	if (c->admin && req->op_case != KVPALACE__V1__REQUEST__OP_HELLO &&
-	    req->op_case != KVPALACE__V1__REQUEST__OP_STATS) {
+	    req->op_case != KVPALACE__V1__REQUEST__OP_STATS &&
+	    req->op_case != KVPALACE__V1__REQUEST__OP_LIST_SESSIONS) {
 		*why = "the admin socket serves admin operations only";
 		return -EPERM;
 	}
@@ -320,6 +448,14 @@ static int run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request 
 		return do_release(cache, c, req->release, r, why);
 	case KVPALACE__V1__REQUEST__OP_STATS:
 		return do_stats(cache, c, r, why);
+	case KVPALACE__V1__REQUEST__OP_FORK:
+		return do_fork(cache, c, req->fork, r, why);
+	case KVPALACE__V1__REQUEST__OP_TRUNCATE:
+		return do_truncate(cache, c, req->truncate, r, why);
+	case KVPALACE__V1__REQUEST__OP_SESSION_PAGES:
+		return do_session_pages(cache, c, req->session_pages, r, why);
+	case KVPALACE__V1__REQUEST__OP_LIST_SESSIONS:
+		return do_list_sessions(cache, c, req->list_sessions, r, why);
 	default:
 		*why = "unknown operation";
 		return -EPROTO;

@@ -24,6 +24,10 @@ struct reply {
 		Kvpalace__V1__MatchPrefixResponse match_prefix;
 		Kvpalace__V1__ReleaseResponse release;
 		Kvpalace__V1__StatsResponse stats;
+		Kvpalace__V1__ForkResponse fork;
+		Kvpalace__V1__TruncateResponse truncate;
+		Kvpalace__V1__SessionPagesResponse session_pages;
+		Kvpalace__V1__ListSessionsResponse list_sessions;
 	} u;
 	void *heap;  /* freed by reply_fini */
 	int pass_fd; /* fd to send with the reply (owned), or -1 */

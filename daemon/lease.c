@@ -41,6 +41,7 @@ int lease_add_pages(struct lease *l, const uint32_t *slots, uint32_t n)
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		pagealloc_pin(&l->pool->pa, slots[i]);
+		prefix_index_update(&l->pool->ix, &l->pool->pa, slots[i]);
 		l->pages[l->n_pages++] = slots[i];
 	}
 	return 0;
@@ -50,11 +51,15 @@ void lease_release(struct cache *c, struct lease *l)
 {
 	if (!l)
 		return;
-	for (uint32_t i = 0; i < l->n_pages; i++)
+	/* Leaves first, so a chain's pages become evictable child before
+	 * parent. */
+	for (uint32_t i = l->n_pages; i-- > 0;) {
 		pagealloc_unpin(&l->pool->pa, l->pages[i]);
+		prefix_index_update(&l->pool->ix, &l->pool->pa, l->pages[i]);
+	}
 	idmap_del(&c->leases, l->id);
 	list_del(&l->owner_link);
-	free(l->cands);
+	free(l->carry);
 	free(l->pages);
 	free(l);
 }

@@ -12,6 +12,7 @@
 #define KVPD_LEASE_H
 
 #include <stdint.h>
+#include <xxhash.h>
 
 #include "cache.h"
 #include "list.h"
@@ -21,11 +22,14 @@ struct lease {
 	uint64_t id;
 	struct pool *pool;
 	const void *owner;
-	uint64_t *cands; /* sessions matching all tokens so far (match.c) */
-	uint32_t n_cands;
+	XXH128_hash_t chain; /* hash of the last matched page (the root at first) */
+	uint32_t *carry;     /* tokens of a page cut by a chunk boundary */
+	uint32_t n_carry;
 	uint64_t n_tokens; /* matched so far */
-	int complete;	   /* the match stopped; later chunks add nothing */
-	uint32_t *pages;   /* [cap_pages] pinned slots, n_pages used */
+	int complete;
+	int counted;
+		/* counted as a hit or a miss */ /* the match stopped; later chunks add nothing */
+	uint32_t *pages;			 /* [cap_pages] pinned slots, n_pages used */
 	uint32_t n_pages;
 	uint32_t cap_pages;
 	struct list owner_link; /* the owner's list of leases */

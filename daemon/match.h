@@ -1,30 +1,24 @@
-/* daemon/match.h — MatchPrefix over a pool's sessions (protocol v1).
+/* daemon/match.h — MatchPrefix: walk a prompt's hash chain in the pool's
+ * prefix index.
  *
- * Finds the longest prefix of a token list that some session of the pool
- * has committed, and pins the pages holding it under a read lease. A token
- * list longer than one request arrives in chunks that extend one lease; so
- * that the chunks together find the true longest match, the lease keeps
- * every session that matched all tokens so far (its candidates) and each
- * chunk continues with the candidates that match it furthest. Pages come
- * from any candidate: sessions that committed the same tokens hold the
- * same KV for them (committed tokens never change in v1: there is no
- * Truncate yet). Cost: O(sessions × matched tokens); the
- * content-addressed prefix index replaces this. Event-loop thread only.
+ * The prompt is cut into pages of block_tokens; each full page's chain
+ * hash is looked up in the index and the walk stops at the first miss, so
+ * a match is always whole pages and costs one hash and one lookup per page.
+ * The matched pages are pinned under a read lease. A token list longer
+ * than one request arrives in chunks that extend the same lease: the lease
+ * keeps the chain hash reached and the tokens of a page cut by a chunk
+ * boundary. Event-loop thread only.
  */
 #ifndef KVPD_MATCH_H
 #define KVPD_MATCH_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <xxhash.h>
 
 #include "cache.h"
 #include "lease.h"
 #include "pool.h"
-
-struct session;
-
-/* Candidates a lease keeps at most; past that the first ones are kept. */
-#define MATCH_MAX_CANDIDATES 256u
 
 struct match_result {
 	uint64_t first_page;   /* page index of the first slot reported */
@@ -32,18 +26,15 @@ struct match_result {
 	uint32_t n_slots;
 };
 
-/* First chunk: matches tokens[0..n) against every session of p, or only
- * `only` when not NULL. On a hit creates a lease owned by owner (linked into
- * owner_list) and returns 1 with it in *ret_lease; returns 0 on a miss (no
- * lease), -ENOMEM. */
-int match_start(struct cache *c, struct pool *p, struct session *only, const void *owner,
+/* First chunk: walks tokens[0..n) from root. Creates a lease owned by
+ * owner (linked into owner_list) unless the walk missed at once; returns 1
+ * with it in *ret_lease, 0 on a miss (no lease), or -ENOMEM. */
+int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void *owner,
 		struct list *owner_list, const uint32_t *tokens, size_t n, struct lease **ret_lease,
 		struct match_result *ret);
 
-/* A later chunk: extends the lease's match with tokens[0..n). Returns 0
- * (the lease says how far it got and whether it is complete) or -ENOMEM.
- * The page holding the previous end of the match may be reported again
- * (from another candidate); clients replace it. */
+/* A later chunk: continues the lease's walk with tokens[0..n). Returns 0
+ * (the lease says how far it got and whether it is complete) or -ENOMEM. */
 int match_extend(struct cache *c, struct lease *l, const uint32_t *tokens, size_t n,
 		 struct match_result *ret);
 

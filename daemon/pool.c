@@ -75,8 +75,11 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	p->page_bytes = page_bytes;
 	p->arena_bytes = arena_bytes;
 	ret = pagealloc_init(&p->pa, (uint32_t)n_pages);
+	if (ret == 0)
+		ret = prefix_index_init(&p->ix, (uint32_t)n_pages);
 	if (ret < 0)
 		goto fail;
+	p->root = prefix_index_root(model_id, layout, NULL, 0);
 	snprintf(name, sizeof(name), "kvpalace-pool-%llu", (unsigned long long)p->id);
 	ret = shm_arena_create(name, arena_bytes, &p->arena_fd, &p->huge);
 	if (ret < 0)
@@ -102,6 +105,7 @@ fail:
 	shm_arena_unmap(p->arena, p->arena_bytes);
 	if (p->arena_fd >= 0)
 		close(p->arena_fd);
+	prefix_index_fini(&p->ix, &p->pa);
 	pagealloc_fini(&p->pa);
 	free(p);
 	return ret == -ENOMEM ? -ENOMEM : -ENOSPC;
@@ -117,6 +121,7 @@ void pool_free(struct cache *c, struct pool *p)
 	c->host_bytes -= p->arena_bytes;
 	shm_arena_unmap(p->arena, p->arena_bytes);
 	close(p->arena_fd);
+	prefix_index_fini(&p->ix, &p->pa);
 	pagealloc_fini(&p->pa);
 	free(p);
 }

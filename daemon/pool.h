@@ -17,6 +17,7 @@
 #include "layout.h"
 #include "list.h"
 #include "pagealloc.h"
+#include "prefix_index.h"
 
 struct pool {
 	uint64_t id;
@@ -29,6 +30,8 @@ struct pool {
 	void *arena; /* the daemon's own mapping */
 	int huge;    /* arena uses hugepages */
 	struct pagealloc pa;
+	struct prefix_index ix;
+	XXH128_hash_t root;   /* chain root without a salt */
 	struct list sessions; /* struct session.pool_link */
 	uint32_t n_sessions;
 	struct list link; /* cache.pool_list */

@@ -1,12 +1,34 @@
-/* daemon/session.c — session page tables, two-phase append (see session.h). */
+/* daemon/session.c — page tables, two-phase append, commit with dedup,
+ * fork and truncate (see session.h). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "evict.h"
 #include "log.h"
 #include "session.h"
 
-int session_create(struct cache *c, struct pool *p, struct session **ret_session)
+static uint32_t pages_for(const struct session *s, uint64_t n_tokens)
+{
+	uint32_t bt = s->pool->layout.block_tokens;
+
+	return (uint32_t)((n_tokens + bt - 1) / bt);
+}
+
+static void unref_page(struct pool *p, uint32_t slot)
+{
+	pagealloc_unref(&p->pa, slot);
+	prefix_index_update(&p->ix, &p->pa, slot);
+}
+
+static void ref_page(struct pool *p, uint32_t slot)
+{
+	pagealloc_ref(&p->pa, slot);
+	prefix_index_update(&p->ix, &p->pa, slot);
+}
+
+int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
+		   struct session **ret_session)
 {
 	struct session *s;
 
@@ -17,6 +39,8 @@ int session_create(struct cache *c, struct pool *p, struct session **ret_session
 		return -ENOMEM;
 	s->id = cache_new_id(c);
 	s->pool = p;
+	s->root = root;
+	s->last_use_ns = cache_now_ns();
 	list_init(&s->writer_link);
 	if (idmap_put(&c->sessions, s->id, s) < 0) {
 		free(s);
@@ -28,17 +52,13 @@ int session_create(struct cache *c, struct pool *p, struct session **ret_session
 	return 0;
 }
 
+/* Drops pages from the end (leaves first) until keep remain. */
 static void drop_pages_from(struct session *s, uint32_t keep)
 {
 	while (s->n_pages > keep)
-		pagealloc_unref(&s->pool->pa, s->pages[--s->n_pages]);
-}
-
-static uint32_t pages_for(const struct session *s, uint64_t n_tokens)
-{
-	uint32_t bt = s->pool->layout.block_tokens;
-
-	return (uint32_t)((n_tokens + bt - 1) / bt);
+		unref_page(s->pool, s->pages[--s->n_pages]);
+	if (s->n_hashes > keep)
+		s->n_hashes = keep;
 }
 
 void session_rollback(struct cache *c, struct session *s)
@@ -61,6 +81,7 @@ void session_close(struct cache *c, struct session *s)
 	s->pool->n_sessions--;
 	free(s->tokens);
 	free(s->pages);
+	free(s->hashes);
 	free(s);
 }
 
@@ -90,13 +111,28 @@ static int grow(void **arr, uint64_t *cap, uint64_t need, size_t elem)
 	return 0;
 }
 
+/* Makes room in the page and hash tables for need pages. */
+static int reserve_pages(struct session *s, uint32_t need)
+{
+	uint64_t cap = s->cap_pages, cap2 = s->cap_pages;
+	int ret;
+
+	ret = grow((void **)&s->pages, &cap, need, sizeof(uint32_t));
+	if (ret == 0)
+		ret = grow((void **)&s->hashes, &cap2, need, sizeof(XXH128_hash_t));
+	if (ret < 0)
+		return ret;
+	/* Both grew to the same power-of-two capacity. */
+	s->cap_pages = (uint32_t)(cap < cap2 ? cap : cap2);
+	return 0;
+}
+
 int session_append(struct cache *c, struct session *s, const void *writer, struct list *writer_list,
 		   const uint32_t *tokens, size_t n, uint64_t *ret_first_token)
 {
 	struct pagealloc *pa = &s->pool->pa;
 	uint64_t end = s->n_tokens + n;
 	uint32_t need, have = s->n_pages;
-	uint64_t cap_pages = s->cap_pages;
 	int ret;
 
 	if (s->writer && s->writer != writer)
@@ -104,23 +140,23 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 	if (end > c->cfg->max_session_tokens)
 		return -EDQUOT;
 	need = pages_for(s, end);
-	if (need - have > pa->n_free)
-		return -ENOSPC;
+	ret = evict_make_room(c, s->pool, need - have);
+	if (ret < 0)
+		return ret;
 	ret = grow((void **)&s->tokens, &s->cap_tokens, end, sizeof(uint32_t));
+	if (ret == 0)
+		ret = reserve_pages(s, need);
 	if (ret < 0)
 		return ret;
-	ret = grow((void **)&s->pages, &cap_pages, need, sizeof(uint32_t));
-	if (ret < 0)
-		return ret;
-	s->cap_pages = (uint32_t)cap_pages;
 	for (uint32_t i = have; i < need; i++) {
 		ret = pagealloc_get(pa, &s->pages[i]);
-		kvp_assert(ret == 0); /* n_free was checked above */
+		kvp_assert(ret == 0); /* evict_make_room made room */
 	}
 	s->n_pages = need;
 	memcpy(s->tokens + s->n_tokens, tokens, n * sizeof(uint32_t));
 	*ret_first_token = s->n_tokens;
 	s->n_tokens = end;
+	s->last_use_ns = cache_now_ns();
 	if (!s->writer) {
 		s->writer = writer;
 		list_add_tail(writer_list, &s->writer_link);
@@ -128,16 +164,57 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 	return 0;
 }
 
-int session_commit(struct cache *c, struct session *s, const void *writer, uint64_t n)
+/* Hashes full committed page i and lists it in the index, or adopts the
+ * indexed page of the same content in place of the session's own. */
+static void index_page(struct pool *p, struct session *s, uint32_t i)
 {
-	(void)c;
+	uint32_t bt = p->layout.block_tokens;
+	XXH128_hash_t parent = i ? s->hashes[i - 1] : s->root;
+	XXH128_hash_t h = prefix_index_hash_page(parent, s->tokens + (uint64_t)i * bt, bt);
+	struct pindex_entry *e = prefix_index_find(&p->ix, h);
+
+	s->hashes[i] = h;
+	if (e && e->slot != s->pages[i]) {
+		/* Someone committed the same tokens after the same prefix:
+		 * share their page, free ours (only we held it). */
+		uint32_t own = s->pages[i];
+
+		ref_page(p, e->slot);
+		s->pages[i] = e->slot;
+		kvp_assert(pagealloc_unref(&p->pa, own) == 0);
+		p->ix.dedup_pages++;
+	} else if (!e) {
+		struct pindex_entry *pe = i ? prefix_index_find(&p->ix, parent) : NULL;
+
+		/* -EEXIST (a 64-bit key collision) or -ENOMEM leave the page
+		 * private: never indexed, never matched, still correct. */
+		(void)prefix_index_insert(&p->ix, &p->pa, h, pe, s->pages[i]);
+	}
+}
+
+int session_commit(struct cache *c, struct session *s, const void *writer, uint64_t n,
+		   uint32_t *ret_first_filled)
+{
+	uint32_t bt = s->pool->layout.block_tokens;
+	uint64_t max_filled = config_max_tokens_per_request(c->cfg);
+	uint32_t full;
+
 	if (s->n_tokens == s->n_committed)
 		return -ERANGE; /* nothing reserved */
 	if (s->writer != writer)
 		return -EBUSY;
 	if (n > s->n_tokens - s->n_committed)
 		return -ERANGE;
+	/* The reply lists every page filled: refuse before changing anything
+	 * what one reply could not list. */
+	if ((s->n_committed + n) / bt - s->n_committed / bt > max_filled)
+		return -E2BIG;
 	s->n_committed += n;
+	s->last_use_ns = cache_now_ns();
+	*ret_first_filled = s->n_hashes;
+	full = (uint32_t)(s->n_committed / bt);
+	while (s->n_hashes < full)
+		index_page(s->pool, s, s->n_hashes++);
 	if (s->n_committed == s->n_tokens) {
 		s->writer = NULL;
 		list_del(&s->writer_link);
@@ -145,17 +222,113 @@ int session_commit(struct cache *c, struct session *s, const void *writer, uint6
 	return 0;
 }
 
+/* Replaces the session's page i by a private copy. */
+static int copy_page(struct cache *c, struct session *s, uint32_t i)
+{
+	struct pool *p = s->pool;
+	uint32_t slot;
+	int ret;
+
+	ret = evict_make_room(c, p, 1);
+	if (ret < 0)
+		return ret;
+	ret = pagealloc_get(&p->pa, &slot);
+	kvp_assert(ret == 0);
+	memcpy((char *)p->arena + (uint64_t)slot * p->page_bytes,
+	       (char *)p->arena + (uint64_t)s->pages[i] * p->page_bytes, p->page_bytes);
+	unref_page(p, s->pages[i]);
+	s->pages[i] = slot;
+	return 0;
+}
+
+int session_truncate(struct cache *c, struct session *s, const void *writer, uint64_t n,
+		     int *ret_copied)
+{
+	uint32_t bt = s->pool->layout.block_tokens;
+	uint32_t keep = pages_for(s, n);
+	int ret;
+
+	if (s->writer && s->writer != writer)
+		return -EBUSY;
+	if (n > s->n_tokens)
+		return -ERANGE;
+	*ret_copied = 0;
+	/* The new last page will be written again: it must be ours alone. */
+	if (n % bt && s->pool->pa.refs[s->pages[keep - 1]] > 1) {
+		ret = copy_page(c, s, keep - 1);
+		if (ret < 0)
+			return ret;
+		*ret_copied = 1;
+	}
+	drop_pages_from(s, keep);
+	s->n_tokens = n;
+	if (s->n_committed > n)
+		s->n_committed = n;
+	if (s->n_hashes > s->n_committed / bt)
+		s->n_hashes = (uint32_t)(s->n_committed / bt);
+	if (s->writer && s->n_committed == s->n_tokens) {
+		s->writer = NULL;
+		list_del(&s->writer_link);
+	}
+	s->last_use_ns = cache_now_ns();
+	return 0;
+}
+
+int session_fork(struct cache *c, struct session *s, uint64_t n, struct session **ret_session)
+{
+	uint32_t bt = s->pool->layout.block_tokens;
+	uint32_t full = (uint32_t)(n / bt), need = pages_for(s, n);
+	struct session *f;
+	int ret;
+
+	if (n > s->n_committed)
+		return -ERANGE;
+	ret = session_create(c, s->pool, s->root, &f);
+	if (ret < 0)
+		return ret;
+	ret = grow((void **)&f->tokens, &f->cap_tokens, n ? n : 1, sizeof(uint32_t));
+	if (ret == 0)
+		ret = reserve_pages(f, need ? need : 1);
+	if (ret < 0)
+		goto fail;
+	if (n)
+		memcpy(f->tokens, s->tokens, n * sizeof(uint32_t));
+	for (uint32_t i = 0; i < full; i++) {
+		f->pages[i] = s->pages[i];
+		ref_page(s->pool, f->pages[i]);
+	}
+	f->n_pages = full;
+	f->n_hashes = full < s->n_hashes ? full : s->n_hashes;
+	if (f->n_hashes)
+		memcpy(f->hashes, s->hashes, f->n_hashes * sizeof(XXH128_hash_t));
+	if (need > full) {
+		/* The partial last page: the fork gets its own copy. */
+		f->pages[full] = s->pages[full];
+		ref_page(s->pool, f->pages[full]);
+		f->n_pages = need;
+		ret = copy_page(c, f, full);
+		if (ret < 0)
+			goto fail;
+	}
+	f->n_tokens = f->n_committed = n;
+	s->last_use_ns = cache_now_ns();
+	*ret_session = f;
+	return 0;
+fail:
+	session_close(c, f);
+	return ret;
+}
+
 uint32_t session_reserved_pages(const struct session *s)
 {
 	return s->n_pages - pages_for(s, s->n_committed);
 }
 
-uint64_t session_common_prefix(const struct session *s, uint64_t from, const uint32_t *tokens,
-			       size_t n)
+uint32_t session_shared_pages(const struct session *s)
 {
-	uint64_t i = 0;
+	uint32_t n = 0;
 
-	while (from + i < s->n_committed && i < n && s->tokens[from + i] == tokens[i])
-		i++;
-	return i;
+	for (uint32_t i = 0; i < s->n_pages; i++)
+		n += s->pool->pa.refs[s->pages[i]] > 1;
+	return n;
 }

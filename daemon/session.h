@@ -1,13 +1,20 @@
 /* daemon/session.h — sessions: one sequence's tokens and page table.
  *
  * A session holds the token ids it has reserved, how many of them are
- * committed, and the page slots holding their KV (page i holds positions
- * i*block_tokens onwards). Writing is two-phase: session_append reserves
- * slots (the client writes K/V into them in place), session_commit
- * publishes them. Only one connection at a time, the writer, may hold
- * uncommitted reservations; they are rolled back when it disconnects.
- * Committed tokens never change and are what MatchPrefix compares. A
- * session outlives the connection that created it, until CloseSession.
+ * committed, the page slots holding their KV (page i holds positions
+ * i*block_tokens onwards) and the hash chain of its full committed pages.
+ * Writing is two-phase: session_append reserves slots (the client writes
+ * K/V into them in place), session_commit publishes them; each page a
+ * commit fills enters the pool's prefix index, or is replaced by the
+ * indexed copy of the same content (dedup). Only one connection at a
+ * time, the writer, may hold uncommitted tokens; they are rolled back when
+ * it disconnects.
+ *
+ * Pages may be shared (index, forks, leases); a session only ever writes
+ * positions at or after its committed length, and those live in pages
+ * nobody else holds: full pages are never written again, fork copies the
+ * partial last page, truncate copies a shared new last page. A session
+ * outlives the connection that created it, until CloseSession.
  * Event-loop thread only.
  */
 #ifndef KVPD_SESSION_H
@@ -16,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <xxhash.h>
 
 #include "cache.h"
 #include "list.h"
@@ -24,51 +32,70 @@
 struct session {
 	uint64_t id;
 	struct pool *pool;
-	uint32_t *tokens;  /* [cap_tokens] token ids, n_tokens used */
-	uint64_t n_tokens; /* reserved, committed or not */
+	XXH128_hash_t root; /* chain root: pool identity + salt */
+	uint32_t *tokens;   /* [cap_tokens] token ids, n_tokens used */
+	uint64_t n_tokens;  /* reserved, committed or not */
 	uint64_t n_committed;
 	uint64_t cap_tokens;
 	uint32_t *pages; /* [cap_pages] page slots, n_pages used */
 	uint32_t n_pages;
 	uint32_t cap_pages;
+	XXH128_hash_t *hashes; /* [cap_pages] chain hash of each full committed page */
+	uint32_t n_hashes;
+	uint64_t last_use_ns;
 	const void *writer;	 /* the connection holding uncommitted tokens, or NULL */
 	struct list pool_link;	 /* pool.sessions */
 	struct list writer_link; /* the writer's list of sessions it reserved in */
 };
 
-/* Creates an empty session in p. Returns 0, -EDQUOT (pool's session limit)
- * or -ENOMEM. */
-int session_create(struct cache *c, struct pool *p, struct session **ret_session);
+/* Creates an empty session in p whose chain starts at root. Returns 0,
+ * -EDQUOT (pool's session limit) or -ENOMEM. */
+int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
+		   struct session **ret_session);
 
 /* Rolls back uncommitted tokens, drops the page references and frees the
- * session. Pages pinned by leases stay until those are released. */
+ * session. Pages pinned by leases or listed in the index stay. */
 void session_close(struct cache *c, struct session *s);
 
 /* The session with this id in a pool of uid (any when admin), or NULL. */
 struct session *session_get(struct cache *c, uint64_t id, uid_t uid, int admin);
 
 /* Reserves slots for n tokens after the last reserved one on behalf of
- * writer, whose list of written sessions is writer_list. Returns 0 with
+ * writer, whose list of written sessions is writer_list; evicts cold
+ * indexed pages when the pool is above its high watermark. Returns 0 with
  * the first new position in *ret_first_token, -EBUSY when another writer
  * holds uncommitted tokens, -EDQUOT past max_session_tokens, -ENOSPC when
- * the arena has too few free pages (nothing is reserved then), -ENOMEM. */
+ * every page is held or pinned (nothing is reserved then), -ENOMEM. */
 int session_append(struct cache *c, struct session *s, const void *writer, struct list *writer_list,
 		   const uint32_t *tokens, size_t n, uint64_t *ret_first_token);
 
-/* Publishes the next n reserved tokens. Returns 0, -EBUSY when writer is
- * not the session's writer, -ERANGE when n exceeds the uncommitted tokens. */
-int session_commit(struct cache *c, struct session *s, const void *writer, uint64_t n);
+/* Publishes the next n reserved tokens and indexes the pages they fill.
+ * Returns 0 and the index of the first page it filled (pages from there to
+ * n_committed / block_tokens may have new slots), -EBUSY when writer is not
+ * the session's writer, -ERANGE when n exceeds the uncommitted tokens,
+ * -E2BIG when it would fill more pages than one reply can list
+ * (config_max_tokens_per_request). */
+int session_commit(struct cache *c, struct session *s, const void *writer, uint64_t n,
+		   uint32_t *ret_first_filled);
 
 /* Drops the uncommitted tail and the pages only it used; ends the writer's
  * hold. */
 void session_rollback(struct cache *c, struct session *s);
 
+/* Keeps the first n tokens (n <= n_tokens), for writer or when nobody
+ * writes. Returns 0 and sets *ret_copied (1 when the new last page was
+ * shared and was copied to a fresh slot), -EBUSY, -ERANGE, -ENOSPC. */
+int session_truncate(struct cache *c, struct session *s, const void *writer, uint64_t n,
+		     int *ret_copied);
+
+/* A new session sharing the first n committed tokens of s. Returns 0,
+ * -ERANGE (n > committed), -EDQUOT, -ENOSPC (no page for the partial
+ * copy), -ENOMEM. */
+int session_fork(struct cache *c, struct session *s, uint64_t n, struct session **ret_session);
+
 /* Pages holding only uncommitted positions. */
 uint32_t session_reserved_pages(const struct session *s);
-
-/* Length of the common prefix of the session's committed tokens from
- * position `from` and tokens[0..n). */
-uint64_t session_common_prefix(const struct session *s, uint64_t from, const uint32_t *tokens,
-			       size_t n);
+/* Pages of s that someone else (index, lease, another session) holds too. */
+uint32_t session_shared_pages(const struct session *s);
 
 #endif

@@ -4,6 +4,7 @@
 
 #include "frame.h"
 #include "pool.h"
+#include "session.h"
 #include "stats.h"
 
 struct pool_entry {
@@ -38,6 +39,15 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	out->appended_tokens = c->ctr.appended_tokens;
 	out->committed_tokens = c->ctr.committed_tokens;
 	out->disconnects_bad = c->ctr.disconnects_bad;
+	out->has_evictions = out->has_dedup_pages = 1;
+	for (it = c->pool_list.next; it != &c->pool_list; it = it->next) {
+		const struct pool *p = list_entry(it, struct pool, link);
+
+		if (admin || p->uid == uid) {
+			out->evictions += p->ix.evictions;
+			out->dedup_pages += p->ix.dedup_pages;
+		}
+	}
 	out->gpu = 0;
 	out->gpu_status = "no GPU tier in this version: host tier only";
 
@@ -71,6 +81,12 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 		ps->reserved_pages = pool_reserved_pages(p);
 		ps->leased_pages = pagealloc_n_pinned(&p->pa);
 		ps->n_sessions = p->n_sessions;
+		ps->has_indexed_pages = ps->has_evictable_pages = 1;
+		ps->has_evictions = ps->has_dedup_pages = 1;
+		ps->indexed_pages = p->ix.n_entries;
+		ps->evictable_pages = p->ix.n_evictable;
+		ps->evictions = p->ix.evictions;
+		ps->dedup_pages = p->ix.dedup_pages;
 		sz = kvpalace__v1__pool_stats__get_packed_size(ps) + 8;
 		if (sz > budget) {
 			out->has_pools_truncated = 1;
@@ -83,6 +99,78 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	}
 	out->n_pools = i;
 	out->pools = ptrs;
+	*ret_heap = heap;
+	return 0;
+}
+
+struct session_entry {
+	Kvpalace__V1__SessionInfo si;
+};
+
+static int by_id(const void *a, const void *b)
+{
+	const struct session *x = *(struct session *const *)a;
+	const struct session *y = *(struct session *const *)b;
+
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+int stats_list_sessions(const struct cache *c, uid_t uid, int admin, uint64_t pool_id,
+			uint64_t after_id, uint32_t max_bytes,
+			Kvpalace__V1__ListSessionsResponse *out, void **ret_heap)
+{
+	size_t n = 0, i, budget = max_bytes - FRAME_HEADER_BYTES - 64;
+	uint64_t now = cache_now_ns();
+	struct session **all;
+	struct session_entry *e;
+	Kvpalace__V1__SessionInfo **ptrs;
+	void *heap;
+
+	for (i = 0; i < c->sessions.cap; i++)
+		n += c->sessions.slots[i].id != 0;
+	heap = calloc(n ? n : 1, sizeof(*all) + sizeof(*e) + sizeof(*ptrs));
+	if (!heap)
+		return -ENOMEM;
+	all = heap;
+	e = (struct session_entry *)(all + (n ? n : 1));
+	ptrs = (Kvpalace__V1__SessionInfo **)(e + (n ? n : 1));
+	n = 0;
+	for (i = 0; i < c->sessions.cap; i++) {
+		struct session *s = c->sessions.slots[i].ptr;
+
+		if (!c->sessions.slots[i].id || s->id <= after_id)
+			continue;
+		if ((!admin && s->pool->uid != uid) || (pool_id && s->pool->id != pool_id))
+			continue;
+		all[n++] = s;
+	}
+	qsort(all, n, sizeof(*all), by_id);
+	out->more = 0;
+	for (i = 0; i < n; i++) {
+		const struct session *s = all[i];
+		Kvpalace__V1__SessionInfo *si = &e[i].si;
+		size_t sz;
+
+		kvpalace__v1__session_info__init(si);
+		si->session_id = s->id;
+		si->pool_id = s->pool->id;
+		si->uid = (uint32_t)s->pool->uid;
+		si->n_tokens = s->n_tokens;
+		si->committed_tokens = s->n_committed;
+		si->n_pages = s->n_pages;
+		si->shared_pages = session_shared_pages(s);
+		si->idle_ms = (now - s->last_use_ns) / 1000000;
+		si->writing = s->writer != NULL;
+		sz = kvpalace__v1__session_info__get_packed_size(si) + 8;
+		if (sz > budget) {
+			out->more = 1;
+			break;
+		}
+		budget -= sz;
+		ptrs[i] = si;
+	}
+	out->n_sessions = i;
+	out->sessions = ptrs;
 	*ret_heap = heap;
 	return 0;
 }

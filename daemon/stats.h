@@ -17,4 +17,12 @@
 int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	       Kvpalace__V1__StatsResponse *out, void **ret_heap);
 
+/* Fills out with sessions of uid's pools (every pool when admin; pool_id
+ * only when not 0) whose id is above after_id, in id order, as many as fit
+ * in max_bytes; sets more when others follow. Storage in *ret_heap (free()
+ * it after packing). Returns 0 or -ENOMEM. */
+int stats_list_sessions(const struct cache *c, uid_t uid, int admin, uint64_t pool_id,
+			uint64_t after_id, uint32_t max_bytes,
+			Kvpalace__V1__ListSessionsResponse *out, void **ret_heap);
+
 #endif

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "prefix_index.h"
 #include "validate.h"
 
 int validate_model_id(const char *s)
@@ -49,10 +50,18 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 
 	switch (req->op_case) {
 	case KVPALACE__V1__REQUEST__OP_HELLO:
-	case KVPALACE__V1__REQUEST__OP_CREATE_SESSION:
 	case KVPALACE__V1__REQUEST__OP_CLOSE_SESSION:
 	case KVPALACE__V1__REQUEST__OP_RELEASE:
 	case KVPALACE__V1__REQUEST__OP_STATS:
+	case KVPALACE__V1__REQUEST__OP_FORK:
+	case KVPALACE__V1__REQUEST__OP_TRUNCATE:
+	case KVPALACE__V1__REQUEST__OP_SESSION_PAGES:
+	case KVPALACE__V1__REQUEST__OP_LIST_SESSIONS:
+		break;
+	case KVPALACE__V1__REQUEST__OP_CREATE_SESSION:
+		if (req->create_session->has_cache_salt &&
+		    req->create_session->cache_salt.len > PREFIX_INDEX_MAX_SALT)
+			REJECT(-EINVAL, "cache salt longer than 64 bytes");
 		break;
 	case KVPALACE__V1__REQUEST__OP_OPEN_POOL:
 		if (validate_model_id(req->open_pool->model_id) < 0)
@@ -75,6 +84,9 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 			REJECT(-EMSGSIZE, "too many tokens in one request");
 		if (req->match_prefix->has_lease_id && req->match_prefix->lease_id == 0)
 			REJECT(-EINVAL, "lease id 0 does not exist");
+		if (req->match_prefix->has_cache_salt &&
+		    req->match_prefix->cache_salt.len > PREFIX_INDEX_MAX_SALT)
+			REJECT(-EINVAL, "cache salt longer than 64 bytes");
 		break;
 	default:
 		REJECT(-EPROTO, "request carries no known operation");
