@@ -28,7 +28,8 @@
  * operation tag and length, pool/session/lease ids, the tokens' tag and
  * length. Generous on purpose. */
 #define CONN_REQUEST_OVERHEAD_BYTES 128u
-/* A packed uint32 takes at most five bytes on the wire. */
+/* A packed uint32 (token id or page slot) takes at most five bytes on the
+ * wire. */
 #define CONN_TOKEN_WIRE_BYTES 5u
 
 void conn_clear_error(struct kvp_client *c)
@@ -157,6 +158,11 @@ static int conn_hello(struct kvp_client *c, int first)
 	c->max_message_bytes = h->max_message_bytes;
 	fit = (h->max_message_bytes - CONN_REQUEST_OVERHEAD_BYTES) / CONN_TOKEN_WIRE_BYTES;
 	c->chunk_tokens = h->max_tokens_per_request < fit ? h->max_tokens_per_request : fit;
+	/* A reply's fixed fields are no bigger than a request's, so a reply
+	 * has room for as many page slots as a request for tokens; a daemon
+	 * that bounds a commit's pages would bound them by its per-request
+	 * count too. */
+	c->reply_pages = c->chunk_tokens;
 	c->admin = !!h->admin;
 	c->uid = h->uid;
 	c->gpu = h->has_gpu && h->gpu;

@@ -28,6 +28,7 @@ struct kvp_client {
 	uint32_t uid;
 	uint32_t max_message_bytes; /* the daemon's cap, header included */
 	uint32_t chunk_tokens;	    /* tokens per Append/MatchPrefix request */
+	uint32_t reply_pages;	    /* pages one Commit may fill: its reply lists their slots */
 	uint64_t next_id;	    /* request ids start at 1; 0 never names a request */
 	unsigned char *sbuf;	    /* [FRAME_MAX_MAX_BYTES] outgoing frame */
 	unsigned char *rbuf;	    /* [FRAME_MAX_MAX_BYTES] incoming frame */

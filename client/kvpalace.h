@@ -140,6 +140,12 @@ KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id, const struct k
  * The pool itself stays in the daemon. NULL is accepted. */
 KVP_PUBLIC void kvp_pool_close(kvp_pool *p);
 
+/* Sets the cache salt (0..64 bytes; n = 0 clears it) used by later
+ * kvp_session_create and kvp_match_prefix calls through this handle. Pages
+ * committed under one salt are found only by matches with the same salt:
+ * give each trust domain its own. Errors: -EINVAL n > 64. */
+KVP_PUBLIC int kvp_pool_set_salt(kvp_pool *p, const void *salt, size_t n);
+
 KVP_PUBLIC uint64_t kvp_pool_id(const kvp_pool *p);
 /* Bytes of one page, and of one token's row of head_dim elements. */
 KVP_PUBLIC size_t kvp_pool_page_bytes(const kvp_pool *p);
@@ -185,16 +191,39 @@ KVP_PUBLIC void *kvp_session_kv(kvp_session *s, uint64_t pos, uint32_t layer, ui
 				uint32_t kv_head);
 
 /* Publishes the next n reserved tokens: afterwards any process of the pool
- * can match and read them. Errors: -ERANGE n exceeds what is reserved and
- * uncommitted; -ENOENT the session was closed. */
+ * can match and read their full pages. A page this commit fills may be
+ * replaced by an identical indexed copy (dedup): pointers obtained from
+ * kvp_session_kv() for positions of pages it filled are stale afterwards;
+ * ask again. A commit that fills more pages than one reply can list is
+ * sent as several requests; when a later one fails, the tokens before it
+ * stay committed (kvp_session_committed() tells how many).
+ * Errors: -ERANGE n exceeds what is reserved and uncommitted; -ENOENT the
+ * session was closed. */
 KVP_PUBLIC int kvp_commit(kvp_session *s, uint64_t n);
+
+/* Creates a new session sharing the first n_tokens committed tokens of s
+ * (copy-on-write: full pages are shared, the partial last page is copied;
+ * neither session can change what the other sees). The new session has the
+ * salt of s and no writer. Errors: -ERANGE n_tokens exceeds the committed
+ * tokens; -ENOSPC no free page for the copy; -EDQUOT session limit. */
+KVP_PUBLIC int kvp_session_fork(kvp_session *s, uint64_t n_tokens, kvp_session **ret_session);
+
+/* Drops every token of s after the first n_tokens, committed or not
+ * (speculative-decoding rollback, edited turns); pages nobody else holds
+ * return to the pool. Afterwards kvp_append continues at n_tokens; pointers
+ * to dropped positions, and to the new last page, are stale. Errors:
+ * -ERANGE n_tokens exceeds kvp_session_tokens(); -EBUSY another client holds
+ * uncommitted tokens; -ENOSPC the shared last page could not be copied. */
+KVP_PUBLIC int kvp_truncate(kvp_session *s, uint64_t n_tokens);
 
 /* ---- prefix matching (reading) ------------------------------------------ */
 
-/* Finds the longest committed prefix of tokens[0..n) cached in the pool and
- * pins its pages under a read lease: they stay valid and unchanged until
- * kvp_lease_release() or disconnect. A lease of 0 tokens is a miss (still a
- * valid handle). Errors: -EDQUOT the client holds too many leases. */
+/* Finds the longest prefix of tokens[0..n), in whole pages, that the pool's
+ * prefix index holds under the handle's salt (pages committed by any
+ * process of this user), and pins its pages under a read lease: they stay
+ * valid and unchanged until kvp_lease_release() or disconnect. A lease of 0
+ * tokens is a miss (still a valid handle). Errors: -EDQUOT the client holds
+ * too many leases. */
 KVP_PUBLIC int kvp_match_prefix(kvp_pool *p, const uint32_t *tokens, size_t n,
 				kvp_lease **ret_lease);
 
@@ -222,6 +251,10 @@ struct kvp_pool_stats {
 	uint32_t reserved_pages; /* held only by uncommitted reservations */
 	uint32_t leased_pages;	 /* pinned by at least one read lease */
 	uint32_t n_sessions;
+	uint32_t indexed_pages;	  /* held by the prefix index */
+	uint32_t evictable_pages; /* indexed leaves nobody else holds */
+	uint64_t evictions;	  /* pages evicted since the daemon started */
+	uint64_t dedup_pages;	  /* committed pages replaced by an indexed copy */
 };
 
 struct kvp_stats {
@@ -240,12 +273,34 @@ struct kvp_stats {
 	size_t n_pools;
 	struct kvp_pool_stats *pools; /* n_pools entries */
 	int pools_truncated;	      /* more pools exist than fit in one reply */
+	uint64_t evictions;	      /* pages evicted, every pool */
+	uint64_t dedup_pages;	      /* committed pages replaced by an indexed copy */
 };
 
 /* Counters of the daemon and the caller's own pools (every pool on an
  * admin connection). Free the result with kvp_stats_free(). */
 KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats);
 KVP_PUBLIC void kvp_stats_free(struct kvp_stats *st);
+
+struct kvp_session_info {
+	uint64_t session_id;
+	uint64_t pool_id;
+	uint32_t uid;
+	uint64_t n_tokens;
+	uint64_t committed_tokens;
+	uint32_t n_pages;
+	uint32_t shared_pages; /* pages another session, lease or the index also holds */
+	uint64_t idle_ms;      /* since the session was last used */
+	int writing;	       /* a client holds uncommitted tokens */
+};
+
+/* Every session of the caller's pools (of every pool on an admin
+ * connection), or of pool_id only when it is not 0, in id order: *ret_n
+ * entries in a malloc'd array, which is not NULL even when empty. Free the
+ * array with free(). Long lists take several requests; sessions created or
+ * closed meanwhile may or may not appear. */
+KVP_PUBLIC int kvp_list_sessions(kvp_client *c, uint64_t pool_id,
+				 struct kvp_session_info **ret_sessions, size_t *ret_n);
 
 #ifdef __cplusplus
 }

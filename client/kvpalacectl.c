@@ -1,19 +1,25 @@
 /* client/kvpalacectl.c — the control CLI of kvpalaced.
  *
- *   kvpalacectl [--socket PATH] ping|stats [--json]
+ *   kvpalacectl [--socket PATH] [--json] ping|stats|pools
+ *   kvpalacectl [--socket PATH] [--json] sessions [--pool ID]
  *
  * Talks to the daemon's admin socket (--socket, else $KVPALACE_ADMIN_SOCKET,
  * else kvp_default_admin_socket_path()) through the public client library
  * only. `ping` prints the round-trip time of one Hello and whether the
  * connection is an admin one; `stats` prints the daemon's counters and one
- * row per pool, or with --json one JSON object (written by hand here, with
- * full string escaping, to need no JSON library). Exit status: 0 success,
- * 1 the daemon could not be reached or refused, 2 usage error.
- * Single-threaded.
+ * row per pool; `pools` one row per pool with what its pages hold (free,
+ * used, in the prefix index, evictable, leased), evictions and the pages
+ * dedup saved; `sessions` one row per session (of one pool with --pool):
+ * tokens, committed tokens, pages, pages shared with another holder, idle
+ * time, whether a writer holds uncommitted tokens. With --json each prints
+ * one JSON object instead (written by hand here, with full string
+ * escaping, to need no JSON library). Exit status: 0 success, 1 the daemon
+ * could not be reached or refused, 2 usage error. Single-threaded.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,11 +66,17 @@ static void usage(FILE *f)
 		"\n"
 		"Commands:\n"
 		"  ping            time one round trip; say whether the connection is admin\n"
-		"  stats           daemon counters and one row per pool\n"
+		"  stats           daemon counters (matches, evictions, dedup) and one row\n"
+		"                  per pool\n"
+		"  pools           one row per pool: pages free, used, indexed, evictable,\n"
+		"                  leased; sessions, evictions, pages saved by dedup\n"
+		"  sessions        one row per session: tokens, committed, pages, pages\n"
+		"                  shared with another holder, idle time, writing\n"
 		"\n"
 		"Options:\n"
 		"  -s, --socket PATH   admin socket (default $KVPALACE_ADMIN_SOCKET, else\n"
 		"                      %s)\n"
+		"  -p, --pool ID       sessions: only those of pool ID\n"
 		"  -j, --json          print one JSON object instead of text\n"
 		"  -h, --help          print this help and exit\n"
 		"  -V, --version       print the version and exit\n"
@@ -229,12 +241,53 @@ static void size_text(uint64_t bytes, char *buf, size_t cap)
 		snprintf(buf, cap, "%.1f %s", v, units[u]);
 }
 
+/* "1d 02:03:04"-style text is for uptime; idle times read better as the
+ * two largest units: 850ms, 12.5s, 4m07s, 3h25m, 2d07h. */
+static void idle_text(uint64_t ms, char *buf, size_t cap)
+{
+	uint64_t s = ms / 1000;
+
+	if (ms < 1000)
+		snprintf(buf, cap, "%" PRIu64 "ms", ms);
+	else if (s < 60)
+		snprintf(buf, cap, "%" PRIu64 ".%" PRIu64 "s", s, ms % 1000 / 100);
+	else if (s < 3600)
+		snprintf(buf, cap, "%" PRIu64 "m%02" PRIu64 "s", s / 60, s % 60);
+	else if (s < 86400)
+		snprintf(buf, cap, "%" PRIu64 "h%02" PRIu64 "m", s / 3600, s / 60 % 60);
+	else
+		snprintf(buf, cap, "%" PRIu64 "d%02" PRIu64 "h", s / 86400, s / 3600 % 24);
+}
+
+static uint32_t used_pages(const struct kvp_pool_stats *p)
+{
+	return p->n_pages >= p->free_pages ? p->n_pages - p->free_pages : 0;
+}
+
+/* Widths of the MODEL and LAYOUT columns for the pools of st. */
+static void pool_widths(const struct kvp_stats *st, int *wmodel, int *wlayout)
+{
+	char buf[128];
+
+	*wmodel = (int)strlen("MODEL");
+	*wlayout = (int)strlen("LAYOUT");
+	for (size_t i = 0; i < st->n_pools; i++) {
+		int n = (int)strlen(st->pools[i].model_id);
+
+		if (n > *wmodel)
+			*wmodel = n;
+		layout_text(&st->pools[i].layout, buf, sizeof(buf));
+		n = (int)strlen(buf);
+		if (n > *wlayout)
+			*wlayout = n;
+	}
+}
+
 static void print_stats_text(const char *path, int admin, const struct kvp_stats *st)
 {
 	uint64_t s = st->uptime_ms / 1000;
 	char buf[512];
-	int wmodel = (int)strlen("MODEL");
-	int wlayout = (int)strlen("LAYOUT");
+	int wmodel, wlayout;
 
 	printf("kvpalaced at %s%s\n", printable(path, buf, sizeof(buf)), admin ? " (admin)" : "");
 	printf("  %-18s %" PRIu64 "d %02" PRIu64 ":%02" PRIu64 ":%02" PRIu64 " (%" PRIu64 " ms)\n",
@@ -247,6 +300,8 @@ static void print_stats_text(const char *path, int admin, const struct kvp_stats
 	printf("  %-18s %" PRIu64 "\n", "matched tokens", st->matched_tokens);
 	printf("  %-18s %" PRIu64 "\n", "appended tokens", st->appended_tokens);
 	printf("  %-18s %" PRIu64 "\n", "committed tokens", st->committed_tokens);
+	printf("  %-18s %" PRIu64 "\n", "evicted pages", st->evictions);
+	printf("  %-18s %" PRIu64 "\n", "dedup saved pages", st->dedup_pages);
 	printf("  %-18s %" PRIu64 "\n", "bad disconnects", st->disconnects_bad);
 	printf("  %-18s %s", "gpu", st->gpu ? "yes" : "no");
 	if (st->gpu_status[0])
@@ -256,16 +311,7 @@ static void print_stats_text(const char *path, int admin, const struct kvp_stats
 	if (!st->n_pools)
 		return;
 
-	for (size_t i = 0; i < st->n_pools; i++) {
-		int n = (int)strlen(st->pools[i].model_id);
-
-		if (n > wmodel)
-			wmodel = n;
-		layout_text(&st->pools[i].layout, buf, sizeof(buf));
-		n = (int)strlen(buf);
-		if (n > wlayout)
-			wlayout = n;
-	}
+	pool_widths(st, &wmodel, &wlayout);
 	printf("  %-6s %-6s %-*s %-*s %8s %8s %8s %8s %8s %8s %9s\n", "POOL", "UID", wmodel,
 	       "MODEL", wlayout, "LAYOUT", "PAGES", "FREE", "USED", "RESERVED", "LEASED",
 	       "SESSIONS", "PAGE");
@@ -274,15 +320,111 @@ static void print_stats_text(const char *path, int admin, const struct kvp_stats
 		char model[sizeof(p->model_id)];
 		char layout[128];
 		char page[32];
-		uint32_t used = p->n_pages >= p->free_pages ? p->n_pages - p->free_pages : 0;
 
 		layout_text(&p->layout, layout, sizeof(layout));
 		size_text(p->page_bytes, page, sizeof(page));
 		printf("  %-6" PRIu64 " %-6u %-*s %-*s %8u %8u %8u %8u %8u %8u %9s\n", p->pool_id,
 		       p->uid, wmodel, printable(p->model_id, model, sizeof(model)), wlayout,
-		       layout, p->n_pages, p->free_pages, used, p->reserved_pages, p->leased_pages,
-		       p->n_sessions, page);
+		       layout, p->n_pages, p->free_pages, used_pages(p), p->reserved_pages,
+		       p->leased_pages, p->n_sessions, page);
 	}
+}
+
+static void print_pools_text(const struct kvp_stats *st)
+{
+	int wmodel, wlayout;
+
+	if (!st->n_pools) {
+		printf("no pools\n");
+		return;
+	}
+	pool_widths(st, &wmodel, &wlayout);
+	printf("%-6s %-6s %-*s %-*s %8s %8s %8s %8s %9s %8s %8s %9s %8s %9s\n", "POOL", "UID",
+	       wmodel, "MODEL", wlayout, "LAYOUT", "PAGES", "FREE", "USED", "INDEXED", "EVICTABLE",
+	       "LEASED", "SESSIONS", "EVICTIONS", "DEDUP", "PAGE");
+	for (size_t i = 0; i < st->n_pools; i++) {
+		const struct kvp_pool_stats *p = &st->pools[i];
+		char model[sizeof(p->model_id)];
+		char layout[128];
+		char page[32];
+
+		layout_text(&p->layout, layout, sizeof(layout));
+		size_text(p->page_bytes, page, sizeof(page));
+		printf("%-6" PRIu64 " %-6u %-*s %-*s %8u %8u %8u %8u %9u %8u %8u %9" PRIu64
+		       " %8" PRIu64 " %9s\n",
+		       p->pool_id, p->uid, wmodel, printable(p->model_id, model, sizeof(model)),
+		       wlayout, layout, p->n_pages, p->free_pages, used_pages(p), p->indexed_pages,
+		       p->evictable_pages, p->leased_pages, p->n_sessions, p->evictions,
+		       p->dedup_pages, page);
+	}
+	if (st->pools_truncated)
+		printf("(more pools exist than fit in one reply)\n");
+}
+
+static void print_sessions_text(const struct kvp_session_info *ss, size_t n)
+{
+	char idle[32];
+
+	if (!n) {
+		printf("no sessions\n");
+		return;
+	}
+	printf("%-8s %-6s %-6s %10s %10s %8s %8s %8s %s\n", "SESSION", "POOL", "UID", "TOKENS",
+	       "COMMITTED", "PAGES", "SHARED", "IDLE", "WRITING");
+	for (size_t i = 0; i < n; i++) {
+		const struct kvp_session_info *s = &ss[i];
+
+		idle_text(s->idle_ms, idle, sizeof(idle));
+		printf("%-8" PRIu64 " %-6" PRIu64 " %-6u %10" PRIu64 " %10" PRIu64
+		       " %8u %8u %8s %s\n",
+		       s->session_id, s->pool_id, s->uid, s->n_tokens, s->committed_tokens,
+		       s->n_pages, s->shared_pages, idle, s->writing ? "yes" : "no");
+	}
+}
+
+/* One pool as a JSON object. */
+static void json_pool(FILE *f, const struct kvp_pool_stats *p)
+{
+	const struct kvp_layout *l = &p->layout;
+
+	fputc('{', f);
+	json_u64(f, "pool_id", p->pool_id, 1);
+	json_u64(f, "uid", p->uid, 1);
+	json_string(f, "model_id", p->model_id, 1);
+	json_key(f, "layout");
+	fputc('{', f);
+	json_u64(f, "n_layers", l->n_layers, 1);
+	json_u64(f, "n_kv_heads", l->n_kv_heads, 1);
+	json_u64(f, "head_dim", l->head_dim, 1);
+	json_u64(f, "block_tokens", l->block_tokens, 1);
+	json_string(f, "dtype", dtype_name(l->dtype), 1);
+	json_u64(f, "quant_group", l->quant_group, 0);
+	fputs("},", f);
+	json_u64(f, "page_bytes", p->page_bytes, 1);
+	json_u64(f, "n_pages", p->n_pages, 1);
+	json_u64(f, "free_pages", p->free_pages, 1);
+	json_u64(f, "used_pages", used_pages(p), 1);
+	json_u64(f, "reserved_pages", p->reserved_pages, 1);
+	json_u64(f, "leased_pages", p->leased_pages, 1);
+	json_u64(f, "indexed_pages", p->indexed_pages, 1);
+	json_u64(f, "evictable_pages", p->evictable_pages, 1);
+	json_u64(f, "n_sessions", p->n_sessions, 1);
+	json_u64(f, "evictions", p->evictions, 1);
+	json_u64(f, "dedup_pages", p->dedup_pages, 0);
+	fputc('}', f);
+}
+
+static void json_pools(FILE *f, const struct kvp_stats *st)
+{
+	json_bool(f, "pools_truncated", st->pools_truncated, 1);
+	json_key(f, "pools");
+	fputc('[', f);
+	for (size_t i = 0; i < st->n_pools; i++) {
+		if (i)
+			fputc(',', f);
+		json_pool(f, &st->pools[i]);
+	}
+	fputc(']', f);
 }
 
 static void print_stats_json(const char *path, int admin, const struct kvp_stats *st)
@@ -301,37 +443,51 @@ static void print_stats_json(const char *path, int admin, const struct kvp_stats
 	json_u64(f, "matched_tokens", st->matched_tokens, 1);
 	json_u64(f, "appended_tokens", st->appended_tokens, 1);
 	json_u64(f, "committed_tokens", st->committed_tokens, 1);
+	json_u64(f, "evictions", st->evictions, 1);
+	json_u64(f, "dedup_pages", st->dedup_pages, 1);
 	json_u64(f, "disconnects_bad", st->disconnects_bad, 1);
 	json_bool(f, "gpu", st->gpu, 1);
 	json_string(f, "gpu_status", st->gpu_status, 1);
-	json_bool(f, "pools_truncated", st->pools_truncated, 1);
-	json_key(f, "pools");
+	json_pools(f, st);
+	fputs("}\n", f);
+}
+
+static void print_pools_json(const char *path, int admin, const struct kvp_stats *st)
+{
+	FILE *f = stdout;
+
+	fputc('{', f);
+	json_string(f, "socket", path, 1);
+	json_bool(f, "admin", admin, 1);
+	json_pools(f, st);
+	fputs("}\n", f);
+}
+
+static void print_sessions_json(const char *path, int admin, uint64_t pool_id,
+				const struct kvp_session_info *ss, size_t n)
+{
+	FILE *f = stdout;
+
+	fputc('{', f);
+	json_string(f, "socket", path, 1);
+	json_bool(f, "admin", admin, 1);
+	if (pool_id)
+		json_u64(f, "pool_id", pool_id, 1);
+	json_key(f, "sessions");
 	fputc('[', f);
-	for (size_t i = 0; i < st->n_pools; i++) {
-		const struct kvp_pool_stats *p = &st->pools[i];
-		const struct kvp_layout *l = &p->layout;
+	for (size_t i = 0; i < n; i++) {
+		const struct kvp_session_info *s = &ss[i];
 
 		fputs(i ? ",{" : "{", f);
-		json_u64(f, "pool_id", p->pool_id, 1);
-		json_u64(f, "uid", p->uid, 1);
-		json_string(f, "model_id", p->model_id, 1);
-		json_key(f, "layout");
-		fputc('{', f);
-		json_u64(f, "n_layers", l->n_layers, 1);
-		json_u64(f, "n_kv_heads", l->n_kv_heads, 1);
-		json_u64(f, "head_dim", l->head_dim, 1);
-		json_u64(f, "block_tokens", l->block_tokens, 1);
-		json_string(f, "dtype", dtype_name(l->dtype), 1);
-		json_u64(f, "quant_group", l->quant_group, 0);
-		fputs("},", f);
-		json_u64(f, "page_bytes", p->page_bytes, 1);
-		json_u64(f, "n_pages", p->n_pages, 1);
-		json_u64(f, "free_pages", p->free_pages, 1);
-		json_u64(f, "used_pages",
-			 p->n_pages >= p->free_pages ? p->n_pages - p->free_pages : 0, 1);
-		json_u64(f, "reserved_pages", p->reserved_pages, 1);
-		json_u64(f, "leased_pages", p->leased_pages, 1);
-		json_u64(f, "n_sessions", p->n_sessions, 0);
+		json_u64(f, "session_id", s->session_id, 1);
+		json_u64(f, "pool_id", s->pool_id, 1);
+		json_u64(f, "uid", s->uid, 1);
+		json_u64(f, "n_tokens", s->n_tokens, 1);
+		json_u64(f, "committed_tokens", s->committed_tokens, 1);
+		json_u64(f, "n_pages", s->n_pages, 1);
+		json_u64(f, "shared_pages", s->shared_pages, 1);
+		json_u64(f, "idle_ms", s->idle_ms, 1);
+		json_bool(f, "writing", s->writing, 0);
 		fputc('}', f);
 	}
 	fputs("]}\n", f);
@@ -374,17 +530,23 @@ static int cmd_ping(kvp_client *c, const char *path, int json)
 	return 0;
 }
 
-static int cmd_stats(kvp_client *c, const char *path, int json)
+/* `stats` and `pools`: both read one Stats reply. */
+static int cmd_stats(kvp_client *c, const char *path, int json, int pools_only)
 {
 	struct kvp_stats *st;
 	int ret;
 
 	ret = kvp_stats(c, &st);
 	if (ret < 0) {
-		fprintf(stderr, "kvpalacectl: stats: %s\n", kvp_strerror(c, ret));
+		fprintf(stderr, "kvpalacectl: %s: %s\n", pools_only ? "pools" : "stats",
+			kvp_strerror(c, ret));
 		return EXIT_DAEMON;
 	}
-	if (json)
+	if (pools_only && json)
+		print_pools_json(path, kvp_is_admin(c), st);
+	else if (pools_only)
+		print_pools_text(st);
+	else if (json)
 		print_stats_json(path, kvp_is_admin(c), st);
 	else
 		print_stats_text(path, kvp_is_admin(c), st);
@@ -392,27 +554,80 @@ static int cmd_stats(kvp_client *c, const char *path, int json)
 	return 0;
 }
 
+static int cmd_sessions(kvp_client *c, const char *path, int json, uint64_t pool_id)
+{
+	struct kvp_session_info *ss;
+	size_t n;
+	int ret;
+
+	ret = kvp_list_sessions(c, pool_id, &ss, &n);
+	if (ret < 0) {
+		fprintf(stderr, "kvpalacectl: sessions: %s\n", kvp_strerror(c, ret));
+		return EXIT_DAEMON;
+	}
+	if (json)
+		print_sessions_json(path, kvp_is_admin(c), pool_id, ss, n);
+	else
+		print_sessions_text(ss, n);
+	free(ss);
+	return 0;
+}
+
+/* Parses a pool id: a decimal number 1..2^64-1. Returns 0 or -EINVAL. */
+static int parse_pool_id(const char *s, uint64_t *ret_id)
+{
+	unsigned long long v;
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || !v)
+		return -EINVAL;
+	*ret_id = v;
+	return 0;
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Says what is wrong with the command line and returns EXIT_USAGE. */
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("kvpalacectl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nTry 'kvpalacectl --help'.\n", stderr);
+	return EXIT_USAGE;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"socket", required_argument, NULL, 's'},
-		{"json", no_argument, NULL, 'j'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{NULL, 0, NULL, 0},
+		{"socket", required_argument, NULL, 's'}, {"pool", required_argument, NULL, 'p'},
+		{"json", no_argument, NULL, 'j'},	  {"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},	  {NULL, 0, NULL, 0},
 	};
 	char def[4096];
 	const char *path = NULL;
+	const char *pool_arg = NULL;
 	const char *cmd;
+	uint64_t pool_id = 0;
 	kvp_client *c;
 	int json = 0;
 	int opt;
 	int ret;
 
-	while ((opt = getopt_long(argc, argv, "s:jhV", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "s:p:jhV", opts, NULL)) != -1) {
 		switch (opt) {
 		case 's':
 			path = optarg;
+			break;
+		case 'p':
+			pool_arg = optarg;
 			break;
 		case 'j':
 			json = 1;
@@ -428,18 +643,16 @@ int main(int argc, char **argv)
 			return EXIT_USAGE;
 		}
 	}
-	if (optind != argc - 1) {
-		fprintf(stderr, "kvpalacectl: %s\n",
-			optind >= argc ? "missing command" : "too many arguments");
-		fprintf(stderr, "Try 'kvpalacectl --help'.\n");
-		return EXIT_USAGE;
-	}
+	if (optind != argc - 1)
+		return usage_error("%s", optind >= argc ? "missing command" : "too many arguments");
 	cmd = argv[optind];
-	if (strcmp(cmd, "ping") != 0 && strcmp(cmd, "stats") != 0) {
-		fprintf(stderr, "kvpalacectl: unknown command '%s'\n", cmd);
-		fprintf(stderr, "Try 'kvpalacectl --help'.\n");
-		return EXIT_USAGE;
-	}
+	if (strcmp(cmd, "ping") != 0 && strcmp(cmd, "stats") != 0 && strcmp(cmd, "pools") != 0 &&
+	    strcmp(cmd, "sessions") != 0)
+		return usage_error("unknown command '%s'", cmd);
+	if (pool_arg && strcmp(cmd, "sessions") != 0)
+		return usage_error("--pool goes with the sessions command only");
+	if (pool_arg && parse_pool_id(pool_arg, &pool_id) < 0)
+		return usage_error("--pool wants a pool id (a number above 0), not '%s'", pool_arg);
 	if (!path || !*path)
 		path = getenv("KVPALACE_ADMIN_SOCKET");
 	if (!path || !*path) {
@@ -458,8 +671,10 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(cmd, "ping") == 0)
 		ret = cmd_ping(c, path, json);
+	else if (strcmp(cmd, "sessions") == 0)
+		ret = cmd_sessions(c, path, json, pool_id);
 	else
-		ret = cmd_stats(c, path, json);
+		ret = cmd_stats(c, path, json, strcmp(cmd, "pools") == 0);
 	kvp_disconnect(c);
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		fprintf(stderr, "kvpalacectl: writing output failed: %s\n", strerror(errno));

@@ -1,16 +1,21 @@
 /* client/lease.c — longest-prefix matching (MatchPrefix) and read leases.
  *
- * A token list longer than one request allows is matched in chunks: the
- * first request goes alone (its reply names the lease), the following ones
- * carry that lease id and are pipelined, a bounded window of them in
- * flight. Replies may come in any order; each is kept until its turn and
- * applied in chunk order, checked against what the chunks before it
- * matched. Once a reply says the match stopped (complete, or shorter than
- * its chunk) the client stops sending, and replies to chunks already in
- * flight are collected and ignored: whatever the daemon did with them, the
- * lease handle only covers tokens that matched contiguously from the start.
- * On any error the lease is released before returning. Not thread-safe:
- * one thread at a time per client.
+ * The daemon matches whole pages through the pool's prefix index, under the
+ * cache salt that the first request carries. A token list longer than one
+ * request allows is matched in chunks: the first request goes alone (its
+ * reply names the lease), the following ones carry that lease id and are
+ * pipelined, a bounded window of them in flight, while the replies say the
+ * match is not complete. A chunk boundary may cut a page: the daemon keeps
+ * the tokens of that page until the next chunk completes it, so a reply
+ * may match fewer tokens than have been sent. Replies may come in any
+ * order; each is kept until its turn and applied in chunk order, checked
+ * against the replies before it: the match only grows, by whole pages,
+ * never past the tokens sent, and each reply gives exactly the slots of
+ * the pages it added. Once a reply says the match is complete the client
+ * stops sending, and replies to chunks already in flight are collected and
+ * ignored: whatever the daemon did with them, the lease handle covers only
+ * the pages matched up to that reply. On any error the lease is released
+ * before returning. Not thread-safe: one thread at a time per client.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -62,19 +67,22 @@ static int lease_send_release(struct kvp_client *c, uint64_t id)
 	return rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_RELEASE, &resp, NULL);
 }
 
-/* Checks the reply of the chunk at ch->off (the chunks before it matched
- * all their tokens) and extends the lease. Sets *stop when the match
- * cannot go further. Returns 0 or -EPROTO. */
-static int lease_apply(struct kvp_lease *l, const struct match_chunk *ch, int *stop)
+/* Checks the reply of the chunk at ch->off (the replies before it have
+ * been applied) and extends the lease; last is true for the chunk that
+ * holds the last token. Sets *stop when the match cannot go further.
+ * Returns 0 or -EPROTO. */
+static int lease_apply(struct kvp_lease *l, const struct match_chunk *ch, int last, int *stop)
 {
 	const struct kvp_pool *p = l->pool;
-	uint64_t known = pool_pages_for(p, l->n_tokens);
-	uint64_t pages;
+	uint64_t bt = p->layout.block_tokens;
+	uint64_t have = l->n_tokens / bt; /* pages matched so far */
 
 	if (ch->off == 0) {
 		if (!ch->lease_id) {
-			/* A miss: no lease exists. */
-			if (ch->matched || ch->n_slots)
+			/* A miss: no lease exists, so nothing can carry the
+			 * match on into another chunk. */
+			if (ch->matched || ch->n_slots || ch->first_page ||
+			    (!ch->complete && !last))
 				return -EPROTO;
 			*stop = 1;
 			return 0;
@@ -83,22 +91,18 @@ static int lease_apply(struct kvp_lease *l, const struct match_chunk *ch, int *s
 	} else if (ch->lease_id != l->id) {
 		return -EPROTO;
 	}
-	if (ch->matched < ch->off || ch->matched > ch->off + ch->len)
+	/* Whole pages, only growing, never past what was sent, and exactly
+	 * the slots of the pages this reply added. */
+	if (ch->matched < l->n_tokens || ch->matched > ch->off + ch->len || ch->matched % bt ||
+	    ch->first_page != have || ch->n_slots != ch->matched / bt - have)
 		return -EPROTO;
-	pages = pool_pages_for(p, ch->matched);
-	if (ch->n_slots) {
-		if (ch->first_page > known || ch->n_slots != pages - ch->first_page)
-			return -EPROTO;
-	} else if (pages > known) {
-		return -EPROTO;
-	}
 	for (size_t i = 0; i < ch->n_slots; i++)
 		if (ch->slots[i] >= p->n_pages)
 			return -EPROTO;
 	if (ch->n_slots)
-		memcpy(l->slots + ch->first_page, ch->slots, ch->n_slots * sizeof(uint32_t));
+		memcpy(l->slots + have, ch->slots, ch->n_slots * sizeof(uint32_t));
 	l->n_tokens = ch->matched;
-	if (ch->complete || ch->matched < ch->off + ch->len)
+	if (ch->complete)
 		*stop = 1;
 	return 0;
 }
@@ -181,6 +185,11 @@ static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n)
 			mp.n_tokens = len;
 			mp.has_lease_id = next_send > 0;
 			mp.lease_id = l->id;
+			/* The salt picks the hash chain; the lease remembers it. */
+			if (next_send == 0)
+				pool_salt_field(l->pool, &mp.has_cache_salt, &mp.cache_salt);
+			else
+				mp.has_cache_salt = 0;
 			bytes = protobuf_c_message_get_packed_size(&req.base) + FRAME_HEADER_BYTES;
 			if (next_send > next_apply && inflight_bytes + bytes > LEASE_INFLIGHT_BYTES)
 				break;
@@ -236,7 +245,7 @@ static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n)
 				err = ch->err;
 				memcpy(err_msg, ch->msg, sizeof(err_msg));
 				stop = 1;
-			} else if (!stop && lease_apply(l, ch, &stop) < 0) {
+			} else if (!stop && lease_apply(l, ch, ch->off + ch->len == n, &stop) < 0) {
 				ret = conn_break(
 					c, -EPROTO,
 					"kvpalaced answered MatchPrefix of tokens %zu..%zu "

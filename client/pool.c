@@ -5,7 +5,9 @@
  * agrees with shm/layout.h and fits the arena, and maps the arena memfd
  * that came with the reply (shm_arena_map checks its seals and size). The
  * fd is closed once mapped. A pool handle owns the handles of its sessions
- * and leases. Not thread-safe: one thread at a time per client.
+ * and leases, and keeps the cache salt that kvp_pool_set_salt() gives it
+ * (purely local: it travels with later CreateSession and MatchPrefix
+ * requests). Not thread-safe: one thread at a time per client.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -184,6 +186,20 @@ KVP_PUBLIC void kvp_pool_close(kvp_pool *p)
 	while (!list_empty(&p->leases))
 		kvp_lease_release(list_entry(p->leases.next, struct kvp_lease, link));
 	pool_free(p);
+}
+
+KVP_PUBLIC int kvp_pool_set_salt(kvp_pool *p, const void *salt, size_t n)
+{
+	if (!p || (!salt && n))
+		return -EINVAL;
+	conn_clear_error(p->client);
+	if (n > POOL_SALT_MAX_BYTES)
+		return conn_error(p->client, -EINVAL, "a cache salt has at most %u bytes",
+				  POOL_SALT_MAX_BYTES);
+	if (n)
+		memcpy(p->salt, salt, n);
+	p->salt_bytes = n;
+	return 0;
 }
 
 KVP_PUBLIC uint64_t kvp_pool_id(const kvp_pool *p)

@@ -1,9 +1,11 @@
-/* client/pool.h — a pool handle: the pool's identity, its layout and the
- * mapping of its host arena.
+/* client/pool.h — a pool handle: the pool's identity, its layout, the
+ * mapping of its host arena and the cache salt of the handle.
  *
  * A pool handle belongs to one client (on its `pools` list) and owns the
  * handles of the sessions and leases opened through it. Page slot s of the
- * arena starts at `pages + s * page_bytes`. Not thread-safe.
+ * arena starts at `pages + s * page_bytes`. The salt (kvp_pool_set_salt)
+ * goes with every CreateSession and with the first MatchPrefix chunk sent
+ * through the handle. Not thread-safe.
  */
 #ifndef KVPC_POOL_H
 #define KVPC_POOL_H
@@ -14,8 +16,12 @@
 
 #include "conn.h"
 #include "kvpalace.h"
+#include "kvpalace.pb-c.h"
 #include "layout.h"
 #include "list.h"
+
+/* Bytes of a cache salt at most (the daemon's limit, kvpalace.proto). */
+#define POOL_SALT_MAX_BYTES 64u
 
 struct kvp_pool {
 	struct kvp_client *client;
@@ -31,6 +37,8 @@ struct kvp_pool {
 	unsigned char *arena; /* the whole mapping */
 	uint64_t arena_bytes;
 	unsigned char *pages; /* arena + arena_offset: page slot 0 */
+	unsigned char salt[POOL_SALT_MAX_BYTES];
+	size_t salt_bytes; /* 0: no salt */
 };
 
 /* Frees the pool handle with every session and lease handle opened through
@@ -63,6 +71,16 @@ static inline int pool_check_index(const struct kvp_pool *p, uint32_t layer, uin
 	if (layer >= p->layout.n_layers || kv > 1 || head >= p->layout.n_kv_heads)
 		return -ERANGE;
 	return 0;
+}
+
+/* Puts the handle's salt, if any, into an optional bytes field of a
+ * request (valid while p is). */
+static inline void pool_salt_field(struct kvp_pool *p, protobuf_c_boolean *has,
+				   ProtobufCBinaryData *field)
+{
+	*has = p->salt_bytes != 0;
+	field->data = p->salt;
+	field->len = p->salt_bytes;
 }
 
 /* Grows a page table (*slots of *cap entries) to hold at least n entries.

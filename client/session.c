@@ -1,5 +1,5 @@
 /* client/session.c — creating sessions, reserving slots (Append), writing
- * K/V in place and publishing it (Commit).
+ * K/V in place, publishing it (Commit), forking and truncating sessions.
  *
  * A token list longer than one request allows is sent as several Append
  * requests, one after the other: Append carries no expected position, so a
@@ -9,10 +9,19 @@
  * must cover exactly the new tokens and exist in the arena) before it
  * extends the page table, which is grown before the request is sent so an
  * accepted reservation is never lost to a failed allocation.
+ *
+ * The page table is the daemon's, mirrored: every reply that moves a page
+ * is applied here. Commit may replace the pages it filled by identical
+ * indexed copies (dedup) and says which slots they have now; Truncate may
+ * copy a shared last page and gives its new slot; a fork's table is read
+ * with SessionPages, as many slots per reply as fit in one message. A
+ * reply that does not fit what we asked for breaks the client (-EPROTO):
+ * a wrong slot would hand out pointers into someone else's page.
  * Not thread-safe: one thread at a time per client.
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "rpc.h"
 #include "session.h"
@@ -44,6 +53,7 @@ KVP_PUBLIC int kvp_session_create(kvp_pool *p, kvp_session **ret_session)
 	if (!s)
 		return -ENOMEM;
 	cs.pool_id = p->id;
+	pool_salt_field(p, &cs.has_cache_salt, &cs.cache_salt);
 	req.op_case = KVPALACE__V1__REQUEST__OP_CREATE_SESSION;
 	req.create_session = &cs;
 	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_CREATE_SESSION, &resp, NULL);
@@ -182,13 +192,71 @@ KVP_PUBLIC void *kvp_session_kv(kvp_session *s, uint64_t pos, uint32_t layer, ui
 	return pool_kv(p, s->slots[pos / p->layout.block_tokens], pos, layer, kv, kv_head);
 }
 
-KVP_PUBLIC int kvp_commit(kvp_session *s, uint64_t n)
+/* Checks the pages a Commit reply says it filled: exactly pages
+ * [old / bt, now / bt) of the session, in the arena. Returns 0 or -EPROTO. */
+static int session_check_commit(const struct kvp_session *s, const Kvpalace__V1__CommitResponse *r,
+				uint64_t now)
+{
+	const struct kvp_pool *p = s->pool;
+	uint64_t first = s->committed / p->layout.block_tokens;
+	uint64_t filled = now / p->layout.block_tokens - first;
+
+	if (r->n_page_slots != filled)
+		return -EPROTO;
+	if ((filled || r->has_first_page) && (!r->has_first_page || r->first_page != first))
+		return -EPROTO;
+	for (size_t i = 0; i < r->n_page_slots; i++)
+		if (r->page_slots[i] >= p->n_pages)
+			return -EPROTO;
+	return 0;
+}
+
+/* Commits the next n tokens (filling at most c->reply_pages pages) in one
+ * request and applies the reply. Returns 0 or a negative errno. */
+static int session_commit_one(struct kvp_session *s, uint64_t n)
 {
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__CommitRequest cm = KVPALACE__V1__COMMIT_REQUEST__INIT;
 	Kvpalace__V1__Response *resp;
-	struct kvp_client *c;
+	const Kvpalace__V1__CommitResponse *r;
+	struct kvp_client *c = s->pool->client;
 	uint64_t now;
+	int ret;
+
+	cm.session_id = s->id;
+	cm.n_tokens = n;
+	req.op_case = KVPALACE__V1__REQUEST__OP_COMMIT;
+	req.commit = &cm;
+	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_COMMIT, &resp, NULL);
+	if (ret < 0)
+		return ret;
+	r = resp->commit;
+	now = r->committed_tokens;
+	if (now < s->committed + n || now > s->n_tokens)
+		return conn_break(
+			c, -EPROTO,
+			"kvpalaced reports %llu committed tokens after committing %llu of %llu",
+			(unsigned long long)now, (unsigned long long)(s->committed + n),
+			(unsigned long long)s->n_tokens);
+	if (session_check_commit(s, r, now) < 0)
+		return conn_break(c, -EPROTO,
+				  "kvpalaced answered a commit of tokens %llu..%llu with %zu page "
+				  "slots from page %llu%s",
+				  (unsigned long long)s->committed, (unsigned long long)now,
+				  r->n_page_slots, (unsigned long long)r->first_page,
+				  r->has_first_page ? "" : " (none given)");
+	/* Dedup may have moved a filled page to an indexed copy. */
+	for (size_t i = 0; i < r->n_page_slots; i++)
+		s->slots[r->first_page + i] = r->page_slots[i];
+	s->committed = now;
+	return 0;
+}
+
+KVP_PUBLIC int kvp_commit(kvp_session *s, uint64_t n)
+{
+	struct kvp_client *c;
+	uint64_t bt;
+	uint64_t target;
 	int ret;
 
 	if (!s)
@@ -203,22 +271,204 @@ KVP_PUBLIC int kvp_commit(kvp_session *s, uint64_t n)
 			c, -ERANGE,
 			"commit of %llu tokens, but only %llu are reserved and uncommitted",
 			(unsigned long long)n, (unsigned long long)(s->n_tokens - s->committed));
-	if (!n)
-		return 0;
-	cm.session_id = s->id;
-	cm.n_tokens = n;
-	req.op_case = KVPALACE__V1__REQUEST__OP_COMMIT;
-	req.commit = &cm;
-	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_COMMIT, &resp, NULL);
+	/* The reply lists the slot of every page the commit fills: split a
+	 * commit that fills more than one reply can list. */
+	bt = s->pool->layout.block_tokens;
+	target = s->committed + n;
+	while (s->committed < target) {
+		uint64_t end = (s->committed / bt + c->reply_pages) * bt;
+
+		if (end > target)
+			end = target;
+		ret = session_commit_one(s, end - s->committed);
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}
+
+/* Sends CloseSession for id, keeping the client's current error text (the
+ * error being reported is the one that made us give the session back). */
+static void session_send_close(struct kvp_client *c, uint64_t id)
+{
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__CloseSessionRequest cs = KVPALACE__V1__CLOSE_SESSION_REQUEST__INIT;
+	Kvpalace__V1__Response *resp;
+	int code = c->err_code;
+	char msg[CONN_ERR_MSG_BYTES];
+
+	if (c->dead)
+		return;
+	memcpy(msg, c->err_msg, sizeof(msg));
+	cs.session_id = id;
+	req.op_case = KVPALACE__V1__REQUEST__OP_CLOSE_SESSION;
+	req.close_session = &cs;
+	rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_CLOSE_SESSION, &resp, NULL);
+	c->err_code = code;
+	memcpy(c->err_msg, msg, sizeof(msg));
+}
+
+/* Reads the page table of the session s (which must hold s->n_tokens
+ * tokens, all committed) with SessionPages requests into s->slots (big
+ * enough). Returns 0 or a negative errno. */
+static int session_fetch_pages(struct kvp_session *s)
+{
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__SessionPagesRequest sp = KVPALACE__V1__SESSION_PAGES_REQUEST__INIT;
+	Kvpalace__V1__Response *resp;
+	const Kvpalace__V1__SessionPagesResponse *r;
+	struct kvp_client *c = s->pool->client;
+	uint64_t want = pool_pages_for(s->pool, s->n_tokens);
+	uint64_t have = 0;
+	int ret;
+
+	sp.session_id = s->id;
+	req.op_case = KVPALACE__V1__REQUEST__OP_SESSION_PAGES;
+	req.session_pages = &sp;
+	while (have < want) {
+		sp.first_page = have;
+		ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_SESSION_PAGES, &resp, NULL);
+		if (ret < 0)
+			return ret;
+		r = resp->session_pages;
+		/* Each reply must make progress and stay inside the table. */
+		ret = r->first_page == have && r->n_page_slots && r->n_page_slots <= want - have &&
+		      r->n_tokens == s->n_tokens && r->committed_tokens == s->committed;
+		for (size_t i = 0; ret && i < r->n_page_slots; i++)
+			ret = r->page_slots[i] < s->pool->n_pages;
+		if (!ret)
+			return conn_break(c, -EPROTO,
+					  "kvpalaced answered SessionPages from page %llu of %llu "
+					  "with %zu slots from page %llu (%llu tokens, %llu "
+					  "committed; expected %llu)",
+					  (unsigned long long)have, (unsigned long long)want,
+					  r->n_page_slots, (unsigned long long)r->first_page,
+					  (unsigned long long)r->n_tokens,
+					  (unsigned long long)r->committed_tokens,
+					  (unsigned long long)s->n_tokens);
+		memcpy(s->slots + have, r->page_slots, r->n_page_slots * sizeof(uint32_t));
+		have += r->n_page_slots;
+	}
+	return 0;
+}
+
+KVP_PUBLIC int kvp_session_fork(kvp_session *s, uint64_t n_tokens, kvp_session **ret_session)
+{
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__ForkRequest fk = KVPALACE__V1__FORK_REQUEST__INIT;
+	Kvpalace__V1__Response *resp;
+	struct kvp_client *c;
+	struct kvp_session *f;
+	int ret;
+
+	if (!s || !ret_session)
+		return -EINVAL;
+	c = s->pool->client;
+	conn_clear_error(c);
+	ret = conn_usable(c);
 	if (ret < 0)
 		return ret;
-	now = resp->commit->committed_tokens;
-	if (now < s->committed + n || now > s->n_tokens)
-		return conn_break(
-			c, -EPROTO,
-			"kvpalaced reports %llu committed tokens after committing %llu of %llu",
-			(unsigned long long)now, (unsigned long long)(s->committed + n),
-			(unsigned long long)s->n_tokens);
-	s->committed = now;
+	if (n_tokens > s->committed)
+		return conn_error(c, -ERANGE, "fork at token %llu, but only %llu are committed",
+				  (unsigned long long)n_tokens, (unsigned long long)s->committed);
+	/* Everything that can fail here fails before the daemon forks. */
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->pool = s->pool;
+	list_init(&f->link);
+	if (pool_table_reserve(&f->slots, &f->cap, pool_pages_for(s->pool, n_tokens)) < 0) {
+		free(f);
+		return -ENOMEM;
+	}
+	fk.session_id = s->id;
+	fk.n_tokens = n_tokens;
+	req.op_case = KVPALACE__V1__REQUEST__OP_FORK;
+	req.fork = &fk;
+	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_FORK, &resp, NULL);
+	if (ret < 0)
+		goto fail;
+	f->id = resp->fork->session_id;
+	if (resp->fork->n_tokens != n_tokens) {
+		ret = conn_break(c, -EPROTO, "kvpalaced forked %llu tokens when asked for %llu",
+				 (unsigned long long)resp->fork->n_tokens,
+				 (unsigned long long)n_tokens);
+		goto fail;
+	}
+	f->n_tokens = n_tokens;
+	f->committed = n_tokens;
+	ret = session_fetch_pages(f);
+	if (ret < 0) {
+		/* The fork exists in the daemon: give it back. */
+		session_send_close(c, f->id);
+		goto fail;
+	}
+	list_add_tail(&s->pool->sessions, &f->link);
+	*ret_session = f;
+	return 0;
+fail:
+	free(f->slots);
+	free(f);
+	return ret;
+}
+
+/* Checks a Truncate reply to n tokens: the lengths we asked for and, when
+ * a slot comes, the new last page, in the arena. Returns 0 or -EPROTO. */
+static int session_check_truncate(const struct kvp_session *s,
+				  const Kvpalace__V1__TruncateResponse *r, uint64_t n)
+{
+	const struct kvp_pool *p = s->pool;
+	uint64_t pages = pool_pages_for(p, n);
+
+	if (r->n_tokens != n || r->committed_tokens != (s->committed < n ? s->committed : n))
+		return -EPROTO;
+	if (!r->n_page_slots)
+		return 0;
+	if (r->n_page_slots != 1 || !pages || !r->has_first_page || r->first_page != pages - 1 ||
+	    r->page_slots[0] >= p->n_pages)
+		return -EPROTO;
+	return 0;
+}
+
+KVP_PUBLIC int kvp_truncate(kvp_session *s, uint64_t n_tokens)
+{
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__TruncateRequest tr = KVPALACE__V1__TRUNCATE_REQUEST__INIT;
+	Kvpalace__V1__Response *resp;
+	const Kvpalace__V1__TruncateResponse *r;
+	struct kvp_client *c;
+	int ret;
+
+	if (!s)
+		return -EINVAL;
+	c = s->pool->client;
+	conn_clear_error(c);
+	ret = conn_usable(c);
+	if (ret < 0)
+		return ret;
+	if (n_tokens > s->n_tokens)
+		return conn_error(c, -ERANGE, "truncate to %llu tokens, but the session has %llu",
+				  (unsigned long long)n_tokens, (unsigned long long)s->n_tokens);
+	tr.session_id = s->id;
+	tr.n_tokens = n_tokens;
+	req.op_case = KVPALACE__V1__REQUEST__OP_TRUNCATE;
+	req.truncate = &tr;
+	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_TRUNCATE, &resp, NULL);
+	if (ret < 0)
+		return ret;
+	r = resp->truncate;
+	if (session_check_truncate(s, r, n_tokens) < 0)
+		return conn_break(c, -EPROTO,
+				  "kvpalaced answered a truncate to %llu tokens (%llu committed) "
+				  "with %llu tokens, %llu committed and %zu slots from page %llu",
+				  (unsigned long long)n_tokens, (unsigned long long)s->committed,
+				  (unsigned long long)r->n_tokens,
+				  (unsigned long long)r->committed_tokens, r->n_page_slots,
+				  (unsigned long long)r->first_page);
+	/* The table keeps its capacity; entries past pages_for(n) are unused. */
+	if (r->n_page_slots)
+		s->slots[r->first_page] = r->page_slots[0];
+	s->n_tokens = r->n_tokens;
+	s->committed = r->committed_tokens;
 	return 0;
 }

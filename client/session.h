@@ -3,7 +3,10 @@
  *
  * slots[i] is the arena slot of page i of the session (positions
  * i * block_tokens onwards); the table covers every reserved token and
- * grows as Append replies extend it. Not thread-safe.
+ * grows as Append replies extend it. Commit replies rewrite the entries of
+ * the pages they filled (dedup), Truncate shrinks the table and may move
+ * the new last page, and a fork's table is read with SessionPages. Not
+ * thread-safe.
  */
 #ifndef KVPC_SESSION_H
 #define KVPC_SESSION_H

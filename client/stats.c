@@ -1,8 +1,15 @@
-/* client/stats.c — the daemon's counters and per-pool statistics.
+/* client/stats.c — what the daemon holds: its counters, per-pool
+ * statistics and the list of sessions.
  *
  * kvp_stats() copies a Stats reply into one caller-owned struct kvp_stats
  * (its pools in a second allocation), so nothing points into the
- * connection's buffers. Not thread-safe: one thread at a time per client.
+ * connection's buffers. kvp_list_sessions() pages through ListSessions
+ * (each reply holds as many sessions as fit in one message, in id order)
+ * into one growing caller-owned array; a reply that does not move forward
+ * in id order, or names a pool we did not ask for, breaks the client, so
+ * a confused daemon cannot keep us looping. Counters a daemon of the
+ * foundation release does not send read as 0.
+ * Not thread-safe: one thread at a time per client.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -79,6 +86,8 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 	copy_str(st->gpu_status, sizeof(st->gpu_status), r->gpu_status);
 	st->n_pools = r->n_pools;
 	st->pools_truncated = r->has_pools_truncated && r->pools_truncated;
+	st->evictions = r->has_evictions ? r->evictions : 0;
+	st->dedup_pages = r->has_dedup_pages ? r->dedup_pages : 0;
 	for (size_t i = 0; i < r->n_pools; i++) {
 		const Kvpalace__V1__PoolStats *in = r->pools[i];
 		struct kvp_pool_stats *out = &st->pools[i];
@@ -93,6 +102,10 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 		out->reserved_pages = in->reserved_pages;
 		out->leased_pages = in->leased_pages;
 		out->n_sessions = in->n_sessions;
+		out->indexed_pages = in->has_indexed_pages ? in->indexed_pages : 0;
+		out->evictable_pages = in->has_evictable_pages ? in->evictable_pages : 0;
+		out->evictions = in->has_evictions ? in->evictions : 0;
+		out->dedup_pages = in->has_dedup_pages ? in->dedup_pages : 0;
 	}
 	*ret_stats = st;
 	return 0;
@@ -104,4 +117,118 @@ KVP_PUBLIC void kvp_stats_free(struct kvp_stats *st)
 		return;
 	free(st->pools);
 	free(st);
+}
+
+/* Appends the sessions of one ListSessions reply to *arr (n used, cap
+ * allocated), checking that they follow after_id in id order and belong to
+ * pool_id when it is not 0. Returns 0, -EPROTO or -ENOMEM. */
+static int list_take(const Kvpalace__V1__ListSessionsResponse *r, uint64_t pool_id,
+		     uint64_t after_id, struct kvp_session_info **arr, size_t *n, size_t *cap)
+{
+	uint64_t last = after_id;
+
+	for (size_t i = 0; i < r->n_sessions; i++) {
+		const Kvpalace__V1__SessionInfo *in = r->sessions[i];
+
+		if (in->session_id <= last || (pool_id && in->pool_id != pool_id) ||
+		    in->committed_tokens > in->n_tokens)
+			return -EPROTO;
+		last = in->session_id;
+	}
+	if (r->n_sessions > *cap - *n) {
+		size_t want = *cap ? *cap : 64;
+		struct kvp_session_info *p;
+
+		while (want - *n < r->n_sessions) {
+			if (want > SIZE_MAX / 2 / sizeof(**arr))
+				return -ENOMEM;
+			want *= 2;
+		}
+		p = realloc(*arr, want * sizeof(**arr));
+		if (!p)
+			return -ENOMEM;
+		*arr = p;
+		*cap = want;
+	}
+	for (size_t i = 0; i < r->n_sessions; i++) {
+		const Kvpalace__V1__SessionInfo *in = r->sessions[i];
+		struct kvp_session_info *out = &(*arr)[(*n)++];
+
+		memset(out, 0, sizeof(*out));
+		out->session_id = in->session_id;
+		out->pool_id = in->pool_id;
+		out->uid = in->uid;
+		out->n_tokens = in->n_tokens;
+		out->committed_tokens = in->committed_tokens;
+		out->n_pages = in->n_pages;
+		out->shared_pages = in->shared_pages;
+		out->idle_ms = in->idle_ms;
+		out->writing = !!in->writing;
+	}
+	return 0;
+}
+
+KVP_PUBLIC int kvp_list_sessions(kvp_client *c, uint64_t pool_id,
+				 struct kvp_session_info **ret_sessions, size_t *ret_n)
+{
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__ListSessionsRequest lr = KVPALACE__V1__LIST_SESSIONS_REQUEST__INIT;
+	Kvpalace__V1__Response *resp;
+	const Kvpalace__V1__ListSessionsResponse *r;
+	struct kvp_session_info *arr = NULL;
+	size_t n = 0;
+	size_t cap = 0;
+	int ret;
+
+	if (!c || !ret_sessions || !ret_n)
+		return -EINVAL;
+	conn_clear_error(c);
+	ret = conn_usable(c);
+	if (ret < 0)
+		return ret;
+	lr.has_pool_id = pool_id != 0;
+	lr.pool_id = pool_id;
+	req.op_case = KVPALACE__V1__REQUEST__OP_LIST_SESSIONS;
+	req.list_sessions = &lr;
+	for (;;) {
+		ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_LIST_SESSIONS, &resp, NULL);
+		if (ret < 0)
+			goto fail;
+		r = resp->list_sessions;
+		/* A reply that promises more must move us forward. */
+		if (r->more && !r->n_sessions) {
+			ret = conn_break(c, -EPROTO,
+					 "kvpalaced promised more sessions after session %llu but "
+					 "listed none",
+					 (unsigned long long)lr.after_id);
+			goto fail;
+		}
+		ret = list_take(r, pool_id, lr.after_id, &arr, &n, &cap);
+		if (ret == -EPROTO) {
+			ret = conn_break(c, -EPROTO,
+					 "kvpalaced listed %zu sessions after session %llu that "
+					 "are out of id order, of another pool or commit more "
+					 "tokens than they hold",
+					 r->n_sessions, (unsigned long long)lr.after_id);
+			goto fail;
+		}
+		if (ret < 0)
+			goto fail;
+		if (!r->more)
+			break;
+		lr.has_after_id = 1;
+		lr.after_id = arr[n - 1].session_id;
+	}
+	/* Never NULL on success, so free() and a NULL check both work. */
+	if (!arr) {
+		arr = calloc(1, sizeof(*arr));
+		if (!arr)
+			return -ENOMEM;
+	}
+	*ret_sessions = arr;
+	*ret_n = n;
+	return 0;
+fail:
+	free(arr);
+	return ret;
 }
