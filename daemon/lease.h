@@ -28,8 +28,8 @@ struct lease {
 	uint64_t n_tokens; /* matched so far */
 	int complete;
 	int counted;
-		/* counted as a hit or a miss */ /* the match stopped; later chunks add nothing */
-	uint32_t *pages;			 /* [cap_pages] pinned slots, n_pages used */
+	/* counted as a hit or a miss */ /* the match stopped; later chunks add nothing */
+	uint32_t *pages;		 /* [cap_pages] pinned slots, n_pages used */
 	uint32_t n_pages;
 	uint32_t cap_pages;
 	struct list owner_link; /* the owner's list of leases */
