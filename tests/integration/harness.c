@@ -457,6 +457,158 @@ uint64_t harness_check_lease(const kvp_lease *lease, const kvp_pool *p, const ui
 	return bad;
 }
 
+/* ---- K/V keyed by the token prefix -------------------------------------- */
+
+uint64_t harness_prefix_step(uint64_t ph, uint32_t token)
+{
+	return demo_mix(ph ^ ((uint64_t)token * 0xff51afd7ed558ccdull));
+}
+
+static uint64_t pkv_seed(uint64_t ph, uint64_t pos, uint32_t layer, uint32_t kv, uint32_t head)
+{
+	return demo_mix(ph ^ demo_mix(pos ^ (uint64_t)layer << 32 ^ (uint64_t)kv << 48 ^
+				      (uint64_t)head << 52));
+}
+
+/* Element d of a row from its seed: finite, normal f16 values. */
+static uint16_t pkv_elem(uint64_t *x)
+{
+	uint64_t h;
+
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	h = *x;
+	return (uint16_t)((((h >> 15) & 1u) << 15) | ((9u + ((h >> 10) & 7u)) << 10) |
+			  (h & 0x3ffu));
+}
+
+void harness_pkv_fill(uint16_t *row, uint32_t head_dim, uint64_t ph, uint64_t pos, uint32_t layer,
+		      uint32_t kv, uint32_t head)
+{
+	uint64_t x = pkv_seed(ph, pos, layer, kv, head) | 1;
+
+	for (uint32_t d = 0; d < head_dim; d++)
+		row[d] = pkv_elem(&x);
+}
+
+int harness_pkv_check(const uint16_t *row, uint32_t head_dim, uint64_t ph, uint64_t pos,
+		      uint32_t layer, uint32_t kv, uint32_t head)
+{
+	uint64_t x = pkv_seed(ph, pos, layer, kv, head) | 1;
+
+	for (uint32_t d = 0; d < head_dim; d++)
+		if (row[d] != pkv_elem(&x))
+			return -1;
+	return 0;
+}
+
+int harness_pkv_write_session(const kvp_pool *p, kvp_session *s, const uint32_t *tokens,
+			      uint64_t from, uint64_t to)
+{
+	const struct kvp_layout *l = kvp_pool_layout(p);
+	uint64_t ph = HARNESS_PREFIX_SEED;
+
+	if (l->dtype != KVP_DTYPE_F16 || kvp_pool_row_bytes(p) != l->head_dim * 2u)
+		return -1;
+	for (uint64_t pos = 0; pos < to; pos++) {
+		ph = harness_prefix_step(ph, tokens[pos]);
+		if (pos < from)
+			continue;
+		for (uint32_t layer = 0; layer < l->n_layers; layer++)
+			for (uint32_t kv = 0; kv < 2; kv++)
+				for (uint32_t head = 0; head < l->n_kv_heads; head++) {
+					void *row = kvp_session_kv(s, pos, layer, kv, head);
+
+					if (!row)
+						return -1;
+					harness_pkv_fill(row, l->head_dim, ph, pos, layer, kv,
+							 head);
+				}
+	}
+	return 0;
+}
+
+/* Checks rows of [from, to) read through get(obj, pos, ...). */
+static uint64_t pkv_check_rows(const struct kvp_layout *l, const uint32_t *tokens, uint64_t from,
+			       uint64_t to,
+			       const void *(*get)(const void *obj, uint64_t pos, uint32_t layer,
+						  uint32_t kv, uint32_t head),
+			       const void *obj, const char *what)
+{
+	uint64_t ph = HARNESS_PREFIX_SEED, bad = 0, first = UINT64_MAX;
+
+	for (uint64_t pos = 0; pos < to; pos++) {
+		ph = harness_prefix_step(ph, tokens[pos]);
+		if (pos < from)
+			continue;
+		for (uint32_t layer = 0; layer < l->n_layers; layer++)
+			for (uint32_t kv = 0; kv < 2; kv++)
+				for (uint32_t head = 0; head < l->n_kv_heads; head++) {
+					const void *row = get(obj, pos, layer, kv, head);
+
+					if (!row || harness_pkv_check(row, l->head_dim, ph, pos,
+								      layer, kv, head) < 0) {
+						if (!bad)
+							first = pos;
+						bad++;
+					}
+				}
+	}
+	if (bad)
+		fprintf(stderr,
+			"harness: %s: %llu rows of positions [%llu, %llu) differ, the first at "
+			"position %llu\n",
+			what, (unsigned long long)bad, (unsigned long long)from,
+			(unsigned long long)to, (unsigned long long)first);
+	return bad;
+}
+
+static const void *session_row(const void *obj, uint64_t pos, uint32_t layer, uint32_t kv,
+			       uint32_t head)
+{
+	return kvp_session_kv((kvp_session *)obj, pos, layer, kv, head);
+}
+
+static const void *lease_row(const void *obj, uint64_t pos, uint32_t layer, uint32_t kv,
+			     uint32_t head)
+{
+	return kvp_lease_kv(obj, pos, layer, kv, head);
+}
+
+uint64_t harness_pkv_check_session(const kvp_pool *p, kvp_session *s, const uint32_t *tokens,
+				   uint64_t from, uint64_t to)
+{
+	return pkv_check_rows(kvp_pool_layout(p), tokens, from, to, session_row, s, "session");
+}
+
+uint64_t harness_pkv_check_lease(const kvp_lease *l, const kvp_pool *p, const uint32_t *tokens,
+				 uint64_t n)
+{
+	return pkv_check_rows(kvp_pool_layout(p), tokens, 0, n, lease_row, l, "lease");
+}
+
+int harness_pkv_commit_session(kvp_pool *p, const uint32_t *tokens, size_t n,
+			       kvp_session **ret_session)
+{
+	kvp_session *s;
+	int ret = kvp_session_create(p, &s);
+
+	if (ret < 0)
+		return ret;
+	ret = kvp_append(s, tokens, n);
+	if (ret == 0 && harness_pkv_write_session(p, s, tokens, 0, n) < 0)
+		ret = -EFAULT;
+	if (ret == 0)
+		ret = kvp_commit(s, n);
+	if (ret < 0) {
+		kvp_session_close(s);
+		return ret;
+	}
+	*ret_session = s;
+	return 0;
+}
+
 const struct kvp_pool_stats *harness_find_pool(const struct kvp_stats *st, uint64_t pool_id)
 {
 	for (size_t i = 0; i < st->n_pools; i++)
@@ -711,6 +863,152 @@ void raw_req_stats(Kvpalace__V1__Request *req, Kvpalace__V1__StatsRequest *op)
 	req_init(req, KVPALACE__V1__REQUEST__OP_STATS);
 	kvpalace__v1__stats_request__init(op);
 	req->stats = op;
+}
+
+void raw_req_fork(Kvpalace__V1__Request *req, Kvpalace__V1__ForkRequest *op, uint64_t session_id,
+		  uint64_t n)
+{
+	req_init(req, KVPALACE__V1__REQUEST__OP_FORK);
+	kvpalace__v1__fork_request__init(op);
+	op->session_id = session_id;
+	op->n_tokens = n;
+	req->fork = op;
+}
+
+void raw_req_truncate(Kvpalace__V1__Request *req, Kvpalace__V1__TruncateRequest *op,
+		      uint64_t session_id, uint64_t n)
+{
+	req_init(req, KVPALACE__V1__REQUEST__OP_TRUNCATE);
+	kvpalace__v1__truncate_request__init(op);
+	op->session_id = session_id;
+	op->n_tokens = n;
+	req->truncate = op;
+}
+
+void raw_req_session_pages(Kvpalace__V1__Request *req, Kvpalace__V1__SessionPagesRequest *op,
+			   uint64_t session_id, uint64_t first_page)
+{
+	req_init(req, KVPALACE__V1__REQUEST__OP_SESSION_PAGES);
+	kvpalace__v1__session_pages_request__init(op);
+	op->session_id = session_id;
+	op->first_page = first_page;
+	req->session_pages = op;
+}
+
+void raw_req_list_sessions(Kvpalace__V1__Request *req, Kvpalace__V1__ListSessionsRequest *op,
+			   uint64_t pool_id)
+{
+	req_init(req, KVPALACE__V1__REQUEST__OP_LIST_SESSIONS);
+	kvpalace__v1__list_sessions_request__init(op);
+	op->has_pool_id = pool_id != 0;
+	op->pool_id = pool_id;
+	req->list_sessions = op;
+}
+
+int raw_hello(struct raw *r)
+{
+	Kvpalace__V1__Request req;
+	Kvpalace__V1__HelloRequest hello;
+	Kvpalace__V1__Response *resp;
+	int n;
+
+	raw_req_hello(&req, &hello, KVP_PROTOCOL_VERSION);
+	n = raw_call(r, &req, &resp, NULL);
+	if (n != 1)
+		return n < 0 ? n : -ECONNRESET;
+	return status_to_errno(resp->status);
+}
+
+int raw_close_session(struct raw *r, uint64_t session_id)
+{
+	Kvpalace__V1__Request req;
+	Kvpalace__V1__CloseSessionRequest op;
+	Kvpalace__V1__Response *resp;
+	int n;
+
+	raw_req_close_session(&req, &op, session_id);
+	n = raw_call(r, &req, &resp, NULL);
+	if (n != 1)
+		return n < 0 ? n : -ECONNRESET;
+	return status_to_errno(resp->status);
+}
+
+int raw_pool_info(struct raw *r, uint64_t pool_id, struct harness_pool_info *ret)
+{
+	Kvpalace__V1__Request req;
+	Kvpalace__V1__StatsRequest op;
+	Kvpalace__V1__Response *resp;
+	const Kvpalace__V1__StatsResponse *st;
+	int n;
+
+	raw_req_stats(&req, &op);
+	n = raw_call(r, &req, &resp, NULL);
+	if (n != 1)
+		return n < 0 ? n : -ECONNRESET;
+	if (resp->status != KVPALACE__V1__STATUS__STATUS_OK)
+		return status_to_errno(resp->status);
+	if (resp->op_case != KVPALACE__V1__RESPONSE__OP_STATS)
+		return -EBADMSG;
+	st = resp->stats;
+	for (size_t i = 0; i < st->n_pools; i++) {
+		const Kvpalace__V1__PoolStats *ps = st->pools[i];
+
+		if (ps->pool_id != pool_id)
+			continue;
+		memset(ret, 0, sizeof(*ret));
+		ret->n_pages = ps->n_pages;
+		ret->free_pages = ps->free_pages;
+		ret->reserved_pages = ps->reserved_pages;
+		ret->leased_pages = ps->leased_pages;
+		ret->n_sessions = ps->n_sessions;
+		ret->indexed_pages = ps->indexed_pages;
+		ret->evictable_pages = ps->evictable_pages;
+		ret->evictions = ps->evictions;
+		ret->dedup_pages = ps->dedup_pages;
+		ret->has_index_fields = ps->has_indexed_pages && ps->has_evictable_pages &&
+					ps->has_evictions && ps->has_dedup_pages;
+		ret->connections = st->connections;
+		ret->all_evictions = st->evictions;
+		ret->all_dedup_pages = st->dedup_pages;
+		return 0;
+	}
+	return -ENOENT;
+}
+
+int harness_pool_info(const struct harness *h, uint64_t pool_id, struct harness_pool_info *ret)
+{
+	struct raw r;
+	int err = raw_open(&r, h->sock);
+
+	if (err < 0)
+		return err;
+	err = raw_hello(&r);
+	if (err == 0)
+		err = raw_pool_info(&r, pool_id, ret);
+	raw_close(&r);
+	return err;
+}
+
+int raw_wait_connections(struct raw *r, uint64_t want)
+{
+	Kvpalace__V1__Request req;
+	Kvpalace__V1__StatsRequest op;
+	Kvpalace__V1__Response *resp;
+	uint64_t have = 0;
+
+	for (int i = 0; i < 2000; i++) {
+		raw_req_stats(&req, &op);
+		if (raw_call(r, &req, &resp, NULL) != 1 ||
+		    resp->op_case != KVPALACE__V1__RESPONSE__OP_STATS)
+			return -EBADMSG;
+		have = resp->stats->connections;
+		if (have == want)
+			return 0;
+		sleep_ms(10);
+	}
+	fprintf(stderr, "harness: %llu connections open, waited for %llu\n",
+		(unsigned long long)have, (unsigned long long)want);
+	return -ETIMEDOUT;
 }
 
 int raw_open_pool(struct raw *r, const char *model_id, const struct kvp_layout *layout,

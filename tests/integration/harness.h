@@ -131,6 +131,47 @@ int harness_commit_session(kvp_pool *p, const uint32_t *tokens, size_t n,
 uint64_t harness_check_lease(const kvp_lease *l, const kvp_pool *p, const uint32_t *tokens,
 			     uint64_t n);
 
+/* ---- K/V keyed by the token prefix ------------------------------------- */
+
+/* K/V that depends on the whole token prefix, as a real model's does: the
+ * row of position pos is a function of (hash of tokens[0..pos], pos, layer,
+ * kv, head). Two sessions get the same bytes at pos exactly when their first
+ * pos + 1 tokens agree, so a page shared through the prefix index or a fork
+ * reads right, and a page of another prefix (a hash chain that forgot its
+ * parent, a salt mix-up, a stale slot) reads wrong even when its own tokens
+ * agree. The tests' layouts are f16. */
+
+/* The prefix hash after `token`, given the one before it (start with
+ * HARNESS_PREFIX_SEED). */
+#define HARNESS_PREFIX_SEED 0x6b7670616c616365ull
+uint64_t harness_prefix_step(uint64_t ph, uint32_t token);
+void harness_pkv_fill(uint16_t *row, uint32_t head_dim, uint64_t ph, uint64_t pos, uint32_t layer,
+		      uint32_t kv, uint32_t head);
+int harness_pkv_check(const uint16_t *row, uint32_t head_dim, uint64_t ph, uint64_t pos,
+		      uint32_t layer, uint32_t kv, uint32_t head);
+/* Writes positions [from, to) of session s whose tokens are tokens[0..to).
+ * Returns 0, or -1 when the pool is not f16 or a pointer was missing. */
+int harness_pkv_write_session(const kvp_pool *p, kvp_session *s, const uint32_t *tokens,
+			      uint64_t from, uint64_t to);
+/* Rows of positions [from, to) of session s (read through kvp_session_kv)
+ * that differ from the prefix formula; a missing pointer counts. */
+uint64_t harness_pkv_check_session(const kvp_pool *p, kvp_session *s, const uint32_t *tokens,
+				   uint64_t from, uint64_t to);
+/* Rows of leased positions [0, n) that differ. */
+uint64_t harness_pkv_check_lease(const kvp_lease *l, const kvp_pool *p, const uint32_t *tokens,
+				 uint64_t n);
+/* Creates a session through p, appends tokens[0..n), writes their
+ * prefix-keyed K/V and commits them. Returns 0 and the session, or the
+ * first error (-EFAULT when a row had no pointer). */
+int harness_pkv_commit_session(kvp_pool *p, const uint32_t *tokens, size_t n,
+			       kvp_session **ret_session);
+
+/* n rounded down to whole pages of block_tokens: what a match can return. */
+static inline uint64_t harness_whole(uint64_t n, uint32_t block_tokens)
+{
+	return n / block_tokens * block_tokens;
+}
+
 /* Stats of one pool, by id, from a kvp_stats reply; NULL when absent. */
 const struct kvp_pool_stats *harness_find_pool(const struct kvp_stats *st, uint64_t pool_id);
 /* Asks for Stats through c and copies pool pool_id's entry to *ret, and the
@@ -202,6 +243,49 @@ int raw_open_pool(struct raw *r, const char *model_id, const struct kvp_layout *
 		  uint64_t *ret_pool_id);
 /* CreateSession; returns 0 and the id or the negative errno of the reply. */
 int raw_create_session(struct raw *r, uint64_t pool_id, uint64_t *ret_session_id);
+
+/* Fork, Truncate, SessionPages and ListSessions requests. */
+void raw_req_fork(Kvpalace__V1__Request *req, Kvpalace__V1__ForkRequest *op, uint64_t session_id,
+		  uint64_t n);
+void raw_req_truncate(Kvpalace__V1__Request *req, Kvpalace__V1__TruncateRequest *op,
+		      uint64_t session_id, uint64_t n);
+void raw_req_session_pages(Kvpalace__V1__Request *req, Kvpalace__V1__SessionPagesRequest *op,
+			   uint64_t session_id, uint64_t first_page);
+void raw_req_list_sessions(Kvpalace__V1__Request *req, Kvpalace__V1__ListSessionsRequest *op,
+			   uint64_t pool_id);
+
+/* Hello with the current version; returns 0 or a negative errno. */
+int raw_hello(struct raw *r);
+/* CloseSession; returns 0 or the negative errno of the reply. */
+int raw_close_session(struct raw *r, uint64_t session_id);
+
+/* Everything Stats says about one pool, with the daemon-wide figures that
+ * matter to the prefix index. Read through the raw protocol so that every
+ * field of the reply is seen, whatever the library copies. */
+struct harness_pool_info {
+	uint32_t n_pages;
+	uint32_t free_pages;
+	uint32_t reserved_pages;
+	uint32_t leased_pages;
+	uint32_t n_sessions;
+	uint32_t indexed_pages;
+	uint32_t evictable_pages;
+	uint64_t evictions;
+	uint64_t dedup_pages;
+	int has_index_fields;	  /* the reply had indexed/evictable/evictions/dedup */
+	uint64_t connections;	  /* daemon-wide, open now */
+	uint64_t all_evictions;	  /* daemon-wide */
+	uint64_t all_dedup_pages; /* daemon-wide */
+};
+
+/* Stats through r (after raw_hello) for pool_id. Returns 0, -ENOENT when
+ * the pool is not listed, or a negative errno. */
+int raw_pool_info(struct raw *r, uint64_t pool_id, struct harness_pool_info *ret);
+/* The same on a connection of its own, opened and closed for the call. */
+int harness_pool_info(const struct harness *h, uint64_t pool_id, struct harness_pool_info *ret);
+/* Waits (up to 20 s) until the daemon reports `want` open connections,
+ * asking through r (which counts as one). Returns 0 or -ETIMEDOUT. */
+int raw_wait_connections(struct raw *r, uint64_t want);
 
 /* A small f16 layout used by most tests: 2 layers, 2 KV heads, head_dim
  * 32, 16 tokens per page (page 8192 bytes). */

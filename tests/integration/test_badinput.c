@@ -281,11 +281,12 @@ static void test_unknown_ids(void **state)
 			mp.lease_id = id;
 			expect_status(&r, &req, ST(NOT_FOUND));
 		}
-		/* Matching against a session that does not exist. */
+		/* session_id is obsolete since the prefix index: ignored,
+		 * whatever it names. */
 		raw_req_match(&req, &mp, pool_id, tokens, 4);
 		mp.has_session_id = 1;
 		mp.session_id = id;
-		expect_status(&r, &req, ST(NOT_FOUND));
+		expect_status(&r, &req, ST(OK));
 		/* A session id used as a pool id and the other way round. */
 		raw_req_create_session(&req, &cs, sid);
 		expect_status(&r, &req, ST(NOT_FOUND));
@@ -526,6 +527,163 @@ static void test_other_clients_reservation(void **state)
 	raw_close(&b);
 }
 
+/* Appends n tokens to sid through r and commits `commit` of them. */
+static void raw_fill(struct raw *r, uint64_t sid, uint32_t *tokens, size_t n, uint64_t commit)
+{
+	Kvpalace__V1__Request req;
+	Kvpalace__V1__AppendRequest app;
+	Kvpalace__V1__CommitRequest cm;
+
+	raw_req_append(&req, &app, sid, tokens, n);
+	expect_status(r, &req, ST(OK));
+	if (commit) {
+		raw_req_commit(&req, &cm, sid, commit);
+		expect_status(r, &req, ST(OK));
+	}
+}
+
+/* Fork, Truncate, SessionPages and ListSessions with ids that name
+ * nothing, counts past what exists, and salts too long: error replies, and
+ * the connection stays. */
+static void test_index_ops_bad_arguments(void **state)
+{
+	struct harness *h = *state;
+	Kvpalace__V1__Request req;
+	Kvpalace__V1__ForkRequest fk;
+	Kvpalace__V1__TruncateRequest tr;
+	Kvpalace__V1__SessionPagesRequest sp;
+	Kvpalace__V1__ListSessionsRequest ls;
+	Kvpalace__V1__CreateSessionRequest cs;
+	Kvpalace__V1__MatchPrefixRequest mp;
+	Kvpalace__V1__Response *resp;
+	const uint64_t bogus[] = {0, 1, 987654321, UINT64_MAX};
+	uint8_t salt[65];
+	uint32_t tokens[40];
+	uint64_t pool_id, sid;
+	struct raw r;
+
+	memset(salt, 's', sizeof(salt));
+	harness_tokens(tokens, 40, 9, 0);
+	assert_int_equal(raw_open(&r, h->sock), 0);
+	assert_int_equal(raw_open_pool(&r, MODEL, &harness_layout, &pool_id), 0);
+	assert_int_equal(raw_create_session(&r, pool_id, &sid), 0);
+	raw_fill(&r, sid, tokens, 40, 30);
+
+	for (size_t i = 0; i < sizeof(bogus) / sizeof(bogus[0]); i++) {
+		uint64_t id = bogus[i];
+
+		if (id == pool_id || id == sid)
+			continue;
+		raw_req_fork(&req, &fk, id, 0);
+		expect_status(&r, &req, ST(NOT_FOUND));
+		raw_req_truncate(&req, &tr, id, 0);
+		expect_status(&r, &req, ST(NOT_FOUND));
+		raw_req_session_pages(&req, &sp, id, 0);
+		expect_status(&r, &req, ST(NOT_FOUND));
+		/* A pool that is not ours lists nothing (and says nothing);
+		 * pool 0 means all of ours. */
+		raw_req_list_sessions(&req, &ls, id);
+		assert_int_equal(raw_call(&r, &req, &resp, NULL), 1);
+		assert_int_equal(resp->status, ST(OK));
+		assert_int_equal(resp->list_sessions->n_sessions, id == 0);
+	}
+	/* A pool id is no session id. */
+	raw_req_fork(&req, &fk, pool_id, 0);
+	expect_status(&r, &req, ST(NOT_FOUND));
+	raw_req_truncate(&req, &tr, pool_id, 0);
+	expect_status(&r, &req, ST(NOT_FOUND));
+
+	/* Counts past what exists: 40 tokens reserved, 30 committed. */
+	raw_req_fork(&req, &fk, sid, 31);
+	expect_status(&r, &req, ST(RANGE));
+	raw_req_fork(&req, &fk, sid, UINT64_MAX);
+	expect_status(&r, &req, ST(RANGE));
+	raw_req_truncate(&req, &tr, sid, 41);
+	expect_status(&r, &req, ST(RANGE));
+	raw_req_truncate(&req, &tr, sid, UINT64_MAX);
+	expect_status(&r, &req, ST(RANGE));
+	raw_req_session_pages(&req, &sp, sid, 4);
+	expect_status(&r, &req, ST(RANGE));
+	raw_req_session_pages(&req, &sp, sid, UINT64_MAX);
+	expect_status(&r, &req, ST(RANGE));
+	/* ...and right at the end: three pages, none after the last. */
+	raw_req_session_pages(&req, &sp, sid, 0);
+	assert_int_equal(raw_call(&r, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(OK));
+	assert_int_equal(resp->session_pages->n_page_slots, 3);
+	assert_int_equal(resp->session_pages->n_tokens, 40);
+	assert_int_equal(resp->session_pages->committed_tokens, 30);
+	raw_req_session_pages(&req, &sp, sid, 3);
+	assert_int_equal(raw_call(&r, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(OK));
+	assert_int_equal(resp->session_pages->n_page_slots, 0);
+	raw_req_fork(&req, &fk, sid, 30);
+	assert_int_equal(raw_call(&r, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(OK));
+	assert_int_equal(resp->fork->n_tokens, 30);
+
+	/* Salts of 65 bytes; 64 is the most. */
+	raw_req_create_session(&req, &cs, pool_id);
+	cs.has_cache_salt = 1;
+	cs.cache_salt.data = salt;
+	cs.cache_salt.len = 65;
+	expect_status(&r, &req, ST(INVALID));
+	cs.cache_salt.len = 64;
+	expect_status(&r, &req, ST(OK));
+	raw_req_match(&req, &mp, pool_id, tokens, 16);
+	mp.has_cache_salt = 1;
+	mp.cache_salt.data = salt;
+	mp.cache_salt.len = 65;
+	expect_status(&r, &req, ST(INVALID));
+	mp.cache_salt.len = 64;
+	expect_status(&r, &req, ST(OK));
+	expect_alive(&r);
+	raw_close(&r);
+}
+
+/* While one connection holds uncommitted tokens of a session, another may
+ * not truncate it (it may fork its committed part); once they are
+ * committed it may. */
+static void test_truncate_others_reservation(void **state)
+{
+	struct harness *h = *state;
+	Kvpalace__V1__Request req;
+	Kvpalace__V1__TruncateRequest tr;
+	Kvpalace__V1__ForkRequest fk;
+	Kvpalace__V1__CommitRequest cm;
+	Kvpalace__V1__Response *resp;
+	uint32_t tokens[40];
+	uint64_t pool_id, sid;
+	struct raw a, b;
+
+	harness_tokens(tokens, 40, 10, 0);
+	assert_int_equal(raw_open(&a, h->sock), 0);
+	assert_int_equal(raw_open(&b, h->sock), 0);
+	assert_int_equal(raw_open_pool(&a, MODEL, &harness_layout, &pool_id), 0);
+	assert_int_equal(raw_open_pool(&b, MODEL, &harness_layout, &pool_id), 0);
+	assert_int_equal(raw_create_session(&a, pool_id, &sid), 0);
+	raw_fill(&a, sid, tokens, 40, 20);
+	raw_req_truncate(&req, &tr, sid, 20);
+	expect_status(&b, &req, ST(BUSY));
+	raw_req_truncate(&req, &tr, sid, 10);
+	expect_status(&b, &req, ST(BUSY));
+	raw_req_fork(&req, &fk, sid, 20);
+	expect_status(&b, &req, ST(OK));
+	raw_req_commit(&req, &cm, sid, 20);
+	expect_status(&a, &req, ST(OK));
+	raw_req_truncate(&req, &tr, sid, 10);
+	assert_int_equal(raw_call(&b, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(OK));
+	assert_int_equal(resp->truncate->n_tokens, 10);
+	assert_int_equal(resp->truncate->committed_tokens, 10);
+	/* Its first page was full and indexed: the truncated session got a
+	 * copy of it, in another slot. */
+	assert_int_equal(resp->truncate->n_page_slots, 1);
+	assert_int_equal(resp->truncate->first_page, 0);
+	raw_close(&a);
+	raw_close(&b);
+}
+
 /* A lease belongs to the connection that made it: another client of the
  * same user can neither release nor extend it, and it keeps reading. */
 static void test_foreign_lease(void **state)
@@ -662,8 +820,8 @@ static void test_survives_then_serves(void **state)
 	assert_int_equal(kvp_pool_open(c, "good-model", &harness_layout, &p), 0);
 	assert_int_equal(harness_commit_session(p, tokens, 100, &s), 0);
 	assert_int_equal(kvp_match_prefix(p, tokens, 100, &l), 0);
-	assert_int_equal(kvp_lease_tokens(l), 100);
-	assert_int_equal(harness_check_lease(l, p, tokens, 100), 0);
+	assert_int_equal(kvp_lease_tokens(l), 96);
+	assert_int_equal(harness_check_lease(l, p, tokens, 96), 0);
 	assert_int_equal(kvp_lease_release(l), 0);
 
 	/* 2 truncated + 3 oversized + 4 garbage + 2 magic/version + 1 fd. */
@@ -694,6 +852,8 @@ int main(void)
 		T(test_too_many_tokens),
 		T(test_other_clients_reservation),
 		T(test_foreign_lease),
+		T(test_index_ops_bad_arguments),
+		T(test_truncate_others_reservation),
 		T(test_connect_errors),
 		T(test_admin_socket_refuses_client_ops),
 		T(test_survives_then_serves),

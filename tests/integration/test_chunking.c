@@ -5,8 +5,11 @@
  * calls of awkward sizes around the per-request limit; a reader in another
  * process matches 50,000 tokens in one call, a list that diverges deep
  * inside, and a list longer than what is cached — all invisibly chunked,
- * all with the right bytes. When two sessions share a prefix longer than
- * one request, the match must still find the longer of the two.
+ * all with the right bytes, and always whole pages of 64 (the daemon keeps
+ * the tokens of a page cut by a request boundary for the next request).
+ * When two sessions share a prefix longer than one request, they share its
+ * pages (dedup) and a query follows whichever branch it takes, wherever the
+ * branches part relative to the request boundaries.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -26,6 +29,8 @@
 #define N_EXTRA 10000
 
 /* 1 layer, 1 head, 8-wide f16 rows, 64 tokens a page: 782 pages. */
+#define BT	 64
+#define WHOLE(n) ((n) / BT * BT)
 static const struct kvp_layout small = {
 	.n_layers = 1,
 	.n_kv_heads = 1,
@@ -43,7 +48,10 @@ struct chunk_ctx {
 
 static int start(void **state)
 {
-	static const char *const extra[] = {"--max-message-bytes", "4096", NULL};
+	/* 32768 pages: room for everything, and few enough that the
+	 * -Ddebug-checks build's check after every request stays quick. */
+	static const char *const extra[] = {"--max-message-bytes", "4096", "--host-pool-size",
+					    "128M", NULL};
 
 	return harness_setup_args(state, extra);
 }
@@ -69,21 +77,24 @@ static int reader(void *arg)
 	CHILD_CHECK(q != NULL);
 	CHILD_CHECK_EQ(kvp_connect(k->h->sock, &c), 0);
 	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &small, &p), 0);
-	CHILD_CHECK_EQ(check_match(p, k->a, N_LONG, N_LONG), 0);
-	CHILD_CHECK_EQ(check_match(p, k->a, N_LONG + N_EXTRA, N_LONG), 0);
-	CHILD_CHECK_EQ(check_match(p, k->b, k->n_b, k->n_b), 0);
+	/* 50,000 tokens are 781 full pages and 16 tokens more. */
+	CHILD_CHECK_EQ(check_match(p, k->a, N_LONG, WHOLE(N_LONG)), 0);
+	CHILD_CHECK_EQ(WHOLE(N_LONG), 49984);
+	CHILD_CHECK_EQ(check_match(p, k->a, N_LONG + N_EXTRA, WHOLE(N_LONG)), 0);
+	CHILD_CHECK_EQ(check_match(p, k->b, k->n_b, WHOLE(k->n_b)), 0);
 	/* Diverging deep inside, at a position that is no chunk or page
-	 * boundary. */
+	 * boundary: the pages before the one that differs. */
 	memcpy(q, k->a, N_LONG * sizeof(uint32_t));
 	q[40001] ^= 0x5a5a;
-	CHILD_CHECK_EQ(check_match(p, q, N_LONG, 40001), 0);
-	/* Diverging right after the first chunk's worth of tokens. */
+	CHILD_CHECK_EQ(check_match(p, q, N_LONG, 40000), 0);
+	/* Diverging around the end of the first request's tokens, in the
+	 * page that request cuts and in the pages beside it. */
 	memcpy(q, k->a, N_LONG * sizeof(uint32_t));
-	for (size_t at = 700; at < 800; at += 13) {
+	for (size_t at = 700; at < 840; at += 3) {
 		uint32_t saved = q[at];
 
 		q[at] = 7;
-		CHILD_CHECK_EQ(check_match(p, q, N_LONG, at), 0);
+		CHILD_CHECK_EQ(check_match(p, q, N_LONG, WHOLE(at)), 0);
 		q[at] = saved;
 	}
 	kvp_disconnect(c);
@@ -142,15 +153,18 @@ static void test_long_lists(void **state)
 	free(k.b);
 }
 
-/* Two sessions share a prefix of `shared` tokens and then diverge; the one
- * created first is the wrong one for the query. The longest cached prefix
- * of the query is the whole second session, whether or not the query
- * needs more than one request: chunking must stay invisible. */
+/* Two sessions share a prefix of `shared` tokens and then diverge. With
+ * the prefix index they share the pages of the common prefix (the second
+ * commit adopts the first one's copies), and a query follows whichever
+ * branch it takes, whether or not it needs more than one request: chunking
+ * must stay invisible. The K/V depends on the whole prefix, so a page of the
+ * wrong branch would read wrong. */
 static void check_longest_of_two(struct harness *h, size_t shared, size_t tail, uint32_t seq)
 {
 	size_t n = shared + tail;
 	uint32_t *x = malloc(n * sizeof(uint32_t));
 	uint32_t *y = malloc(n * sizeof(uint32_t));
+	struct harness_pool_info before, after;
 	kvp_client *c;
 	kvp_pool *p;
 	kvp_session *sx, *sy;
@@ -164,24 +178,35 @@ static void check_longest_of_two(struct harness *h, size_t shared, size_t tail, 
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
 	assert_int_equal(kvp_pool_open(c, MODEL, &small, &p), 0);
-	assert_int_equal(harness_commit_session(p, x, n, &sx), 0);
-	assert_int_equal(harness_commit_session(p, y, n, &sy), 0);
+	assert_int_equal(harness_pkv_commit_session(p, x, n, &sx), 0);
+	assert_int_equal(harness_pool_info(h, kvp_pool_id(p), &before), 0);
+	assert_int_equal(harness_pkv_commit_session(p, y, n, &sy), 0);
+	assert_int_equal(harness_pool_info(h, kvp_pool_id(p), &after), 0);
+	/* The shared full pages are stored once. */
+	assert_int_equal(after.dedup_pages - before.dedup_pages, shared / BT);
+	assert_int_equal(before.free_pages - after.free_pages, (n + BT - 1) / BT - shared / BT);
+	assert_int_equal(harness_pkv_check_session(p, sy, y, 0, n), 0);
 
 	assert_int_equal(kvp_match_prefix(p, y, n, &l), 0);
-	if (kvp_lease_tokens(l) != n)
+	if (kvp_lease_tokens(l) != WHOLE(n))
 		fail_msg("query of %zu tokens (%zu shared with an older session): matched "
-			 "%llu, the newer session holds all %zu",
-			 n, shared, (unsigned long long)kvp_lease_tokens(l), n);
-	assert_int_equal(harness_check_lease(l, p, y, n), 0);
+			 "%llu, the index holds %zu",
+			 n, shared, (unsigned long long)kvp_lease_tokens(l), (size_t)WHOLE(n));
+	assert_int_equal(harness_pkv_check_lease(l, p, y, WHOLE(n)), 0);
 	assert_int_equal(kvp_lease_release(l), 0);
 	/* The other way round, too. */
 	assert_int_equal(kvp_match_prefix(p, x, n, &l), 0);
-	assert_int_equal(kvp_lease_tokens(l), n);
-	assert_int_equal(harness_check_lease(l, p, x, n), 0);
+	assert_int_equal(kvp_lease_tokens(l), WHOLE(n));
+	assert_int_equal(harness_pkv_check_lease(l, p, x, WHOLE(n)), 0);
 	assert_int_equal(kvp_lease_release(l), 0);
 
 	assert_int_equal(kvp_session_close(sx), 0);
 	assert_int_equal(kvp_session_close(sy), 0);
+	/* Closed sessions' full pages stay matchable through the index. */
+	assert_int_equal(kvp_match_prefix(p, y, n, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), WHOLE(n));
+	assert_int_equal(harness_pkv_check_lease(l, p, y, WHOLE(n)), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
 	kvp_disconnect(c);
 	free(x);
 	free(y);
@@ -201,15 +226,16 @@ static void test_longest_match_across_chunks(void **state)
 }
 
 /* Like the above with the divergence swept across the first two request
- * boundaries: when the shared prefix ends in the page where a request
- * ended, the lease must take that page from the session that goes on, not
- * keep the one it pinned for the earlier request. */
+ * boundaries: the branch point falls in every position of the page a
+ * request cuts, and in the pages beside it. The lease must take each page
+ * from the query's own branch, wherever the request ended. */
 static void test_divergence_near_request_boundaries(void **state)
 {
 	struct harness *h = *state;
 	enum { TAIL = 100, MAX_N = 1700 + TAIL };
 	uint32_t *x = malloc(MAX_N * sizeof(uint32_t));
 	uint32_t *y = malloc(MAX_N * sizeof(uint32_t));
+	struct harness_pool_info before, after;
 	kvp_client *c;
 	kvp_pool *p;
 
@@ -225,20 +251,122 @@ static void test_divergence_near_request_boundaries(void **state)
 		harness_tokens(x, n, 74, d << 8);
 		memcpy(y, x, d * sizeof(uint32_t));
 		harness_tokens(y + d, TAIL, 75, d << 8);
-		assert_int_equal(harness_commit_session(p, x, n, &sx), 0);
-		assert_int_equal(harness_commit_session(p, y, n, &sy), 0);
+		assert_int_equal(harness_pool_info(h, kvp_pool_id(p), &before), 0);
+		assert_int_equal(harness_pkv_commit_session(p, x, n, &sx), 0);
+		assert_int_equal(harness_pkv_commit_session(p, y, n, &sy), 0);
+		assert_int_equal(harness_pool_info(h, kvp_pool_id(p), &after), 0);
+		if (after.dedup_pages - before.dedup_pages != d / BT)
+			fail_msg("shared prefix %zu: %llu pages deduplicated, %zu expected", d,
+				 (unsigned long long)(after.dedup_pages - before.dedup_pages),
+				 d / BT);
 
 		assert_int_equal(kvp_match_prefix(p, y, n, &l), 0);
-		if (kvp_lease_tokens(l) != n || harness_check_lease(l, p, y, n) != 0)
+		if (kvp_lease_tokens(l) != WHOLE(n) || harness_pkv_check_lease(l, p, y, WHOLE(n)))
 			fail_msg("shared prefix %zu: matched %llu of %zu", d,
-				 (unsigned long long)kvp_lease_tokens(l), n);
+				 (unsigned long long)kvp_lease_tokens(l), (size_t)WHOLE(n));
 		assert_int_equal(kvp_lease_release(l), 0);
+		/* A query that leaves both branches one token before they
+		 * part gets the pages before that token only. */
+		{
+			uint32_t saved = y[d - 1];
+
+			y[d - 1] ^= 0x5a5a;
+			assert_int_equal(kvp_match_prefix(p, y, n, &l), 0);
+			if (kvp_lease_tokens(l) != WHOLE(d - 1))
+				fail_msg("diverging at %zu: matched %llu", d - 1,
+					 (unsigned long long)kvp_lease_tokens(l));
+			assert_int_equal(kvp_lease_release(l), 0);
+			y[d - 1] = saved;
+		}
 		assert_int_equal(kvp_session_close(sx), 0);
 		assert_int_equal(kvp_session_close(sy), 0);
 	}
 	kvp_disconnect(c);
 	free(x);
 	free(y);
+}
+
+/* 16 tokens a page, so a few thousand pages take little memory. */
+static const struct kvp_layout small16 = {
+	.n_layers = 1,
+	.n_kv_heads = 1,
+	.head_dim = 8,
+	.block_tokens = 16,
+	.dtype = KVP_DTYPE_F16,
+};
+
+/* A commit that fills more pages than one reply can list the slots of
+ * (some 760 at this cap) is split by the library; when every page is
+ * deduplicated, each reply moves its pages to the indexed copies, and the
+ * session must read through the new slots even after its own old copies
+ * were handed out again and overwritten. A fork of such a session fetches
+ * its page table in several SessionPages requests. */
+static void test_commit_and_fork_beyond_one_reply(void **state)
+{
+	struct harness *h = *state;
+	enum { N = 20000 }; /* 1250 pages */
+	uint32_t *x = malloc(N * sizeof(uint32_t)), *z = malloc(N * sizeof(uint32_t));
+	struct harness_pool_info before, after;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s1, *s2, *s3, *f;
+
+	assert_non_null(x);
+	assert_non_null(z);
+	harness_tokens(x, N, 76, 0);
+	harness_tokens(z, N, 77, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL "-16", &small16, &p), 0);
+	assert_int_equal(harness_pkv_commit_session(p, x, N, &s1), 0);
+	assert_int_equal(harness_pool_info(h, kvp_pool_id(p), &before), 0);
+	/* The same tokens again, committed in one call. */
+	assert_int_equal(kvp_session_create(p, &s2), 0);
+	assert_int_equal(kvp_append(s2, x, N), 0);
+	assert_int_equal(harness_pkv_write_session(p, s2, x, 0, N), 0);
+	assert_int_equal(kvp_commit(s2, N), 0);
+	assert_int_equal(kvp_session_committed(s2), N);
+	assert_int_equal(harness_pool_info(h, kvp_pool_id(p), &after), 0);
+	assert_int_equal(after.dedup_pages - before.dedup_pages, N / 16);
+	assert_int_equal(after.free_pages, before.free_pages);
+	/* s2's own copies went back to the pool: fill them with other
+	 * bytes, then s2 must still read its own. */
+	assert_int_equal(harness_pkv_commit_session(p, z, N, &s3), 0);
+	assert_int_equal(harness_pkv_check_session(p, s2, x, 0, N), 0);
+	assert_int_equal(harness_pkv_check_session(p, s1, x, 0, N), 0);
+	/* A fork of 1249 pages and a bit. */
+	assert_int_equal(kvp_session_fork(s2, N - 5, &f), 0);
+	assert_int_equal(harness_pkv_check_session(p, f, x, 0, N - 5), 0);
+	assert_int_equal(kvp_session_close(f), 0);
+	assert_int_equal(kvp_session_close(s1), 0);
+	assert_int_equal(kvp_session_close(s2), 0);
+	assert_int_equal(kvp_session_close(s3), 0);
+	kvp_disconnect(c);
+	free(x);
+	free(z);
+}
+
+/* More sessions than one ListSessions reply holds: all listed, in id
+ * order, once. */
+static void test_list_many_sessions(void **state)
+{
+	struct harness *h = *state;
+	enum { N = 300 };
+	struct kvp_session_info *all;
+	kvp_session *s[N];
+	kvp_client *c;
+	kvp_pool *p;
+	size_t n;
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &small, &p), 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(kvp_session_create(p, &s[i]), 0);
+	assert_int_equal(kvp_list_sessions(c, kvp_pool_id(p), &all, &n), 0);
+	assert_int_equal(n, N);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(all[i].session_id, kvp_session_id(s[i]));
+	free(all);
+	kvp_disconnect(c);
 }
 
 int main(void)
@@ -251,6 +379,9 @@ int main(void)
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_divergence_near_request_boundaries, start,
 						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_commit_and_fork_beyond_one_reply, start,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_list_many_sessions, start, harness_teardown),
 	};
 
 	return cmocka_run_group_tests_name("chunking", tests, NULL, NULL);

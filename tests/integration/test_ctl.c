@@ -3,9 +3,11 @@
  * Runs the real binary ($KVPALACECTL) as a user would: `ping`, `stats`
  * and `stats --json` against a daemon where a client has opened a pool
  * and committed tokens; checks the exit status and that the output names
- * the pool and its numbers. The socket also comes from
- * $KVPALACE_ADMIN_SOCKET, and a socket where no daemon listens is an
- * error (exit 1), a bad command a usage error (exit 2).
+ * the pool and its numbers. `pools` and `sessions` (with --pool, and
+ * --json) list what is cached: indexed and deduplicated pages, each
+ * session's tokens, pages, shared pages and whether it is being written.
+ * The socket also comes from $KVPALACE_ADMIN_SOCKET, and a socket where no
+ * daemon listens is an error (exit 1), a bad command a usage error (exit 2).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -26,14 +28,36 @@
 
 static char out[1 << 16];
 
-static int ctl(char *env_entry, const char *a1, const char *a2, const char *a3, const char *a4)
+static int ctl6(char *env_entry, const char *a1, const char *a2, const char *a3, const char *a4,
+		const char *a5, const char *a6)
 {
 	const char *bin = getenv("KVPALACECTL");
-	char *argv[6] = {(char *)bin, (char *)a1, (char *)a2, (char *)a3, (char *)a4, NULL};
+	char *argv[8] = {(char *)bin, (char *)a1, (char *)a2, (char *)a3,
+			 (char *)a4,  (char *)a5, (char *)a6, NULL};
 	char *env[2] = {env_entry, NULL};
 
 	assert_non_null(bin);
 	return harness_run_capture(argv, env, out, sizeof(out));
+}
+
+static int ctl(char *env_entry, const char *a1, const char *a2, const char *a3, const char *a4)
+{
+	return ctl6(env_entry, a1, a2, a3, a4, NULL, NULL);
+}
+
+/* Fails unless out contains the text of fmt. */
+static void expect_out(const char *what, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void expect_out(const char *what, const char *fmt, ...)
+{
+	char want[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(want, sizeof(want), fmt, ap);
+	va_end(ap);
+	if (!strstr(out, want))
+		fail_msg("%s: no '%s' in:\n%s", what, want, out);
 }
 
 static void test_ctl(void **state)
@@ -93,10 +117,76 @@ static void test_ctl(void **state)
 	kvp_disconnect(c);
 }
 
+static void test_ctl_pools_sessions(void **state)
+{
+	struct harness *h = *state;
+	uint32_t tokens[40];
+	char pool_id[32];
+	kvp_client *c;
+	kvp_pool *p, *q;
+	kvp_session *s1, *s2, *s3;
+	int ret;
+
+	harness_tokens(tokens, 40, 61, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL "-other", &harness_layout, &q), 0);
+	/* s1: 40 committed (2 full pages indexed); s2: the same 40, 20 of
+	 * them committed (its first page deduplicated), still writing. */
+	assert_int_equal(harness_pkv_commit_session(p, tokens, 40, &s1), 0);
+	assert_int_equal(kvp_session_create(p, &s2), 0);
+	assert_int_equal(kvp_append(s2, tokens, 40), 0);
+	assert_int_equal(harness_pkv_write_session(p, s2, tokens, 0, 40), 0);
+	assert_int_equal(kvp_commit(s2, 20), 0);
+	assert_int_equal(kvp_session_create(q, &s3), 0);
+	snprintf(pool_id, sizeof(pool_id), "%" PRIu64, kvp_pool_id(p));
+
+	ret = ctl(NULL, "--socket", h->admin_sock, "pools", NULL);
+	if (ret != 0)
+		fail_msg("pools exited %d: %s", ret, out);
+	expect_out("pools", "%s", MODEL);
+	expect_out("pools", "%s", "INDEXED");
+	ret = ctl(NULL, "--socket", h->admin_sock, "--json", "pools");
+	if (ret != 0)
+		fail_msg("pools --json exited %d: %s", ret, out);
+	assert_int_equal(out[0], '{');
+	expect_out("pools --json", "\"pool_id\":%s", pool_id);
+	expect_out("pools --json", "\"indexed_pages\":%d", 2);
+	expect_out("pools --json", "\"dedup_pages\":%d", 1);
+	expect_out("pools --json", "\"n_sessions\":%d", 2);
+	expect_out("pools --json", "\"used_pages\":%d", 5);
+
+	ret = ctl(NULL, "--socket", h->admin_sock, "sessions", NULL);
+	if (ret != 0)
+		fail_msg("sessions exited %d: %s", ret, out);
+	expect_out("sessions", "%" PRIu64 " ", kvp_session_id(s1));
+	expect_out("sessions", "%" PRIu64 " ", kvp_session_id(s3));
+	expect_out("sessions", "%s", "yes");
+	ret = ctl6(NULL, "--socket", h->admin_sock, "--json", "sessions", "--pool", pool_id);
+	if (ret != 0)
+		fail_msg("sessions --json --pool exited %d: %s", ret, out);
+	assert_int_equal(out[0], '{');
+	expect_out("sessions --json", "\"session_id\":%" PRIu64, kvp_session_id(s1));
+	expect_out("sessions --json", "\"session_id\":%" PRIu64, kvp_session_id(s2));
+	expect_out("sessions --json", "\"committed_tokens\":%d", 20);
+	expect_out("sessions --json", "\"shared_pages\":%d", 2);
+	expect_out("sessions --json", "\"writing\":%s", "true");
+	snprintf(pool_id, sizeof(pool_id), "\"session_id\":%" PRIu64, kvp_session_id(s3));
+	if (strstr(out, pool_id))
+		fail_msg("sessions --pool lists a session of another pool: %s", out);
+
+	assert_int_equal(ctl(NULL, "--socket", h->admin_sock, "sessions", "--pool"), 2);
+	assert_int_equal(ctl6(NULL, "--socket", h->admin_sock, "sessions", "--pool", "0", NULL), 2);
+	assert_int_equal(ctl6(NULL, "--socket", h->admin_sock, "stats", "--pool", "1", NULL), 2);
+	kvp_disconnect(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_ctl, harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_ctl_pools_sessions, harness_setup,
+						harness_teardown),
 	};
 
 	return cmocka_run_group_tests_name("ctl", tests, NULL, NULL);

@@ -2,9 +2,10 @@
  *
  * kvp-read-conversation against an empty daemon must fail (nothing is
  * cached); after kvp-write-conversation it must succeed; and this process,
- * with the library and examples/demo_kv.h, reads the conversation back and
- * checks every element against the demo's formula — so the examples write
- * what the header says and the reader's success means something.
+ * with the library and examples/demo_kv.h, reads the conversation back —
+ * every full page: 1008 of its 1020 tokens — and checks every element
+ * against the demo's formula, so the examples write what the header says
+ * and the reader's success means something.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -52,14 +53,17 @@ static void test_demo(void **state)
 	ret = run("KVP_READ_CONVERSATION", h);
 	if (ret != 0)
 		fail_msg("reader exited %d: %s", ret, out);
+	if (!strstr(out, "matched 1008 of 1020 tokens"))
+		fail_msg("the reader says: %s", out);
 
 	demo_tokens(tokens);
 	demo_layout(&layout);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
 	assert_int_equal(kvp_pool_open(c, DEMO_MODEL_ID, &layout, &p), 0);
 	assert_int_equal(kvp_match_prefix(p, tokens, n, &l), 0);
-	assert_int_equal(kvp_lease_tokens(l), n);
-	for (uint64_t pos = 0; pos < n; pos++)
+	assert_int_equal(n, 1020);
+	assert_int_equal(kvp_lease_tokens(l), n / DEMO_BLOCK_TOKENS * DEMO_BLOCK_TOKENS);
+	for (uint64_t pos = 0; pos < kvp_lease_tokens(l); pos++)
 		for (uint32_t layer = 0; layer < DEMO_N_LAYERS; layer++)
 			for (uint32_t kv = 0; kv < 2; kv++)
 				for (uint32_t head = 0; head < DEMO_N_KV_HEADS; head++) {

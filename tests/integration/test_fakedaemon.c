@@ -5,7 +5,9 @@
  * library's requests wrongly in one way per test: another protocol
  * version, a garbled or mis-addressed reply, a closed connection, an arena
  * fd that is no sealed arena or is smaller than announced, Append slots
- * outside the arena. kvpalace.h promises -EPROTONOSUPPORT for another
+ * outside the arena, a match that is not whole pages, Commit, Truncate and
+ * SessionPages (after Fork) replies whose page slots lie outside the arena
+ * or at the wrong place. kvpalace.h promises -EPROTONOSUPPORT for another
  * version, -EPROTO (and a closed connection, -ENOTCONN afterwards) for a
  * malformed reply, -EPIPE/-ECONNRESET when the daemon goes away — and, in
  * no case, a pointer outside the arena.
@@ -47,6 +49,11 @@ enum fake_mode {
 	FAKE_BAD_FIRST_TOKEN, /* Append: reserved at the wrong position */
 	FAKE_MATCH_TOO_LONG,  /* MatchPrefix: more tokens than asked */
 	FAKE_COMMIT_TOO_MANY, /* Commit: more committed than reserved */
+	FAKE_MATCH_PARTIAL,   /* MatchPrefix: a match that ends inside a page */
+	FAKE_COMMIT_BAD_SLOT, /* Commit: a filled page moved past the arena */
+	FAKE_COMMIT_NO_SLOTS, /* Commit: filled pages, but no slots for them */
+	FAKE_TRUNC_BAD_SLOT,  /* Truncate: the copied last page past the arena */
+	FAKE_FORK_BAD_SLOT,   /* SessionPages of a fork: a slot past the arena */
 };
 
 struct fake {
@@ -74,7 +81,7 @@ static int fake_daemon(void *arg)
 	static unsigned char mem[1 << 20];
 	struct frame_arena a;
 	struct shm_layout layout = {0};
-	uint64_t reserved = 0;
+	uint64_t reserved = 0, committed = 0;
 	int c = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC);
 
 	if (c < 0)
@@ -89,6 +96,9 @@ static int fake_daemon(void *arg)
 		Kvpalace__V1__CommitResponse cm = KVPALACE__V1__COMMIT_RESPONSE__INIT;
 		Kvpalace__V1__MatchPrefixResponse mp = KVPALACE__V1__MATCH_PREFIX_RESPONSE__INIT;
 		Kvpalace__V1__ReleaseResponse rel = KVPALACE__V1__RELEASE_RESPONSE__INIT;
+		Kvpalace__V1__ForkResponse fk = KVPALACE__V1__FORK_RESPONSE__INIT;
+		Kvpalace__V1__TruncateResponse tr = KVPALACE__V1__TRUNCATE_RESPONSE__INIT;
+		Kvpalace__V1__SessionPagesResponse sp = KVPALACE__V1__SESSION_PAGES_RESPONSE__INIT;
 		Kvpalace__V1__Request *req;
 		uint32_t slots[64];
 		int fd = -1, n, len, ret;
@@ -186,18 +196,85 @@ static int fake_daemon(void *arg)
 			resp.append = &app;
 			break;
 		}
-		case KVPALACE__V1__REQUEST__OP_COMMIT:
-			cm.committed_tokens = req->commit->n_tokens;
+		case KVPALACE__V1__REQUEST__OP_COMMIT: {
+			/* Page i lives in slot i; the reply lists the pages the
+			 * commit filled, as the real daemon does after dedup. */
+			uint64_t bt = layout.block_tokens;
+			uint64_t first = committed / bt;
+
+			committed += req->commit->n_tokens;
+			cm.committed_tokens = committed;
 			if (f->mode == FAKE_COMMIT_TOO_MANY)
 				cm.committed_tokens = reserved + 5;
+			cm.has_first_page = 1;
+			cm.first_page = first;
+			cm.n_page_slots = committed / bt - first;
+			if (cm.n_page_slots > 64)
+				return 1;
+			for (size_t i = 0; i < cm.n_page_slots; i++)
+				slots[i] = (uint32_t)(first + i);
+			if (f->mode == FAKE_COMMIT_BAD_SLOT && cm.n_page_slots)
+				slots[cm.n_page_slots - 1] = FAKE_PAGES;
+			if (f->mode == FAKE_COMMIT_NO_SLOTS)
+				cm.n_page_slots = 0;
+			cm.page_slots = slots;
 			resp.op_case = KVPALACE__V1__RESPONSE__OP_COMMIT;
 			resp.commit = &cm;
 			break;
+		}
+		case KVPALACE__V1__REQUEST__OP_FORK:
+			fk.session_id = 7;
+			fk.n_tokens = req->fork->n_tokens;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_FORK;
+			resp.fork = &fk;
+			break;
+		case KVPALACE__V1__REQUEST__OP_SESSION_PAGES: {
+			/* Only the fork (7) is asked for: its pages are copies
+			 * in the upper half of the arena. */
+			uint64_t bt = layout.block_tokens;
+
+			sp.first_page = req->session_pages->first_page;
+			sp.n_tokens = sp.committed_tokens = 20;
+			sp.n_page_slots = (20 + bt - 1) / bt - sp.first_page;
+			for (size_t i = 0; i < sp.n_page_slots; i++)
+				slots[i] = (uint32_t)(FAKE_PAGES / 2 + sp.first_page + i);
+			if (f->mode == FAKE_FORK_BAD_SLOT)
+				slots[0] = FAKE_PAGES + 3;
+			sp.page_slots = slots;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_SESSION_PAGES;
+			resp.session_pages = &sp;
+			break;
+		}
+		case KVPALACE__V1__REQUEST__OP_TRUNCATE: {
+			/* The new last page is copied to the last slot. */
+			uint64_t bt = layout.block_tokens, keep = req->truncate->n_tokens;
+
+			tr.n_tokens = keep;
+			reserved = keep;
+			if (committed > keep)
+				committed = keep;
+			tr.committed_tokens = committed;
+			if (keep % bt) {
+				tr.has_first_page = 1;
+				tr.first_page = keep / bt;
+				slots[0] = f->mode == FAKE_TRUNC_BAD_SLOT ? FAKE_PAGES
+									  : FAKE_PAGES - 1;
+				tr.n_page_slots = 1;
+				tr.page_slots = slots;
+			}
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_TRUNCATE;
+			resp.truncate = &tr;
+			break;
+		}
 		case KVPALACE__V1__REQUEST__OP_MATCH_PREFIX:
+			/* Whole pages of what was asked, in slots 0.. */
 			mp.lease_id = 9;
-			mp.matched_tokens = req->match_prefix->n_tokens;
+			mp.matched_tokens = req->match_prefix->n_tokens / layout.block_tokens *
+					    layout.block_tokens;
 			if (f->mode == FAKE_MATCH_TOO_LONG)
 				mp.matched_tokens += 16;
+			if (f->mode == FAKE_MATCH_PARTIAL)
+				mp.matched_tokens = req->match_prefix->n_tokens;
 			mp.first_page = 0;
 			mp.n_page_slots =
 				(mp.matched_tokens + layout.block_tokens - 1) / layout.block_tokens;
@@ -323,9 +400,20 @@ static void test_good_fake(void **state)
 	assert_int_equal(kvp_pool_open(c, "fake-model", &harness_layout, &p), 0);
 	assert_int_equal(harness_commit_session(p, tokens, 40, &s), 0);
 	assert_int_equal(kvp_match_prefix(p, tokens, 40, &l), 0);
-	assert_int_equal(kvp_lease_tokens(l), 40);
-	assert_int_equal(harness_check_lease(l, p, tokens, 40), 0);
+	assert_int_equal(kvp_lease_tokens(l), 32);
+	assert_int_equal(harness_check_lease(l, p, tokens, 32), 0);
 	assert_int_equal(kvp_lease_release(l), 0);
+	{
+		kvp_session *fk;
+
+		assert_int_equal(kvp_session_fork(s, 20, &fk), 0);
+		assert_int_equal(kvp_session_committed(fk), 20);
+		assert_non_null(kvp_session_kv(fk, 19, 0, 0, 0));
+		assert_int_equal(kvp_truncate(s, 20), 0);
+		assert_int_equal(kvp_session_tokens(s), 20);
+		assert_non_null(kvp_session_kv(s, 19, 0, 0, 0));
+		assert_null(kvp_session_kv(s, 20, 0, 0, 0));
+	}
 	kvp_disconnect(c);
 	assert_int_equal(harness_wait(pid, 30), 0);
 }
@@ -380,9 +468,25 @@ static void expect_broken_after(void **state, enum fake_mode mode)
 	assert_int_equal(kvp_connect(f->sock, &c), 0);
 	assert_int_equal(kvp_pool_open(c, "fake-model", &harness_layout, &p), 0);
 	assert_int_equal(kvp_session_create(p, &s), 0);
-	if (mode == FAKE_MATCH_TOO_LONG) {
+	if (mode == FAKE_MATCH_TOO_LONG || mode == FAKE_MATCH_PARTIAL) {
 		ret = kvp_match_prefix(p, tokens, 20, &l);
 		assert_null(l);
+	} else if (mode == FAKE_COMMIT_BAD_SLOT || mode == FAKE_COMMIT_NO_SLOTS) {
+		assert_int_equal(kvp_append(s, tokens, 40), 0);
+		ret = kvp_commit(s, 40);
+		assert_null(kvp_session_kv(s, 0, 0, 0, 0));
+	} else if (mode == FAKE_TRUNC_BAD_SLOT || mode == FAKE_FORK_BAD_SLOT) {
+		kvp_session *fk = NULL;
+
+		assert_int_equal(kvp_append(s, tokens, 40), 0);
+		assert_int_equal(kvp_commit(s, 40), 0);
+		if (mode == FAKE_TRUNC_BAD_SLOT) {
+			ret = kvp_truncate(s, 20);
+		} else {
+			ret = kvp_session_fork(s, 20, &fk);
+			assert_null(fk);
+		}
+		assert_null(kvp_session_kv(s, 0, 0, 0, 0));
 	} else {
 		ret = kvp_append(s, tokens, 40);
 		if (mode == FAKE_COMMIT_TOO_MANY) {
@@ -420,6 +524,31 @@ static void test_commit_more_than_reserved(void **state)
 	expect_broken_after(state, FAKE_COMMIT_TOO_MANY);
 }
 
+static void test_match_inside_a_page(void **state)
+{
+	expect_broken_after(state, FAKE_MATCH_PARTIAL);
+}
+
+static void test_commit_slot_outside_arena(void **state)
+{
+	expect_broken_after(state, FAKE_COMMIT_BAD_SLOT);
+}
+
+static void test_commit_without_slots(void **state)
+{
+	expect_broken_after(state, FAKE_COMMIT_NO_SLOTS);
+}
+
+static void test_truncate_slot_outside_arena(void **state)
+{
+	expect_broken_after(state, FAKE_TRUNC_BAD_SLOT);
+}
+
+static void test_fork_slot_outside_arena(void **state)
+{
+	expect_broken_after(state, FAKE_FORK_BAD_SLOT);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -438,6 +567,11 @@ int main(void)
 		T(test_append_at_wrong_position),
 		T(test_match_longer_than_asked),
 		T(test_commit_more_than_reserved),
+		T(test_match_inside_a_page),
+		T(test_commit_slot_outside_arena),
+		T(test_commit_without_slots),
+		T(test_truncate_slot_outside_arena),
+		T(test_fork_slot_outside_arena),
 	};
 
 	return cmocka_run_group_tests_name("fakedaemon", tests, NULL, NULL);

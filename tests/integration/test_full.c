@@ -3,10 +3,12 @@
  * With a 1 MiB pool arena (256 pages of 4096 bytes), appends succeed until
  * every page is reserved and then fail with -ENOSPC, changing nothing; the
  * daemon keeps serving: the full pool's data is matched and read by
- * another process, other pools work, and pages freed by closing a session
- * and releasing a lease can be reserved again. Leased pages are never
- * handed to another session while the lease lasts, and one append split
- * over several requests keeps the chunks that fit.
+ * another process, other pools work. Pages whose session closed and whose
+ * lease ended stay in the prefix index (still matchable) until an append
+ * needs them: then they are evicted and reserved again, and -ENOSPC comes
+ * only when every page is held or pinned. Leased pages are never handed to
+ * another session while the lease lasts, and one append split over several
+ * requests keeps the chunks that fit.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -53,6 +55,15 @@ static uint32_t pool_free(kvp_client *c, kvp_pool *p)
 	return ps.free_pages;
 }
 
+/* Every Stats figure of the pool, the index's included. */
+static struct harness_pool_info info(struct harness *h, kvp_pool *p)
+{
+	struct harness_pool_info pi;
+
+	assert_int_equal(harness_pool_info(h, kvp_pool_id(p), &pi), 0);
+	return pi;
+}
+
 /* Another process: the full pool refuses it room but serves its reads;
  * other pools are unaffected. */
 static int other_client(void *arg)
@@ -92,6 +103,7 @@ static int other_client(void *arg)
 static void test_append_until_enospc(void **state)
 {
 	struct full_ctx f = {.h = *state};
+	struct harness_pool_info pi;
 	uint32_t n_pages, appended = 0;
 	kvp_client *c;
 	kvp_pool *p;
@@ -144,26 +156,47 @@ static void test_append_until_enospc(void **state)
 	assert_int_equal(kvp_session_close(s), 0);
 	assert_int_equal(pool_free(c, p), 0);
 	assert_int_equal(harness_check_lease(l, p, f.tokens, f.n_tokens), 0);
-	/* ...and its release frees them all for new appends. */
+	/* ...and once it ends the prefix index alone holds them: still
+	 * matchable, evictable from the chain's last page back. */
 	assert_int_equal(kvp_lease_release(l), 0);
-	assert_int_equal(pool_free(c, p), n_pages);
+	pi = info(f.h, p);
+	assert_int_equal(pi.free_pages, 0);
+	assert_int_equal(pi.indexed_pages, n_pages);
+	assert_int_equal(pi.evictable_pages, 1);
+	assert_int_equal(pi.leased_pages, 0);
+	assert_int_equal(pi.evictions, 0);
+	assert_int_equal(kvp_match_prefix(p, f.tokens, f.n_tokens, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), f.n_tokens);
+	assert_int_equal(harness_check_lease(l, p, f.tokens, f.n_tokens), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+	/* An append that needs the whole arena evicts all of it. */
 	assert_int_equal(kvp_session_create(p, &s), 0);
 	assert_int_equal(kvp_append(s, f.tokens, f.n_tokens), 0);
+	pi = info(f.h, p);
+	assert_int_equal(pi.evictions, n_pages);
+	assert_int_equal(pi.indexed_pages, 0);
+	assert_int_equal(pi.reserved_pages, n_pages);
+	/* Now everything is held: no room, whatever the index once had. */
 	assert_int_equal(kvp_append(s, big, 1), -ENOSPC);
 	assert_int_equal(kvp_session_close(s), 0);
 	assert_int_equal(pool_free(c, p), n_pages);
+	assert_int_equal(kvp_match_prefix(p, f.tokens, f.n_tokens, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
 	kvp_disconnect(c);
 	free(f.tokens);
 }
 
 /* Pages pinned by a lease are never handed to another session, even after
  * their own session closed and the rest of the arena filled up: the lease
- * keeps reading the bytes it matched. */
+ * keeps reading the bytes it matched. Once it ends they are the only
+ * evictable pages, and the next appends take them. */
 static void test_leased_pages_not_reused(void **state)
 {
 	struct harness *h = *state;
-	size_t n_rest = (256 - 7) * 16;
-	uint32_t first[100], *rest = calloc(n_rest + 1, sizeof(uint32_t));
+	size_t n_rest = (256 - 6) * 16;
+	uint32_t first[100], *rest = calloc(n_rest + 6 * 16 + 1, sizeof(uint32_t));
+	struct harness_pool_info pi;
 	kvp_client *c;
 	kvp_pool *p;
 	kvp_session *s1, *s2;
@@ -171,32 +204,54 @@ static void test_leased_pages_not_reused(void **state)
 
 	assert_non_null(rest);
 	harness_tokens(first, 100, 34, 0);
-	harness_tokens(rest, n_rest + 1, 35, 0);
+	harness_tokens(rest, n_rest + 6 * 16 + 1, 35, 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
 	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	/* 100 tokens: 6 full pages and a partial one. */
 	assert_int_equal(harness_commit_session(p, first, 100, &s1), 0);
 	assert_int_equal(kvp_match_prefix(p, first, 100, &l), 0);
-	assert_int_equal(kvp_lease_tokens(l), 100);
+	assert_int_equal(kvp_lease_tokens(l), 96);
 	assert_int_equal(kvp_session_close(s1), 0);
 
-	/* Everything else fills the arena and is overwritten. */
-	assert_int_equal(pool_free(c, p), 256 - 7);
+	/* The partial page came back; everything else fills the arena. */
+	assert_int_equal(pool_free(c, p), 256 - 6);
 	assert_int_equal(kvp_session_create(p, &s2), 0);
 	assert_int_equal(kvp_append(s2, rest, n_rest), 0);
 	assert_int_equal(kvp_append(s2, rest + n_rest, 1), -ENOSPC);
+	pi = info(h, p);
+	assert_int_equal(pi.evictions, 0);
+	assert_int_equal(pi.leased_pages, 6);
+	assert_int_equal(pi.evictable_pages, 0);
 	assert_int_equal(harness_write_session(p, s2, 0, rest, n_rest), 0);
 	assert_int_equal(kvp_commit(s2, n_rest), 0);
-	assert_int_equal(harness_check_lease(l, p, first, 100), 0);
+	assert_int_equal(harness_check_lease(l, p, first, 96), 0);
 
-	/* The closed session is gone from matching; its pages come back
-	 * when the lease ends. */
+	/* The closed session's full pages are still in the index. */
 	assert_int_equal(kvp_lease_release(l), 0);
+	assert_int_equal(kvp_match_prefix(p, first, 100, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 96);
+	assert_int_equal(harness_check_lease(l, p, first, 96), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+	pi = info(h, p);
+	assert_int_equal(pi.free_pages, 0);
+	assert_int_equal(pi.evictable_pages, 1);
+	/* Appending evicts them (the chain from its end, all six: the pool
+	 * is above its watermark) and reuses their slots. */
+	assert_int_equal(kvp_append(s2, rest + n_rest, 16), 0);
+	pi = info(h, p);
+	assert_int_equal(pi.evictions, 6);
+	assert_int_equal(pi.free_pages, 5);
+	assert_int_equal(kvp_append(s2, rest + n_rest + 16, 5 * 16), 0);
+	assert_int_equal(kvp_append(s2, rest + n_rest + 6 * 16, 1), -ENOSPC);
 	assert_int_equal(kvp_match_prefix(p, first, 100, &l), 0);
 	assert_int_equal(kvp_lease_tokens(l), 0);
 	assert_int_equal(kvp_lease_release(l), 0);
-	assert_int_equal(pool_free(c, p), 7);
+	/* Closing s2 frees its reservation; its committed pages stay
+	 * indexed. */
 	assert_int_equal(kvp_session_close(s2), 0);
-	assert_int_equal(pool_free(c, p), 256);
+	pi = info(h, p);
+	assert_int_equal(pi.free_pages, 6);
+	assert_int_equal(pi.indexed_pages, 250);
 	kvp_disconnect(c);
 	free(rest);
 }
@@ -239,11 +294,12 @@ static void test_chunked_append_fills_arena(void **state)
 	assert_int_equal(harness_write_session(p, s, 0, tokens, got), 0);
 	assert_int_equal(kvp_commit(s, got), 0);
 	assert_int_equal(kvp_match_prefix(p, tokens, n, &l), 0);
-	assert_int_equal(kvp_lease_tokens(l), got);
-	assert_int_equal(harness_check_lease(l, p, tokens, got), 0);
+	assert_int_equal(kvp_lease_tokens(l), got / 16 * 16);
+	assert_int_equal(harness_check_lease(l, p, tokens, got / 16 * 16), 0);
 	assert_int_equal(kvp_lease_release(l), 0);
 	assert_int_equal(kvp_session_close(s), 0);
-	assert_int_equal(pool_free(c, p), 256);
+	/* Its full pages stay in the index; the partial one came back. */
+	assert_int_equal(pool_free(c, p), 256 - got / 16);
 	kvp_disconnect(c);
 	free(tokens);
 }

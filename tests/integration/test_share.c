@@ -3,8 +3,9 @@
  *
  * Process A appends 1000 tokens of deterministic K/V and commits, then
  * exits. Process B, with its own connection, opens the same model and
- * layout, gets the same pool, matches the prefix and reads back identical
- * bytes for every token, layer, K/V and head. A pool of another model id,
+ * layout, gets the same pool, matches the prefix — whole pages: 992 of the
+ * 1000 tokens, the partial last page is A's alone — and reads back
+ * identical bytes for every token, layer, K/V and head. A pool of another model id,
  * or another layout, matches nothing; a process of another user (uid
  * 65534, when the tests run as root) opening the same model and layout gets
  * a pool of its own that matches nothing, cannot reach A's pool by id nor
@@ -27,6 +28,8 @@
 #define N_TOKENS 1000
 #define MODEL	 "share-model-7b"
 #define SEQ	 1
+/* What a match can return: whole pages of 16. */
+#define WHOLE(n) ((n) / 16 * 16)
 
 /* The demo's model shape: 4 layers, 2 KV heads, head_dim 64, 16 tokens. */
 static struct kvp_layout layout;
@@ -99,16 +102,30 @@ static int reader_b(void *arg)
 	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &layout, &p), 0);
 	CHILD_CHECK_EQ(kvp_pool_id(p), sh->pool_id);
 
-	/* The whole prefix, byte for byte. */
-	CHILD_CHECK_EQ(match_and_check(p, sh->tokens, N_TOKENS, N_TOKENS), 0);
+	/* Every full page, byte for byte: 62 pages of 16, not the 8 tokens
+	 * of A's partial last page. */
+	CHILD_CHECK_EQ(match_and_check(p, sh->tokens, N_TOKENS, WHOLE(N_TOKENS)), 0);
+	CHILD_CHECK_EQ(WHOLE(N_TOKENS), 992);
 	/* A longer prompt matches what is cached. */
-	CHILD_CHECK_EQ(match_and_check(p, sh->tokens, N_TOKENS + 64, N_TOKENS), 0);
-	/* A prompt that diverges at 600 (mid-page) matches 600. */
+	CHILD_CHECK_EQ(match_and_check(p, sh->tokens, N_TOKENS + 64, WHOLE(N_TOKENS)), 0);
+	/* A prompt that diverges at 600 (mid-page) matches the pages before
+	 * the one it differs in: 592. */
 	memcpy(q, sh->tokens, sizeof(sh->tokens));
 	q[600] ^= 1;
-	CHILD_CHECK_EQ(match_and_check(p, q, N_TOKENS, 600), 0);
-	/* A short prompt inside the cached prefix. */
-	CHILD_CHECK_EQ(match_and_check(p, sh->tokens, 17, 17), 0);
+	CHILD_CHECK_EQ(match_and_check(p, q, N_TOKENS, 592), 0);
+	/* Diverging at the first token of a page keeps every page before. */
+	memcpy(q, sh->tokens, sizeof(sh->tokens));
+	q[608] ^= 1;
+	CHILD_CHECK_EQ(match_and_check(p, q, N_TOKENS, 608), 0);
+	/* ...and at its last token loses that page. */
+	memcpy(q, sh->tokens, sizeof(sh->tokens));
+	q[607] ^= 1;
+	CHILD_CHECK_EQ(match_and_check(p, q, N_TOKENS, 592), 0);
+	/* A short prompt inside the cached prefix: its full pages. */
+	CHILD_CHECK_EQ(match_and_check(p, sh->tokens, 17, 16), 0);
+	CHILD_CHECK_EQ(match_and_check(p, sh->tokens, 16, 16), 0);
+	/* Less than a page is always a miss. */
+	CHILD_CHECK_EQ(match_and_check(p, sh->tokens, 15, 0), 0);
 	/* A prompt that differs at its first token matches nothing. */
 	harness_tokens(q, N_TOKENS, 99, 0);
 	CHILD_CHECK_EQ(kvp_match_prefix(p, q, N_TOKENS, &l), 0);

@@ -7,9 +7,11 @@
  * connection close, sees the pool's free page count back where it was
  * before the child started, with no reserved and no leased pages — and the
  * committed data the child was reading intact. Also: a lease outliving its
- * session, a client killed between a partial commit and the rest, a pool
- * handle closed with leases open, and the daemon stopping under a client
- * (which then gets errors, not hangs or stale pointers).
+ * session (its pages then stay in the prefix index, not free), a client
+ * killed between a partial commit and the rest, a pool handle closed with
+ * leases open, and the daemon stopping under a client (which then gets
+ * errors, not hangs or stale pointers). Matches are whole pages: the
+ * committed 100 tokens match 96.
  */
 #include <errno.h>
 #include <signal.h>
@@ -27,7 +29,8 @@
 #include "harness.h"
 
 #define MODEL	    "sigkill-model"
-#define N_COMMITTED 100 /* the parent's committed session: 7 pages */
+#define N_COMMITTED 100 /* the parent's committed session: 7 pages, 6 of them full */
+#define N_MATCHED   96
 #define N_RESERVED  300 /* the child's reservation: 19 pages */
 #define N_RESERVED2 40	/* and a second one: 3 pages */
 
@@ -50,11 +53,12 @@ static int victim(void *arg)
 	harness_tokens(tokens, N_RESERVED, 21, 0);
 	CHILD_CHECK_EQ(kvp_connect(k->h->sock, &c), 0);
 	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
-	/* Two read leases on the parent's pages (one partial). */
+	/* Two read leases on the parent's full pages (one of them on the
+	 * first page only). */
 	CHILD_CHECK_EQ(kvp_match_prefix(p, k->committed, N_COMMITTED, &l1), 0);
-	CHILD_CHECK_EQ(kvp_lease_tokens(l1), N_COMMITTED);
+	CHILD_CHECK_EQ(kvp_lease_tokens(l1), N_MATCHED);
 	CHILD_CHECK_EQ(kvp_match_prefix(p, k->committed, 20, &l2), 0);
-	CHILD_CHECK_EQ(kvp_lease_tokens(l2), 20);
+	CHILD_CHECK_EQ(kvp_lease_tokens(l2), 16);
 	/* Two sessions with reservations it never commits; it even starts
 	 * writing into them. */
 	CHILD_CHECK_EQ(kvp_session_create(p, &s1), 0);
@@ -146,7 +150,7 @@ static void test_sigkill_returns_pages(void **state)
 	assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &ps, &conns), 0);
 	assert_int_equal(ps.free_pages, free_before - 19 - 3);
 	assert_int_equal(ps.reserved_pages, 19 + 3);
-	assert_int_equal(ps.leased_pages, 7);
+	assert_int_equal(ps.leased_pages, 6);
 	assert_int_equal(conns, conns_before + 1);
 
 	assert_int_equal(kill(pid, SIGKILL), 0);
@@ -161,8 +165,8 @@ static void test_sigkill_returns_pages(void **state)
 
 	/* The committed data it was reading is intact and still served. */
 	assert_int_equal(kvp_match_prefix(p, k->committed, N_COMMITTED, &l), 0);
-	assert_int_equal(kvp_lease_tokens(l), N_COMMITTED);
-	assert_int_equal(harness_check_lease(l, p, k->committed, N_COMMITTED), 0);
+	assert_int_equal(kvp_lease_tokens(l), N_MATCHED);
+	assert_int_equal(harness_check_lease(l, p, k->committed, N_MATCHED), 0);
 	assert_int_equal(kvp_lease_release(l), 0);
 
 	/* And the pages came back usable: the whole pool can be reserved. */
@@ -185,10 +189,13 @@ static void test_sigkill_returns_pages(void **state)
 }
 
 /* The writer closes its session while the killed child still leases its
- * pages: they stay held until the child dies, then all come back. */
+ * pages: they stay pinned until the child dies; then the partial page the
+ * session alone held is free already and the six full pages are the prefix
+ * index's (matchable, evictable), nothing else. */
 static void test_sigkill_lease_outlives_session(void **state)
 {
 	struct kill_ctx *k = calloc(1, sizeof(*k));
+	struct harness_pool_info pi;
 	struct kvp_pool_stats ps;
 	kvp_client *c;
 	kvp_pool *p;
@@ -210,17 +217,30 @@ static void test_sigkill_lease_outlives_session(void **state)
 	assert_int_equal(kvp_session_close(s), 0);
 
 	assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &ps, NULL), 0);
-	assert_int_equal(ps.leased_pages, 7);
-	assert_int_equal(ps.free_pages, n_pages - 7 - 19 - 3);
+	assert_int_equal(ps.leased_pages, 6);
+	assert_int_equal(ps.free_pages, n_pages - 6 - 19 - 3);
 
 	assert_int_equal(kill(pid, SIGKILL), 0);
 	assert_int_equal(harness_wait(pid, 30), 128 + SIGKILL);
 	wait_connections(c, conns_before);
 
 	assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &ps, NULL), 0);
-	assert_int_equal(ps.free_pages, n_pages);
+	assert_int_equal(ps.free_pages, n_pages - 6);
 	assert_int_equal(ps.reserved_pages, 0);
 	assert_int_equal(ps.leased_pages, 0);
+	/* The child's two sessions stay, empty, until someone closes them. */
+	assert_int_equal(ps.n_sessions, 2);
+	assert_int_equal(harness_pool_info(k->h, kvp_pool_id(p), &pi), 0);
+	assert_int_equal(pi.indexed_pages, 6);
+	assert_int_equal(pi.evictable_pages, 1);
+	{
+		kvp_lease *l;
+
+		assert_int_equal(kvp_match_prefix(p, k->committed, N_COMMITTED, &l), 0);
+		assert_int_equal(kvp_lease_tokens(l), N_MATCHED);
+		assert_int_equal(harness_check_lease(l, p, k->committed, N_MATCHED), 0);
+		assert_int_equal(kvp_lease_release(l), 0);
+	}
 	kvp_disconnect(c);
 	free(k);
 }
@@ -279,9 +299,10 @@ static void test_sigkill_after_partial_commit(void **state)
 	assert_int_equal(read(pfd[0], &b, 1), 1);
 	close(pfd[0]);
 
-	/* Uncommitted tokens are not visible to others. */
+	/* Uncommitted tokens are not visible to others, nor is the
+	 * committed part of a page that is not full. */
 	assert_int_equal(kvp_match_prefix(p, k.tokens, 40, &l), 0);
-	assert_int_equal(kvp_lease_tokens(l), 20);
+	assert_int_equal(kvp_lease_tokens(l), 16);
 	assert_int_equal(kvp_lease_release(l), 0);
 	assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &ps, NULL), 0);
 	assert_int_equal(ps.free_pages, kvp_pool_n_pages(p) - 3);
@@ -297,8 +318,8 @@ static void test_sigkill_after_partial_commit(void **state)
 	assert_int_equal(ps.leased_pages, 0);
 	assert_int_equal(ps.n_sessions, 1);
 	assert_int_equal(kvp_match_prefix(p, k.tokens, 40, &l), 0);
-	assert_int_equal(kvp_lease_tokens(l), 20);
-	assert_int_equal(harness_check_lease(l, p, k.tokens, 20), 0);
+	assert_int_equal(kvp_lease_tokens(l), 16);
+	assert_int_equal(harness_check_lease(l, p, k.tokens, 16), 0);
 	assert_int_equal(kvp_lease_release(l), 0);
 	kvp_disconnect(c);
 }
@@ -324,6 +345,7 @@ static void test_daemon_stops_under_client(void **state)
 	assert_int_equal(harness_write_session(p, s, 0, tokens, 40), 0);
 	assert_int_equal(kvp_commit(s, 20), 0);
 	assert_int_equal(kvp_match_prefix(p, tokens, 20, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 16);
 	assert_non_null(kvp_lease_kv(l, 0, 0, 0, 0));
 
 	assert_int_equal(harness_stop(h), 0);
@@ -358,9 +380,10 @@ static void test_pool_close_releases_leases(void **state)
 	assert_int_equal(harness_commit_session(p, tokens, 40, &s), 0);
 	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &q), 0);
 	assert_int_equal(kvp_match_prefix(q, tokens, 40, &l1), 0);
+	assert_int_equal(kvp_lease_tokens(l1), 32);
 	assert_int_equal(kvp_match_prefix(q, tokens, 20, &l2), 0);
 	assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &ps, NULL), 0);
-	assert_int_equal(ps.leased_pages, 3);
+	assert_int_equal(ps.leased_pages, 2);
 
 	kvp_pool_close(q);
 	assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &ps, NULL), 0);

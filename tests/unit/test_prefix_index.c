@@ -1,0 +1,304 @@
+/* tests/unit/test_prefix_index.c — the prefix index of daemon/prefix_index.h.
+ *
+ * The hash chain is what spilled pages and checkpoints will be found by
+ * after a restart, so its format is pinned: h_i is XXH3-128 of the
+ * canonical (big-endian) bytes of h_{i-1} followed by the page's token ids
+ * as little-endian uint32, checked against a one-shot XXH3 of that byte
+ * string and against known answers; the root separates model ids, every
+ * layout field and salts (even "a" from "a\0"), and is the same for the
+ * same inputs. The index itself: insert, find, duplicate keys, and
+ * eviction — only pages nothing but the index holds, leaves first, least
+ * recently used first, a parent right after the child it lost — with
+ * prefix_index_check agreeing at every step. Single-threaded.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "pagealloc.h"
+#include "prefix_index.h"
+
+static const struct shm_layout lay = {
+	.n_layers = 2,
+	.n_kv_heads = 2,
+	.head_dim = 32,
+	.block_tokens = 16,
+	.dtype = 1, /* f16 */
+	.quant_group = 0,
+};
+
+static int same(XXH128_hash_t a, XXH128_hash_t b)
+{
+	return XXH128_isEqual(a, b);
+}
+
+/* h_i from its definition, with one-shot XXH3 over the bytes. */
+static XXH128_hash_t by_definition(XXH128_hash_t parent, const uint32_t *tokens, uint32_t n)
+{
+	unsigned char buf[16 + 4 * 64];
+	XXH128_canonical_t cp;
+
+	assert_true(n <= 64);
+	XXH128_canonicalFromHash(&cp, parent);
+	memcpy(buf, cp.digest, 16);
+	for (uint32_t i = 0; i < n; i++) {
+		buf[16 + 4 * i] = (unsigned char)tokens[i];
+		buf[16 + 4 * i + 1] = (unsigned char)(tokens[i] >> 8);
+		buf[16 + 4 * i + 2] = (unsigned char)(tokens[i] >> 16);
+		buf[16 + 4 * i + 3] = (unsigned char)(tokens[i] >> 24);
+	}
+	return XXH3_128bits(buf, 16 + 4 * (size_t)n);
+}
+
+static void test_hash_is_the_documented_chain(void **state)
+{
+	uint32_t tokens[64];
+	XXH128_hash_t h = prefix_index_root("m", &lay, NULL, 0);
+
+	(void)state;
+	for (uint32_t i = 0; i < 64; i++)
+		tokens[i] = i * 2654435761u;
+	for (uint32_t n = 1; n <= 64; n += 7) {
+		XXH128_hash_t got = prefix_index_hash_page(h, tokens, n);
+
+		assert_true(same(got, by_definition(h, tokens, n)));
+		h = got;
+	}
+}
+
+/* Fixed inputs, fixed outputs: a change here orphans every spilled page
+ * and checkpoint, so it must come with a new PREFIX_INDEX_FORMAT. */
+static void test_known_answers(void **state)
+{
+	uint32_t page[16];
+	XXH128_hash_t root = prefix_index_root("kvpalace-test-model", &lay, NULL, 0);
+	XXH128_hash_t salted = prefix_index_root("kvpalace-test-model", &lay, "salt", 4);
+	XXH128_hash_t h1, h2;
+
+	(void)state;
+	for (uint32_t i = 0; i < 16; i++)
+		page[i] = 1000 + i;
+	h1 = prefix_index_hash_page(root, page, 16);
+	h2 = prefix_index_hash_page(h1, page, 16);
+	assert_int_equal(PREFIX_INDEX_FORMAT, 1);
+	assert_int_equal(root.high64, 0x5e1eea2e2f844645ull);
+	assert_int_equal(root.low64, 0xf5749ee797c0ba52ull);
+	assert_int_equal(salted.high64, 0x79b8d26d675780a0ull);
+	assert_int_equal(salted.low64, 0xe0774e11ca208d61ull);
+	assert_int_equal(h1.high64, 0xa223d1159a823d5full);
+	assert_int_equal(h1.low64, 0x3055a2850e0b2578ull);
+	assert_int_equal(h2.high64, 0xee87aa87ea63882dull);
+	assert_int_equal(h2.low64, 0x26afb6c8f9bfa4c5ull);
+}
+
+static void test_root_separates_identities(void **state)
+{
+	struct shm_layout l2;
+	XXH128_hash_t base = prefix_index_root("model", &lay, NULL, 0);
+	static const char salt64[64] =
+		"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+	(void)state;
+	/* Deterministic, and an empty salt is no salt. */
+	assert_true(same(base, prefix_index_root("model", &lay, NULL, 0)));
+	assert_true(same(base, prefix_index_root("model", &lay, "", 0)));
+	assert_false(same(base, prefix_index_root("model2", &lay, NULL, 0)));
+	assert_false(same(base, prefix_index_root("mode", &lay, NULL, 0)));
+	for (int f = 0; f < 6; f++) {
+		uint32_t *field = (uint32_t *)&l2 + f;
+
+		l2 = lay;
+		*field += 1;
+		assert_false(same(base, prefix_index_root("model", &l2, NULL, 0)));
+	}
+	assert_false(same(base, prefix_index_root("model", &lay, "a", 1)));
+	assert_false(same(prefix_index_root("model", &lay, "a", 1),
+			  prefix_index_root("model", &lay, "a\0", 2)));
+	assert_false(same(prefix_index_root("model", &lay, "a", 1),
+			  prefix_index_root("model", &lay, "b", 1)));
+	assert_false(same(base, prefix_index_root("model", &lay, salt64, 64)));
+	/* A salt cannot pose as part of the model id. */
+	assert_false(
+		same(prefix_index_root("ab", &lay, NULL, 0), prefix_index_root("a", &lay, "b", 1)));
+}
+
+/* ---- the index -------------------------------------------------------------- */
+
+struct fix {
+	struct pagealloc pa;
+	struct prefix_index ix;
+	uint32_t refs[64];
+};
+
+static void check(struct fix *f)
+{
+	memset(f->refs, 0, sizeof(f->refs));
+	assert_int_equal(prefix_index_check(&f->ix, &f->pa, f->refs), 0);
+	assert_int_equal(pagealloc_check(&f->pa), 0);
+}
+
+/* A session commits a chain of n pages under root: each page a fresh
+ * slot (the session's reference), indexed. Slots go to slots[]. */
+static void commit_chain(struct fix *f, XXH128_hash_t root, uint32_t seed, int n, uint32_t *slots,
+			 XXH128_hash_t *hashes)
+{
+	struct pindex_entry *parent = NULL;
+	XXH128_hash_t h = root;
+
+	for (int i = 0; i < n; i++) {
+		uint32_t page[16];
+
+		for (uint32_t k = 0; k < 16; k++)
+			page[k] = seed * 100 + (uint32_t)i * 16 + k;
+		h = prefix_index_hash_page(h, page, 16);
+		assert_int_equal(pagealloc_get(&f->pa, &slots[i]), 0);
+		assert_int_equal(prefix_index_insert(&f->ix, &f->pa, h, parent, slots[i]), 0);
+		parent = prefix_index_find(&f->ix, h);
+		assert_non_null(parent);
+		assert_int_equal(parent->slot, slots[i]);
+		hashes[i] = h;
+		check(f);
+	}
+}
+
+/* The session lets go of its pages (closes). */
+static void close_chain(struct fix *f, const uint32_t *slots, int n)
+{
+	for (int i = n; i-- > 0;) {
+		assert_int_equal(pagealloc_unref(&f->pa, slots[i]), 1);
+		prefix_index_update(&f->ix, &f->pa, slots[i]);
+	}
+	check(f);
+}
+
+static void test_evict_lru_leaves_first(void **state)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+	XXH128_hash_t root = prefix_index_root("m", &lay, NULL, 0);
+	uint32_t a[3], b[3], c[2];
+	XXH128_hash_t ha[3], hb[3], hc[2];
+
+	(void)state;
+	assert_non_null(f);
+	assert_int_equal(pagealloc_init(&f->pa, 64), 0);
+	assert_int_equal(prefix_index_init(&f->ix, 64), 0);
+	commit_chain(f, root, 1, 3, a, ha);
+	commit_chain(f, root, 2, 3, b, hb);
+	commit_chain(f, root, 3, 2, c, hc);
+	assert_int_equal(f->ix.n_entries, 8);
+	/* Held by their sessions: nothing to evict. */
+	assert_int_equal(f->ix.n_evictable, 0);
+	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, 64), 0);
+	/* A duplicate hash is refused; the page stays unindexed. */
+	{
+		uint32_t s;
+
+		assert_int_equal(pagealloc_get(&f->pa, &s), 0);
+		assert_int_equal(prefix_index_insert(&f->ix, &f->pa, ha[0], NULL, s), -EEXIST);
+		assert_null(prefix_index_of_slot(&f->ix, s));
+		assert_int_equal(pagealloc_unref(&f->pa, s), 0);
+		check(f);
+	}
+
+	/* B closes first, then A, then C: only leaves are evictable. */
+	close_chain(f, b, 3);
+	close_chain(f, a, 3);
+	close_chain(f, c, 2);
+	assert_int_equal(f->ix.n_evictable, 3);
+	/* C is pinned by a lease: never a victim while it is. */
+	pagealloc_pin(&f->pa, c[0]);
+	pagealloc_pin(&f->pa, c[1]);
+	prefix_index_update(&f->ix, &f->pa, c[0]);
+	prefix_index_update(&f->ix, &f->pa, c[1]);
+	assert_int_equal(f->ix.n_evictable, 2);
+	check(f);
+
+	/* The coldest chain (B) goes whole, from its end, before A loses a
+	 * page. */
+	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, f->pa.n_free + 2), 2);
+	assert_null(prefix_index_of_slot(&f->ix, b[2]));
+	assert_null(prefix_index_of_slot(&f->ix, b[1]));
+	assert_non_null(prefix_index_find(&f->ix, hb[0]));
+	assert_non_null(prefix_index_find(&f->ix, ha[2]));
+	check(f);
+	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, f->pa.n_free + 2), 2);
+	assert_null(prefix_index_find(&f->ix, hb[0]));
+	assert_null(prefix_index_find(&f->ix, ha[2]));
+	assert_non_null(prefix_index_find(&f->ix, ha[1]));
+	check(f);
+	/* Everything that can go: A; C stays pinned. */
+	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, 64), 2);
+	assert_int_equal(f->ix.n_entries, 2);
+	assert_int_equal(f->ix.evictions, 6);
+	assert_non_null(prefix_index_find(&f->ix, hc[1]));
+	check(f);
+	/* The lease ends: C can go too. */
+	pagealloc_unpin(&f->pa, c[1]);
+	pagealloc_unpin(&f->pa, c[0]);
+	prefix_index_update(&f->ix, &f->pa, c[1]);
+	prefix_index_update(&f->ix, &f->pa, c[0]);
+	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, 64), 2);
+	assert_int_equal(f->ix.n_entries, 0);
+	assert_int_equal(f->pa.n_free, 64);
+	check(f);
+	prefix_index_fini(&f->ix, &f->pa);
+	pagealloc_fini(&f->pa);
+	free(f);
+}
+
+/* A chain used again (a lease came and went) is the most recent. */
+static void test_evict_reuse_is_recent(void **state)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+	XXH128_hash_t root = prefix_index_root("m", &lay, NULL, 0);
+	uint32_t a[2], b[2];
+	XXH128_hash_t ha[2], hb[2];
+
+	(void)state;
+	assert_non_null(f);
+	assert_int_equal(pagealloc_init(&f->pa, 64), 0);
+	assert_int_equal(prefix_index_init(&f->ix, 64), 0);
+	commit_chain(f, root, 1, 2, a, ha);
+	commit_chain(f, root, 2, 2, b, hb);
+	close_chain(f, a, 2);
+	close_chain(f, b, 2);
+	/* A is matched (pinned) and released: now newer than B. */
+	for (int i = 0; i < 2; i++) {
+		pagealloc_pin(&f->pa, a[i]);
+		prefix_index_update(&f->ix, &f->pa, a[i]);
+	}
+	for (int i = 2; i-- > 0;) {
+		pagealloc_unpin(&f->pa, a[i]);
+		prefix_index_update(&f->ix, &f->pa, a[i]);
+	}
+	check(f);
+	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, f->pa.n_free + 2), 2);
+	assert_null(prefix_index_find(&f->ix, hb[0]));
+	assert_non_null(prefix_index_find(&f->ix, ha[1]));
+	check(f);
+	prefix_index_fini(&f->ix, &f->pa);
+	assert_int_equal(f->pa.n_free, 64);
+	pagealloc_fini(&f->pa);
+	free(f);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hash_is_the_documented_chain),
+		cmocka_unit_test(test_known_answers),
+		cmocka_unit_test(test_root_separates_identities),
+		cmocka_unit_test(test_evict_lru_leaves_first),
+		cmocka_unit_test(test_evict_reuse_is_recent),
+	};
+
+	return cmocka_run_group_tests_name("prefix_index", tests, NULL, NULL);
+}
