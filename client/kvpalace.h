@@ -235,6 +235,15 @@ KVP_PUBLIC uint64_t kvp_lease_tokens(const kvp_lease *l);
 KVP_PUBLIC const void *kvp_lease_kv(const kvp_lease *l, uint64_t pos, uint32_t layer, uint32_t kv,
 				    uint32_t kv_head);
 
+/* Creates a session holding the first n_tokens of the lease's match
+ * (n_tokens <= kvp_lease_tokens()), sharing its pages copy-on-write as
+ * kvp_session_fork does, under the salt the match used: how a process
+ * continues from a prefix another process computed, then appends its own
+ * tokens. The lease stays valid. Errors: -ERANGE n_tokens exceeds the
+ * lease; -ENOENT the lease is a miss (holds no pages); -ENOSPC, -EDQUOT as
+ * kvp_session_fork. */
+KVP_PUBLIC int kvp_lease_fork(kvp_lease *l, uint64_t n_tokens, kvp_session **ret_session);
+
 /* Ends the lease and frees the handle. NULL is accepted and returns 0. */
 KVP_PUBLIC int kvp_lease_release(kvp_lease *l);
 

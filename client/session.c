@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lease.h"
 #include "rpc.h"
 #include "session.h"
 
@@ -352,13 +353,59 @@ static int session_fetch_pages(struct kvp_session *s)
 	return 0;
 }
 
+/* Sends a Fork or ForkLease request (req, answered by resp_case) of
+ * n_tokens in pool p and builds the new session's handle. */
+static int fork_common(struct kvp_pool *p, Kvpalace__V1__Request *req, int resp_case,
+		       uint64_t n_tokens, kvp_session **ret_session)
+{
+	struct kvp_client *c = p->client;
+	const Kvpalace__V1__ForkResponse *fr;
+	Kvpalace__V1__Response *resp;
+	struct kvp_session *f;
+	int ret;
+
+	/* Everything that can fail here fails before the daemon forks. */
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->pool = p;
+	list_init(&f->link);
+	if (pool_table_reserve(&f->slots, &f->cap, pool_pages_for(p, n_tokens)) < 0) {
+		free(f);
+		return -ENOMEM;
+	}
+	ret = rpc_call(c, req, resp_case, &resp, NULL);
+	if (ret < 0)
+		goto fail;
+	fr = resp_case == KVPALACE__V1__RESPONSE__OP_FORK ? resp->fork : resp->fork_lease;
+	f->id = fr->session_id;
+	if (fr->n_tokens != n_tokens) {
+		ret = conn_break(c, -EPROTO, "kvpalaced forked %llu tokens when asked for %llu",
+				 (unsigned long long)fr->n_tokens, (unsigned long long)n_tokens);
+		goto fail;
+	}
+	f->n_tokens = n_tokens;
+	f->committed = n_tokens;
+	ret = session_fetch_pages(f);
+	if (ret < 0) {
+		/* The fork exists in the daemon: give it back. */
+		session_send_close(c, f->id);
+		goto fail;
+	}
+	list_add_tail(&p->sessions, &f->link);
+	*ret_session = f;
+	return 0;
+fail:
+	free(f->slots);
+	free(f);
+	return ret;
+}
+
 KVP_PUBLIC int kvp_session_fork(kvp_session *s, uint64_t n_tokens, kvp_session **ret_session)
 {
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__ForkRequest fk = KVPALACE__V1__FORK_REQUEST__INIT;
-	Kvpalace__V1__Response *resp;
 	struct kvp_client *c;
-	struct kvp_session *f;
 	int ret;
 
 	if (!s || !ret_session)
@@ -371,45 +418,38 @@ KVP_PUBLIC int kvp_session_fork(kvp_session *s, uint64_t n_tokens, kvp_session *
 	if (n_tokens > s->committed)
 		return conn_error(c, -ERANGE, "fork at token %llu, but only %llu are committed",
 				  (unsigned long long)n_tokens, (unsigned long long)s->committed);
-	/* Everything that can fail here fails before the daemon forks. */
-	f = calloc(1, sizeof(*f));
-	if (!f)
-		return -ENOMEM;
-	f->pool = s->pool;
-	list_init(&f->link);
-	if (pool_table_reserve(&f->slots, &f->cap, pool_pages_for(s->pool, n_tokens)) < 0) {
-		free(f);
-		return -ENOMEM;
-	}
 	fk.session_id = s->id;
 	fk.n_tokens = n_tokens;
 	req.op_case = KVPALACE__V1__REQUEST__OP_FORK;
 	req.fork = &fk;
-	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_FORK, &resp, NULL);
+	return fork_common(s->pool, &req, KVPALACE__V1__RESPONSE__OP_FORK, n_tokens, ret_session);
+}
+
+KVP_PUBLIC int kvp_lease_fork(kvp_lease *l, uint64_t n_tokens, kvp_session **ret_session)
+{
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__ForkLeaseRequest fk = KVPALACE__V1__FORK_LEASE_REQUEST__INIT;
+	struct kvp_client *c;
+	int ret;
+
+	if (!l || !ret_session)
+		return -EINVAL;
+	c = l->pool->client;
+	conn_clear_error(c);
+	ret = conn_usable(c);
 	if (ret < 0)
-		goto fail;
-	f->id = resp->fork->session_id;
-	if (resp->fork->n_tokens != n_tokens) {
-		ret = conn_break(c, -EPROTO, "kvpalaced forked %llu tokens when asked for %llu",
-				 (unsigned long long)resp->fork->n_tokens,
-				 (unsigned long long)n_tokens);
-		goto fail;
-	}
-	f->n_tokens = n_tokens;
-	f->committed = n_tokens;
-	ret = session_fetch_pages(f);
-	if (ret < 0) {
-		/* The fork exists in the daemon: give it back. */
-		session_send_close(c, f->id);
-		goto fail;
-	}
-	list_add_tail(&s->pool->sessions, &f->link);
-	*ret_session = f;
-	return 0;
-fail:
-	free(f->slots);
-	free(f);
-	return ret;
+		return ret;
+	if (!l->id)
+		return conn_error(c, -ENOENT, "a miss holds no lease to fork");
+	if (n_tokens > l->n_tokens)
+		return conn_error(c, -ERANGE, "fork at token %llu, but the lease holds %llu",
+				  (unsigned long long)n_tokens, (unsigned long long)l->n_tokens);
+	fk.lease_id = l->id;
+	fk.n_tokens = n_tokens;
+	req.op_case = KVPALACE__V1__REQUEST__OP_FORK_LEASE;
+	req.fork_lease = &fk;
+	return fork_common(l->pool, &req, KVPALACE__V1__RESPONSE__OP_FORK_LEASE, n_tokens,
+			   ret_session);
 }
 
 /* Checks a Truncate reply to n tokens: the lengths we asked for and, when

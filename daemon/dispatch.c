@@ -230,6 +230,34 @@ static int do_fork(struct cache *cache, struct conn *c, const Kvpalace__V1__Fork
 	return 0;
 }
 
+static int do_fork_lease(struct cache *cache, struct conn *c,
+			 const Kvpalace__V1__ForkLeaseRequest *in, struct reply *r,
+			 const char **why)
+{
+	struct lease *l = lease_get(cache, in->lease_id, c);
+	struct session *f;
+	int ret;
+
+	if (!l) {
+		*why = "no such lease";
+		return -ENOENT;
+	}
+	ret = session_fork_lease(cache, l, in->n_tokens, &f);
+	if (ret < 0) {
+		*why = ret == -ERANGE	? "fork past the lease's matched tokens"
+		       : ret == -EDQUOT ? "too many sessions in this pool"
+		       : ret == -ENOSPC ? "host tier full: no page for the copy of the last page"
+					: "cannot fork";
+		return ret;
+	}
+	kvpalace__v1__fork_response__init(&r->u.fork);
+	r->u.fork.session_id = f->id;
+	r->u.fork.n_tokens = f->n_tokens;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_FORK_LEASE;
+	r->resp.fork_lease = &r->u.fork;
+	return 0;
+}
+
 static int do_truncate(struct cache *cache, struct conn *c, const Kvpalace__V1__TruncateRequest *in,
 		       struct reply *r, const char **why)
 {
@@ -450,6 +478,8 @@ static int run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request 
 		return do_stats(cache, c, r, why);
 	case KVPALACE__V1__REQUEST__OP_FORK:
 		return do_fork(cache, c, req->fork, r, why);
+	case KVPALACE__V1__REQUEST__OP_FORK_LEASE:
+		return do_fork_lease(cache, c, req->fork_lease, r, why);
 	case KVPALACE__V1__REQUEST__OP_TRUNCATE:
 		return do_truncate(cache, c, req->truncate, r, why);
 	case KVPALACE__V1__REQUEST__OP_SESSION_PAGES:

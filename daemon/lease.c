@@ -1,6 +1,7 @@
 /* daemon/lease.c — read leases (see lease.h). */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "lease.h"
 
@@ -23,27 +24,35 @@ int lease_create(struct cache *c, struct pool *p, const void *owner, struct list
 	return 0;
 }
 
-int lease_add_pages(struct lease *l, const uint32_t *slots, uint32_t n)
+int lease_add_page(struct lease *l, uint32_t slot, XXH128_hash_t hash, const uint32_t *tokens)
 {
-	if ((uint64_t)l->n_pages + n > l->cap_pages) {
-		uint64_t cap = l->cap_pages ? l->cap_pages : 16;
-		uint32_t *p;
+	uint32_t bt = l->pool->layout.block_tokens;
 
-		while (cap < (uint64_t)l->n_pages + n)
-			cap *= 2;
+	if (l->n_pages == l->cap_pages) {
+		uint64_t cap = l->cap_pages ? (uint64_t)l->cap_pages * 2 : 16;
+		uint32_t *p, *t;
+		XXH128_hash_t *h;
+
 		if (cap > UINT32_MAX)
 			return -ENOMEM;
-		p = realloc(l->pages, cap * sizeof(uint32_t));
-		if (!p)
+		p = realloc(l->pages, cap * sizeof(*p));
+		if (p)
+			l->pages = p;
+		h = realloc(l->hashes, cap * sizeof(*h));
+		if (h)
+			l->hashes = h;
+		t = realloc(l->tokens, cap * bt * sizeof(*t));
+		if (t)
+			l->tokens = t;
+		if (!p || !h || !t)
 			return -ENOMEM;
-		l->pages = p;
 		l->cap_pages = (uint32_t)cap;
 	}
-	for (uint32_t i = 0; i < n; i++) {
-		pagealloc_pin(&l->pool->pa, slots[i]);
-		prefix_index_update(&l->pool->ix, &l->pool->pa, slots[i]);
-		l->pages[l->n_pages++] = slots[i];
-	}
+	pagealloc_pin(&l->pool->pa, slot);
+	prefix_index_update(&l->pool->ix, &l->pool->pa, slot);
+	memcpy(l->tokens + (uint64_t)l->n_pages * bt, tokens, bt * sizeof(uint32_t));
+	l->hashes[l->n_pages] = hash;
+	l->pages[l->n_pages++] = slot;
 	return 0;
 }
 
@@ -60,6 +69,8 @@ void lease_release(struct cache *c, struct lease *l)
 	idmap_del(&c->leases, l->id);
 	list_del(&l->owner_link);
 	free(l->carry);
+	free(l->tokens);
+	free(l->hashes);
 	free(l->pages);
 	free(l);
 }

@@ -22,6 +22,7 @@ struct lease {
 	uint64_t id;
 	struct pool *pool;
 	const void *owner;
+	XXH128_hash_t root;  /* chain root: pool identity + salt */
 	XXH128_hash_t chain; /* hash of the last matched page (the root at first) */
 	uint32_t *carry;     /* tokens of a page cut by a chunk boundary */
 	uint32_t n_carry;
@@ -29,7 +30,9 @@ struct lease {
 	int complete;
 	int counted;
 	/* counted as a hit or a miss */ /* the match stopped; later chunks add nothing */
-	uint32_t *pages;		 /* [cap_pages] pinned slots, n_pages used */
+	uint32_t *tokens;      /* [cap_pages * block_tokens] tokens of the matched pages */
+	XXH128_hash_t *hashes; /* [cap_pages] chain hash of each matched page */
+	uint32_t *pages;       /* [cap_pages] pinned slots, n_pages used */
 	uint32_t n_pages;
 	uint32_t cap_pages;
 	struct list owner_link; /* the owner's list of leases */
@@ -40,9 +43,10 @@ struct lease {
 int lease_create(struct cache *c, struct pool *p, const void *owner, struct list *owner_list,
 		 struct lease **ret_lease);
 
-/* Pins slots[0..n) and appends them to the lease. Returns 0 or -ENOMEM
- * (nothing pinned then). */
-int lease_add_pages(struct lease *l, const uint32_t *slots, uint32_t n);
+/* Pins slot, the next page of the match, whose chain hash is hash and
+ * whose block_tokens tokens are tokens, and appends it to the lease.
+ * Returns 0 or -ENOMEM (nothing pinned then). */
+int lease_add_page(struct lease *l, uint32_t slot, XXH128_hash_t hash, const uint32_t *tokens);
 
 /* Unpins every page and frees the lease. NULL is accepted. */
 void lease_release(struct cache *c, struct lease *l);

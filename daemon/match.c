@@ -44,7 +44,7 @@ static int walk(struct lease *l, const uint32_t *tokens, size_t n, struct match_
 			l->complete = 1;
 			break;
 		}
-		err = lease_add_pages(l, &e->slot, 1);
+		err = lease_add_page(l, e->slot, h, toks);
 		if (err < 0)
 			break;
 		l->chain = h;
@@ -75,7 +75,7 @@ int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void 
 	err = lease_create(c, p, owner, owner_list, &l);
 	if (err < 0)
 		return err;
-	l->chain = root;
+	l->root = l->chain = root;
 	err = walk(l, tokens, n, ret);
 	if (err < 0 || (l->complete && l->n_tokens == 0)) {
 		lease_release(c, l);

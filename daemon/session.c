@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "evict.h"
+#include "lease.h"
 #include "log.h"
 #include "session.h"
 
@@ -274,16 +275,19 @@ int session_truncate(struct cache *c, struct session *s, const void *writer, uin
 	return 0;
 }
 
-int session_fork(struct cache *c, struct session *s, uint64_t n, struct session **ret_session)
+/* A new session of p holding the first n of tokens, whose page i is
+ * pages[i] and whose full page i has chain hash hashes[i] (n_hashes known):
+ * full pages shared, the partial last page copied. */
+static int fork_from(struct cache *c, struct pool *p, XXH128_hash_t root, const uint32_t *tokens,
+		     const uint32_t *pages, const XXH128_hash_t *hashes, uint32_t n_hashes,
+		     uint64_t n, struct session **ret_session)
 {
-	uint32_t bt = s->pool->layout.block_tokens;
-	uint32_t full = (uint32_t)(n / bt), need = pages_for(s, n);
+	uint32_t bt = p->layout.block_tokens;
+	uint32_t full = (uint32_t)(n / bt), need = (uint32_t)((n + bt - 1) / bt);
 	struct session *f;
 	int ret;
 
-	if (n > s->n_committed)
-		return -ERANGE;
-	ret = session_create(c, s->pool, s->root, &f);
+	ret = session_create(c, p, root, &f);
 	if (ret < 0)
 		return ret;
 	ret = grow((void **)&f->tokens, &f->cap_tokens, n ? n : 1, sizeof(uint32_t));
@@ -292,31 +296,48 @@ int session_fork(struct cache *c, struct session *s, uint64_t n, struct session 
 	if (ret < 0)
 		goto fail;
 	if (n)
-		memcpy(f->tokens, s->tokens, n * sizeof(uint32_t));
+		memcpy(f->tokens, tokens, n * sizeof(uint32_t));
 	for (uint32_t i = 0; i < full; i++) {
-		f->pages[i] = s->pages[i];
-		ref_page(s->pool, f->pages[i]);
+		f->pages[i] = pages[i];
+		ref_page(p, f->pages[i]);
 	}
 	f->n_pages = full;
-	f->n_hashes = full < s->n_hashes ? full : s->n_hashes;
+	f->n_hashes = full < n_hashes ? full : n_hashes;
 	if (f->n_hashes)
-		memcpy(f->hashes, s->hashes, f->n_hashes * sizeof(XXH128_hash_t));
+		memcpy(f->hashes, hashes, f->n_hashes * sizeof(XXH128_hash_t));
 	if (need > full) {
 		/* The partial last page: the fork gets its own copy. */
-		f->pages[full] = s->pages[full];
-		ref_page(s->pool, f->pages[full]);
+		f->pages[full] = pages[full];
+		ref_page(p, f->pages[full]);
 		f->n_pages = need;
 		ret = copy_page(c, f, full);
 		if (ret < 0)
 			goto fail;
 	}
 	f->n_tokens = f->n_committed = n;
-	s->last_use_ns = cache_now_ns();
 	*ret_session = f;
 	return 0;
 fail:
 	session_close(c, f);
 	return ret;
+}
+
+int session_fork(struct cache *c, struct session *s, uint64_t n, struct session **ret_session)
+{
+	if (n > s->n_committed)
+		return -ERANGE;
+	s->last_use_ns = cache_now_ns();
+	return fork_from(c, s->pool, s->root, s->tokens, s->pages, s->hashes, s->n_hashes, n,
+			 ret_session);
+}
+
+int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n,
+		       struct session **ret_session)
+{
+	if (n > l->n_tokens)
+		return -ERANGE;
+	return fork_from(c, l->pool, l->root, l->tokens, l->pages, l->hashes, l->n_pages, n,
+			 ret_session);
 }
 
 uint32_t session_reserved_pages(const struct session *s)

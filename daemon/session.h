@@ -93,6 +93,13 @@ int session_truncate(struct cache *c, struct session *s, const void *writer, uin
  * copy), -ENOMEM. */
 int session_fork(struct cache *c, struct session *s, uint64_t n, struct session **ret_session);
 
+struct lease;
+/* A new session holding the first n tokens of lease l's match (its pages
+ * shared the same way, the lease's salt). Returns as session_fork, -ERANGE
+ * when n exceeds the lease's tokens. */
+int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n,
+		       struct session **ret_session);
+
 /* Pages holding only uncommitted positions. */
 uint32_t session_reserved_pages(const struct session *s);
 /* Pages of s that someone else (index, lease, another session) holds too. */

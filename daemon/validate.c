@@ -54,6 +54,7 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 	case KVPALACE__V1__REQUEST__OP_RELEASE:
 	case KVPALACE__V1__REQUEST__OP_STATS:
 	case KVPALACE__V1__REQUEST__OP_FORK:
+	case KVPALACE__V1__REQUEST__OP_FORK_LEASE:
 	case KVPALACE__V1__REQUEST__OP_TRUNCATE:
 	case KVPALACE__V1__REQUEST__OP_SESSION_PAGES:
 	case KVPALACE__V1__REQUEST__OP_LIST_SESSIONS:
