@@ -203,11 +203,35 @@ static int do_commit(struct cache *cache, struct conn *c, const Kvpalace__V1__Co
 	return 0;
 }
 
+/* Answers a Fork (or a ForkLease when lease) whose work returned ret and,
+ * on success, made session f. */
+static int fork_done(int ret, const struct session *f, int lease, struct reply *r, const char **why)
+{
+	if (ret < 0) {
+		*why = ret == -ERANGE	? "fork past the tokens the source holds"
+		       : ret == -EDQUOT ? "too many sessions in this pool"
+		       : ret == -ENOSPC ? "host tier full: no page for the copy of the last page"
+					: "cannot fork";
+		return ret;
+	}
+	kvpalace__v1__fork_response__init(&r->u.fork);
+	r->u.fork.session_id = f->id;
+	r->u.fork.n_tokens = f->n_tokens;
+	if (lease) {
+		r->resp.op_case = KVPALACE__V1__RESPONSE__OP_FORK_LEASE;
+		r->resp.fork_lease = &r->u.fork;
+	} else {
+		r->resp.op_case = KVPALACE__V1__RESPONSE__OP_FORK;
+		r->resp.fork = &r->u.fork;
+	}
+	return 0;
+}
+
 static int do_fork(struct cache *cache, struct conn *c, const Kvpalace__V1__ForkRequest *in,
 		   struct reply *r, const char **why)
 {
 	struct session *s = session_get(cache, in->session_id, c->uid, 0);
-	struct session *f;
+	struct session *f = NULL;
 	int ret;
 
 	if (!s) {
@@ -215,19 +239,7 @@ static int do_fork(struct cache *cache, struct conn *c, const Kvpalace__V1__Fork
 		return -ENOENT;
 	}
 	ret = session_fork(cache, s, in->n_tokens, &f);
-	if (ret < 0) {
-		*why = ret == -ERANGE	? "fork past the session's committed tokens"
-		       : ret == -EDQUOT ? "too many sessions in this pool"
-		       : ret == -ENOSPC ? "host tier full: no page for the copy of the last page"
-					: "cannot fork";
-		return ret;
-	}
-	kvpalace__v1__fork_response__init(&r->u.fork);
-	r->u.fork.session_id = f->id;
-	r->u.fork.n_tokens = f->n_tokens;
-	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_FORK;
-	r->resp.fork = &r->u.fork;
-	return 0;
+	return fork_done(ret, f, 0, r, why);
 }
 
 static int do_fork_lease(struct cache *cache, struct conn *c,
@@ -235,7 +247,7 @@ static int do_fork_lease(struct cache *cache, struct conn *c,
 			 const char **why)
 {
 	struct lease *l = lease_get(cache, in->lease_id, c);
-	struct session *f;
+	struct session *f = NULL;
 	int ret;
 
 	if (!l) {
@@ -243,19 +255,7 @@ static int do_fork_lease(struct cache *cache, struct conn *c,
 		return -ENOENT;
 	}
 	ret = session_fork_lease(cache, l, in->n_tokens, &f);
-	if (ret < 0) {
-		*why = ret == -ERANGE	? "fork past the lease's matched tokens"
-		       : ret == -EDQUOT ? "too many sessions in this pool"
-		       : ret == -ENOSPC ? "host tier full: no page for the copy of the last page"
-					: "cannot fork";
-		return ret;
-	}
-	kvpalace__v1__fork_response__init(&r->u.fork);
-	r->u.fork.session_id = f->id;
-	r->u.fork.n_tokens = f->n_tokens;
-	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_FORK_LEASE;
-	r->resp.fork_lease = &r->u.fork;
-	return 0;
+	return fork_done(ret, f, 1, r, why);
 }
 
 static int do_truncate(struct cache *cache, struct conn *c, const Kvpalace__V1__TruncateRequest *in,
