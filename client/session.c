@@ -312,7 +312,7 @@ static void session_send_close(struct kvp_client *c, uint64_t id)
 /* Reads the page table of the session s (which must hold s->n_tokens
  * tokens, all committed) with SessionPages requests into s->slots (big
  * enough). Returns 0 or a negative errno. */
-static int session_fetch_pages(struct kvp_session *s)
+static int session_fetch_pages(struct kvp_session *s, uint64_t have)
 {
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__SessionPagesRequest sp = KVPALACE__V1__SESSION_PAGES_REQUEST__INIT;
@@ -320,7 +320,6 @@ static int session_fetch_pages(struct kvp_session *s)
 	const Kvpalace__V1__SessionPagesResponse *r;
 	struct kvp_client *c = s->pool->client;
 	uint64_t want = pool_pages_for(s->pool, s->n_tokens);
-	uint64_t have = 0;
 	int ret;
 
 	sp.session_id = s->id;
@@ -386,7 +385,21 @@ static int fork_common(struct kvp_pool *p, Kvpalace__V1__Request *req, int resp_
 	}
 	f->n_tokens = n_tokens;
 	f->committed = n_tokens;
-	ret = session_fetch_pages(f);
+	/* The reply starts the page table; SessionPages brings the rest. */
+	if (fr->n_page_slots > pool_pages_for(p, n_tokens)) {
+		ret = conn_break(c, -EPROTO, "kvpalaced's fork of %llu tokens lists %zu pages",
+				 (unsigned long long)n_tokens, fr->n_page_slots);
+		goto fail;
+	}
+	for (size_t i = 0; i < fr->n_page_slots; i++) {
+		if (fr->page_slots[i] >= p->n_pages) {
+			ret = conn_break(c, -EPROTO,
+					 "kvpalaced's fork lists a slot out of the arena");
+			goto fail;
+		}
+		f->slots[i] = fr->page_slots[i];
+	}
+	ret = session_fetch_pages(f, fr->n_page_slots);
 	if (ret < 0) {
 		/* The fork exists in the daemon: give it back. */
 		session_send_close(c, f->id);

@@ -203,9 +203,18 @@ static int do_commit(struct cache *cache, struct conn *c, const Kvpalace__V1__Co
 	return 0;
 }
 
+/* Slots of a page table that fit in one reply beside a few small fields
+ * (a packed slot takes at most 5 bytes). */
+static uint64_t slots_that_fit(const struct cache *cache)
+{
+	return (cache->cfg->max_message_bytes - FRAME_HEADER_BYTES - 256) / 5;
+}
+
 /* Answers a Fork (or a ForkLease when lease) whose work returned ret and,
- * on success, made session f. */
-static int fork_done(int ret, const struct session *f, int lease, struct reply *r, const char **why)
+ * on success, made session f: the reply carries the start of its page
+ * table, so a small fork takes one round trip. */
+static int fork_done(const struct cache *cache, int ret, const struct session *f, int lease,
+		     struct reply *r, const char **why)
 {
 	if (ret < 0) {
 		*why = ret == -ERANGE	? "fork past the tokens the source holds"
@@ -217,6 +226,10 @@ static int fork_done(int ret, const struct session *f, int lease, struct reply *
 	kvpalace__v1__fork_response__init(&r->u.fork);
 	r->u.fork.session_id = f->id;
 	r->u.fork.n_tokens = f->n_tokens;
+	r->u.fork.page_slots = f->pages;
+	r->u.fork.n_page_slots = f->n_pages;
+	if (r->u.fork.n_page_slots > slots_that_fit(cache))
+		r->u.fork.n_page_slots = slots_that_fit(cache);
 	if (lease) {
 		r->resp.op_case = KVPALACE__V1__RESPONSE__OP_FORK_LEASE;
 		r->resp.fork_lease = &r->u.fork;
@@ -239,7 +252,7 @@ static int do_fork(struct cache *cache, struct conn *c, const Kvpalace__V1__Fork
 		return -ENOENT;
 	}
 	ret = session_fork(cache, s, in->n_tokens, &f);
-	return fork_done(ret, f, 0, r, why);
+	return fork_done(cache, ret, f, 0, r, why);
 }
 
 static int do_fork_lease(struct cache *cache, struct conn *c,
@@ -255,7 +268,7 @@ static int do_fork_lease(struct cache *cache, struct conn *c,
 		return -ENOENT;
 	}
 	ret = session_fork_lease(cache, l, in->n_tokens, &f);
-	return fork_done(ret, f, 1, r, why);
+	return fork_done(cache, ret, f, 1, r, why);
 }
 
 static int do_truncate(struct cache *cache, struct conn *c, const Kvpalace__V1__TruncateRequest *in,
@@ -297,8 +310,7 @@ static int do_session_pages(struct cache *cache, struct conn *c,
 {
 	Kvpalace__V1__SessionPagesResponse *out = &r->u.session_pages;
 	struct session *s = session_get(cache, in->session_id, c->uid, 0);
-	/* A packed slot takes at most 5 bytes; the rest fits in 256. */
-	uint64_t fit = (cache->cfg->max_message_bytes - FRAME_HEADER_BYTES - 256) / 5;
+	uint64_t fit = slots_that_fit(cache);
 
 	if (!s) {
 		*why = "no such session";
