@@ -1,6 +1,7 @@
 /* daemon/config.c — embedded defaults and command-line parsing. */
 #include <errno.h>
 #include <getopt.h>
+#include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,457 @@ uint32_t config_max_tokens_per_request(const struct config *c)
 	return (c->max_message_bytes - FRAME_HEADER_BYTES - 256) / 5;
 }
 
+/* ---- keys: one table for the file and the command line ------------------ */
+
+enum config_source {
+	SRC_DEFAULT,
+	SRC_PRESET,
+	SRC_FILE,
+	SRC_CLI,
+};
+
+static const char *const source_names[] = {"default", "preset", "file", "command line"};
+
+static int parse_u64(const char *s, uint64_t lo, uint64_t hi, int base, uint64_t *ret)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!*s || *s == '-')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, base);
+	if (errno || *end || v < lo || v > hi)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+static int parse_u32(const char *s, uint32_t lo, uint32_t hi, int base, uint32_t *ret)
+{
+	uint64_t v;
+	int err = parse_u64(s, lo, hi, base, &v);
+
+	if (err == 0)
+		*ret = (uint32_t)v;
+	return err;
+}
+
+static int parse_fraction(const char *s, double *ret)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v > 0.0 && v <= 1.0))
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+static int set_path(char *dst, size_t cap, const char *src)
+{
+	if (!*src || strlen(src) >= cap)
+		return -EINVAL;
+	memcpy(dst, src, strlen(src) + 1);
+	return 0;
+}
+
+enum key_id {
+	K_SOCKET,
+	K_ADMIN_SOCKET,
+	K_STATE_DIR,
+	K_CACHE_DIR,
+	K_HOST_TIER,
+	K_HOST_POOL,
+	K_HIGH_MARK,
+	K_LOW_MARK,
+	K_MAX_MESSAGE,
+	K_MAX_POOLS,
+	K_MAX_SESSIONS,
+	K_MAX_LEASES,
+	K_MAX_CONNS,
+	K_MAX_TOKENS,
+	K_SOCKET_MODE,
+	K_ADMIN_MODE,
+	K_LOG_LEVEL,
+	K_COUNT,
+};
+_Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
+
+static const char *const key_names[K_COUNT] = {
+	[K_SOCKET] = "socket",
+	[K_ADMIN_SOCKET] = "admin-socket",
+	[K_STATE_DIR] = "state-dir",
+	[K_CACHE_DIR] = "cache-dir",
+	[K_HOST_TIER] = "host-tier-size",
+	[K_HOST_POOL] = "host-pool-size",
+	[K_HIGH_MARK] = "host-high-watermark",
+	[K_LOW_MARK] = "host-low-watermark",
+	[K_MAX_MESSAGE] = "max-message-bytes",
+	[K_MAX_POOLS] = "max-pools-per-tenant",
+	[K_MAX_SESSIONS] = "max-sessions-per-pool",
+	[K_MAX_LEASES] = "max-leases-per-client",
+	[K_MAX_CONNS] = "max-connections",
+	[K_MAX_TOKENS] = "max-session-tokens",
+	[K_SOCKET_MODE] = "socket-mode",
+	[K_ADMIN_MODE] = "admin-socket-mode",
+	[K_LOG_LEVEL] = "log-level",
+};
+
+static int key_of(const char *name)
+{
+	for (int k = 0; k < K_COUNT; k++)
+		if (!strcmp(name, key_names[k]))
+			return k;
+	return -1;
+}
+
+/* Sets key k from text v; returns 0 or -EINVAL. */
+static int set_key(struct config *c, int k, const char *v)
+{
+	int ret;
+
+	switch (k) {
+	case K_SOCKET:
+		return set_path(c->socket_path, sizeof(c->socket_path), v);
+	case K_ADMIN_SOCKET:
+		return set_path(c->admin_socket_path, sizeof(c->admin_socket_path), v);
+	case K_STATE_DIR:
+		return set_path(c->state_dir, sizeof(c->state_dir), v);
+	case K_CACHE_DIR:
+		return set_path(c->cache_dir, sizeof(c->cache_dir), v);
+	case K_HOST_TIER:
+		return config_parse_size(v, &c->host_tier_bytes) < 0 ? -EINVAL : 0;
+	case K_HOST_POOL:
+		return config_parse_size(v, &c->host_pool_bytes) < 0 ? -EINVAL : 0;
+	case K_HIGH_MARK:
+		return parse_fraction(v, &c->host_high_watermark);
+	case K_LOW_MARK:
+		return parse_fraction(v, &c->host_low_watermark);
+	case K_MAX_MESSAGE:
+		return parse_u32(v, FRAME_MIN_MAX_BYTES, FRAME_MAX_MAX_BYTES, 10,
+				 &c->max_message_bytes);
+	case K_MAX_POOLS:
+		return parse_u32(v, 1, 1u << 20, 10, &c->max_pools_per_tenant);
+	case K_MAX_SESSIONS:
+		return parse_u32(v, 1, 1u << 30, 10, &c->max_sessions_per_pool);
+	case K_MAX_LEASES:
+		return parse_u32(v, 1, 1u << 30, 10, &c->max_leases_per_conn);
+	case K_MAX_CONNS:
+		return parse_u32(v, 1, 1u << 20, 10, &c->max_connections);
+	case K_MAX_TOKENS:
+		return parse_u64(v, 1, 1ull << 32, 10, &c->max_session_tokens);
+	case K_SOCKET_MODE:
+		return parse_u32(v, 0, 0777, 8, &c->socket_mode);
+	case K_ADMIN_MODE:
+		return parse_u32(v, 0, 0777, 8, &c->admin_socket_mode);
+	case K_LOG_LEVEL:
+		ret = log_parse_level(v);
+		if (ret < 0)
+			return -EINVAL;
+		c->log_level = ret;
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+static void show_key(const struct config *c, int k, char *buf, size_t n)
+{
+	static const char *const levels[] = {"emerg",	"alert",  "crit", "err",
+					     "warning", "notice", "info", "debug"};
+
+	switch (k) {
+	case K_SOCKET:
+		snprintf(buf, n, "%s", c->socket_path);
+		break;
+	case K_ADMIN_SOCKET:
+		snprintf(buf, n, "%s", c->admin_socket_path);
+		break;
+	case K_STATE_DIR:
+		snprintf(buf, n, "%s", c->state_dir);
+		break;
+	case K_CACHE_DIR:
+		snprintf(buf, n, "%s", c->cache_dir);
+		break;
+	case K_HOST_TIER:
+		snprintf(buf, n, "%lluM", (unsigned long long)(c->host_tier_bytes >> 20));
+		break;
+	case K_HOST_POOL:
+		snprintf(buf, n, "%lluM", (unsigned long long)(c->host_pool_bytes >> 20));
+		break;
+	case K_HIGH_MARK:
+		snprintf(buf, n, "%.2f", c->host_high_watermark);
+		break;
+	case K_LOW_MARK:
+		snprintf(buf, n, "%.2f", c->host_low_watermark);
+		break;
+	case K_MAX_MESSAGE:
+		snprintf(buf, n, "%u", c->max_message_bytes);
+		break;
+	case K_MAX_POOLS:
+		snprintf(buf, n, "%u", c->max_pools_per_tenant);
+		break;
+	case K_MAX_SESSIONS:
+		snprintf(buf, n, "%u", c->max_sessions_per_pool);
+		break;
+	case K_MAX_LEASES:
+		snprintf(buf, n, "%u", c->max_leases_per_conn);
+		break;
+	case K_MAX_CONNS:
+		snprintf(buf, n, "%u", c->max_connections);
+		break;
+	case K_MAX_TOKENS:
+		snprintf(buf, n, "%llu", (unsigned long long)c->max_session_tokens);
+		break;
+	case K_SOCKET_MODE:
+		snprintf(buf, n, "0%o", c->socket_mode);
+		break;
+	case K_ADMIN_MODE:
+		snprintf(buf, n, "0%o", c->admin_socket_mode);
+		break;
+	case K_LOG_LEVEL:
+		snprintf(buf, n, "%s",
+			 c->log_level >= 0 && c->log_level < 8 ? levels[c->log_level] : "?");
+		break;
+	}
+}
+
+/* ---- presets ------------------------------------------------------------- */
+
+/* Named templates per scenario: they set defaults, explicit keys win. */
+static const struct {
+	const char *preset, *key, *value;
+} preset_keys[] = {
+	/* Many 4-8k-token conversations. */
+	{"chat", "max-session-tokens", "65536"},
+	{"chat", "max-sessions-per-pool", "65536"},
+	{"chat", "host-high-watermark", "0.95"},
+	{"chat", "host-low-watermark", "0.90"},
+	/* Few sessions of tens of thousands of tokens, bigger pools. */
+	{"long-document", "max-session-tokens", "1048576"},
+	{"long-document", "max-sessions-per-pool", "4096"},
+	{"long-document", "host-pool-size", "12%"},
+	{"long-document", "host-low-watermark", "0.85"},
+	/* A small machine: small host tier, few clients. */
+	{"edge", "host-tier-size", "10%"},
+	{"edge", "host-pool-size", "5%"},
+	{"edge", "max-sessions-per-pool", "1024"},
+	{"edge", "max-connections", "64"},
+	{"edge", "max-session-tokens", "16384"},
+};
+
+static int apply_preset(struct config *c, const char *name)
+{
+	int found = 0;
+
+	for (size_t i = 0; i < sizeof(preset_keys) / sizeof(preset_keys[0]); i++) {
+		int k;
+
+		if (strcmp(preset_keys[i].preset, name))
+			continue;
+		found = 1;
+		k = key_of(preset_keys[i].key);
+		kvp_assert(k >= 0 && set_key(c, k, preset_keys[i].value) == 0);
+		c->src[k] = SRC_PRESET;
+	}
+	if (!found)
+		return -EINVAL;
+	snprintf(c->preset, sizeof(c->preset), "%s", name);
+	return 0;
+}
+
+/* ---- the file (libinih) -------------------------------------------------- */
+
+struct file_ctx {
+	struct config *c;
+	int pass; /* 0: only find the preset; 1: every other key */
+	char preset[32];
+	char why[160]; /* the first error */
+};
+
+static int on_ini(void *user, const char *section, const char *name, const char *value)
+{
+	struct file_ctx *f = user;
+	int k;
+
+	if (*section && strcmp(section, "kvpalaced")) {
+		if (!f->why[0])
+			snprintf(f->why, sizeof(f->why), "unknown section [%s]", section);
+		return f->pass == 0; /* reported once, in the second pass */
+	}
+	if (!strcmp(name, "preset")) {
+		if (f->pass == 0)
+			snprintf(f->preset, sizeof(f->preset), "%s", value);
+		return 1;
+	}
+	if (f->pass == 0)
+		return 1;
+	k = key_of(name);
+	if (k < 0) {
+		if (!f->why[0])
+			snprintf(f->why, sizeof(f->why), "key '%.60s': unknown key", name);
+		return 0;
+	}
+	if (set_key(f->c, k, value) < 0) {
+		if (!f->why[0])
+			snprintf(f->why, sizeof(f->why), "key '%s': bad value '%.60s'", name,
+				 value);
+		return 0;
+	}
+	f->c->src[k] = SRC_FILE;
+	return 1;
+}
+
+/* ---- the command line ---------------------------------------------------- */
+
+enum {
+	OPT_CONFIG = 1000,
+	OPT_PRESET,
+	OPT_PRINT,
+	OPT_KEY0, /* OPT_KEY0 + key id */
+};
+
+static void build_options(struct option *o)
+{
+	int n = 0;
+
+	for (int k = 0; k < K_COUNT; k++)
+		o[n++] = (struct option){key_names[k], required_argument, NULL, OPT_KEY0 + k};
+	o[n++] = (struct option){"config", required_argument, NULL, OPT_CONFIG};
+	o[n++] = (struct option){"preset", required_argument, NULL, OPT_PRESET};
+	o[n++] = (struct option){"print-config", no_argument, NULL, OPT_PRINT};
+	o[n++] = (struct option){"help", no_argument, NULL, 'h'};
+	o[n++] = (struct option){"version", no_argument, NULL, 'V'};
+	o[n] = (struct option){0};
+}
+
+int config_parse_args(struct config *c, int argc, char **argv, enum config_action *ret_action,
+		      char *err, size_t errlen)
+{
+	struct option opts[K_COUNT + 6];
+	const char *file = NULL, *preset = NULL;
+	struct file_ctx f = {.c = c};
+	int explicit_file = 0;
+	int idx, opt, line;
+
+	build_options(opts);
+	*ret_action = CONFIG_RUN;
+	/* Pass 1: what to do, which file, which preset. */
+	optind = 1;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, "hV", opts, &idx)) != -1) {
+		switch (opt) {
+		case 'h':
+			*ret_action = CONFIG_HELP;
+			return 0;
+		case 'V':
+			*ret_action = CONFIG_VERSION;
+			return 0;
+		case OPT_PRINT:
+			*ret_action = CONFIG_PRINT;
+			break;
+		case OPT_CONFIG:
+			file = optarg;
+			explicit_file = 1;
+			break;
+		case OPT_PRESET:
+			preset = optarg;
+			break;
+		case '?':
+		case ':':
+			snprintf(err, errlen, "unknown option or missing value: %s",
+				 argv[optind - 1 < argc ? optind - 1 : argc - 1]);
+			return -EINVAL;
+		default:
+			break;
+		}
+	}
+	if (optind < argc) {
+		snprintf(err, errlen, "unexpected argument: %s", argv[optind]);
+		return -EINVAL;
+	}
+	if (!file)
+		file = CONFIG_DEFAULT_FILE;
+	if (access(file, F_OK) == 0 || explicit_file) {
+		f.pass = 0;
+		line = ini_parse(file, on_ini, &f);
+		if (line == -1) {
+			snprintf(err, errlen, "%s: cannot open: %s", file, strerror(errno));
+			return -EINVAL;
+		}
+		snprintf(c->file, sizeof(c->file), "%s", file);
+	}
+	if (!preset && f.preset[0])
+		preset = f.preset;
+	if (preset && apply_preset(c, preset) < 0) {
+		snprintf(err, errlen, "unknown preset '%s' (chat, long-document, edge)", preset);
+		return -EINVAL;
+	}
+	if (c->file[0]) {
+		f.pass = 1;
+		f.why[0] = 0;
+		line = ini_parse(c->file, on_ini, &f);
+		if (line != 0) {
+			snprintf(err, errlen, "%s:%d: %s", c->file, line,
+				 f.why[0] ? f.why : "syntax error");
+			return -EINVAL;
+		}
+	}
+	/* Pass 2: every key given on the command line wins. */
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "hV", opts, &idx)) != -1) {
+		int k = opt - OPT_KEY0;
+
+		if (k < 0 || k >= K_COUNT)
+			continue;
+		if (set_key(c, k, optarg) < 0) {
+			snprintf(err, errlen, "bad value for --%s: '%s'", key_names[k], optarg);
+			return -EINVAL;
+		}
+		c->src[k] = SRC_CLI;
+	}
+	if (c->src[K_ADMIN_SOCKET] == SRC_DEFAULT) {
+		/* The admin socket follows the client socket's directory. */
+		const char *slash = strrchr(c->socket_path, '/');
+
+		if (slash)
+			snprintf(c->admin_socket_path, sizeof(c->admin_socket_path),
+				 "%.*s/admin.sock", (int)(slash - c->socket_path), c->socket_path);
+		else
+			snprintf(c->admin_socket_path, sizeof(c->admin_socket_path), "admin.sock");
+	}
+	if (c->src[K_HOST_POOL] == SRC_DEFAULT && c->host_pool_bytes > c->host_tier_bytes)
+		c->host_pool_bytes = c->host_tier_bytes;
+	if (c->host_low_watermark > c->host_high_watermark) {
+		snprintf(err, errlen, "host-low-watermark above host-high-watermark");
+		return -EINVAL;
+	}
+	if (c->host_pool_bytes < 4096 || c->host_pool_bytes > c->host_tier_bytes) {
+		snprintf(err, errlen, "host-pool-size must be between 4K and host-tier-size");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+void config_print(const struct config *c, FILE *out)
+{
+	char v[CONFIG_PATH_MAX];
+
+	fprintf(out, "# kvpalaced effective configuration");
+	if (c->file[0])
+		fprintf(out, "; file %s", c->file);
+	if (c->preset[0])
+		fprintf(out, "; preset %s", c->preset);
+	fprintf(out, "\n");
+	for (int k = 0; k < K_COUNT; k++) {
+		show_key(c, k, v, sizeof(v));
+		fprintf(out, "%-22s = %-40s # %s\n", key_names[k], v, source_names[c->src[k]]);
+	}
+}
+
 void config_usage(const char *argv0)
 {
 	printf("Usage: %s [OPTIONS]\n"
@@ -123,13 +575,22 @@ void config_usage(const char *argv0)
 	       "kvpalaced keeps the attention KV cache of LLM inference processes on this\n"
 	       "machine and shares it between them.\n"
 	       "\n"
-	       "  --socket PATH             client socket (default "
-	       "$XDG_RUNTIME_DIR/kvpalace/kvpalace.sock,\n"
-	       "                            /run/kvpalace/kvpalace.sock as root)\n"
-	       "  --admin-socket PATH       admin socket (default admin.sock beside the client "
-	       "socket)\n"
-	       "  --state-dir DIR           durable state: checkpoints (default /var/lib/kvpalace "
-	       "as root)\n"
+	       "Every KEY below can also be set as `KEY = VALUE` in the configuration file\n"
+	       "(INI, optionally under [kvpalaced]); the command line wins over the file,\n"
+	       "the file over the preset, the preset over the built-in default.\n"
+	       "\n"
+	       "  --config FILE             configuration file (default %s,\n"
+	       "                            read when it exists)\n"
+	       "  --preset NAME             chat, long-document or edge (also `preset =` in the "
+	       "file)\n"
+	       "  --print-config            print the effective configuration and where each\n"
+	       "                            value came from, then exit\n"
+	       "  --socket PATH             client socket (default $XDG_RUNTIME_DIR/kvpalace/\n"
+	       "                            kvpalace.sock, /run/kvpalace/kvpalace.sock as root)\n"
+	       "  --admin-socket PATH       admin socket (default admin.sock beside the client\n"
+	       "                            socket)\n"
+	       "  --state-dir DIR           durable state: checkpoints (default /var/lib/kvpalace\n"
+	       "                            as root)\n"
 	       "  --cache-dir DIR           spill files (default /var/cache/kvpalace as root)\n"
 	       "  --host-tier-size SIZE     host memory for all pools (default 25%%)\n"
 	       "  --host-pool-size SIZE     host arena of one pool (default min(1G, host tier))\n"
@@ -149,206 +610,5 @@ void config_usage(const char *argv0)
 	       "  -V, --version             show the version\n"
 	       "\n"
 	       "SIZE accepts K, M, G, T suffixes (powers of 1024) or a percentage of RAM.\n",
-	       argv0, FRAME_DEFAULT_MAX_BYTES);
-}
-
-enum {
-	OPT_SOCKET = 256,
-	OPT_ADMIN_SOCKET,
-	OPT_STATE_DIR,
-	OPT_CACHE_DIR,
-	OPT_HOST_TIER,
-	OPT_HOST_POOL,
-	OPT_MAX_MESSAGE,
-	OPT_MAX_POOLS,
-	OPT_MAX_SESSIONS,
-	OPT_MAX_LEASES,
-	OPT_MAX_CONNS,
-	OPT_MAX_TOKENS,
-	OPT_SOCKET_MODE,
-	OPT_ADMIN_MODE,
-	OPT_LOG_LEVEL,
-	OPT_HIGH_MARK,
-	OPT_LOW_MARK,
-};
-
-static int parse_fraction(const char *s, double *ret)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || *end || !(v > 0.0 && v <= 1.0))
-		return -EINVAL;
-	*ret = v;
-	return 0;
-}
-
-static int parse_u64(const char *s, uint64_t lo, uint64_t hi, int base, uint64_t *ret)
-{
-	char *end;
-	unsigned long long v;
-
-	if (!*s || *s == '-')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, base);
-	if (errno || *end || v < lo || v > hi)
-		return -EINVAL;
-	*ret = v;
-	return 0;
-}
-
-static int set_path(char *dst, size_t cap, const char *src)
-{
-	if (!*src || strlen(src) >= cap)
-		return -EINVAL;
-	memcpy(dst, src, strlen(src) + 1);
-	return 0;
-}
-
-int config_parse_args(struct config *c, int argc, char **argv, enum config_action *ret_action,
-		      char *err, size_t errlen)
-{
-	static const struct option opts[] = {
-		{"socket", required_argument, NULL, OPT_SOCKET},
-		{"admin-socket", required_argument, NULL, OPT_ADMIN_SOCKET},
-		{"state-dir", required_argument, NULL, OPT_STATE_DIR},
-		{"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
-		{"host-tier-size", required_argument, NULL, OPT_HOST_TIER},
-		{"host-pool-size", required_argument, NULL, OPT_HOST_POOL},
-		{"max-message-bytes", required_argument, NULL, OPT_MAX_MESSAGE},
-		{"max-pools-per-tenant", required_argument, NULL, OPT_MAX_POOLS},
-		{"max-sessions-per-pool", required_argument, NULL, OPT_MAX_SESSIONS},
-		{"max-leases-per-client", required_argument, NULL, OPT_MAX_LEASES},
-		{"max-connections", required_argument, NULL, OPT_MAX_CONNS},
-		{"max-session-tokens", required_argument, NULL, OPT_MAX_TOKENS},
-		{"socket-mode", required_argument, NULL, OPT_SOCKET_MODE},
-		{"admin-socket-mode", required_argument, NULL, OPT_ADMIN_MODE},
-		{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
-		{"host-high-watermark", required_argument, NULL, OPT_HIGH_MARK},
-		{"host-low-watermark", required_argument, NULL, OPT_LOW_MARK},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{0},
-	};
-	int admin_set = 0, host_pool_set = 0;
-	int idx = -1;
-	int opt, ret = 0;
-	uint64_t v;
-
-	*ret_action = CONFIG_RUN;
-	optind = 1;
-	opterr = 0;
-	while ((opt = getopt_long(argc, argv, "hV", opts, &idx)) != -1) {
-		const char *name = idx >= 0 ? opts[idx].name : "?";
-
-		switch (opt) {
-		case 'h':
-			*ret_action = CONFIG_HELP;
-			return 0;
-		case 'V':
-			*ret_action = CONFIG_VERSION;
-			return 0;
-		case OPT_SOCKET:
-			ret = set_path(c->socket_path, sizeof(c->socket_path), optarg);
-			break;
-		case OPT_ADMIN_SOCKET:
-			ret = set_path(c->admin_socket_path, sizeof(c->admin_socket_path), optarg);
-			admin_set = 1;
-			break;
-		case OPT_STATE_DIR:
-			ret = set_path(c->state_dir, sizeof(c->state_dir), optarg);
-			break;
-		case OPT_CACHE_DIR:
-			ret = set_path(c->cache_dir, sizeof(c->cache_dir), optarg);
-			break;
-		case OPT_HOST_TIER:
-			ret = config_parse_size(optarg, &c->host_tier_bytes);
-			break;
-		case OPT_HOST_POOL:
-			ret = config_parse_size(optarg, &c->host_pool_bytes);
-			host_pool_set = 1;
-			break;
-		case OPT_MAX_MESSAGE:
-			ret = parse_u64(optarg, FRAME_MIN_MAX_BYTES, FRAME_MAX_MAX_BYTES, 10, &v);
-			c->max_message_bytes = (uint32_t)v;
-			break;
-		case OPT_MAX_POOLS:
-			ret = parse_u64(optarg, 1, 1u << 20, 10, &v);
-			c->max_pools_per_tenant = (uint32_t)v;
-			break;
-		case OPT_MAX_SESSIONS:
-			ret = parse_u64(optarg, 1, 1u << 30, 10, &v);
-			c->max_sessions_per_pool = (uint32_t)v;
-			break;
-		case OPT_MAX_LEASES:
-			ret = parse_u64(optarg, 1, 1u << 30, 10, &v);
-			c->max_leases_per_conn = (uint32_t)v;
-			break;
-		case OPT_MAX_CONNS:
-			ret = parse_u64(optarg, 1, 1u << 20, 10, &v);
-			c->max_connections = (uint32_t)v;
-			break;
-		case OPT_MAX_TOKENS:
-			ret = parse_u64(optarg, 1, 1ull << 32, 10, &c->max_session_tokens);
-			break;
-		case OPT_SOCKET_MODE:
-			ret = parse_u64(optarg, 0, 0777, 8, &v);
-			c->socket_mode = (uint32_t)v;
-			break;
-		case OPT_ADMIN_MODE:
-			ret = parse_u64(optarg, 0, 0777, 8, &v);
-			c->admin_socket_mode = (uint32_t)v;
-			break;
-		case OPT_HIGH_MARK:
-			ret = parse_fraction(optarg, &c->host_high_watermark);
-			break;
-		case OPT_LOW_MARK:
-			ret = parse_fraction(optarg, &c->host_low_watermark);
-			break;
-		case OPT_LOG_LEVEL:
-			ret = log_parse_level(optarg);
-			if (ret >= 0) {
-				c->log_level = ret;
-				ret = 0;
-			}
-			break;
-		default:
-			snprintf(err, errlen, "unknown option or missing value: %s",
-				 argv[optind - 1 < argc ? optind - 1 : argc - 1]);
-			return -EINVAL;
-		}
-		if (ret < 0) {
-			snprintf(err, errlen, "bad value for --%s: '%s'", name, optarg);
-			return -EINVAL;
-		}
-	}
-	if (optind < argc) {
-		snprintf(err, errlen, "unexpected argument: %s", argv[optind]);
-		return -EINVAL;
-	}
-	if (!admin_set) {
-		/* The admin socket follows the client socket's directory. */
-		const char *slash = strrchr(c->socket_path, '/');
-		int dirlen = slash ? (int)(slash - c->socket_path) : 0;
-
-		if (slash)
-			snprintf(c->admin_socket_path, sizeof(c->admin_socket_path),
-				 "%.*s/admin.sock", dirlen, c->socket_path);
-		else
-			snprintf(c->admin_socket_path, sizeof(c->admin_socket_path), "admin.sock");
-	}
-	if (!host_pool_set && c->host_pool_bytes > c->host_tier_bytes)
-		c->host_pool_bytes = c->host_tier_bytes;
-	if (c->host_low_watermark > c->host_high_watermark) {
-		snprintf(err, errlen, "host low watermark above the high watermark");
-		return -EINVAL;
-	}
-	if (c->host_pool_bytes < 4096 || c->host_pool_bytes > c->host_tier_bytes) {
-		snprintf(err, errlen, "host pool size must be between 4K and the host tier size");
-		return -EINVAL;
-	}
-	return 0;
+	       argv0, CONFIG_DEFAULT_FILE, FRAME_DEFAULT_MAX_BYTES);
 }

@@ -1,5 +1,11 @@
-/* daemon/config.h — the daemon's configuration: embedded defaults and
- * command-line options.
+/* daemon/config.h — the daemon's configuration: embedded defaults, named
+ * presets, the INI file (libinih) and command-line options.
+ *
+ * Every key can be given in the file (`key = value`, optionally under
+ * [kvpalaced]) and as --key=value; the command line wins over the file, the
+ * file over the preset, the preset over the built-in default, and each
+ * value remembers where it came from (--print-config shows it). A bad key
+ * or value stops the start with the file, line and key named.
  *
  * Every limit on a client-controlled resource lives here. The defaults are
  * the "embedded default" a daemon started without options runs on: sockets
@@ -11,9 +17,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define CONFIG_PATH_MAX	       4096
 #define CONFIG_SOCKET_PATH_MAX 108 /* sizeof(sun_path) */
+#define CONFIG_MAX_KEYS	       32
+#define CONFIG_DEFAULT_FILE    "/etc/kvpalace/kvpalaced.conf"
 
 struct config {
 	char socket_path[CONFIG_SOCKET_PATH_MAX];
@@ -33,20 +42,27 @@ struct config {
 	uint32_t socket_mode;	    /* client socket permissions */
 	uint32_t admin_socket_mode; /* admin socket permissions */
 	int log_level;
+	unsigned char src[CONFIG_MAX_KEYS]; /* where each key's value came from */
+	char file[CONFIG_PATH_MAX];	    /* the configuration file read, or "" */
+	char preset[32];		    /* the preset applied, or "" */
 };
 
 enum config_action {
 	CONFIG_RUN,
 	CONFIG_HELP,
 	CONFIG_VERSION,
+	CONFIG_PRINT, /* --print-config */
 };
 
 /* Fills the embedded defaults (reads $XDG_RUNTIME_DIR, the uid and the
  * machine's memory). */
 void config_defaults(struct config *c);
 
-/* Applies command-line options over c. Returns 0 and what to do in
- * *ret_action, or -EINVAL with a message in err (errlen bytes). */
+/* Applies, over the defaults in c, the preset (--preset, else `preset =` in
+ * the file), the configuration file (--config FILE, else
+ * CONFIG_DEFAULT_FILE when it exists) and the command-line keys. Returns 0
+ * and what to do in *ret_action, or -EINVAL with a message in err (errlen
+ * bytes) naming the option, or the file, line and key. */
 int config_parse_args(struct config *c, int argc, char **argv, enum config_action *ret_action,
 		      char *err, size_t errlen);
 
@@ -57,6 +73,9 @@ int config_parse_size(const char *s, uint64_t *ret_bytes);
 /* Tokens one request may carry so that it fits max_message_bytes (a
  * packed uint32 takes at most 5 bytes). */
 uint32_t config_max_tokens_per_request(const struct config *c);
+
+/* Prints the effective configuration, each key with its source. */
+void config_print(const struct config *c, FILE *out);
 
 /* Prints the --help text to stdout. */
 void config_usage(const char *argv0);

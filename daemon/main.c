@@ -28,6 +28,10 @@ int main(int argc, char **argv)
 		config_usage(argv[0]);
 		return 0;
 	}
+	if (action == CONFIG_PRINT) {
+		config_print(&cfg, stdout);
+		return 0;
+	}
 	if (action == CONFIG_VERSION) {
 		printf("kvpalaced %s (protocol 1)\n", KVP_VERSION);
 		return 0;

@@ -1,0 +1,185 @@
+/* tests/unit/test_config.c — the daemon's configuration: precedence of
+ * command line over file over preset over default, every preset, sizes with
+ * units, and every kind of bad configuration naming the file, line and key.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+
+static char dir[64];
+
+/* Writes text to a file in the test's directory; returns its path. */
+static const char *conf(const char *name, const char *text)
+{
+	static char path[128];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+	return path;
+}
+
+/* Parses argv (NULL-terminated, without argv[0]) over the defaults. */
+static int parse(struct config *c, char *err, const char *first, ...)
+{
+	char *argv[32] = {"kvpalaced"};
+	enum config_action act;
+	va_list ap;
+	int n = 1;
+
+	va_start(ap, first);
+	for (const char *a = first; a && n < 31; a = va_arg(ap, const char *))
+		argv[n++] = (char *)a;
+	va_end(ap);
+	config_defaults(c);
+	err[0] = 0;
+	return config_parse_args(c, n, argv, &act, err, 256);
+}
+
+static void test_precedence(void **state)
+{
+	struct config c;
+	char err[256];
+	const char *f = conf("p.conf", "preset = chat\n"
+				       "[kvpalaced]\n"
+				       "max-connections = 77\n"
+				       "max-session-tokens = 1000\n");
+
+	(void)state;
+	assert_int_equal(parse(&c, err, "--config", f, "--max-session-tokens=500", NULL), 0);
+	assert_int_equal(c.max_connections, 77);     /* file over default */
+	assert_int_equal(c.max_session_tokens, 500); /* command line over file */
+	assert_int_equal(c.max_sessions_per_pool, 65536);
+	assert_string_equal(c.preset, "chat");
+	assert_string_equal(c.file, f);
+	/* The command line's preset wins over the file's. */
+	assert_int_equal(parse(&c, err, "--config", f, "--preset", "edge", NULL), 0);
+	assert_string_equal(c.preset, "edge");
+	assert_int_equal(c.max_sessions_per_pool, 1024); /* edge */
+	assert_int_equal(c.max_session_tokens, 1000);	 /* the file over the preset */
+}
+
+static void test_presets(void **state)
+{
+	struct config c, d;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(parse(&d, err, "--config", conf("empty.conf", ""), NULL), 0);
+	assert_int_equal(parse(&c, err, "--config", conf("empty.conf", ""), "--preset",
+			       "long-document", NULL),
+			 0);
+	assert_int_equal(c.max_session_tokens, 1048576);
+	assert_true(c.host_low_watermark < d.host_low_watermark);
+	assert_int_equal(
+		parse(&c, err, "--config", conf("empty.conf", ""), "--preset", "edge", NULL), 0);
+	assert_true(c.host_tier_bytes < d.host_tier_bytes);
+	assert_true(c.host_pool_bytes <= c.host_tier_bytes);
+	assert_int_equal(c.max_connections, 64);
+	assert_int_equal(parse(&c, err, "--preset", "nope", NULL), -EINVAL);
+	assert_non_null(strstr(err, "nope"));
+}
+
+static void test_sizes(void **state)
+{
+	struct config c;
+	char err[256];
+	uint64_t v;
+
+	(void)state;
+	assert_int_equal(parse(&c, err, "--config", conf("s.conf", "host-pool-size = 64M\n"),
+			       "--host-tier-size", "2G", NULL),
+			 0);
+	assert_int_equal(c.host_pool_bytes, 64ull << 20);
+	assert_int_equal(c.host_tier_bytes, 2ull << 30);
+	assert_int_equal(config_parse_size("25%", &v), 0);
+	assert_true(v > 0);
+	assert_int_equal(config_parse_size("0%", &v), -EINVAL);
+	assert_int_equal(config_parse_size("12Q", &v), -EINVAL);
+	assert_int_equal(config_parse_size("-1", &v), -EINVAL);
+}
+
+/* Each bad file names the file, the line and the key. */
+static void test_bad_files(void **state)
+{
+	static const struct {
+		const char *text, *want;
+		int line;
+	} cases[] = {
+		{"max-connections = 10\nbogus = 1\n", "key 'bogus': unknown key", 2},
+		{"\n\nmax-connections = ten\n", "key 'max-connections': bad value 'ten'", 3},
+		{"host-high-watermark = 1.5\n", "key 'host-high-watermark'", 1},
+		{"log-level = loud\n", "key 'log-level'", 1},
+		{"[other]\nmax-connections = 1\n", "unknown section [other]", 2},
+		{"no equals sign here\n", "syntax error", 1},
+	};
+	struct config c;
+	char err[256], want[300];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *f = conf("bad.conf", cases[i].text);
+
+		assert_int_equal(parse(&c, err, "--config", f, NULL), -EINVAL);
+		snprintf(want, sizeof(want), "%s:%d: ", f, cases[i].line);
+		assert_non_null(strstr(err, want));
+		assert_non_null(strstr(err, cases[i].want));
+	}
+	assert_int_equal(parse(&c, err, "--config", "/nonexistent/kvp.conf", NULL), -EINVAL);
+	assert_non_null(strstr(err, "/nonexistent/kvp.conf"));
+}
+
+static void test_bad_command_lines(void **state)
+{
+	struct config c;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(parse(&c, err, "--max-connections", "0", NULL), -EINVAL);
+	assert_non_null(strstr(err, "--max-connections"));
+	assert_int_equal(parse(&c, err, "--bogus", NULL), -EINVAL);
+	assert_int_equal(
+		parse(&c, err, "--host-low-watermark", "0.9", "--host-high-watermark", "0.5", NULL),
+		-EINVAL);
+	assert_int_equal(parse(&c, err, "--host-pool-size", "8G", "--host-tier-size", "1G", NULL),
+			 -EINVAL);
+	assert_int_equal(parse(&c, err, "stray", NULL), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_precedence),
+		cmocka_unit_test(test_presets),
+		cmocka_unit_test(test_sizes),
+		cmocka_unit_test(test_bad_files),
+		cmocka_unit_test(test_bad_command_lines),
+	};
+	int ret;
+
+	snprintf(dir, sizeof(dir), "/tmp/kvp-config-XXXXXX");
+	if (!mkdtemp(dir))
+		return 1;
+	ret = cmocka_run_group_tests(tests, NULL, NULL);
+	for (size_t i = 0; i < 4; i++) {
+		static const char *const names[] = {"p.conf", "empty.conf", "s.conf", "bad.conf"};
+		char path[128];
+
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+	return ret;
+}
