@@ -552,6 +552,31 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 	return 0;
 }
 
+int config_reload(struct config *live, int argc, char **argv, char *err, size_t errlen)
+{
+	static const int live_keys[] = {K_LOG_LEVEL,	K_HIGH_MARK,  K_LOW_MARK,  K_MAX_POOLS,
+					K_MAX_SESSIONS, K_MAX_LEASES, K_MAX_CONNS, K_MAX_TOKENS};
+	enum config_action act;
+	struct config next;
+	int ret;
+
+	config_defaults(&next);
+	ret = config_parse_args(&next, argc, argv, &act, err, errlen);
+	if (ret < 0)
+		return ret;
+	live->log_level = next.log_level;
+	live->host_high_watermark = next.host_high_watermark;
+	live->host_low_watermark = next.host_low_watermark;
+	live->max_pools_per_tenant = next.max_pools_per_tenant;
+	live->max_sessions_per_pool = next.max_sessions_per_pool;
+	live->max_leases_per_conn = next.max_leases_per_conn;
+	live->max_connections = next.max_connections;
+	live->max_session_tokens = next.max_session_tokens;
+	for (size_t i = 0; i < sizeof(live_keys) / sizeof(live_keys[0]); i++)
+		live->src[live_keys[i]] = next.src[live_keys[i]];
+	return 0;
+}
+
 void config_print(const struct config *c, FILE *out)
 {
 	char v[CONFIG_PATH_MAX];

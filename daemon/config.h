@@ -74,6 +74,13 @@ int config_parse_size(const char *s, uint64_t *ret_bytes);
  * packed uint32 takes at most 5 bytes). */
 uint32_t config_max_tokens_per_request(const struct config *c);
 
+/* Re-reads the configuration as at start (the same argc/argv: file,
+ * preset, command line) and applies to live what may change while
+ * serving: log level, watermarks and the per-client limits. Sockets,
+ * directories, tier and pool sizes and the message cap need a restart.
+ * Returns 0, or -EINVAL with the reason in err and live unchanged. */
+int config_reload(struct config *live, int argc, char **argv, char *err, size_t errlen);
+
 /* Prints the effective configuration, each key with its source. */
 void config_print(const struct config *c, FILE *out);
 

@@ -1,11 +1,18 @@
-/* daemon/listen.c — listening sockets (see listen.h). */
+/* daemon/listen.c — listening sockets (see listen.h): bound by the daemon
+ * itself, or passed by systemd through socket activation. Called at start,
+ * from the main thread, before the event loop runs.
+ */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include <systemd/sd-daemon.h>
 
 #include "listen.h"
 
@@ -87,4 +94,53 @@ int listen_unix(const char *path, mode_t mode)
 fail:
 	close(fd);
 	return ret;
+}
+
+int listen_activated(struct listen_activated *ret)
+{
+	struct listen_activated got = {.client = -1, .admin = -1};
+	char **names = NULL;
+	int n, taken = 0, err = 0;
+
+	n = sd_listen_fds_with_names(1, &names);
+	if (n <= 0) {
+		*ret = got;
+		return n < 0 ? n : 0;
+	}
+	for (int i = 0; i < n; i++) {
+		int fd = SD_LISTEN_FDS_START + i;
+		const char *name = names && names[i] ? names[i] : "unknown";
+		int *slot = NULL;
+
+		if (strcmp(name, "client") == 0 || (n == 1 && strcmp(name, "unknown") == 0))
+			slot = &got.client;
+		else if (strcmp(name, "admin") == 0)
+			slot = &got.admin;
+		if (!slot) {
+			close(fd);
+			continue;
+		}
+		if (*slot >= 0 || sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0) <= 0 ||
+		    fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+			err = -EINVAL;
+			close(fd);
+			continue;
+		}
+		*slot = fd;
+		taken++;
+	}
+	for (int i = 0; names && i < n; i++)
+		free(names[i]);
+	free(names);
+	if (err < 0) {
+		if (got.client >= 0)
+			close(got.client);
+		if (got.admin >= 0)
+			close(got.admin);
+		got.client = got.admin = -1;
+		*ret = got;
+		return err;
+	}
+	*ret = got;
+	return taken;
 }

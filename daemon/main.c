@@ -45,7 +45,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	ret = server_init(&srv, &cfg);
+	ret = server_init(&srv, &cfg, argc, argv);
 	if (ret == 0)
 		ret = server_run(&srv);
 	server_fini(&srv);

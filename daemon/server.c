@@ -1,4 +1,5 @@
-/* daemon/server.c — listeners, signals, timer and shutdown (see server.h). */
+/* daemon/server.c — listeners, signals, timers, service-manager
+ * notifications and shutdown (see server.h). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -77,7 +78,23 @@ static void on_signal(struct loop_op *op, int res, unsigned int flags)
 		return;
 	}
 	memcpy(&si, s->siginfo, sizeof(si));
+	if (si.ssi_signo == SIGHUP) {
+		notify_reloading(&s->notify);
+		char err[256];
+
+		if (config_reload(s->cfg, s->argc, s->argv, err, sizeof(err)) < 0) {
+			log_err("SIGHUP: configuration not reloaded, keeping the old one: %s", err);
+		} else {
+			log_set_level(s->cfg->log_level);
+			log_notice("SIGHUP received: configuration reloaded (log level, "
+				   "watermarks, limits)");
+		}
+		notify_ready(&s->notify, &s->cache);
+		arm_signal_read(s);
+		return;
+	}
 	log_notice("signal %s received: shutting down", strsignal((int)si.ssi_signo));
+	notify_stopping(&s->notify);
 	loop_stop(&s->loop);
 }
 
@@ -105,6 +122,7 @@ static void on_timer(struct loop_op *op, int res, unsigned int flags)
 		arm_accept(&s->client);
 	if (!s->admin.armed)
 		arm_accept(&s->admin);
+	notify_status(&s->notify, &s->cache, 0);
 	if (s->ticks % 60 == 0)
 		log_debug("%llu connections, %llu requests, %llu errors",
 			  (unsigned long long)s->cache.ctr.connections,
@@ -113,12 +131,42 @@ static void on_timer(struct loop_op *op, int res, unsigned int flags)
 	arm_timer(s);
 }
 
-static int open_listener(struct server *s, struct listener *ls, const char *path, mode_t mode,
-			 int admin)
+static void arm_watchdog(struct server *s)
+{
+	struct io_uring_sqe *sqe = loop_sqe(&s->loop);
+
+	io_uring_prep_timeout(sqe, &s->watchdog_tick, 0, 0);
+	loop_sqe_set_op(sqe, &s->watchdog_op);
+}
+
+/* WATCHDOG=1 from the event loop itself, so a stuck loop stops it. */
+static void on_watchdog(struct loop_op *op, int res, unsigned int flags)
+{
+	struct server *s = (struct server *)((char *)op - offsetof(struct server, watchdog_op));
+
+	(void)res;
+	(void)flags;
+	if (s->loop.stop)
+		return;
+	notify_watchdog(&s->notify);
+	arm_watchdog(s);
+}
+
+/* Uses the socket systemd passed (fd ≥ 0), else binds path itself. */
+static int open_listener(struct server *s, struct listener *ls, int fd, const char *path,
+			 mode_t mode, int admin)
 {
 	ls->srv = s;
 	ls->admin = admin;
 	ls->op.cb = on_accept;
+	if (fd >= 0) {
+		/* For log messages only: the file belongs to systemd. */
+		snprintf(ls->path, sizeof(ls->path), "%s socket from systemd",
+			 admin ? "admin" : "client");
+		ls->fd = fd;
+		ls->activated = 1;
+		return 0;
+	}
 	snprintf(ls->path, sizeof(ls->path), "%s", path);
 	ls->fd = listen_unix(path, mode);
 	if (ls->fd < 0) {
@@ -129,16 +177,21 @@ static int open_listener(struct server *s, struct listener *ls, const char *path
 	return 0;
 }
 
-int server_init(struct server *s, const struct config *cfg)
+int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 {
+	struct listen_activated act;
+	uint64_t wd_ns;
 	sigset_t mask;
 	int ret;
 
 	memset(s, 0, sizeof(*s));
 	s->cfg = cfg;
+	s->argc = argc;
+	s->argv = argv;
 	s->client.fd = s->admin.fd = s->sigfd = -1;
 	list_init(&s->conns);
 	cache_init(&s->cache, cfg);
+	notify_init(&s->notify);
 	s->arena_buf = malloc(frame_arena_bytes(cfg->max_message_bytes));
 	if (!s->arena_buf)
 		return -ENOMEM;
@@ -156,6 +209,7 @@ int server_init(struct server *s, const struct config *cfg)
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGHUP);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	s->sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
@@ -166,17 +220,39 @@ int server_init(struct server *s, const struct config *cfg)
 	}
 	s->sig_op.cb = on_signal;
 	s->timer_op.cb = on_timer;
+	s->watchdog_op.cb = on_watchdog;
 
-	ret = open_listener(s, &s->client, cfg->socket_path, cfg->socket_mode, 0);
-	if (ret < 0)
+	ret = listen_activated(&act);
+	if (ret < 0) {
+		log_err("unusable sockets from systemd: %s (expected listening seqpacket Unix "
+			"sockets named client and admin)",
+			strerror(-ret));
 		return ret;
-	ret = open_listener(s, &s->admin, cfg->admin_socket_path, cfg->admin_socket_mode, 1);
+	}
+	if (ret > 0)
+		log_info("socket activation: client socket %s, admin socket %s",
+			 act.client >= 0 ? "passed" : "bound here",
+			 act.admin >= 0 ? "passed" : "bound here");
+	ret = open_listener(s, &s->client, act.client, cfg->socket_path, cfg->socket_mode, 0);
+	if (ret < 0) {
+		if (act.admin >= 0)
+			close(act.admin);
+		return ret;
+	}
+	ret = open_listener(s, &s->admin, act.admin, cfg->admin_socket_path, cfg->admin_socket_mode,
+			    1);
 	if (ret < 0)
 		return ret;
 	arm_accept(&s->client);
 	arm_accept(&s->admin);
 	arm_signal_read(s);
 	arm_timer(s);
+	wd_ns = notify_watchdog_interval_ns(&s->notify);
+	if (wd_ns) {
+		s->watchdog_tick.tv_sec = (long long)(wd_ns / 1000000000ull);
+		s->watchdog_tick.tv_nsec = (long long)(wd_ns % 1000000000ull);
+		arm_watchdog(s);
+	}
 	return 0;
 }
 
@@ -184,9 +260,12 @@ int server_run(struct server *s)
 {
 	log_notice("kvpalaced %s serving on %s (admin %s); host tier %llu MiB, pool arenas "
 		   "%llu MiB",
-		   KVP_VERSION, s->cfg->socket_path, s->cfg->admin_socket_path,
+		   KVP_VERSION, s->client.path, s->admin.path,
 		   (unsigned long long)(s->cfg->host_tier_bytes >> 20),
 		   (unsigned long long)(s->cfg->host_pool_bytes >> 20));
+	/* Everything is set up and accepts are armed: connections that
+	 * arrive now are served as soon as the loop turns. */
+	notify_ready(&s->notify, &s->cache);
 	return loop_run(&s->loop);
 }
 
@@ -196,11 +275,13 @@ void server_fini(struct server *s)
 
 	if (s->client.fd >= 0) {
 		close(s->client.fd);
-		unlink(s->client.path);
+		if (!s->client.activated)
+			unlink(s->client.path);
 	}
 	if (s->admin.fd >= 0) {
 		close(s->admin.fd);
-		unlink(s->admin.path);
+		if (!s->admin.activated)
+			unlink(s->admin.path);
 	}
 	/* Tear the ring down before freeing connections: their buffers may
 	 * still be targets of receives in flight. */

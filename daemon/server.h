@@ -17,18 +17,22 @@
 #include "frame.h"
 #include "list.h"
 #include "loop.h"
+#include "notify.h"
 
 struct listener {
 	struct server *srv;
 	struct loop_op op;
 	int fd;
 	int admin;
-	int armed; /* an accept is in flight */
+	int armed;     /* an accept is in flight */
+	int activated; /* passed by systemd: never unlinked */
 	char path[CONFIG_SOCKET_PATH_MAX];
 };
 
 struct server {
-	const struct config *cfg;
+	struct config *cfg; /* SIGHUP updates what may change live */
+	int argc;	    /* the command line, for reloads */
+	char **argv;
 	struct loop loop;
 	struct cache cache;
 	struct frame_arena arena;
@@ -45,14 +49,22 @@ struct server {
 	struct loop_op timer_op;
 	struct __kernel_timespec tick;
 	uint64_t ticks;
+
+	struct notify notify;
+	struct loop_op watchdog_op; /* armed only under a watchdog */
+	struct __kernel_timespec watchdog_tick;
 };
 
-/* Creates the sockets (removing stale ones), sets up the loop and starts
+/* Takes the sockets systemd passed (named "client" and "admin"), creates
+ * the others itself (removing stale ones), sets up the loop and starts
  * accepting. Returns 0 or a negative errno (logged). */
-int server_init(struct server *s, const struct config *cfg);
-/* Serves until SIGINT or SIGTERM. Returns 0 or a negative errno. */
+int server_init(struct server *s, struct config *cfg, int argc, char **argv);
+/* Tells the service manager READY=1 and serves until SIGINT or SIGTERM
+ * (STOPPING=1); SIGHUP reloads (RELOADING=1, then READY=1). Returns 0 or a
+ * negative errno. */
 int server_run(struct server *s);
-/* Closes every connection, frees the cache and removes the socket files. */
+/* Closes every connection, frees the cache and removes the socket files
+ * the daemon created (not those systemd passed). */
 void server_fini(struct server *s);
 
 #endif

@@ -4,8 +4,11 @@
  * and refused with the errno kvpalace.h documents (-EDQUOT), the refusal
  * changes nothing, and freeing one unit makes room for exactly one more.
  * The limits are per user and per client: another client is unaffected.
+ * SIGHUP applies limits changed in the configuration file.
  */
 #include <errno.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -138,6 +141,73 @@ static void test_session_tokens(void **state)
 	kvp_disconnect(c);
 }
 
+/* SIGHUP re-reads the configuration file: a limit raised there applies to
+ * the running daemon; a broken file keeps the old configuration. */
+static char conf_path[128];
+
+static void write_conf(const char *text)
+{
+	FILE *f = fopen(conf_path, "w");
+
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static int start_with_file(void **state)
+{
+	static const char *const extra[] = {"--config", conf_path, NULL};
+
+	snprintf(conf_path, sizeof(conf_path), "/tmp/kvp-limits-%d.conf", (int)getpid());
+	write_conf("max-sessions-per-pool = 1\n");
+	return harness_setup_args(state, extra);
+}
+
+static int stop_with_file(void **state)
+{
+	unlink(conf_path);
+	return harness_teardown(state);
+}
+
+/* Creates a session, retrying for up to 5 s while the daemon says -EDQUOT
+ * (a reload is asynchronous). */
+static int create_eventually(kvp_pool *p, kvp_session **s)
+{
+	int ret = -EDQUOT;
+
+	for (int i = 0; i < 100 && ret == -EDQUOT; i++) {
+		ret = kvp_session_create(p, s);
+		if (ret == -EDQUOT)
+			usleep(50 * 1000);
+	}
+	return ret;
+}
+
+static void test_sighup_reloads_limits(void **state)
+{
+	struct harness *h = *state;
+	kvp_session *s[3];
+	kvp_client *c;
+	kvp_pool *p;
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	assert_int_equal(kvp_session_create(p, &s[0]), 0);
+	assert_int_equal(kvp_session_create(p, &s[1]), -EDQUOT);
+	/* A broken file: the old limit stays, the daemon keeps serving. */
+	write_conf("max-sessions-per-pool = many\n");
+	assert_int_equal(kill(h->pid, SIGHUP), 0);
+	usleep(300 * 1000);
+	assert_int_equal(kvp_session_create(p, &s[1]), -EDQUOT);
+	assert_int_equal(kvp_ping(c), 0);
+	/* A good one: the new limit applies without a restart. */
+	write_conf("max-sessions-per-pool = 2\n");
+	assert_int_equal(kill(h->pid, SIGHUP), 0);
+	assert_int_equal(create_eventually(p, &s[1]), 0);
+	assert_int_equal(kvp_session_create(p, &s[2]), -EDQUOT);
+	kvp_disconnect(c);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, start, harness_teardown)
 
 int main(void)
@@ -147,6 +217,8 @@ int main(void)
 		T(test_sessions_per_pool),
 		T(test_leases_per_client),
 		T(test_session_tokens),
+		cmocka_unit_test_setup_teardown(test_sighup_reloads_limits, start_with_file,
+						stop_with_file),
 	};
 
 	return cmocka_run_group_tests_name("limits", tests, NULL, NULL);
