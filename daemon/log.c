@@ -1,13 +1,31 @@
-/* daemon/log.c — stderr logging with syslog priority prefixes. */
+/* daemon/log.c — stderr logging with syslog priority prefixes, or native
+ * journal entries when stderr is connected to the journal. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <systemd/sd-journal.h>
 
 #include "log.h"
 
 static int log_level = LOG_INFO;
+static int to_journal = -1; /* unknown until the first message */
+
+/* True when $JOURNAL_STREAM names stderr's device and inode: systemd
+ * connected stderr to the journal, so native entries (with priority and
+ * code location fields) are better than parsed <N> prefixes. */
+static int stderr_is_journal(void)
+{
+	const char *e = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+
+	if (!e || sscanf(e, "%llu:%llu", &dev, &ino) != 2 || fstat(2, &st) < 0)
+		return 0;
+	return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
 
 void log_set_level(int level)
 {
@@ -44,10 +62,14 @@ void log_msg(int prio, const char *fmt, ...)
 
 	if (prio > log_level)
 		return;
-	n = snprintf(line, sizeof(line), "<%d>", prio);
+	if (to_journal < 0)
+		to_journal = stderr_is_journal();
+	n = to_journal ? 0 : snprintf(line, sizeof(line), "<%d>", prio);
 	va_start(ap, fmt);
 	vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
 	va_end(ap);
+	if (to_journal && sd_journal_print(prio, "%s", line) >= 0)
+		return;
 	fprintf(stderr, "%s\n", line);
 }
 
