@@ -65,6 +65,8 @@ static void usage(FILE *f)
 		"Query kvpalaced, the local KV-cache daemon, on its admin socket.\n"
 		"\n"
 		"Commands:\n"
+		"  status          the daemon in a few lines: uptime, clients, host tier use,\n"
+		"                  GPU, prefix hit rate\n"
 		"  ping            time one round trip; say whether the connection is admin\n"
 		"  stats           daemon counters (matches, evictions, dedup) and one row\n"
 		"                  per pool\n"
@@ -72,6 +74,7 @@ static void usage(FILE *f)
 		"                  leased; sessions, evictions, pages saved by dedup\n"
 		"  sessions        one row per session: tokens, committed, pages, pages\n"
 		"                  shared with another holder, idle time, writing\n"
+		"  metrics         the counters in Prometheus text exposition format\n"
 		"\n"
 		"Options:\n"
 		"  -s, --socket PATH   admin socket (default $KVPALACE_ADMIN_SOCKET, else\n"
@@ -530,7 +533,156 @@ static int cmd_ping(kvp_client *c, const char *path, int json)
 	return 0;
 }
 
+/* Prometheus label value: backslash, quote and newline escaped. */
+static void prom_label(FILE *f, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			fputc('\\', f);
+		if (*v == '\n') {
+			fputs("\\n", f);
+			continue;
+		}
+		fputc(*v, f);
+	}
+}
+
+static void prom_head(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP kvpalace_%s %s\n# TYPE kvpalace_%s %s\n", name, help, name, type);
+}
+
+/* `metrics`: the Stats reply in the Prometheus text exposition format. */
+static void print_metrics(FILE *f, const struct kvp_stats *st)
+{
+	static const struct {
+		const char *name, *type, *help;
+		size_t off;
+	} daemon_metrics[] = {
+		{"uptime_seconds", "gauge", "Seconds since kvpalaced started.", 0},
+		{"connections", "gauge", "Client connections open now.",
+		 offsetof(struct kvp_stats, connections)},
+		{"requests_total", "counter", "Requests served.",
+		 offsetof(struct kvp_stats, requests)},
+		{"errors_total", "counter", "Requests answered with an error.",
+		 offsetof(struct kvp_stats, errors)},
+		{"match_hits_total", "counter", "Prefix matches that found at least one page.",
+		 offsetof(struct kvp_stats, match_hits)},
+		{"match_misses_total", "counter", "Prefix matches that found nothing.",
+		 offsetof(struct kvp_stats, match_misses)},
+		{"matched_tokens_total", "counter", "Tokens served from the cache.",
+		 offsetof(struct kvp_stats, matched_tokens)},
+		{"appended_tokens_total", "counter", "Tokens reserved by Append.",
+		 offsetof(struct kvp_stats, appended_tokens)},
+		{"committed_tokens_total", "counter", "Tokens published by Commit.",
+		 offsetof(struct kvp_stats, committed_tokens)},
+		{"evicted_pages_total", "counter", "Cached pages evicted.",
+		 offsetof(struct kvp_stats, evictions)},
+		{"dedup_pages_total", "counter", "Committed pages replaced by an indexed copy.",
+		 offsetof(struct kvp_stats, dedup_pages)},
+		{"bad_disconnects_total", "counter", "Connections closed for misbehaviour.",
+		 offsetof(struct kvp_stats, disconnects_bad)},
+	};
+	static const struct {
+		const char *name, *help;
+	} pool_metrics[] = {
+		{"pool_pages", "Pages in the pool's host arena."},
+		{"pool_free_pages", "Free pages."},
+		{"pool_indexed_pages", "Pages held by the prefix index."},
+		{"pool_evictable_pages", "Indexed pages eviction may take."},
+		{"pool_leased_pages", "Pages pinned by read leases."},
+		{"pool_sessions", "Sessions in the pool."},
+	};
+
+	for (size_t i = 0; i < sizeof(daemon_metrics) / sizeof(daemon_metrics[0]); i++) {
+		uint64_t v;
+
+		prom_head(f, daemon_metrics[i].name, daemon_metrics[i].type,
+			  daemon_metrics[i].help);
+		if (i == 0) {
+			fprintf(f, "kvpalace_%s %.3f\n", daemon_metrics[i].name,
+				(double)st->uptime_ms / 1000.0);
+			continue;
+		}
+		memcpy(&v, (const char *)st + daemon_metrics[i].off, sizeof(v));
+		fprintf(f, "kvpalace_%s %" PRIu64 "\n", daemon_metrics[i].name, v);
+	}
+	prom_head(f, "gpu", "gauge", "1 when a GPU tier is available.");
+	fprintf(f, "kvpalace_gpu %d\n", st->gpu ? 1 : 0);
+	for (size_t m = 0; m < sizeof(pool_metrics) / sizeof(pool_metrics[0]); m++) {
+		prom_head(f, pool_metrics[m].name, "gauge", pool_metrics[m].help);
+		for (size_t i = 0; i < st->n_pools; i++) {
+			const struct kvp_pool_stats *p = &st->pools[i];
+			uint64_t v[] = {p->n_pages,	    p->free_pages,   p->indexed_pages,
+					p->evictable_pages, p->leased_pages, p->n_sessions};
+
+			fprintf(f, "kvpalace_%s{pool=\"%" PRIu64 "\",uid=\"%u\",model=\"",
+				pool_metrics[m].name, p->pool_id, p->uid);
+			prom_label(f, p->model_id);
+			fprintf(f, "\"} %" PRIu64 "\n", v[m]);
+		}
+	}
+}
+
+/* `status`: the daemon in a few lines — uptime, clients, host tier use,
+ * GPU, hit rate. */
+static void print_status(FILE *f, const char *path, int json, const struct kvp_stats *st)
+{
+	uint64_t pages = 0, free_pages = 0, hits = st->match_hits;
+	uint64_t total = hits + st->match_misses;
+
+	for (size_t i = 0; i < st->n_pools; i++) {
+		pages += st->pools[i].n_pages;
+		free_pages += st->pools[i].free_pages;
+	}
+	if (json) {
+		fputc('{', f);
+		json_string(f, "socket", path, 1);
+		json_u64(f, "uptime_ms", st->uptime_ms, 1);
+		json_u64(f, "connections", st->connections, 1);
+		json_u64(f, "pools", st->n_pools, 1);
+		json_u64(f, "host_pages", pages, 1);
+		json_u64(f, "host_used_pages", pages - free_pages, 1);
+		json_bool(f, "gpu", st->gpu, 1);
+		json_u64(f, "match_hits", hits, 1);
+		json_u64(f, "match_total", total, 0);
+		fputs("}\n", f);
+		return;
+	}
+	fprintf(f, "kvpalaced at %s: up %" PRIu64 " s, %" PRIu64 " connections\n", path,
+		st->uptime_ms / 1000, st->connections);
+	fprintf(f, "host tier: %zu pools, %" PRIu64 " of %" PRIu64 " pages used (%.1f%%)\n",
+		st->n_pools, pages - free_pages, pages,
+		pages ? 100.0 * (double)(pages - free_pages) / (double)pages : 0.0);
+	fprintf(f, "gpu tier: %s%s%s%s\n", st->gpu ? "yes" : "no", st->gpu_status[0] ? " (" : "",
+		st->gpu_status, st->gpu_status[0] ? ")" : "");
+	if (total)
+		fprintf(f, "prefix hit rate: %.1f%% (%" PRIu64 " of %" PRIu64 " matches)\n",
+			100.0 * (double)hits / (double)total, hits, total);
+	else
+		fprintf(f, "prefix hit rate: no matches yet\n");
+}
+
 /* `stats` and `pools`: both read one Stats reply. */
+static int cmd_status(kvp_client *c, const char *path, int json, int metrics)
+{
+	struct kvp_stats *st;
+	int ret;
+
+	ret = kvp_stats(c, &st);
+	if (ret < 0) {
+		fprintf(stderr, "kvpalacectl: %s: %s\n", metrics ? "metrics" : "status",
+			kvp_strerror(c, ret));
+		return EXIT_DAEMON;
+	}
+	if (metrics)
+		print_metrics(stdout, st);
+	else
+		print_status(stdout, path, json, st);
+	kvp_stats_free(st);
+	return 0;
+}
+
 static int cmd_stats(kvp_client *c, const char *path, int json, int pools_only)
 {
 	struct kvp_stats *st;
@@ -647,7 +799,8 @@ int main(int argc, char **argv)
 		return usage_error("%s", optind >= argc ? "missing command" : "too many arguments");
 	cmd = argv[optind];
 	if (strcmp(cmd, "ping") != 0 && strcmp(cmd, "stats") != 0 && strcmp(cmd, "pools") != 0 &&
-	    strcmp(cmd, "sessions") != 0)
+	    strcmp(cmd, "sessions") != 0 && strcmp(cmd, "status") != 0 &&
+	    strcmp(cmd, "metrics") != 0)
 		return usage_error("unknown command '%s'", cmd);
 	if (pool_arg && strcmp(cmd, "sessions") != 0)
 		return usage_error("--pool goes with the sessions command only");
@@ -673,6 +826,8 @@ int main(int argc, char **argv)
 		ret = cmd_ping(c, path, json);
 	else if (strcmp(cmd, "sessions") == 0)
 		ret = cmd_sessions(c, path, json, pool_id);
+	else if (strcmp(cmd, "status") == 0 || strcmp(cmd, "metrics") == 0)
+		ret = cmd_status(c, path, json, strcmp(cmd, "metrics") == 0);
 	else
 		ret = cmd_stats(c, path, json, strcmp(cmd, "pools") == 0);
 	kvp_disconnect(c);

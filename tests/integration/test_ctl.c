@@ -121,7 +121,7 @@ static void test_ctl_pools_sessions(void **state)
 {
 	struct harness *h = *state;
 	uint32_t tokens[40];
-	char pool_id[32];
+	char pool_id[32], pool_id_num[32];
 	kvp_client *c;
 	kvp_pool *p, *q;
 	kvp_session *s1, *s2, *s3;
@@ -140,6 +140,7 @@ static void test_ctl_pools_sessions(void **state)
 	assert_int_equal(kvp_commit(s2, 20), 0);
 	assert_int_equal(kvp_session_create(q, &s3), 0);
 	snprintf(pool_id, sizeof(pool_id), "%" PRIu64, kvp_pool_id(p));
+	snprintf(pool_id_num, sizeof(pool_id_num), "%" PRIu64, kvp_pool_id(p));
 
 	ret = ctl(NULL, "--socket", h->admin_sock, "pools", NULL);
 	if (ret != 0)
@@ -174,6 +175,28 @@ static void test_ctl_pools_sessions(void **state)
 	snprintf(pool_id, sizeof(pool_id), "\"session_id\":%" PRIu64, kvp_session_id(s3));
 	if (strstr(out, pool_id))
 		fail_msg("sessions --pool lists a session of another pool: %s", out);
+
+	/* status and metrics read the same counters. */
+	ret = ctl(NULL, "--socket", h->admin_sock, "status", NULL);
+	if (ret != 0)
+		fail_msg("status exited %d: %s", ret, out);
+	expect_out("status", "%s", "host tier: 2 pools, 5 of ");
+	expect_out("status", "%s", "gpu tier: no");
+	ret = ctl(NULL, "--socket", h->admin_sock, "--json", "status");
+	if (ret != 0)
+		fail_msg("status --json exited %d: %s", ret, out);
+	expect_out("status --json", "\"pools\":%d,", 2);
+	expect_out("status --json", "\"host_used_pages\":%d,", 5);
+	ret = ctl(NULL, "--socket", h->admin_sock, "metrics", NULL);
+	if (ret != 0)
+		fail_msg("metrics exited %d: %s", ret, out);
+	expect_out("metrics", "%s", "# TYPE kvpalace_requests_total counter\n");
+	expect_out("metrics", "%s", "\nkvpalace_dedup_pages_total 1\n");
+	expect_out("metrics",
+		   "kvpalace_pool_indexed_pages{pool=\"%s\",uid=\"%u\",model=\"%s\"} 2\n",
+		   pool_id_num, (unsigned)getuid(), MODEL);
+	expect_out("metrics", "kvpalace_pool_sessions{pool=\"%s\",uid=\"%u\",model=\"%s\"} 2\n",
+		   pool_id_num, (unsigned)getuid(), MODEL);
 
 	assert_int_equal(ctl(NULL, "--socket", h->admin_sock, "sessions", "--pool"), 2);
 	assert_int_equal(ctl6(NULL, "--socket", h->admin_sock, "sessions", "--pool", "0", NULL), 2);
