@@ -37,6 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define BENCH_PROG "kvp-bench-prefix"
+#include "bench_util.h"
 #include "kvpalace.h"
 #include "pagealloc.h"
 #include "prefix_index.h"
@@ -64,44 +66,10 @@ static const char *const size_names[] = {"1k", "4k", "32k", "128k"};
 
 static double seconds = 1;
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("kvp-bench-prefix: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
 static void check(kvp_client *c, int r, const char *what)
 {
 	if (r < 0)
 		die("%s: %s (%d)", what, kvp_strerror(c, r), r);
-}
-
-static void sample(const char *name, double value)
-{
-	printf("sample %s %.6g\n", name, value);
-	fflush(stdout);
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 static double median_ns(uint64_t *v, size_t n)

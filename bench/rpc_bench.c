@@ -47,6 +47,8 @@
 #include <unistd.h>
 
 #include "frame.h"
+#define BENCH_PROG "kvp-bench-rpc"
+#include "bench_util.h"
 #include "kvpalace.h"
 #include "status.h"
 
@@ -101,38 +103,11 @@ struct opts {
 
 static uint32_t prompt[PROMPT_TOKENS];
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("kvp-bench-rpc: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
 /* Dies with the daemon's reason when a library call failed. */
 static void check(kvp_client *c, int r, const char *what)
 {
 	if (r < 0)
 		die("%s: %s (%d)", what, kvp_strerror(c, r), r);
-}
-
-static void sample(const char *name, double value)
-{
-	printf("sample %s %.6g\n", name, value);
-	fflush(stdout);
 }
 
 /* ---- latency samples ------------------------------------------------------ */
@@ -159,13 +134,6 @@ static void lat_push(struct lat *l, uint64_t v)
 		l->cap = cap;
 	}
 	l->ns[l->n++] = v;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 /* Percentile p (0..100) in microseconds of sorted samples. */
