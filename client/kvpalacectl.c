@@ -664,44 +664,30 @@ static void print_status(FILE *f, const char *path, int json, const struct kvp_s
 }
 
 /* `stats` and `pools`: both read one Stats reply. */
-static int cmd_status(kvp_client *c, const char *path, int json, int metrics)
+/* `status`, `stats`, `pools` and `metrics`: views of one Stats reply. */
+static int cmd_stats(kvp_client *c, const char *cmd, const char *path, int json)
 {
+	int admin = kvp_is_admin(c);
 	struct kvp_stats *st;
 	int ret;
 
 	ret = kvp_stats(c, &st);
 	if (ret < 0) {
-		fprintf(stderr, "kvpalacectl: %s: %s\n", metrics ? "metrics" : "status",
-			kvp_strerror(c, ret));
+		fprintf(stderr, "kvpalacectl: %s: %s\n", cmd, kvp_strerror(c, ret));
 		return EXIT_DAEMON;
 	}
-	if (metrics)
+	if (!strcmp(cmd, "metrics"))
 		print_metrics(stdout, st);
-	else
+	else if (!strcmp(cmd, "status"))
 		print_status(stdout, path, json, st);
-	kvp_stats_free(st);
-	return 0;
-}
-
-static int cmd_stats(kvp_client *c, const char *path, int json, int pools_only)
-{
-	struct kvp_stats *st;
-	int ret;
-
-	ret = kvp_stats(c, &st);
-	if (ret < 0) {
-		fprintf(stderr, "kvpalacectl: %s: %s\n", pools_only ? "pools" : "stats",
-			kvp_strerror(c, ret));
-		return EXIT_DAEMON;
-	}
-	if (pools_only && json)
-		print_pools_json(path, kvp_is_admin(c), st);
-	else if (pools_only)
+	else if (!strcmp(cmd, "pools") && json)
+		print_pools_json(path, admin, st);
+	else if (!strcmp(cmd, "pools"))
 		print_pools_text(st);
 	else if (json)
-		print_stats_json(path, kvp_is_admin(c), st);
+		print_stats_json(path, admin, st);
 	else
-		print_stats_text(path, kvp_is_admin(c), st);
+		print_stats_text(path, admin, st);
 	kvp_stats_free(st);
 	return 0;
 }
@@ -826,10 +812,8 @@ int main(int argc, char **argv)
 		ret = cmd_ping(c, path, json);
 	else if (strcmp(cmd, "sessions") == 0)
 		ret = cmd_sessions(c, path, json, pool_id);
-	else if (strcmp(cmd, "status") == 0 || strcmp(cmd, "metrics") == 0)
-		ret = cmd_status(c, path, json, strcmp(cmd, "metrics") == 0);
 	else
-		ret = cmd_stats(c, path, json, strcmp(cmd, "pools") == 0);
+		ret = cmd_stats(c, cmd, path, json);
 	kvp_disconnect(c);
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		fprintf(stderr, "kvpalacectl: writing output failed: %s\n", strerror(errno));
