@@ -264,6 +264,17 @@ struct kvp_pool_stats {
 	uint32_t evictable_pages; /* indexed leaves nobody else holds */
 	uint64_t evictions;	  /* pages evicted since the daemon started */
 	uint64_t dedup_pages;	  /* committed pages replaced by an indexed copy */
+	/* The disk tier; all 0 when the pool has none (has_disk 0). */
+	int has_disk;
+	uint32_t host_indexed_pages; /* indexed pages with a copy in the host tier */
+	uint32_t disk_pages;	     /* indexed pages with a copy in the spill file */
+	uint32_t disk_capacity;	     /* pages the spill file may hold */
+	uint64_t spilled_pages;	     /* written to disk since start */
+	uint64_t promoted_pages;     /* read back from disk and verified */
+	uint64_t verify_failures;    /* read back with a wrong checksum: served as misses */
+	uint64_t io_errors;	     /* disk reads or writes that failed */
+	uint64_t disk_dropped;	     /* disk-only pages dropped for room */
+	uint64_t restored_pages;     /* found in the spill file when the daemon started */
 };
 
 struct kvp_stats {
@@ -284,6 +295,11 @@ struct kvp_stats {
 	int pools_truncated;	      /* more pools exist than fit in one reply */
 	uint64_t evictions;	      /* pages evicted, every pool */
 	uint64_t dedup_pages;	      /* committed pages replaced by an indexed copy */
+	char disk_io[48];	      /* disk I/O backend, "" without a disk tier */
+	uint64_t spilled_pages;	      /* sums over the pools listed */
+	uint64_t promoted_pages;
+	uint64_t verify_failures;
+	uint64_t io_errors;
 };
 
 /* Counters of the daemon and the caller's own pools (every pool on an

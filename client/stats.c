@@ -12,6 +12,7 @@
  * Not thread-safe: one thread at a time per client.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,6 +89,12 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 	st->pools_truncated = r->has_pools_truncated && r->pools_truncated;
 	st->evictions = r->has_evictions ? r->evictions : 0;
 	st->dedup_pages = r->has_dedup_pages ? r->dedup_pages : 0;
+	if (r->disk_io)
+		snprintf(st->disk_io, sizeof(st->disk_io), "%s", r->disk_io);
+	st->spilled_pages = r->spilled_pages;
+	st->promoted_pages = r->promoted_pages;
+	st->verify_failures = r->verify_failures;
+	st->io_errors = r->io_errors;
 	for (size_t i = 0; i < r->n_pools; i++) {
 		const Kvpalace__V1__PoolStats *in = r->pools[i];
 		struct kvp_pool_stats *out = &st->pools[i];
@@ -106,6 +113,16 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 		out->evictable_pages = in->has_evictable_pages ? in->evictable_pages : 0;
 		out->evictions = in->has_evictions ? in->evictions : 0;
 		out->dedup_pages = in->has_dedup_pages ? in->dedup_pages : 0;
+		out->host_indexed_pages = in->host_indexed_pages;
+		out->has_disk = in->has_disk_capacity;
+		out->disk_pages = in->disk_pages;
+		out->disk_capacity = in->disk_capacity;
+		out->spilled_pages = in->spilled_pages;
+		out->promoted_pages = in->promoted_pages;
+		out->verify_failures = in->verify_failures;
+		out->io_errors = in->io_errors;
+		out->disk_dropped = in->disk_dropped;
+		out->restored_pages = in->restored_pages;
 	}
 	*ret_stats = st;
 	return 0;

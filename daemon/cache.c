@@ -8,6 +8,7 @@
 #include "lease.h"
 #include "pool.h"
 #include "session.h"
+#include "tier.h"
 
 uint64_t cache_now_ns(void)
 {
@@ -92,7 +93,7 @@ static int check_pool(const struct cache *c, const struct pool *p)
 			pins[l->pages[j]]++;
 		}
 	}
-	if (prefix_index_check(&p->ix, &p->pa, refs) < 0)
+	if (prefix_index_check(&p->ix, &p->pa, refs) < 0 || tier_check(p, refs) < 0)
 		goto out;
 	for (uint32_t i = 0; i < p->pa.n_pages; i++)
 		if (refs[i] != p->pa.refs[i] || pins[i] != p->pa.pins[i])

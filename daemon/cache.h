@@ -27,8 +27,12 @@ struct cache_counters {
 	uint64_t connections; /* open now */
 };
 
+struct aio;
+struct pool;
+
 struct cache {
 	const struct config *cfg;
+	struct aio *aio;       /* disk I/O, or NULL when there is none */
 	struct idmap pools;    /* id → struct pool */
 	struct idmap sessions; /* id → struct session */
 	struct idmap leases;   /* id → struct lease */
@@ -37,6 +41,10 @@ struct cache {
 	uint64_t host_bytes;   /* arena bytes of all pools */
 	struct cache_counters ctr;
 	uint64_t start_ns;
+	/* The request being handled: whether it may wait for disk I/O, and
+	 * the pool whose I/O it waits for when a handler returned -EAGAIN. */
+	int no_park;
+	struct pool *park_on;
 };
 
 void cache_init(struct cache *c, const struct config *cfg);

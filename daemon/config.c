@@ -52,6 +52,8 @@ void config_defaults(struct config *c)
 	c->host_pool_bytes = c->host_tier_bytes < (1ull << 30) ? c->host_tier_bytes : 1ull << 30;
 	c->host_high_watermark = 0.95;
 	c->host_low_watermark = 0.90;
+	/* A sparse file: disk is used only as pages spill. */
+	c->disk_pool_bytes = 8ull << 30;
 	c->max_message_bytes = FRAME_DEFAULT_MAX_BYTES;
 	c->max_pools_per_tenant = 16;
 	c->max_sessions_per_pool = 65536;
@@ -192,6 +194,8 @@ enum key_id {
 	K_SOCKET_MODE,
 	K_ADMIN_MODE,
 	K_LOG_LEVEL,
+	K_DISK_POOL,
+	K_IO_BACKEND,
 	K_COUNT,
 };
 _Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
@@ -214,7 +218,11 @@ static const char *const key_names[K_COUNT] = {
 	[K_SOCKET_MODE] = "socket-mode",
 	[K_ADMIN_MODE] = "admin-socket-mode",
 	[K_LOG_LEVEL] = "log-level",
+	[K_DISK_POOL] = "disk-pool-size",
+	[K_IO_BACKEND] = "io-backend",
 };
+
+static const char *const io_backends[] = {"auto", "io_uring", "threads"};
 
 static int key_of(const char *name)
 {
@@ -269,6 +277,15 @@ static int set_key(struct config *c, int k, const char *v)
 			return -EINVAL;
 		c->log_level = ret;
 		return 0;
+	case K_DISK_POOL:
+		return config_parse_size(v, &c->disk_pool_bytes) < 0 ? -EINVAL : 0;
+	case K_IO_BACKEND:
+		for (int i = 0; i < 3; i++)
+			if (!strcmp(v, io_backends[i])) {
+				c->io_backend = i;
+				return 0;
+			}
+		return -EINVAL;
 	default:
 		return -EINVAL;
 	}
@@ -328,6 +345,12 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 	case K_ADMIN_MODE:
 		snprintf(buf, n, "0%o", c->admin_socket_mode);
 		break;
+	case K_DISK_POOL:
+		snprintf(buf, n, "%lluM", (unsigned long long)(c->disk_pool_bytes >> 20));
+		break;
+	case K_IO_BACKEND:
+		snprintf(buf, n, "%s", io_backends[c->io_backend]);
+		break;
 	case K_LOG_LEVEL:
 		snprintf(buf, n, "%s",
 			 c->log_level >= 0 && c->log_level < 8 ? levels[c->log_level] : "?");
@@ -351,12 +374,14 @@ static const struct {
 	{"long-document", "max-sessions-per-pool", "4096"},
 	{"long-document", "host-pool-size", "12%"},
 	{"long-document", "host-low-watermark", "0.85"},
+	{"long-document", "disk-pool-size", "64G"},
 	/* A small machine: small host tier, few clients. */
 	{"edge", "host-tier-size", "10%"},
 	{"edge", "host-pool-size", "5%"},
 	{"edge", "max-sessions-per-pool", "1024"},
 	{"edge", "max-connections", "64"},
 	{"edge", "max-session-tokens", "16384"},
+	{"edge", "disk-pool-size", "2G"},
 };
 
 static int apply_preset(struct config *c, const char *name)
@@ -631,6 +656,11 @@ void config_usage(const char *argv0)
 	       "  --socket-mode OCTAL       client socket permissions (default 0666)\n"
 	       "  --admin-socket-mode OCTAL admin socket permissions (default 0600)\n"
 	       "  --log-level LEVEL         err, warning, notice, info or debug (default info)\n"
+	       "  --disk-pool-size SIZE     spill file of one pool in the cache directory; 0\n"
+	       "                            turns the disk tier off (default 8G)\n"
+	       "  --io-backend NAME         disk I/O: auto, io_uring or threads (pread/pwrite)\n"
+	       "                            (default auto)\n"
+
 	       "  -h, --help                show this help\n"
 	       "  -V, --version             show the version\n"
 	       "\n"

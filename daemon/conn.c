@@ -20,10 +20,31 @@ struct conn_out {
 	unsigned char buf[];
 };
 
+struct conn_held {
+	struct conn_held *next;
+	uint64_t batch;
+	unsigned int tries; /* times it was parked */
+	size_t len;
+	uint8_t payload[];
+};
+
+static void free_held(struct conn *c)
+{
+	while (c->held_head) {
+		struct conn_held *h = c->held_head;
+
+		c->held_head = h->next;
+		free(h);
+	}
+	c->held_tail = NULL;
+	c->n_held = 0;
+}
+
 static void conn_maybe_free(struct conn *c)
 {
 	if (!c->closed || c->receiving || c->sending)
 		return;
+	free_held(c);
 	while (c->out_head) {
 		struct conn_out *o = c->out_head;
 
@@ -55,6 +76,9 @@ void conn_close(struct conn *c, int bad)
 	if (c->closed)
 		return;
 	c->closed = 1;
+	tier_unwait(&c->waiter);
+	c->parked = 0;
+	free_held(c);
 	if (bad)
 		c->srv->cache.ctr.disconnects_bad++;
 	c->srv->cache.ctr.connections--;
@@ -244,8 +268,10 @@ static void fail_conn(struct conn *c, uint64_t id, int err, const char *why)
 	queue_reply(c, &resp, -1, 0);
 }
 
-/* Unpacks, dispatches and answers one frame's payload. */
-static void handle_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_t batch)
+/* Unpacks, dispatches and answers one frame's payload, tried times
+ * parked before. Returns 1 when it was parked again (no reply yet). */
+static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_t batch,
+		     unsigned int tries)
 {
 	struct server *srv = c->srv;
 	Kvpalace__V1__Request *req;
@@ -255,15 +281,100 @@ static void handle_frame(struct conn *c, const uint8_t *payload, size_t len, uin
 	req = frame_unpack_request(&srv->arena, payload, len);
 	if (!req) {
 		fail_conn(c, 0, -EPROTO, "undecodable request");
-		return;
+		return 0;
+	}
+	srv->cache.no_park = tries >= CONN_MAX_PARK_TRIES;
+	if (dispatch(&srv->cache, c, req, &r)) {
+		tier_wait(r.park, &c->waiter);
+		c->parked = 1;
+		reply_fini(&r);
+		cache_debug_check(&srv->cache);
+		return 1;
 	}
 	srv->cache.ctr.requests++;
-	dispatch(&srv->cache, c, req, &r);
 	if (r.resp.status != KVPALACE__V1__STATUS__STATUS_OK)
 		srv->cache.ctr.errors++;
 	queue_reply(c, &r.resp, r.pass_fd, batch);
 	reply_fini(&r);
 	cache_debug_check(&srv->cache);
+	return 0;
+}
+
+/* Keeps a copy of a frame to run later: at the tail behind a parked
+ * request, or at the head when it is the parked one. */
+static void hold(struct conn *c, const uint8_t *payload, size_t len, uint64_t batch,
+		 unsigned int tries, int at_head)
+{
+	struct conn_held *h = malloc(sizeof(*h) + len);
+
+	if (!h) {
+		fail_conn(c, 0, -ENOMEM, "out of memory for a waiting request");
+		return;
+	}
+	memcpy(h->payload, payload, len);
+	h->len = len;
+	h->batch = batch;
+	h->tries = tries;
+	h->next = NULL;
+	if (at_head) {
+		h->next = c->held_head;
+		c->held_head = h;
+		if (!c->held_tail)
+			c->held_tail = h;
+	} else {
+		if (c->held_tail)
+			c->held_tail->next = h;
+		else
+			c->held_head = h;
+		c->held_tail = h;
+	}
+	c->n_held++;
+}
+
+static void handle_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_t batch)
+{
+	if (c->held_head) {
+		hold(c, payload, len, batch, 0, 0); /* in order, behind the parked one */
+		return;
+	}
+	if (run_frame(c, payload, len, batch, 0))
+		hold(c, payload, len, batch, 1, 1);
+}
+
+/* Runs held frames in order until one parks again or none is left. */
+static void run_held(struct conn *c)
+{
+	while (c->held_head && !c->parked && !c->draining && !c->closed) {
+		struct conn_held *h = c->held_head;
+
+		if (run_frame(c, h->payload, h->len, h->batch, h->tries)) {
+			h->tries++;
+			break;
+		}
+		c->held_head = h->next;
+		if (!c->held_head)
+			c->held_tail = NULL;
+		c->n_held--;
+		free(h);
+	}
+}
+
+static int may_receive(const struct conn *c)
+{
+	return !c->draining && c->n_out < CONN_MAX_QUEUED && c->n_held < CONN_MAX_HELD;
+}
+
+/* The pool this connection waited on made progress. */
+static void on_wake(struct tier_waiter *w)
+{
+	struct conn *c = (struct conn *)((char *)w - offsetof(struct conn, waiter));
+
+	c->parked = 0;
+	run_held(c);
+	if (c->closed || flush_replies(c) < 0)
+		return;
+	if (!c->receiving && may_receive(c))
+		submit_recv(c);
 }
 
 /* Handles one received datagram of n bytes in buf, received with msg: one
@@ -324,7 +435,7 @@ static int drain_socket(struct conn *c)
 {
 	struct conn_rx *rx = &c->srv->rx;
 
-	while (!c->draining && c->n_out < CONN_MAX_QUEUED) {
+	while (may_receive(c)) {
 		/* Each datagram may add FRAME_MAX_BATCH replies: take only as
 		 * many as surely fit, and one at a time near the limit, so at
 		 * most CONN_MAX_QUEUED + FRAME_MAX_BATCH - 1 are ever queued. */
@@ -396,7 +507,7 @@ static void on_recv(struct loop_op *op, int res, unsigned int flags)
 	}
 	if (flush_replies(c) < 0)
 		return;
-	if (!c->draining && c->n_out < CONN_MAX_QUEUED)
+	if (may_receive(c))
 		submit_recv(c);
 }
 
@@ -421,7 +532,7 @@ static void on_send(struct loop_op *op, int res, unsigned int flags)
 	if (flush_replies(c) < 0)
 		return;
 	/* Receiving paused while too many replies were queued. */
-	if (!c->receiving && !c->draining && c->n_out < CONN_MAX_QUEUED)
+	if (!c->receiving && may_receive(c))
 		submit_recv(c);
 }
 
@@ -454,6 +565,8 @@ int conn_start(struct server *srv, int fd, int admin)
 	c->admin = admin;
 	c->recv_op.cb = on_recv;
 	c->send_op.cb = on_send;
+	c->waiter.wake = on_wake;
+	list_init(&c->waiter.link);
 	list_init(&c->leases);
 	list_init(&c->writing);
 	list_add_tail(&srv->conns, &c->link);

@@ -10,7 +10,10 @@
  * stalled reader only stalls itself and holds at most CONN_MAX_QUEUED +
  * FRAME_MAX_BATCH - 1 replies of at most max_message_bytes each. A malformed,
  * truncated or oversized message gets an error reply and the connection is
- * closed after it is sent. Closing releases the client's leases and rolls
+ * closed after it is sent. A request that must wait for pages from disk is
+ * parked (a copy of its frame is kept and it runs again when the pool's
+ * I/O completes); the connection's later frames wait behind it, so each
+ * client sees its requests answered in order while others are served. Closing releases the client's leases and rolls
  * back its uncommitted reservations at once; the memory goes when the last
  * in-flight operation completes. Event-loop thread only.
  */
@@ -25,8 +28,13 @@
 #include "frame.h"
 #include "list.h"
 #include "loop.h"
+#include "tier.h"
 
 #define CONN_MAX_QUEUED 256u
+/* Frames held behind a request that waits for disk I/O, and how often a
+ * request waits before it takes a miss instead. */
+#define CONN_MAX_HELD	    256u
+#define CONN_MAX_PARK_TRIES 64u
 /* Messages taken per wakeup, and replies per sendmmsg. */
 #define CONN_RECV_BATCH 32u
 #define CONN_SEND_BATCH 32u
@@ -34,6 +42,7 @@
 
 struct server;
 struct conn_out;
+struct conn_held;
 
 /* Receive buffers for recvmmsg, shared by every connection: messages are
  * handled one at a time on the loop thread, straight after they arrive. */
@@ -74,6 +83,13 @@ struct conn {
 	struct conn_out *out_head, *out_tail;
 	unsigned int n_out;
 	int sending; /* a send is in flight */
+
+	/* A request waiting for disk I/O, and the frames that arrived after
+	 * it: they run in order once it is answered. */
+	struct conn_held *held_head, *held_tail;
+	unsigned int n_held;
+	int parked;
+	struct tier_waiter waiter;
 
 	int draining; /* send what is queued, then close */
 	int closed;   /* resources released; waiting for in-flight ops */

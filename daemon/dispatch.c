@@ -355,6 +355,12 @@ static int do_match_prefix(struct cache *cache, struct conn *c,
 			*why = "no such lease in this pool";
 			return -ENOENT;
 		}
+		if (!cache->no_park && !l->complete &&
+		    match_prefetch(cache, p, l->chain, l->carry, l->n_carry, in->tokens,
+				   in->n_tokens)) {
+			cache->park_on = p; /* pages are coming from disk */
+			return -EAGAIN;
+		}
 		before = l->n_tokens;
 		ret = match_extend(cache, l, in->tokens, in->n_tokens, &mr);
 	} else {
@@ -366,6 +372,11 @@ static int do_match_prefix(struct cache *cache, struct conn *c,
 		if (c->n_leases >= cache->cfg->max_leases_per_conn) {
 			*why = "too many leases held by this client";
 			return -EDQUOT;
+		}
+		if (!cache->no_park &&
+		    match_prefetch(cache, p, root, NULL, 0, in->tokens, in->n_tokens)) {
+			cache->park_on = p; /* pages are coming from disk */
+			return -EAGAIN;
 		}
 		ret = match_start(cache, p, root, c, &c->leases, in->tokens, in->n_tokens, &l, &mr);
 		if (ret == 1)
@@ -504,8 +515,7 @@ static int run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request 
 	}
 }
 
-void dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
-	      struct reply *r)
+int dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req, struct reply *r)
 {
 	const char *why = "failed";
 	int ret;
@@ -514,7 +524,17 @@ void dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *
 	kvpalace__v1__response__init(&r->resp);
 	r->pass_fd = -1;
 	r->resp.id = req->id;
+	cache->park_on = NULL;
 	ret = run(cache, c, req, r, &why);
+	if (ret == -EAGAIN && cache->park_on) {
+		/* Nothing changed: the request runs again once the pool's
+		 * disk I/O made progress. */
+		r->park = cache->park_on;
+		if (r->pass_fd >= 0)
+			close(r->pass_fd);
+		r->pass_fd = -1;
+		return 1;
+	}
 	if (ret < 0) {
 		/* A failed handler may have set a partial op: send none. */
 		r->resp.op_case = KVPALACE__V1__RESPONSE__OP__NOT_SET;
@@ -524,6 +544,7 @@ void dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *
 			close(r->pass_fd);
 		r->pass_fd = -1;
 	}
+	return 0;
 }
 
 void reply_fini(struct reply *r)

@@ -29,12 +29,17 @@ struct reply {
 		Kvpalace__V1__SessionPagesResponse session_pages;
 		Kvpalace__V1__ListSessionsResponse list_sessions;
 	} u;
-	void *heap;  /* freed by reply_fini */
-	int pass_fd; /* fd to send with the reply (owned), or -1 */
+	struct pool *park; /* parked: the pool whose disk I/O it waits for */
+	void *heap;	   /* freed by reply_fini */
+	int pass_fd;	   /* fd to send with the reply (owned), or -1 */
 };
 
-void dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
-	      struct reply *r);
+/* Returns 0 with the reply in r, or 1 when the request must wait for the
+ * disk I/O of pool r->park: nothing changed, no reply; run it again (with
+ * cache->no_park set when it has waited often enough: it then takes a
+ * miss or an error instead of waiting). */
+int dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
+	     struct reply *r);
 void reply_fini(struct reply *r);
 
 #endif

@@ -2,6 +2,7 @@
 #include <errno.h>
 
 #include "evict.h"
+#include "tier.h"
 
 int evict_make_room(struct cache *c, struct pool *p, uint32_t need)
 {
@@ -21,6 +22,19 @@ int evict_make_room(struct cache *c, struct pool *p, uint32_t need)
 		want = need;
 	if (want > pa->n_pages)
 		want = pa->n_pages;
-	prefix_index_evict(&p->ix, pa, (uint32_t)want);
+	if (!p->spill) {
+		prefix_index_evict(&p->ix, pa, (uint32_t)want, 1);
+		return pa->n_free >= need ? 0 : -ENOSPC;
+	}
+	/* With a disk tier, pages already on disk leave at once and the
+	 * others are written out first; a request that cannot wait for the
+	 * writes drops leaves as without a disk tier. */
+	prefix_index_evict(&p->ix, pa, (uint32_t)want, 0);
+	if (tier_spill(c, p, (uint32_t)want) && pa->n_free < need && !c->no_park) {
+		c->park_on = p;
+		return -EAGAIN;
+	}
+	if (pa->n_free < need)
+		prefix_index_evict(&p->ix, pa, need, 1);
 	return pa->n_free >= need ? 0 : -ENOSPC;
 }

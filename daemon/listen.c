@@ -76,9 +76,18 @@ int listen_unix(const char *path, mode_t mode)
 	if (fd < 0)
 		return -errno;
 	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		int tries = 0;
+
 		ret = -errno;
-		if (ret != -EADDRINUSE || someone_listens(&addr))
+		if (ret != -EADDRINUSE)
 			goto fail;
+		/* A daemon killed a moment ago still accepts connections until
+		 * the kernel has torn its io_uring down: give it two seconds. */
+		while (someone_listens(&addr)) {
+			if (++tries == 20)
+				goto fail;
+			usleep(100 * 1000);
+		}
 		unlink(path);
 		if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
 			ret = -errno;

@@ -43,7 +43,14 @@ void loop_stop(struct loop *l)
 
 int loop_run(struct loop *l)
 {
-	while (!l->stop) {
+	return loop_run_while(l, NULL, NULL);
+}
+
+int loop_run_while(struct loop *l, int (*busy)(void *arg), void *arg)
+{
+	if (busy)
+		l->stop = 0;
+	while (busy ? busy(arg) : !l->stop) {
 		struct io_uring_cqe *cqe;
 		unsigned int head, n = 0;
 		int ret;

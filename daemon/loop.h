@@ -37,6 +37,9 @@ static inline void loop_sqe_set_op(struct io_uring_sqe *sqe, struct loop_op *op)
 /* Runs until loop_stop. Returns 0, or a negative errno when the ring
  * failed. */
 int loop_run(struct loop *l);
+/* Runs while busy(arg) is true (loop_stop does not end it): to finish
+ * what is in flight after loop_run returned. */
+int loop_run_while(struct loop *l, int (*busy)(void *arg), void *arg);
 void loop_stop(struct loop *l);
 
 #endif

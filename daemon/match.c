@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "match.h"
+#include "tier.h"
 
 /* Walks the pages of carry ‖ tokens from the lease's chain hash, pinning
  * each page found; keeps an incomplete last page's tokens as the new carry.
@@ -39,8 +40,8 @@ static int walk(struct lease *l, const uint32_t *tokens, size_t n, struct match_
 			at += bt;
 		}
 		h = prefix_index_hash_page(l->chain, toks, bt);
-		e = prefix_index_find(&p->ix, h);
-		if (!e) {
+		e = prefix_index_find_host(&p->ix, h);
+		if (!e || e->io != PINDEX_IO_NONE) {
 			l->complete = 1;
 			break;
 		}
@@ -63,6 +64,43 @@ static int walk(struct lease *l, const uint32_t *tokens, size_t n, struct match_
 	ret->slots = l->pages + first;
 	ret->n_slots = l->n_pages - first;
 	return 0;
+}
+
+uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, const uint32_t *carry,
+			uint32_t n_carry, const uint32_t *tokens, size_t n)
+{
+	uint32_t bt = p->layout.block_tokens, waiting = 0;
+	uint32_t page[SHM_MAX_BLOCK_TOKENS];
+	size_t at = 0;
+
+	if (!p->spill)
+		return 0;
+	while (n_carry + (n - at) >= bt) {
+		const uint32_t *toks = tokens + at;
+		struct pindex_entry *e;
+		int ret;
+
+		if (n_carry) {
+			memcpy(page, carry, n_carry * sizeof(uint32_t));
+			memcpy(page + n_carry, tokens + at, (bt - n_carry) * sizeof(uint32_t));
+			at += bt - n_carry;
+			n_carry = 0;
+			toks = page;
+		} else {
+			at += bt;
+		}
+		chain = prefix_index_hash_page(chain, toks, bt);
+		e = prefix_index_find(&p->ix, chain);
+		if (!e)
+			break;
+		prefix_index_touch(&p->ix, e);
+		ret = tier_promote(c, p, e);
+		if (ret == 1 || ret == -EAGAIN)
+			waiting++;
+		else if (ret < 0)
+			break; /* no copy, or no room: the walk stops here */
+	}
+	return waiting;
 }
 
 int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void *owner,

@@ -7,7 +7,9 @@
  * The matched pages are pinned under a read lease. A token list longer
  * than one request arrives in chunks that extend the same lease: the lease
  * keeps the chain hash reached and the tokens of a page cut by a chunk
- * boundary. Event-loop thread only.
+ * boundary. Pages of the chain that are on disk only are a miss to the
+ * walk: match_prefetch starts bringing them in first, and the request
+ * waits for them (daemon/tier.h). Event-loop thread only.
  */
 #ifndef KVPD_MATCH_H
 #define KVPD_MATCH_H
@@ -25,6 +27,13 @@ struct match_result {
 	const uint32_t *slots; /* slots from first_page on, in the lease's table */
 	uint32_t n_slots;
 };
+
+/* Starts promoting the disk-only pages a walk of tokens[0..n) from chain
+ * (after the n_carry tokens of carry) would match, and marks the pages
+ * already in the host tier as recently used so the promotions do not push
+ * them out. Returns the pages still on their way (0: walk now). */
+uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, const uint32_t *carry,
+			uint32_t n_carry, const uint32_t *tokens, size_t n);
 
 /* First chunk: walks tokens[0..n) from root. Creates a lease owned by
  * owner (linked into owner_list) unless the walk missed at once; returns 1

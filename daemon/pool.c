@@ -66,6 +66,9 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	if (!p)
 		return -ENOMEM;
 	p->arena_fd = -1;
+	p->spill_data = p->spill_meta = -1;
+	list_init(&p->waiters);
+	list_init(&p->ios);
 	list_init(&p->sessions);
 	list_init(&p->link);
 	p->id = cache_new_id(c);
@@ -92,6 +95,7 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 		goto fail;
 	list_add_tail(&c->pool_list, &p->link);
 	c->host_bytes += arena_bytes;
+	tier_pool_open(c, p);
 	log_info("pool %llu: uid %u model '%s' %uL %uH %uD %uT %s, %llu pages of %llu bytes%s",
 		 (unsigned long long)p->id, (unsigned)uid, model_id, layout->n_layers,
 		 layout->n_kv_heads, layout->head_dim, layout->block_tokens,
@@ -115,7 +119,9 @@ void pool_free(struct cache *c, struct pool *p)
 {
 	if (!p)
 		return;
-	kvp_assert(list_empty(&p->sessions));
+	kvp_assert(list_empty(&p->sessions) && !tier_pool_busy(p));
+	tier_wake_all(p);
+	tier_pool_close(c, p);
 	idmap_del(&c->pools, p->id);
 	list_del(&p->link);
 	c->host_bytes -= p->arena_bytes;

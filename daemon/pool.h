@@ -18,6 +18,7 @@
 #include "list.h"
 #include "pagealloc.h"
 #include "prefix_index.h"
+#include "tier.h"
 
 struct pool {
 	uint64_t id;
@@ -31,7 +32,17 @@ struct pool {
 	int huge;    /* arena uses hugepages */
 	struct pagealloc pa;
 	struct prefix_index ix;
-	XXH128_hash_t root;   /* chain root without a salt */
+	XXH128_hash_t root;  /* chain root without a salt */
+	struct spill *spill; /* the disk tier's file, or NULL */
+	int spill_data;	     /* its aio handles */
+	int spill_meta;
+	uint32_t io_inflight; /* disk reads and writes */
+	uint32_t writes_inflight;
+	uint32_t reads_inflight;
+	uint32_t disk_errors_in_row;
+	struct tier_counters tier;
+	struct list waiters;  /* struct tier_waiter.link: requests parked on I/O */
+	struct list ios;      /* struct tier_io.link: disk I/O in flight */
 	struct list sessions; /* struct session.pool_link */
 	uint32_t n_sessions;
 	struct list link; /* cache.pool_list */

@@ -20,7 +20,8 @@ static uint64_t key_of(XXH128_hash_t h)
 int prefix_index_init(struct prefix_index *ix, uint32_t n_pages)
 {
 	memset(ix, 0, sizeof(*ix));
-	list_init(&ix->evictable);
+	list_init(&ix->host_lru);
+	list_init(&ix->disk_lru);
 	ix->n_pages = n_pages;
 	ix->by_slot = calloc(n_pages ? n_pages : 1, sizeof(*ix->by_slot));
 	return ix->by_slot ? 0 : -ENOMEM;
@@ -28,11 +29,15 @@ int prefix_index_init(struct prefix_index *ix, uint32_t n_pages)
 
 void prefix_index_fini(struct prefix_index *ix, struct pagealloc *pa)
 {
-	for (uint32_t s = 0; ix->by_slot && s < ix->n_pages; s++) {
-		if (!ix->by_slot[s])
+	/* Every entry is in by_hash; host copies also hold a slot reference. */
+	for (size_t i = 0; ix->by_hash.slots && i < ix->by_hash.cap; i++) {
+		struct pindex_entry *e = ix->by_hash.slots[i].ptr;
+
+		if (!ix->by_hash.slots[i].id)
 			continue;
-		free(ix->by_slot[s]);
-		pagealloc_unref(pa, s);
+		if (e->slot != PINDEX_NONE)
+			pagealloc_unref(pa, e->slot);
+		free(e);
 	}
 	free(ix->by_slot);
 	idmap_fini(&ix->by_hash);
@@ -79,34 +84,101 @@ struct pindex_entry *prefix_index_find(const struct prefix_index *ix, XXH128_has
 	return e && XXH128_isEqual(e->hash, hash) ? e : NULL;
 }
 
-static int evictable_now(const struct pindex_entry *e, const struct pagealloc *pa)
+struct pindex_entry *prefix_index_find_host(const struct prefix_index *ix, XXH128_hash_t hash)
 {
-	return e->n_children == 0 && pa->refs[e->slot] == 1 && pa->pins[e->slot] == 0;
+	struct pindex_entry *e = prefix_index_find(ix, hash);
+
+	return e && e->slot != PINDEX_NONE ? e : NULL;
 }
 
-/* Puts e on or off the evictable list; at_lru places it at the cold end. */
-static void reconsider(struct prefix_index *ix, const struct pagealloc *pa, struct pindex_entry *e,
-		       int at_lru)
+/* The list e belongs on now. */
+static enum pindex_list belongs(const struct prefix_index *ix, const struct pagealloc *pa,
+				const struct pindex_entry *e)
 {
-	int now = evictable_now(e, pa);
+	if (e->io != PINDEX_IO_NONE)
+		return PINDEX_LIST_NONE;
+	if (e->slot == PINDEX_NONE)
+		return e->n_children == 0 ? PINDEX_LIST_DISK : PINDEX_LIST_NONE;
+	if (pa->refs[e->slot] != 1 || pa->pins[e->slot] != 0)
+		return PINDEX_LIST_NONE;
+	return ix->disk || e->n_children == 0 ? PINDEX_LIST_HOST : PINDEX_LIST_NONE;
+}
 
-	if (now == e->evictable)
+/* Moves e to the list it belongs on; at_lru places it at the cold end. */
+static void place(struct prefix_index *ix, const struct pagealloc *pa, struct pindex_entry *e,
+		  int at_lru)
+{
+	enum pindex_list want = belongs(ix, pa, e);
+	struct list *head;
+
+	if (want == e->list)
 		return;
-	e->evictable = now;
-	if (now) {
-		if (at_lru) {
-			e->evict_link.next = ix->evictable.next;
-			e->evict_link.prev = &ix->evictable;
-			ix->evictable.next->prev = &e->evict_link;
-			ix->evictable.next = &e->evict_link;
-		} else {
-			list_add_tail(&ix->evictable, &e->evict_link);
-		}
+	if (e->list == PINDEX_LIST_HOST)
+		ix->n_evictable--;
+	else if (e->list == PINDEX_LIST_DISK)
+		ix->n_droppable--;
+	list_del(&e->lru_link);
+	e->list = (uint8_t)want;
+	if (want == PINDEX_LIST_NONE)
+		return;
+	if (want == PINDEX_LIST_HOST) {
+		head = &ix->host_lru;
 		ix->n_evictable++;
 	} else {
-		list_del(&e->evict_link);
-		ix->n_evictable--;
+		head = &ix->disk_lru;
+		ix->n_droppable++;
 	}
+	if (at_lru) {
+		e->lru_link.next = head->next;
+		e->lru_link.prev = head;
+		head->next->prev = &e->lru_link;
+		head->next = &e->lru_link;
+	} else {
+		list_add_tail(head, &e->lru_link);
+	}
+}
+
+void prefix_index_reconsider(struct prefix_index *ix, const struct pagealloc *pa,
+			     struct pindex_entry *e)
+{
+	place(ix, pa, e, 0);
+}
+
+void prefix_index_touch(struct prefix_index *ix, struct pindex_entry *e)
+{
+	struct list *head = e->list == PINDEX_LIST_HOST	  ? &ix->host_lru
+			    : e->list == PINDEX_LIST_DISK ? &ix->disk_lru
+							  : NULL;
+
+	if (!head)
+		return;
+	list_del(&e->lru_link);
+	list_add_tail(head, &e->lru_link);
+}
+
+static struct pindex_entry *new_entry(struct prefix_index *ix, XXH128_hash_t hash,
+				      struct pindex_entry *parent)
+{
+	struct pindex_entry *e;
+
+	if (idmap_get(&ix->by_hash, key_of(hash)))
+		return NULL;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return NULL;
+	e->hash = hash;
+	e->slot = PINDEX_NONE;
+	e->extent = PINDEX_NONE;
+	e->parent = parent;
+	list_init(&e->lru_link);
+	if (idmap_put(&ix->by_hash, key_of(hash), e) < 0) {
+		free(e);
+		return NULL;
+	}
+	ix->n_entries++;
+	if (parent)
+		parent->n_children++;
+	return e;
 }
 
 int prefix_index_insert(struct prefix_index *ix, struct pagealloc *pa, XXH128_hash_t hash,
@@ -117,25 +189,37 @@ int prefix_index_insert(struct prefix_index *ix, struct pagealloc *pa, XXH128_ha
 	kvp_assert(slot < ix->n_pages && !ix->by_slot[slot]);
 	if (idmap_get(&ix->by_hash, key_of(hash)))
 		return -EEXIST;
-	e = calloc(1, sizeof(*e));
+	e = new_entry(ix, hash, parent);
 	if (!e)
 		return -ENOMEM;
-	e->hash = hash;
-	e->slot = slot;
-	e->parent = parent;
-	list_init(&e->evict_link);
-	if (idmap_put(&ix->by_hash, key_of(hash), e) < 0) {
-		free(e);
+	if (parent)
+		place(ix, pa, parent, 0);
+	prefix_index_attach_host(ix, pa, e, slot);
+	return 0;
+}
+
+int prefix_index_insert_disk(struct prefix_index *ix, XXH128_hash_t hash,
+			     struct pindex_entry *parent, uint32_t extent, uint64_t sum)
+{
+	struct pindex_entry *e;
+
+	if (idmap_get(&ix->by_hash, key_of(hash)))
+		return -EEXIST;
+	e = new_entry(ix, hash, parent);
+	if (!e)
 		return -ENOMEM;
+	e->extent = extent;
+	e->disk_sum = sum;
+	ix->n_disk++;
+	if (parent && parent->list == PINDEX_LIST_DISK) {
+		/* No longer a leaf. */
+		list_del(&parent->lru_link);
+		parent->list = PINDEX_LIST_NONE;
+		ix->n_droppable--;
 	}
-	ix->by_slot[slot] = e;
-	ix->n_entries++;
-	pagealloc_ref(pa, slot);
-	if (parent) {
-		parent->n_children++;
-		reconsider(ix, pa, parent, 0);
-	}
-	reconsider(ix, pa, e, 0);
+	list_add_tail(&ix->disk_lru, &e->lru_link);
+	e->list = PINDEX_LIST_DISK;
+	ix->n_droppable++;
 	return 0;
 }
 
@@ -144,77 +228,152 @@ void prefix_index_update(struct prefix_index *ix, const struct pagealloc *pa, ui
 	struct pindex_entry *e = ix->by_slot[slot];
 
 	if (e)
-		reconsider(ix, pa, e, 0);
+		place(ix, pa, e, 0);
 }
 
-uint32_t prefix_index_evict(struct prefix_index *ix, struct pagealloc *pa, uint32_t want_free)
+void prefix_index_attach_host(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e,
+			      uint32_t slot)
 {
-	uint32_t n = 0;
+	kvp_assert(e->slot == PINDEX_NONE && slot < ix->n_pages && !ix->by_slot[slot]);
+	pagealloc_ref(pa, slot);
+	e->slot = slot;
+	ix->by_slot[slot] = e;
+	ix->n_host++;
+	place(ix, pa, e, 0);
+}
 
-	while (pa->n_free < want_free && !list_empty(&ix->evictable)) {
-		struct pindex_entry *e =
-			list_entry(ix->evictable.next, struct pindex_entry, evict_link);
-		struct pindex_entry *parent = e->parent;
+void prefix_index_detach_host(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e)
+{
+	uint32_t slot = e->slot;
 
-		list_del(&e->evict_link);
+	kvp_assert(slot != PINDEX_NONE);
+	ix->by_slot[slot] = NULL;
+	e->slot = PINDEX_NONE;
+	ix->n_host--;
+	pagealloc_unref(pa, slot);
+	place(ix, pa, e, 0);
+}
+
+void prefix_index_drop(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e,
+		       uint32_t *ret_extent)
+{
+	struct pindex_entry *parent = e->parent;
+
+	kvp_assert(e->n_children == 0 && e->io == PINDEX_IO_NONE);
+	if (e->list == PINDEX_LIST_HOST)
 		ix->n_evictable--;
-		idmap_del(&ix->by_hash, key_of(e->hash));
+	else if (e->list == PINDEX_LIST_DISK)
+		ix->n_droppable--;
+	list_del(&e->lru_link);
+	if (e->slot != PINDEX_NONE) {
 		ix->by_slot[e->slot] = NULL;
-		ix->n_entries--;
-		kvp_assert(pagealloc_unref(pa, e->slot) == 0);
-		free(e);
-		n++;
-		if (parent) {
-			/* As cold as the child it just lost: next in line. */
-			parent->n_children--;
-			reconsider(ix, pa, parent, 1);
-		}
+		ix->n_host--;
+		pagealloc_unref(pa, e->slot);
 	}
-	ix->evictions += n;
+	if (e->extent != PINDEX_NONE)
+		ix->n_disk--;
+	*ret_extent = e->extent;
+	idmap_del(&ix->by_hash, key_of(e->hash));
+	ix->n_entries--;
+	ix->evictions++;
+	free(e);
+	if (parent) {
+		/* As cold as the child it just lost: next in line. */
+		parent->n_children--;
+		place(ix, pa, parent, 1);
+	}
+}
+
+uint32_t prefix_index_evict(struct prefix_index *ix, struct pagealloc *pa, uint32_t want_free,
+			    int may_drop)
+{
+	uint32_t n = 0, extent;
+
+	while (pa->n_free < want_free) {
+		struct pindex_entry *e = NULL;
+
+		/* From the cold end each time: a drop may move a parent there.
+		 * Without a disk tier every listed entry qualifies. */
+		for (struct list *it = ix->host_lru.next; it != &ix->host_lru; it = it->next) {
+			struct pindex_entry *c = list_entry(it, struct pindex_entry, lru_link);
+
+			if (c->extent != PINDEX_NONE || (may_drop && c->n_children == 0)) {
+				e = c;
+				break;
+			}
+		}
+		if (!e)
+			break;
+		if (e->extent != PINDEX_NONE)
+			prefix_index_detach_host(ix, pa, e);
+		else
+			prefix_index_drop(ix, pa, e, &extent);
+		n++;
+	}
 	return n;
 }
 
 int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa, uint32_t *refs)
 {
-	uint32_t *children = calloc(ix->n_pages ? ix->n_pages : 1, sizeof(uint32_t));
-	uint32_t n = 0, n_ev = 0, on_list = 0;
+	struct idmap children = {0}; /* parent key → children counted */
+	uint32_t n = 0, n_host = 0, n_disk = 0, n_list[3] = {0}, on_list[3] = {0};
+	const struct list *heads[3] = {NULL, &ix->host_lru, &ix->disk_lru};
 	int ret = -EUCLEAN;
 
-	if (!children)
-		return -ENOMEM;
-	for (uint32_t s = 0; s < ix->n_pages; s++) {
-		const struct pindex_entry *e = ix->by_slot[s];
+	for (size_t i = 0; i < ix->by_hash.cap; i++) {
+		const struct pindex_entry *e = ix->by_hash.slots[i].ptr;
 
-		if (!e)
+		if (!ix->by_hash.slots[i].id)
 			continue;
-		if (e->slot != s || prefix_index_find(ix, e->hash) != e)
+		if (prefix_index_find(ix, e->hash) != e || e->list != belongs(ix, pa, e))
 			goto out;
-		if (e->parent) {
-			if (ix->by_slot[e->parent->slot] != e->parent)
+		if (e->slot != PINDEX_NONE) {
+			if (e->slot >= ix->n_pages || ix->by_slot[e->slot] != e)
 				goto out;
-			children[e->parent->slot]++;
+			refs[e->slot]++;
+			n_host++;
 		}
-		refs[s]++;
+		n_disk += e->extent != PINDEX_NONE;
+		n_list[e->list]++;
+		if (e->parent) {
+			uint64_t k = key_of(e->parent->hash);
+			uintptr_t c = (uintptr_t)idmap_get(&children, k);
+
+			if (prefix_index_find(ix, e->parent->hash) != e->parent)
+				goto out;
+			if (c)
+				idmap_del(&children, k);
+			if (idmap_put(&children, k, (void *)(c + 1)) < 0) {
+				ret = -ENOMEM;
+				goto out;
+			}
+		}
 		n++;
 	}
-	for (uint32_t s = 0; s < ix->n_pages; s++) {
-		const struct pindex_entry *e = ix->by_slot[s];
+	for (size_t i = 0; i < ix->by_hash.cap; i++) {
+		const struct pindex_entry *e = ix->by_hash.slots[i].ptr;
 
-		if (!e)
-			continue;
-		if (e->n_children != children[s] || e->evictable != evictable_now(e, pa))
+		if (ix->by_hash.slots[i].id &&
+		    e->n_children != (uintptr_t)idmap_get(&children, key_of(e->hash)))
 			goto out;
-		n_ev += e->evictable;
 	}
-	for (const struct list *it = ix->evictable.next; it != &ix->evictable; it = it->next) {
-		if (!list_entry(it, struct pindex_entry, evict_link)->evictable)
+	for (uint32_t s = 0; s < ix->n_pages; s++)
+		if (ix->by_slot[s] && ix->by_slot[s]->slot != s)
 			goto out;
-		on_list++;
-	}
-	if (n != ix->n_entries || n != ix->by_hash.n || n_ev != ix->n_evictable || on_list != n_ev)
+	for (int l = PINDEX_LIST_HOST; l <= PINDEX_LIST_DISK; l++)
+		for (const struct list *it = heads[l]->next; it != heads[l]; it = it->next) {
+			if (list_entry(it, struct pindex_entry, lru_link)->list != l)
+				goto out;
+			on_list[l]++;
+		}
+	if (n != ix->n_entries || n != ix->by_hash.n || n_host != ix->n_host ||
+	    n_disk != ix->n_disk || n_list[PINDEX_LIST_HOST] != ix->n_evictable ||
+	    on_list[PINDEX_LIST_HOST] != ix->n_evictable ||
+	    n_list[PINDEX_LIST_DISK] != ix->n_droppable ||
+	    on_list[PINDEX_LIST_DISK] != ix->n_droppable)
 		goto out;
 	ret = 0;
 out:
-	free(children);
+	idmap_fini(&children);
 	return ret;
 }

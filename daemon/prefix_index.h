@@ -7,12 +7,23 @@
  * seed — so the same tokens give the same hashes in every process and after
  * every restart. Each pool has its own index and pools are per tenant.
  *
- * The index holds one reference on every page it lists. A page that
- * nothing but the index holds (no session, no lease) and that has no child
- * in the index is evictable; evictable pages sit on an LRU list, and
- * eviction takes its least recently used end, so leaves go first and a
- * parent only once its children are gone. Callers tell the index whenever
- * a page's holders change (prefix_index_update). Event-loop thread only.
+ * An entry has up to two copies of its page: one in a host slot (the index
+ * holds one reference on it) and one in an extent of the pool's spill file
+ * (daemon/spill.h), with the XXH3-64 of the bytes written there. Entries
+ * without a host copy are still found by prefix_index_find; a caller that
+ * needs the bytes promotes them first (daemon/tier.h). An entry with
+ * neither copy is dead (a read that failed verification): it is a miss
+ * and stays only while it has children, so their parent pointers hold.
+ *
+ * Two LRU lists, least recently used first:
+ *   - host: entries whose host copy nothing but the index holds (no
+ *     session, no lease, no I/O). They can leave the host tier. Without a
+ *     disk tier leaving means dropping, so only leaves (no children in the
+ *     index) are listed: a child is useless without its parent.
+ *   - disk: entries without a host copy and without children: they can be
+ *     dropped when the disk tier is full.
+ * Callers tell the index whenever a page's holders change
+ * (prefix_index_update). Event-loop thread only.
  */
 #ifndef KVPD_PREFIX_INDEX_H
 #define KVPD_PREFIX_INDEX_H
@@ -30,23 +41,45 @@
 #define PREFIX_INDEX_FORMAT   1u
 #define PREFIX_INDEX_MAX_SALT 64u
 
+#define PINDEX_NONE UINT32_MAX
+
+enum pindex_io {
+	PINDEX_IO_NONE,
+	PINDEX_IO_WRITE, /* host copy being written to disk */
+	PINDEX_IO_READ,	 /* disk copy being read into a host slot */
+};
+
+enum pindex_list {
+	PINDEX_LIST_NONE,
+	PINDEX_LIST_HOST,
+	PINDEX_LIST_DISK,
+};
+
 struct pindex_entry {
 	XXH128_hash_t hash;
-	uint32_t slot;
+	uint32_t slot;		     /* host slot, or PINDEX_NONE */
+	uint32_t extent;	     /* spill-file extent, or PINDEX_NONE */
+	uint64_t disk_sum;	     /* XXH3-64 of the bytes in extent */
 	uint32_t n_children;	     /* entries whose parent this is */
+	uint8_t io;		     /* enum pindex_io */
+	uint8_t list;		     /* enum pindex_list: the LRU list it is on */
 	struct pindex_entry *parent; /* NULL for a first page */
-	struct list evict_link;	     /* prefix_index.evictable when evictable */
-	int evictable;
+	struct list lru_link;
 };
 
 struct prefix_index {
 	struct idmap by_hash;	       /* low 64 bits of the hash (| 1) → entry */
-	struct pindex_entry **by_slot; /* [n_pages] entry listing each slot, or NULL */
+	struct pindex_entry **by_slot; /* [n_pages] entry holding each slot, or NULL */
 	uint32_t n_pages;
-	struct list evictable; /* LRU first */
-	uint32_t n_entries;
-	uint32_t n_evictable;
-	uint64_t evictions;
+	int disk;	      /* a disk tier backs this index */
+	struct list host_lru; /* host copies only the index holds, LRU first */
+	struct list disk_lru; /* droppable entries without a host copy, LRU first */
+	uint32_t n_entries;   /* every entry, dead ones included */
+	uint32_t n_host;      /* entries with a host copy */
+	uint32_t n_disk;      /* entries with a disk copy */
+	uint32_t n_evictable; /* on the host list */
+	uint32_t n_droppable; /* on the disk list */
+	uint64_t evictions;   /* entries dropped (host or disk), not demoted */
 	uint64_t dedup_pages;
 };
 
@@ -61,8 +94,10 @@ XXH128_hash_t prefix_index_root(const char *model_id, const struct shm_layout *l
 /* h_i from h_{i-1} and the n tokens of page i. */
 XXH128_hash_t prefix_index_hash_page(XXH128_hash_t parent, const uint32_t *tokens, uint32_t n);
 
-/* The entry of hash, or NULL. */
+/* The entry of hash, or NULL. It may have no host copy (check e->slot). */
 struct pindex_entry *prefix_index_find(const struct prefix_index *ix, XXH128_hash_t hash);
+/* The entry of hash when its page is in a host slot, or NULL. */
+struct pindex_entry *prefix_index_find_host(const struct prefix_index *ix, XXH128_hash_t hash);
 /* The entry listing slot, or NULL. */
 static inline struct pindex_entry *prefix_index_of_slot(const struct prefix_index *ix,
 							uint32_t slot)
@@ -76,18 +111,47 @@ static inline struct pindex_entry *prefix_index_of_slot(const struct prefix_inde
 int prefix_index_insert(struct prefix_index *ix, struct pagealloc *pa, XXH128_hash_t hash,
 			struct pindex_entry *parent, uint32_t slot);
 
-/* Re-evaluates whether slot, if indexed, is evictable after its holders
- * changed. A page that becomes evictable goes to the most recently used
- * end. */
-void prefix_index_update(struct prefix_index *ix, const struct pagealloc *pa, uint32_t slot);
+/* Lists a page that is only on disk (warm restart): extent holds bytes
+ * whose XXH3-64 is sum. Returns 0, -EEXIST or -ENOMEM. */
+int prefix_index_insert_disk(struct prefix_index *ix, XXH128_hash_t hash,
+			     struct pindex_entry *parent, uint32_t extent, uint64_t sum);
 
-/* Evicts least recently used evictable pages until pa has want_free free
- * pages or nothing is evictable. Returns the pages evicted. */
-uint32_t prefix_index_evict(struct prefix_index *ix, struct pagealloc *pa, uint32_t want_free);
+/* Re-evaluates which list slot's entry, if any, belongs on after its
+ * holders changed. An entry that joins a list goes to its most recently
+ * used end. */
+void prefix_index_update(struct prefix_index *ix, const struct pagealloc *pa, uint32_t slot);
+/* The same for an entry whose I/O state or copies changed. */
+void prefix_index_reconsider(struct prefix_index *ix, const struct pagealloc *pa,
+			     struct pindex_entry *e);
+
+/* Marks e recently used: to the warm end of the list it is on. */
+void prefix_index_touch(struct prefix_index *ix, struct pindex_entry *e);
+
+/* Gives e (which has no host copy) the held page slot as its host copy,
+ * taking a reference on it. */
+void prefix_index_attach_host(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e,
+			      uint32_t slot);
+/* Drops e's host copy (its reference on the slot); e keeps its disk copy,
+ * or is dropped when it has none and no children. */
+void prefix_index_detach_host(struct prefix_index *ix, struct pagealloc *pa,
+			      struct pindex_entry *e);
+/* Removes e from the index: its host reference goes, its extent is
+ * returned in *ret_extent (PINDEX_NONE if none) for the caller to free.
+ * e must have no children and no I/O in flight. */
+void prefix_index_drop(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e,
+		       uint32_t *ret_extent);
+
+/* Frees host slots synchronously, least recently used first, until pa has
+ * want_free free pages or nothing more can go: entries with a disk copy
+ * lose their host copy and, when may_drop, leaves without one are
+ * dropped; the others stay (the disk tier writes them, daemon/tier.h).
+ * Returns the slots freed. */
+uint32_t prefix_index_evict(struct prefix_index *ix, struct pagealloc *pa, uint32_t want_free,
+			    int may_drop);
 
 /* Checks entries against pa: by_slot and by_hash agree, child counts are
- * right, the evictable list holds exactly the evictable entries. Adds each
- * entry's reference to refs[slot]. Returns 0 or -EUCLEAN. */
+ * right, each LRU list holds exactly the entries that belong on it. Adds
+ * each entry's reference to refs[slot]. Returns 0 or -EUCLEAN. */
 int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa, uint32_t *refs);
 
 #endif

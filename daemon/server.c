@@ -14,8 +14,9 @@
 #include "log.h"
 #include "server.h"
 
-#define SERVER_TICK_S	    1
-#define SERVER_RING_ENTRIES 1024
+#define SERVER_TICK_S	      1
+#define SERVER_RING_ENTRIES   1024
+#define SERVER_WORKER_THREADS 2
 
 static void arm_accept(struct listener *ls)
 {
@@ -218,6 +219,23 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 		log_err("signalfd: %s", strerror(-ret));
 		return ret;
 	}
+	ret = worker_init(&s->worker, &s->loop, SERVER_WORKER_THREADS);
+	if (ret < 0) {
+		log_err("cannot start worker threads: %s", strerror(-ret));
+		return ret;
+	}
+	ret = aio_init(&s->aio, &s->loop, &s->worker, (enum aio_mode)cfg->io_backend);
+	if (ret < 0) {
+		log_err("no disk I/O (%s backend): %s; running without a disk tier",
+			cfg->io_backend == AIO_URING ? "io_uring" : "auto", strerror(-ret));
+	} else {
+		s->have_aio = 1;
+		s->cache.aio = &s->aio;
+		if (cfg->disk_pool_bytes)
+			log_info("disk tier: up to %llu MiB per pool in %s, I/O through %s",
+				 (unsigned long long)(cfg->disk_pool_bytes >> 20), cfg->cache_dir,
+				 aio_mode_name(&s->aio));
+	}
 	s->sig_op.cb = on_signal;
 	s->timer_op.cb = on_timer;
 	s->watchdog_op.cb = on_watchdog;
@@ -256,8 +274,17 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 	return 0;
 }
 
+static int server_busy(void *arg)
+{
+	struct server *s = arg;
+
+	return (s->have_aio && aio_in_flight(&s->aio)) || s->worker.n_pending;
+}
+
 int server_run(struct server *s)
 {
+	int ret;
+
 	log_notice("kvpalaced %s serving on %s (admin %s); host tier %llu MiB, pool arenas "
 		   "%llu MiB",
 		   KVP_VERSION, s->client.path, s->admin.path,
@@ -266,7 +293,14 @@ int server_run(struct server *s)
 	/* Everything is set up and accepts are armed: connections that
 	 * arrive now are served as soon as the loop turns. */
 	notify_ready(&s->notify, &s->cache);
-	return loop_run(&s->loop);
+	ret = loop_run(&s->loop);
+	if (ret == 0 && server_busy(s)) {
+		/* Disk reads and writes in flight target the arenas: let them
+		 * finish (requests parked on them are answered too). */
+		log_info("finishing disk I/O in flight");
+		ret = loop_run_while(&s->loop, server_busy, s);
+	}
+	return ret;
 }
 
 void server_fini(struct server *s)
@@ -287,6 +321,11 @@ void server_fini(struct server *s)
 	 * still be targets of receives in flight. */
 	list_for_each_safe (it, tmp, &s->conns)
 		shutdown(list_entry(it, struct conn, link)->fd, SHUT_RDWR);
+	if (s->have_aio) {
+		s->cache.aio = NULL; /* pools closed after this use no aio */
+		aio_fini(&s->aio);
+	}
+	worker_fini(&s->worker);
 	if (s->loop.ring.ring_fd > 0)
 		loop_fini(&s->loop);
 	while (!list_empty(&s->conns)) {

@@ -11,6 +11,7 @@
 #include <linux/time_types.h>
 #include <stdint.h>
 
+#include "aio.h"
 #include "cache.h"
 #include "config.h"
 #include "conn.h"
@@ -18,6 +19,7 @@
 #include "list.h"
 #include "loop.h"
 #include "notify.h"
+#include "worker.h"
 
 struct listener {
 	struct server *srv;
@@ -34,6 +36,9 @@ struct server {
 	int argc;	    /* the command line, for reloads */
 	char **argv;
 	struct loop loop;
+	struct worker worker; /* blocking work: checkpoints, pread/pwrite I/O */
+	struct aio aio;	      /* disk I/O of the spill files */
+	int have_aio;
 	struct cache cache;
 	struct frame_arena arena;
 	void *arena_buf;

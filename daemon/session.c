@@ -175,7 +175,7 @@ static void index_page(struct pool *p, struct session *s, uint32_t i)
 	struct pindex_entry *e = prefix_index_find(&p->ix, h);
 
 	s->hashes[i] = h;
-	if (e && e->slot != s->pages[i]) {
+	if (e && e->slot != PINDEX_NONE && e->slot != s->pages[i]) {
 		/* Someone committed the same tokens after the same prefix:
 		 * share their page, free ours (only we held it). */
 		uint32_t own = s->pages[i];
@@ -184,6 +184,10 @@ static void index_page(struct pool *p, struct session *s, uint32_t i)
 		s->pages[i] = e->slot;
 		kvp_assert(pagealloc_unref(&p->pa, own) == 0);
 		p->ix.dedup_pages++;
+	} else if (e && e->slot == PINDEX_NONE && e->io == PINDEX_IO_NONE) {
+		/* Indexed on disk only (or dead): our page becomes its host
+		 * copy, which saves reading it back. */
+		prefix_index_attach_host(&p->ix, &p->pa, e, s->pages[i]);
 	} else if (!e) {
 		struct pindex_entry *pe = i ? prefix_index_find(&p->ix, parent) : NULL;
 

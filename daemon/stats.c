@@ -2,9 +2,11 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "aio.h"
 #include "frame.h"
 #include "pool.h"
 #include "session.h"
+#include "spill.h"
 #include "stats.h"
 
 struct pool_entry {
@@ -46,7 +48,16 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 		if (admin || p->uid == uid) {
 			out->evictions += p->ix.evictions;
 			out->dedup_pages += p->ix.dedup_pages;
+			out->spilled_pages += p->tier.spilled;
+			out->promoted_pages += p->tier.promoted;
+			out->verify_failures += p->tier.verify_failures;
+			out->io_errors += p->tier.io_errors;
 		}
+	}
+	if (c->aio && c->cfg->disk_pool_bytes) {
+		out->disk_io = (char *)aio_mode_name(c->aio);
+		out->has_spilled_pages = out->has_promoted_pages = 1;
+		out->has_verify_failures = out->has_io_errors = 1;
 	}
 	out->gpu = 0;
 	out->gpu_status = "no GPU tier in this version: host tier only";
@@ -87,6 +98,21 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 		ps->evictable_pages = p->ix.n_evictable;
 		ps->evictions = p->ix.evictions;
 		ps->dedup_pages = p->ix.dedup_pages;
+		ps->has_host_indexed_pages = 1;
+		ps->host_indexed_pages = p->ix.n_host;
+		if (p->spill) {
+			ps->has_disk_pages = ps->has_disk_capacity = ps->has_spilled_pages = 1;
+			ps->has_promoted_pages = ps->has_verify_failures = ps->has_io_errors = 1;
+			ps->has_disk_dropped = ps->has_restored_pages = 1;
+			ps->disk_pages = p->ix.n_disk;
+			ps->disk_capacity = p->spill->cap;
+			ps->spilled_pages = p->tier.spilled;
+			ps->promoted_pages = p->tier.promoted;
+			ps->verify_failures = p->tier.verify_failures;
+			ps->io_errors = p->tier.io_errors;
+			ps->disk_dropped = p->tier.dropped;
+			ps->restored_pages = p->tier.restored;
+		}
 		sz = kvpalace__v1__pool_stats__get_packed_size(ps) + 8;
 		if (sz > budget) {
 			out->has_pools_truncated = 1;

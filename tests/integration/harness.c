@@ -92,36 +92,17 @@ static void describe_status(const char *what, int status)
 			strsignal(WTERMSIG(status)));
 }
 
-int harness_start(struct harness *h, const char *const *extra)
+/* Starts the daemon in h->dir (which exists) and waits until it serves. */
+static int spawn(struct harness *h, const char *daemon, const char *const *extra)
 {
-	const char *daemon = getenv("KVPALACED");
-	const char *tmp = getenv("TMPDIR");
 	char state[160], cache[160];
 	const char *argv[64];
 	int argc = 0;
 	double deadline;
 	pid_t parent;
 
-	memset(h, 0, sizeof(*h));
-	if (!daemon || !*daemon) {
-		fprintf(stderr, "harness: $KVPALACED is not set (meson sets it)\n");
-		return -1;
-	}
-	/* Socket paths must fit sun_path: fall back to /tmp for long $TMPDIR. */
-	if (!tmp || strlen(tmp) > 60)
-		tmp = "/tmp";
-	snprintf(h->dir, sizeof(h->dir), "%s/kvpt-XXXXXX", tmp);
-	if (!mkdtemp(h->dir)) {
-		perror("harness: mkdtemp");
-		return -1;
-	}
-	/* Searchable by everyone so a test can connect as another user. */
-	chmod(h->dir, 0755);
-	snprintf(h->sock, sizeof(h->sock), "%s/kvpalace.sock", h->dir);
-	snprintf(h->admin_sock, sizeof(h->admin_sock), "%s/admin.sock", h->dir);
 	snprintf(state, sizeof(state), "%s/state", h->dir);
 	snprintf(cache, sizeof(cache), "%s/cache", h->dir);
-
 	argv[argc++] = daemon;
 	argv[argc++] = "--socket";
 	argv[argc++] = h->sock;
@@ -169,6 +150,58 @@ int harness_start(struct harness *h, const char *const *extra)
 	fprintf(stderr, "harness: kvpalaced did not accept connections on %s\n", h->sock);
 	harness_stop(h);
 	return -1;
+}
+
+int harness_start(struct harness *h, const char *const *extra)
+{
+	const char *daemon = getenv("KVPALACED");
+	const char *tmp = getenv("TMPDIR");
+
+	memset(h, 0, sizeof(*h));
+	if (!daemon || !*daemon) {
+		fprintf(stderr, "harness: $KVPALACED is not set (meson sets it)\n");
+		return -1;
+	}
+	/* Socket paths must fit sun_path: fall back to /tmp for long $TMPDIR. */
+	if (!tmp || strlen(tmp) > 60)
+		tmp = "/tmp";
+	snprintf(h->dir, sizeof(h->dir), "%s/kvpt-XXXXXX", tmp);
+	if (!mkdtemp(h->dir)) {
+		perror("harness: mkdtemp");
+		return -1;
+	}
+	/* Searchable by everyone so a test can connect as another user. */
+	chmod(h->dir, 0755);
+	snprintf(h->sock, sizeof(h->sock), "%s/kvpalace.sock", h->dir);
+	snprintf(h->admin_sock, sizeof(h->admin_sock), "%s/admin.sock", h->dir);
+	return spawn(h, daemon, extra);
+}
+
+int harness_restart(struct harness *h, int sig, const char *const *extra)
+{
+	int ret = 0;
+
+	if (h->pid > 0) {
+		int st;
+
+		kill(h->pid, sig);
+		st = harness_wait(h->pid, 20);
+		if (st < 0 || (sig == SIGTERM && st != 0)) {
+			fprintf(stderr, "harness: kvpalaced ended with %d after signal %d\n", st,
+				sig);
+			ret = -1;
+		}
+		h->pid = 0;
+	}
+	if (ret < 0) {
+		harness_stop(h);
+		return -1;
+	}
+	/* A killed daemon's sockets accept connections until the kernel has
+	 * torn its io_uring down: wait for that, or readiness would lie. */
+	for (int i = 0; i < 500 && (can_connect(h->sock) || can_connect(h->admin_sock)); i++)
+		sleep_ms(10);
+	return spawn(h, getenv("KVPALACED"), extra);
 }
 
 int harness_daemon_alive(struct harness *h)

@@ -42,6 +42,12 @@ int harness_start(struct harness *h, const char *const *extra);
  * during a test fails that test. NULL and a stopped harness return 0. */
 int harness_stop(struct harness *h);
 
+/* Ends the daemon with sig (SIGTERM: a clean stop; SIGKILL: a crash) and
+ * starts it again in the same directory — same sockets, state and cache
+ * directories — with the options in extra. Returns 0, or -1 after printing
+ * why (the old daemon did not end, the new one did not start). */
+int harness_restart(struct harness *h, int sig, const char *const *extra);
+
 /* True while the daemon process has not exited. */
 int harness_daemon_alive(struct harness *h);
 

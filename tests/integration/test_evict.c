@@ -53,7 +53,8 @@ static const struct kvp_layout page4k = {
 
 static int start(void **state)
 {
-	static const char *const extra[] = {"--host-pool-size", "1M", NULL};
+	static const char *const extra[] = {"--disk-pool-size", "0", "--host-pool-size", "1M",
+					    NULL};
 
 	return harness_setup_args(state, extra);
 }
@@ -260,7 +261,9 @@ static void test_watermarks_default(void **state)
 
 static int start_marks(void **state)
 {
-	static const char *const extra[] = {"--host-pool-size",
+	static const char *const extra[] = {"--disk-pool-size",
+					    "0",
+					    "--host-pool-size",
 					    "1M",
 					    "--host-high-watermark",
 					    "0.5",
@@ -471,7 +474,12 @@ static int stress_child(void *arg)
 
 static int start_small_messages(void **state)
 {
-	static const char *const extra[] = {"--host-pool-size", "1M", "--max-message-bytes", "4096",
+	static const char *const extra[] = {"--disk-pool-size",
+					    "0",
+					    "--host-pool-size",
+					    "1M",
+					    "--max-message-bytes",
+					    "4096",
 					    NULL};
 
 	return harness_setup_args(state, extra);

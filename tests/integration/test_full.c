@@ -42,7 +42,8 @@ struct full_ctx {
 
 static int start(void **state)
 {
-	static const char *const extra[] = {"--host-pool-size", "1M", NULL};
+	static const char *const extra[] = {"--disk-pool-size", "0", "--host-pool-size", "1M",
+					    NULL};
 
 	return harness_setup_args(state, extra);
 }
@@ -258,7 +259,12 @@ static void test_leased_pages_not_reused(void **state)
 
 static int start_small_messages(void **state)
 {
-	static const char *const extra[] = {"--host-pool-size", "1M", "--max-message-bytes", "4096",
+	static const char *const extra[] = {"--disk-pool-size",
+					    "0",
+					    "--host-pool-size",
+					    "1M",
+					    "--max-message-bytes",
+					    "4096",
 					    NULL};
 
 	return harness_setup_args(state, extra);

@@ -1536,12 +1536,12 @@ static void run_model(struct harness *h, const struct variant *v)
 
 /* Room for everything: no eviction unless a long run outgrows 8192 pages
  * (any eviction must still be one the model allows). */
-static const char *const roomy_args[] = {"--host-pool-size", "32M", "--max-message-bytes", "4096",
-					 NULL};
+static const char *const roomy_args[] = {
+	"--disk-pool-size", "0", "--host-pool-size", "32M", "--max-message-bytes", "4096", NULL};
 /* 256 pages: the index is evicted again and again, and appends meet a
  * pool where everything is held. */
-static const char *const tight_args[] = {"--host-pool-size", "1M", "--max-message-bytes", "4096",
-					 NULL};
+static const char *const tight_args[] = {
+	"--disk-pool-size", "0", "--host-pool-size", "1M", "--max-message-bytes", "4096", NULL};
 
 static const struct variant roomy = {"roomy", roomy_args, MAX_TOK, 6000, 70};
 static const struct variant tight = {"tight", tight_args, 200, 8000, 90};

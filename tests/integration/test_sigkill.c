@@ -74,7 +74,8 @@ static int victim(void *arg)
 /* A 1 MiB arena: 128 pages of the harness layout. */
 static int start(void **state)
 {
-	static const char *const extra[] = {"--host-pool-size", "1M", NULL};
+	static const char *const extra[] = {"--disk-pool-size", "0", "--host-pool-size", "1M",
+					    NULL};
 
 	return harness_setup_args(state, extra);
 }

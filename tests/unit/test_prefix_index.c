@@ -196,7 +196,7 @@ static void test_evict_lru_leaves_first(void **state)
 	assert_int_equal(f->ix.n_entries, 8);
 	/* Held by their sessions: nothing to evict. */
 	assert_int_equal(f->ix.n_evictable, 0);
-	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, 64), 0);
+	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, 64, 1), 0);
 	/* A duplicate hash is refused; the page stays unindexed. */
 	{
 		uint32_t s;
@@ -223,19 +223,19 @@ static void test_evict_lru_leaves_first(void **state)
 
 	/* The coldest chain (B) goes whole, from its end, before A loses a
 	 * page. */
-	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, f->pa.n_free + 2), 2);
+	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, f->pa.n_free + 2, 1), 2);
 	assert_null(prefix_index_of_slot(&f->ix, b[2]));
 	assert_null(prefix_index_of_slot(&f->ix, b[1]));
 	assert_non_null(prefix_index_find(&f->ix, hb[0]));
 	assert_non_null(prefix_index_find(&f->ix, ha[2]));
 	check(f);
-	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, f->pa.n_free + 2), 2);
+	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, f->pa.n_free + 2, 1), 2);
 	assert_null(prefix_index_find(&f->ix, hb[0]));
 	assert_null(prefix_index_find(&f->ix, ha[2]));
 	assert_non_null(prefix_index_find(&f->ix, ha[1]));
 	check(f);
 	/* Everything that can go: A; C stays pinned. */
-	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, 64), 2);
+	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, 64, 1), 2);
 	assert_int_equal(f->ix.n_entries, 2);
 	assert_int_equal(f->ix.evictions, 6);
 	assert_non_null(prefix_index_find(&f->ix, hc[1]));
@@ -245,7 +245,7 @@ static void test_evict_lru_leaves_first(void **state)
 	pagealloc_unpin(&f->pa, c[0]);
 	prefix_index_update(&f->ix, &f->pa, c[1]);
 	prefix_index_update(&f->ix, &f->pa, c[0]);
-	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, 64), 2);
+	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, 64, 1), 2);
 	assert_int_equal(f->ix.n_entries, 0);
 	assert_int_equal(f->pa.n_free, 64);
 	check(f);
@@ -280,7 +280,7 @@ static void test_evict_reuse_is_recent(void **state)
 		prefix_index_update(&f->ix, &f->pa, a[i]);
 	}
 	check(f);
-	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, f->pa.n_free + 2), 2);
+	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, f->pa.n_free + 2, 1), 2);
 	assert_null(prefix_index_find(&f->ix, hb[0]));
 	assert_non_null(prefix_index_find(&f->ix, ha[1]));
 	check(f);

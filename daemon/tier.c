@@ -1,0 +1,487 @@
+/* daemon/tier.c — host ⇄ disk movement of index pages (see tier.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aio.h"
+#include "evict.h"
+#include "log.h"
+#include "pool.h"
+#include "spill.h"
+#include "tier.h"
+
+/* After this many I/O errors in a row a pool stops spilling (reads of what
+ * is on disk still go on, and fail into misses). */
+#define TIER_MAX_ERRORS_IN_ROW 8
+
+struct tier_io {
+	struct aio_req data;
+	struct aio_req meta;
+	struct cache *c;
+	struct pool *p;
+	struct pindex_entry *e;
+	uint32_t slot, extent;
+	uint64_t sum;
+	int pending;	  /* requests not yet completed */
+	int holds_slot;	  /* the data request holds a reference on slot */
+	struct list link; /* pool.ios */
+	unsigned char hdr[SPILL_PAGE_HDR];
+};
+
+static void *page_addr(const struct pool *p, uint32_t slot)
+{
+	return (char *)p->arena + (uint64_t)slot * p->page_bytes;
+}
+
+void tier_wait(struct pool *p, struct tier_waiter *w)
+{
+	list_del(&w->link);
+	list_add_tail(&p->waiters, &w->link);
+}
+
+void tier_unwait(struct tier_waiter *w)
+{
+	list_del(&w->link);
+}
+
+void tier_wake_all(struct pool *p)
+{
+	struct list woken, *it;
+
+	/* Move them off first: a woken request may park again. */
+	list_init(&woken);
+	if (list_empty(&p->waiters))
+		return;
+	woken.next = p->waiters.next;
+	woken.prev = p->waiters.prev;
+	woken.next->prev = &woken;
+	woken.prev->next = &woken;
+	list_init(&p->waiters);
+	while ((it = woken.next) != &woken) {
+		struct tier_waiter *w = list_entry(it, struct tier_waiter, link);
+
+		list_del(it);
+		w->wake(w);
+	}
+}
+
+int tier_check(const struct pool *p, uint32_t *refs)
+{
+	uint32_t n = 0, reads = 0, writes = 0;
+
+	for (const struct list *it = p->ios.next; it != &p->ios; it = it->next) {
+		const struct tier_io *io = list_entry(it, struct tier_io, link);
+
+		n++;
+		if (io->holds_slot) {
+			if (io->slot >= p->pa.n_pages || !p->spill || io->extent >= p->spill->hwm)
+				return -EUCLEAN;
+			refs[io->slot]++;
+			reads += io->e->io == PINDEX_IO_READ;
+			writes += io->e->io == PINDEX_IO_WRITE;
+		}
+	}
+	if (n != p->io_inflight || reads != p->reads_inflight || writes != p->writes_inflight)
+		return -EUCLEAN;
+	return 0;
+}
+
+int tier_pool_busy(const struct pool *p)
+{
+	return p->io_inflight != 0;
+}
+
+static void io_done(struct tier_io *io)
+{
+	struct pool *p = io->p;
+
+	if (--io->pending)
+		return;
+	p->io_inflight--;
+	list_del(&io->link);
+	free(io);
+}
+
+static void io_error(struct pool *p, int res, const char *what)
+{
+	p->tier.io_errors++;
+	if (++p->disk_errors_in_row == TIER_MAX_ERRORS_IN_ROW)
+		log_err("pool %llu: %d disk errors in a row (last: %s %s); no more spilling",
+			(unsigned long long)p->id, TIER_MAX_ERRORS_IN_ROW, what, strerror(-res));
+}
+
+static void on_meta_written(struct aio_req *r, int res)
+{
+	struct tier_io *io = (struct tier_io *)((char *)r - offsetof(struct tier_io, meta));
+
+	if (res < 0)
+		io_error(io->p, res, "header write");
+	io_done(io);
+}
+
+static void on_written(struct aio_req *r, int res)
+{
+	struct tier_io *io = (struct tier_io *)((char *)r - offsetof(struct tier_io, data));
+	struct pool *p = io->p;
+	struct pindex_entry *e = io->e;
+
+	e->io = PINDEX_IO_NONE;
+	p->writes_inflight--;
+	if (res == (int)p->page_bytes) {
+		struct spill_page_hdr h = {
+			.hash = e->hash,
+			.parent = e->parent ? e->parent->hash : (XXH128_hash_t){0, 0},
+			.sum = io->sum,
+			.flags = e->parent ? 0 : SPILL_PAGE_FIRST,
+		};
+
+		p->disk_errors_in_row = 0;
+		e->extent = io->extent;
+		e->disk_sum = io->sum;
+		p->ix.n_disk++;
+		p->tier.spilled++;
+		/* The header goes after the data: a crash between the two
+		 * leaves an old header whose sum fails, never a new header
+		 * over old data that verifies. */
+		spill_hdr_encode(p->spill, &h, io->hdr);
+		io->meta = (struct aio_req){
+			.op = AIO_WRITE,
+			.file = p->spill_meta,
+			.buf = io->hdr,
+			.len = SPILL_PAGE_HDR,
+			.off = spill_hdr_off(io->extent),
+			.done = on_meta_written,
+		};
+		io->pending++;
+		aio_submit(io->c->aio, &io->meta);
+	} else {
+		if (res == -ENOSPC || res == -EFBIG)
+			spill_full(p->spill, io->extent);
+		else
+			io_error(p, res, "page write");
+		spill_free(p->spill, io->extent);
+	}
+	/* The write's own reference; the page leaves the host tier when only
+	 * the index holds it now (a match may have pinned it meanwhile). */
+	io->holds_slot = 0;
+	pagealloc_unref(&p->pa, io->slot);
+	if (e->extent != PINDEX_NONE && p->pa.refs[io->slot] == 1 && p->pa.pins[io->slot] == 0)
+		prefix_index_detach_host(&p->ix, &p->pa, e);
+	else
+		prefix_index_reconsider(&p->ix, &p->pa, e);
+	io_done(io);
+	/* Waiters retry once the batch of writes is out, not per page. */
+	if (p->writes_inflight == 0)
+		tier_wake_all(p);
+}
+
+/* Frees an extent by dropping the least recently used disk-only leaf. */
+static int drop_one_disk_page(struct pool *p)
+{
+	struct pindex_entry *e;
+	uint32_t extent;
+
+	if (list_empty(&p->ix.disk_lru))
+		return -ENOSPC;
+	e = list_entry(p->ix.disk_lru.next, struct pindex_entry, lru_link);
+	prefix_index_drop(&p->ix, &p->pa, e, &extent);
+	if (extent != PINDEX_NONE)
+		spill_free(p->spill, extent);
+	p->tier.dropped++;
+	return 0;
+}
+
+static int start_write(struct cache *c, struct pool *p, struct pindex_entry *e)
+{
+	struct tier_io *io;
+	uint32_t extent;
+	int ret;
+
+	while ((ret = spill_alloc(p->spill, &extent)) == -ENOSPC)
+		if (drop_one_disk_page(p) < 0)
+			return -ENOSPC;
+	io = calloc(1, sizeof(*io));
+	if (!io) {
+		spill_free(p->spill, extent);
+		return -ENOMEM;
+	}
+	io->c = c;
+	io->p = p;
+	io->e = e;
+	io->slot = e->slot;
+	io->extent = extent;
+	io->pending = 1;
+	/* Checksummed as written: a client scribbling on an indexed page
+	 * during the write only makes its disk copy fail verification. */
+	io->sum = XXH3_64bits(page_addr(p, e->slot), p->page_bytes);
+	pagealloc_ref(&p->pa, e->slot);
+	io->holds_slot = 1;
+	list_add_tail(&p->ios, &io->link);
+	e->io = PINDEX_IO_WRITE;
+	prefix_index_reconsider(&p->ix, &p->pa, e);
+	io->data = (struct aio_req){
+		.op = AIO_WRITE,
+		.file = p->spill_data,
+		.buf = page_addr(p, e->slot),
+		.len = p->page_bytes,
+		.off = spill_data_off(p->spill, extent),
+		.done = on_written,
+	};
+	p->io_inflight++;
+	p->writes_inflight++;
+	aio_submit(c->aio, &io->data);
+	return 0;
+}
+
+uint32_t tier_spill(struct cache *c, struct pool *p, uint32_t want_free)
+{
+	struct list *it, *tmp;
+
+	if (!p->spill || p->disk_errors_in_row >= TIER_MAX_ERRORS_IN_ROW)
+		return p->writes_inflight;
+	list_for_each_safe (it, tmp, &p->ix.host_lru) {
+		struct pindex_entry *e = list_entry(it, struct pindex_entry, lru_link);
+
+		if (p->pa.n_free + p->writes_inflight >= want_free)
+			break;
+		if (e->extent != PINDEX_NONE)
+			continue; /* clean: evict.c frees it without I/O */
+		if (start_write(c, p, e) < 0)
+			break;
+	}
+	return p->writes_inflight;
+}
+
+static void on_read(struct aio_req *r, int res)
+{
+	struct tier_io *io = (struct tier_io *)((char *)r - offsetof(struct tier_io, data));
+	struct pool *p = io->p;
+	struct pindex_entry *e = io->e;
+	int ok = res == (int)p->page_bytes;
+
+	e->io = PINDEX_IO_NONE;
+	if (!ok) {
+		io_error(p, res < 0 ? res : -EIO, "page read");
+	} else if (XXH3_64bits(page_addr(p, io->slot), p->page_bytes) != e->disk_sum) {
+		p->tier.verify_failures++;
+		log_warn("pool %llu: page in extent %u of %s failed verification; dropped",
+			 (unsigned long long)p->id, io->extent, p->spill->path);
+		ok = 0;
+	}
+	if (ok) {
+		p->tier.promoted++;
+		p->disk_errors_in_row = 0;
+		prefix_index_attach_host(&p->ix, &p->pa, e, io->slot);
+	} else {
+		/* Any doubt is a miss: the entry loses its disk copy. */
+		uint32_t extent;
+
+		spill_free(p->spill, e->extent);
+		e->extent = PINDEX_NONE;
+		p->ix.n_disk--;
+		if (e->n_children == 0)
+			prefix_index_drop(&p->ix, &p->pa, e, &extent);
+		else
+			prefix_index_reconsider(&p->ix, &p->pa, e);
+	}
+	io->holds_slot = 0;
+	pagealloc_unref(&p->pa, io->slot); /* the read's own reference */
+	if (ok)
+		prefix_index_reconsider(&p->ix, &p->pa, e); /* only the index holds it now */
+	io_done(io);
+	if (--p->reads_inflight == 0)
+		tier_wake_all(p);
+}
+
+int tier_promote(struct cache *c, struct pool *p, struct pindex_entry *e)
+{
+	struct tier_io *io;
+	uint32_t slot;
+	int ret;
+
+	if (e->slot != PINDEX_NONE && e->io != PINDEX_IO_READ)
+		return 0;
+	if (e->io == PINDEX_IO_READ)
+		return 1;
+	if (e->extent == PINDEX_NONE || !p->spill)
+		return -ENOENT;
+	/* Off the lists first: making room may drop disk-only leaves. */
+	e->io = PINDEX_IO_READ;
+	prefix_index_reconsider(&p->ix, &p->pa, e);
+	ret = evict_make_room(c, p, 1);
+	io = ret < 0 ? NULL : calloc(1, sizeof(*io));
+	if (!io) {
+		e->io = PINDEX_IO_NONE;
+		prefix_index_reconsider(&p->ix, &p->pa, e);
+		return ret < 0 ? ret : -ENOSPC;
+	}
+	ret = pagealloc_get(&p->pa, &slot);
+	kvp_assert(ret == 0); /* evict_make_room made room */
+	io->c = c;
+	io->p = p;
+	io->e = e;
+	io->slot = slot;
+	io->extent = e->extent;
+	io->pending = 1;
+	io->holds_slot = 1;
+	list_add_tail(&p->ios, &io->link);
+	io->data = (struct aio_req){
+		.op = AIO_READ,
+		.file = p->spill_data,
+		.buf = page_addr(p, slot),
+		.len = p->page_bytes,
+		.off = spill_data_off(p->spill, e->extent),
+		.done = on_read,
+	};
+	p->io_inflight++;
+	p->reads_inflight++;
+	aio_submit(c->aio, &io->data);
+	return 1;
+}
+
+/* ---- warm restart --------------------------------------------------------- */
+
+struct found {
+	struct spill_page_hdr h;
+	uint32_t extent;
+	int state; /* 0 not yet, 1 listed, -1 orphan (parent missing) */
+};
+
+struct scan {
+	struct found *v;
+	size_t n, cap;
+};
+
+static int collect(void *arg, uint32_t extent, const struct spill_page_hdr *h)
+{
+	struct scan *s = arg;
+
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 256;
+		struct found *v = realloc(s->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		s->v = v;
+		s->cap = cap;
+	}
+	s->v[s->n++] = (struct found){.h = *h, .extent = extent};
+	return 0;
+}
+
+/* Lists the scanned pages, parents before children; a page whose parent
+ * is not there can never be matched, so its extent is freed. */
+static void list_found(struct pool *p, struct scan *s)
+{
+	struct idmap by_hash = {0}; /* hash.low64 | 1 → index + 1 */
+	size_t *path = malloc(sizeof(size_t) * (s->n ? s->n : 1));
+
+	for (size_t i = 0; i < s->n; i++)
+		if (idmap_put(&by_hash, s->v[i].h.hash.low64 | 1, (void *)(uintptr_t)(i + 1)) < 0)
+			s->v[i].state = -1;
+	for (size_t i = 0; path && i < s->n; i++) {
+		size_t depth = 0, j = i;
+		int state;
+
+		if (s->v[i].state)
+			continue;
+		/* Climb to a listed page, a first page or a missing parent. */
+		while (s->v[j].state == 0) {
+			uintptr_t k;
+
+			if (depth == s->n) { /* a cycle: hashes cannot form one */
+				j = SIZE_MAX;
+				break;
+			}
+			path[depth++] = j;
+			if (s->v[j].h.flags & SPILL_PAGE_FIRST)
+				break;
+			k = (uintptr_t)idmap_get(&by_hash, s->v[j].h.parent.low64 | 1);
+			if (!k) {
+				j = SIZE_MAX;
+				break;
+			}
+			j = k - 1;
+		}
+		state = j == SIZE_MAX || (j != path[depth - 1] && s->v[j].state < 0) ? -1 : 1;
+		while (depth--) {
+			struct found *f = &s->v[path[depth]];
+			struct pindex_entry *parent = NULL;
+
+			if (state > 0 && !(f->h.flags & SPILL_PAGE_FIRST)) {
+				parent = prefix_index_find(&p->ix, f->h.parent);
+				if (!parent)
+					state = -1;
+			}
+			if (state > 0 && prefix_index_insert_disk(&p->ix, f->h.hash, parent,
+								  f->extent, f->h.sum) < 0)
+				state = -1;
+			f->state = state;
+			if (state < 0)
+				spill_free(p->spill, f->extent);
+			else
+				p->tier.restored++;
+		}
+	}
+	if (!path) /* out of memory: nothing listed, everything free */
+		for (size_t i = 0; i < s->n; i++)
+			spill_free(p->spill, s->v[i].extent);
+	free(path);
+	idmap_fini(&by_hash);
+}
+
+void tier_pool_open(struct cache *c, struct pool *p)
+{
+	const struct config *cfg = c->cfg;
+	struct scan s = {0};
+	char why[4400];
+	int ret;
+
+	if (cfg->disk_pool_bytes == 0 || !c->aio)
+		return;
+	p->spill = calloc(1, sizeof(*p->spill));
+	if (!p->spill)
+		return;
+	ret = spill_open(p->spill, cfg->cache_dir, p->uid, p->model_id, &p->layout, p->root,
+			 cfg->disk_pool_bytes, why, sizeof(why));
+	if (ret == 0) {
+		p->spill_data = aio_file_add(c->aio, p->spill->fd_data);
+		p->spill_meta = aio_file_add(c->aio, p->spill->fd_meta);
+		if (p->spill_data < 0 || p->spill_meta < 0)
+			ret = p->spill_data < 0 ? p->spill_data : p->spill_meta;
+		snprintf(why, sizeof(why), "cannot use %s: %s", p->spill->path, strerror(-ret));
+	}
+	if (ret == 0)
+		ret = spill_scan(p->spill, collect, &s);
+	if (ret < 0) {
+		log_err("pool %llu: no disk tier: %s", (unsigned long long)p->id, why);
+		tier_pool_close(c, p);
+		free(s.v);
+		return;
+	}
+	list_found(p, &s);
+	free(s.v);
+	p->ix.disk = 1;
+	aio_buffer_add(c->aio, p->arena, p->arena_bytes, p->page_bytes);
+	log_info("pool %llu: disk tier %s, %u pages%s, %llu found from an earlier run",
+		 (unsigned long long)p->id, p->spill->path, p->spill->cap,
+		 p->spill->direct ? " (O_DIRECT)" : " (no O_DIRECT on this file system)",
+		 (unsigned long long)p->tier.restored);
+}
+
+void tier_pool_close(struct cache *c, struct pool *p)
+{
+	if (!p->spill)
+		return;
+	kvp_assert(!tier_pool_busy(p));
+	if (c->aio) {
+		if (p->spill_data >= 0)
+			aio_file_remove(c->aio, p->spill_data);
+		if (p->spill_meta >= 0)
+			aio_file_remove(c->aio, p->spill_meta);
+	}
+	spill_close(p->spill);
+	free(p->spill);
+	p->spill = NULL;
+	p->ix.disk = 0;
+}

@@ -1,0 +1,77 @@
+/* daemon/tier.h — the disk tier: moving prefix-index pages host ⇄ disk.
+ *
+ * When a pool has a spill file (daemon/spill.h), pages that only the
+ * prefix index holds leave the host tier by being written to an extent
+ * (tier_spill, called by evict.c above the high watermark) and come back
+ * when a match needs them (tier_promote). All I/O is asynchronous
+ * (daemon/aio.h): a request that needs a page in flight is parked on the
+ * pool (tier_wait) and retried when the pool's I/O completes. A page read
+ * back is verified against the XXH3-64 taken when it was written; a
+ * mismatch, short read or I/O error makes the entry a miss (and counts),
+ * never hands out the bytes. A page keeps its disk copy after promotion,
+ * so leaving the host tier again costs no write.
+ *
+ * At pool creation tier_pool_open finds the pool's spill file from an
+ * earlier run (clean stop or crash) and lists every page whose header
+ * verifies as a disk-only index entry: a warm restart. Event-loop thread
+ * only.
+ */
+#ifndef KVPD_TIER_H
+#define KVPD_TIER_H
+
+#include <stdint.h>
+
+#include "cache.h"
+#include "list.h"
+#include "prefix_index.h"
+
+struct pool;
+
+struct tier_counters {
+	uint64_t spilled;	  /* pages written to disk */
+	uint64_t promoted;	  /* pages read back and verified */
+	uint64_t verify_failures; /* read back with the wrong checksum */
+	uint64_t io_errors;	  /* reads or writes that failed */
+	uint64_t dropped;	  /* disk-only pages dropped for room */
+	uint64_t restored;	  /* pages found in the spill file at start */
+};
+
+/* A request parked until its pool's I/O makes progress. */
+struct tier_waiter {
+	struct list link;
+	void (*wake)(struct tier_waiter *w);
+};
+
+/* Opens (or creates) p's spill file when the configuration has a disk
+ * tier and lists the pages it holds. A disk tier that cannot be opened is
+ * logged and left off for this pool; the pool still works. */
+void tier_pool_open(struct cache *c, struct pool *p);
+/* Closes p's spill file. I/O must be over (tier_pool_busy). */
+void tier_pool_close(struct cache *c, struct pool *p);
+/* True while p has disk I/O in flight. */
+int tier_pool_busy(const struct pool *p);
+
+/* Starts writing least recently used host pages without a disk copy until
+ * the free pages plus those being written reach want_free. Returns the
+ * writes now in flight for p. */
+uint32_t tier_spill(struct cache *c, struct pool *p, uint32_t want_free);
+
+/* Brings e's page into a host slot. Returns 0 when it is there already,
+ * 1 when a read is in flight (wait for it), -EAGAIN when a slot will only
+ * be free once writes in flight finish (wait too), -ENOSPC when no slot
+ * can be had, -ENOENT when e has no copy to read (a miss). */
+int tier_promote(struct cache *c, struct pool *p, struct pindex_entry *e);
+
+/* Adds the references disk I/O in flight holds to refs[slot] and checks
+ * the in-flight counts and extents. Returns 0 or -EUCLEAN. */
+int tier_check(const struct pool *p, uint32_t *refs);
+
+/* Parks w on p until the pool's writes or reads in flight are all done
+ * (a batch, not each page); w->wake runs then, once. */
+void tier_wait(struct pool *p, struct tier_waiter *w);
+/* Unparks w (safe when not parked). */
+void tier_unwait(struct tier_waiter *w);
+/* Wakes every waiter of p (on completions and when p goes away). */
+void tier_wake_all(struct pool *p);
+
+#endif
