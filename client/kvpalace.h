@@ -327,6 +327,138 @@ struct kvp_session_info {
 KVP_PUBLIC int kvp_list_sessions(kvp_client *c, uint64_t pool_id,
 				 struct kvp_session_info **ret_sessions, size_t *ret_n);
 
+/* ---- administration (the admin socket only) ----------------------------- */
+
+/* These calls steer the daemon. They need a connection to the admin socket
+ * (kvp_connect() on it; kvp_is_admin() says so): on the client socket they
+ * fail with -EPERM. Ids name any user's pools and sessions. Results are
+ * one allocation each: free() them. */
+
+struct kvp_session_detail {
+	struct kvp_session_info info;
+	char model_id[128];
+	struct kvp_layout layout;
+	int salted;		 /* created with a cache salt */
+	uint32_t reserved_pages; /* pages holding only uncommitted tokens */
+	uint32_t writer_pid;	 /* pid of the client holding uncommitted tokens, 0 if none */
+	size_t n_page_slots;	 /* the first pages of the page table, from page 0: */
+	uint32_t *page_slots;	 /* [n_page_slots] arena slot of page i */
+	uint32_t *page_holders;	 /* [n_page_slots] sessions, leases and index holding it */
+};
+
+/* One session in detail, with the slots of its first max_slots pages
+ * (0..4096; fewer when it has fewer, or when they do not fit in one
+ * message). Errors: -ENOENT no such session; -EINVAL max_slots > 4096;
+ * -EPERM not the admin socket. */
+KVP_PUBLIC int kvp_admin_show_session(kvp_client *c, uint64_t session_id, uint32_t max_slots,
+				      struct kvp_session_detail **ret_detail);
+
+/* Drop even what is in use: a session a client is writing, a pool with
+ * sessions or read leases. */
+#define KVP_DROP_FORCE 1u
+
+struct kvp_drop_session_result {
+	uint64_t session_id;
+	uint64_t pool_id;
+	uint64_t n_tokens; /* what the session held */
+	uint64_t committed_tokens;
+	uint32_t freed_pages; /* pages that went back to the pool's free list */
+	int was_writing;      /* a client's uncommitted tokens were rolled back */
+};
+
+/* Closes a session of any user, as kvp_session_close() would: pages still
+ * pinned by read leases or held by the prefix index stay. A session a
+ * client is writing (uncommitted tokens) is refused with -EBUSY unless
+ * flags has KVP_DROP_FORCE; then its reservation is rolled back, and the
+ * writer's later calls on it fail with -ENOENT. *ret (may be NULL) says
+ * what went. Errors: -ENOENT, -EBUSY, -EPERM. */
+KVP_PUBLIC int kvp_admin_drop_session(kvp_client *c, uint64_t session_id, unsigned int flags,
+				      struct kvp_drop_session_result *ret);
+
+struct kvp_drop_pool_result {
+	uint64_t pool_id;
+	uint32_t uid;
+	char model_id[128];
+	uint32_t sessions_closed;
+	uint32_t leases_released;
+	uint64_t arena_bytes; /* host tier bytes given back */
+};
+
+/* Frees a pool of any user: its arena, prefix index and pages. Refused
+ * with -EBUSY while it has sessions or read leases, unless flags has
+ * KVP_DROP_FORCE: then its sessions are closed and the leases on it
+ * released first, and their owners' later calls on them fail with
+ * -ENOENT. Processes that mapped the arena keep a valid mapping of memory
+ * nobody else uses. Errors: -ENOENT, -EBUSY, -EPERM. */
+KVP_PUBLIC int kvp_admin_drop_pool(kvp_client *c, uint64_t pool_id, unsigned int flags,
+				   struct kvp_drop_pool_result *ret);
+
+/* Storage tiers. Values are part of the protocol. */
+enum kvp_tier {
+	KVP_TIER_GPU = 1,
+	KVP_TIER_HOST = 2,
+	KVP_TIER_DISK = 3,
+};
+
+/* kvp_admin_evict's max_bytes for "no limit". */
+#define KVP_EVICT_ALL UINT64_MAX
+
+struct kvp_evicted_pool {
+	uint64_t pool_id;
+	uint64_t pages;
+	uint64_t bytes;
+};
+
+struct kvp_evict_result {
+	uint64_t pages; /* evicted by this request, every pool */
+	uint64_t bytes;
+	int more; /* stopped at max_pages (or the daemon's limit): ask again */
+	size_t n_pools;
+	struct kvp_evicted_pool *pools; /* [n_pools] pools that lost pages */
+};
+
+/* One eviction request: drops cached pages that nothing but the prefix
+ * index holds (leaves first, least recently used first) from tier, pool
+ * by pool, oldest pool first (pool_id only, when not 0), until max_bytes
+ * (whole pages; KVP_EVICT_ALL for no limit) or max_pages (0: the daemon's
+ * limit, 65536) is reached. A large eviction is several calls: go on while
+ * result->more, taking what went off max_bytes. Errors: -EOPNOTSUPP the
+ * daemon has no such tier; -ENOENT no such pool; -EINVAL max_bytes 0 or
+ * an unknown tier; -EPERM. */
+KVP_PUBLIC int kvp_admin_evict(kvp_client *c, uint32_t tier, uint64_t pool_id, uint64_t max_bytes,
+			       uint32_t max_pages, struct kvp_evict_result **ret_result);
+
+struct kvp_config_entry {
+	const char *key;
+	const char *value;  /* as kvpalaced --print-config shows it */
+	const char *source; /* "default", "preset", "file" or "command line" */
+};
+
+struct kvp_config {
+	const char *file;   /* the configuration file read, or NULL */
+	const char *preset; /* the preset applied, or NULL */
+	int truncated;	    /* entries were left out to fit one message */
+	size_t n_entries;
+	struct kvp_config_entry *entries; /* [n_entries] in the daemon's order */
+};
+
+/* The daemon's effective configuration, each key with its source. */
+KVP_PUBLIC int kvp_admin_config_show(kvp_client *c, struct kvp_config **ret_config);
+
+struct kvp_config_reload {
+	size_t n_changed;
+	const char **changed; /* keys whose value or source changed */
+	size_t n_restart_needed;
+	const char **restart_needed; /* keys the file changes but only a restart applies */
+};
+
+/* Re-reads the configuration as SIGHUP does (file, preset, command line)
+ * and applies what may change while serving: log level, watermarks and
+ * limits. *ret (may be NULL) says what changed. Errors: -EINVAL the file
+ * is bad (kvp_strerror() names the file, line and key; the running
+ * configuration stays); -EPERM. */
+KVP_PUBLIC int kvp_admin_config_reload(kvp_client *c, struct kvp_config_reload **ret);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,20 +1,23 @@
 /* client/kvpalacectl.c — the control CLI of kvpalaced.
  *
- *   kvpalacectl [--socket PATH] [--json] ping|stats|pools
- *   kvpalacectl [--socket PATH] [--json] sessions [--pool ID]
+ *   kvpalacectl [--socket PATH] [--json] COMMAND [ARGS] [OPTIONS]
+ *   kvpalacectl help [COMMAND]          kvpalacectl COMMAND --help
  *
  * Talks to the daemon's admin socket (--socket, else $KVPALACE_ADMIN_SOCKET,
  * else kvp_default_admin_socket_path()) through the public client library
- * only. `ping` prints the round-trip time of one Hello and whether the
- * connection is an admin one; `stats` prints the daemon's counters and one
- * row per pool; `pools` one row per pool with what its pages hold (free,
- * used, in the prefix index, evictable, leased), evictions and the pages
- * dedup saved; `sessions` one row per session (of one pool with --pool):
- * tokens, committed tokens, pages, pages shared with another holder, idle
- * time, whether a writer holds uncommitted tokens. With --json each prints
- * one JSON object instead (written by hand here, with full string
- * escaping, to need no JSON library). Exit status: 0 success, 1 the daemon
- * could not be reached or refused, 2 usage error. Single-threaded.
+ * only. Views: `status`, `ping`, `stats`, `pools`, `sessions`, `metrics`
+ * and `session show ID`; steering: `drop session ID`, `drop pool ID`,
+ * `evict --tier host --bytes SIZE`, `config show`, `config reload`. Every
+ * command is described once, in the command table below, which drives
+ * parsing (its operands and options), `help` and `--help`. With --json
+ * each prints one JSON object instead of text (written by hand here, with
+ * full string escaping, to need no JSON library); long operations draw a
+ * progress bar (progress.h) when stdout is a terminal and --json is not
+ * given.
+ *
+ * Exit status: 0 success, 1 the daemon refused or failed the request,
+ * 2 usage error, 3 the daemon cannot be reached (no socket, no permission,
+ * connection lost). Single-threaded.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -26,13 +29,21 @@
 #include <time.h>
 
 #include "kvpalace.h"
+#include "progress.h"
 
 #ifndef KVP_VERSION
 #define KVP_VERSION "unknown"
 #endif
 
-#define EXIT_DAEMON 1
-#define EXIT_USAGE  2
+#define EXIT_DAEMON  1 /* the daemon refused or failed the request */
+#define EXIT_USAGE   2
+#define EXIT_CONNECT 3 /* no daemon, no permission on the socket, connection lost */
+
+/* Page slots `session show` lists unless --pages says otherwise. */
+#define SHOW_SLOTS_DEFAULT 16u
+/* Pages one Evict request asks for: a long eviction is many requests, so
+ * the daemon's loop never stalls and the progress bar moves. */
+#define EVICT_CHUNK_PAGES 1024u
 
 static const char *dtype_name(uint32_t dtype)
 {
@@ -52,41 +63,6 @@ static const char *dtype_name(uint32_t dtype)
 	default:
 		return "?";
 	}
-}
-
-static void usage(FILE *f)
-{
-	char def[256];
-
-	if (kvp_default_admin_socket_path(def, sizeof(def)) >= (int)sizeof(def))
-		snprintf(def, sizeof(def), "(too long)");
-	fprintf(f,
-		"Usage: kvpalacectl [OPTIONS] COMMAND\n"
-		"Query kvpalaced, the local KV-cache daemon, on its admin socket.\n"
-		"\n"
-		"Commands:\n"
-		"  status          the daemon in a few lines: uptime, clients, host tier use,\n"
-		"                  GPU, prefix hit rate\n"
-		"  ping            time one round trip; say whether the connection is admin\n"
-		"  stats           daemon counters (matches, evictions, dedup) and one row\n"
-		"                  per pool\n"
-		"  pools           one row per pool: pages free, used, indexed, evictable,\n"
-		"                  leased; sessions, evictions, pages saved by dedup\n"
-		"  sessions        one row per session: tokens, committed, pages, pages\n"
-		"                  shared with another holder, idle time, writing\n"
-		"  metrics         the counters in Prometheus text exposition format\n"
-		"\n"
-		"Options:\n"
-		"  -s, --socket PATH   admin socket (default $KVPALACE_ADMIN_SOCKET, else\n"
-		"                      %s)\n"
-		"  -p, --pool ID       sessions: only those of pool ID\n"
-		"  -j, --json          print one JSON object instead of text\n"
-		"  -h, --help          print this help and exit\n"
-		"  -V, --version       print the version and exit\n"
-		"\n"
-		"Exit status: 0 success, 1 the daemon could not be reached or refused,\n"
-		"2 usage error.\n",
-		def);
 }
 
 /* ---- JSON output -------------------------------------------------------- */
@@ -385,15 +361,9 @@ static void print_sessions_text(const struct kvp_session_info *ss, size_t n)
 	}
 }
 
-/* One pool as a JSON object. */
-static void json_pool(FILE *f, const struct kvp_pool_stats *p)
+/* "layout":{...}, with its comma. */
+static void json_layout(FILE *f, const struct kvp_layout *l)
 {
-	const struct kvp_layout *l = &p->layout;
-
-	fputc('{', f);
-	json_u64(f, "pool_id", p->pool_id, 1);
-	json_u64(f, "uid", p->uid, 1);
-	json_string(f, "model_id", p->model_id, 1);
 	json_key(f, "layout");
 	fputc('{', f);
 	json_u64(f, "n_layers", l->n_layers, 1);
@@ -403,6 +373,16 @@ static void json_pool(FILE *f, const struct kvp_pool_stats *p)
 	json_string(f, "dtype", dtype_name(l->dtype), 1);
 	json_u64(f, "quant_group", l->quant_group, 0);
 	fputs("},", f);
+}
+
+/* One pool as a JSON object. */
+static void json_pool(FILE *f, const struct kvp_pool_stats *p)
+{
+	fputc('{', f);
+	json_u64(f, "pool_id", p->pool_id, 1);
+	json_u64(f, "uid", p->uid, 1);
+	json_string(f, "model_id", p->model_id, 1);
+	json_layout(f, &p->layout);
 	json_u64(f, "page_bytes", p->page_bytes, 1);
 	json_u64(f, "n_pages", p->n_pages, 1);
 	json_u64(f, "free_pages", p->free_pages, 1);
@@ -496,41 +476,12 @@ static void print_sessions_json(const char *path, int admin, uint64_t pool_id,
 	fputs("]}\n", f);
 }
 
-/* ---- commands ----------------------------------------------------------- */
-
 static double now_us(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmd_ping(kvp_client *c, const char *path, int json)
-{
-	double t0 = now_us();
-	double rtt;
-	char buf[512];
-	int ret;
-
-	ret = kvp_ping(c);
-	rtt = now_us() - t0;
-	if (ret < 0) {
-		fprintf(stderr, "kvpalacectl: ping: %s\n", kvp_strerror(c, ret));
-		return EXIT_DAEMON;
-	}
-	if (json) {
-		fputc('{', stdout);
-		json_string(stdout, "socket", path, 1);
-		json_key(stdout, "rtt_us");
-		printf("%.1f,", rtt);
-		json_bool(stdout, "admin", kvp_is_admin(c), 0);
-		fputs("}\n", stdout);
-	} else {
-		printf("pong from %s: round trip %.1f us, admin: %s\n",
-		       printable(path, buf, sizeof(buf)), rtt, kvp_is_admin(c) ? "yes" : "no");
-	}
-	return 0;
 }
 
 /* Prometheus label value: backslash, quote and newline escaped. */
@@ -547,13 +498,74 @@ static void prom_label(FILE *f, const char *v)
 	}
 }
 
-static void prom_head(FILE *f, const char *name, const char *type, const char *help)
+/* The metrics in either form: the Prometheus text exposition format, or
+ * with --json {"metrics":[{"name","type","help","samples":[{"labels",
+ * "value"}]}]}. */
+struct metrics_out {
+	FILE *f;
+	int json;
+	unsigned int families; /* begun so far */
+	unsigned int samples;  /* in the current family */
+};
+
+static void metrics_family(struct metrics_out *m, const char *name, const char *type,
+			   const char *help)
 {
-	fprintf(f, "# HELP kvpalace_%s %s\n# TYPE kvpalace_%s %s\n", name, help, name, type);
+	FILE *f = m->f;
+
+	if (!m->json) {
+		fprintf(f, "# HELP kvpalace_%s %s\n# TYPE kvpalace_%s %s\n", name, help, name,
+			type);
+		m->families++;
+		return;
+	}
+	fputs(m->families ? "]},{" : "{", f);
+	fprintf(f, "\"name\":\"kvpalace_%s\",", name);
+	json_string(f, "type", type, 1);
+	json_string(f, "help", help, 1);
+	json_key(f, "samples");
+	fputc('[', f);
+	m->families++;
+	m->samples = 0;
 }
 
-/* `metrics`: the Stats reply in the Prometheus text exposition format. */
-static void print_metrics(FILE *f, const struct kvp_stats *st)
+/* One sample of the current family; value is a number's text, pool the
+ * pool whose labels it carries, or NULL. */
+static void metrics_sample(struct metrics_out *m, const char *name,
+			   const struct kvp_pool_stats *pool, const char *value)
+{
+	FILE *f = m->f;
+
+	if (!m->json) {
+		fprintf(f, "kvpalace_%s", name);
+		if (pool) {
+			fprintf(f, "{pool=\"%" PRIu64 "\",uid=\"%u\",model=\"", pool->pool_id,
+				pool->uid);
+			prom_label(f, pool->model_id);
+			fputs("\"}", f);
+		}
+		fprintf(f, " %s\n", value);
+		return;
+	}
+	fputs(m->samples++ ? ",{" : "{", f);
+	json_key(f, "labels");
+	fputc('{', f);
+	if (pool) {
+		char id[24], uid[16];
+
+		snprintf(id, sizeof(id), "%" PRIu64, pool->pool_id);
+		snprintf(uid, sizeof(uid), "%u", pool->uid);
+		json_string(f, "pool", id, 1);
+		json_string(f, "uid", uid, 1);
+		json_string(f, "model", pool->model_id, 0);
+	}
+	fputs("},", f);
+	json_key(f, "value");
+	fprintf(f, "%s}", value);
+}
+
+/* `metrics`: the Stats reply as metrics. */
+static void print_metrics(FILE *f, const char *path, int json, const struct kvp_stats *st)
 {
 	static const struct {
 		const char *name, *type, *help;
@@ -593,35 +605,43 @@ static void print_metrics(FILE *f, const struct kvp_stats *st)
 		{"pool_leased_pages", "Pages pinned by read leases."},
 		{"pool_sessions", "Sessions in the pool."},
 	};
+	struct metrics_out m = {.f = f, .json = json};
+	char value[32];
 
+	if (json) {
+		fputc('{', f);
+		json_string(f, "socket", path, 1);
+		json_key(f, "metrics");
+		fputc('[', f);
+	}
 	for (size_t i = 0; i < sizeof(daemon_metrics) / sizeof(daemon_metrics[0]); i++) {
 		uint64_t v;
 
-		prom_head(f, daemon_metrics[i].name, daemon_metrics[i].type,
-			  daemon_metrics[i].help);
+		metrics_family(&m, daemon_metrics[i].name, daemon_metrics[i].type,
+			       daemon_metrics[i].help);
 		if (i == 0) {
-			fprintf(f, "kvpalace_%s %.3f\n", daemon_metrics[i].name,
-				(double)st->uptime_ms / 1000.0);
-			continue;
+			snprintf(value, sizeof(value), "%.3f", (double)st->uptime_ms / 1000.0);
+		} else {
+			memcpy(&v, (const char *)st + daemon_metrics[i].off, sizeof(v));
+			snprintf(value, sizeof(value), "%" PRIu64, v);
 		}
-		memcpy(&v, (const char *)st + daemon_metrics[i].off, sizeof(v));
-		fprintf(f, "kvpalace_%s %" PRIu64 "\n", daemon_metrics[i].name, v);
+		metrics_sample(&m, daemon_metrics[i].name, NULL, value);
 	}
-	prom_head(f, "gpu", "gauge", "1 when a GPU tier is available.");
-	fprintf(f, "kvpalace_gpu %d\n", st->gpu ? 1 : 0);
-	for (size_t m = 0; m < sizeof(pool_metrics) / sizeof(pool_metrics[0]); m++) {
-		prom_head(f, pool_metrics[m].name, "gauge", pool_metrics[m].help);
+	metrics_family(&m, "gpu", "gauge", "1 when a GPU tier is available.");
+	metrics_sample(&m, "gpu", NULL, st->gpu ? "1" : "0");
+	for (size_t k = 0; k < sizeof(pool_metrics) / sizeof(pool_metrics[0]); k++) {
+		metrics_family(&m, pool_metrics[k].name, "gauge", pool_metrics[k].help);
 		for (size_t i = 0; i < st->n_pools; i++) {
 			const struct kvp_pool_stats *p = &st->pools[i];
 			uint64_t v[] = {p->n_pages,	    p->free_pages,   p->indexed_pages,
 					p->evictable_pages, p->leased_pages, p->n_sessions};
 
-			fprintf(f, "kvpalace_%s{pool=\"%" PRIu64 "\",uid=\"%u\",model=\"",
-				pool_metrics[m].name, p->pool_id, p->uid);
-			prom_label(f, p->model_id);
-			fprintf(f, "\"} %" PRIu64 "\n", v[m]);
+			snprintf(value, sizeof(value), "%" PRIu64, v[k]);
+			metrics_sample(&m, pool_metrics[k].name, p, value);
 		}
 	}
+	if (json)
+		fputs("]}]}\n", f);
 }
 
 /* `status`: the daemon in a few lines — uptime, clients, host tier use,
@@ -663,68 +683,668 @@ static void print_status(FILE *f, const char *path, int json, const struct kvp_s
 		fprintf(f, "prefix hit rate: no matches yet\n");
 }
 
-/* `stats` and `pools`: both read one Stats reply. */
+/* ---- commands ----------------------------------------------------------- */
+
+/* Options a command may take besides --socket, --json and --help. */
+enum {
+	OPT_POOL = 1u << 0,
+	OPT_TIER = 1u << 1,
+	OPT_BYTES = 1u << 2,
+	OPT_FORCE = 1u << 3,
+	OPT_PAGES = 1u << 4,
+};
+
+/* The command line, parsed. */
+struct args {
+	const char *path; /* the admin socket */
+	int json;
+	unsigned int given; /* OPT_* seen */
+	uint64_t pool_id;   /* --pool */
+	uint32_t tier;	    /* --tier, enum kvp_tier */
+	uint64_t bytes;	    /* --bytes; KVP_EVICT_ALL for "all" */
+	uint32_t pages;	    /* --pages */
+	uint64_t id;	    /* the ID operand */
+	const char *name;   /* the command's name */
+};
+
+/* Says why a call failed and picks the exit status: 3 when the daemon
+ * cannot be reached any more, 1 when it refused or failed. */
+static int fail(kvp_client *c, const char *what, int err)
+{
+	fprintf(stderr, "kvpalacectl: %s: %s\n", what, kvp_strerror(c, err));
+	return err == -ENOTCONN || err == -EPIPE || err == -ECONNRESET ? EXIT_CONNECT : EXIT_DAEMON;
+}
+
+static int cmd_ping(kvp_client *c, const struct args *a)
+{
+	double t0 = now_us();
+	double rtt;
+	char buf[512];
+	int ret;
+
+	ret = kvp_ping(c);
+	rtt = now_us() - t0;
+	if (ret < 0)
+		return fail(c, a->name, ret);
+	if (a->json) {
+		fputc('{', stdout);
+		json_string(stdout, "socket", a->path, 1);
+		json_key(stdout, "rtt_us");
+		printf("%.1f,", rtt);
+		json_bool(stdout, "admin", kvp_is_admin(c), 0);
+		fputs("}\n", stdout);
+	} else {
+		printf("pong from %s: round trip %.1f us, admin: %s\n",
+		       printable(a->path, buf, sizeof(buf)), rtt, kvp_is_admin(c) ? "yes" : "no");
+	}
+	return 0;
+}
+
 /* `status`, `stats`, `pools` and `metrics`: views of one Stats reply. */
-static int cmd_stats(kvp_client *c, const char *cmd, const char *path, int json)
+static int cmd_stats(kvp_client *c, const struct args *a)
 {
 	int admin = kvp_is_admin(c);
 	struct kvp_stats *st;
 	int ret;
 
 	ret = kvp_stats(c, &st);
-	if (ret < 0) {
-		fprintf(stderr, "kvpalacectl: %s: %s\n", cmd, kvp_strerror(c, ret));
-		return EXIT_DAEMON;
-	}
-	if (!strcmp(cmd, "metrics"))
-		print_metrics(stdout, st);
-	else if (!strcmp(cmd, "status"))
-		print_status(stdout, path, json, st);
-	else if (!strcmp(cmd, "pools") && json)
-		print_pools_json(path, admin, st);
-	else if (!strcmp(cmd, "pools"))
+	if (ret < 0)
+		return fail(c, a->name, ret);
+	if (!strcmp(a->name, "metrics"))
+		print_metrics(stdout, a->path, a->json, st);
+	else if (!strcmp(a->name, "status"))
+		print_status(stdout, a->path, a->json, st);
+	else if (!strcmp(a->name, "pools") && a->json)
+		print_pools_json(a->path, admin, st);
+	else if (!strcmp(a->name, "pools"))
 		print_pools_text(st);
-	else if (json)
-		print_stats_json(path, admin, st);
+	else if (a->json)
+		print_stats_json(a->path, admin, st);
 	else
-		print_stats_text(path, admin, st);
+		print_stats_text(a->path, admin, st);
 	kvp_stats_free(st);
 	return 0;
 }
 
-static int cmd_sessions(kvp_client *c, const char *path, int json, uint64_t pool_id)
+static int cmd_sessions(kvp_client *c, const struct args *a)
 {
 	struct kvp_session_info *ss;
 	size_t n;
 	int ret;
 
-	ret = kvp_list_sessions(c, pool_id, &ss, &n);
-	if (ret < 0) {
-		fprintf(stderr, "kvpalacectl: sessions: %s\n", kvp_strerror(c, ret));
-		return EXIT_DAEMON;
-	}
-	if (json)
-		print_sessions_json(path, kvp_is_admin(c), pool_id, ss, n);
+	ret = kvp_list_sessions(c, a->pool_id, &ss, &n);
+	if (ret < 0)
+		return fail(c, a->name, ret);
+	if (a->json)
+		print_sessions_json(a->path, kvp_is_admin(c), a->pool_id, ss, n);
 	else
 		print_sessions_text(ss, n);
 	free(ss);
 	return 0;
 }
 
-/* Parses a pool id: a decimal number 1..2^64-1. Returns 0 or -EINVAL. */
-static int parse_pool_id(const char *s, uint64_t *ret_id)
+static void json_u32_array(FILE *f, const char *key, const uint32_t *v, size_t n, int comma)
 {
-	unsigned long long v;
-	char *end;
+	json_key(f, key);
+	fputc('[', f);
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "%s%" PRIu32, i ? "," : "", v[i]);
+	fprintf(f, "]%s", comma ? "," : "");
+}
 
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end || !v)
-		return -EINVAL;
-	*ret_id = v;
+static void print_session_json(const char *path, const struct kvp_session_detail *d)
+{
+	const struct kvp_session_info *s = &d->info;
+	FILE *f = stdout;
+
+	fputc('{', f);
+	json_string(f, "socket", path, 1);
+	json_u64(f, "session_id", s->session_id, 1);
+	json_u64(f, "pool_id", s->pool_id, 1);
+	json_u64(f, "uid", s->uid, 1);
+	json_string(f, "model_id", d->model_id, 1);
+	json_layout(f, &d->layout);
+	json_u64(f, "n_tokens", s->n_tokens, 1);
+	json_u64(f, "committed_tokens", s->committed_tokens, 1);
+	json_u64(f, "n_pages", s->n_pages, 1);
+	json_u64(f, "shared_pages", s->shared_pages, 1);
+	json_u64(f, "reserved_pages", d->reserved_pages, 1);
+	json_u64(f, "idle_ms", s->idle_ms, 1);
+	json_bool(f, "writing", s->writing, 1);
+	json_key(f, "writer_pid");
+	if (d->writer_pid)
+		fprintf(f, "%" PRIu32 ",", d->writer_pid);
+	else
+		fputs("null,", f);
+	json_bool(f, "salted", d->salted, 1);
+	json_u32_array(f, "page_slots", d->page_slots, d->n_page_slots, 1);
+	json_u32_array(f, "page_holders", d->page_holders, d->n_page_slots, 0);
+	fputs("}\n", f);
+}
+
+static void print_session_text(const struct kvp_session_detail *d)
+{
+	const struct kvp_session_info *s = &d->info;
+	char model[sizeof(d->model_id)], layout[128], idle[32];
+
+	layout_text(&d->layout, layout, sizeof(layout));
+	idle_text(s->idle_ms, idle, sizeof(idle));
+	printf("session %" PRIu64 "\n", s->session_id);
+	printf("  %-12s %" PRIu64 " (uid %u, model %s, %s)\n", "pool", s->pool_id, s->uid,
+	       printable(d->model_id, model, sizeof(model)), layout);
+	printf("  %-12s %" PRIu64 " (%" PRIu64 " committed, %" PRIu64 " reserved)\n", "tokens",
+	       s->n_tokens, s->committed_tokens, s->n_tokens - s->committed_tokens);
+	printf("  %-12s %u (%u shared with another holder, %u holding only reserved tokens)\n",
+	       "pages", s->n_pages, s->shared_pages, d->reserved_pages);
+	if (d->writer_pid)
+		printf("  %-12s pid %" PRIu32 " holds uncommitted tokens\n", "writer",
+		       d->writer_pid);
+	else
+		printf("  %-12s none\n", "writer");
+	printf("  %-12s %s\n", "idle", idle);
+	printf("  %-12s %s\n", "cache salt", d->salted ? "yes" : "no");
+	printf("  %-12s", "page slots");
+	if (!d->n_page_slots)
+		printf(" none");
+	for (size_t i = 0; i < d->n_page_slots; i++)
+		printf(" %" PRIu32 "(%" PRIu32 ")", d->page_slots[i], d->page_holders[i]);
+	if (d->n_page_slots < s->n_pages)
+		printf(" ... (%zu of %u)", d->n_page_slots, s->n_pages);
+	printf("\n  %-12s slot(holders) of pages 0..; holders: sessions, leases, the prefix "
+	       "index\n",
+	       "");
+}
+
+static int cmd_session_show(kvp_client *c, const struct args *a)
+{
+	struct kvp_session_detail *d;
+	int ret;
+
+	ret = kvp_admin_show_session(c, a->id, a->given & OPT_PAGES ? a->pages : SHOW_SLOTS_DEFAULT,
+				     &d);
+	if (ret < 0)
+		return fail(c, a->name, ret);
+	if (a->json)
+		print_session_json(a->path, d);
+	else
+		print_session_text(d);
+	free(d);
 	return 0;
+}
+
+static const char *plural(uint64_t n)
+{
+	return n == 1 ? "" : "s";
+}
+
+static int cmd_drop_session(kvp_client *c, const struct args *a)
+{
+	struct kvp_drop_session_result r;
+	int ret;
+
+	ret = kvp_admin_drop_session(c, a->id, a->given & OPT_FORCE ? KVP_DROP_FORCE : 0, &r);
+	if (ret < 0)
+		return fail(c, a->name, ret);
+	if (a->json) {
+		fputc('{', stdout);
+		json_string(stdout, "socket", a->path, 1);
+		json_string(stdout, "dropped", "session", 1);
+		json_u64(stdout, "session_id", r.session_id, 1);
+		json_u64(stdout, "pool_id", r.pool_id, 1);
+		json_u64(stdout, "n_tokens", r.n_tokens, 1);
+		json_u64(stdout, "committed_tokens", r.committed_tokens, 1);
+		json_u64(stdout, "freed_pages", r.freed_pages, 1);
+		json_bool(stdout, "was_writing", r.was_writing, 0);
+		fputs("}\n", stdout);
+		return 0;
+	}
+	printf("dropped session %" PRIu64 " of pool %" PRIu64 ": %" PRIu64 " tokens (%" PRIu64
+	       " committed), %u page%s freed%s\n",
+	       r.session_id, r.pool_id, r.n_tokens, r.committed_tokens, r.freed_pages,
+	       plural(r.freed_pages),
+	       r.was_writing ? "; a writer's uncommitted tokens were rolled back" : "");
+	return 0;
+}
+
+static int cmd_drop_pool(kvp_client *c, const struct args *a)
+{
+	struct kvp_drop_pool_result r;
+	char model[sizeof(r.model_id)], size[32];
+	int ret;
+
+	ret = kvp_admin_drop_pool(c, a->id, a->given & OPT_FORCE ? KVP_DROP_FORCE : 0, &r);
+	if (ret < 0)
+		return fail(c, a->name, ret);
+	if (a->json) {
+		fputc('{', stdout);
+		json_string(stdout, "socket", a->path, 1);
+		json_string(stdout, "dropped", "pool", 1);
+		json_u64(stdout, "pool_id", r.pool_id, 1);
+		json_u64(stdout, "uid", r.uid, 1);
+		json_string(stdout, "model_id", r.model_id, 1);
+		json_u64(stdout, "sessions_closed", r.sessions_closed, 1);
+		json_u64(stdout, "leases_released", r.leases_released, 1);
+		json_u64(stdout, "arena_bytes", r.arena_bytes, 0);
+		fputs("}\n", stdout);
+		return 0;
+	}
+	size_text(r.arena_bytes, size, sizeof(size));
+	printf("dropped pool %" PRIu64 " (uid %u, model %s): %u session%s closed, %u lease%s "
+	       "released, %s of host tier freed\n",
+	       r.pool_id, r.uid, printable(r.model_id, model, sizeof(model)), r.sessions_closed,
+	       plural(r.sessions_closed), r.leases_released, plural(r.leases_released), size);
+	return 0;
+}
+
+static const char *tier_name(uint32_t tier)
+{
+	switch (tier) {
+	case KVP_TIER_GPU:
+		return "gpu";
+	case KVP_TIER_HOST:
+		return "host";
+	case KVP_TIER_DISK:
+		return "disk";
+	default:
+		return "?";
+	}
+}
+
+/* Adds one request's per-pool figures to the running totals in *sum (n
+ * used, cap allocated). Returns 0 or -ENOMEM. */
+static int evict_add(struct kvp_evicted_pool **sum, size_t *n, size_t *cap,
+		     const struct kvp_evict_result *r)
+{
+	for (size_t i = 0; i < r->n_pools; i++) {
+		size_t j = 0;
+
+		while (j < *n && (*sum)[j].pool_id != r->pools[i].pool_id)
+			j++;
+		if (j == *n) {
+			if (*n == *cap) {
+				size_t want = *cap ? *cap * 2 : 16;
+				struct kvp_evicted_pool *p = realloc(*sum, want * sizeof(*p));
+
+				if (!p)
+					return -ENOMEM;
+				*sum = p;
+				*cap = want;
+			}
+			(*sum)[j] = (struct kvp_evicted_pool){.pool_id = r->pools[i].pool_id};
+			(*n)++;
+		}
+		(*sum)[j].pages += r->pools[i].pages;
+		(*sum)[j].bytes += r->pools[i].bytes;
+	}
+	return 0;
+}
+
+/* Bytes the prefix index holds in the pools evict may touch: the most an
+ * eviction can free, for the progress bar. 0 when unknown. */
+static uint64_t indexed_bytes(kvp_client *c, uint64_t pool_id)
+{
+	struct kvp_stats *st;
+	uint64_t sum = 0;
+
+	if (kvp_stats(c, &st) < 0)
+		return 0;
+	for (size_t i = 0; i < st->n_pools; i++)
+		if (!pool_id || st->pools[i].pool_id == pool_id)
+			sum += (uint64_t)st->pools[i].indexed_pages * st->pools[i].page_bytes;
+	kvp_stats_free(st);
+	return sum;
+}
+
+static int cmd_evict(kvp_client *c, const struct args *a)
+{
+	struct kvp_evicted_pool *sum = NULL;
+	size_t n = 0, cap = 0;
+	uint64_t left = a->bytes, pages = 0, bytes = 0, total;
+	struct progress pg;
+	char size[32], asked[32];
+	int ret = 0;
+
+	/* The bar's 100 %: what was asked, or what the index holds if less. */
+	total = a->tier == KVP_TIER_HOST ? indexed_bytes(c, a->pool_id) : 0;
+	if (a->bytes != KVP_EVICT_ALL && (!total || a->bytes < total))
+		total = a->bytes;
+	progress_start(&pg, stdout, !a->json && progress_wanted(stdout), "evicting", total, 1);
+	for (;;) {
+		struct kvp_evict_result *r;
+
+		ret = kvp_admin_evict(c, a->tier, a->pool_id, left, EVICT_CHUNK_PAGES, &r);
+		if (ret < 0)
+			break;
+		ret = evict_add(&sum, &n, &cap, r);
+		pages += r->pages;
+		bytes += r->bytes;
+		if (left != KVP_EVICT_ALL)
+			left -= r->bytes;
+		progress_update(&pg, bytes);
+		if (ret < 0 || !r->more || !r->pages || !left) {
+			free(r);
+			break;
+		}
+		free(r);
+	}
+	progress_end(&pg);
+	if (ret < 0) {
+		free(sum);
+		ret = fail(c, a->name, ret);
+		if (pages)
+			fprintf(stderr,
+				"kvpalacectl: %s: %" PRIu64 " pages were evicted before that\n",
+				a->name, pages);
+		return ret;
+	}
+	if (a->json) {
+		fputc('{', stdout);
+		json_string(stdout, "socket", a->path, 1);
+		json_string(stdout, "tier", tier_name(a->tier), 1);
+		json_key(stdout, "pool_id");
+		if (a->pool_id)
+			printf("%" PRIu64 ",", a->pool_id);
+		else
+			fputs("null,", stdout);
+		json_key(stdout, "max_bytes");
+		if (a->bytes != KVP_EVICT_ALL)
+			printf("%" PRIu64 ",", a->bytes);
+		else
+			fputs("null,", stdout);
+		json_u64(stdout, "pages", pages, 1);
+		json_u64(stdout, "bytes", bytes, 1);
+		json_key(stdout, "pools");
+		fputc('[', stdout);
+		for (size_t i = 0; i < n; i++) {
+			fputs(i ? ",{" : "{", stdout);
+			json_u64(stdout, "pool_id", sum[i].pool_id, 1);
+			json_u64(stdout, "pages", sum[i].pages, 1);
+			json_u64(stdout, "bytes", sum[i].bytes, 0);
+			fputc('}', stdout);
+		}
+		fputs("]}\n", stdout);
+	} else {
+		size_text(bytes, size, sizeof(size));
+		if (a->bytes != KVP_EVICT_ALL)
+			size_text(a->bytes, asked, sizeof(asked));
+		printf("evicted %" PRIu64 " page%s (%s) from the %s tier%s%s%s\n", pages,
+		       plural(pages), size, tier_name(a->tier),
+		       a->bytes != KVP_EVICT_ALL ? " (at most " : "",
+		       a->bytes != KVP_EVICT_ALL ? asked : "",
+		       a->bytes != KVP_EVICT_ALL ? " asked)" : "");
+		for (size_t i = 0; i < n; i++) {
+			size_text(sum[i].bytes, size, sizeof(size));
+			printf("  pool %-6" PRIu64 " %8" PRIu64 " page%s %12s\n", sum[i].pool_id,
+			       sum[i].pages, plural(sum[i].pages), size);
+		}
+	}
+	free(sum);
+	return 0;
+}
+
+static int cmd_config_show(kvp_client *c, const struct args *a)
+{
+	struct kvp_config *cfg;
+	char buf[4200], src[64];
+	int ret;
+
+	ret = kvp_admin_config_show(c, &cfg);
+	if (ret < 0)
+		return fail(c, a->name, ret);
+	if (a->json) {
+		fputc('{', stdout);
+		json_string(stdout, "socket", a->path, 1);
+		json_key(stdout, "file");
+		if (cfg->file)
+			json_str(stdout, cfg->file);
+		else
+			fputs("null", stdout);
+		fputc(',', stdout);
+		json_key(stdout, "preset");
+		if (cfg->preset)
+			json_str(stdout, cfg->preset);
+		else
+			fputs("null", stdout);
+		fputc(',', stdout);
+		json_bool(stdout, "truncated", cfg->truncated, 1);
+		json_key(stdout, "config");
+		fputc('{', stdout);
+		for (size_t i = 0; i < cfg->n_entries; i++) {
+			if (i)
+				fputc(',', stdout);
+			json_key(stdout, cfg->entries[i].key);
+			fputc('{', stdout);
+			json_string(stdout, "value", cfg->entries[i].value, 1);
+			json_string(stdout, "source", cfg->entries[i].source, 0);
+			fputc('}', stdout);
+		}
+		fputs("}}\n", stdout);
+		free(cfg);
+		return 0;
+	}
+	/* As kvpalaced --print-config prints it. */
+	printf("# kvpalaced effective configuration");
+	if (cfg->file)
+		printf("; file %s", printable(cfg->file, buf, sizeof(buf)));
+	if (cfg->preset)
+		printf("; preset %s", printable(cfg->preset, buf, sizeof(buf)));
+	printf("\n");
+	for (size_t i = 0; i < cfg->n_entries; i++) {
+		char key[64];
+
+		printf("%-22s = ", printable(cfg->entries[i].key, key, sizeof(key)));
+		printf("%-40s", printable(cfg->entries[i].value, buf, sizeof(buf)));
+		printf(" # %s\n", printable(cfg->entries[i].source, src, sizeof(src)));
+	}
+	if (cfg->truncated)
+		printf("# (more keys than fit in one reply)\n");
+	free(cfg);
+	return 0;
+}
+
+static void json_str_array(FILE *f, const char *key, const char *const *v, size_t n, int comma)
+{
+	json_key(f, key);
+	fputc('[', f);
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			fputc(',', f);
+		json_str(f, v[i]);
+	}
+	fprintf(f, "]%s", comma ? "," : "");
+}
+
+static int cmd_config_reload(kvp_client *c, const struct args *a)
+{
+	struct kvp_config_reload *r;
+	char buf[64];
+	int ret;
+
+	ret = kvp_admin_config_reload(c, &r);
+	if (ret < 0)
+		return fail(c, a->name, ret);
+	if (a->json) {
+		fputc('{', stdout);
+		json_string(stdout, "socket", a->path, 1);
+		json_bool(stdout, "reloaded", 1, 1);
+		json_str_array(stdout, "changed", r->changed, r->n_changed, 1);
+		json_str_array(stdout, "restart_needed", r->restart_needed, r->n_restart_needed, 0);
+		fputs("}\n", stdout);
+		free(r);
+		return 0;
+	}
+	printf("configuration reloaded: ");
+	if (!r->n_changed)
+		printf("nothing changed");
+	for (size_t i = 0; i < r->n_changed; i++)
+		printf("%s%s", i ? ", " : "changed ", printable(r->changed[i], buf, sizeof(buf)));
+	printf("\n");
+	if (r->n_restart_needed) {
+		printf("a restart is needed for:");
+		for (size_t i = 0; i < r->n_restart_needed; i++)
+			printf(" %s", printable(r->restart_needed[i], buf, sizeof(buf)));
+		printf("\n");
+	}
+	free(r);
+	return 0;
+}
+
+/* ---- the command table, help -------------------------------------------- */
+
+struct command {
+	const char *name;     /* one or two words */
+	const char *operands; /* "ID", or NULL for none */
+	unsigned int opts;    /* OPT_* it accepts */
+	unsigned int needed;  /* OPT_* it requires */
+	const char *synopsis; /* options after the name, for the usage line */
+	const char *summary;  /* one line for the command list */
+	const char *help;     /* what `help NAME` prints after the usage line */
+	int (*run)(kvp_client *c, const struct args *a);
+};
+
+static const struct command commands[] = {
+	{"status", NULL, 0, 0, "", "the daemon in a few lines",
+	 "The daemon in a few lines: uptime, open connections, host tier use (pools,\n"
+	 "pages used of all), GPU tier, prefix-match hit rate.\n",
+	 cmd_stats},
+	{"ping", NULL, 0, 0, "", "time one round trip",
+	 "Time one round trip to the daemon (a Hello) and say whether the connection\n"
+	 "is an admin connection.\n",
+	 cmd_ping},
+	{"stats", NULL, 0, 0, "", "daemon counters and one row per pool",
+	 "The daemon's counters (requests, errors, prefix-match hits and misses,\n"
+	 "matched, appended and committed tokens, evictions, dedup, bad\n"
+	 "disconnects, GPU status) and one row per pool: uid, model, layout, pages\n"
+	 "in all, free, used, reserved, leased, sessions, page size.\n",
+	 cmd_stats},
+	{"pools", NULL, 0, 0, "", "one row per pool: what its pages hold",
+	 "One row per pool: id, owning uid, model id, layout, pages in all, free,\n"
+	 "used, held by the prefix index (INDEXED), indexed leaves eviction may\n"
+	 "take (EVICTABLE), pinned by read leases, sessions, pages evicted, pages\n"
+	 "saved by dedup, page size.\n",
+	 cmd_stats},
+	{"sessions", NULL, OPT_POOL, 0, " [--pool ID]", "one row per session",
+	 "One row per session, in id order: id, pool, owning uid, tokens, committed\n"
+	 "tokens, pages, pages another holder shares (SHARED), idle time, whether a\n"
+	 "client holds uncommitted tokens (WRITING).\n"
+	 "\n"
+	 "  -p, --pool ID       only the sessions of pool ID\n",
+	 cmd_sessions},
+	{"metrics", NULL, 0, 0, "", "the counters in Prometheus text format",
+	 "The daemon's counters and each pool's page counts in the Prometheus text\n"
+	 "exposition format (names start with kvpalace_; pool gauges carry pool,\n"
+	 "uid and model labels). With --json, one object whose \"metrics\" array\n"
+	 "holds each family's name, type, help and samples (labels, value).\n",
+	 cmd_stats},
+	{"session show", "ID", OPT_PAGES, 0, " [--pages N]", "one session in detail",
+	 "One session in detail: pool, owning uid, model and layout, tokens\n"
+	 "(committed and reserved), pages (shared with another holder, holding only\n"
+	 "reserved tokens), the pid of the client writing it if any, idle time,\n"
+	 "whether it has a cache salt, and the arena slots of its first pages with\n"
+	 "how many holders (sessions, leases, the prefix index) each has.\n"
+	 "\n"
+	 "  --pages N           list the slots of the first N pages (0..4096,\n"
+	 "                      default 16)\n",
+	 cmd_session_show},
+	{"drop session", "ID", OPT_FORCE, 0, " [--force]", "close a session",
+	 "Close a session of any user, as its owner's CloseSession would: pages a\n"
+	 "read lease pins or the prefix index holds stay cached. A session a client\n"
+	 "is writing (it holds uncommitted tokens) is refused unless --force; then\n"
+	 "the writer's reservation is rolled back and its next request on the\n"
+	 "session fails (the session is gone).\n"
+	 "\n"
+	 "  -f, --force         drop it even while a client is writing it\n",
+	 cmd_drop_session},
+	{"drop pool", "ID", OPT_FORCE, 0, " [--force]", "free a pool and its arena",
+	 "Free a pool of any user: its arena, its prefix index, every page. Refused\n"
+	 "while the pool has sessions or read leases unless --force; then its\n"
+	 "sessions are closed and the leases on it released first, and their\n"
+	 "owners' next requests on them fail (not found). Processes that mapped the\n"
+	 "arena keep a valid mapping of memory nobody else uses any more.\n"
+	 "\n"
+	 "  -f, --force         drop it even with sessions and leases\n",
+	 cmd_drop_pool},
+	{"evict", NULL, OPT_TIER | OPT_BYTES | OPT_POOL, OPT_TIER | OPT_BYTES,
+	 " --tier TIER --bytes SIZE [--pool ID]", "drop cached pages from a tier",
+	 "Evict cached pages that nothing but the prefix index holds (no session,\n"
+	 "no lease), leaves of the hash chain first, least recently used first,\n"
+	 "pool by pool (oldest pool first), until SIZE bytes are freed (whole\n"
+	 "pages, never more than SIZE) or nothing is left to evict. Prints the\n"
+	 "pages and bytes evicted, per pool. Runs as many short requests; a bar\n"
+	 "shows progress when standard output is a terminal.\n"
+	 "\n"
+	 "  -t, --tier TIER     host (the shared-memory arenas); gpu and disk are\n"
+	 "                      refused by a daemon without those tiers\n"
+	 "  -b, --bytes SIZE    at most SIZE bytes: 4096, 64K, 512M, 2G (powers of\n"
+	 "                      1024), or all\n"
+	 "  -p, --pool ID       only from pool ID\n",
+	 cmd_evict},
+	{"config show", NULL, 0, 0, "", "the effective configuration",
+	 "The daemon's effective configuration, each key with its value and where it\n"
+	 "came from (default, preset, file, command line), as kvpalaced\n"
+	 "--print-config prints it.\n",
+	 cmd_config_show},
+	{"config reload", NULL, 0, 0, "", "re-read the configuration (as SIGHUP)",
+	 "Re-read the configuration as SIGHUP does (file, preset, command line) and\n"
+	 "apply what may change while serving: log level, watermarks, limits. Says\n"
+	 "which keys changed, and which differ in the file but need a restart. A\n"
+	 "bad file is refused with the file, line and key named (exit status 1);\n"
+	 "the running configuration stays.\n",
+	 cmd_config_reload},
+};
+
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static const char exit_text[] = "Exit status: 0 success, 1 the daemon refused or failed the "
+				"request, 2 usage\n"
+				"error, 3 the daemon cannot be reached (no socket, no "
+				"permission, connection\nlost).\n";
+
+static void usage(FILE *f)
+{
+	char def[256];
+
+	if (kvp_default_admin_socket_path(def, sizeof(def)) >= (int)sizeof(def))
+		snprintf(def, sizeof(def), "(too long)");
+	fprintf(f, "Usage: kvpalacectl [OPTIONS] COMMAND [ARGS]\n"
+		   "Query and steer kvpalaced, the local KV-cache daemon, on its admin socket.\n"
+		   "\n"
+		   "Commands:\n");
+	for (size_t i = 0; i < N_COMMANDS; i++) {
+		char head[40];
+
+		snprintf(head, sizeof(head), "%s%s%s", commands[i].name,
+			 commands[i].operands ? " " : "",
+			 commands[i].operands ? commands[i].operands : "");
+		fprintf(f, "  %-18s %s\n", head, commands[i].summary);
+	}
+	fprintf(f,
+		"  %-18s %s\n"
+		"\n"
+		"Options:\n"
+		"  -s, --socket PATH   admin socket (default $KVPALACE_ADMIN_SOCKET, else\n"
+		"                      %s)\n"
+		"  -j, --json          print one JSON object instead of text\n"
+		"  -h, --help          print this help (after a command: its help) and exit\n"
+		"  -V, --version       print the version and exit\n"
+		"\n"
+		"'kvpalacectl help COMMAND' or 'kvpalacectl COMMAND --help' describes a\n"
+		"command and its options.\n"
+		"\n"
+		"%s",
+		"help [COMMAND]", "describe the commands, or one", def, exit_text);
+}
+
+static void command_help(FILE *f, const struct command *cmd)
+{
+	fprintf(f, "Usage: kvpalacectl [--socket PATH] [--json] %s%s%s%s\n\n%s\n", cmd->name,
+		cmd->operands ? " " : "", cmd->operands ? cmd->operands : "", cmd->synopsis,
+		cmd->help);
+	fprintf(f,
+		"  -s, --socket PATH   the admin socket\n"
+		"  -j, --json          print one JSON object instead of text\n"
+		"\n%s",
+		exit_text);
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -742,78 +1362,330 @@ static int usage_error(const char *fmt, ...)
 	return EXIT_USAGE;
 }
 
+/* The command named by words[0] (and words[1] for two-word names), and
+ * how many words its name took in *ret_used; NULL when there is none,
+ * with *ret_used 1 when words[0] starts some two-word name (a group such
+ * as "drop"). */
+static const struct command *find_command(char *const *words, int n, int *ret_used)
+{
+	size_t len0;
+
+	*ret_used = 0;
+	if (n < 1)
+		return NULL;
+	len0 = strlen(words[0]);
+	for (size_t i = 0; i < N_COMMANDS; i++) {
+		const char *name = commands[i].name;
+
+		if (!strcmp(name, words[0])) {
+			*ret_used = 1;
+			return &commands[i];
+		}
+		if (!strncmp(name, words[0], len0) && name[len0] == ' ') {
+			*ret_used = 1; /* a group */
+			if (n >= 2 && !strcmp(name + len0 + 1, words[1])) {
+				*ret_used = 2;
+				return &commands[i];
+			}
+		}
+	}
+	return NULL;
+}
+
+/* "session" → "show"; "drop" → "session, pool". */
+static void group_members(const char *group, char *buf, size_t cap)
+{
+	size_t len = strlen(group), at = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < N_COMMANDS && at < cap; i++) {
+		const char *name = commands[i].name;
+
+		if (!strncmp(name, group, len) && name[len] == ' ') {
+			int w = snprintf(buf + at, cap - at, "%s%s", at ? ", " : "",
+					 name + len + 1);
+
+			if (w < 0)
+				break;
+			at += (size_t)w;
+		}
+	}
+}
+
+/* Resolves words[0..n) to a command or explains why not (EXIT_USAGE). */
+static int resolve(char *const *words, int n, const struct command **ret, int *ret_used)
+{
+	char members[128];
+
+	*ret = find_command(words, n, ret_used);
+	if (*ret)
+		return 0;
+	if (*ret_used == 0)
+		return usage_error("unknown command '%s'", words[0]);
+	group_members(words[0], members, sizeof(members));
+	if (n < 2)
+		return usage_error("'%s' wants one of: %s", words[0], members);
+	return usage_error("unknown command '%s %s' ('%s' wants one of: %s)", words[0], words[1],
+			   words[0], members);
+}
+
+/* ---- parsing ------------------------------------------------------------ */
+
+/* Parses an id: a decimal number 1..2^64-1. Returns 0 or -EINVAL. */
+static int parse_id(const char *s, uint64_t *ret_id)
+{
+	unsigned long long v;
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || !v)
+		return -EINVAL;
+	*ret_id = v;
+	return 0;
+}
+
+/* Parses "4096", "64K", "512M", "2G", "1T" (powers of 1024, an optional
+ * trailing "B" or "iB"), or "all" (KVP_EVICT_ALL). Returns 0, or -EINVAL
+ * for anything else, zero or an overflow. */
+static int parse_size(const char *s, uint64_t *ret)
+{
+	unsigned long long v;
+	uint64_t mult = 1;
+	const char *unit;
+	char *end;
+
+	if (!strcmp(s, "all")) {
+		*ret = KVP_EVICT_ALL;
+		return 0;
+	}
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || !v)
+		return -EINVAL;
+	unit = end;
+	switch (*unit) {
+	case '\0':
+		break;
+	case 'k':
+	case 'K':
+		mult = 1ull << 10;
+		break;
+	case 'm':
+	case 'M':
+		mult = 1ull << 20;
+		break;
+	case 'g':
+	case 'G':
+		mult = 1ull << 30;
+		break;
+	case 't':
+	case 'T':
+		mult = 1ull << 40;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (*unit && unit[1] && strcmp(unit + 1, "B") && strcmp(unit + 1, "iB"))
+		return -EINVAL;
+	if (v > (UINT64_MAX - 1) / mult)
+		return -EINVAL;
+	*ret = v * mult;
+	return 0;
+}
+
+/* Parses a decimal count 0..max. Returns 0 or -EINVAL. */
+static int parse_count(const char *s, uint32_t max, uint32_t *ret)
+{
+	unsigned long long v;
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v > max)
+		return -EINVAL;
+	*ret = (uint32_t)v;
+	return 0;
+}
+
+static int parse_tier(const char *s, uint32_t *ret)
+{
+	if (!strcmp(s, "host"))
+		*ret = KVP_TIER_HOST;
+	else if (!strcmp(s, "gpu"))
+		*ret = KVP_TIER_GPU;
+	else if (!strcmp(s, "disk"))
+		*ret = KVP_TIER_DISK;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+static const char *opt_name(unsigned int opt)
+{
+	switch (opt) {
+	case OPT_POOL:
+		return "--pool";
+	case OPT_TIER:
+		return "--tier";
+	case OPT_BYTES:
+		return "--bytes";
+	case OPT_FORCE:
+		return "--force";
+	case OPT_PAGES:
+		return "--pages";
+	default:
+		return "?";
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{"socket", required_argument, NULL, 's'}, {"pool", required_argument, NULL, 'p'},
 		{"json", no_argument, NULL, 'j'},	  {"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},	  {NULL, 0, NULL, 0},
+		{"version", no_argument, NULL, 'V'},	  {"tier", required_argument, NULL, 't'},
+		{"bytes", required_argument, NULL, 'b'},  {"force", no_argument, NULL, 'f'},
+		{"pages", required_argument, NULL, 'P'},  {NULL, 0, NULL, 0},
 	};
+	struct args a = {0};
+	const struct command *cmd;
 	char def[4096];
-	const char *path = NULL;
-	const char *pool_arg = NULL;
-	const char *cmd;
-	uint64_t pool_id = 0;
+	char *const *words;
+	int help = 0, n_words, used, opt, ret;
 	kvp_client *c;
-	int json = 0;
-	int opt;
-	int ret;
 
-	while ((opt = getopt_long(argc, argv, "s:p:jhV", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "s:p:jhVt:b:f", opts, NULL)) != -1) {
 		switch (opt) {
 		case 's':
-			path = optarg;
+			a.path = optarg;
 			break;
 		case 'p':
-			pool_arg = optarg;
+			if (parse_id(optarg, &a.pool_id) < 0)
+				return usage_error("--pool wants a pool id (a number above 0), "
+						   "not '%s'",
+						   optarg);
+			a.given |= OPT_POOL;
 			break;
 		case 'j':
-			json = 1;
+			a.json = 1;
 			break;
 		case 'h':
-			usage(stdout);
-			return 0;
+			help = 1;
+			break;
 		case 'V':
 			printf("kvpalacectl %s (protocol %d)\n", KVP_VERSION, KVP_PROTOCOL_VERSION);
 			return 0;
+		case 't':
+			if (parse_tier(optarg, &a.tier) < 0)
+				return usage_error("--tier wants host, gpu or disk, not '%s'",
+						   optarg);
+			a.given |= OPT_TIER;
+			break;
+		case 'b':
+			if (parse_size(optarg, &a.bytes) < 0)
+				return usage_error("--bytes wants a size above 0 such as 4096, "
+						   "64K, 512M, 2G, or all, not '%s'",
+						   optarg);
+			a.given |= OPT_BYTES;
+			break;
+		case 'f':
+			a.given |= OPT_FORCE;
+			break;
+		case 'P':
+			if (parse_count(optarg, 4096, &a.pages) < 0)
+				return usage_error("--pages wants a number of pages from 0 to "
+						   "4096, not '%s'",
+						   optarg);
+			a.given |= OPT_PAGES;
+			break;
 		default:
 			fprintf(stderr, "Try 'kvpalacectl --help'.\n");
 			return EXIT_USAGE;
 		}
 	}
-	if (optind != argc - 1)
-		return usage_error("%s", optind >= argc ? "missing command" : "too many arguments");
-	cmd = argv[optind];
-	if (strcmp(cmd, "ping") != 0 && strcmp(cmd, "stats") != 0 && strcmp(cmd, "pools") != 0 &&
-	    strcmp(cmd, "sessions") != 0 && strcmp(cmd, "status") != 0 &&
-	    strcmp(cmd, "metrics") != 0)
-		return usage_error("unknown command '%s'", cmd);
-	if (pool_arg && strcmp(cmd, "sessions") != 0)
-		return usage_error("--pool goes with the sessions command only");
-	if (pool_arg && parse_pool_id(pool_arg, &pool_id) < 0)
-		return usage_error("--pool wants a pool id (a number above 0), not '%s'", pool_arg);
-	if (!path || !*path)
-		path = getenv("KVPALACE_ADMIN_SOCKET");
-	if (!path || !*path) {
-		if (kvp_default_admin_socket_path(def, sizeof(def)) >= (int)sizeof(def)) {
-			fprintf(stderr, "kvpalacectl: default admin socket path too long\n");
-			return EXIT_DAEMON;
+	words = argv + optind;
+	n_words = argc - optind;
+
+	/* help [COMMAND], COMMAND --help, --help. */
+	if (n_words && !strcmp(words[0], "help")) {
+		help = 1;
+		words++;
+		n_words--;
+	}
+	if (help) {
+		if (!n_words) {
+			usage(stdout);
+			return 0;
 		}
-		path = def;
+		cmd = find_command(words, n_words, &used);
+		if (!cmd && used == 1 && n_words == 1) {
+			/* A group ("drop"): the help of each of its commands. */
+			size_t len = strlen(words[0]);
+
+			for (size_t i = 0, k = 0; i < N_COMMANDS; i++) {
+				if (strncmp(commands[i].name, words[0], len) ||
+				    commands[i].name[len] != ' ')
+					continue;
+				if (k++)
+					printf("\n");
+				command_help(stdout, &commands[i]);
+			}
+			return 0;
+		}
+		ret = resolve(words, n_words, &cmd, &used);
+		if (ret)
+			return ret;
+		command_help(stdout, cmd);
+		return 0;
+	}
+	if (!n_words)
+		return usage_error("missing command");
+	ret = resolve(words, n_words, &cmd, &used);
+	if (ret)
+		return ret;
+	a.name = cmd->name;
+	words += used;
+	n_words -= used;
+	if (cmd->operands && n_words < 1)
+		return usage_error("%s wants a%s %s", cmd->name,
+				   strstr(cmd->name, "pool") ? " pool" : " session", cmd->operands);
+	if (n_words > (cmd->operands ? 1 : 0))
+		return usage_error("%s: unexpected argument '%s'", cmd->name,
+				   words[cmd->operands ? 1 : 0]);
+	if (cmd->operands && parse_id(words[0], &a.id) < 0)
+		return usage_error("%s wants an id (a number above 0), not '%s'", cmd->name,
+				   words[0]);
+	for (unsigned int o = 1; o <= OPT_PAGES; o <<= 1) {
+		if ((a.given & o) && !(cmd->opts & o))
+			return usage_error("%s does not go with the %s command", opt_name(o),
+					   cmd->name);
+		if ((cmd->needed & o) && !(a.given & o))
+			return usage_error("%s wants %s", cmd->name, opt_name(o));
 	}
 
-	ret = kvp_connect(path, &c);
-	if (ret < 0) {
-		fprintf(stderr, "kvpalacectl: cannot connect to %s: %s\n", path,
-			kvp_strerror(NULL, ret));
-		return EXIT_DAEMON;
+	if (!a.path || !*a.path)
+		a.path = getenv("KVPALACE_ADMIN_SOCKET");
+	if (!a.path || !*a.path) {
+		if (kvp_default_admin_socket_path(def, sizeof(def)) >= (int)sizeof(def)) {
+			fprintf(stderr, "kvpalacectl: default admin socket path too long\n");
+			return EXIT_CONNECT;
+		}
+		a.path = def;
 	}
-	if (strcmp(cmd, "ping") == 0)
-		ret = cmd_ping(c, path, json);
-	else if (strcmp(cmd, "sessions") == 0)
-		ret = cmd_sessions(c, path, json, pool_id);
-	else
-		ret = cmd_stats(c, cmd, path, json);
+	ret = kvp_connect(a.path, &c);
+	if (ret < 0) {
+		fprintf(stderr, "kvpalacectl: cannot connect to %s: %s\n", a.path,
+			kvp_strerror(NULL, ret));
+		return EXIT_CONNECT;
+	}
+	ret = cmd->run(c, &a);
 	kvp_disconnect(c);
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		fprintf(stderr, "kvpalacectl: writing output failed: %s\n", strerror(errno));

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "admin.h"
 #include "dispatch.h"
 #include "lease.h"
 #include "match.h"
@@ -474,6 +475,13 @@ static int run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request 
 
 	if (ret < 0)
 		return ret;
+	if (admin_is_admin_op(req->op_case)) {
+		if (!c->admin) {
+			*why = "an admin operation: only the admin socket serves it";
+			return -EPERM;
+		}
+		return admin_run(cache, c, req, r, why);
+	}
 	if (c->admin && req->op_case != KVPALACE__V1__REQUEST__OP_HELLO &&
 	    req->op_case != KVPALACE__V1__REQUEST__OP_STATS &&
 	    req->op_case != KVPALACE__V1__REQUEST__OP_LIST_SESSIONS) {

@@ -28,6 +28,12 @@ struct reply {
 		Kvpalace__V1__TruncateResponse truncate;
 		Kvpalace__V1__SessionPagesResponse session_pages;
 		Kvpalace__V1__ListSessionsResponse list_sessions;
+		Kvpalace__V1__ShowSessionResponse show_session;
+		Kvpalace__V1__DropSessionResponse drop_session;
+		Kvpalace__V1__DropPoolResponse drop_pool;
+		Kvpalace__V1__EvictResponse evict;
+		Kvpalace__V1__ConfigShowResponse config_show;
+		Kvpalace__V1__ConfigReloadResponse config_reload;
 	} u;
 	struct pool *park; /* parked: the pool whose disk I/O it waits for */
 	void *heap;	   /* freed by reply_fini */

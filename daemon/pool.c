@@ -119,8 +119,7 @@ void pool_free(struct cache *c, struct pool *p)
 {
 	if (!p)
 		return;
-	kvp_assert(list_empty(&p->sessions) && !tier_pool_busy(p));
-	tier_wake_all(p);
+	kvp_assert(list_empty(&p->sessions) && !tier_pool_busy(p) && list_empty(&p->waiters));
 	tier_pool_close(c, p);
 	idmap_del(&c->pools, p->id);
 	list_del(&p->link);

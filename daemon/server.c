@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "confview.h"
 #include "conn.h"
 #include "listen.h"
 #include "log.h"
@@ -80,23 +81,97 @@ static void on_signal(struct loop_op *op, int res, unsigned int flags)
 	}
 	memcpy(&si, s->siginfo, sizeof(si));
 	if (si.ssi_signo == SIGHUP) {
-		notify_reloading(&s->notify);
 		char err[256];
 
-		if (config_reload(s->cfg, s->argc, s->argv, err, sizeof(err)) < 0) {
-			log_err("SIGHUP: configuration not reloaded, keeping the old one: %s", err);
-		} else {
-			log_set_level(s->cfg->log_level);
-			log_notice("SIGHUP received: configuration reloaded (log level, "
-				   "watermarks, limits)");
-		}
-		notify_ready(&s->notify, &s->cache);
+		/* Logged there, with the reason when the file is bad. */
+		(void)server_reload_config(s, "SIGHUP", NULL, err, sizeof(err));
 		arm_signal_read(s);
 		return;
 	}
 	log_notice("signal %s received: shutting down", strsignal((int)si.ssi_signo));
 	notify_stopping(&s->notify);
 	loop_stop(&s->loop);
+}
+
+struct key_list {
+	uint32_t *n;
+	char (*names)[SERVER_KEY_NAME_MAX];
+};
+
+static void add_key(void *arg, const char *key)
+{
+	struct key_list *l = arg;
+
+	if (*l->n < CONFIG_MAX_KEYS)
+		snprintf(l->names[(*l->n)++], SERVER_KEY_NAME_MAX, "%s", key);
+}
+
+/* "a, b, c" of n names into buf. */
+static void join_keys(char (*names)[SERVER_KEY_NAME_MAX], uint32_t n, char *buf, size_t cap)
+{
+	size_t at = 0;
+
+	buf[0] = '\0';
+	for (uint32_t i = 0; i < n && at < cap; i++) {
+		int w = snprintf(buf + at, cap - at, "%s%s", i ? ", " : "", names[i]);
+
+		if (w < 0)
+			break;
+		at += (size_t)w;
+	}
+}
+
+int server_reload_config(struct server *s, const char *who, struct server_reload *ret, char *err,
+			 size_t errlen)
+{
+	struct server_reload local;
+	struct server_reload *r = ret ? ret : &local;
+	char *before = NULL, *after = NULL, *file = NULL;
+	struct key_list changed = {&r->n_changed, r->changed};
+	struct key_list restart = {&r->n_restart_needed, r->restart_needed};
+	char keys[256], later[256], ignored[256];
+	enum config_action act;
+	struct config next;
+	size_t len;
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	notify_reloading(&s->notify);
+	rc = confview_text(s->cfg, &before, &len);
+	if (rc < 0) {
+		snprintf(err, errlen, "out of memory");
+		log_err("%s: configuration not reloaded: out of memory", who);
+		goto out;
+	}
+	rc = config_reload(s->cfg, s->argc, s->argv, err, errlen);
+	if (rc < 0) {
+		log_err("%s: configuration not reloaded, keeping the old one: %s", who, err);
+		goto out;
+	}
+	log_set_level(s->cfg->log_level);
+	/* What changed, and what the file asks for that only a restart
+	 * applies (the configuration read afresh against the running one).
+	 * The reload took effect either way: running short of memory here
+	 * only leaves the lists incomplete. */
+	if (confview_text(s->cfg, &after, &len) == 0) {
+		(void)confview_diff(before, after, 1, add_key, &changed);
+		config_defaults(&next);
+		if (config_parse_args(&next, s->argc, s->argv, &act, ignored, sizeof(ignored)) ==
+			    0 &&
+		    confview_text(&next, &file, &len) == 0)
+			(void)confview_diff(file, after, 0, add_key, &restart);
+	}
+	join_keys(r->changed, r->n_changed, keys, sizeof(keys));
+	join_keys(r->restart_needed, r->n_restart_needed, later, sizeof(later));
+	log_notice("%s: configuration reloaded (log level, watermarks, limits): %s%s%s%s", who,
+		   r->n_changed ? "changed " : "nothing changed", keys,
+		   r->n_restart_needed ? "; a restart is needed for " : "", later);
+out:
+	notify_ready(&s->notify, &s->cache);
+	free(before);
+	free(after);
+	free(file);
+	return rc;
 }
 
 static void arm_timer(struct server *s)

@@ -60,6 +60,18 @@ struct server {
 	struct __kernel_timespec watchdog_tick;
 };
 
+#define SERVER_KEY_NAME_MAX 48
+
+/* What a reload did: keys whose running value (or its source) changed, and
+ * keys whose value in the re-read configuration differs from the running
+ * one but can change only at a restart (sockets, directories, sizes). */
+struct server_reload {
+	uint32_t n_changed;
+	uint32_t n_restart_needed;
+	char changed[CONFIG_MAX_KEYS][SERVER_KEY_NAME_MAX];
+	char restart_needed[CONFIG_MAX_KEYS][SERVER_KEY_NAME_MAX];
+};
+
 /* Takes the sockets systemd passed (named "client" and "admin"), creates
  * the others itself (removing stale ones), sets up the loop and starts
  * accepting. Returns 0 or a negative errno (logged). */
@@ -68,6 +80,17 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv);
  * (STOPPING=1); SIGHUP reloads (RELOADING=1, then READY=1). Returns 0 or a
  * negative errno. */
 int server_run(struct server *s);
+/* Re-reads the configuration as at start (file, preset, command line)
+ * and applies what may change while serving (config_reload), for SIGHUP
+ * and for the admin socket's ConfigReload alike: tells the service
+ * manager RELOADING=1 then READY=1, sets the log level, logs the outcome
+ * naming who asked (e.g. "SIGHUP"). Returns 0 and, when ret is not NULL,
+ * what changed (short of memory, the lists may be incomplete; the reload
+ * still took effect); or -EINVAL with the reason in err (errlen bytes) and
+ * the running configuration unchanged, or -ENOMEM before anything was
+ * read. */
+int server_reload_config(struct server *s, const char *who, struct server_reload *ret, char *err,
+			 size_t errlen);
 /* Closes every connection, frees the cache and removes the socket files
  * the daemon created (not those systemd passed). */
 void server_fini(struct server *s);

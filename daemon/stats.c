@@ -14,6 +14,32 @@ struct pool_entry {
 	Kvpalace__V1__Layout layout;
 };
 
+void stats_layout(const struct shm_layout *in, Kvpalace__V1__Layout *out)
+{
+	kvpalace__v1__layout__init(out);
+	out->n_layers = in->n_layers;
+	out->n_kv_heads = in->n_kv_heads;
+	out->head_dim = in->head_dim;
+	out->block_tokens = in->block_tokens;
+	out->dtype = (Kvpalace__V1__DType)in->dtype;
+	out->has_quant_group = in->quant_group != 0;
+	out->quant_group = in->quant_group;
+}
+
+void stats_session_info(const struct session *s, uint64_t now_ns, Kvpalace__V1__SessionInfo *out)
+{
+	kvpalace__v1__session_info__init(out);
+	out->session_id = s->id;
+	out->pool_id = s->pool->id;
+	out->uid = (uint32_t)s->pool->uid;
+	out->n_tokens = s->n_tokens;
+	out->committed_tokens = s->n_committed;
+	out->n_pages = s->n_pages;
+	out->shared_pages = session_shared_pages(s);
+	out->idle_ms = (now_ns - s->last_use_ns) / 1000000;
+	out->writing = s->writer != NULL;
+}
+
 int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	       Kvpalace__V1__StatsResponse *out, void **ret_heap)
 {
@@ -74,14 +100,7 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 		if (!admin && p->uid != uid)
 			continue;
 		kvpalace__v1__pool_stats__init(ps);
-		kvpalace__v1__layout__init(l);
-		l->n_layers = p->layout.n_layers;
-		l->n_kv_heads = p->layout.n_kv_heads;
-		l->head_dim = p->layout.head_dim;
-		l->block_tokens = p->layout.block_tokens;
-		l->dtype = (Kvpalace__V1__DType)p->layout.dtype;
-		l->has_quant_group = p->layout.quant_group != 0;
-		l->quant_group = p->layout.quant_group;
+		stats_layout(&p->layout, l);
 		ps->pool_id = p->id;
 		ps->uid = (uint32_t)p->uid;
 		ps->model_id = (char *)p->model_id;
@@ -177,16 +196,7 @@ int stats_list_sessions(const struct cache *c, uid_t uid, int admin, uint64_t po
 		Kvpalace__V1__SessionInfo *si = &e[i].si;
 		size_t sz;
 
-		kvpalace__v1__session_info__init(si);
-		si->session_id = s->id;
-		si->pool_id = s->pool->id;
-		si->uid = (uint32_t)s->pool->uid;
-		si->n_tokens = s->n_tokens;
-		si->committed_tokens = s->n_committed;
-		si->n_pages = s->n_pages;
-		si->shared_pages = session_shared_pages(s);
-		si->idle_ms = (now - s->last_use_ns) / 1000000;
-		si->writing = s->writer != NULL;
+		stats_session_info(s, now, si);
 		sz = kvpalace__v1__session_info__get_packed_size(si) + 8;
 		if (sz > budget) {
 			out->more = 1;

@@ -9,6 +9,16 @@
 
 #include "cache.h"
 #include "kvpalace.pb-c.h"
+#include "layout.h"
+
+struct session;
+
+/* The wire form of a layout (out is initialized here). */
+void stats_layout(const struct shm_layout *in, Kvpalace__V1__Layout *out);
+
+/* One session's row of ListSessions (out is initialized here); now_ns is
+ * cache_now_ns(), idle times are counted from it. */
+void stats_session_info(const struct session *s, uint64_t now_ns, Kvpalace__V1__SessionInfo *out);
 
 /* Fills out (initialized by the caller) and allocates what it points to
  * in one block returned in *ret_heap (free() it after packing). Keeps the

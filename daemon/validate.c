@@ -58,7 +58,31 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 	case KVPALACE__V1__REQUEST__OP_TRUNCATE:
 	case KVPALACE__V1__REQUEST__OP_SESSION_PAGES:
 	case KVPALACE__V1__REQUEST__OP_LIST_SESSIONS:
+	case KVPALACE__V1__REQUEST__OP_DROP_SESSION:
+	case KVPALACE__V1__REQUEST__OP_DROP_POOL:
+	case KVPALACE__V1__REQUEST__OP_CONFIG_SHOW:
+	case KVPALACE__V1__REQUEST__OP_CONFIG_RELOAD:
 		break;
+	case KVPALACE__V1__REQUEST__OP_SHOW_SESSION:
+		if (req->show_session->has_max_page_slots &&
+		    req->show_session->max_page_slots > VALIDATE_SHOW_SLOTS_MAX)
+			REJECT(-EINVAL, "more than 4096 page slots asked for");
+		break;
+	case KVPALACE__V1__REQUEST__OP_EVICT: {
+		const Kvpalace__V1__EvictRequest *e = req->evict;
+
+		if (e->tier != KVPALACE__V1__TIER__TIER_GPU &&
+		    e->tier != KVPALACE__V1__TIER__TIER_HOST &&
+		    e->tier != KVPALACE__V1__TIER__TIER_DISK)
+			REJECT(-EINVAL, "unknown tier");
+		if (e->has_pool_id && e->pool_id == 0)
+			REJECT(-EINVAL, "pool id 0 does not exist");
+		if (e->has_max_bytes && e->max_bytes == 0)
+			REJECT(-EINVAL, "evict of zero bytes");
+		if (e->has_max_pages && e->max_pages == 0)
+			REJECT(-EINVAL, "evict of zero pages");
+		break;
+	}
 	case KVPALACE__V1__REQUEST__OP_CREATE_SESSION:
 		if (req->create_session->has_cache_salt &&
 		    req->create_session->cache_salt.len > PREFIX_INDEX_MAX_SALT)

@@ -14,13 +14,16 @@
 #include "layout.h"
 
 #define VALIDATE_MODEL_ID_MAX 127u
+/* Page slots one ShowSession may ask for (admin.h). */
+#define VALIDATE_SHOW_SLOTS_MAX 4096u
 
 struct validate_limits {
 	uint32_t max_tokens_per_request; /* tokens in one Append/MatchPrefix */
 };
 
 /* Returns 0 when req may be dispatched, else a negative errno (-EPROTO no
- * operation set, -EINVAL a field out of range, -EMSGSIZE too many tokens)
+ * operation set, -EINVAL a field out of range (an unknown tier, a zero
+ * count or id), -EMSGSIZE too many tokens)
  * and a static reason in *ret_reason. */
 int validate_request(const Kvpalace__V1__Request *req, const struct validate_limits *lim,
 		     const char **ret_reason);

@@ -63,12 +63,14 @@ int worker_init(struct worker *w, struct loop *l, unsigned int n_threads);
 void worker_submit(struct worker *w, struct worker_job *j);
 
 /* Shuts the pool down: every job already submitted still runs (fini
- * waits for them), the threads are joined, and then the done() of every
- * job runs here, on the calling (loop) thread. Call it after loop_run
- * returned, with the loop stopped. The ring may keep an eventfd read that
- * points into w until loop_fini: w's memory must stay valid until then
- * (the read never completes into a freed w as no one writes the eventfd
- * again). Safe on a worker whose init failed, and twice. */
+ * waits for them; the loop need not turn), the threads are joined, and
+ * then the done() of every job runs here, on the calling (loop) thread.
+ * Call it after loop_run returned. It submits whatever the ring has
+ * queued (so the eventfd read holds its file before the descriptor is
+ * closed); the ring keeps that read, pointing into w, until loop_fini, so
+ * w's memory must stay valid until then (should the loop run again, the
+ * read's completion is ignored). Safe on a worker whose init failed, and
+ * twice. */
 void worker_fini(struct worker *w);
 
 #endif

@@ -1,19 +1,30 @@
 /* tests/integration/test_ctl.c — kvpalacectl against the admin socket.
  *
- * Runs the real binary ($KVPALACECTL) as a user would: `ping`, `stats`
- * and `stats --json` against a daemon where a client has opened a pool
- * and committed tokens; checks the exit status and that the output names
- * the pool and its numbers. `pools` and `sessions` (with --pool, and
- * --json) list what is cached: indexed and deduplicated pages, each
- * session's tokens, pages, shared pages and whether it is being written.
- * The socket also comes from $KVPALACE_ADMIN_SOCKET, and a socket where no
- * daemon listens is an error (exit 1), a bad command a usage error (exit 2).
+ * Runs the real binary ($KVPALACECTL) as a user would, against a real
+ * daemon: `ping`, `stats`, `status`, `pools`, `sessions` and `metrics`
+ * report what a client committed; `session show` describes one session
+ * (tokens, pages, writer, salt, page slots); `drop session` and `drop
+ * pool` refuse what is in use without --force and with it leave leases
+ * readable; `evict` frees whole pages of the prefix index in several
+ * requests and draws a progress bar only on a terminal; `config show`
+ * and `config reload` read and re-read a configuration file. Each
+ * command's --json output is valid JSON, and golden tests compare whole
+ * documents (volatile fields such as ids and times masked), so a field
+ * that disappears or changes name fails. Every command has help (`help
+ * CMD`, `CMD --help`); exit statuses are 0 success, 1 the daemon refused,
+ * 2 usage, 3 cannot connect; the client socket refuses every admin
+ * operation with STATUS_PERMISSION (through the raw protocol).
  */
 #include <errno.h>
+#include <ftw.h>
 #include <inttypes.h>
+#include <pty.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <setjmp.h>
@@ -25,6 +36,7 @@
 #include "harness.h"
 
 #define MODEL "ctl-test-model"
+#define ST(x) KVPALACE__V1__STATUS__STATUS_##x
 
 static char out[1 << 16];
 
@@ -45,12 +57,39 @@ static int ctl(char *env_entry, const char *a1, const char *a2, const char *a3, 
 	return ctl6(env_entry, a1, a2, a3, a4, NULL, NULL);
 }
 
+/* Runs kvpalacectl --socket sock with the NULL-terminated arguments after
+ * sock; output in out. Returns the exit status. */
+static int ctlv(const char *sock, ...)
+{
+	const char *bin = getenv("KVPALACECTL");
+	char *argv[24] = {(char *)bin, "--socket", (char *)sock};
+	int n = 3;
+	va_list ap;
+
+	assert_non_null(bin);
+	va_start(ap, sock);
+	while (n < 23 && (argv[n] = va_arg(ap, char *)) != NULL)
+		n++;
+	va_end(ap);
+	argv[n] = NULL;
+	return harness_run_capture(argv, NULL, out, sizeof(out));
+}
+
+/* ctlv that fails the test unless the exit status is want. */
+#define CTL_EXPECT(want, ...)                                                                      \
+	do {                                                                                       \
+		int st_ = ctlv(__VA_ARGS__, NULL);                                                 \
+		if (st_ != (want))                                                                 \
+			fail_msg("%s:%d: kvpalacectl exited %d, expected %d:\n%s", __FILE__,       \
+				 __LINE__, st_, (want), out);                                      \
+	} while (0)
+
 /* Fails unless out contains the text of fmt. */
 static void expect_out(const char *what, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 static void expect_out(const char *what, const char *fmt, ...)
 {
-	char want[256];
+	char want[512];
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -58,6 +97,173 @@ static void expect_out(const char *what, const char *fmt, ...)
 	va_end(ap);
 	if (!strstr(out, want))
 		fail_msg("%s: no '%s' in:\n%s", what, want, out);
+}
+
+/* ---- JSON checks -------------------------------------------------------- */
+
+/* A small recursive-descent JSON syntax check: returns the end of the
+ * value at s, or NULL when it is not valid JSON. */
+static const char *json_ws(const char *s)
+{
+	while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+		s++;
+	return s;
+}
+
+static const char *json_value(const char *s, int depth);
+
+static const char *json_string_end(const char *s)
+{
+	if (*s++ != '"')
+		return NULL;
+	while (*s && *s != '"') {
+		if ((unsigned char)*s < 0x20)
+			return NULL;
+		if (*s == '\\') {
+			s++;
+			if (*s == 'u') {
+				for (int i = 1; i <= 4; i++)
+					if (!strchr("0123456789abcdefABCDEF", s[i]) || !s[i])
+						return NULL;
+				s += 4;
+			} else if (!*s || !strchr("\"\\/bfnrt", *s)) {
+				return NULL;
+			}
+		}
+		s++;
+	}
+	return *s == '"' ? s + 1 : NULL;
+}
+
+static const char *json_number_end(const char *s)
+{
+	const char *start = s;
+
+	if (*s == '-')
+		s++;
+	if (*s == '0')
+		s++;
+	else if (*s >= '1' && *s <= '9')
+		while (*s >= '0' && *s <= '9')
+			s++;
+	else
+		return NULL;
+	if (*s == '.') {
+		s++;
+		if (*s < '0' || *s > '9')
+			return NULL;
+		while (*s >= '0' && *s <= '9')
+			s++;
+	}
+	if (*s == 'e' || *s == 'E') {
+		s++;
+		if (*s == '+' || *s == '-')
+			s++;
+		if (*s < '0' || *s > '9')
+			return NULL;
+		while (*s >= '0' && *s <= '9')
+			s++;
+	}
+	return s > start ? s : NULL;
+}
+
+static const char *json_value(const char *s, int depth)
+{
+	if (depth > 64)
+		return NULL;
+	s = json_ws(s);
+	if (*s == '{' || *s == '[') {
+		char close = *s == '{' ? '}' : ']';
+
+		s = json_ws(s + 1);
+		if (*s == close)
+			return s + 1;
+		for (;;) {
+			if (close == '}') {
+				s = json_string_end(json_ws(s));
+				if (!s)
+					return NULL;
+				s = json_ws(s);
+				if (*s++ != ':')
+					return NULL;
+			}
+			s = json_value(s, depth + 1);
+			if (!s)
+				return NULL;
+			s = json_ws(s);
+			if (*s == close)
+				return s + 1;
+			if (*s++ != ',')
+				return NULL;
+		}
+	}
+	if (*s == '"')
+		return json_string_end(s);
+	if (!strncmp(s, "true", 4))
+		return s + 4;
+	if (!strncmp(s, "false", 5))
+		return s + 5;
+	if (!strncmp(s, "null", 4))
+		return s + 4;
+	return json_number_end(s);
+}
+
+/* Fails unless out is exactly one JSON object and a newline. */
+static void expect_json(const char *what)
+{
+	const char *end = out[0] == '{' ? json_value(out, 0) : NULL;
+
+	if (!end || strcmp(end, "\n") != 0)
+		fail_msg("%s: not one JSON object and a newline:\n%s", what, out);
+}
+
+/* Replaces the value of every "key": in out by *, so a golden document
+ * can ignore what varies from run to run (ids, times, paths); null stays,
+ * so a field that is absent still shows. */
+static void mask(const char *key)
+{
+	char pat[64];
+	char *p = out;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	while ((p = strstr(p, pat)) != NULL) {
+		char *v = p + strlen(pat), *end;
+
+		if (!strncmp(v, "null", 4)) {
+			p = v + 4;
+			continue;
+		}
+		end = (char *)(*v == '"' ? json_string_end(v) : json_value(v, 0));
+		assert_non_null(end);
+		*v = '*';
+		memmove(v + 1, end, strlen(end) + 1);
+		p = v + 1;
+	}
+}
+
+/* Replaces every occurrence of what in out by with. */
+static void replace_all(const char *what, const char *with)
+{
+	size_t wl = strlen(what), nl = strlen(with);
+	char *p = out;
+
+	while ((p = strstr(p, what)) != NULL) {
+		assert_true(strlen(out) + nl - wl < sizeof(out));
+		memmove(p + nl, p + wl, strlen(p + wl) + 1);
+		memcpy(p, with, nl);
+		p += nl;
+	}
+}
+
+/* Fails unless out, once masked, is the document want (and a newline). */
+static void expect_golden(const char *what, const char *want)
+{
+	size_t n = strlen(out);
+
+	if (n && out[n - 1] == '\n')
+		out[n - 1] = '\0';
+	if (strcmp(out, want) != 0)
+		fail_msg("%s: the JSON document changed.\n got: %s\nwant: %s", what, out, want);
 }
 
 static void test_ctl(void **state)
@@ -107,9 +313,9 @@ static void test_ctl(void **state)
 		fail_msg("stats with $KVPALACE_ADMIN_SOCKET exited %d: %s", ret, out);
 	assert_non_null(strstr(out, MODEL));
 
-	/* No daemon there: exit 1. A bad command: exit 2. */
+	/* No daemon there: exit 3. A bad command: exit 2. */
 	snprintf(env_entry, sizeof(env_entry), "%s/nobody-listens.sock", h->dir);
-	assert_int_equal(ctl(NULL, "--socket", env_entry, "ping", NULL), 1);
+	assert_int_equal(ctl(NULL, "--socket", env_entry, "ping", NULL), 3);
 	assert_int_equal(ctl(NULL, "--socket", h->admin_sock, "frobnicate", NULL), 2);
 	assert_int_equal(ctl(NULL, "--socket", h->admin_sock, NULL, NULL), 2);
 
@@ -204,11 +410,790 @@ static void test_ctl_pools_sessions(void **state)
 	kvp_disconnect(c);
 }
 
+/* ---- help and exit statuses --------------------------------------------- */
+
+static const char *const all_commands[][2] = {
+	{"status", NULL},   {"ping", NULL},    {"stats", NULL},	    {"pools", NULL},
+	{"sessions", NULL}, {"metrics", NULL}, {"session", "show"}, {"drop", "session"},
+	{"drop", "pool"},   {"evict", NULL},   {"config", "show"},  {"config", "reload"},
+};
+#define N_ALL (sizeof(all_commands) / sizeof(all_commands[0]))
+
+static void test_help(void **state)
+{
+	static char first[sizeof(out)];
+
+	static char list[sizeof(out)];
+
+	(void)state;
+	assert_int_equal(ctl(NULL, "--help", NULL, NULL, NULL), 0);
+	snprintf(list, sizeof(list), "%s", out);
+	for (size_t i = 0; i < N_ALL; i++) {
+		const char *w1 = all_commands[i][0], *w2 = all_commands[i][1];
+		char name[64], line[80];
+
+		snprintf(name, sizeof(name), "%s%s%s", w1, w2 ? " " : "", w2 ? w2 : "");
+		snprintf(line, sizeof(line), "\n  %s ", name);
+		if (!strstr(list, line))
+			fail_msg("--help does not list %s:\n%s", name, list);
+		/* help CMD and CMD --help print the same text. */
+		if (ctl(NULL, "help", w1, w2, NULL) != 0)
+			fail_msg("help %s exited non-zero: %s", name, out);
+		expect_out(name, "Usage: kvpalacectl [--socket PATH] [--json] %s", name);
+		expect_out(name, "%s", "--json");
+		expect_out(name, "%s", "Exit status: 0 success, 1 the daemon refused");
+		snprintf(first, sizeof(first), "%s", out);
+		if (ctl(NULL, w1, w2 ? w2 : "--help", w2 ? "--help" : NULL, NULL) != 0)
+			fail_msg("%s --help exited non-zero: %s", name, out);
+		if (strcmp(first, out) != 0)
+			fail_msg("help %s and %s --help differ:\n%s\n---\n%s", name, name, first,
+				 out);
+	}
+	/* A group shows each of its commands. */
+	assert_int_equal(ctl(NULL, "help", "drop", NULL, NULL), 0);
+	expect_out("help drop", "%s", "drop session ID [--force]");
+	expect_out("help drop", "%s", "drop pool ID [--force]");
+	assert_int_equal(ctl(NULL, "help", NULL, NULL, NULL), 0);
+	expect_out("help", "%s", "Commands:");
+	assert_int_equal(ctl(NULL, "help", "frobnicate", NULL, NULL), 2);
+	assert_int_equal(ctl(NULL, "help", "drop", "table", NULL), 2);
+	assert_int_equal(ctl(NULL, "--version", NULL, NULL, NULL), 0);
+	expect_out("--version", "%s", "kvpalacectl ");
+}
+
+static void test_exit_codes(void **state)
+{
+	struct harness *h = *state;
+	char nobody[160];
+
+	CTL_EXPECT(0, h->admin_sock, "ping");
+	/* 1: the daemon refused: no such object, or not the admin socket. */
+	CTL_EXPECT(1, h->admin_sock, "drop", "session", "999999");
+	expect_out("drop session 999999", "%s", "no such session");
+	CTL_EXPECT(1, h->admin_sock, "drop", "pool", "999999");
+	CTL_EXPECT(1, h->admin_sock, "session", "show", "999999");
+	CTL_EXPECT(1, h->sock, "config", "show");
+	expect_out("config show on the client socket", "%s", "admin socket");
+	CTL_EXPECT(1, h->admin_sock, "evict", "--tier", "disk", "--bytes", "1M");
+	expect_out("evict --tier disk", "%s", "no such tier in this daemon");
+	CTL_EXPECT(1, h->admin_sock, "evict", "--tier", "gpu", "--bytes", "1M");
+	expect_out("evict --tier gpu", "%s", "no such tier in this daemon");
+	/* 2: usage. */
+	CTL_EXPECT(2, h->admin_sock, "frobnicate");
+	CTL_EXPECT(2, h->admin_sock, "drop");
+	CTL_EXPECT(2, h->admin_sock, "drop", "table", "3");
+	CTL_EXPECT(2, h->admin_sock, "session", "show");
+	CTL_EXPECT(2, h->admin_sock, "session", "show", "x1");
+	CTL_EXPECT(2, h->admin_sock, "session", "show", "0");
+	CTL_EXPECT(2, h->admin_sock, "session", "show", "1", "2");
+	CTL_EXPECT(2, h->admin_sock, "session", "show", "1", "--pages", "5000");
+	CTL_EXPECT(2, h->admin_sock, "drop", "session", "1", "--pool", "1");
+	CTL_EXPECT(2, h->admin_sock, "stats", "--force");
+	CTL_EXPECT(2, h->admin_sock, "evict", "--bytes", "1M");
+	CTL_EXPECT(2, h->admin_sock, "evict", "--tier", "host");
+	CTL_EXPECT(2, h->admin_sock, "evict", "--tier", "tape", "--bytes", "1M");
+	CTL_EXPECT(2, h->admin_sock, "evict", "--tier", "host", "--bytes", "0");
+	CTL_EXPECT(2, h->admin_sock, "evict", "--tier", "host", "--bytes", "12Q");
+	CTL_EXPECT(2, h->admin_sock, "evict", "--tier", "host", "--bytes", "-5");
+	CTL_EXPECT(2, h->admin_sock, "config");
+	CTL_EXPECT(2, h->admin_sock, "config", "show", "now");
+	CTL_EXPECT(2, h->admin_sock, "--no-such-option", "ping");
+	/* 3: nobody listens there. */
+	snprintf(nobody, sizeof(nobody), "%s/nobody-listens.sock", h->dir);
+	CTL_EXPECT(3, nobody, "ping");
+	expect_out("no daemon", "%s", "cannot connect");
+	CTL_EXPECT(3, nobody, "config", "reload");
+}
+
+/* ---- session show ------------------------------------------------------- */
+
+static void test_session_show(void **state)
+{
+	struct harness *h = *state;
+	uint32_t tokens[40], other[40];
+	char id1[24], id2[24], id3[24];
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s1, *s2, *s3;
+
+	harness_tokens(tokens, 40, 62, 0);
+	harness_tokens(other, 40, 63, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	/* s1: 40 committed tokens (2 full pages, indexed); s2: 40 reserved,
+	 * none committed (this process writes it); s3: salted. */
+	assert_int_equal(harness_pkv_commit_session(p, tokens, 40, &s1), 0);
+	assert_int_equal(kvp_session_create(p, &s2), 0);
+	assert_int_equal(kvp_append(s2, other, 40), 0);
+	assert_int_equal(kvp_pool_set_salt(p, "tenant-a", 8), 0);
+	assert_int_equal(kvp_session_create(p, &s3), 0);
+	assert_int_equal(kvp_pool_set_salt(p, NULL, 0), 0);
+	snprintf(id1, sizeof(id1), "%" PRIu64, kvp_session_id(s1));
+	snprintf(id2, sizeof(id2), "%" PRIu64, kvp_session_id(s2));
+	snprintf(id3, sizeof(id3), "%" PRIu64, kvp_session_id(s3));
+
+	CTL_EXPECT(0, h->admin_sock, "session", "show", id1);
+	expect_out("session show", "session %s\n", id1);
+	expect_out("session show", "pool         %" PRIu64 " (uid %u, model %s, 2L 2H 32D 16T f16)",
+		   kvp_pool_id(p), (unsigned)getuid(), MODEL);
+	expect_out("session show", "%s", "tokens       40 (40 committed, 0 reserved)");
+	expect_out("session show", "%s", "pages        3 (2 shared with another holder, 0 ");
+	expect_out("session show", "%s", "writer       none");
+	expect_out("session show", "%s", "cache salt   no");
+	expect_out("session show", "%s", "page slots  ");
+
+	/* The whole document, ids and times masked. */
+	CTL_EXPECT(0, h->admin_sock, "--json", "session", "show", id1);
+	expect_json("session show --json");
+	mask("socket");
+	mask("session_id");
+	mask("pool_id");
+	mask("uid");
+	mask("idle_ms");
+	expect_golden("session show --json",
+		      "{\"socket\":*,\"session_id\":*,\"pool_id\":*,\"uid\":*,\"model_id\":"
+		      "\"ctl-test-model\",\"layout\":{\"n_layers\":2,\"n_kv_heads\":2,\"head_dim\":"
+		      "32,\"block_tokens\":16,\"dtype\":\"f16\",\"quant_group\":0},\"n_tokens\":40,"
+		      "\"committed_tokens\":40,\"n_pages\":3,\"shared_pages\":2,\"reserved_pages\":"
+		      "0,\"idle_ms\":*,\"writing\":false,\"writer_pid\":null,\"salted\":false,"
+		      "\"page_slots\":[0,1,2],\"page_holders\":[2,2,1]}");
+
+	/* A session being written names its writer. */
+	CTL_EXPECT(0, h->admin_sock, "session", "show", id2);
+	expect_out("session show (writing)", "writer       pid %d holds uncommitted tokens",
+		   (int)getpid());
+	expect_out("session show (writing)", "%s", "tokens       40 (0 committed, 40 reserved)");
+	CTL_EXPECT(0, h->admin_sock, "session", "show", id2, "--json");
+	expect_json("session show --json (writing)");
+	expect_out("session show --json (writing)", "\"writing\":true,\"writer_pid\":%d,",
+		   (int)getpid());
+	expect_out("session show --json (writing)", "%s", "\"reserved_pages\":3,");
+
+	CTL_EXPECT(0, h->admin_sock, "session", "show", id3);
+	expect_out("session show (salted)", "%s", "cache salt   yes");
+	expect_out("session show (salted)", "%s", "page slots   none");
+	CTL_EXPECT(0, h->admin_sock, "--json", "session", "show", id3);
+	expect_out("session show --json (salted)", "%s", "\"salted\":true,");
+	expect_out("session show --json (salted)", "%s", "\"page_slots\":[],\"page_holders\":[]}");
+
+	/* --pages bounds the slots listed. */
+	CTL_EXPECT(0, h->admin_sock, "session", "show", id1, "--pages", "1");
+	expect_out("session show --pages 1", "%s", "... (1 of 3)");
+	CTL_EXPECT(0, h->admin_sock, "--json", "session", "show", id1, "--pages", "1");
+	expect_out("session show --json --pages 1", "%s", "\"page_slots\":[0],");
+	CTL_EXPECT(0, h->admin_sock, "--json", "session", "show", id1, "--pages", "0");
+	expect_out("session show --json --pages 0", "%s", "\"page_slots\":[],");
+	kvp_disconnect(c);
+}
+
+/* ---- drop --------------------------------------------------------------- */
+
+static void test_drop_session(void **state)
+{
+	struct harness *h = *state;
+	uint32_t tokens[40], other[40];
+	char id1[24], id2[24];
+	kvp_client *c, *reader;
+	kvp_pool *p, *rp;
+	kvp_session *s1, *s2;
+	kvp_lease *l;
+
+	harness_tokens(tokens, 40, 64, 0);
+	harness_tokens(other, 40, 65, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	assert_int_equal(harness_pkv_commit_session(p, tokens, 40, &s1), 0);
+	assert_int_equal(kvp_session_create(p, &s2), 0);
+	assert_int_equal(kvp_append(s2, other, 40), 0);
+	assert_int_equal(harness_pkv_write_session(p, s2, other, 0, 40), 0);
+	/* Another process reads s1's prefix under a lease. */
+	assert_int_equal(kvp_connect(h->sock, &reader), 0);
+	assert_int_equal(kvp_pool_open(reader, MODEL, &harness_layout, &rp), 0);
+	assert_int_equal(kvp_match_prefix(rp, tokens, 40, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 32);
+	snprintf(id1, sizeof(id1), "%" PRIu64, kvp_session_id(s1));
+	snprintf(id2, sizeof(id2), "%" PRIu64, kvp_session_id(s2));
+
+	/* Being written: refused without --force. */
+	CTL_EXPECT(1, h->admin_sock, "drop", "session", id2);
+	expect_out("drop session (writing)", "%s", "writing");
+	CTL_EXPECT(0, h->admin_sock, "--json", "drop", "session", id2, "--force");
+	expect_json("drop session --json");
+	mask("socket");
+	mask("session_id");
+	mask("pool_id");
+	expect_golden("drop session --json",
+		      "{\"socket\":*,\"dropped\":\"session\",\"session_id\":*,\"pool_id\":*,"
+		      "\"n_tokens\":40,\"committed_tokens\":0,\"freed_pages\":3,\"was_writing\":"
+		      "true}");
+	/* The writer finds its session gone. */
+	assert_int_equal(kvp_commit(s2, 40), -ENOENT);
+
+	/* s1: its two full pages stay (the lease pins them, the index holds
+	 * them); only the partial last page goes. */
+	CTL_EXPECT(0, h->admin_sock, "drop", "session", id1);
+	expect_out("drop session",
+		   "dropped session %s of pool %" PRIu64 ": 40 tokens (40 committed), 1 page freed",
+		   id1, kvp_pool_id(p));
+	assert_int_equal(harness_pkv_check_lease(l, rp, tokens, 32), 0);
+	CTL_EXPECT(1, h->admin_sock, "drop", "session", id1);
+	expect_out("drop session twice", "%s", "no such session");
+	/* The prefix is still matchable. */
+	assert_int_equal(kvp_lease_release(l), 0);
+	assert_int_equal(kvp_match_prefix(rp, tokens, 40, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 32);
+	assert_int_equal(harness_pkv_check_lease(l, rp, tokens, 32), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+	kvp_disconnect(reader);
+	kvp_disconnect(c);
+}
+
+static int start_one_lease(void **state)
+{
+	static const char *const extra[] = {"--max-leases-per-client", "1", "--host-pool-size",
+					    "32M", NULL};
+
+	return harness_setup_args(state, extra);
+}
+
+static void test_drop_pool(void **state)
+{
+	struct harness *h = *state;
+	uint32_t tokens[40];
+	char id[24], id_empty[24], want[64];
+	kvp_client *c, *reader;
+	kvp_pool *p, *rp, *empty, *again;
+	kvp_session *s1, *s2;
+	kvp_lease *l;
+
+	harness_tokens(tokens, 40, 66, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	assert_int_equal(harness_pkv_commit_session(p, tokens, 40, &s1), 0);
+	assert_int_equal(kvp_connect(h->sock, &reader), 0);
+	assert_int_equal(kvp_pool_open(reader, MODEL, &harness_layout, &rp), 0);
+	assert_int_equal(kvp_match_prefix(rp, tokens, 40, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 32);
+	snprintf(id, sizeof(id), "%" PRIu64, kvp_pool_id(p));
+
+	CTL_EXPECT(1, h->admin_sock, "drop", "pool", id);
+	expect_out("drop pool (in use)", "%s", "sessions or read leases");
+	CTL_EXPECT(0, h->admin_sock, "drop", "pool", id, "--force", "--json");
+	expect_json("drop pool --json");
+	mask("socket");
+	mask("pool_id");
+	mask("uid");
+	expect_golden("drop pool --json",
+		      "{\"socket\":*,\"dropped\":\"pool\",\"pool_id\":*,\"uid\":*,\"model_id\":"
+		      "\"ctl-test-model\",\"sessions_closed\":1,\"leases_released\":1,"
+		      "\"arena_bytes\":33554432}");
+	/* The reader's mapping still holds what it read; its lease is gone. */
+	assert_int_equal(harness_pkv_check_lease(l, rp, tokens, 32), 0);
+	assert_int_equal(kvp_lease_release(l), -ENOENT);
+	assert_int_equal(kvp_session_create(p, &s2), -ENOENT);
+	assert_int_equal(kvp_append(s1, tokens, 8), -ENOENT);
+	CTL_EXPECT(0, h->admin_sock, "--json", "pools");
+	snprintf(want, sizeof(want), "\"pool_id\":%s,", id);
+	if (strstr(out, want))
+		fail_msg("pool %s still listed: %s", id, out);
+	/* The pool comes back, empty, under a new id; the reader's lease
+	 * count was given back with the lease (the limit is 1). */
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &again), 0);
+	assert_true(kvp_pool_id(again) != kvp_pool_id(p));
+	assert_int_equal(harness_pkv_commit_session(again, tokens, 40, &s2), 0);
+	kvp_pool_close(rp);
+	assert_int_equal(kvp_pool_open(reader, MODEL, &harness_layout, &rp), 0);
+	assert_int_equal(kvp_match_prefix(rp, tokens, 40, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 32);
+	assert_int_equal(kvp_lease_release(l), 0);
+
+	/* An unused pool goes without --force. */
+	assert_int_equal(kvp_pool_open(c, MODEL "-empty", &harness_layout, &empty), 0);
+	snprintf(id_empty, sizeof(id_empty), "%" PRIu64, kvp_pool_id(empty));
+	CTL_EXPECT(0, h->admin_sock, "drop", "pool", id_empty);
+	expect_out("drop pool",
+		   "dropped pool %s (uid %u, model %s-empty): 0 sessions closed, "
+		   "0 leases released, 32 MiB of host tier freed",
+		   id_empty, (unsigned)getuid(), MODEL);
+	CTL_EXPECT(1, h->admin_sock, "drop", "pool", id_empty);
+	assert_int_equal(kvp_ping(reader), 0);
+	kvp_disconnect(reader);
+	kvp_disconnect(c);
+}
+
+/* ---- evict -------------------------------------------------------------- */
+
+/* Runs kvpalacectl with args (NULL-terminated, after the binary) on a
+ * pseudo-terminal, as a user at a terminal would; what it wrote goes to
+ * out. Returns the exit status. */
+static int ctl_pty(char *const *args)
+{
+	const char *bin = getenv("KVPALACECTL");
+	char *argv[24] = {(char *)bin};
+	size_t used = 0;
+	int master, status, n = 1;
+	pid_t pid;
+
+	assert_non_null(bin);
+	while (n < 23 && args[n - 1])
+		argv[n] = args[n - 1], n++;
+	argv[n] = NULL;
+	fflush(stdout);
+	fflush(stderr);
+	pid = forkpty(&master, NULL, NULL, NULL);
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		setenv("TERM", "xterm", 1);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	for (;;) {
+		ssize_t k = read(master, out + used, sizeof(out) - 1 - used);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) /* EIO once the child closed the terminal */
+			break;
+		used += (size_t)k;
+		if (used + 1 == sizeof(out))
+			break;
+	}
+	out[used] = '\0';
+	close(master);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int start_evict(void **state)
+{
+	static const char *const extra[] = {"--host-pool-size", "32M", NULL};
+
+	return harness_setup_args(state, extra);
+}
+
+static void test_evict(void **state)
+{
+	struct harness *h = *state;
+	enum { BIG_PAGES = 2100, BIG_TOKENS = BIG_PAGES * 16 };
+	uint32_t *big = malloc(BIG_TOKENS * sizeof(uint32_t));
+	uint32_t small[40], keep[40];
+	struct harness_pool_info info;
+	char big_id[24], small_id[24], missing[24];
+	kvp_client *c;
+	kvp_pool *p, *q;
+	kvp_session *s, *k;
+
+	assert_non_null(big);
+	harness_tokens(big, BIG_TOKENS, 67, 0);
+	harness_tokens(small, 40, 68, 0);
+	harness_tokens(keep, 40, 69, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL "-small", &harness_layout, &q), 0);
+	/* P: 2100 full pages that only the index holds once the session is
+	 * closed, and a session that keeps 2 full pages. Q: 2 pages. */
+	assert_int_equal(kvp_session_create(p, &s), 0);
+	assert_int_equal(kvp_append(s, big, BIG_TOKENS), 0);
+	assert_int_equal(kvp_commit(s, BIG_TOKENS), 0);
+	assert_int_equal(kvp_session_close(s), 0);
+	assert_int_equal(harness_pkv_commit_session(p, keep, 40, &k), 0);
+	assert_int_equal(kvp_session_create(q, &s), 0);
+	assert_int_equal(kvp_append(s, small, 40), 0);
+	assert_int_equal(kvp_commit(s, 40), 0);
+	assert_int_equal(kvp_session_close(s), 0);
+	snprintf(big_id, sizeof(big_id), "%" PRIu64, kvp_pool_id(p));
+	snprintf(small_id, sizeof(small_id), "%" PRIu64, kvp_pool_id(q));
+
+	/* Whole pages, never more than asked: 12K is one 8K page. */
+	CTL_EXPECT(0, h->admin_sock, "--json", "evict", "--tier", "host", "--bytes", "12K",
+		   "--pool", small_id);
+	expect_json("evict --json");
+	mask("socket");
+	mask("pool_id");
+	expect_golden("evict --json",
+		      "{\"socket\":*,\"tier\":\"host\",\"pool_id\":*,\"max_bytes\":12288,"
+		      "\"pages\":1,\"bytes\":8192,\"pools\":[{\"pool_id\":*,\"pages\":1,"
+		      "\"bytes\":8192}]}");
+
+	/* On a terminal: a progress bar, erased before the result. 9M is
+	 * 1152 pages, more than one request takes. */
+	{
+		char *args[] = {"--socket", h->admin_sock, "evict",  "--tier", "host",
+				"--bytes",  "9M",	   "--pool", big_id,   NULL};
+
+		assert_int_equal(ctl_pty(args), 0);
+	}
+	expect_out("evict on a terminal", "%s", "\revicting [");
+	expect_out("evict on a terminal", "%s", "100%  9 MiB / 9 MiB");
+	expect_out("evict on a terminal", "%s",
+		   "evicted 1152 pages (9 MiB) from the host tier (at most 9 MiB asked)");
+	expect_out("evict on a terminal", "  pool %-6s %8d pages %12s", big_id, 1152, "9 MiB");
+
+	/* Everything left, through a pipe: no bar. Pools oldest first; the
+	 * session's pages stay. */
+	CTL_EXPECT(0, h->admin_sock, "evict", "--tier", "host", "--bytes", "all", "--json");
+	expect_json("evict all --json");
+	if (strchr(out, '\r'))
+		fail_msg("a progress bar on a pipe: %s", out);
+	mask("socket");
+	mask("pool_id");
+	expect_golden(
+		"evict all --json",
+		"{\"socket\":*,\"tier\":\"host\",\"pool_id\":null,\"max_bytes\":null,"
+		"\"pages\":949,\"bytes\":7774208,\"pools\":[{\"pool_id\":"
+		"*,\"pages\":948,\"bytes\":7766016},{\"pool_id\":*,\"pages\":1,\"bytes\":8192}]}"
+		"");
+	assert_int_equal(harness_pool_info(h, kvp_pool_id(p), &info), 0);
+	assert_int_equal(info.indexed_pages, 2);
+	assert_int_equal(info.evictions, BIG_PAGES);
+	assert_int_equal(harness_pkv_check_session(p, k, keep, 0, 40), 0);
+
+	/* Nothing left: still a success, in words. */
+	CTL_EXPECT(0, h->admin_sock, "evict", "--tier", "host", "--bytes", "1G");
+	expect_out("evict (nothing left)", "%s",
+		   "evicted 0 pages (0 B) from the host tier (at most 1 GiB asked)");
+	snprintf(missing, sizeof(missing), "%" PRIu64, kvp_pool_id(q) + 1000);
+	CTL_EXPECT(1, h->admin_sock, "evict", "--tier", "host", "--bytes", "1G", "--pool", missing);
+	expect_out("evict --pool (missing)", "%s", "no such pool");
+	free(big);
+	kvp_disconnect(c);
+}
+
+/* ---- config ------------------------------------------------------------- */
+
+static char conf_dir[64], conf_path[128];
+
+static void write_conf(const char *text)
+{
+	FILE *f = fopen(conf_path, "w");
+
+	assert_non_null(f);
+	fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+static int start_with_conf(void **state)
+{
+	static const char *const extra[] = {
+		"--config", conf_path, "--host-tier-size", "256M", "--host-pool-size", "32M", NULL};
+	FILE *f;
+
+	snprintf(conf_dir, sizeof(conf_dir), "/tmp/kvpc-XXXXXX");
+	if (!mkdtemp(conf_dir))
+		return -1;
+	snprintf(conf_path, sizeof(conf_path), "%s/kvpalaced.conf", conf_dir);
+	f = fopen(conf_path, "w");
+	if (!f)
+		return -1;
+	fputs("# a test file\nlog-level = info\nmax-sessions-per-pool = 100\n", f);
+	fclose(f);
+	return harness_setup_args(state, extra);
+}
+
+static int stop_with_conf(void **state)
+{
+	unlink(conf_path);
+	rmdir(conf_dir);
+	return harness_teardown(state);
+}
+
+static void test_config(void **state)
+{
+	struct harness *h = *state;
+
+	CTL_EXPECT(0, h->admin_sock, "config", "show");
+	expect_out("config show", "# kvpalaced effective configuration; file %s\n", conf_path);
+	expect_out("config show", "%s", "\nmax-sessions-per-pool  = 100 ");
+	expect_out("config show", "%s", " # file\n");
+	expect_out("config show", "%s", "\nmax-connections        = 1024 ");
+	expect_out("config show", "%s", " # default\n");
+	expect_out("config show", "\nsocket                 = %s/kvpalace.sock ", h->dir);
+
+	CTL_EXPECT(0, h->admin_sock, "config", "show", "--json");
+	expect_json("config show --json");
+	replace_all(h->dir, "$DIR");
+	replace_all(conf_dir, "$CONF");
+	expect_golden(
+		"config show --json",
+		"{\"socket\":\"$DIR/admin.sock\",\"file\":\"$CONF/kvpalaced.conf\",\"preset\":null,"
+		"\"truncated\":false,\"config\":{"
+		"\"socket\":{\"value\":\"$DIR/kvpalace.sock\",\"source\":\"command line\"},"
+		"\"admin-socket\":{\"value\":\"$DIR/admin.sock\",\"source\":\"command line\"},"
+		"\"state-dir\":{\"value\":\"$DIR/state\",\"source\":\"command line\"},"
+		"\"cache-dir\":{\"value\":\"$DIR/cache\",\"source\":\"command line\"},"
+		"\"host-tier-size\":{\"value\":\"256M\",\"source\":\"command line\"},"
+		"\"host-pool-size\":{\"value\":\"32M\",\"source\":\"command line\"},"
+		"\"host-high-watermark\":{\"value\":\"0.95\",\"source\":\"default\"},"
+		"\"host-low-watermark\":{\"value\":\"0.90\",\"source\":\"default\"},"
+		"\"max-message-bytes\":{\"value\":\"65536\",\"source\":\"default\"},"
+		"\"max-pools-per-tenant\":{\"value\":\"16\",\"source\":\"default\"},"
+		"\"max-sessions-per-pool\":{\"value\":\"100\",\"source\":\"file\"},"
+		"\"max-leases-per-client\":{\"value\":\"4096\",\"source\":\"default\"},"
+		"\"max-connections\":{\"value\":\"1024\",\"source\":\"default\"},"
+		"\"max-session-tokens\":{\"value\":\"4194304\",\"source\":\"default\"},"
+		"\"socket-mode\":{\"value\":\"0666\",\"source\":\"default\"},"
+		"\"admin-socket-mode\":{\"value\":\"0600\",\"source\":\"default\"},"
+		"\"log-level\":{\"value\":\"info\",\"source\":\"file\"},"
+		"\"disk-pool-size\":{\"value\":\"8192M\",\"source\":\"default\"},"
+		"\"io-backend\":{\"value\":\"auto\",\"source\":\"default\"}}}");
+
+	/* A reload says what changed and what waits for a restart. */
+	write_conf("log-level = notice\nmax-sessions-per-pool = 100\nmax-message-bytes = 8192\n");
+	CTL_EXPECT(0, h->admin_sock, "--json", "config", "reload");
+	expect_json("config reload --json");
+	mask("socket");
+	expect_golden("config reload --json",
+		      "{\"socket\":*,\"reloaded\":true,\"changed\":[\"log-level\"],"
+		      "\"restart_needed\":[\"max-message-bytes\"]}");
+	CTL_EXPECT(0, h->admin_sock, "--json", "config", "show");
+	expect_out("config show after reload", "%s",
+		   "\"log-level\":{\"value\":\"notice\",\"source\":\"file\"}");
+	expect_out("config show after reload", "%s",
+		   "\"max-message-bytes\":{\"value\":\"65536\",\"source\":\"default\"}");
+
+	/* A bad file: refused with where it is bad; nothing changes. */
+	write_conf("log-level = info\nmax-sessions-per-pool = many\n");
+	CTL_EXPECT(1, h->admin_sock, "config", "reload");
+	expect_out("config reload (bad file)", "%s:2: key 'max-sessions-per-pool': bad value",
+		   conf_path);
+	CTL_EXPECT(0, h->admin_sock, "config", "show");
+	expect_out("config show after a bad reload", "%s", "\nlog-level              = notice ");
+
+	write_conf("max-sessions-per-pool = 100\n");
+	CTL_EXPECT(0, h->admin_sock, "config", "reload");
+	expect_out("config reload", "%s", "configuration reloaded: changed log-level\n");
+	if (strstr(out, "restart"))
+		fail_msg("nothing waits for a restart: %s", out);
+	CTL_EXPECT(0, h->admin_sock, "config", "reload");
+	expect_out("config reload (again)", "%s", "configuration reloaded: nothing changed\n");
+	/* SIGHUP goes the same way and the daemon keeps serving. */
+	assert_int_equal(kill(h->pid, SIGHUP), 0);
+	CTL_EXPECT(0, h->admin_sock, "ping");
+}
+
+/* Paths near PATH_MAX and the smallest message cap: config show leaves
+ * out what does not fit and says so, instead of failing. */
+static char long_root[64], long_state[4096], long_cache[4096];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+static void long_path(char *buf, size_t cap, char fill)
+{
+	size_t n = (size_t)snprintf(buf, cap, "%s", long_root);
+
+	for (int i = 0; i < 12; i++) {
+		buf[n++] = '/';
+		memset(buf + n, fill, 250);
+		n += 250;
+	}
+	buf[n] = '\0';
+}
+
+static int start_long_paths(void **state)
+{
+	static const char *const extra[] = {
+		"--max-message-bytes", "4096",	   "--state-dir", long_state,
+		"--cache-dir",	       long_cache, NULL};
+
+	snprintf(long_root, sizeof(long_root), "/tmp/kvpl-XXXXXX");
+	if (!mkdtemp(long_root))
+		return -1;
+	long_path(long_state, sizeof(long_state), 's');
+	long_path(long_cache, sizeof(long_cache), 'c');
+	return harness_setup_args(state, extra);
+}
+
+static int stop_long_paths(void **state)
+{
+	nftw(long_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	return harness_teardown(state);
+}
+
+static void test_config_show_truncated(void **state)
+{
+	struct harness *h = *state;
+
+	CTL_EXPECT(0, h->admin_sock, "--json", "config", "show");
+	expect_json("config show --json (long paths)");
+	expect_out("config show --json (long paths)", "%s", "\"truncated\":true,");
+	expect_out("config show --json (long paths)", "{\"value\":\"%s\",", long_state);
+	CTL_EXPECT(0, h->admin_sock, "config", "show");
+	expect_out("config show (long paths)", "%s", "# (more keys than fit in one reply)\n");
+}
+
+/* ---- the client socket refuses admin operations ------------------------- */
+
+static void test_client_socket_refuses_admin_ops(void **state)
+{
+	struct harness *h = *state;
+	Kvpalace__V1__ShowSessionRequest show = KVPALACE__V1__SHOW_SESSION_REQUEST__INIT;
+	Kvpalace__V1__DropSessionRequest drop_s = KVPALACE__V1__DROP_SESSION_REQUEST__INIT;
+	Kvpalace__V1__DropPoolRequest drop_p = KVPALACE__V1__DROP_POOL_REQUEST__INIT;
+	Kvpalace__V1__EvictRequest ev = KVPALACE__V1__EVICT_REQUEST__INIT;
+	Kvpalace__V1__ConfigShowRequest cshow = KVPALACE__V1__CONFIG_SHOW_REQUEST__INIT;
+	Kvpalace__V1__ConfigReloadRequest creload = KVPALACE__V1__CONFIG_RELOAD_REQUEST__INIT;
+	Kvpalace__V1__Request reqs[6];
+	Kvpalace__V1__Response *resp;
+	uint64_t pool_id, session_id, next_id = 1000;
+	struct raw r;
+
+	/* Real ids, so a refusal cannot be a "not found" in disguise. */
+	assert_int_equal(raw_open(&r, h->sock), 0);
+	assert_int_equal(raw_open_pool(&r, MODEL, &harness_layout, &pool_id), 0);
+	assert_int_equal(raw_create_session(&r, pool_id, &session_id), 0);
+	show.session_id = drop_s.session_id = session_id;
+	drop_p.pool_id = ev.pool_id = pool_id;
+	drop_s.has_force = drop_p.has_force = 1;
+	drop_s.force = drop_p.force = 1;
+	ev.tier = KVPALACE__V1__TIER__TIER_HOST;
+	ev.has_pool_id = 1;
+	for (int i = 0; i < 6; i++)
+		kvpalace__v1__request__init(&reqs[i]);
+	reqs[0].op_case = KVPALACE__V1__REQUEST__OP_SHOW_SESSION;
+	reqs[0].show_session = &show;
+	reqs[1].op_case = KVPALACE__V1__REQUEST__OP_DROP_SESSION;
+	reqs[1].drop_session = &drop_s;
+	reqs[2].op_case = KVPALACE__V1__REQUEST__OP_DROP_POOL;
+	reqs[2].drop_pool = &drop_p;
+	reqs[3].op_case = KVPALACE__V1__REQUEST__OP_EVICT;
+	reqs[3].evict = &ev;
+	reqs[4].op_case = KVPALACE__V1__REQUEST__OP_CONFIG_SHOW;
+	reqs[4].config_show = &cshow;
+	reqs[5].op_case = KVPALACE__V1__REQUEST__OP_CONFIG_RELOAD;
+	reqs[5].config_reload = &creload;
+	for (int i = 0; i < 6; i++) {
+		reqs[i].id = next_id++;
+		assert_int_equal(raw_call(&r, &reqs[i], &resp, NULL), 1);
+		if (resp->status != ST(PERMISSION))
+			fail_msg("admin op %d on the client socket: status %d (%s)",
+				 (int)reqs[i].op_case, resp->status,
+				 resp->error ? resp->error : "");
+		assert_int_equal(resp->op_case, KVPALACE__V1__RESPONSE__OP__NOT_SET);
+		assert_non_null(resp->error);
+	}
+	/* Nothing happened, and the client is still served. */
+	assert_int_equal(raw_close_session(&r, session_id), 0);
+	raw_close(&r);
+
+	/* On the admin socket the same operations are checked field by field. */
+	assert_int_equal(raw_open(&r, h->admin_sock), 0);
+	assert_int_equal(raw_hello(&r), 0);
+	ev.tier = (Kvpalace__V1__Tier)0;
+	reqs[3].id = next_id++;
+	assert_int_equal(raw_call(&r, &reqs[3], &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(INVALID));
+	ev.tier = (Kvpalace__V1__Tier)9;
+	reqs[3].id = next_id++;
+	assert_int_equal(raw_call(&r, &reqs[3], &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(INVALID));
+	ev.tier = KVPALACE__V1__TIER__TIER_HOST;
+	ev.has_max_bytes = 1;
+	ev.max_bytes = 0;
+	reqs[3].id = next_id++;
+	assert_int_equal(raw_call(&r, &reqs[3], &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(INVALID));
+	ev.max_bytes = 1 << 20;
+	ev.tier = KVPALACE__V1__TIER__TIER_DISK;
+	reqs[3].id = next_id++;
+	assert_int_equal(raw_call(&r, &reqs[3], &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(UNSUPPORTED));
+	show.has_max_page_slots = 1;
+	show.max_page_slots = 4097;
+	reqs[0].id = next_id++;
+	assert_int_equal(raw_call(&r, &reqs[0], &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(INVALID));
+	show.max_page_slots = 4;
+	reqs[0].id = next_id++;
+	assert_int_equal(raw_call(&r, &reqs[0], &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(NOT_FOUND)); /* closed above */
+	drop_p.pool_id = 0;
+	reqs[2].id = next_id++;
+	assert_int_equal(raw_call(&r, &reqs[2], &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(NOT_FOUND));
+	assert_int_equal(raw_hello(&r), 0);
+	raw_close(&r);
+}
+
+/* ---- --json on every command -------------------------------------------- */
+
+static void test_json_everywhere(void **state)
+{
+	struct harness *h = *state;
+	uint32_t tokens[40];
+	char sid[24], pid[24], sid2[24];
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s, *s2;
+
+	harness_tokens(tokens, 40, 71, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, "json \"quoted\"\\model", &harness_layout, &p), 0);
+	assert_int_equal(harness_pkv_commit_session(p, tokens, 40, &s), 0);
+	assert_int_equal(kvp_session_create(p, &s2), 0);
+	snprintf(sid, sizeof(sid), "%" PRIu64, kvp_session_id(s));
+	snprintf(sid2, sizeof(sid2), "%" PRIu64, kvp_session_id(s2));
+	snprintf(pid, sizeof(pid), "%" PRIu64, kvp_pool_id(p));
+
+	CTL_EXPECT(0, h->admin_sock, "--json", "status");
+	expect_json("status");
+	CTL_EXPECT(0, h->admin_sock, "--json", "ping");
+	expect_json("ping");
+	CTL_EXPECT(0, h->admin_sock, "--json", "stats");
+	expect_json("stats");
+	CTL_EXPECT(0, h->admin_sock, "--json", "pools");
+	expect_json("pools");
+	CTL_EXPECT(0, h->admin_sock, "--json", "sessions");
+	expect_json("sessions");
+	CTL_EXPECT(0, h->admin_sock, "--json", "metrics");
+	expect_json("metrics");
+	expect_out("metrics --json", "%s",
+		   "{\"name\":\"kvpalace_requests_total\",\"type\":\"counter\",\"help\":"
+		   "\"Requests served.\",\"samples\":[{\"labels\":{},\"value\":");
+	expect_out("metrics --json",
+		   "{\"labels\":{\"pool\":\"%s\",\"uid\":\"%u\",\"model\":\"json "
+		   "\\\"quoted\\\"\\\\model\"},\"value\":2}",
+		   pid, (unsigned)getuid());
+	CTL_EXPECT(0, h->admin_sock, "--json", "session", "show", sid);
+	expect_json("session show");
+	CTL_EXPECT(0, h->admin_sock, "--json", "config", "show");
+	expect_json("config show");
+	CTL_EXPECT(0, h->admin_sock, "--json", "config", "reload");
+	expect_json("config reload");
+	CTL_EXPECT(0, h->admin_sock, "--json", "evict", "--tier", "host", "--bytes", "8K");
+	expect_json("evict");
+	CTL_EXPECT(0, h->admin_sock, "--json", "drop", "session", sid2);
+	expect_json("drop session");
+	CTL_EXPECT(0, h->admin_sock, "--json", "drop", "pool", pid, "--force");
+	expect_json("drop pool");
+	expect_out("drop pool --json", "%s", "\"model_id\":\"json \\\"quoted\\\"\\\\model\",");
+	kvp_disconnect(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_ctl, harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_ctl_pools_sessions, harness_setup,
+						harness_teardown),
+		cmocka_unit_test(test_help),
+		cmocka_unit_test_setup_teardown(test_exit_codes, harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_session_show, harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_drop_session, harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_drop_pool, start_one_lease, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_evict, start_evict, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_config, start_with_conf, stop_with_conf),
+		cmocka_unit_test_setup_teardown(test_config_show_truncated, start_long_paths,
+						stop_long_paths),
+		cmocka_unit_test_setup_teardown(test_client_socket_refuses_admin_ops, harness_setup,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_json_everywhere, harness_setup,
 						harness_teardown),
 	};
 

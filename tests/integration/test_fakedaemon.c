@@ -7,7 +7,9 @@
  * fd that is no sealed arena or is smaller than announced, Append slots
  * outside the arena, a match that is not whole pages, Commit, Truncate and
  * SessionPages (after Fork) replies whose page slots lie outside the arena
- * or at the wrong place. kvpalace.h promises -EPROTONOSUPPORT for another
+ * or at the wrong place, admin replies that contradict their request (a
+ * session view with more slots than asked, a drop of another session, an
+ * eviction whose pools do not add up). kvpalace.h promises -EPROTONOSUPPORT for another
  * version, -EPROTO (and a closed connection, -ENOTCONN afterwards) for a
  * malformed reply, -EPIPE/-ECONNRESET when the daemon goes away — and, in
  * no case, a pointer outside the arena.
@@ -54,6 +56,10 @@ enum fake_mode {
 	FAKE_COMMIT_NO_SLOTS, /* Commit: filled pages, but no slots for them */
 	FAKE_TRUNC_BAD_SLOT,  /* Truncate: the copied last page past the arena */
 	FAKE_FORK_BAD_SLOT,   /* SessionPages of a fork: a slot past the arena */
+	FAKE_ADMIN_GOOD,      /* admin replies that fit their requests */
+	FAKE_SHOW_TOO_MANY,   /* ShowSession: more slots than asked for */
+	FAKE_DROP_OTHER,      /* DropSession: another session dropped */
+	FAKE_EVICT_SUM,	      /* Evict: pools that do not add up to the total */
 };
 
 struct fake {
@@ -99,6 +105,14 @@ static int fake_daemon(void *arg)
 		Kvpalace__V1__ForkResponse fk = KVPALACE__V1__FORK_RESPONSE__INIT;
 		Kvpalace__V1__TruncateResponse tr = KVPALACE__V1__TRUNCATE_RESPONSE__INIT;
 		Kvpalace__V1__SessionPagesResponse sp = KVPALACE__V1__SESSION_PAGES_RESPONSE__INIT;
+		Kvpalace__V1__ShowSessionResponse sh = KVPALACE__V1__SHOW_SESSION_RESPONSE__INIT;
+		Kvpalace__V1__SessionInfo si = KVPALACE__V1__SESSION_INFO__INIT;
+		Kvpalace__V1__Layout sl = KVPALACE__V1__LAYOUT__INIT;
+		Kvpalace__V1__DropSessionResponse ds = KVPALACE__V1__DROP_SESSION_RESPONSE__INIT;
+		Kvpalace__V1__EvictResponse ev = KVPALACE__V1__EVICT_RESPONSE__INIT;
+		Kvpalace__V1__EvictedPool evp[2] = {KVPALACE__V1__EVICTED_POOL__INIT,
+						    KVPALACE__V1__EVICTED_POOL__INIT};
+		Kvpalace__V1__EvictedPool *evps[2] = {&evp[0], &evp[1]};
 		Kvpalace__V1__Request *req;
 		uint32_t slots[64];
 		int fd = -1, n, len, ret;
@@ -290,6 +304,49 @@ static int fake_daemon(void *arg)
 		case KVPALACE__V1__REQUEST__OP_RELEASE:
 			resp.op_case = KVPALACE__V1__RESPONSE__OP_RELEASE;
 			resp.release = &rel;
+			break;
+		case KVPALACE__V1__REQUEST__OP_SHOW_SESSION: {
+			/* A 3-page session; as many slots as asked for. */
+			uint32_t want = req->show_session->max_page_slots;
+
+			si.session_id = req->show_session->session_id;
+			si.n_tokens = si.committed_tokens = 40;
+			si.n_pages = 3;
+			sh.info = &si;
+			sh.model_id = "fake-model";
+			sh.layout = &sl;
+			sh.n_page_slots = sh.n_page_holders = want < 3 ? want : 3;
+			if (f->mode == FAKE_SHOW_TOO_MANY)
+				sh.n_page_slots = sh.n_page_holders = want + 1;
+			for (size_t i = 0; i < sh.n_page_slots && i < 64; i++)
+				slots[i] = (uint32_t)i;
+			sh.page_slots = sh.page_holders = slots;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_SHOW_SESSION;
+			resp.show_session = &sh;
+			break;
+		}
+		case KVPALACE__V1__REQUEST__OP_DROP_SESSION:
+			ds.session_id = req->drop_session->session_id;
+			if (f->mode == FAKE_DROP_OTHER)
+				ds.session_id++;
+			ds.n_tokens = ds.committed_tokens = 40;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_DROP_SESSION;
+			resp.drop_session = &ds;
+			break;
+		case KVPALACE__V1__REQUEST__OP_EVICT:
+			/* Two pools, 3 + 2 pages of 8 KiB. */
+			evp[0].pool_id = 5;
+			evp[0].pages = 3;
+			evp[0].bytes = 3 * 8192;
+			evp[1].pool_id = 8;
+			evp[1].pages = 2;
+			evp[1].bytes = 2 * 8192;
+			ev.pages = f->mode == FAKE_EVICT_SUM ? 6 : 5;
+			ev.bytes = 5 * 8192;
+			ev.n_pools = 2;
+			ev.pools = evps;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_EVICT;
+			resp.evict = &ev;
 			break;
 		default:
 			resp.status = ST(UNSUPPORTED);
@@ -549,6 +606,71 @@ static void test_fork_slot_outside_arena(void **state)
 	expect_broken_after(state, FAKE_FORK_BAD_SLOT);
 }
 
+/* Admin replies that fit their requests are taken as they are; one that
+ * contradicts its request breaks the connection. */
+static void expect_admin(void **state, enum fake_mode mode)
+{
+	struct fake *f = *state;
+	struct kvp_session_detail *d = NULL;
+	struct kvp_drop_session_result dr;
+	struct kvp_evict_result *er = NULL;
+	kvp_client *c;
+	pid_t pid = start_fake(f, mode);
+	int ret = 0;
+
+	assert_int_equal(kvp_connect(f->sock, &c), 0);
+	if (mode == FAKE_ADMIN_GOOD) {
+		assert_int_equal(kvp_admin_show_session(c, 6, 2, &d), 0);
+		assert_int_equal(d->info.session_id, 6);
+		assert_int_equal(d->n_page_slots, 2);
+		assert_string_equal(d->model_id, "fake-model");
+		free(d);
+		assert_int_equal(kvp_admin_drop_session(c, 6, 0, &dr), 0);
+		assert_int_equal(dr.session_id, 6);
+		assert_int_equal(kvp_admin_evict(c, KVP_TIER_HOST, 0, KVP_EVICT_ALL, 0, &er), 0);
+		assert_int_equal(er->pages, 5);
+		assert_int_equal(er->n_pools, 2);
+		assert_int_equal(er->pools[1].pool_id, 8);
+		free(er);
+		er = NULL;
+		/* Asked for one pool, told about two: a lie. */
+		ret = kvp_admin_evict(c, KVP_TIER_HOST, 5, KVP_EVICT_ALL, 0, &er);
+	} else if (mode == FAKE_SHOW_TOO_MANY) {
+		ret = kvp_admin_show_session(c, 6, 2, &d);
+		assert_null(d);
+	} else if (mode == FAKE_DROP_OTHER) {
+		ret = kvp_admin_drop_session(c, 6, KVP_DROP_FORCE, &dr);
+	} else {
+		ret = kvp_admin_evict(c, KVP_TIER_HOST, 0, KVP_EVICT_ALL, 0, &er);
+	}
+	assert_null(er);
+	if (ret != -EPROTO)
+		fail_msg("fake mode %d: %d instead of -EPROTO", mode, ret);
+	assert_int_equal(kvp_ping(c), -ENOTCONN);
+	kvp_disconnect(c);
+	harness_wait(pid, 30);
+}
+
+static void test_admin_replies(void **state)
+{
+	expect_admin(state, FAKE_ADMIN_GOOD);
+}
+
+static void test_show_more_slots_than_asked(void **state)
+{
+	expect_admin(state, FAKE_SHOW_TOO_MANY);
+}
+
+static void test_drop_of_another_session(void **state)
+{
+	expect_admin(state, FAKE_DROP_OTHER);
+}
+
+static void test_evict_that_does_not_add_up(void **state)
+{
+	expect_admin(state, FAKE_EVICT_SUM);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -572,6 +694,10 @@ int main(void)
 		T(test_commit_without_slots),
 		T(test_truncate_slot_outside_arena),
 		T(test_fork_slot_outside_arena),
+		T(test_admin_replies),
+		T(test_show_more_slots_than_asked),
+		T(test_drop_of_another_session),
+		T(test_evict_that_does_not_add_up),
 	};
 
 	return cmocka_run_group_tests_name("fakedaemon", tests, NULL, NULL);

@@ -282,6 +282,74 @@ static void test_validate_layout_converts(void **state)
 	assert_int_equal(out.n_layers, 0xabababab);
 }
 
+/* Admin operations: the tier is a known one, counts and ids are not zero,
+ * a session view asks for at most 4096 slots. */
+static void test_admin_ops(void **state)
+{
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__EvictRequest ev = KVPALACE__V1__EVICT_REQUEST__INIT;
+	Kvpalace__V1__ShowSessionRequest show = KVPALACE__V1__SHOW_SESSION_REQUEST__INIT;
+	Kvpalace__V1__DropSessionRequest ds = KVPALACE__V1__DROP_SESSION_REQUEST__INIT;
+	Kvpalace__V1__DropPoolRequest dp = KVPALACE__V1__DROP_POOL_REQUEST__INIT;
+	Kvpalace__V1__ConfigShowRequest cs = KVPALACE__V1__CONFIG_SHOW_REQUEST__INIT;
+	Kvpalace__V1__ConfigReloadRequest cr = KVPALACE__V1__CONFIG_RELOAD_REQUEST__INIT;
+
+	req.id = 1;
+	req.op_case = KVPALACE__V1__REQUEST__OP_EVICT;
+	req.evict = &ev;
+	ev.tier = KVPALACE__V1__TIER__TIER_HOST;
+	assert_int_equal(check(&req), 0);
+	/* gpu and disk pass validation: the daemon says whether it has them. */
+	ev.tier = KVPALACE__V1__TIER__TIER_GPU;
+	assert_int_equal(check(&req), 0);
+	ev.tier = KVPALACE__V1__TIER__TIER_DISK;
+	assert_int_equal(check(&req), 0);
+	ev.tier = KVPALACE__V1__TIER__TIER_INVALID;
+	assert_int_equal(check(&req), -EINVAL);
+	ev.tier = (Kvpalace__V1__Tier)4;
+	assert_int_equal(check(&req), -EINVAL);
+	ev.tier = (Kvpalace__V1__Tier)-1;
+	assert_int_equal(check(&req), -EINVAL);
+	ev.tier = KVPALACE__V1__TIER__TIER_HOST;
+	ev.has_max_bytes = 1;
+	assert_int_equal(check(&req), -EINVAL); /* zero bytes */
+	ev.max_bytes = 1;
+	assert_int_equal(check(&req), 0);
+	ev.has_max_pages = 1;
+	assert_int_equal(check(&req), -EINVAL); /* zero pages */
+	ev.max_pages = UINT32_MAX;
+	assert_int_equal(check(&req), 0);
+	ev.has_pool_id = 1;
+	assert_int_equal(check(&req), -EINVAL); /* pool 0 */
+	ev.pool_id = 7;
+	assert_int_equal(check(&req), 0);
+
+	req.op_case = KVPALACE__V1__REQUEST__OP_SHOW_SESSION;
+	req.show_session = &show;
+	assert_int_equal(check(&req), 0);
+	show.has_max_page_slots = 1;
+	show.max_page_slots = VALIDATE_SHOW_SLOTS_MAX;
+	assert_int_equal(check(&req), 0);
+	show.max_page_slots = VALIDATE_SHOW_SLOTS_MAX + 1;
+	assert_int_equal(check(&req), -EINVAL);
+	show.max_page_slots = UINT32_MAX;
+	assert_int_equal(check(&req), -EINVAL);
+
+	/* Unknown ids are the handler's "not found", not a validation error. */
+	req.op_case = KVPALACE__V1__REQUEST__OP_DROP_SESSION;
+	req.drop_session = &ds;
+	assert_int_equal(check(&req), 0);
+	req.op_case = KVPALACE__V1__REQUEST__OP_DROP_POOL;
+	req.drop_pool = &dp;
+	assert_int_equal(check(&req), 0);
+	req.op_case = KVPALACE__V1__REQUEST__OP_CONFIG_SHOW;
+	req.config_show = &cs;
+	assert_int_equal(check(&req), 0);
+	req.op_case = KVPALACE__V1__REQUEST__OP_CONFIG_RELOAD;
+	req.config_reload = &cr;
+	assert_int_equal(check(&req), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -294,6 +362,7 @@ int main(void)
 		cmocka_unit_test(test_model_id_with_space),
 		cmocka_unit_test(test_open_pool_layouts),
 		cmocka_unit_test(test_validate_layout_converts),
+		cmocka_unit_test(test_admin_ops),
 	};
 
 	return cmocka_run_group_tests_name("validate", tests, NULL, NULL);
