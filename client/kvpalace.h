@@ -300,6 +300,13 @@ struct kvp_stats {
 	uint64_t promoted_pages;
 	uint64_t verify_failures;
 	uint64_t io_errors;
+	/* Checkpoints since the daemon started, every tenant (0 from a daemon
+	 * without checkpoints). */
+	uint64_t checkpoints_written;
+	uint64_t checkpoints_restored; /* restores and warm-ups that succeeded */
+	uint64_t checkpoints_refused;  /* files refused: corrupt, truncated, foreign, newer */
+	uint64_t checkpoint_failures;  /* writes that failed: disk full, I/O error */
+	uint64_t warmed_up_pages;      /* pages loaded into prefix indexes by warm-up */
 };
 
 /* Counters of the daemon and the caller's own pools (every pool on an
@@ -326,6 +333,83 @@ struct kvp_session_info {
  * closed meanwhile may or may not appear. */
 KVP_PUBLIC int kvp_list_sessions(kvp_client *c, uint64_t pool_id,
 				 struct kvp_session_info **ret_sessions, size_t *ret_n);
+
+/* ---- checkpoints -------------------------------------------------------- */
+
+/* A checkpoint is a session's committed tokens and their pages, written
+ * durably by the daemon under a name in its tenant's directory
+ * (<state-dir>/checkpoints/<uid>/<name>). It outlives the connection and
+ * the daemon, and is restored into a pool of the same model id and layout.
+ * A name is 1..KVP_CHECKPOINT_NAME_MAX bytes of [A-Za-z0-9._-], the first
+ * a letter, a digit or '_'; each tenant has its own names. The daemon
+ * answers these calls once the work is done (the file written and
+ * fsynced, or read, verified and rebuilt), so they take as long as the
+ * disk does; the client's other calls wait for them. Besides the errors
+ * each call lists:
+ *   -EINVAL     not a valid checkpoint name (checked here, before any
+ *               round trip)
+ *   -EIO        the daemon has no checkpoint directory, or the disk failed
+ *   -EOPNOTSUPP what the checkpoint holds is not supported yet */
+
+#define KVP_CHECKPOINT_NAME_MAX 64
+
+/* 0 when name is a valid checkpoint name, else -EINVAL (NULL included).
+ * The calls below check it too; this is for a caller that wants to refuse
+ * a name before it connects. */
+KVP_PUBLIC int kvp_checkpoint_name_check(const char *name);
+
+/* Writes the committed tokens of s (uncommitted ones are left out) and
+ * their pages as checkpoint `name` of the caller's tenant. An older
+ * checkpoint of that name is replaced only once the new one is durable:
+ * when the write fails the old one stays. *ret_bytes (may be NULL) gets
+ * the size of the file. s is unchanged and stays usable.
+ * Errors: -ENOENT the session was closed; -ENOSPC the disk is full (or
+ * the user's disk quota); -EIO the write failed. */
+KVP_PUBLIC int kvp_session_checkpoint(kvp_session *s, const char *name, uint64_t *ret_bytes);
+
+/* Rebuilds the session saved as checkpoint `name` of the caller's tenant
+ * in pool p, which must have the checkpoint's model id and layout: a new
+ * session holding its tokens, all committed, with the same K/V and the
+ * salt it was written with. Its full pages are shared with the prefix
+ * index where the index holds the same content, and enter it otherwise,
+ * so later matches find them. The handle works as a fork's
+ * (kvp_session_kv, kvp_append, kvp_session_fork, ...) and is freed with
+ * the pool or by kvp_session_close. Nothing is restored when the call
+ * fails. Errors: -ENOENT no checkpoint of that name; -EBADMSG the file is
+ * corrupt or truncated (it failed verification); -EPROTONOSUPPORT it was
+ * written in a newer format; -EINVAL it holds another model id or layout
+ * than p (or an invalid name); -ENOSPC no room in the host tier; -EDQUOT
+ * the pool's session limit or the daemon's token limit; -EOPNOTSUPP a
+ * kind of session this daemon cannot rebuild. */
+KVP_PUBLIC int kvp_session_restore(kvp_pool *p, const char *name, kvp_session **ret_session);
+
+struct kvp_checkpoint_info {
+	char name[KVP_CHECKPOINT_NAME_MAX + 1];
+	uint32_t uid;		  /* the tenant it belongs to */
+	char model_id[128];	  /* "" when the file cannot be read */
+	struct kvp_layout layout; /* zeros when the file cannot be read */
+	uint64_t n_tokens;
+	uint64_t bytes; /* size of the file */
+	uint64_t created_unix_ms;
+	const char *error; /* why it cannot be restored, or NULL when it can */
+};
+
+struct kvp_checkpoint_list {
+	int truncated; /* more checkpoints exist than fit in one reply */
+	size_t n_entries;
+	struct kvp_checkpoint_info *entries; /* [n_entries] by uid, then name */
+};
+
+/* The checkpoints of the caller's tenant; on the admin socket those of
+ * every tenant, or of uid only when has_uid (has_uid is refused with
+ * -EPERM on the client socket). A file the daemon cannot read is listed
+ * with its error (corrupt, truncated, newer format) instead of its
+ * contents. *ret is one allocation (entries and strings included), valid
+ * until kvp_checkpoint_list_free(). */
+KVP_PUBLIC int kvp_list_checkpoints(kvp_client *c, int has_uid, uint32_t uid,
+				    struct kvp_checkpoint_list **ret);
+/* Frees a list; NULL is accepted. */
+KVP_PUBLIC void kvp_checkpoint_list_free(struct kvp_checkpoint_list *l);
 
 /* ---- administration (the admin socket only) ----------------------------- */
 
@@ -458,6 +542,50 @@ struct kvp_config_reload {
  * is bad (kvp_strerror() names the file, line and key; the running
  * configuration stays); -EPERM. */
 KVP_PUBLIC int kvp_admin_config_reload(kvp_client *c, struct kvp_config_reload **ret);
+
+/* Writes session session_id of any tenant as checkpoint `name` of its
+ * owner's tenant, as kvp_session_checkpoint() does (the same errors). On
+ * the client socket the daemon accepts only the caller's own sessions
+ * (others are -ENOENT there).
+ * *ret_bytes (may be NULL) gets the size of the file. */
+KVP_PUBLIC int kvp_admin_checkpoint(kvp_client *c, uint64_t session_id, const char *name,
+				    uint64_t *ret_bytes);
+
+struct kvp_restore_info {
+	uint64_t session_id;
+	uint64_t pool_id;
+	uint64_t n_tokens;
+	uint32_t n_pages;
+	uint32_t shared_pages; /* full pages found in the prefix index already */
+};
+
+/* Restores checkpoint `name` of uid's tenant (the caller's when !has_uid)
+ * into pool pool_id, which must be that tenant's, or, when pool_id is 0,
+ * into the pool of the checkpoint's own model id and layout under that
+ * tenant (created if needed). The session stays in the daemon until
+ * closed (kvp_admin_drop_session(), or by its tenant); no handle comes
+ * back, *ret (may be NULL) says what was made. Errors as
+ * kvp_session_restore(), and -ENOENT no such pool. On the client socket
+ * only the caller's own pools and checkpoints can be named: has_uid is
+ * refused with -EPERM and a pool_id of 0 with -EINVAL. */
+KVP_PUBLIC int kvp_admin_restore(kvp_client *c, const char *name, int has_uid, uint32_t uid,
+				 uint64_t pool_id, struct kvp_restore_info *ret);
+
+struct kvp_warmup_info {
+	uint64_t pool_id;
+	uint64_t n_tokens;
+	uint32_t indexed_pages; /* full pages now in the pool's prefix index */
+	uint32_t shared_pages;	/* of which were there already */
+};
+
+/* Loads a checkpoint's full pages into the prefix index of its pool
+ * (created if needed) without keeping a session, so later prompts with
+ * that prefix match it: the checkpoint `name` of uid's tenant when
+ * has_uid, else the file `name` of the daemon's warm-up directory (which
+ * the daemon also loads at start). Errors as kvp_session_restore(), and
+ * -EPERM not the admin socket. */
+KVP_PUBLIC int kvp_admin_warmup(kvp_client *c, const char *name, int has_uid, uint32_t uid,
+				struct kvp_warmup_info *ret);
 
 #ifdef __cplusplus
 }

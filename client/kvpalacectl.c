@@ -5,19 +5,23 @@
  *
  * Talks to the daemon's admin socket (--socket, else $KVPALACE_ADMIN_SOCKET,
  * else kvp_default_admin_socket_path()) through the public client library
- * only. Views: `status`, `ping`, `stats`, `pools`, `sessions`, `metrics`
- * and `session show ID`; steering: `drop session ID`, `drop pool ID`,
- * `evict --tier host --bytes SIZE`, `config show`, `config reload`. Every
- * command is described once, in the command table below, which drives
- * parsing (its operands and options), `help` and `--help`. With --json
- * each prints one JSON object instead of text (written by hand here, with
- * full string escaping, to need no JSON library); long operations draw a
- * progress bar (progress.h) when stdout is a terminal and --json is not
- * given.
+ * only. Views: `status`, `ping`, `stats`, `pools`, `sessions`, `metrics`,
+ * `session show ID` and `checkpoints`; steering: `drop session ID`, `drop
+ * pool ID`, `evict --tier host --bytes SIZE`, `config show`, `config
+ * reload`, `checkpoint SESSION_ID NAME`, `restore NAME`, `warmup NAME`.
+ * Every command is described once, in the command table below, which
+ * drives parsing (its operands and options), `help` and `--help`. With
+ * --json each prints one JSON object instead of text (written by hand
+ * here, with full string escaping, to need no JSON library); long
+ * operations draw a progress bar (progress.h) when stdout is a terminal
+ * and --json is not given: evict's moves with each request, and the
+ * checkpoint commands, which the daemon answers once the disk work is
+ * done, show a spinner and the time waited.
  *
  * Exit status: 0 success, 1 the daemon refused or failed the request,
- * 2 usage error, 3 the daemon cannot be reached (no socket, no permission,
- * connection lost). Single-threaded.
+ * 2 usage error (a malformed checkpoint name included), 3 the daemon
+ * cannot be reached (no socket, no permission, connection lost).
+ * Single-threaded, but for the spinner's drawing thread (progress.c).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -282,6 +286,10 @@ static void print_stats_text(const char *path, int admin, const struct kvp_stats
 	printf("  %-18s %" PRIu64 "\n", "evicted pages", st->evictions);
 	printf("  %-18s %" PRIu64 "\n", "dedup saved pages", st->dedup_pages);
 	printf("  %-18s %" PRIu64 "\n", "bad disconnects", st->disconnects_bad);
+	printf("  %-18s %" PRIu64 " written, %" PRIu64 " restored, %" PRIu64 " refused, %" PRIu64
+	       " failed; %" PRIu64 " pages warmed up\n",
+	       "checkpoints", st->checkpoints_written, st->checkpoints_restored,
+	       st->checkpoints_refused, st->checkpoint_failures, st->warmed_up_pages);
 	printf("  %-18s %s", "gpu", st->gpu ? "yes" : "no");
 	if (st->gpu_status[0])
 		printf(" (%s)", printable(st->gpu_status, buf, sizeof(buf)));
@@ -410,6 +418,16 @@ static void json_pools(FILE *f, const struct kvp_stats *st)
 	fputc(']', f);
 }
 
+/* The checkpoint counters; a comma after the last one when comma. */
+static void json_checkpoint_counters(FILE *f, const struct kvp_stats *st, int comma)
+{
+	json_u64(f, "checkpoints_written", st->checkpoints_written, 1);
+	json_u64(f, "checkpoints_restored", st->checkpoints_restored, 1);
+	json_u64(f, "checkpoints_refused", st->checkpoints_refused, 1);
+	json_u64(f, "checkpoint_failures", st->checkpoint_failures, 1);
+	json_u64(f, "warmed_up_pages", st->warmed_up_pages, comma);
+}
+
 static void print_stats_json(const char *path, int admin, const struct kvp_stats *st)
 {
 	FILE *f = stdout;
@@ -429,6 +447,7 @@ static void print_stats_json(const char *path, int admin, const struct kvp_stats
 	json_u64(f, "evictions", st->evictions, 1);
 	json_u64(f, "dedup_pages", st->dedup_pages, 1);
 	json_u64(f, "disconnects_bad", st->disconnects_bad, 1);
+	json_checkpoint_counters(f, st, 1);
 	json_bool(f, "gpu", st->gpu, 1);
 	json_string(f, "gpu_status", st->gpu_status, 1);
 	json_pools(f, st);
@@ -594,6 +613,19 @@ static void print_metrics(FILE *f, const char *path, int json, const struct kvp_
 		 offsetof(struct kvp_stats, dedup_pages)},
 		{"bad_disconnects_total", "counter", "Connections closed for misbehaviour.",
 		 offsetof(struct kvp_stats, disconnects_bad)},
+		{"checkpoints_written_total", "counter", "Checkpoints written.",
+		 offsetof(struct kvp_stats, checkpoints_written)},
+		{"checkpoints_restored_total", "counter",
+		 "Checkpoints restored into a session or warmed up.",
+		 offsetof(struct kvp_stats, checkpoints_restored)},
+		{"checkpoints_refused_total", "counter",
+		 "Checkpoint files refused: corrupt, truncated, foreign or newer.",
+		 offsetof(struct kvp_stats, checkpoints_refused)},
+		{"checkpoint_failures_total", "counter",
+		 "Checkpoint writes that failed (disk full, I/O error).",
+		 offsetof(struct kvp_stats, checkpoint_failures)},
+		{"warmed_up_pages_total", "counter", "Pages loaded into prefix indexes by warm-up.",
+		 offsetof(struct kvp_stats, warmed_up_pages)},
 	};
 	static const struct {
 		const char *name, *help;
@@ -665,7 +697,8 @@ static void print_status(FILE *f, const char *path, int json, const struct kvp_s
 		json_u64(f, "host_used_pages", pages - free_pages, 1);
 		json_bool(f, "gpu", st->gpu, 1);
 		json_u64(f, "match_hits", hits, 1);
-		json_u64(f, "match_total", total, 0);
+		json_u64(f, "match_total", total, 1);
+		json_checkpoint_counters(f, st, 0);
 		fputs("}\n", f);
 		return;
 	}
@@ -681,6 +714,11 @@ static void print_status(FILE *f, const char *path, int json, const struct kvp_s
 			100.0 * (double)hits / (double)total, hits, total);
 	else
 		fprintf(f, "prefix hit rate: no matches yet\n");
+	fprintf(f,
+		"checkpoints: %" PRIu64 " written, %" PRIu64 " restored, %" PRIu64
+		" refused, %" PRIu64 " failed\n",
+		st->checkpoints_written, st->checkpoints_restored, st->checkpoints_refused,
+		st->checkpoint_failures);
 }
 
 /* ---- commands ----------------------------------------------------------- */
@@ -692,6 +730,8 @@ enum {
 	OPT_BYTES = 1u << 2,
 	OPT_FORCE = 1u << 3,
 	OPT_PAGES = 1u << 4,
+	OPT_UID = 1u << 5,
+	OPT_LAST = OPT_UID,
 };
 
 /* The command line, parsed. */
@@ -703,7 +743,9 @@ struct args {
 	uint32_t tier;	    /* --tier, enum kvp_tier */
 	uint64_t bytes;	    /* --bytes; KVP_EVICT_ALL for "all" */
 	uint32_t pages;	    /* --pages */
+	uint32_t uid;	    /* --uid */
 	uint64_t id;	    /* the ID operand */
+	const char *ckpt;   /* the NAME operand: a checkpoint name */
 	const char *name;   /* the command's name */
 };
 
@@ -1189,6 +1231,219 @@ static int cmd_config_reload(kvp_client *c, const struct args *a)
 	return 0;
 }
 
+/* ---- checkpoints -------------------------------------------------------- */
+
+/* "YYYY-MM-DD HH:MM:SS" in local time, or "-" for 0. */
+static void time_text(uint64_t unix_ms, char *buf, size_t cap)
+{
+	time_t t = (time_t)(unix_ms / 1000);
+	struct tm tm;
+
+	if (!unix_ms || !localtime_r(&t, &tm) || !strftime(buf, cap, "%Y-%m-%d %H:%M:%S", &tm))
+		snprintf(buf, cap, "-");
+}
+
+/* "uid":U, or "uid":null without --uid; with its comma. */
+static void json_uid_opt(FILE *f, const struct args *a)
+{
+	json_key(f, "uid");
+	if (a->given & OPT_UID)
+		fprintf(f, "%" PRIu32 ",", a->uid);
+	else
+		fputs("null,", f);
+}
+
+/* Starts the spinner of a command the daemon answers once, on a terminal
+ * without --json. */
+static void wait_start(struct progress *pg, const struct args *a, const char *label)
+{
+	progress_wait_start(pg, stdout, !a->json && progress_wanted(stdout), label);
+}
+
+static int cmd_checkpoint(kvp_client *c, const struct args *a)
+{
+	struct progress pg;
+	uint64_t bytes;
+	char size[32];
+	int ret;
+
+	wait_start(&pg, a, "checkpointing");
+	ret = kvp_admin_checkpoint(c, a->id, a->ckpt, &bytes);
+	progress_wait_end(&pg);
+	if (ret < 0)
+		return fail(c, a->name, ret);
+	if (a->json) {
+		fputc('{', stdout);
+		json_string(stdout, "socket", a->path, 1);
+		json_u64(stdout, "session_id", a->id, 1);
+		json_string(stdout, "name", a->ckpt, 1);
+		json_u64(stdout, "bytes", bytes, 0);
+		fputs("}\n", stdout);
+		return 0;
+	}
+	size_text(bytes, size, sizeof(size));
+	printf("checkpointed session %" PRIu64 " as %s (%s written)\n", a->id, a->ckpt, size);
+	return 0;
+}
+
+static int cmd_restore(kvp_client *c, const struct args *a)
+{
+	struct kvp_restore_info r;
+	struct progress pg;
+	int ret;
+
+	wait_start(&pg, a, "restoring");
+	ret = kvp_admin_restore(c, a->ckpt, !!(a->given & OPT_UID), a->uid, a->pool_id, &r);
+	progress_wait_end(&pg);
+	if (ret < 0)
+		return fail(c, a->name, ret);
+	if (a->json) {
+		fputc('{', stdout);
+		json_string(stdout, "socket", a->path, 1);
+		json_string(stdout, "name", a->ckpt, 1);
+		json_uid_opt(stdout, a);
+		json_u64(stdout, "session_id", r.session_id, 1);
+		json_u64(stdout, "pool_id", r.pool_id, 1);
+		json_u64(stdout, "n_tokens", r.n_tokens, 1);
+		json_u64(stdout, "n_pages", r.n_pages, 1);
+		json_u64(stdout, "shared_pages", r.shared_pages, 0);
+		fputs("}\n", stdout);
+		return 0;
+	}
+	printf("restored %s as session %" PRIu64 " of pool %" PRIu64 ": %" PRIu64
+	       " token%s in %u page%s, %u of them already in the prefix index\n",
+	       a->ckpt, r.session_id, r.pool_id, r.n_tokens, plural(r.n_tokens), r.n_pages,
+	       plural(r.n_pages), r.shared_pages);
+	return 0;
+}
+
+static int cmd_warmup(kvp_client *c, const struct args *a)
+{
+	struct kvp_warmup_info r;
+	struct progress pg;
+	int ret;
+
+	wait_start(&pg, a, "warming up");
+	ret = kvp_admin_warmup(c, a->ckpt, !!(a->given & OPT_UID), a->uid, &r);
+	progress_wait_end(&pg);
+	if (ret < 0)
+		return fail(c, a->name, ret);
+	if (a->json) {
+		fputc('{', stdout);
+		json_string(stdout, "socket", a->path, 1);
+		json_string(stdout, "name", a->ckpt, 1);
+		json_uid_opt(stdout, a);
+		json_u64(stdout, "pool_id", r.pool_id, 1);
+		json_u64(stdout, "n_tokens", r.n_tokens, 1);
+		json_u64(stdout, "indexed_pages", r.indexed_pages, 1);
+		json_u64(stdout, "shared_pages", r.shared_pages, 0);
+		fputs("}\n", stdout);
+		return 0;
+	}
+	printf("warmed up %s: %" PRIu64 " token%s, %u full page%s in the prefix index of pool "
+	       "%" PRIu64 " (%u there already)\n",
+	       a->ckpt, r.n_tokens, plural(r.n_tokens), r.indexed_pages, plural(r.indexed_pages),
+	       r.pool_id, r.shared_pages);
+	return 0;
+}
+
+static void print_checkpoints_json(const char *path, const struct args *a,
+				   const struct kvp_checkpoint_list *l)
+{
+	FILE *f = stdout;
+
+	fputc('{', f);
+	json_string(f, "socket", path, 1);
+	json_uid_opt(f, a);
+	json_bool(f, "truncated", l->truncated, 1);
+	json_key(f, "checkpoints");
+	fputc('[', f);
+	for (size_t i = 0; i < l->n_entries; i++) {
+		const struct kvp_checkpoint_info *e = &l->entries[i];
+
+		fputs(i ? ",{" : "{", f);
+		json_string(f, "name", e->name, 1);
+		json_u64(f, "uid", e->uid, 1);
+		if (e->error) {
+			/* What the file would hold is unknown. */
+			fputs("\"model_id\":null,\"layout\":null,\"n_tokens\":null,", f);
+		} else {
+			json_string(f, "model_id", e->model_id, 1);
+			json_layout(f, &e->layout);
+			json_u64(f, "n_tokens", e->n_tokens, 1);
+		}
+		json_key(f, "bytes");
+		fprintf(f, e->bytes || !e->error ? "%" PRIu64 "," : "null,", e->bytes);
+		json_key(f, "created_unix_ms");
+		fprintf(f, e->created_unix_ms || !e->error ? "%" PRIu64 "," : "null,",
+			e->created_unix_ms);
+		json_key(f, "error");
+		if (e->error)
+			json_str(f, e->error);
+		else
+			fputs("null", f);
+		fputc('}', f);
+	}
+	fputs("]}\n", f);
+}
+
+static void print_checkpoints_text(const struct kvp_checkpoint_list *l)
+{
+	int wname = (int)strlen("NAME"), wmodel = (int)strlen("MODEL");
+	char model[128], size[32], when[32], why[256];
+
+	if (!l->n_entries) {
+		printf("no checkpoints\n");
+		return;
+	}
+	for (size_t i = 0; i < l->n_entries; i++) {
+		int n = (int)strlen(l->entries[i].name);
+
+		if (n > wname)
+			wname = n;
+		n = (int)strlen(l->entries[i].model_id);
+		if (n > wmodel)
+			wmodel = n;
+	}
+	printf("%-*s %-6s %-*s %10s %10s  %s\n", wname, "NAME", "UID", wmodel, "MODEL", "TOKENS",
+	       "SIZE", "CREATED");
+	for (size_t i = 0; i < l->n_entries; i++) {
+		const struct kvp_checkpoint_info *e = &l->entries[i];
+
+		/* Names are checked by the library: nothing to escape. */
+		if (e->error) {
+			printf("%-*s %-6u cannot be restored: %s\n", wname, e->name, e->uid,
+			       printable(e->error, why, sizeof(why)));
+			continue;
+		}
+		size_text(e->bytes, size, sizeof(size));
+		time_text(e->created_unix_ms, when, sizeof(when));
+		printf("%-*s %-6u %-*s %10" PRIu64 " %10s  %s\n", wname, e->name, e->uid, wmodel,
+		       printable(e->model_id, model, sizeof(model)), e->n_tokens, size, when);
+	}
+	if (l->truncated)
+		printf("(more checkpoints exist than fit in one reply)\n");
+}
+
+static int cmd_checkpoints(kvp_client *c, const struct args *a)
+{
+	struct kvp_checkpoint_list *l;
+	struct progress pg;
+	int ret;
+
+	wait_start(&pg, a, "listing");
+	ret = kvp_list_checkpoints(c, !!(a->given & OPT_UID), a->uid, &l);
+	progress_wait_end(&pg);
+	if (ret < 0)
+		return fail(c, a->name, ret);
+	if (a->json)
+		print_checkpoints_json(a->path, a, l);
+	else
+		print_checkpoints_text(l);
+	kvp_checkpoint_list_free(l);
+	return 0;
+}
+
 /* ---- the command table, help -------------------------------------------- */
 
 struct command {
@@ -1205,7 +1460,8 @@ struct command {
 static const struct command commands[] = {
 	{"status", NULL, 0, 0, "", "the daemon in a few lines",
 	 "The daemon in a few lines: uptime, open connections, host tier use (pools,\n"
-	 "pages used of all), GPU tier, prefix-match hit rate.\n",
+	 "pages used of all), GPU tier, prefix-match hit rate, checkpoints written,\n"
+	 "restored, refused and failed.\n",
 	 cmd_stats},
 	{"ping", NULL, 0, 0, "", "time one round trip",
 	 "Time one round trip to the daemon (a Hello) and say whether the connection\n"
@@ -1214,8 +1470,8 @@ static const struct command commands[] = {
 	{"stats", NULL, 0, 0, "", "daemon counters and one row per pool",
 	 "The daemon's counters (requests, errors, prefix-match hits and misses,\n"
 	 "matched, appended and committed tokens, evictions, dedup, bad\n"
-	 "disconnects, GPU status) and one row per pool: uid, model, layout, pages\n"
-	 "in all, free, used, reserved, leased, sessions, page size.\n",
+	 "disconnects, checkpoints, GPU status) and one row per pool: uid, model,\n"
+	 "layout, pages in all, free, used, reserved, leased, sessions, page size.\n",
 	 cmd_stats},
 	{"pools", NULL, 0, 0, "", "one row per pool: what its pages hold",
 	 "One row per pool: id, owning uid, model id, layout, pages in all, free,\n"
@@ -1291,6 +1547,45 @@ static const struct command commands[] = {
 	 "bad file is refused with the file, line and key named (exit status 1);\n"
 	 "the running configuration stays.\n",
 	 cmd_config_reload},
+	{"checkpoint", "SESSION_ID NAME", 0, 0, "", "write a session to disk as NAME",
+	 "Write the committed tokens of a session of any user, and their pages, to\n"
+	 "the daemon's disk as checkpoint NAME of the session's owner (replacing an\n"
+	 "older one of that name once the new one is durable). NAME is 1..64 of\n"
+	 "A-Z a-z 0-9 . _ -, starting with a letter, a digit or _. The daemon\n"
+	 "answers once the file is written and synced; a spinner shows the wait\n"
+	 "when standard output is a terminal. Prints the size of the file.\n",
+	 cmd_checkpoint},
+	{"restore", "NAME", OPT_UID | OPT_POOL, 0, " [--uid UID] [--pool ID]",
+	 "rebuild a session from checkpoint NAME",
+	 "Rebuild a session from checkpoint NAME of user UID (default: the user\n"
+	 "running kvpalacectl), in pool ID or else in the pool of the checkpoint's\n"
+	 "model and layout under that user (created if needed). Its full pages are\n"
+	 "shared with the prefix index where it holds the same content. A missing,\n"
+	 "corrupt or truncated file, a newer format, or another model or layout\n"
+	 "than the pool's is refused and nothing is restored. Prints the new\n"
+	 "session's id, pool, tokens and pages; the session stays until closed or\n"
+	 "dropped.\n"
+	 "\n"
+	 "  -u, --uid UID       a checkpoint of user UID\n"
+	 "  -p, --pool ID       into pool ID (of the checkpoint's model and layout)\n",
+	 cmd_restore},
+	{"checkpoints", NULL, OPT_UID, 0, " [--uid UID]", "one row per checkpoint",
+	 "One row per checkpoint of every user (or of UID): name, owning uid,\n"
+	 "model id, tokens, size of the file, when it was written (local time), or\n"
+	 "why it cannot be restored (corrupt, truncated, newer format).\n"
+	 "\n"
+	 "  -u, --uid UID       only the checkpoints of user UID\n",
+	 cmd_checkpoints},
+	{"warmup", "NAME", OPT_UID, 0, " [--uid UID]", "load a checkpoint into the prefix index",
+	 "Load the full pages of a checkpoint into the prefix index of its pool\n"
+	 "(created if needed) without keeping a session, so later prompts with that\n"
+	 "prefix match it: file NAME of the daemon's warm-up directory (which the\n"
+	 "daemon loads at start too), or checkpoint NAME of user UID with --uid.\n"
+	 "Prints the pool and how many pages entered the index and were there\n"
+	 "already.\n"
+	 "\n"
+	 "  -u, --uid UID       checkpoint NAME of user UID\n",
+	 cmd_warmup},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -1316,10 +1611,10 @@ static void usage(FILE *f)
 		snprintf(head, sizeof(head), "%s%s%s", commands[i].name,
 			 commands[i].operands ? " " : "",
 			 commands[i].operands ? commands[i].operands : "");
-		fprintf(f, "  %-18s %s\n", head, commands[i].summary);
+		fprintf(f, "  %-26s %s\n", head, commands[i].summary);
 	}
 	fprintf(f,
-		"  %-18s %s\n"
+		"  %-26s %s\n"
 		"\n"
 		"Options:\n"
 		"  -s, --socket PATH   admin socket (default $KVPALACE_ADMIN_SOCKET, else\n"
@@ -1540,19 +1835,66 @@ static const char *opt_name(unsigned int opt)
 		return "--force";
 	case OPT_PAGES:
 		return "--pages";
+	case OPT_UID:
+		return "--uid";
 	default:
 		return "?";
 	}
 }
 
+/* Takes the operands of cmd from words[0..n): each word of
+ * cmd->operands names one, an id when it ends in "ID" (into a->id), a
+ * checkpoint name when it is "NAME" (into a->ckpt). Returns 0 or
+ * EXIT_USAGE after saying what is wrong. */
+static int parse_operands(const struct command *cmd, char *const *words, int n, struct args *a)
+{
+	const char *op = cmd->operands;
+	int k = 0;
+
+	for (; op && *op; k++) {
+		size_t len = strcspn(op, " ");
+		int is_id = len >= 2 && !strncmp(op + len - 2, "ID", 2);
+
+		if (k >= n) {
+			if (!strcmp(cmd->operands, "ID"))
+				return usage_error("%s wants a%s ID", cmd->name,
+						   strstr(cmd->name, "pool") ? " pool"
+									     : " session");
+			return usage_error("%s wants %s", cmd->name, cmd->operands);
+		}
+		if (is_id && parse_id(words[k], &a->id) < 0)
+			return usage_error("%s wants an id (a number above 0), not '%s'", cmd->name,
+					   words[k]);
+		if (!is_id) {
+			if (kvp_checkpoint_name_check(words[k]) < 0)
+				return usage_error("'%s' is not a checkpoint name: 1..%d of A-Z "
+						   "a-z 0-9 . _ -, starting with a letter, a "
+						   "digit or _",
+						   words[k], KVP_CHECKPOINT_NAME_MAX);
+			a->ckpt = words[k];
+		}
+		op += len;
+		op += *op == ' ';
+	}
+	if (n > k)
+		return usage_error("%s: unexpected argument '%s'", cmd->name, words[k]);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"socket", required_argument, NULL, 's'}, {"pool", required_argument, NULL, 'p'},
-		{"json", no_argument, NULL, 'j'},	  {"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},	  {"tier", required_argument, NULL, 't'},
-		{"bytes", required_argument, NULL, 'b'},  {"force", no_argument, NULL, 'f'},
-		{"pages", required_argument, NULL, 'P'},  {NULL, 0, NULL, 0},
+		{"socket", required_argument, NULL, 's'},
+		{"pool", required_argument, NULL, 'p'},
+		{"json", no_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{"tier", required_argument, NULL, 't'},
+		{"bytes", required_argument, NULL, 'b'},
+		{"force", no_argument, NULL, 'f'},
+		{"pages", required_argument, NULL, 'P'},
+		{"uid", required_argument, NULL, 'u'},
+		{NULL, 0, NULL, 0},
 	};
 	struct args a = {0};
 	const struct command *cmd;
@@ -1561,7 +1903,7 @@ int main(int argc, char **argv)
 	int help = 0, n_words, used, opt, ret;
 	kvp_client *c;
 
-	while ((opt = getopt_long(argc, argv, "s:p:jhVt:b:f", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "s:p:jhVt:b:fu:", opts, NULL)) != -1) {
 		switch (opt) {
 		case 's':
 			a.path = optarg;
@@ -1597,6 +1939,12 @@ int main(int argc, char **argv)
 			break;
 		case 'f':
 			a.given |= OPT_FORCE;
+			break;
+		case 'u':
+			if (parse_count(optarg, UINT32_MAX, &a.uid) < 0)
+				return usage_error("--uid wants a user id (a number), not '%s'",
+						   optarg);
+			a.given |= OPT_UID;
 			break;
 		case 'P':
 			if (parse_count(optarg, 4096, &a.pages) < 0)
@@ -1653,16 +2001,10 @@ int main(int argc, char **argv)
 	a.name = cmd->name;
 	words += used;
 	n_words -= used;
-	if (cmd->operands && n_words < 1)
-		return usage_error("%s wants a%s %s", cmd->name,
-				   strstr(cmd->name, "pool") ? " pool" : " session", cmd->operands);
-	if (n_words > (cmd->operands ? 1 : 0))
-		return usage_error("%s: unexpected argument '%s'", cmd->name,
-				   words[cmd->operands ? 1 : 0]);
-	if (cmd->operands && parse_id(words[0], &a.id) < 0)
-		return usage_error("%s wants an id (a number above 0), not '%s'", cmd->name,
-				   words[0]);
-	for (unsigned int o = 1; o <= OPT_PAGES; o <<= 1) {
+	ret = parse_operands(cmd, words, n_words, &a);
+	if (ret)
+		return ret;
+	for (unsigned int o = 1; o <= OPT_LAST; o <<= 1) {
 		if ((a.given & o) && !(cmd->opts & o))
 			return usage_error("%s does not go with the %s command", opt_name(o),
 					   cmd->name);

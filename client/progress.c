@@ -1,4 +1,8 @@
-/* client/progress.c — the terminal progress bar (see progress.h). */
+/* client/progress.c — the terminal progress bar and the spinner of a wait
+ * (see progress.h). A wait is the one place with a second thread: it
+ * sleeps on a condition variable between redraws so progress_wait_end
+ * wakes it at once. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +64,14 @@ void progress_format(const struct progress *p, char *buf, size_t cap)
 	char done[32], total[32], bar[PROGRESS_BAR_CELLS + 1];
 	unsigned int cells, pct;
 
+	if (p->elapsed) {
+		static const char spin[] = "|/-\\";
+		uint64_t frame = p->interval_ns ? p->done * 1000000ull / p->interval_ns : 0;
+
+		snprintf(buf, cap, "%s %c %" PRIu64 ".%" PRIu64 " s", p->label, spin[frame % 4],
+			 p->done / 1000, p->done % 1000 / 100);
+		return;
+	}
 	figure(p, p->done, done, sizeof(done));
 	if (!p->total) {
 		snprintf(buf, cap, "%s %s", p->label, done);
@@ -117,4 +129,74 @@ void progress_end(struct progress *p)
 	fprintf(p->f, "\r%*s\r", (int)p->drawn, "");
 	fflush(p->f);
 	p->drawn = 0;
+}
+
+/* The wait's thread: redraws every interval until told to stop. */
+static void *wait_thread(void *arg)
+{
+	struct progress *p = arg;
+	struct timespec until;
+
+	pthread_mutex_lock(&p->lock);
+	while (!p->stop) {
+		uint64_t at;
+
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		at = (uint64_t)until.tv_sec * 1000000000ull + (uint64_t)until.tv_nsec +
+		     p->interval_ns;
+		until.tv_sec = (time_t)(at / 1000000000ull);
+		until.tv_nsec = (long)(at % 1000000000ull);
+		if (pthread_cond_timedwait(&p->wake, &p->lock, &until) == ETIMEDOUT && !p->stop) {
+			p->done = (now_ns() - p->start_ns) / 1000000ull;
+			draw(p);
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+void progress_wait_start(struct progress *p, FILE *f, int on, const char *label)
+{
+	pthread_condattr_t attr;
+
+	progress_start(p, f, on, label, 0, 0);
+	p->elapsed = 1;
+	p->start_ns = now_ns();
+	if (!p->on)
+		return;
+	draw(p);
+	if (pthread_mutex_init(&p->lock, NULL) != 0)
+		return;
+	/* Deadlines on the monotonic clock: a clock step must not stall it. */
+	if (pthread_condattr_init(&attr) != 0)
+		goto fail_lock;
+	if (pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
+	    pthread_cond_init(&p->wake, &attr) != 0) {
+		pthread_condattr_destroy(&attr);
+		goto fail_lock;
+	}
+	pthread_condattr_destroy(&attr);
+	if (pthread_create(&p->thread, NULL, wait_thread, p) != 0)
+		goto fail_cond;
+	p->thread_on = 1;
+	return;
+fail_cond:
+	pthread_cond_destroy(&p->wake);
+fail_lock:
+	pthread_mutex_destroy(&p->lock);
+}
+
+void progress_wait_end(struct progress *p)
+{
+	if (p->thread_on) {
+		pthread_mutex_lock(&p->lock);
+		p->stop = 1;
+		pthread_cond_signal(&p->wake);
+		pthread_mutex_unlock(&p->lock);
+		pthread_join(p->thread, NULL);
+		pthread_cond_destroy(&p->wake);
+		pthread_mutex_destroy(&p->lock);
+		p->thread_on = 0;
+	}
+	progress_end(p);
 }

@@ -14,8 +14,9 @@
  * is applied here. Commit may replace the pages it filled by identical
  * indexed copies (dedup) and says which slots they have now; Truncate may
  * copy a shared last page and gives its new slot; a fork's table is read
- * with SessionPages, as many slots per reply as fit in one message. A
- * reply that does not fit what we asked for breaks the client (-EPROTO):
+ * with SessionPages, as many slots per reply as fit in one message, and so
+ * is a restored checkpoint's (session_adopt serves both). A reply that
+ * does not fit what we asked for breaks the client (-EPROTO):
  * a wrong slot would hand out pointers into someone else's page.
  * Not thread-safe: one thread at a time per client.
  */
@@ -352,6 +353,57 @@ static int session_fetch_pages(struct kvp_session *s, uint64_t have)
 	return 0;
 }
 
+int session_adopt(struct kvp_pool *p, struct kvp_session *s, uint64_t id, uint64_t n_tokens,
+		  const uint32_t *slots, size_t n_slots, const char *what)
+{
+	struct kvp_client *c = p->client;
+	uint64_t pages = pool_pages_for(p, n_tokens);
+	int ret;
+
+	s->pool = p;
+	s->id = id;
+	list_init(&s->link);
+	/* A session's pages are distinct slots of the arena: a longer table
+	 * is a lie, and a hostile length must not size our allocation. */
+	if (pages > p->n_pages || n_slots > pages) {
+		ret = conn_break(c, -EPROTO,
+				 "kvpalaced's %s of %llu tokens lists %zu pages (the arena has "
+				 "%u)",
+				 what, (unsigned long long)n_tokens, n_slots, p->n_pages);
+		goto fail;
+	}
+	for (size_t i = 0; i < n_slots; i++) {
+		if (slots[i] >= p->n_pages) {
+			ret = conn_break(c, -EPROTO, "kvpalaced's %s lists a slot out of the arena",
+					 what);
+			goto fail;
+		}
+	}
+	if (pool_table_reserve(&s->slots, &s->cap, pages) < 0) {
+		ret = conn_error(c, -ENOMEM, "no memory for the page table of a %s", what);
+		session_send_close(c, id);
+		goto fail;
+	}
+	if (n_slots)
+		memcpy(s->slots, slots, n_slots * sizeof(uint32_t));
+	s->n_tokens = n_tokens;
+	s->committed = n_tokens;
+	/* The reply starts the page table; SessionPages brings the rest. */
+	ret = session_fetch_pages(s, n_slots);
+	if (ret < 0) {
+		/* The session exists in the daemon: give it back. */
+		session_send_close(c, id);
+		goto fail;
+	}
+	list_add_tail(&p->sessions, &s->link);
+	return 0;
+fail:
+	free(s->slots);
+	s->slots = NULL;
+	s->cap = 0;
+	return ret;
+}
+
 /* Sends a Fork or ForkLease request (req, answered by resp_case) of
  * n_tokens in pool p and builds the new session's handle. */
 static int fork_common(struct kvp_pool *p, Kvpalace__V1__Request *req, int resp_case,
@@ -367,8 +419,6 @@ static int fork_common(struct kvp_pool *p, Kvpalace__V1__Request *req, int resp_
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	f->pool = p;
-	list_init(&f->link);
 	if (pool_table_reserve(&f->slots, &f->cap, pool_pages_for(p, n_tokens)) < 0) {
 		free(f);
 		return -ENOMEM;
@@ -377,35 +427,17 @@ static int fork_common(struct kvp_pool *p, Kvpalace__V1__Request *req, int resp_
 	if (ret < 0)
 		goto fail;
 	fr = resp_case == KVPALACE__V1__RESPONSE__OP_FORK ? resp->fork : resp->fork_lease;
-	f->id = fr->session_id;
 	if (fr->n_tokens != n_tokens) {
 		ret = conn_break(c, -EPROTO, "kvpalaced forked %llu tokens when asked for %llu",
 				 (unsigned long long)fr->n_tokens, (unsigned long long)n_tokens);
 		goto fail;
 	}
-	f->n_tokens = n_tokens;
-	f->committed = n_tokens;
-	/* The reply starts the page table; SessionPages brings the rest. */
-	if (fr->n_page_slots > pool_pages_for(p, n_tokens)) {
-		ret = conn_break(c, -EPROTO, "kvpalaced's fork of %llu tokens lists %zu pages",
-				 (unsigned long long)n_tokens, fr->n_page_slots);
-		goto fail;
-	}
-	for (size_t i = 0; i < fr->n_page_slots; i++) {
-		if (fr->page_slots[i] >= p->n_pages) {
-			ret = conn_break(c, -EPROTO,
-					 "kvpalaced's fork lists a slot out of the arena");
-			goto fail;
-		}
-		f->slots[i] = fr->page_slots[i];
-	}
-	ret = session_fetch_pages(f, fr->n_page_slots);
+	ret = session_adopt(p, f, fr->session_id, n_tokens, fr->page_slots, fr->n_page_slots,
+			    "fork");
 	if (ret < 0) {
-		/* The fork exists in the daemon: give it back. */
-		session_send_close(c, f->id);
-		goto fail;
+		free(f);
+		return ret;
 	}
-	list_add_tail(&p->sessions, &f->link);
 	*ret_session = f;
 	return 0;
 fail:

@@ -5,7 +5,8 @@
  * i * block_tokens onwards); the table covers every reserved token and
  * grows as Append replies extend it. Commit replies rewrite the entries of
  * the pages they filled (dedup), Truncate shrinks the table and may move
- * the new last page, and a fork's table is read with SessionPages. Not
+ * the new last page, and a fork's or a restored checkpoint's table is
+ * read with SessionPages. Not
  * thread-safe.
  */
 #ifndef KVPC_SESSION_H
@@ -29,5 +30,18 @@ struct kvp_session {
 
 /* Frees the handle without telling the daemon. */
 void session_free(struct kvp_session *s);
+
+/* Builds the handle s (zeroed, or holding only a page table from
+ * pool_table_reserve) of a session the daemon has just made in pool p,
+ * holding n_tokens tokens, all committed: a fork's or a restored
+ * checkpoint's. slots[0..n_slots) is the start of its page table from
+ * the daemon's reply; the rest is read with SessionPages. A table that
+ * cannot be the session's (more pages than the arena, a slot outside it)
+ * breaks the client (-EPROTO); when anything else fails (-ENOMEM, a
+ * refused SessionPages) the session is closed in the daemon. what ("fork",
+ * "restore") names the reply in error messages. Returns 0 with s on p's
+ * list, or a negative errno with s's table freed (the caller frees s). */
+int session_adopt(struct kvp_pool *p, struct kvp_session *s, uint64_t id, uint64_t n_tokens,
+		  const uint32_t *slots, size_t n_slots, const char *what);
 
 #endif

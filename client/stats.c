@@ -95,6 +95,11 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 	st->promoted_pages = r->promoted_pages;
 	st->verify_failures = r->verify_failures;
 	st->io_errors = r->io_errors;
+	st->checkpoints_written = r->checkpoints_written;
+	st->checkpoints_restored = r->checkpoints_restored;
+	st->checkpoints_refused = r->checkpoints_refused;
+	st->checkpoint_failures = r->checkpoint_failures;
+	st->warmed_up_pages = r->warmed_up_pages;
 	for (size_t i = 0; i < r->n_pools; i++) {
 		const Kvpalace__V1__PoolStats *in = r->pools[i];
 		struct kvp_pool_stats *out = &st->pools[i];

@@ -181,9 +181,9 @@ static int drop_pool(struct cache *cache, const struct conn *c,
 		*why = "out of memory";
 		return -ENOMEM;
 	}
-	if (tier_pool_busy(p) || !list_empty(&p->waiters)) {
+	if (tier_pool_busy(p) || !list_empty(&p->waiters) || p->n_jobs) {
 		free(leases);
-		*why = "the pool has disk I/O in flight: try again";
+		*why = "the pool has disk I/O or a checkpoint in flight: try again";
 		return -EBUSY;
 	}
 	if ((p->n_sessions || n_leases) && !(in->has_force && in->force)) {

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "cache.h"
+#include "ckptop.h"
 #include "lease.h"
 #include "pool.h"
 #include "session.h"
@@ -24,6 +25,7 @@ void cache_init(struct cache *c, const struct config *cfg)
 	c->cfg = cfg;
 	list_init(&c->pool_list);
 	c->next_id = 1;
+	c->ckpt_dir_fd = -1;
 	c->start_ns = cache_now_ns();
 }
 
@@ -93,7 +95,8 @@ static int check_pool(const struct cache *c, const struct pool *p)
 			pins[l->pages[j]]++;
 		}
 	}
-	if (prefix_index_check(&p->ix, &p->pa, refs) < 0 || tier_check(p, refs) < 0)
+	if (prefix_index_check(&p->ix, &p->pa, refs) < 0 || tier_check(p, refs) < 0 ||
+	    ckptop_check(p, refs) < 0)
 		goto out;
 	for (uint32_t i = 0; i < p->pa.n_pages; i++)
 		if (refs[i] != p->pa.refs[i] || pins[i] != p->pa.pins[i])

@@ -25,14 +25,22 @@ struct cache_counters {
 	uint64_t committed_tokens;
 	uint64_t disconnects_bad;
 	uint64_t connections; /* open now */
+	uint64_t checkpoints_written;
+	uint64_t checkpoints_restored; /* restores and warm-ups */
+	uint64_t checkpoints_refused;  /* corrupt, truncated, newer or foreign files */
+	uint64_t checkpoint_failures;  /* writes that failed */
+	uint64_t warmed_up_pages;
 };
 
 struct aio;
+struct worker;
 struct pool;
 
 struct cache {
 	const struct config *cfg;
 	struct aio *aio;       /* disk I/O, or NULL when there is none */
+	struct worker *worker; /* threads for blocking work (checkpoints) */
+	int ckpt_dir_fd;       /* <state-dir>/checkpoints, or -1 */
 	struct idmap pools;    /* id → struct pool */
 	struct idmap sessions; /* id → struct session */
 	struct idmap leases;   /* id → struct lease */

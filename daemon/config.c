@@ -196,6 +196,7 @@ enum key_id {
 	K_LOG_LEVEL,
 	K_DISK_POOL,
 	K_IO_BACKEND,
+	K_WARMUP_DIR,
 	K_COUNT,
 };
 _Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
@@ -220,6 +221,7 @@ static const char *const key_names[K_COUNT] = {
 	[K_LOG_LEVEL] = "log-level",
 	[K_DISK_POOL] = "disk-pool-size",
 	[K_IO_BACKEND] = "io-backend",
+	[K_WARMUP_DIR] = "warmup-dir",
 };
 
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
@@ -279,6 +281,8 @@ static int set_key(struct config *c, int k, const char *v)
 		return 0;
 	case K_DISK_POOL:
 		return config_parse_size(v, &c->disk_pool_bytes) < 0 ? -EINVAL : 0;
+	case K_WARMUP_DIR:
+		return set_path(c->warmup_dir, sizeof(c->warmup_dir), v);
 	case K_IO_BACKEND:
 		for (int i = 0; i < 3; i++)
 			if (!strcmp(v, io_backends[i])) {
@@ -350,6 +354,12 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		break;
 	case K_IO_BACKEND:
 		snprintf(buf, n, "%s", io_backends[c->io_backend]);
+		break;
+	case K_WARMUP_DIR:
+		if (c->warmup_dir[0])
+			snprintf(buf, n, "%s", c->warmup_dir);
+		else
+			snprintf(buf, n, "%.4000s/warmup", c->state_dir);
 		break;
 	case K_LOG_LEVEL:
 		snprintf(buf, n, "%s",
@@ -660,6 +670,8 @@ void config_usage(const char *argv0)
 	       "                            turns the disk tier off (default 8G)\n"
 	       "  --io-backend NAME         disk I/O: auto, io_uring or threads (pread/pwrite)\n"
 	       "                            (default auto)\n"
+	       "  --warmup-dir DIR          checkpoints loaded into the prefix index before the\n"
+	       "                            daemon reports ready (default STATE-DIR/warmup)\n"
 
 	       "  -h, --help                show this help\n"
 	       "  -V, --version             show the version\n"

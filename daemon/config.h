@@ -42,8 +42,10 @@ struct config {
 	uint32_t socket_mode;	    /* client socket permissions */
 	uint32_t admin_socket_mode; /* admin socket permissions */
 	int log_level;
-	uint64_t disk_pool_bytes;	    /* one pool's spill file; 0: no disk tier */
-	int io_backend;			    /* enum aio_mode: auto, io_uring, threads */
+	uint64_t disk_pool_bytes; /* one pool's spill file; 0: no disk tier */
+	int io_backend;
+	char warmup_dir[CONFIG_PATH_MAX];
+	/* "" means <state_dir>/warmup */   /* enum aio_mode: auto, io_uring, threads */
 	unsigned char src[CONFIG_MAX_KEYS]; /* where each key's value came from */
 	char file[CONFIG_PATH_MAX];	    /* the configuration file read, or "" */
 	char preset[32];		    /* the preset applied, or "" */

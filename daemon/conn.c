@@ -77,6 +77,9 @@ void conn_close(struct conn *c, int bad)
 		return;
 	c->closed = 1;
 	tier_unwait(&c->waiter);
+	if (c->ticket)
+		c->ticket->conn = NULL;
+	c->ticket = NULL;
 	c->parked = 0;
 	free_held(c);
 	if (bad)
@@ -284,12 +287,21 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_
 		return 0;
 	}
 	srv->cache.no_park = tries >= CONN_MAX_PARK_TRIES;
-	if (dispatch(&srv->cache, c, req, &r)) {
+	c->cur_batch = batch;
+	switch (dispatch(&srv->cache, c, req, &r)) {
+	case 1:
 		tier_wait(r.park, &c->waiter);
 		c->parked = 1;
 		reply_fini(&r);
 		cache_debug_check(&srv->cache);
 		return 1;
+	case 2:
+		/* Answered later (conn_deliver); what follows waits. */
+		srv->cache.ctr.requests++;
+		c->parked = 1;
+		reply_fini(&r);
+		cache_debug_check(&srv->cache);
+		return 2;
 	}
 	srv->cache.ctr.requests++;
 	if (r.resp.status != KVPALACE__V1__STATUS__STATUS_OK)
@@ -337,7 +349,7 @@ static void handle_frame(struct conn *c, const uint8_t *payload, size_t len, uin
 		hold(c, payload, len, batch, 0, 0); /* in order, behind the parked one */
 		return;
 	}
-	if (run_frame(c, payload, len, batch, 0))
+	if (run_frame(c, payload, len, batch, 0) == 1)
 		hold(c, payload, len, batch, 1, 1);
 }
 
@@ -346,8 +358,9 @@ static void run_held(struct conn *c)
 {
 	while (c->held_head && !c->parked && !c->draining && !c->closed) {
 		struct conn_held *h = c->held_head;
+		int ret = run_frame(c, h->payload, h->len, h->batch, h->tries);
 
-		if (run_frame(c, h->payload, h->len, h->batch, h->tries)) {
+		if (ret == 1) {
 			h->tries++;
 			break;
 		}
@@ -364,17 +377,48 @@ static int may_receive(const struct conn *c)
 	return !c->draining && c->n_out < CONN_MAX_QUEUED && c->n_held < CONN_MAX_HELD;
 }
 
-/* The pool this connection waited on made progress. */
-static void on_wake(struct tier_waiter *w)
+/* Runs what waited behind a parked request and resumes receiving. */
+static void unpark(struct conn *c)
 {
-	struct conn *c = (struct conn *)((char *)w - offsetof(struct conn, waiter));
-
 	c->parked = 0;
 	run_held(c);
 	if (c->closed || flush_replies(c) < 0)
 		return;
 	if (!c->receiving && may_receive(c))
 		submit_recv(c);
+}
+
+/* The pool this connection waited on made progress. */
+static void on_wake(struct tier_waiter *w)
+{
+	unpark((struct conn *)((char *)w - offsetof(struct conn, waiter)));
+}
+
+void conn_ticket_start(struct conn *c, struct conn_ticket *t, uint64_t id)
+{
+	t->conn = c;
+	t->id = id;
+	t->batch = c->cur_batch;
+	c->ticket = t;
+}
+
+void conn_deliver(struct conn_ticket *t, struct reply *r)
+{
+	struct conn *c = t->conn;
+
+	if (!c) {
+		if (r->pass_fd >= 0)
+			close(r->pass_fd);
+		return;
+	}
+	t->conn = NULL;
+	c->ticket = NULL;
+	r->resp.id = t->id;
+	if (r->resp.status != KVPALACE__V1__STATUS__STATUS_OK)
+		c->srv->cache.ctr.errors++;
+	queue_reply(c, &r->resp, r->pass_fd, t->batch);
+	r->pass_fd = -1;
+	unpark(c);
 }
 
 /* Handles one received datagram of n bytes in buf, received with msg: one

@@ -43,6 +43,16 @@
 struct server;
 struct conn_out;
 struct conn_held;
+struct reply;
+
+/* A request answered later, when work off the event loop (a worker job)
+ * is done. The connection forgets it if it closes first (conn becomes
+ * NULL): the work still finishes, its answer goes nowhere. */
+struct conn_ticket {
+	struct conn *conn;
+	uint64_t id;	/* the request's id */
+	uint64_t batch; /* the datagram it came in */
+};
 
 /* Receive buffers for recvmmsg, shared by every connection: messages are
  * handled one at a time on the loop thread, straight after they arrive. */
@@ -88,8 +98,10 @@ struct conn {
 	 * it: they run in order once it is answered. */
 	struct conn_held *held_head, *held_tail;
 	unsigned int n_held;
-	int parked;
+	int parked; /* a request waits: for disk I/O or a ticket */
 	struct tier_waiter waiter;
+	struct conn_ticket *ticket; /* the request answered later, or NULL */
+	uint64_t cur_batch;	    /* the datagram of the request being handled */
 
 	int draining; /* send what is queued, then close */
 	int closed;   /* resources released; waiting for in-flight ops */
@@ -103,6 +115,13 @@ struct conn {
 /* Takes over an accepted socket: reads the peer's credentials and starts
  * receiving. Returns 0 or a negative errno (the fd is closed then). */
 int conn_start(struct server *srv, int fd, int admin);
+
+/* Starts a ticket for the request being handled (its id is id), to be
+ * answered later with conn_deliver; dispatch then returns 2. */
+void conn_ticket_start(struct conn *c, struct conn_ticket *t, uint64_t id);
+/* Sends the reply of a ticket's request (when its connection is still
+ * open) and lets the connection's next requests run. Takes r's fd. */
+void conn_deliver(struct conn_ticket *t, struct reply *r);
 
 /* Closes the connection now: releases leases and reservations and frees it
  * once no operation is in flight. bad counts it as a misbehaving client. */

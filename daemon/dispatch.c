@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "admin.h"
+#include "ckptop.h"
 #include "dispatch.h"
 #include "lease.h"
 #include "match.h"
@@ -475,6 +476,22 @@ static int run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request 
 
 	if (ret < 0)
 		return ret;
+	switch (req->op_case) {
+	case KVPALACE__V1__REQUEST__OP_CHECKPOINT:
+		return ckptop_checkpoint(cache, c, req->id, req->checkpoint, why);
+	case KVPALACE__V1__REQUEST__OP_RESTORE:
+		return ckptop_restore(cache, c, req->id, req->restore, why);
+	case KVPALACE__V1__REQUEST__OP_LIST_CHECKPOINTS:
+		return ckptop_list(cache, c, req->id, req->list_checkpoints, why);
+	case KVPALACE__V1__REQUEST__OP_WARMUP:
+		if (!c->admin) {
+			*why = "an admin operation: only the admin socket serves it";
+			return -EPERM;
+		}
+		return ckptop_warmup(cache, c, req->id, req->warmup, why);
+	default:
+		break;
+	}
 	if (admin_is_admin_op(req->op_case)) {
 		if (!c->admin) {
 			*why = "an admin operation: only the admin socket serves it";
@@ -534,6 +551,8 @@ int dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *r
 	r->resp.id = req->id;
 	cache->park_on = NULL;
 	ret = run(cache, c, req, r, &why);
+	if (ret == -EINPROGRESS)
+		return 2; /* a worker does it; the reply comes through a ticket */
 	if (ret == -EAGAIN && cache->park_on) {
 		/* Nothing changed: the request runs again once the pool's
 		 * disk I/O made progress. */

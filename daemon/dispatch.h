@@ -34,16 +34,21 @@ struct reply {
 		Kvpalace__V1__EvictResponse evict;
 		Kvpalace__V1__ConfigShowResponse config_show;
 		Kvpalace__V1__ConfigReloadResponse config_reload;
+		Kvpalace__V1__CheckpointResponse checkpoint;
+		Kvpalace__V1__RestoreResponse restore;
+		Kvpalace__V1__ListCheckpointsResponse list_checkpoints;
+		Kvpalace__V1__WarmupResponse warmup;
 	} u;
 	struct pool *park; /* parked: the pool whose disk I/O it waits for */
 	void *heap;	   /* freed by reply_fini */
 	int pass_fd;	   /* fd to send with the reply (owned), or -1 */
 };
 
-/* Returns 0 with the reply in r, or 1 when the request must wait for the
+/* Returns 0 with the reply in r; 1 when the request must wait for the
  * disk I/O of pool r->park: nothing changed, no reply; run it again (with
  * cache->no_park set when it has waited often enough: it then takes a
- * miss or an error instead of waiting). */
+ * miss or an error instead of waiting); or 2 when a worker does it and
+ * the reply comes later through the connection's ticket (conn.h). */
 int dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
 	     struct reply *r);
 void reply_fini(struct reply *r);

@@ -69,6 +69,7 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	p->spill_data = p->spill_meta = -1;
 	list_init(&p->waiters);
 	list_init(&p->ios);
+	list_init(&p->jobs);
 	list_init(&p->sessions);
 	list_init(&p->link);
 	p->id = cache_new_id(c);
@@ -119,7 +120,8 @@ void pool_free(struct cache *c, struct pool *p)
 {
 	if (!p)
 		return;
-	kvp_assert(list_empty(&p->sessions) && !tier_pool_busy(p) && list_empty(&p->waiters));
+	kvp_assert(list_empty(&p->sessions) && !tier_pool_busy(p) && list_empty(&p->waiters) &&
+		   !p->n_jobs);
 	tier_pool_close(c, p);
 	idmap_del(&c->pools, p->id);
 	list_del(&p->link);

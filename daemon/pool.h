@@ -40,6 +40,8 @@ struct pool {
 	uint32_t writes_inflight;
 	uint32_t reads_inflight;
 	uint32_t disk_errors_in_row;
+	uint32_t n_jobs;  /* checkpoint jobs working on this pool */
+	struct list jobs; /* their links (daemon/ckptop.c) */
 	struct tier_counters tier;
 	struct list waiters;  /* struct tier_waiter.link: requests parked on I/O */
 	struct list ios;      /* struct tier_io.link: disk I/O in flight */

@@ -9,10 +9,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "ckptop.h"
 #include "confview.h"
 #include "conn.h"
 #include "listen.h"
 #include "log.h"
+#include "pool.h"
 #include "server.h"
 
 #define SERVER_TICK_S	      1
@@ -311,6 +313,8 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 				 (unsigned long long)(cfg->disk_pool_bytes >> 20), cfg->cache_dir,
 				 aio_mode_name(&s->aio));
 	}
+	s->cache.worker = &s->worker;
+	ckptop_init(&s->cache);
 	s->sig_op.cb = on_signal;
 	s->timer_op.cb = on_timer;
 	s->watchdog_op.cb = on_watchdog;
@@ -365,10 +369,26 @@ int server_run(struct server *s)
 		   KVP_VERSION, s->client.path, s->admin.path,
 		   (unsigned long long)(s->cfg->host_tier_bytes >> 20),
 		   (unsigned long long)(s->cfg->host_pool_bytes >> 20));
+	/* Cache pre-warming: common openings are matchable before the first
+	 * request (and before systemd hears READY=1). */
+	ret = ckptop_warmup_dir(&s->cache);
+	if (ret > 0)
+		log_notice("warm-up: %d checkpoints loaded into the prefix index", ret);
 	/* Everything is set up and accepts are armed: connections that
 	 * arrive now are served as soon as the loop turns. */
 	notify_ready(&s->notify, &s->cache);
 	ret = loop_run(&s->loop);
+	if (ret == 0 && s->have_aio) {
+		/* A clean stop keeps the cache: cached pages not on disk yet are
+		 * written so the next start finds them (warm restart). */
+		uint32_t n = 0;
+
+		for (struct list *it = s->cache.pool_list.next; it != &s->cache.pool_list;
+		     it = it->next)
+			n += tier_flush(&s->cache, list_entry(it, struct pool, link));
+		if (n)
+			log_notice("writing %u cached pages to the disk tier before stopping", n);
+	}
 	if (ret == 0 && server_busy(s)) {
 		/* Disk reads and writes in flight target the arenas: let them
 		 * finish (requests parked on them are answered too). */
@@ -411,6 +431,7 @@ void server_fini(struct server *s)
 	}
 	if (s->sigfd >= 0)
 		close(s->sigfd);
+	ckptop_fini(&s->cache);
 	cache_fini(&s->cache);
 	conn_rx_fini(&s->rx);
 	free(s->arena_buf);

@@ -357,3 +357,38 @@ uint32_t session_shared_pages(const struct session *s)
 		n += s->pool->pa.refs[s->pages[i]] > 1;
 	return n;
 }
+
+int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const uint32_t *tokens,
+		    uint64_t n, const uint32_t *slots, struct session **ret_session,
+		    uint32_t *ret_shared)
+{
+	uint32_t bt = p->layout.block_tokens;
+	uint32_t need = (uint32_t)((n + bt - 1) / bt), full = (uint32_t)(n / bt);
+	uint64_t dedup_before = p->ix.dedup_pages;
+	struct session *s;
+	int ret;
+
+	if (n > c->cfg->max_session_tokens)
+		return -EDQUOT;
+	ret = session_create(c, p, root, &s);
+	if (ret < 0)
+		return ret;
+	ret = grow((void **)&s->tokens, &s->cap_tokens, n ? n : 1, sizeof(uint32_t));
+	if (ret == 0)
+		ret = reserve_pages(s, need ? need : 1);
+	if (ret < 0) {
+		session_close(c, s);
+		return ret;
+	}
+	if (n)
+		memcpy(s->tokens, tokens, n * sizeof(uint32_t));
+	/* The session takes over the slots' references. */
+	memcpy(s->pages, slots, need * sizeof(uint32_t));
+	s->n_pages = need;
+	s->n_tokens = s->n_committed = n;
+	while (s->n_hashes < full)
+		index_page(p, s, s->n_hashes++);
+	*ret_shared = (uint32_t)(p->ix.dedup_pages - dedup_before);
+	*ret_session = s;
+	return 0;
+}

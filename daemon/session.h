@@ -100,6 +100,17 @@ struct lease;
 int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n,
 		       struct session **ret_session);
 
+/* A new session of p, chain root root, holding the n committed tokens
+ * tokens[0..n) whose pages are the held slots[0..ceil(n/block_tokens)),
+ * one reference each, which the session takes over (a restored
+ * checkpoint). Its full pages enter the index, or are replaced by the
+ * indexed copy of the same content: *ret_shared counts those. Returns 0,
+ * -EDQUOT (session limits) or -ENOMEM; on failure the slots are still the
+ * caller's. */
+int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const uint32_t *tokens,
+		    uint64_t n, const uint32_t *slots, struct session **ret_session,
+		    uint32_t *ret_shared);
+
 /* Pages holding only uncommitted positions. */
 uint32_t session_reserved_pages(const struct session *s);
 /* Pages of s that someone else (index, lease, another session) holds too. */

@@ -80,6 +80,14 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 			out->io_errors += p->tier.io_errors;
 		}
 	}
+	out->has_checkpoints_written = out->has_checkpoints_restored = 1;
+	out->has_checkpoints_refused = out->has_checkpoint_failures = 1;
+	out->has_warmed_up_pages = 1;
+	out->checkpoints_written = c->ctr.checkpoints_written;
+	out->checkpoints_restored = c->ctr.checkpoints_restored;
+	out->checkpoints_refused = c->ctr.checkpoints_refused;
+	out->checkpoint_failures = c->ctr.checkpoint_failures;
+	out->warmed_up_pages = c->ctr.warmed_up_pages;
 	if (c->aio && c->cfg->disk_pool_bytes) {
 		out->disk_io = (char *)aio_mode_name(c->aio);
 		out->has_spilled_pages = out->has_promoted_pages = 1;

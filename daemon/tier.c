@@ -233,23 +233,50 @@ static int start_write(struct cache *c, struct pool *p, struct pindex_entry *e)
 	return 0;
 }
 
+/* True when e's host copy can be written out now. */
+static int spillable(const struct pindex_entry *e)
+{
+	return e->list == PINDEX_LIST_HOST && e->extent == PINDEX_NONE;
+}
+
 uint32_t tier_spill(struct cache *c, struct pool *p, uint32_t want_free)
 {
-	struct list *it, *tmp;
-
 	if (!p->spill || p->disk_errors_in_row >= TIER_MAX_ERRORS_IN_ROW)
 		return p->writes_inflight;
-	list_for_each_safe (it, tmp, &p->ix.host_lru) {
-		struct pindex_entry *e = list_entry(it, struct pindex_entry, lru_link);
+	while (p->pa.n_free + p->writes_inflight < want_free) {
+		struct pindex_entry *e = NULL, *top;
+		struct list *it;
 
-		if (p->pa.n_free + p->writes_inflight >= want_free)
+		/* The least recently used page without a disk copy (clean
+		 * ones leave without I/O, evict.c). */
+		for (it = p->ix.host_lru.next; it != &p->ix.host_lru; it = it->next)
+			if (spillable(list_entry(it, struct pindex_entry, lru_link))) {
+				e = list_entry(it, struct pindex_entry, lru_link);
+				break;
+			}
+		if (!e)
 			break;
-		if (e->extent != PINDEX_NONE)
-			continue; /* clean: evict.c frees it without I/O */
-		if (start_write(c, p, e) < 0)
-			break;
+		/* Its unwritten ancestors first, from the top: a child on disk
+		 * is useless without its parent, after a crash too. */
+		do {
+			for (top = e; top->parent && spillable(top->parent); top = top->parent)
+				;
+			if (start_write(c, p, top) < 0)
+				return p->writes_inflight;
+		} while (top != e);
 	}
 	return p->writes_inflight;
+}
+
+uint32_t tier_flush(struct cache *c, struct pool *p)
+{
+	uint32_t before = p->writes_inflight;
+
+	if (!p->spill)
+		return 0;
+	/* Every page only the index holds: want every slot free. */
+	tier_spill(c, p, p->pa.n_pages + p->writes_inflight + 1);
+	return p->writes_inflight - before;
 }
 
 static void on_read(struct aio_req *r, int res)
@@ -475,6 +502,9 @@ void tier_pool_close(struct cache *c, struct pool *p)
 		return;
 	kvp_assert(!tier_pool_busy(p));
 	if (c->aio) {
+		/* Before the arena goes: a later arena mapped at the same
+		 * address must not reach these pinned pages. */
+		aio_buffer_remove(c->aio, p->arena);
 		if (p->spill_data >= 0)
 			aio_file_remove(c->aio, p->spill_data);
 		if (p->spill_meta >= 0)

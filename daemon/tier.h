@@ -51,10 +51,15 @@ void tier_pool_close(struct cache *c, struct pool *p);
 /* True while p has disk I/O in flight. */
 int tier_pool_busy(const struct pool *p);
 
-/* Starts writing least recently used host pages without a disk copy until
- * the free pages plus those being written reach want_free. Returns the
- * writes now in flight for p. */
+/* Starts writing least recently used host pages without a disk copy
+ * (each after its unwritten ancestors) until the free pages plus those
+ * being written reach want_free. Returns the writes now in flight for p. */
 uint32_t tier_spill(struct cache *c, struct pool *p, uint32_t want_free);
+
+/* Starts writing every page only the index holds that has no disk copy
+ * yet (at a clean stop, so a restart finds them). Returns the writes
+ * started. */
+uint32_t tier_flush(struct cache *c, struct pool *p);
 
 /* Brings e's page into a host slot. Returns 0 when it is there already,
  * 1 when a read is in flight (wait for it), -EAGAIN when a slot will only

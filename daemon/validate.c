@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "prefix_index.h"
 #include "validate.h"
 
@@ -112,6 +113,25 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 		if (req->match_prefix->has_cache_salt &&
 		    req->match_prefix->cache_salt.len > PREFIX_INDEX_MAX_SALT)
 			REJECT(-EINVAL, "cache salt longer than 64 bytes");
+		break;
+	case KVPALACE__V1__REQUEST__OP_CHECKPOINT:
+		if (!ckpt_name_valid(req->checkpoint->name))
+			REJECT(-EINVAL, "checkpoint names are 1..64 of A-Z a-z 0-9 . _ -, "
+					"starting with a letter, digit or _");
+		break;
+	case KVPALACE__V1__REQUEST__OP_RESTORE:
+		if (!ckpt_name_valid(req->restore->name))
+			REJECT(-EINVAL, "checkpoint names are 1..64 of A-Z a-z 0-9 . _ -, "
+					"starting with a letter, digit or _");
+		if (req->restore->has_pool_id && req->restore->pool_id == 0)
+			REJECT(-EINVAL, "pool id 0 does not exist");
+		break;
+	case KVPALACE__V1__REQUEST__OP_LIST_CHECKPOINTS:
+		break;
+	case KVPALACE__V1__REQUEST__OP_WARMUP:
+		if (!ckpt_name_valid(req->warmup->name))
+			REJECT(-EINVAL, "checkpoint names are 1..64 of A-Z a-z 0-9 . _ -, "
+					"starting with a letter, digit or _");
 		break;
 	default:
 		REJECT(-EPROTO, "request carries no known operation");

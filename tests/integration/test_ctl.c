@@ -14,8 +14,19 @@
  * CMD`, `CMD --help`); exit statuses are 0 success, 1 the daemon refused,
  * 2 usage, 3 cannot connect; the client socket refuses every admin
  * operation with STATUS_PERMISSION (through the raw protocol).
+ * Checkpoints: `checkpoint` writes a session's file (its size as the
+ * format says), `checkpoints` lists it (and says why a truncated file
+ * cannot be restored), `restore` rebuilds it (into its own pool, a given
+ * pool, another user's; its pages shared with the index and reading
+ * right through the library), `warmup` refills a dropped pool's index
+ * from a checkpoint or from the warm-up directory so a match reads the
+ * same K/V; corrupt, truncated, foreign and missing files are refused
+ * (exit 1), bad names never reach the daemon (exit 2), the counters show
+ * in status, stats and metrics, and a spinner is drawn only on a
+ * terminal.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <pty.h>
@@ -25,6 +36,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <setjmp.h>
@@ -413,9 +425,10 @@ static void test_ctl_pools_sessions(void **state)
 /* ---- help and exit statuses --------------------------------------------- */
 
 static const char *const all_commands[][2] = {
-	{"status", NULL},   {"ping", NULL},    {"stats", NULL},	    {"pools", NULL},
-	{"sessions", NULL}, {"metrics", NULL}, {"session", "show"}, {"drop", "session"},
-	{"drop", "pool"},   {"evict", NULL},   {"config", "show"},  {"config", "reload"},
+	{"status", NULL},     {"ping", NULL},	 {"stats", NULL},	{"pools", NULL},
+	{"sessions", NULL},   {"metrics", NULL}, {"session", "show"},	{"drop", "session"},
+	{"drop", "pool"},     {"evict", NULL},	 {"config", "show"},	{"config", "reload"},
+	{"checkpoint", NULL}, {"restore", NULL}, {"checkpoints", NULL}, {"warmup", NULL},
 };
 #define N_ALL (sizeof(all_commands) / sizeof(all_commands[0]))
 
@@ -935,7 +948,8 @@ static void test_config(void **state)
 		"\"admin-socket-mode\":{\"value\":\"0600\",\"source\":\"default\"},"
 		"\"log-level\":{\"value\":\"info\",\"source\":\"file\"},"
 		"\"disk-pool-size\":{\"value\":\"8192M\",\"source\":\"default\"},"
-		"\"io-backend\":{\"value\":\"auto\",\"source\":\"default\"}}}");
+		"\"io-backend\":{\"value\":\"auto\",\"source\":\"default\"},"
+		"\"warmup-dir\":{\"value\":\"$DIR/state/warmup\",\"source\":\"default\"}}}");
 
 	/* A reload says what changed and what waits for a restart. */
 	write_conf("log-level = notice\nmax-sessions-per-pool = 100\nmax-message-bytes = 8192\n");
@@ -1121,6 +1135,295 @@ static void test_client_socket_refuses_admin_ops(void **state)
 	raw_close(&r);
 }
 
+/* ---- checkpoints -------------------------------------------------------- */
+
+/* The size of a checkpoint of 40 tokens in 3 pages of 8 KiB, as
+ * daemon/ckpt.h lays it out: header and token records padded to 4096,
+ * the pages, 8 bytes of checksum per page, a 32-byte trailer. */
+#define CKPT_40_BYTES 28728
+
+/* Copies src to dst (created 0600). */
+static void copy_file(const char *src, const char *dst)
+{
+	static char buf[1 << 16];
+	int in = open(src, O_RDONLY | O_CLOEXEC);
+	int o = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ssize_t n;
+
+	assert_true(in >= 0);
+	assert_true(o >= 0);
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		assert_int_equal(write(o, buf, (size_t)n), n);
+	assert_int_equal(n, 0);
+	close(in);
+	assert_int_equal(close(o), 0);
+}
+
+/* Flips one byte of a file at off. */
+static void flip_byte(const char *path, off_t off)
+{
+	unsigned char b;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &b, 1, off), 1);
+	b ^= 0x5a;
+	assert_int_equal(pwrite(fd, &b, 1, off), 1);
+	close(fd);
+}
+
+/* The number after "key": in out; fails when there is none. */
+static uint64_t json_number(const char *key)
+{
+	char pat[64];
+	const char *at;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	at = strstr(out, pat);
+	if (!at)
+		fail_msg("no %s in %s", pat, out);
+	return strtoull(at + strlen(pat), NULL, 10);
+}
+
+static void test_checkpoints(void **state)
+{
+	struct harness *h = *state;
+	uint32_t tokens[40];
+	char sid[24], pid[24], qid[24], uid[16], dir[200], path[256], want[512];
+	uint64_t bytes = 0, now_ms;
+	struct stat sb;
+	kvp_client *c;
+	kvp_pool *p, *q;
+	kvp_session *s, *rs;
+	kvp_lease *l;
+
+	harness_tokens(tokens, 40, 72, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL "-other", &harness_layout, &q), 0);
+	assert_int_equal(harness_pkv_commit_session(p, tokens, 40, &s), 0);
+	snprintf(sid, sizeof(sid), "%" PRIu64, kvp_session_id(s));
+	snprintf(pid, sizeof(pid), "%" PRIu64, kvp_pool_id(p));
+	snprintf(qid, sizeof(qid), "%" PRIu64, kvp_pool_id(q));
+	snprintf(uid, sizeof(uid), "%u", (unsigned)getuid());
+	snprintf(dir, sizeof(dir), "%s/state/checkpoints/%s", h->dir, uid);
+
+	/* checkpoint: the file is there, of the size the format says. */
+	CTL_EXPECT(0, h->admin_sock, "checkpoint", sid, "chat-1");
+	expect_out("checkpoint", "checkpointed session %s as chat-1 (28.1 KiB written)\n", sid);
+	snprintf(path, sizeof(path), "%s/chat-1", dir);
+	assert_int_equal(stat(path, &sb), 0);
+	assert_int_equal(sb.st_size, CKPT_40_BYTES);
+	CTL_EXPECT(0, h->admin_sock, "--json", "checkpoint", sid, "chat-2");
+	expect_json("checkpoint --json");
+	mask("socket");
+	mask("session_id");
+	expect_golden("checkpoint --json",
+		      "{\"socket\":*,\"session_id\":*,\"name\":\"chat-2\",\"bytes\":28728}");
+	/* The library's own call writes the same file. */
+	assert_int_equal(kvp_session_checkpoint(s, "lib-1", &bytes), 0);
+	assert_int_equal(bytes, CKPT_40_BYTES);
+
+	/* checkpoints: a table, and the whole document sorted by name. */
+	CTL_EXPECT(0, h->admin_sock, "checkpoints");
+	expect_out("checkpoints", "%s",
+		   "NAME   UID    MODEL              TOKENS       SIZE  CREATED\n");
+	expect_out("checkpoints", "chat-1 %-6s %s         40   28.1 KiB  2", uid, MODEL);
+	expect_out("checkpoints", "lib-1  %-6s %s         40   28.1 KiB  2", uid, MODEL);
+	CTL_EXPECT(0, h->admin_sock, "--json", "checkpoints", "--uid", uid);
+	expect_json("checkpoints --json");
+	now_ms = (uint64_t)time(NULL) * 1000;
+	if (json_number("created_unix_ms") + 600000 < now_ms ||
+	    json_number("created_unix_ms") > now_ms + 600000)
+		fail_msg("checkpoints: created_unix_ms is not about now (%" PRIu64 "): %s", now_ms,
+			 out);
+	mask("socket");
+	mask("created_unix_ms");
+	{
+		char doc[2048], e[3][512];
+		const char *const names[3] = {"chat-1", "chat-2", "lib-1"};
+
+		for (int i = 0; i < 3; i++)
+			snprintf(e[i], sizeof(e[i]),
+				 "{\"name\":\"%s\",\"uid\":%s,\"model_id\":\"ctl-test-model\","
+				 "\"layout\":{\"n_layers\":2,\"n_kv_heads\":2,\"head_dim\":32,"
+				 "\"block_tokens\":16,\"dtype\":\"f16\",\"quant_group\":0},"
+				 "\"n_tokens\":40,\"bytes\":28728,\"created_unix_ms\":*,\"error\":"
+				 "null}",
+				 names[i], uid);
+		snprintf(doc, sizeof(doc),
+			 "{\"socket\":*,\"uid\":%s,\"truncated\":false,\"checkpoints\":[%s,%s,%s]}",
+			 uid, e[0], e[1], e[2]);
+		expect_golden("checkpoints --json", doc);
+	}
+
+	/* restore: into the checkpoint's own pool; its full pages are the
+	 * index's (shared), its last page its own. */
+	CTL_EXPECT(0, h->admin_sock, "restore", "chat-1");
+	expect_out("restore", "%s", "restored chat-1 as session ");
+	expect_out("restore",
+		   " of pool %s: 40 tokens in 3 pages, 2 of them already in the prefix index\n",
+		   pid);
+	CTL_EXPECT(0, h->admin_sock, "--json", "restore", "chat-1", "--pool", pid);
+	expect_json("restore --json");
+	assert_int_equal(json_number("pool_id"), kvp_pool_id(p));
+	mask("socket");
+	mask("session_id");
+	mask("pool_id");
+	expect_golden("restore --json",
+		      "{\"socket\":*,\"name\":\"chat-1\",\"uid\":null,\"session_id\":*,\"pool_id\":"
+		      "*,\"n_tokens\":40,\"n_pages\":3,\"shared_pages\":2}");
+	CTL_EXPECT(0, h->admin_sock, "--json", "restore", "--uid", uid, "chat-1");
+	expect_out("restore --uid", "\"uid\":%s,", uid);
+	CTL_EXPECT(0, h->admin_sock, "--json", "sessions", "--pool", pid);
+	expect_out("sessions after restores", "%s", "\"n_tokens\":40,\"committed_tokens\":40,");
+	/* Through the library: the same K/V, readable as a fork's. */
+	assert_int_equal(kvp_session_restore(p, "chat-1", &rs), 0);
+	assert_int_equal(kvp_session_tokens(rs), 40);
+	assert_int_equal(kvp_session_committed(rs), 40);
+	assert_int_equal(harness_pkv_check_session(p, rs, tokens, 0, 40), 0);
+
+	/* warmup: the pool and its index gone, the checkpoint refills the
+	 * index of a new pool and a match reads the same K/V. */
+	CTL_EXPECT(0, h->admin_sock, "drop", "pool", pid, "--force");
+	kvp_pool_close(p);
+	CTL_EXPECT(0, h->admin_sock, "--json", "warmup", "chat-1", "--uid", uid);
+	expect_json("warmup --json");
+	mask("socket");
+	mask("pool_id");
+	snprintf(want, sizeof(want),
+		 "{\"socket\":*,\"name\":\"chat-1\",\"uid\":%s,\"pool_id\":*,\"n_tokens\":40,"
+		 "\"indexed_pages\":2,\"shared_pages\":0}",
+		 uid);
+	expect_golden("warmup --json", want);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	snprintf(pid, sizeof(pid), "%" PRIu64, kvp_pool_id(p));
+	assert_int_equal(kvp_match_prefix(p, tokens, 40, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 32);
+	assert_int_equal(harness_pkv_check_lease(l, p, tokens, 32), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+	/* s went with the pool: a session of the new one for what follows. */
+	assert_int_equal(harness_pkv_commit_session(p, tokens, 40, &s), 0);
+	snprintf(sid, sizeof(sid), "%" PRIu64, kvp_session_id(s));
+	CTL_EXPECT(0, h->admin_sock, "warmup", "--uid", uid, "chat-1");
+	expect_out("warmup",
+		   "warmed up chat-1: 40 tokens, 2 full pages in the prefix index of pool %s "
+		   "(2 there already)\n",
+		   pid);
+	/* Without --uid: the warm-up directory. */
+	CTL_EXPECT(1, h->admin_sock, "warmup", "chat-1");
+	snprintf(path, sizeof(path), "%s/state/warmup", h->dir);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/state/warmup/chat-1", h->dir);
+	snprintf(want, sizeof(want), "%s/chat-1", dir);
+	copy_file(want, path);
+	CTL_EXPECT(0, h->admin_sock, "warmup", "chat-1");
+	expect_out("warmup (directory)", "%s", "warmed up chat-1: 40 tokens, 2 full pages");
+
+	/* Refusals: exit 1, nothing restored. A truncated file is listed
+	 * with why; a page that fails its checksum, another model's pool, a
+	 * missing name and a missing session are refused. */
+	snprintf(path, sizeof(path), "%s/chat-2", dir);
+	assert_int_equal(truncate(path, 1000), 0);
+	snprintf(want, sizeof(want), "%s/chat-3", dir);
+	copy_file(path, want); /* replaced just below */
+	snprintf(path, sizeof(path), "%s/chat-1", dir);
+	copy_file(path, want);
+	flip_byte(want, 4096 + 8192 + 100); /* in page 1 */
+	CTL_EXPECT(1, h->admin_sock, "restore", "chat-2");
+	expect_out("restore of a truncated file", "%s", "truncated");
+	CTL_EXPECT(1, h->admin_sock, "restore", "chat-3");
+	expect_out("restore of a corrupt page", "%s", "checksum mismatch");
+	CTL_EXPECT(1, h->admin_sock, "restore", "chat-1", "--pool", qid);
+	expect_out("restore into another model's pool", "%s", "model");
+	/* The same refusals through the library, as errno. */
+	rs = NULL;
+	assert_int_equal(kvp_session_restore(p, "chat-2", &rs), -EBADMSG);
+	assert_int_equal(kvp_session_restore(p, "chat-3", &rs), -EBADMSG);
+	assert_int_equal(kvp_session_restore(q, "chat-1", &rs), -EINVAL);
+	assert_int_equal(kvp_session_restore(p, "no-such-name", &rs), -ENOENT);
+	assert_null(rs);
+	assert_int_equal(kvp_ping(c), 0);
+	CTL_EXPECT(1, h->admin_sock, "restore", "no-such-name");
+	CTL_EXPECT(1, h->admin_sock, "warmup", "--uid", uid, "no-such-name");
+	CTL_EXPECT(1, h->admin_sock, "checkpoint", "999999", "chat-9");
+	expect_out("checkpoint of a missing session", "%s", "no such session");
+	CTL_EXPECT(0, h->admin_sock, "checkpoints");
+	expect_out("checkpoints (truncated file)", "chat-2 %-6s cannot be restored: ", uid);
+	CTL_EXPECT(0, h->admin_sock, "--json", "checkpoints");
+	expect_json("checkpoints --json (truncated file)");
+	snprintf(want, sizeof(want),
+		 "{\"name\":\"chat-2\",\"uid\":%s,\"model_id\":null,\"layout\":null,\"n_tokens\":"
+		 "null,\"bytes\":null,\"created_unix_ms\":null,\"error\":\"",
+		 uid);
+	expect_out("checkpoints --json (truncated file)", "%s", want);
+
+	/* Bad names never reach the daemon: usage errors. */
+	CTL_EXPECT(2, h->admin_sock, "checkpoint", sid, "../x");
+	expect_out("checkpoint ../x", "%s", "is not a checkpoint name");
+	CTL_EXPECT(2, h->admin_sock, "checkpoint", sid, ".hidden");
+	CTL_EXPECT(2, h->admin_sock, "restore", "a b");
+	CTL_EXPECT(2, h->admin_sock, "warmup", "x/y");
+	CTL_EXPECT(2, h->admin_sock, "restore",
+		   "a1234567890123456789012345678901234567890123456789012345678901234");
+	CTL_EXPECT(2, h->admin_sock, "checkpoint", sid);
+	CTL_EXPECT(2, h->admin_sock, "checkpoint", "chat-1", sid);
+	CTL_EXPECT(2, h->admin_sock, "checkpoint", sid, "a", "b");
+	CTL_EXPECT(2, h->admin_sock, "restore");
+	CTL_EXPECT(2, h->admin_sock, "restore", "chat-1", "--uid", "x");
+	CTL_EXPECT(2, h->admin_sock, "checkpoints", "--pool", "1");
+	CTL_EXPECT(2, h->admin_sock, "checkpoints", "chat-1");
+	CTL_EXPECT(2, h->admin_sock, "warmup", "chat-1", "--pool", "1");
+	CTL_EXPECT(2, h->admin_sock, "sessions", "--uid", "0");
+	/* The client socket: the caller's own list, no warm-up. */
+	CTL_EXPECT(0, h->sock, "checkpoints");
+	expect_out("checkpoints on the client socket", "%s", "chat-1 ");
+	CTL_EXPECT(1, h->sock, "warmup", "chat-1");
+	expect_out("warmup on the client socket", "%s", "admin socket");
+
+	/* A spinner on a terminal, erased before the result; none in a pipe. */
+	{
+		char *args[] = {"--socket", h->admin_sock, "checkpoint", sid, "chat-pty", NULL};
+		int ret = ctl_pty(args);
+
+		if (ret != 0)
+			fail_msg("checkpoint on a terminal exited %d:\n%s", ret, out);
+	}
+	expect_out("checkpoint on a terminal", "%s", "\rcheckpointing | 0.0 s");
+	expect_out("checkpoint on a terminal", "checkpointed session %s as chat-pty", sid);
+	CTL_EXPECT(0, h->admin_sock, "checkpoint", sid, "chat-pipe");
+	if (strchr(out, '\r'))
+		fail_msg("a spinner on a pipe: %s", out);
+
+	/* The counters: 5 written (chat-1, chat-2, lib-1, chat-pty,
+	 * chat-pipe); 7 restored or warmed up; 6 refused (truncated,
+	 * checksum, other model; by kvpalacectl and by the library); 6 pages
+	 * warmed up. */
+	CTL_EXPECT(0, h->admin_sock, "status");
+	expect_out("status", "%s", "checkpoints: 5 written, 7 restored, 6 refused, 0 failed\n");
+	CTL_EXPECT(0, h->admin_sock, "--json", "status");
+	expect_json("status --json");
+	expect_out("status --json", "%s",
+		   "\"checkpoints_written\":5,\"checkpoints_restored\":7,\"checkpoints_refused\":6,"
+		   "\"checkpoint_failures\":0,\"warmed_up_pages\":6}");
+	CTL_EXPECT(0, h->admin_sock, "stats");
+	expect_out("stats", "%s",
+		   "checkpoints        5 written, 7 restored, 6 refused, 0 failed; 6 pages warmed "
+		   "up\n");
+	CTL_EXPECT(0, h->admin_sock, "--json", "stats");
+	expect_out("stats --json", "%s",
+		   "\"checkpoints_written\":5,\"checkpoints_restored\":7,\"checkpoints_refused\":6,"
+		   "\"checkpoint_failures\":0,\"warmed_up_pages\":6,");
+	CTL_EXPECT(0, h->admin_sock, "metrics");
+	expect_out("metrics", "%s", "# TYPE kvpalace_checkpoints_written_total counter\n");
+	expect_out("metrics", "%s", "\nkvpalace_checkpoints_written_total 5\n");
+	expect_out("metrics", "%s", "\nkvpalace_checkpoints_restored_total 7\n");
+	expect_out("metrics", "%s", "\nkvpalace_checkpoints_refused_total 6\n");
+	expect_out("metrics", "%s", "\nkvpalace_checkpoint_failures_total 0\n");
+	expect_out("metrics", "%s", "\nkvpalace_warmed_up_pages_total 6\n");
+	kvp_disconnect(c);
+}
+
 /* ---- --json on every command -------------------------------------------- */
 
 static void test_json_everywhere(void **state)
@@ -1195,6 +1498,7 @@ int main(void)
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_json_everywhere, harness_setup,
 						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_checkpoints, harness_setup, harness_teardown),
 	};
 
 	return cmocka_run_group_tests_name("ctl", tests, NULL, NULL);

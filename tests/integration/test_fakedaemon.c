@@ -9,10 +9,19 @@
  * SessionPages (after Fork) replies whose page slots lie outside the arena
  * or at the wrong place, admin replies that contradict their request (a
  * session view with more slots than asked, a drop of another session, an
- * eviction whose pools do not add up). kvpalace.h promises -EPROTONOSUPPORT for another
- * version, -EPROTO (and a closed connection, -ENOTCONN afterwards) for a
- * malformed reply, -EPIPE/-ECONNRESET when the daemon goes away — and, in
- * no case, a pointer outside the arena.
+ * eviction whose pools do not add up), and checkpoint replies that cannot
+ * be right (a restored session with a slot outside the arena, in its
+ * first window or in the SessionPages after it, more pages than the arena
+ * holds or in another pool; a checkpoint whose pages do not fit its
+ * tokens; a list with an invalid name or of another uid than asked; an
+ * admin restore into another pool; a warm-up sharing more pages than it
+ * indexed). kvpalace.h promises -EPROTONOSUPPORT for another version,
+ * -EPROTO (and a closed connection, -ENOTCONN afterwards) for a malformed
+ * reply, -EPIPE/-ECONNRESET when the daemon goes away — and, in no case,
+ * a pointer outside the arena. A checkpoint refusal (corrupt, newer,
+ * foreign, missing) is an errno and leaves the connection usable; a
+ * restore whose page table cannot be read is given back (CloseSession);
+ * an invalid checkpoint name never leaves the library.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -60,7 +69,24 @@ enum fake_mode {
 	FAKE_SHOW_TOO_MANY,   /* ShowSession: more slots than asked for */
 	FAKE_DROP_OTHER,      /* DropSession: another session dropped */
 	FAKE_EVICT_SUM,	      /* Evict: pools that do not add up to the total */
+	/* Checkpoints; from here on Hello says admin, uid FAKE_UID. */
+	FAKE_CKPT_GOOD,		       /* checkpoint replies that fit their requests */
+	FAKE_RESTORE_BAD_SLOT,	       /* Restore: a slot past the arena */
+	FAKE_RESTORE_TOO_LONG,	       /* Restore: more pages than the arena holds */
+	FAKE_RESTORE_OTHER_POOL,       /* Restore: into another pool than asked */
+	FAKE_RESTORE_PAGES_BAD_SLOT,   /* SessionPages of a restore: a slot past the arena */
+	FAKE_RESTORE_PAGES_GONE,       /* SessionPages of a restore: not found */
+	FAKE_CKPT_BAD_PAGES,	       /* Checkpoint: pages that do not fit the tokens */
+	FAKE_LIST_BAD_NAME,	       /* ListCheckpoints: a name no checkpoint may have */
+	FAKE_LIST_OTHER_UID,	       /* ListCheckpoints: another uid than asked */
+	FAKE_LIST_FOREIGN,	       /* ListCheckpoints, client socket: another tenant's */
+	FAKE_ADMIN_RESTORE_OTHER_POOL, /* admin Restore: another pool than asked */
+	FAKE_WARMUP_SHARED,	       /* Warmup: more shared pages than indexed */
 };
+
+#define FAKE_UID	     1000u
+#define FAKE_RESTORED_ID     11u /* the session a Restore makes */
+#define FAKE_RESTORED_TOKENS 40u
 
 struct fake {
 	char dir[80];
@@ -88,6 +114,7 @@ static int fake_daemon(void *arg)
 	struct frame_arena a;
 	struct shm_layout layout = {0};
 	uint64_t reserved = 0, committed = 0;
+	int closed_restored = 0; /* CloseSession of the restored session came */
 	int c = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC);
 
 	if (c < 0)
@@ -113,13 +140,26 @@ static int fake_daemon(void *arg)
 		Kvpalace__V1__EvictedPool evp[2] = {KVPALACE__V1__EVICTED_POOL__INIT,
 						    KVPALACE__V1__EVICTED_POOL__INIT};
 		Kvpalace__V1__EvictedPool *evps[2] = {&evp[0], &evp[1]};
+		Kvpalace__V1__CloseSessionResponse cls = KVPALACE__V1__CLOSE_SESSION_RESPONSE__INIT;
+		Kvpalace__V1__CheckpointResponse ck = KVPALACE__V1__CHECKPOINT_RESPONSE__INIT;
+		Kvpalace__V1__RestoreResponse rs = KVPALACE__V1__RESTORE_RESPONSE__INIT;
+		Kvpalace__V1__WarmupResponse wu = KVPALACE__V1__WARMUP_RESPONSE__INIT;
+		Kvpalace__V1__ListCheckpointsResponse lc =
+			KVPALACE__V1__LIST_CHECKPOINTS_RESPONSE__INIT;
+		Kvpalace__V1__CheckpointInfo ci[2] = {KVPALACE__V1__CHECKPOINT_INFO__INIT,
+						      KVPALACE__V1__CHECKPOINT_INFO__INIT};
+		Kvpalace__V1__CheckpointInfo *cis[2] = {&ci[0], &ci[1]};
+		Kvpalace__V1__Layout cl = KVPALACE__V1__LAYOUT__INIT;
+		Kvpalace__V1__StatsResponse st = KVPALACE__V1__STATS_RESPONSE__INIT;
+		const char *ckpt_name = NULL;
 		Kvpalace__V1__Request *req;
 		uint32_t slots[64];
 		int fd = -1, n, len, ret;
 
 		n = frame_recv(c, buf, sizeof(buf), &fd);
 		if (n <= 0)
-			return 0;
+			/* The library gives back a restore it could not read. */
+			return f->mode == FAKE_RESTORE_PAGES_GONE && !closed_restored ? 4 : 0;
 		len = frame_header_check(buf, (size_t)n, sizeof(buf));
 		if (len < 0)
 			return 1;
@@ -128,6 +168,15 @@ static int fake_daemon(void *arg)
 		if (!req)
 			return 1;
 		resp.id = req->id;
+		/* The library never sends an invalid checkpoint name. */
+		if (req->op_case == KVPALACE__V1__REQUEST__OP_CHECKPOINT)
+			ckpt_name = req->checkpoint->name;
+		if (req->op_case == KVPALACE__V1__REQUEST__OP_RESTORE)
+			ckpt_name = req->restore->name;
+		if (req->op_case == KVPALACE__V1__REQUEST__OP_WARMUP)
+			ckpt_name = req->warmup->name;
+		if (ckpt_name && kvp_checkpoint_name_check(ckpt_name) < 0)
+			return 3;
 		switch (req->op_case) {
 		case KVPALACE__V1__REQUEST__OP_HELLO:
 			if (f->mode == FAKE_CLOSE) {
@@ -151,6 +200,10 @@ static int fake_daemon(void *arg)
 			hello.server_version = "fake";
 			hello.max_message_bytes = FRAME_DEFAULT_MAX_BYTES;
 			hello.max_tokens_per_request = 1000;
+			if (f->mode >= FAKE_CKPT_GOOD) {
+				hello.admin = f->mode != FAKE_LIST_FOREIGN;
+				hello.uid = FAKE_UID;
+			}
 			resp.op_case = KVPALACE__V1__RESPONSE__OP_HELLO;
 			resp.hello = &hello;
 			break;
@@ -243,9 +296,30 @@ static int fake_daemon(void *arg)
 			resp.fork = &fk;
 			break;
 		case KVPALACE__V1__REQUEST__OP_SESSION_PAGES: {
-			/* Only the fork (7) is asked for: its pages are copies
-			 * in the upper half of the arena. */
+			/* The fork (7): its pages are copies in the upper half
+			 * of the arena. */
 			uint64_t bt = layout.block_tokens;
+
+			if (req->session_pages->session_id == FAKE_RESTORED_ID) {
+				/* The restored session: pages 0.. in slots 10.. */
+				if (f->mode == FAKE_RESTORE_PAGES_GONE) {
+					resp.status = ST(NOT_FOUND);
+					resp.error = "no such session";
+					break;
+				}
+				sp.first_page = req->session_pages->first_page;
+				sp.n_tokens = sp.committed_tokens = FAKE_RESTORED_TOKENS;
+				sp.n_page_slots =
+					(FAKE_RESTORED_TOKENS + bt - 1) / bt - sp.first_page;
+				for (size_t i = 0; i < sp.n_page_slots && i < 64; i++)
+					slots[i] = (uint32_t)(10 + sp.first_page + i);
+				if (f->mode == FAKE_RESTORE_PAGES_BAD_SLOT)
+					slots[0] = FAKE_PAGES + 1;
+				sp.page_slots = slots;
+				resp.op_case = KVPALACE__V1__RESPONSE__OP_SESSION_PAGES;
+				resp.session_pages = &sp;
+				break;
+			}
 
 			sp.first_page = req->session_pages->first_page;
 			sp.n_tokens = sp.committed_tokens = 20;
@@ -347,6 +421,113 @@ static int fake_daemon(void *arg)
 			ev.pools = evps;
 			resp.op_case = KVPALACE__V1__RESPONSE__OP_EVICT;
 			resp.evict = &ev;
+			break;
+		case KVPALACE__V1__REQUEST__OP_CLOSE_SESSION:
+			closed_restored |= req->close_session->session_id == FAKE_RESTORED_ID;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_CLOSE_SESSION;
+			resp.close_session = &cls;
+			break;
+		case KVPALACE__V1__REQUEST__OP_CHECKPOINT:
+			/* 40 tokens in 3 pages of 8 KiB, after a 4 KiB header. */
+			ck.bytes = 4096 + 3 * 8192 + 8192;
+			ck.n_tokens = 40;
+			ck.n_pages = f->mode == FAKE_CKPT_BAD_PAGES ? 2 : 3;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_CHECKPOINT;
+			resp.checkpoint = &ck;
+			break;
+		case KVPALACE__V1__REQUEST__OP_RESTORE: {
+			/* Refusals by name; else 40 tokens in pool 5, the
+			 * first two pages in the reply (slots 10, 11), the
+			 * third by SessionPages. */
+			static const struct {
+				const char *name;
+				int status;
+			} refusals[] = {{"corrupt", ST(CORRUPT)},
+					{"newer", ST(VERSION)},
+					{"foreign", ST(INVALID)},
+					{"missing", ST(NOT_FOUND)},
+					{"full", ST(NO_SPACE)}};
+			uint64_t pool = req->restore->has_pool_id ? req->restore->pool_id : 5;
+
+			for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++)
+				if (!strcmp(ckpt_name, refusals[i].name))
+					resp.status = refusals[i].status;
+			if (resp.status) {
+				resp.error = "checkpoint refused by the fake: checksum mismatch";
+				break;
+			}
+			rs.session_id = FAKE_RESTORED_ID;
+			rs.n_tokens = FAKE_RESTORED_TOKENS;
+			rs.pool_id = pool;
+			rs.n_pages = 3;
+			rs.shared_pages = 1;
+			slots[0] = 10;
+			slots[1] = 11;
+			rs.n_page_slots = 2;
+			rs.page_slots = slots;
+			if (f->mode == FAKE_RESTORE_BAD_SLOT)
+				slots[1] = FAKE_PAGES;
+			if (f->mode == FAKE_RESTORE_TOO_LONG) {
+				/* Consistent, but more pages than the arena has:
+				 * the table must not be sized by it. */
+				rs.n_tokens = (uint64_t)16 << 28;
+				rs.n_pages = 1u << 28;
+			}
+			if (f->mode == FAKE_RESTORE_OTHER_POOL ||
+			    f->mode == FAKE_ADMIN_RESTORE_OTHER_POOL)
+				rs.pool_id = pool + 1;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_RESTORE;
+			resp.restore = &rs;
+			break;
+		}
+		case KVPALACE__V1__REQUEST__OP_WARMUP:
+			wu.pool_id = 5;
+			wu.n_tokens = 40;
+			wu.indexed_pages = 2;
+			wu.shared_pages = f->mode == FAKE_WARMUP_SHARED ? 3 : 1;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_WARMUP;
+			resp.warmup = &wu;
+			break;
+		case KVPALACE__V1__REQUEST__OP_LIST_CHECKPOINTS:
+			/* One good checkpoint and one the daemon cannot read. */
+			cl.n_layers = 2;
+			cl.n_kv_heads = 2;
+			cl.head_dim = 32;
+			cl.block_tokens = 16;
+			cl.dtype = KVPALACE__V1__DTYPE__DTYPE_F16;
+			ci[0].name = f->mode == FAKE_LIST_BAD_NAME ? "../etc" : "chat-1";
+			ci[0].uid = FAKE_UID;
+			ci[0].model_id = "fake-model";
+			ci[0].layout = &cl;
+			ci[0].has_n_tokens = ci[0].has_bytes = ci[0].has_created_unix_ms = 1;
+			ci[0].n_tokens = 40;
+			ci[0].bytes = 40960;
+			ci[0].created_unix_ms = 1700000000123ull;
+			ci[1].name = "broken";
+			ci[1].uid = f->mode == FAKE_LIST_OTHER_UID || f->mode == FAKE_LIST_FOREIGN
+					    ? FAKE_UID + 1
+					    : FAKE_UID;
+			ci[1].has_bytes = 1;
+			ci[1].bytes = 4096;
+			ci[1].error = "truncated: 4096 of 40960 bytes";
+			lc.n_checkpoints = 2;
+			lc.checkpoints = cis;
+			lc.has_truncated = 1;
+			lc.truncated = 1;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_LIST_CHECKPOINTS;
+			resp.list_checkpoints = &lc;
+			break;
+		case KVPALACE__V1__REQUEST__OP_STATS:
+			st.has_checkpoints_written = st.has_checkpoints_restored = 1;
+			st.has_checkpoints_refused = st.has_checkpoint_failures = 1;
+			st.has_warmed_up_pages = 1;
+			st.checkpoints_written = 3;
+			st.checkpoints_restored = 2;
+			st.checkpoints_refused = 1;
+			st.checkpoint_failures = 4;
+			st.warmed_up_pages = 5;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_STATS;
+			resp.stats = &st;
 			break;
 		default:
 			resp.status = ST(UNSUPPORTED);
@@ -671,6 +852,259 @@ static void test_evict_that_does_not_add_up(void **state)
 	expect_admin(state, FAKE_EVICT_SUM);
 }
 
+/* ---- checkpoints -------------------------------------------------------- */
+
+static void test_checkpoint_replies(void **state)
+{
+	static const char *const bad_names[] = {"",    ".hidden", "-x",	 "a/b",
+						"a b", "..",	  "x\n", "\xc3\xa9t\xc3\xa9"};
+	static const struct {
+		const char *name;
+		int err;
+	} refusals[] = {{"corrupt", -EBADMSG},
+			{"newer", -EPROTONOSUPPORT},
+			{"foreign", -EINVAL},
+			{"missing", -ENOENT},
+			{"full", -ENOSPC}};
+	struct fake *f = *state;
+	char longest[KVP_CHECKPOINT_NAME_MAX + 2];
+	struct kvp_checkpoint_list *list;
+	struct kvp_restore_info ri;
+	struct kvp_warmup_info wi;
+	struct kvp_stats *st;
+	uint32_t tokens[40];
+	uint64_t bytes = 0;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s, *rs;
+	pid_t pid = start_fake(f, FAKE_CKPT_GOOD);
+
+	harness_tokens(tokens, 40, 92, 0);
+	assert_int_equal(kvp_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, "fake-model", &harness_layout, &p), 0);
+	assert_int_equal(harness_commit_session(p, tokens, 40, &s), 0);
+
+	assert_int_equal(kvp_session_checkpoint(s, "chat-1", &bytes), 0);
+	assert_int_equal(bytes, 4096 + 4 * 8192);
+	assert_int_equal(kvp_session_checkpoint(s, "chat-1", NULL), 0);
+	assert_int_equal(kvp_admin_checkpoint(c, 6, "_by.id-2", NULL), 0);
+	/* Names are checked before anything is sent (the fake exits 3 when
+	 * it sees a bad one). */
+	for (size_t i = 0; i < sizeof(bad_names) / sizeof(bad_names[0]); i++) {
+		bytes = 7;
+		assert_int_equal(kvp_checkpoint_name_check(bad_names[i]), -EINVAL);
+		assert_int_equal(kvp_session_checkpoint(s, bad_names[i], &bytes), -EINVAL);
+		assert_non_null(strstr(kvp_strerror(c, -EINVAL), "checkpoint name"));
+		assert_int_equal(bytes, 7);
+		assert_int_equal(kvp_admin_checkpoint(c, 6, bad_names[i], NULL), -EINVAL);
+		assert_int_equal(kvp_admin_warmup(c, bad_names[i], 0, 0, NULL), -EINVAL);
+		assert_int_equal(kvp_admin_restore(c, bad_names[i], 0, 0, 0, NULL), -EINVAL);
+		rs = (kvp_session *)&bytes;
+		assert_int_equal(kvp_session_restore(p, bad_names[i], &rs), -EINVAL);
+		assert_ptr_equal(rs, &bytes);
+	}
+	assert_int_equal(kvp_checkpoint_name_check(NULL), -EINVAL);
+	memset(longest, 'a', sizeof(longest));
+	longest[KVP_CHECKPOINT_NAME_MAX + 1] = '\0';
+	assert_int_equal(kvp_checkpoint_name_check(longest), -EINVAL);
+	longest[KVP_CHECKPOINT_NAME_MAX] = '\0';
+	assert_int_equal(kvp_checkpoint_name_check(longest), 0);
+	assert_int_equal(kvp_session_checkpoint(s, longest, NULL), 0);
+
+	/* A restore reads as a fork does: the reply's window, then the rest
+	 * of the page table. */
+	assert_int_equal(kvp_session_restore(p, "chat-1", &rs), 0);
+	assert_int_equal(kvp_session_id(rs), FAKE_RESTORED_ID);
+	assert_int_equal(kvp_session_tokens(rs), 40);
+	assert_int_equal(kvp_session_committed(rs), 40);
+	assert_non_null(kvp_session_kv(rs, 39, 1, 1, 1));
+	assert_null(kvp_session_kv(rs, 40, 0, 0, 0));
+	/* Pages 0 and 2 are slots 10 and 12. */
+	assert_int_equal((char *)kvp_session_kv(rs, 32, 0, 0, 0) -
+				 (char *)kvp_session_kv(rs, 0, 0, 0, 0),
+			 2 * kvp_pool_page_bytes(p));
+	assert_int_equal(kvp_session_close(rs), 0);
+
+	/* Refusals are errors of the call, not of the connection. */
+	for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
+		rs = (kvp_session *)&bytes;
+		assert_int_equal(kvp_session_restore(p, refusals[i].name, &rs), refusals[i].err);
+		assert_ptr_equal(rs, &bytes);
+		assert_non_null(strstr(kvp_strerror(c, refusals[i].err), "checksum mismatch"));
+		assert_int_equal(kvp_admin_restore(c, refusals[i].name, 1, FAKE_UID, 0, &ri),
+				 refusals[i].err);
+	}
+	assert_int_equal(kvp_ping(c), 0);
+
+	/* Sorted by uid, then name, whatever the daemon's order. */
+	assert_int_equal(kvp_list_checkpoints(c, 0, 0, &list), 0);
+	assert_int_equal(list->n_entries, 2);
+	assert_true(list->truncated);
+	assert_string_equal(list->entries[1].name, "chat-1");
+	assert_int_equal(list->entries[1].uid, FAKE_UID);
+	assert_string_equal(list->entries[1].model_id, "fake-model");
+	assert_int_equal(list->entries[1].layout.block_tokens, 16);
+	assert_int_equal(list->entries[1].layout.dtype, KVP_DTYPE_F16);
+	assert_int_equal(list->entries[1].n_tokens, 40);
+	assert_int_equal(list->entries[1].bytes, 40960);
+	assert_int_equal(list->entries[1].created_unix_ms, 1700000000123ull);
+	assert_null(list->entries[1].error);
+	assert_string_equal(list->entries[0].name, "broken");
+	assert_string_equal(list->entries[0].model_id, "");
+	assert_int_equal(list->entries[0].layout.n_layers, 0);
+	assert_int_equal(list->entries[0].n_tokens, 0);
+	assert_int_equal(list->entries[0].bytes, 4096);
+	assert_string_equal(list->entries[0].error, "truncated: 4096 of 40960 bytes");
+	kvp_checkpoint_list_free(list);
+	kvp_checkpoint_list_free(NULL);
+	assert_int_equal(kvp_list_checkpoints(c, 1, FAKE_UID, &list), 0);
+	kvp_checkpoint_list_free(list);
+
+	assert_int_equal(kvp_admin_restore(c, "chat-1", 1, FAKE_UID, 0, &ri), 0);
+	assert_int_equal(ri.session_id, FAKE_RESTORED_ID);
+	assert_int_equal(ri.pool_id, 5);
+	assert_int_equal(ri.n_tokens, 40);
+	assert_int_equal(ri.n_pages, 3);
+	assert_int_equal(ri.shared_pages, 1);
+	assert_int_equal(kvp_admin_restore(c, "chat-1", 0, 0, 5, NULL), 0);
+	assert_int_equal(kvp_admin_warmup(c, "chat-1", 1, FAKE_UID, &wi), 0);
+	assert_int_equal(wi.pool_id, 5);
+	assert_int_equal(wi.n_tokens, 40);
+	assert_int_equal(wi.indexed_pages, 2);
+	assert_int_equal(wi.shared_pages, 1);
+
+	assert_int_equal(kvp_stats(c, &st), 0);
+	assert_int_equal(st->checkpoints_written, 3);
+	assert_int_equal(st->checkpoints_restored, 2);
+	assert_int_equal(st->checkpoints_refused, 1);
+	assert_int_equal(st->checkpoint_failures, 4);
+	assert_int_equal(st->warmed_up_pages, 5);
+	kvp_stats_free(st);
+	kvp_disconnect(c);
+	assert_int_equal(harness_wait(pid, 30), 0);
+}
+
+/* Checkpoint replies that must break the connection. */
+static void expect_ckpt_broken(void **state, enum fake_mode mode)
+{
+	struct fake *f = *state;
+	struct kvp_checkpoint_list *list = NULL;
+	struct kvp_restore_info ri;
+	struct kvp_warmup_info wi;
+	uint32_t tokens[40];
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s, *rs = NULL;
+	pid_t pid = start_fake(f, mode);
+	int ret;
+
+	harness_tokens(tokens, 40, 93, 0);
+	assert_int_equal(kvp_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, "fake-model", &harness_layout, &p), 0);
+	assert_int_equal(harness_commit_session(p, tokens, 40, &s), 0);
+	switch (mode) {
+	case FAKE_CKPT_BAD_PAGES:
+		ret = kvp_session_checkpoint(s, "chat-1", NULL);
+		break;
+	case FAKE_LIST_BAD_NAME:
+	case FAKE_LIST_FOREIGN:
+		ret = kvp_list_checkpoints(c, 0, 0, &list);
+		break;
+	case FAKE_LIST_OTHER_UID:
+		ret = kvp_list_checkpoints(c, 1, FAKE_UID, &list);
+		break;
+	case FAKE_ADMIN_RESTORE_OTHER_POOL:
+		ret = kvp_admin_restore(c, "chat-1", 0, 0, 5, &ri);
+		break;
+	case FAKE_WARMUP_SHARED:
+		ret = kvp_admin_warmup(c, "chat-1", 0, 0, &wi);
+		break;
+	default:
+		ret = kvp_session_restore(p, "chat-1", &rs);
+		break;
+	}
+	assert_null(rs);
+	assert_null(list);
+	if (ret != -EPROTO)
+		fail_msg("fake mode %d: %d instead of -EPROTO", mode, ret);
+	if (mode == FAKE_RESTORE_TOO_LONG)
+		assert_non_null(strstr(kvp_strerror(c, ret), "the arena has 16"));
+	assert_int_equal(kvp_ping(c), -ENOTCONN);
+	kvp_disconnect(c);
+	harness_wait(pid, 30);
+}
+
+static void test_restore_slot_outside_arena(void **state)
+{
+	expect_ckpt_broken(state, FAKE_RESTORE_BAD_SLOT);
+}
+
+static void test_restore_longer_than_the_arena(void **state)
+{
+	expect_ckpt_broken(state, FAKE_RESTORE_TOO_LONG);
+}
+
+static void test_restore_into_another_pool(void **state)
+{
+	expect_ckpt_broken(state, FAKE_RESTORE_OTHER_POOL);
+}
+
+static void test_restore_pages_slot_outside_arena(void **state)
+{
+	expect_ckpt_broken(state, FAKE_RESTORE_PAGES_BAD_SLOT);
+}
+
+static void test_checkpoint_pages_do_not_fit(void **state)
+{
+	expect_ckpt_broken(state, FAKE_CKPT_BAD_PAGES);
+}
+
+static void test_list_invalid_name(void **state)
+{
+	expect_ckpt_broken(state, FAKE_LIST_BAD_NAME);
+}
+
+static void test_list_other_uid(void **state)
+{
+	expect_ckpt_broken(state, FAKE_LIST_OTHER_UID);
+}
+
+static void test_list_foreign_on_client_socket(void **state)
+{
+	expect_ckpt_broken(state, FAKE_LIST_FOREIGN);
+}
+
+static void test_admin_restore_into_another_pool(void **state)
+{
+	expect_ckpt_broken(state, FAKE_ADMIN_RESTORE_OTHER_POOL);
+}
+
+static void test_warmup_shares_more_than_it_indexed(void **state)
+{
+	expect_ckpt_broken(state, FAKE_WARMUP_SHARED);
+}
+
+/* A restore whose page table the daemon then refuses to show: the error
+ * comes back, the connection stays, and the session is given back (the
+ * fake exits non-zero when no CloseSession for it came). */
+static void test_restore_pages_refused(void **state)
+{
+	struct fake *f = *state;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *rs = NULL;
+	pid_t pid = start_fake(f, FAKE_RESTORE_PAGES_GONE);
+
+	assert_int_equal(kvp_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, "fake-model", &harness_layout, &p), 0);
+	assert_int_equal(kvp_session_restore(p, "chat-1", &rs), -ENOENT);
+	assert_null(rs);
+	assert_non_null(strstr(kvp_strerror(c, -ENOENT), "no such session"));
+	assert_int_equal(kvp_ping(c), 0);
+	kvp_disconnect(c);
+	assert_int_equal(harness_wait(pid, 30), 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -698,6 +1132,18 @@ int main(void)
 		T(test_show_more_slots_than_asked),
 		T(test_drop_of_another_session),
 		T(test_evict_that_does_not_add_up),
+		T(test_checkpoint_replies),
+		T(test_restore_slot_outside_arena),
+		T(test_restore_longer_than_the_arena),
+		T(test_restore_into_another_pool),
+		T(test_restore_pages_slot_outside_arena),
+		T(test_restore_pages_refused),
+		T(test_checkpoint_pages_do_not_fit),
+		T(test_list_invalid_name),
+		T(test_list_other_uid),
+		T(test_list_foreign_on_client_socket),
+		T(test_admin_restore_into_another_pool),
+		T(test_warmup_shares_more_than_it_indexed),
 	};
 
 	return cmocka_run_group_tests_name("fakedaemon", tests, NULL, NULL);

@@ -4,7 +4,8 @@
  * and a total near 2^64 (no overflow, no 100 % before the end); nothing
  * at all when it is off (the stream is no terminal); on a stream, redraws
  * with a carriage return, padding over a longer previous line, and erases
- * itself at the end. Single-threaded.
+ * itself at the end. A wait's spinner: its line, drawn at once and erased
+ * at the end (its redraws come from a thread of its own).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -103,12 +104,45 @@ static void test_pads_over_a_longer_line(void **state)
 	free(buf);
 }
 
+static void test_wait(void **state)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	struct progress p;
+	char line[160];
+
+	(void)state;
+	assert_non_null(f);
+	/* The spinner turns a quarter each interval (100 ms). */
+	progress_wait_start(&p, f, 0, "restoring");
+	p.done = 2400;
+	progress_format(&p, line, sizeof(line));
+	assert_string_equal(line, "restoring | 2.4 s");
+	p.done = 2650;
+	progress_format(&p, line, sizeof(line));
+	assert_string_equal(line, "restoring - 2.6 s");
+	progress_wait_end(&p);
+	fflush(f);
+	assert_int_equal(len, 0);
+
+	progress_wait_start(&p, f, 1, "restoring");
+	progress_wait_end(&p);
+	fclose(f);
+	assert_int_equal(strncmp(buf, "\rrestoring | 0.0 s\r", strlen("\rrestoring | 0.0 s\r")), 0);
+	/* Whatever the thread redrew, the line ends erased. */
+	assert_int_equal(buf[len - 1], '\r');
+	assert_int_equal(buf[len - 2], ' ');
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_format),
 		cmocka_unit_test(test_draws_only_when_on),
 		cmocka_unit_test(test_pads_over_a_longer_line),
+		cmocka_unit_test(test_wait),
 	};
 
 	return cmocka_run_group_tests_name("progress", tests, NULL, NULL);

@@ -1,0 +1,829 @@
+/* daemon/ckptop.c — checkpoint requests on worker threads (see ckptop.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "ckptop.h"
+#include "evict.h"
+#include "log.h"
+#include "pool.h"
+#include "session.h"
+#include "stats.h"
+#include "status.h"
+#include "worker.h"
+
+#define REASON_MAX 320
+
+enum job_op {
+	OP_CHECKPOINT,
+	OP_RESTORE,
+	OP_WARMUP,
+	OP_LIST,
+};
+
+struct list_item {
+	char name[CKPT_NAME_MAX + 1];
+	uint32_t uid;
+	int err; /* 0: meta valid */
+	struct ckpt_meta meta;
+	char why[96];
+};
+
+struct job {
+	struct worker_job wj;
+	struct conn_ticket t;
+	struct cache *c;
+	enum job_op op;
+	int stage; /* restore: 0 open, 1 read pages */
+	char name[CKPT_NAME_MAX + 1];
+	uint32_t uid;
+	int uid_dir;	   /* the file is <checkpoints>/<uid>/<name>, else in the warm-up dir */
+	int all_uids;	   /* list: every tenant's directory */
+	struct pool *pool; /* the pool worked on (p->n_jobs holds it) */
+	struct list link;  /* pool.jobs while pool is set */
+	struct ckpt_meta meta;
+	struct ckpt_token *tokens; /* checkpoint: the copy written */
+	const void **src;	   /* checkpoint: the pages written */
+	void **dst;		   /* restore: where the pages are read */
+	uint32_t *slots;	   /* the host slots held (one reference each) */
+	uint32_t n_slots;
+	struct ckpt_reader rd;
+	int ret;
+	char why[REASON_MAX];
+	uint64_t bytes;
+	struct list_item *items; /* list */
+	size_t n_items, cap_items;
+};
+
+/* ---- directories (worker threads) ---------------------------------------- */
+
+/* Opens the directory holding the job's file; creates a tenant's
+ * directory when create. Returns an fd or -errno. */
+static int open_dir(const struct job *j, int create)
+{
+	const struct config *cfg = j->c->cfg;
+	char path[CONFIG_PATH_MAX + 32];
+	int fd;
+
+	if (!j->uid_dir) {
+		if (cfg->warmup_dir[0])
+			snprintf(path, sizeof(path), "%s", cfg->warmup_dir);
+		else
+			snprintf(path, sizeof(path), "%s/warmup", cfg->state_dir);
+		fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		return fd < 0 ? -errno : fd;
+	}
+	if (j->c->ckpt_dir_fd < 0)
+		return -ENOENT;
+	snprintf(path, sizeof(path), "%u", j->uid);
+	if (create && mkdirat(j->c->ckpt_dir_fd, path, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	fd = openat(j->c->ckpt_dir_fd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+__attribute__((format(printf, 2, 3))) static void set_why(struct job *j, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(j->why, sizeof(j->why), fmt, ap);
+	va_end(ap);
+}
+
+/* ---- the worker side ------------------------------------------------------ */
+
+static void run_checkpoint(struct job *j)
+{
+	char why[REASON_MAX - 32];
+	int dir = open_dir(j, 1);
+
+	if (dir < 0) {
+		j->ret = dir;
+		set_why(j, "cannot open the checkpoint directory: %s", strerror(-dir));
+		return;
+	}
+	why[0] = '\0';
+	j->ret = ckpt_write(dir, j->name, &j->meta, j->tokens, j->src, &j->bytes, why, sizeof(why));
+	if (j->ret < 0)
+		set_why(j, "checkpoint not written: %s", why);
+	close(dir);
+}
+
+static void run_restore_open(struct job *j)
+{
+	char why[REASON_MAX - 32];
+	int dir = open_dir(j, 0);
+
+	if (dir < 0) {
+		j->ret = dir == -ENOENT ? -ENOENT : dir;
+		set_why(j, "no such checkpoint (%s)", strerror(-dir));
+		return;
+	}
+	why[0] = '\0';
+	j->ret = ckpt_open(dir, j->name, &j->rd, why, sizeof(why));
+	close(dir);
+	if (j->ret == -ENOENT)
+		set_why(j, "no such checkpoint%s", "");
+	else if (j->ret < 0)
+		set_why(j, "checkpoint refused: %s", why);
+	else
+		j->meta = j->rd.meta;
+}
+
+static void run_restore_read(struct job *j)
+{
+	char why[REASON_MAX - 32];
+
+	why[0] = '\0';
+	j->ret = ckpt_read_pages(&j->rd, j->dst, why, sizeof(why));
+	if (j->ret < 0)
+		set_why(j, "checkpoint refused: %s", why);
+}
+
+static int collect(const char *name, const struct ckpt_meta *m, int err, const char *why, void *arg)
+{
+	struct job *j = arg;
+	struct list_item *it;
+
+	if (j->n_items == j->cap_items) {
+		size_t cap = j->cap_items ? 2 * j->cap_items : 64;
+		struct list_item *v = realloc(j->items, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		j->items = v;
+		j->cap_items = cap;
+	}
+	it = &j->items[j->n_items++];
+	memset(it, 0, sizeof(*it));
+	snprintf(it->name, sizeof(it->name), "%s", name);
+	it->uid = j->uid;
+	it->err = m ? 0 : (err ? err : -EBADMSG);
+	if (m)
+		it->meta = *m;
+	else
+		snprintf(it->why, sizeof(it->why), "%s", why);
+	return 0;
+}
+
+static void run_list(struct job *j)
+{
+	DIR *d;
+	struct dirent *de;
+	int dir;
+
+	if (!j->all_uids) {
+		dir = open_dir(j, 0);
+		if (dir >= 0) {
+			j->ret = ckpt_list(dir, collect, j);
+			close(dir);
+		}
+		return; /* no directory: no checkpoints */
+	}
+	dir = j->c->ckpt_dir_fd >= 0 ? fcntl(j->c->ckpt_dir_fd, F_DUPFD_CLOEXEC, 3) : -1;
+	d = dir >= 0 ? fdopendir(dir) : NULL;
+	if (!d) {
+		if (dir >= 0)
+			close(dir);
+		return;
+	}
+	rewinddir(d);
+	while ((de = readdir(d)) && j->ret == 0) {
+		char *end;
+		unsigned long uid = strtoul(de->d_name, &end, 10);
+
+		if (*end || end == de->d_name || uid > UINT32_MAX)
+			continue;
+		j->uid = (uint32_t)uid;
+		dir = open_dir(j, 0);
+		if (dir < 0)
+			continue;
+		j->ret = ckpt_list(dir, collect, j);
+		close(dir);
+	}
+	closedir(d);
+}
+
+static void job_run(struct worker_job *wj)
+{
+	struct job *j = (struct job *)((char *)wj - offsetof(struct job, wj));
+
+	j->ret = 0;
+	switch (j->op) {
+	case OP_CHECKPOINT:
+		run_checkpoint(j);
+		break;
+	case OP_RESTORE:
+	case OP_WARMUP:
+		if (j->stage == 0)
+			run_restore_open(j);
+		else
+			run_restore_read(j);
+		break;
+	case OP_LIST:
+		run_list(j);
+		break;
+	}
+}
+
+/* ---- the loop side -------------------------------------------------------- */
+
+static void job_free(struct job *j)
+{
+	struct pool *p = j->pool;
+
+	if (p) {
+		for (uint32_t i = 0; i < j->n_slots; i++) {
+			pagealloc_unref(&p->pa, j->slots[i]);
+			prefix_index_update(&p->ix, &p->pa, j->slots[i]);
+		}
+		p->n_jobs--;
+		list_del(&j->link);
+	}
+	ckpt_close(&j->rd);
+	free(j->tokens);
+	free(j->src);
+	free(j->dst);
+	free(j->slots);
+	free(j->items);
+	free(j);
+}
+
+static void reply_init(struct reply *r)
+{
+	memset(r, 0, sizeof(*r));
+	kvpalace__v1__response__init(&r->resp);
+	r->pass_fd = -1;
+}
+
+/* Answers a failed job. File-system errors the client cannot act on
+ * otherwise become "no space" when they mean it. */
+static void deliver_error(struct job *j, int err)
+{
+	struct reply r;
+
+	if (err == -EFBIG || err == -EDQUOT)
+		err = -ENOSPC;
+	reply_init(&r);
+	r.resp.status = status_from_errno(err);
+	r.resp.error = j->why[0] ? j->why : (char *)"failed";
+	conn_deliver(&j->t, &r);
+}
+
+static void done_checkpoint(struct job *j)
+{
+	struct cache *c = j->c;
+	struct reply r;
+
+	if (j->ret < 0) {
+		c->ctr.checkpoint_failures++;
+		log_err("checkpoint '%s' of uid %u: %s", j->name, j->uid, j->why);
+		deliver_error(j, j->ret);
+		return;
+	}
+	c->ctr.checkpoints_written++;
+	log_info("checkpoint '%s' of uid %u written: %llu tokens, %llu bytes", j->name, j->uid,
+		 (unsigned long long)j->meta.n_tokens, (unsigned long long)j->bytes);
+	reply_init(&r);
+	kvpalace__v1__checkpoint_response__init(&r.u.checkpoint);
+	r.u.checkpoint.bytes = j->bytes;
+	r.u.checkpoint.n_tokens = j->meta.n_tokens;
+	r.u.checkpoint.n_pages = j->meta.n_pages;
+	r.resp.op_case = KVPALACE__V1__RESPONSE__OP_CHECKPOINT;
+	r.resp.checkpoint = &r.u.checkpoint;
+	conn_deliver(&j->t, &r);
+}
+
+static int same_identity(const struct pool *p, const struct ckpt_meta *m)
+{
+	return p->uid == (uid_t)m->uid && !strcmp(p->model_id, m->model_id) &&
+	       !memcmp(&p->layout, &m->layout, sizeof(p->layout));
+}
+
+/* Restore, after the header and tokens verified: finds the pool and takes
+ * a host slot for every page. Returns 0 or -errno with j->why set. */
+static int take_slots(struct job *j)
+{
+	struct cache *c = j->c;
+	struct pool *p = j->pool;
+	uint32_t n = j->meta.n_pages;
+	int ret;
+
+	for (uint64_t i = 0; i < j->meta.n_tokens; i++)
+		if (j->rd.tokens[i].pos != i) {
+			set_why(j, "%s", "checkpoint of a compacted session: not supported yet");
+			return -EOPNOTSUPP;
+		}
+	if (!p) {
+		ret = pool_open(c, (uid_t)j->meta.uid, j->meta.model_id, &j->meta.layout, &p);
+		if (ret < 0) {
+			set_why(j, "cannot open the checkpoint's pool: %s", strerror(-ret));
+			return ret;
+		}
+		j->pool = p;
+		p->n_jobs++;
+		list_add_tail(&p->jobs, &j->link);
+	} else if (!same_identity(p, &j->meta)) {
+		set_why(j, "%s", "checkpoint of another tenant, model or layout than this pool");
+		return -EINVAL;
+	}
+	if (j->meta.n_tokens > c->cfg->max_session_tokens) {
+		set_why(j, "%s", "checkpoint longer than max-session-tokens");
+		return -EDQUOT;
+	}
+	j->slots = calloc(n ? n : 1, sizeof(uint32_t));
+	j->dst = calloc(n ? n : 1, sizeof(void *));
+	if (!j->slots || !j->dst) {
+		set_why(j, "%s", "out of memory");
+		return -ENOMEM;
+	}
+	/* A job cannot wait for disk writes: cold pages are dropped instead. */
+	c->no_park = 1;
+	ret = evict_make_room(c, p, n);
+	c->no_park = 0;
+	if (ret < 0) {
+		set_why(j, "%s", "host tier full: no room for the checkpoint's pages");
+		return -ENOSPC;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		ret = pagealloc_get(&p->pa, &j->slots[i]);
+		kvp_assert(ret == 0); /* evict_make_room made room */
+		j->n_slots++;
+		j->dst[i] = (char *)p->arena + (uint64_t)j->slots[i] * p->page_bytes;
+	}
+	return 0;
+}
+
+/* Restore, after every page verified: the session. */
+static int build(struct job *j, struct session **ret_s, uint32_t *ret_shared)
+{
+	uint32_t *ids = malloc((j->meta.n_tokens ? j->meta.n_tokens : 1) * sizeof(uint32_t));
+	int ret;
+
+	if (!ids) {
+		set_why(j, "%s", "out of memory");
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i < j->meta.n_tokens; i++)
+		ids[i] = j->rd.tokens[i].id;
+	ret = session_restore(j->c, j->pool, j->meta.root, ids, j->meta.n_tokens, j->slots, ret_s,
+			      ret_shared);
+	free(ids);
+	if (ret < 0) {
+		set_why(j, "%s",
+			ret == -EDQUOT ? "too many sessions in this pool"
+				       : "cannot create session");
+		return ret;
+	}
+	j->n_slots = 0; /* the session holds them now */
+	return 0;
+}
+
+static void deliver_restored(struct job *j, struct session *s, uint32_t shared)
+{
+	Kvpalace__V1__RestoreResponse *out;
+	Kvpalace__V1__WarmupResponse *w;
+	struct reply r;
+	uint64_t fit;
+
+	reply_init(&r);
+	if (j->op == OP_WARMUP) {
+		w = &r.u.warmup;
+		kvpalace__v1__warmup_response__init(w);
+		w->pool_id = j->pool->id;
+		w->n_tokens = j->meta.n_tokens;
+		w->indexed_pages = (uint32_t)(j->meta.n_tokens / j->pool->layout.block_tokens);
+		w->shared_pages = shared;
+		r.resp.op_case = KVPALACE__V1__RESPONSE__OP_WARMUP;
+		r.resp.warmup = w;
+		conn_deliver(&j->t, &r);
+		return;
+	}
+	out = &r.u.restore;
+	kvpalace__v1__restore_response__init(out);
+	out->session_id = s->id;
+	out->n_tokens = s->n_tokens;
+	out->pool_id = j->pool->id;
+	out->n_pages = s->n_pages;
+	out->shared_pages = shared;
+	/* The start of the page table, as a fork's reply has it. */
+	fit = (j->c->cfg->max_message_bytes - FRAME_HEADER_BYTES - 256) / 5;
+	out->page_slots = s->pages;
+	out->n_page_slots = s->n_pages < fit ? s->n_pages : fit;
+	r.resp.op_case = KVPALACE__V1__RESPONSE__OP_RESTORE;
+	r.resp.restore = out;
+	conn_deliver(&j->t, &r);
+}
+
+/* Counts and logs a refused or failed restore. */
+static void restore_failed(struct job *j, int err)
+{
+	if (err == -EBADMSG || err == -EPROTONOSUPPORT || err == -EINVAL)
+		j->c->ctr.checkpoints_refused++;
+	log_notice("%s of checkpoint '%s' (uid %u): %s", j->op == OP_WARMUP ? "warm-up" : "restore",
+		   j->name, j->uid, j->why);
+}
+
+/* Returns 1 when the job went back to a worker (reading the pages). */
+static int done_restore(struct job *j)
+{
+	struct session *s = NULL;
+	uint32_t shared = 0;
+	int ret = j->ret;
+
+	if (ret == 0 && j->stage == 0) {
+		ret = take_slots(j);
+		if (ret == 0) {
+			j->stage = 1;
+			worker_submit(j->c->worker, &j->wj);
+			return 1;
+		}
+	}
+	if (ret == 0)
+		ret = build(j, &s, &shared);
+	if (ret < 0) {
+		restore_failed(j, ret);
+		deliver_error(j, ret);
+		return 0;
+	}
+	j->c->ctr.checkpoints_restored++;
+	if (j->op == OP_WARMUP) {
+		j->c->ctr.warmed_up_pages += j->meta.n_tokens / j->pool->layout.block_tokens;
+		session_close(j->c, s);
+	}
+	log_info("%s checkpoint '%s' of uid %u: %llu tokens, %u pages already indexed",
+		 j->op == OP_WARMUP ? "warmed up" : "restored", j->name, j->uid,
+		 (unsigned long long)j->meta.n_tokens, shared);
+	deliver_restored(j, s, shared);
+	return 0;
+}
+
+static void done_list(struct job *j)
+{
+	Kvpalace__V1__ListCheckpointsResponse *out;
+	Kvpalace__V1__CheckpointInfo *infos, **ptrs;
+	Kvpalace__V1__Layout *lays;
+	size_t budget = j->c->cfg->max_message_bytes - FRAME_HEADER_BYTES - 256, n = 0;
+	struct reply r;
+
+	reply_init(&r);
+	out = &r.u.list_checkpoints;
+	kvpalace__v1__list_checkpoints_response__init(out);
+	infos = calloc(j->n_items ? j->n_items : 1, sizeof(*infos) + sizeof(*ptrs) + sizeof(*lays));
+	if (!infos) {
+		set_why(j, "%s", "out of memory");
+		deliver_error(j, -ENOMEM);
+		return;
+	}
+	r.heap = infos;
+	ptrs = (Kvpalace__V1__CheckpointInfo **)(infos + j->n_items);
+	lays = (Kvpalace__V1__Layout *)(ptrs + j->n_items);
+	for (size_t i = 0; i < j->n_items; i++) {
+		struct list_item *it = &j->items[i];
+		Kvpalace__V1__CheckpointInfo *ci = &infos[n];
+		size_t sz;
+
+		kvpalace__v1__checkpoint_info__init(ci);
+		ci->name = it->name;
+		ci->uid = it->uid;
+		if (it->err == 0) {
+			stats_layout(&it->meta.layout, &lays[n]);
+			ci->model_id = it->meta.model_id;
+			ci->layout = &lays[n];
+			ci->has_n_tokens = ci->has_bytes = ci->has_created_unix_ms = 1;
+			ci->n_tokens = it->meta.n_tokens;
+			ci->bytes = it->meta.file_bytes;
+			ci->created_unix_ms = it->meta.created_ns / 1000000;
+		} else {
+			ci->error = it->why;
+		}
+		sz = kvpalace__v1__checkpoint_info__get_packed_size(ci) + 8;
+		if (sz > budget) {
+			out->has_truncated = out->truncated = 1;
+			break;
+		}
+		budget -= sz;
+		ptrs[n++] = ci;
+	}
+	out->checkpoints = ptrs;
+	out->n_checkpoints = n;
+	r.resp.op_case = KVPALACE__V1__RESPONSE__OP_LIST_CHECKPOINTS;
+	r.resp.list_checkpoints = out;
+	conn_deliver(&j->t, &r);
+	free(r.heap);
+}
+
+static void job_done(struct worker_job *wj)
+{
+	struct job *j = (struct job *)((char *)wj - offsetof(struct job, wj));
+
+	switch (j->op) {
+	case OP_CHECKPOINT:
+		done_checkpoint(j);
+		break;
+	case OP_RESTORE:
+	case OP_WARMUP:
+		if (done_restore(j))
+			return;
+		break;
+	case OP_LIST:
+		done_list(j);
+		break;
+	}
+	cache_debug_check(j->c);
+	job_free(j);
+}
+
+static struct job *job_new(struct cache *cache, struct conn *c, uint64_t req_id, enum job_op op,
+			   const char *name)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return NULL;
+	j->wj.run = job_run;
+	j->wj.done = job_done;
+	list_init(&j->link);
+	j->c = cache;
+	j->op = op;
+	j->rd.fd = -1;
+	if (name)
+		snprintf(j->name, sizeof(j->name), "%s", name);
+	conn_ticket_start(c, &j->t, req_id);
+	return j;
+}
+
+static int start(struct job *j)
+{
+	if (j->pool) {
+		j->pool->n_jobs++;
+		list_add_tail(&j->pool->jobs, &j->link);
+	}
+	worker_submit(j->c->worker, &j->wj);
+	return -EINPROGRESS;
+}
+
+int ckptop_checkpoint(struct cache *cache, struct conn *c, uint64_t req_id,
+		      const Kvpalace__V1__CheckpointRequest *in, const char **why)
+{
+	struct session *s = session_get(cache, in->session_id, c->uid, c->admin);
+	struct pool *p;
+	struct job *j;
+	uint64_t n;
+	uint32_t n_pages;
+
+	if (!s) {
+		*why = "no such session";
+		return -ENOENT;
+	}
+	if (cache->ckpt_dir_fd < 0) {
+		*why = "no checkpoint directory (see the log at start)";
+		return -EIO;
+	}
+	p = s->pool;
+	n = s->n_committed;
+	n_pages = (uint32_t)((n + p->layout.block_tokens - 1) / p->layout.block_tokens);
+	j = job_new(cache, c, req_id, OP_CHECKPOINT, in->name);
+	if (j) {
+		j->tokens = calloc(n ? n : 1, sizeof(*j->tokens));
+		j->src = calloc(n_pages ? n_pages : 1, sizeof(*j->src));
+		j->slots = calloc(n_pages ? n_pages : 1, sizeof(*j->slots));
+	}
+	if (!j || !j->tokens || !j->src || !j->slots) {
+		if (j) {
+			c->ticket = NULL;
+			job_free(j);
+		}
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	j->uid = (uint32_t)p->uid;
+	j->uid_dir = 1;
+	j->pool = p;
+	j->meta.uid = (uint32_t)p->uid;
+	snprintf(j->meta.model_id, sizeof(j->meta.model_id), "%s", p->model_id);
+	j->meta.layout = p->layout;
+	j->meta.page_bytes = p->page_bytes;
+	j->meta.root = s->root;
+	j->meta.n_tokens = n;
+	j->meta.n_pages = n_pages;
+	for (uint64_t i = 0; i < n; i++)
+		j->tokens[i] = (struct ckpt_token){.id = s->tokens[i], .pos = (uint32_t)i};
+	/* References keep the pages' slots from being freed or reused while
+	 * the worker reads them; committed positions are never rewritten. */
+	for (uint32_t i = 0; i < n_pages; i++) {
+		j->slots[i] = s->pages[i];
+		pagealloc_ref(&p->pa, s->pages[i]);
+		prefix_index_update(&p->ix, &p->pa, s->pages[i]);
+		j->src[i] = (char *)p->arena + (uint64_t)s->pages[i] * p->page_bytes;
+	}
+	j->n_slots = n_pages;
+	return start(j);
+}
+
+int ckptop_restore(struct cache *cache, struct conn *c, uint64_t req_id,
+		   const Kvpalace__V1__RestoreRequest *in, const char **why)
+{
+	struct pool *p = NULL;
+	struct job *j;
+
+	if (in->has_pool_id) {
+		p = pool_get(cache, in->pool_id, c->uid, c->admin);
+		if (!p) {
+			*why = "no such pool";
+			return -ENOENT;
+		}
+	} else if (!c->admin) {
+		*why = "restore into which pool? (pool_id)";
+		return -EINVAL;
+	}
+	if (in->has_uid && !c->admin) {
+		*why = "only the admin socket restores another tenant's checkpoint";
+		return -EPERM;
+	}
+	j = job_new(cache, c, req_id, OP_RESTORE, in->name);
+	if (!j) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	j->uid_dir = 1;
+	j->pool = p;
+	j->uid = p ? (uint32_t)p->uid : in->has_uid ? in->uid : (uint32_t)c->uid;
+	return start(j);
+}
+
+int ckptop_warmup(struct cache *cache, struct conn *c, uint64_t req_id,
+		  const Kvpalace__V1__WarmupRequest *in, const char **why)
+{
+	struct job *j = job_new(cache, c, req_id, OP_WARMUP, in->name);
+
+	if (!j) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	j->uid_dir = in->has_uid;
+	j->uid = in->has_uid ? in->uid : (uint32_t)c->uid;
+	return start(j);
+}
+
+int ckptop_list(struct cache *cache, struct conn *c, uint64_t req_id,
+		const Kvpalace__V1__ListCheckpointsRequest *in, const char **why)
+{
+	struct job *j;
+
+	if (in->has_uid && !c->admin) {
+		*why = "only the admin socket lists another tenant's checkpoints";
+		return -EPERM;
+	}
+	j = job_new(cache, c, req_id, OP_LIST, NULL);
+	if (!j) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	j->uid_dir = 1;
+	j->uid = in->has_uid ? in->uid : (uint32_t)c->uid;
+	j->all_uids = c->admin && !in->has_uid;
+	return start(j);
+}
+
+int ckptop_check(const struct pool *p, uint32_t *refs)
+{
+	uint32_t n = 0;
+
+	for (const struct list *it = p->jobs.next; it != &p->jobs; it = it->next) {
+		const struct job *j = list_entry(it, struct job, link);
+
+		for (uint32_t i = 0; i < j->n_slots; i++) {
+			if (j->slots[i] >= p->pa.n_pages)
+				return -EUCLEAN;
+			refs[j->slots[i]]++;
+		}
+		n++;
+	}
+	return n == p->n_jobs ? 0 : -EUCLEAN;
+}
+
+/* ---- start-up ------------------------------------------------------------- */
+
+int ckptop_init(struct cache *c)
+{
+	char path[CONFIG_PATH_MAX + 16];
+	struct dirent *de;
+	uint32_t removed = 0;
+	DIR *d;
+	int fd;
+
+	c->ckpt_dir_fd = -1;
+	snprintf(path, sizeof(path), "%s", c->cfg->state_dir);
+	if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+		log_err("cannot create %s: %s; no checkpoints", path, strerror(errno));
+		return -errno;
+	}
+	snprintf(path, sizeof(path), "%s/checkpoints", c->cfg->state_dir);
+	if (mkdir(path, 0700) < 0 && errno != EEXIST) {
+		log_err("cannot create %s: %s; no checkpoints", path, strerror(errno));
+		return -errno;
+	}
+	c->ckpt_dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (c->ckpt_dir_fd < 0) {
+		log_err("cannot open %s: %s; no checkpoints", path, strerror(errno));
+		return -errno;
+	}
+	/* Temporaries of writes a crash interrupted. */
+	fd = fcntl(c->ckpt_dir_fd, F_DUPFD_CLOEXEC, 3);
+	d = fd >= 0 ? fdopendir(fd) : NULL;
+	while (d && (de = readdir(d))) {
+		uint32_t n = 0;
+		int sub;
+
+		if (de->d_name[0] == '.')
+			continue;
+		sub = openat(c->ckpt_dir_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (sub < 0)
+			continue;
+		ckpt_clean_temporaries(sub, &n);
+		removed += n;
+		close(sub);
+	}
+	if (d)
+		closedir(d);
+	else if (fd >= 0)
+		close(fd);
+	if (removed)
+		log_notice("removed %u unfinished checkpoint files left by a crash", removed);
+	return 0;
+}
+
+void ckptop_fini(struct cache *c)
+{
+	if (c->ckpt_dir_fd >= 0)
+		close(c->ckpt_dir_fd);
+	c->ckpt_dir_fd = -1;
+}
+
+int ckptop_warmup_dir(struct cache *c)
+{
+	struct job probe = {.c = c};
+	struct dirent *de;
+	int dir = open_dir(&probe, 0), loaded = 0;
+	DIR *d;
+
+	if (dir < 0)
+		return 0; /* no warm-up directory: nothing to do */
+	d = fdopendir(dir);
+	if (!d) {
+		close(dir);
+		return 0;
+	}
+	while ((de = readdir(d))) {
+		struct job *j;
+		struct session *s;
+		uint32_t shared;
+		int ret;
+
+		if (!ckpt_name_valid(de->d_name))
+			continue;
+		j = calloc(1, sizeof(*j));
+		if (!j)
+			break;
+		j->c = c;
+		j->op = OP_WARMUP;
+		j->rd.fd = -1;
+		list_init(&j->link);
+		snprintf(j->name, sizeof(j->name), "%.64s", de->d_name);
+		/* The worker's steps, run here: nothing is served yet. */
+		run_restore_open(j);
+		ret = j->ret;
+		if (ret == 0)
+			ret = take_slots(j);
+		if (ret == 0) {
+			run_restore_read(j);
+			ret = j->ret;
+		}
+		if (ret == 0)
+			ret = build(j, &s, &shared);
+		if (ret < 0) {
+			restore_failed(j, ret);
+		} else {
+			c->ctr.checkpoints_restored++;
+			c->ctr.warmed_up_pages += j->meta.n_tokens / j->pool->layout.block_tokens;
+			session_close(c, s);
+			loaded++;
+			log_info("warm-up: %s, %llu tokens into pool %llu", j->name,
+				 (unsigned long long)j->meta.n_tokens,
+				 (unsigned long long)j->pool->id);
+		}
+		job_free(j);
+	}
+	closedir(d);
+	return loaded;
+}
