@@ -227,6 +227,16 @@ KVP_PUBLIC int kvp_truncate(kvp_session *s, uint64_t n_tokens);
 KVP_PUBLIC int kvp_match_prefix(kvp_pool *p, const uint32_t *tokens, size_t n,
 				kvp_lease **ret_lease);
 
+/* Starts bringing the pages of tokens[0..n)'s cached prefix that sit in the
+ * daemon's disk tier back into host memory, ahead of the kvp_match_prefix
+ * that will want them (say, while the request is still being tokenized or
+ * queued), and returns at once with the pages on their way in
+ * *ret_pages_coming (may be NULL). Only the head of a long prompt counts:
+ * the first max-tokens-per-request tokens (Hello says how many). Pins
+ * nothing; a match never needs it, it only waits less. */
+KVP_PUBLIC int kvp_prefetch(kvp_pool *p, const uint32_t *tokens, size_t n,
+			    uint32_t *ret_pages_coming);
+
 /* Tokens matched by the lease. */
 KVP_PUBLIC uint64_t kvp_lease_tokens(const kvp_lease *l);
 

@@ -272,6 +272,36 @@ out:
 	return ret;
 }
 
+KVP_PUBLIC int kvp_prefetch(kvp_pool *p, const uint32_t *tokens, size_t n,
+			    uint32_t *ret_pages_coming)
+{
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__PrefetchRequest pf = KVPALACE__V1__PREFETCH_REQUEST__INIT;
+	Kvpalace__V1__Response *resp;
+	struct kvp_client *c;
+	int ret;
+
+	if (!p || (!tokens && n))
+		return -EINVAL;
+	c = p->client;
+	conn_clear_error(c);
+	ret = conn_usable(c);
+	if (ret < 0)
+		return ret;
+	pf.pool_id = p->id;
+	pf.tokens = (uint32_t *)tokens;
+	pf.n_tokens = n < c->chunk_tokens ? n : c->chunk_tokens;
+	pool_salt_field(p, &pf.has_cache_salt, &pf.cache_salt);
+	req.op_case = KVPALACE__V1__REQUEST__OP_PREFETCH;
+	req.prefetch = &pf;
+	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_PREFETCH, &resp, NULL);
+	if (ret < 0)
+		return ret;
+	if (ret_pages_coming)
+		*ret_pages_coming = resp->prefetch->pages_coming;
+	return 0;
+}
+
 KVP_PUBLIC int kvp_match_prefix(kvp_pool *p, const uint32_t *tokens, size_t n,
 				kvp_lease **ret_lease)
 {

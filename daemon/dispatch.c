@@ -414,6 +414,27 @@ static int do_match_prefix(struct cache *cache, struct conn *c,
 	return 0;
 }
 
+static int do_prefetch(struct cache *cache, struct conn *c, const Kvpalace__V1__PrefetchRequest *in,
+		       struct reply *r, const char **why)
+{
+	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
+	XXH128_hash_t root;
+
+	if (!p) {
+		*why = "no such pool";
+		return -ENOENT;
+	}
+	root = in->has_cache_salt ? prefix_index_root(p->model_id, &p->layout, in->cache_salt.data,
+						      in->cache_salt.len)
+				  : p->root;
+	kvpalace__v1__prefetch_response__init(&r->u.prefetch);
+	r->u.prefetch.pages_coming =
+		match_prefetch(cache, p, root, NULL, 0, in->tokens, in->n_tokens);
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_PREFETCH;
+	r->resp.prefetch = &r->u.prefetch;
+	return 0;
+}
+
 static int do_release(struct cache *cache, struct conn *c, const Kvpalace__V1__ReleaseRequest *in,
 		      struct reply *r, const char **why)
 {
@@ -522,6 +543,8 @@ static int run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request 
 		return do_match_prefix(cache, c, req->match_prefix, r, why);
 	case KVPALACE__V1__REQUEST__OP_RELEASE:
 		return do_release(cache, c, req->release, r, why);
+	case KVPALACE__V1__REQUEST__OP_PREFETCH:
+		return do_prefetch(cache, c, req->prefetch, r, why);
 	case KVPALACE__V1__REQUEST__OP_STATS:
 		return do_stats(cache, c, r, why);
 	case KVPALACE__V1__REQUEST__OP_FORK:

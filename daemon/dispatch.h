@@ -38,6 +38,7 @@ struct reply {
 		Kvpalace__V1__RestoreResponse restore;
 		Kvpalace__V1__ListCheckpointsResponse list_checkpoints;
 		Kvpalace__V1__WarmupResponse warmup;
+		Kvpalace__V1__PrefetchResponse prefetch;
 	} u;
 	struct pool *park; /* parked: the pool whose disk I/O it waits for */
 	void *heap;	   /* freed by reply_fini */

@@ -128,6 +128,13 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 		break;
 	case KVPALACE__V1__REQUEST__OP_LIST_CHECKPOINTS:
 		break;
+	case KVPALACE__V1__REQUEST__OP_PREFETCH:
+		if (req->prefetch->n_tokens > lim->max_tokens_per_request)
+			REJECT(-EMSGSIZE, "too many tokens in one request");
+		if (req->prefetch->has_cache_salt &&
+		    req->prefetch->cache_salt.len > PREFIX_INDEX_MAX_SALT)
+			REJECT(-EINVAL, "cache salt longer than 64 bytes");
+		break;
 	case KVPALACE__V1__REQUEST__OP_WARMUP:
 		if (!ckpt_name_valid(req->warmup->name))
 			REJECT(-EINVAL, "checkpoint names are 1..64 of A-Z a-z 0-9 . _ -, "

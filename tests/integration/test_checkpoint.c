@@ -14,10 +14,12 @@
  *    -ENOSPC, the earlier checkpoint of that name restores unchanged, the
  *    daemon serves on;
  *  - crash loop: 50 rounds of a client checkpointing (new names and one
- *    name rewritten) while the daemon is SIGKILLed at a random moment;
+ *    name rewritten) in a pool small enough that its closed sessions spill
+ *    to the disk tier, while the daemon is SIGKILLed at a random moment;
  *    after each restart every checkpoint whose call had returned success
  *    restores to exactly its content, the rewritten name restores to one
- *    complete version, never a mixture;
+ *    complete version, never a mixture; spilled pages are found again
+ *    and every match reads right bytes;
  *  - warm-up: a checkpoint placed in the warm-up directory is matchable as
  *    soon as the restarted daemon accepts connections.
  */
@@ -60,6 +62,8 @@ static const struct kvp_layout other_lay = {
 };
 
 static const char *const args[] = {"--host-pool-size", "16M", NULL};
+/* 16 pages: the crash loop's closed sessions spill to the disk tier. */
+static const char *const crash_args[] = {"--host-pool-size", "256K", NULL};
 
 static void connect_pool(struct harness *h, kvp_client **c, kvp_pool **p)
 {
@@ -369,6 +373,7 @@ static void test_crash_loop(void **state)
 	uint32_t tokens[CRASH_TOKENS];
 	unsigned int seed = 12345, verified = 0, same_ok = 0;
 	uint32_t last_same = 0; /* the newest "same" reported durable */
+	uint64_t restored_pages = 0;
 	double t0 = now_s();
 
 	snprintf(log, sizeof(log), "%s/written.log", h->dir);
@@ -382,7 +387,7 @@ static void test_crash_loop(void **state)
 		FILE *f;
 
 		usleep(5000 + rand_r(&seed) % 40000);
-		assert_int_equal(harness_restart(h, SIGKILL, args), 0);
+		assert_int_equal(harness_restart(h, SIGKILL, crash_args), 0);
 		assert_int_equal(harness_wait(pid, 60), 0);
 
 		/* Everything reported durable restores exactly. */
@@ -401,6 +406,18 @@ static void test_crash_loop(void **state)
 			harness_tokens(tokens, CRASH_TOKENS, seq, 0);
 			expect_restored(p, name, tokens, CRASH_TOKENS);
 			verified++;
+			/* Its prefix, spilled before the kill, matches again
+			 * (restored above, so it is there either way): the
+			 * bytes are right. */
+			{
+				kvp_lease *l;
+
+				assert_int_equal(kvp_match_prefix(p, tokens, CRASH_TOKENS, &l), 0);
+				assert_int_equal(
+					harness_pkv_check_lease(l, p, tokens, kvp_lease_tokens(l)),
+					0);
+				assert_int_equal(kvp_lease_release(l), 0);
+			}
 		}
 		fclose(f);
 		/* The rewritten name: one complete version — the last one known
@@ -442,15 +459,23 @@ static void test_crash_loop(void **state)
 			if (on_disk)
 				last_same = on_disk;
 		}
+		{
+			struct kvp_pool_stats ps;
+
+			assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &ps, NULL), 0);
+			restored_pages += ps.restored_pages;
+			assert_int_equal(ps.verify_failures, 0);
+		}
 		/* Start the next round with the log of what is known durable. */
 		kvp_disconnect(c);
 		unlink(log);
 	}
 	fprintf(stderr,
 		"crash loop: %d rounds in %.1f s, %u checkpoints verified after a kill, "
-		"'same' restored whole %u times\n",
-		ROUNDS, now_s() - t0, verified, same_ok);
+		"'same' restored whole %u times, %llu spilled pages found at restarts\n",
+		ROUNDS, now_s() - t0, verified, same_ok, (unsigned long long)restored_pages);
 	assert_true(verified > 0);
+	assert_true(restored_pages > 0);
 }
 
 /* ---- warm-up --------------------------------------------------------------- */
@@ -498,6 +523,11 @@ static int setup(void **state)
 	return harness_setup_args(state, args);
 }
 
+static int setup_crash(void **state)
+{
+	return harness_setup_args(state, crash_args);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -507,7 +537,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_refusals, setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_other_tenant, setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_disk_full, setup, harness_teardown),
-		cmocka_unit_test_setup_teardown(test_crash_loop, setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_crash_loop, setup_crash, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_warmup_dir, setup, harness_teardown),
 	};
 

@@ -10,7 +10,7 @@
  *  - warm restart: after a clean stop (which writes out what was only in
  *    host: every page comes back) and after SIGKILL (what had spilled comes
  *    back), a new daemon finds the pages again (Stats: restored) and
- *    matches them with the right bytes;
+ *    matches them with the right bytes; Prefetch starts the reads ahead;
  *  - corruption: bytes flipped in the data of spilled pages and in page
  *    headers make misses (and verify_failures), never wrong bytes;
  *  - a size-limited spill file (RLIMIT_FSIZE: EFBIG, as a full file
@@ -206,6 +206,16 @@ static void warm_restart(struct harness *h, int sig)
 		r.min_whole = N_CONV;
 	}
 	assert_true(ps.restored_pages >= N_CONV / 2 * CONV_PAGES);
+	/* Nothing is in host after a restart: a prefetch of the oldest
+	 * conversation starts reading all its pages, a second one none. */
+	{
+		uint32_t coming = 0;
+
+		assert_int_equal(kvp_prefetch(p, all, CONV, &coming), 0);
+		assert_int_equal(coming, CONV_PAGES);
+		assert_int_equal(kvp_prefetch(p, all + CONV, 0, &coming), 0);
+		assert_int_equal(coming, 0);
+	}
 	/* The oldest conversations were spilled first: they all come back
 	 * (one may have been cut by the last pages in flight at a kill). */
 	assert_int_equal(harness_run_child(read_convs, &r), 0);
