@@ -96,8 +96,11 @@ struct kvp_layout {
  * $KVPALACE_SOCKET, else the default path (kvp_default_socket_path()).
  * Performs the version handshake.
  * Errors: -ENOENT/-ECONNREFUSED no daemon listens there; -EACCES no
- * permission on the socket; -EPROTONOSUPPORT the daemon speaks another
- * protocol version; -ENAMETOOLONG path too long for a Unix socket. */
+ * permission on the socket; -EDQUOT the daemon refused the connection:
+ * too many are open (its max-connections, or max-connections-per-user
+ * for this user);
+ * -EPROTONOSUPPORT the daemon speaks another protocol version;
+ * -ENAMETOOLONG path too long for a Unix socket. */
 KVP_PUBLIC int kvp_connect(const char *path, kvp_client **ret_client);
 
 /* Closes the connection: ends the client's leases and uncommitted

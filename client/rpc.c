@@ -13,6 +13,29 @@
 #include "rpc.h"
 #include "status.h"
 
+/* Sending failed with -EPIPE: the daemon closed the connection. One that
+ * refuses a connection (a limit on connections) says why first, in a reply
+ * with id 0, and may close before our first request goes out: when that
+ * reply is there, its status is the error (-EDQUOT), else -EPIPE. The
+ * peer is gone, so the receive does not wait. */
+static int send_refused(struct kvp_client *c)
+{
+	Kvpalace__V1__Response *resp = NULL;
+	int fd = -1, n, len;
+
+	n = frame_recv(c->fd, c->rbuf, FRAME_MAX_MAX_BYTES, &fd);
+	if (fd >= 0)
+		close(fd);
+	len = n > 0 ? frame_header_check(c->rbuf, (size_t)n, FRAME_MAX_MAX_BYTES) : -1;
+	if (len >= 0) {
+		frame_arena_init(&c->arena, c->abuf, frame_arena_bytes((uint32_t)n));
+		resp = frame_unpack_response(&c->arena, c->rbuf + FRAME_HEADER_BYTES, (size_t)len);
+	}
+	if (resp && resp->id == 0 && resp->status != KVPALACE__V1__STATUS__STATUS_OK)
+		return rpc_stray(c, resp);
+	return conn_break(c, -EPIPE, "sending to kvpalaced failed: %s", kvp_strerror(NULL, -EPIPE));
+}
+
 int rpc_send(struct kvp_client *c, Kvpalace__V1__Request *req, uint64_t *ret_id)
 {
 	uint64_t id;
@@ -29,6 +52,8 @@ int rpc_send(struct kvp_client *c, Kvpalace__V1__Request *req, uint64_t *ret_id)
 				  "request of operation %d exceeds the daemon's %u-byte cap",
 				  (int)req->op_case, c->max_message_bytes);
 	ret = frame_send(c->fd, c->sbuf, (size_t)len, -1);
+	if (ret == -EPIPE)
+		return send_refused(c);
 	if (ret < 0)
 		return conn_break(c, ret, "sending to kvpalaced failed: %s",
 				  kvp_strerror(NULL, ret));

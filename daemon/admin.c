@@ -212,6 +212,7 @@ static int drop_pool(struct cache *cache, const struct conn *c,
 		struct conn *owner = (struct conn *)leases[i]->owner;
 
 		owner->n_leases--;
+		owner->n_leased_pages -= leases[i]->n_pages;
 		lease_release(cache, leases[i]);
 	}
 	free(leases);

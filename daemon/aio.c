@@ -108,6 +108,8 @@ static void on_cqe(struct loop_op *op, int res, unsigned int flags)
 	(void)flags;
 	if (!a->loop)
 		return; /* abandoned by aio_fini */
+	if (res > 0 && !r->injected && r->op == AIO_READ)
+		loop_kernel_wrote((char *)r->buf + r->moved, (size_t)res);
 	if (r->injected)
 		after_step(a, r, 0, r->injected);
 	else if (res > 0)

@@ -68,8 +68,12 @@ static int check_pool(const struct cache *c, const struct pool *p)
 		ret = -ENOMEM;
 		goto out;
 	}
-	if (pagealloc_check(&p->pa) < 0)
+	ret = pagealloc_check(&p->pa);
+	if (ret < 0) {
+		ret = ret == -ENOMEM ? ret : -EUCLEAN;
 		goto out;
+	}
+	ret = -EUCLEAN;
 	for (it = p->sessions.next; it != &p->sessions; it = it->next) {
 		const struct session *s = list_entry(it, struct session, pool_link);
 		uint32_t bt = p->layout.block_tokens;
@@ -95,8 +99,13 @@ static int check_pool(const struct cache *c, const struct pool *p)
 			pins[l->pages[j]]++;
 		}
 	}
-	if (prefix_index_check(&p->ix, &p->pa, refs) < 0 || tier_check(p, refs) < 0 ||
-	    ckptop_check(p, refs) < 0)
+	ret = prefix_index_check(&p->ix, &p->pa, refs);
+	if (ret < 0) {
+		ret = ret == -ENOMEM ? ret : -EUCLEAN;
+		goto out;
+	}
+	ret = -EUCLEAN;
+	if (tier_check(p, refs) < 0 || ckptop_check(p, refs) < 0)
 		goto out;
 	for (uint32_t i = 0; i < p->pa.n_pages; i++)
 		if (refs[i] != p->pa.refs[i] || pins[i] != p->pa.pins[i])

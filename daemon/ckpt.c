@@ -8,7 +8,8 @@
  * decodes the header into a candidate meta and checks it against itself
  * and the file's size before allocating anything; the whole-file XXH3_128
  * runs across ckpt_open (header, tokens) and ckpt_read_pages (padding,
- * pages, checksums). Blocking, no logging, no globals: thread-safe.
+ * pages, checksums). Blocking, no logging, no globals but the test hook
+ * ckpt_inject (set once at start): thread-safe.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -122,6 +123,37 @@ static const char *errstr(int err)
 	return s ? s : "unknown error";
 }
 
+int (*ckpt_inject)(enum ckpt_io op, size_t *max_bytes);
+
+/* What the test hook says about the next call of op moving up to *n
+ * bytes: 0 (with *n possibly lowered) or the -errno to fail it with. */
+static int inject(enum ckpt_io op, size_t *n)
+{
+	int (*hook)(enum ckpt_io, size_t *) = ckpt_inject;
+	size_t max = *n;
+	int ret;
+
+	if (!hook)
+		return 0;
+	ret = hook(op, &max);
+	if (ret < 0)
+		return ret;
+	if (max && max < *n)
+		*n = max;
+	return 0;
+}
+
+/* fsync, or what the test hook fails it with. */
+static int sync_fd(int fd, enum ckpt_io op)
+{
+	size_t none = 0;
+	int ret = inject(op, &none);
+
+	if (ret < 0)
+		return ret;
+	return fsync(fd) < 0 ? -errno : 0;
+}
+
 /* Reads n bytes at off. Returns 0, -ENODATA when the file ends first, or
  * -errno. */
 static int pread_full(int fd, void *buf, size_t n, uint64_t off)
@@ -129,8 +161,15 @@ static int pread_full(int fd, void *buf, size_t n, uint64_t off)
 	unsigned char *p = buf;
 
 	while (n) {
-		ssize_t got = pread(fd, p, n, (off_t)off);
+		size_t step = n;
+		ssize_t got;
+		int ret = inject(CKPT_IO_READ, &step);
 
+		if (ret == -EINTR)
+			continue;
+		if (ret < 0)
+			return ret;
+		got = pread(fd, p, step, (off_t)off);
 		if (got < 0) {
 			if (errno == EINTR)
 				continue;
@@ -151,8 +190,15 @@ static int pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
 	const unsigned char *p = buf;
 
 	while (n) {
-		ssize_t put = pwrite(fd, p, n, (off_t)off);
+		size_t step = n;
+		ssize_t put;
+		int ret = inject(CKPT_IO_WRITE, &step);
 
+		if (ret == -EINTR)
+			continue;
+		if (ret < 0)
+			return ret;
+		put = pwrite(fd, p, step, (off_t)off);
 		if (put < 0) {
 			if (errno == EINTR)
 				continue;
@@ -431,10 +477,9 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 	/* A failed fsync is final: the page cache may have dropped the
 	 * dirty pages, so a retry could "succeed" over lost data. */
 	step = "fsync";
-	if (fsync(fd) < 0) {
-		ret = -errno;
+	ret = sync_fd(fd, CKPT_IO_FSYNC);
+	if (ret < 0)
 		goto fail;
-	}
 	step = "close";
 	ret = close(fd) < 0 ? -errno : 0;
 	fd = -1;
@@ -446,8 +491,8 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 		goto fail;
 	}
 	made = 0;
-	if (fsync(dir_fd) < 0) {
-		ret = -errno;
+	ret = sync_fd(dir_fd, CKPT_IO_DIRSYNC);
+	if (ret < 0) {
 		say(why, whylen,
 		    "fsync of the checkpoint directory: %s (the new checkpoint is in place but "
 		    "may not survive a crash)",
@@ -813,9 +858,7 @@ int ckpt_remove(int dir_fd, const char *name)
 		return -EINVAL;
 	if (unlinkat(dir_fd, name, 0) < 0)
 		return -errno;
-	if (fsync(dir_fd) < 0)
-		return -errno;
-	return 0;
+	return sync_fd(dir_fd, CKPT_IO_DIRSYNC);
 }
 
 /* Opens a second description of dir_fd, so the listing has its own

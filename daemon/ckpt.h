@@ -14,7 +14,8 @@
  *
  * Everything here blocks on the file system: call it from a worker thread,
  * never from the event loop. Plain syscalls only (openat, pread, pwrite,
- * fsync, renameat, unlinkat), no logging, no globals: thread-safe. Two
+ * fsync, renameat, unlinkat), no logging, no globals but a test hook
+ * (ckpt_inject, below): thread-safe. Two
  * writers of one name both succeed and the last rename wins; a reader
  * keeps the file it opened. dir_fd is a directory opened
  * O_RDONLY|O_DIRECTORY (not O_PATH: ckpt_write and ckpt_remove fsync it).
@@ -143,6 +144,22 @@ struct ckpt_reader {
 	uint64_t trailer_off;	/* offset of the trailer */
 	XXH3_state_t *file_xxh; /* whole-file XXH3_128 over [0, tokens_end) so far */
 };
+
+/* Test hook (daemon/faults.c, for $KVPALACED_FAULTS): when not NULL, ckpt.c
+ * calls it before each read, write and fsync it makes on a checkpoint
+ * file or directory, on whatever thread makes the call. A -errno return
+ * fails that call with it, without making it (-EINTR is retried as a real
+ * one is); for a read or write, lowering *max_bytes (to at least 1) makes
+ * the call move at most that many bytes, a short transfer the caller
+ * continues. The hook must be thread-safe. Set once at start, before any
+ * checkpoint I/O, and cleared after the last: the one global here. */
+enum ckpt_io {
+	CKPT_IO_READ,
+	CKPT_IO_WRITE,
+	CKPT_IO_FSYNC,	 /* the file's fsync before the rename */
+	CKPT_IO_DIRSYNC, /* the directory's fsync after a rename or unlink */
+};
+extern int (*ckpt_inject)(enum ckpt_io op, size_t *max_bytes);
 
 /* Returns 1 when name may name a checkpoint: 1..CKPT_NAME_MAX bytes of
  * [A-Za-z0-9._-], the first a letter, digit or '_' (so never ".", "..", a

@@ -562,6 +562,15 @@ static struct job *job_new(struct cache *cache, struct conn *c, uint64_t req_id,
 	return j;
 }
 
+/* Jobs run on the worker threads; a cache without them (an in-process
+ * test's, such as the fuzz target's) refuses the request rather than hand
+ * it to nobody. */
+static int no_worker(const char **why)
+{
+	*why = "no worker threads for checkpoint work";
+	return -EIO;
+}
+
 static int start(struct job *j)
 {
 	if (j->pool) {
@@ -589,6 +598,8 @@ int ckptop_checkpoint(struct cache *cache, struct conn *c, uint64_t req_id,
 		*why = "no checkpoint directory (see the log at start)";
 		return -EIO;
 	}
+	if (!cache->worker)
+		return no_worker(why);
 	p = s->pool;
 	n = s->n_committed;
 	n_pages = (uint32_t)((n + p->layout.block_tokens - 1) / p->layout.block_tokens);
@@ -650,6 +661,8 @@ int ckptop_restore(struct cache *cache, struct conn *c, uint64_t req_id,
 		*why = "only the admin socket restores another tenant's checkpoint";
 		return -EPERM;
 	}
+	if (!cache->worker)
+		return no_worker(why);
 	j = job_new(cache, c, req_id, OP_RESTORE, in->name);
 	if (!j) {
 		*why = "out of memory";
@@ -664,8 +677,11 @@ int ckptop_restore(struct cache *cache, struct conn *c, uint64_t req_id,
 int ckptop_warmup(struct cache *cache, struct conn *c, uint64_t req_id,
 		  const Kvpalace__V1__WarmupRequest *in, const char **why)
 {
-	struct job *j = job_new(cache, c, req_id, OP_WARMUP, in->name);
+	struct job *j;
 
+	if (!cache->worker)
+		return no_worker(why);
+	j = job_new(cache, c, req_id, OP_WARMUP, in->name);
 	if (!j) {
 		*why = "out of memory";
 		return -ENOMEM;
@@ -684,6 +700,8 @@ int ckptop_list(struct cache *cache, struct conn *c, uint64_t req_id,
 		*why = "only the admin socket lists another tenant's checkpoints";
 		return -EPERM;
 	}
+	if (!cache->worker)
+		return no_worker(why);
 	j = job_new(cache, c, req_id, OP_LIST, NULL);
 	if (!j) {
 		*why = "out of memory";

@@ -59,6 +59,17 @@ void config_defaults(struct config *c)
 	c->max_sessions_per_pool = 65536;
 	c->max_leases_per_conn = 4096;
 	c->max_connections = 1024;
+	/* Half of max_connections unless set (config_parse_args): no user
+	 * alone can take every connection. */
+	c->max_connections_per_user = 512;
+	/* A pipelining client is served in batches of this many; a client
+	 * that stops reading holds at most about this many replies. */
+	c->max_requests_in_flight = 256;
+	/* 512 MiB of reservation at 8 KiB pages, more with bigger ones. */
+	c->max_reserved_pages = 65536;
+	/* A lease keeps the tokens and hashes of each page it pins (about
+	 * 100 bytes a page): 4M tokens at 16 per page is ~25 MiB a client. */
+	c->max_leased_pages = 262144;
 	c->max_session_tokens = 4u << 20;
 	c->socket_mode = 0666;
 	c->admin_socket_mode = 0600;
@@ -190,6 +201,10 @@ enum key_id {
 	K_MAX_SESSIONS,
 	K_MAX_LEASES,
 	K_MAX_CONNS,
+	K_MAX_CONNS_USER,
+	K_MAX_IN_FLIGHT,
+	K_MAX_RESERVED,
+	K_MAX_LEASED,
 	K_MAX_TOKENS,
 	K_SOCKET_MODE,
 	K_ADMIN_MODE,
@@ -215,6 +230,10 @@ static const char *const key_names[K_COUNT] = {
 	[K_MAX_SESSIONS] = "max-sessions-per-pool",
 	[K_MAX_LEASES] = "max-leases-per-client",
 	[K_MAX_CONNS] = "max-connections",
+	[K_MAX_CONNS_USER] = "max-connections-per-user",
+	[K_MAX_IN_FLIGHT] = "max-requests-in-flight",
+	[K_MAX_RESERVED] = "max-reserved-pages-per-client",
+	[K_MAX_LEASED] = "max-leased-pages-per-client",
 	[K_MAX_TOKENS] = "max-session-tokens",
 	[K_SOCKET_MODE] = "socket-mode",
 	[K_ADMIN_MODE] = "admin-socket-mode",
@@ -267,6 +286,14 @@ static int set_key(struct config *c, int k, const char *v)
 		return parse_u32(v, 1, 1u << 30, 10, &c->max_leases_per_conn);
 	case K_MAX_CONNS:
 		return parse_u32(v, 1, 1u << 20, 10, &c->max_connections);
+	case K_MAX_CONNS_USER:
+		return parse_u32(v, 1, 1u << 20, 10, &c->max_connections_per_user);
+	case K_MAX_IN_FLIGHT:
+		return parse_u32(v, 1, CONFIG_MAX_IN_FLIGHT, 10, &c->max_requests_in_flight);
+	case K_MAX_RESERVED:
+		return parse_u32(v, 1, 1u << 30, 10, &c->max_reserved_pages);
+	case K_MAX_LEASED:
+		return parse_u32(v, 1, 1u << 30, 10, &c->max_leased_pages);
 	case K_MAX_TOKENS:
 		return parse_u64(v, 1, 1ull << 32, 10, &c->max_session_tokens);
 	case K_SOCKET_MODE:
@@ -339,6 +366,18 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		break;
 	case K_MAX_CONNS:
 		snprintf(buf, n, "%u", c->max_connections);
+		break;
+	case K_MAX_CONNS_USER:
+		snprintf(buf, n, "%u", c->max_connections_per_user);
+		break;
+	case K_MAX_IN_FLIGHT:
+		snprintf(buf, n, "%u", c->max_requests_in_flight);
+		break;
+	case K_MAX_RESERVED:
+		snprintf(buf, n, "%u", c->max_reserved_pages);
+		break;
+	case K_MAX_LEASED:
+		snprintf(buf, n, "%u", c->max_leased_pages);
 		break;
 	case K_MAX_TOKENS:
 		snprintf(buf, n, "%llu", (unsigned long long)c->max_session_tokens);
@@ -574,6 +613,9 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 		else
 			snprintf(c->admin_socket_path, sizeof(c->admin_socket_path), "admin.sock");
 	}
+	if (c->src[K_MAX_CONNS_USER] == SRC_DEFAULT)
+		c->max_connections_per_user =
+			c->max_connections > 1 ? c->max_connections / 2 : c->max_connections;
 	if (c->src[K_HOST_POOL] == SRC_DEFAULT && c->host_pool_bytes > c->host_tier_bytes)
 		c->host_pool_bytes = c->host_tier_bytes;
 	if (c->host_low_watermark > c->host_high_watermark) {
@@ -589,8 +631,11 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 
 int config_reload(struct config *live, int argc, char **argv, char *err, size_t errlen)
 {
-	static const int live_keys[] = {K_LOG_LEVEL,	K_HIGH_MARK,  K_LOW_MARK,  K_MAX_POOLS,
-					K_MAX_SESSIONS, K_MAX_LEASES, K_MAX_CONNS, K_MAX_TOKENS};
+	static const int live_keys[] = {
+		K_LOG_LEVEL,	 K_HIGH_MARK,	 K_LOW_MARK,   K_MAX_POOLS,
+		K_MAX_SESSIONS,	 K_MAX_LEASES,	 K_MAX_CONNS,  K_MAX_CONNS_USER,
+		K_MAX_IN_FLIGHT, K_MAX_RESERVED, K_MAX_LEASED, K_MAX_TOKENS,
+	};
 	enum config_action act;
 	struct config next;
 	int ret;
@@ -606,6 +651,10 @@ int config_reload(struct config *live, int argc, char **argv, char *err, size_t 
 	live->max_sessions_per_pool = next.max_sessions_per_pool;
 	live->max_leases_per_conn = next.max_leases_per_conn;
 	live->max_connections = next.max_connections;
+	live->max_connections_per_user = next.max_connections_per_user;
+	live->max_requests_in_flight = next.max_requests_in_flight;
+	live->max_reserved_pages = next.max_reserved_pages;
+	live->max_leased_pages = next.max_leased_pages;
 	live->max_session_tokens = next.max_session_tokens;
 	for (size_t i = 0; i < sizeof(live_keys) / sizeof(live_keys[0]); i++)
 		live->src[live_keys[i]] = next.src[live_keys[i]];
@@ -660,8 +709,23 @@ void config_usage(const char *argv0)
 	       "  --max-message-bytes N     largest control message, 4096..196608 (default %u)\n"
 	       "  --max-pools-per-tenant N  (default 16)\n"
 	       "  --max-sessions-per-pool N (default 65536)\n"
-	       "  --max-leases-per-client N (default 4096)\n"
-	       "  --max-connections N       (default 1024)\n"
+	       "  --max-leases-per-client N read leases one connection may hold (default 4096)\n"
+	       "  --max-connections N       connections on the client socket, all users\n"
+	       "                            together (default 1024)\n"
+	       "  --max-connections-per-user N\n"
+	       "                            connections of one uid on the client socket\n"
+	       "                            (default half of max-connections)\n"
+	       "  --max-requests-in-flight N\n"
+	       "                            requests of one connection received and not yet\n"
+	       "                            answered, or answered and not yet read; beyond it\n"
+	       "                            the daemon stops reading that connection, 1..%u\n"
+	       "                            (default 256)\n"
+	       "  --max-reserved-pages-per-client N\n"
+	       "                            pages one connection may hold appended but not\n"
+	       "                            committed, over all its sessions (default 65536)\n"
+	       "  --max-leased-pages-per-client N\n"
+	       "                            pages one connection's read leases may pin, all\n"
+	       "                            together (default 262144)\n"
 	       "  --max-session-tokens N    (default 4194304)\n"
 	       "  --socket-mode OCTAL       client socket permissions (default 0666)\n"
 	       "  --admin-socket-mode OCTAL admin socket permissions (default 0600)\n"
@@ -677,5 +741,5 @@ void config_usage(const char *argv0)
 	       "  -V, --version             show the version\n"
 	       "\n"
 	       "SIZE accepts K, M, G, T suffixes (powers of 1024) or a percentage of RAM.\n",
-	       argv0, CONFIG_DEFAULT_FILE, FRAME_DEFAULT_MAX_BYTES);
+	       argv0, CONFIG_DEFAULT_FILE, FRAME_DEFAULT_MAX_BYTES, CONFIG_MAX_IN_FLIGHT);
 }

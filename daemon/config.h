@@ -23,6 +23,9 @@
 #define CONFIG_SOCKET_PATH_MAX 108 /* sizeof(sun_path) */
 #define CONFIG_MAX_KEYS	       32
 #define CONFIG_DEFAULT_FILE    "/etc/kvpalace/kvpalaced.conf"
+/* The largest max-requests-in-flight: a connection that stops reading
+ * holds about that many replies of up to max-message-bytes each. */
+#define CONFIG_MAX_IN_FLIGHT 4096u
 
 struct config {
 	char socket_path[CONFIG_SOCKET_PATH_MAX];
@@ -37,7 +40,11 @@ struct config {
 	uint32_t max_pools_per_tenant;
 	uint32_t max_sessions_per_pool;
 	uint32_t max_leases_per_conn;
-	uint32_t max_connections;
+	uint32_t max_connections;	   /* on the client socket, all users together */
+	uint32_t max_connections_per_user; /* on the client socket, one uid */
+	uint32_t max_requests_in_flight;   /* one connection: unanswered + unsent replies */
+	uint32_t max_reserved_pages;	   /* one connection: appended, uncommitted pages */
+	uint32_t max_leased_pages;	   /* one connection: pages its leases pin */
 	uint64_t max_session_tokens;
 	uint32_t socket_mode;	    /* client socket permissions */
 	uint32_t admin_socket_mode; /* admin socket permissions */

@@ -1,7 +1,10 @@
 /* daemon/conn.c — receive, check, dispatch and reply (see conn.h). */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "conn.h"
@@ -66,9 +69,204 @@ static void release_client_state(struct conn *c)
 	list_for_each_safe (it, tmp, &c->leases)
 		lease_release(cache, list_entry(it, struct lease, owner_link));
 	c->n_leases = 0;
-	list_for_each_safe (it, tmp, &c->writing)
+	c->n_leased_pages = 0;
+	list_for_each_safe (it, tmp, &c->writing.sessions)
 		session_rollback(cache, list_entry(it, struct session, writer_link));
+	kvp_assert(c->writing.reserved_pages == 0);
 	cache_debug_check(cache);
+}
+
+#ifdef KVP_DEBUG_CHECKS
+/* Every connection's counts agree with what it holds: the reserved pages
+ * of the sessions it writes, its leases and their pages. O(connections +
+ * those). */
+static void check_accounts(const struct server *srv)
+{
+	for (const struct list *it = srv->conns.next; it != &srv->conns; it = it->next) {
+		const struct conn *c = list_entry(it, struct conn, link);
+		const struct list *w = &c->writing.sessions, *l = &c->leases;
+		uint32_t reserved = 0, leases = 0;
+		uint64_t leased = 0;
+
+		for (const struct list *s = w->next; s != w; s = s->next)
+			reserved +=
+				session_reserved_pages(list_entry(s, struct session, writer_link));
+		for (const struct list *s = l->next; s != l; s = s->next) {
+			leases++;
+			leased += list_entry(s, struct lease, owner_link)->n_pages;
+		}
+		kvp_assert(reserved == c->writing.reserved_pages);
+		kvp_assert(leases == c->n_leases);
+		kvp_assert(leased == c->n_leased_pages);
+	}
+}
+#define conn_debug_check(srv) check_accounts(srv)
+#else
+#define conn_debug_check(srv) ((void)(srv))
+#endif
+
+/* ---- admission ----------------------------------------------------------- */
+
+struct conn_uid_count {
+	uint32_t n;
+};
+
+static struct conn_uid_count *uid_count(struct conn_census *cs, uid_t uid)
+{
+	return idmap_get(&cs->per_uid, (uint64_t)uid + 1);
+}
+
+void conn_census_fini(struct conn_census *cs)
+{
+	for (size_t i = 0; i < cs->per_uid.cap; i++)
+		if (cs->per_uid.slots[i].id)
+			free(cs->per_uid.slots[i].ptr);
+	idmap_fini(&cs->per_uid);
+	memset(cs, 0, sizeof(*cs));
+}
+
+/* Counts c in (or, when add is 0, out of) the census. Returns 0 or
+ * -ENOMEM (counting in only). */
+static int census_count(struct conn_census *cs, const struct conn *c, int add)
+{
+	struct conn_uid_count *u;
+
+	if (c->admin) {
+		if (add)
+			cs->n_admin++;
+		else
+			cs->n_admin--;
+		return 0;
+	}
+	u = uid_count(cs, c->uid);
+	if (add) {
+		if (!u) {
+			u = calloc(1, sizeof(*u));
+			if (!u || idmap_put(&cs->per_uid, (uint64_t)c->uid + 1, u) < 0) {
+				free(u);
+				return -ENOMEM;
+			}
+		}
+		u->n++;
+		cs->n_client++;
+		return 0;
+	}
+	kvp_assert(u && u->n > 0 && cs->n_client > 0);
+	cs->n_client--;
+	if (--u->n == 0)
+		free(idmap_del(&cs->per_uid, (uint64_t)c->uid + 1));
+	return 0;
+}
+
+/* Logs a refused connection, at most CONN_REFUSALS_LOGGED_PER_S lines a
+ * second: a flood of connections must not flood the journal too. */
+__attribute__((format(printf, 2, 3))) static void log_refusal(struct conn_census *cs,
+							      const char *fmt, ...)
+{
+	struct timespec ts;
+	char line[256];
+	va_list ap;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	if ((uint64_t)ts.tv_sec != cs->log_second) {
+		cs->log_second = (uint64_t)ts.tv_sec;
+		cs->logged = 0;
+	}
+	if (cs->logged >= CONN_REFUSALS_LOGGED_PER_S) {
+		cs->unlogged++;
+		return;
+	}
+	cs->logged++;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (cs->unlogged)
+		log_warn("%s (and %llu refused connections not logged before it)", line,
+			 (unsigned long long)cs->unlogged);
+	else
+		log_warn("%s", line);
+	cs->unlogged = 0;
+}
+
+void conn_census_tick(struct conn_census *cs)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	if (!cs->unlogged || (uint64_t)ts.tv_sec == cs->log_second)
+		return;
+	log_warn("%llu more connections refused (not logged one by one)",
+		 (unsigned long long)cs->unlogged);
+	cs->unlogged = 0;
+}
+
+/* Answers a connection we refuse with one error reply, id 0 (the library
+ * returns its status from whatever call it is in, kvp_connect's Hello
+ * included), and closes it. What the peer sent already is read and dropped
+ * first (fds closed): closing a socket with unread data would reset the
+ * peer's, which then could not read why it was refused. */
+static void refuse(int fd, int status, const char *why)
+{
+	Kvpalace__V1__Response resp = KVPALACE__V1__RESPONSE__INIT;
+	unsigned char buf[512], cbuf[FRAME_CMSG_BYTES];
+	size_t n;
+
+	resp.status = status;
+	resp.error = (char *)why;
+	n = frame_packed_bytes(&resp.base);
+	if (n <= sizeof(buf)) {
+		frame_pack_sized(&resp.base, n, buf);
+		(void)send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+	}
+	for (int i = 0; i < 16; i++) {
+		struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
+		struct msghdr msg = {
+			.msg_iov = &iov,
+			.msg_iovlen = 1,
+			.msg_control = cbuf,
+			.msg_controllen = sizeof(cbuf),
+		};
+		ssize_t got = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		int passed;
+
+		if (got < 0)
+			break;
+		passed = frame_cmsg_fd(&msg);
+		if (passed >= 0)
+			close(passed);
+		if (got == 0)
+			break; /* the end of the stream (or an empty datagram) */
+	}
+	close(fd);
+}
+
+/* Whether a connection of cred on the client socket (or the admin socket
+ * when admin) may be served now. Returns 0, or -EDQUOT after refusing it. */
+static int admit(struct server *srv, int fd, const struct ucred *cred, int admin)
+{
+	const struct config *cfg = srv->cfg;
+	struct conn_census *cs = &srv->census;
+	const struct conn_uid_count *u;
+	char why[160];
+
+	if (admin) {
+		if (cs->n_admin < CONN_MAX_ADMIN)
+			return 0;
+		snprintf(why, sizeof(why), "too many admin connections (%u)", CONN_MAX_ADMIN);
+	} else if (cs->n_client >= cfg->max_connections) {
+		snprintf(why, sizeof(why), "too many connections (max-connections %u)",
+			 cfg->max_connections);
+	} else if ((u = uid_count(cs, cred->uid)) && u->n >= cfg->max_connections_per_user) {
+		snprintf(why, sizeof(why),
+			 "too many connections of uid %u (max-connections-per-user %u)",
+			 (unsigned)cred->uid, cfg->max_connections_per_user);
+	} else {
+		return 0;
+	}
+	log_refusal(cs, "refusing a connection from pid %d uid %u: %s", (int)cred->pid,
+		    (unsigned)cred->uid, why);
+	refuse(fd, KVPALACE__V1__STATUS__STATUS_LIMIT, why);
+	return -EDQUOT;
 }
 
 void conn_close(struct conn *c, int bad)
@@ -85,6 +283,7 @@ void conn_close(struct conn *c, int bad)
 	if (bad)
 		c->srv->cache.ctr.disconnects_bad++;
 	c->srv->cache.ctr.connections--;
+	census_count(&c->srv->census, c, 0);
 	release_client_state(c);
 	list_del(&c->link);
 	log_debug("connection %llu (pid %d uid %u) closed%s", (unsigned long long)c->id,
@@ -134,6 +333,29 @@ static void submit_send(struct conn *c)
 	c->sending = 1;
 }
 
+/* Sends a reply of n packed bytes straight away, without queueing it (and
+ * so without allocating): only when nothing is queued or being sent before
+ * it, so replies stay in order, and only when the socket takes it whole
+ * now. Takes pass_fd on success. Returns 0, or -1 when it was not sent. */
+static int send_unqueued(struct conn *c, const Kvpalace__V1__Response *resp, size_t n, int pass_fd)
+{
+	static unsigned char buf[FRAME_MAX_MAX_BYTES]; /* loop thread only */
+	unsigned char cbuf[FRAME_CMSG_BYTES];
+	struct iovec iov = {.iov_base = buf, .iov_len = n};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+
+	if (c->out_head || c->sending || c->closed || n > sizeof(buf))
+		return -1;
+	frame_pack_sized(&resp->base, n, buf);
+	if (pass_fd >= 0)
+		frame_cmsg_put_fd(&msg, cbuf, pass_fd);
+	if (sendmsg(c->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)n)
+		return -1;
+	if (pass_fd >= 0)
+		close(pass_fd);
+	return 0;
+}
+
 /* Queues a packed reply; takes ownership of pass_fd. */
 static void queue_reply(struct conn *c, const Kvpalace__V1__Response *resp, int pass_fd,
 			uint64_t batch)
@@ -157,8 +379,12 @@ static void queue_reply(struct conn *c, const Kvpalace__V1__Response *resp, int 
 	}
 	o = malloc(sizeof(*o) + n);
 	if (!o) {
-		/* Without its reply the client would wait forever: end the
-		 * connection once what is queued is out. */
+		/* The request took effect: a lost reply would leave the client
+		 * without the id of what it made (a session, a lease). Send it
+		 * at once when it can go out in order, else end the connection
+		 * once what is queued is out (the client would wait forever). */
+		if (send_unqueued(c, resp, n, pass_fd) == 0)
+			return;
 		log_err("connection %llu: out of memory for a reply", (unsigned long long)c->id);
 		if (pass_fd >= 0)
 			close(pass_fd);
@@ -294,6 +520,7 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_
 		c->parked = 1;
 		reply_fini(&r);
 		cache_debug_check(&srv->cache);
+		conn_debug_check(srv);
 		return 1;
 	case 2:
 		/* Answered later (conn_deliver); what follows waits. */
@@ -301,6 +528,7 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_
 		c->parked = 1;
 		reply_fini(&r);
 		cache_debug_check(&srv->cache);
+		conn_debug_check(srv);
 		return 2;
 	}
 	srv->cache.ctr.requests++;
@@ -309,6 +537,7 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_
 	queue_reply(c, &r.resp, r.pass_fd, batch);
 	reply_fini(&r);
 	cache_debug_check(&srv->cache);
+	conn_debug_check(srv);
 	return 0;
 }
 
@@ -372,9 +601,16 @@ static void run_held(struct conn *c)
 	}
 }
 
+/* Requests of this connection in flight in the daemon: replies waiting
+ * for room in its socket, and frames waiting behind a parked request. */
+static unsigned int in_flight(const struct conn *c)
+{
+	return c->n_out + c->n_held;
+}
+
 static int may_receive(const struct conn *c)
 {
-	return !c->draining && c->n_out < CONN_MAX_QUEUED && c->n_held < CONN_MAX_HELD;
+	return !c->draining && in_flight(c) < c->srv->cfg->max_requests_in_flight;
 }
 
 /* Runs what waited behind a parked request and resumes receiving. */
@@ -480,10 +716,12 @@ static int drain_socket(struct conn *c)
 	struct conn_rx *rx = &c->srv->rx;
 
 	while (may_receive(c)) {
-		/* Each datagram may add FRAME_MAX_BATCH replies: take only as
-		 * many as surely fit, and one at a time near the limit, so at
-		 * most CONN_MAX_QUEUED + FRAME_MAX_BATCH - 1 are ever queued. */
-		unsigned int want = (CONN_MAX_QUEUED - c->n_out) / FRAME_MAX_BATCH;
+		/* Each datagram may add FRAME_MAX_BATCH replies or held
+		 * frames: take only as many as surely fit, and one at a time
+		 * near the limit, so at most max-requests-in-flight +
+		 * FRAME_MAX_BATCH - 1 are ever in flight. */
+		unsigned int want =
+			(c->srv->cfg->max_requests_in_flight - in_flight(c)) / FRAME_MAX_BATCH;
 		int k;
 
 		if (want == 0)
@@ -499,14 +737,18 @@ static int drain_socket(struct conn *c)
 			rx->mm[i].msg_hdr.msg_control = rx->cbuf[i];
 			rx->mm[i].msg_hdr.msg_controllen = FRAME_CMSG_BYTES;
 		}
+		int end = 0;
+
 		k = recvmmsg(c->fd, rx->mm, want, MSG_DONTWAIT | MSG_CMSG_CLOEXEC, NULL);
 		if (k < 0)
 			return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
 		for (int i = 0; i < k; i++) {
+			/* An empty datagram reads as the end of the stream; it
+			 * and whatever came with it are dropped, but the fds
+			 * they carried are ours now and must be closed. */
 			if (rx->mm[i].msg_len == 0)
-				return -1; /* end of stream */
-			if (c->draining) {
-				/* Dropped: the connection ends; only fds need closing. */
+				end = 1;
+			if (end || c->draining) {
 				int fd = frame_cmsg_fd(&rx->mm[i].msg_hdr);
 
 				if (fd >= 0)
@@ -516,6 +758,8 @@ static int drain_socket(struct conn *c)
 			handle_message(c, rx->buf + i * rx->slot_bytes, rx->mm[i].msg_len,
 				       &rx->mm[i].msg_hdr);
 		}
+		if (end)
+			return -1;
 		if ((unsigned int)k < want)
 			break;
 	}
@@ -528,6 +772,17 @@ static void on_recv(struct loop_op *op, int res, unsigned int flags)
 
 	(void)flags;
 	c->receiving = 0;
+	if (res > 0)
+		loop_kernel_wrote(c->rbuf, (size_t)res);
+	loop_kernel_wrote(c->rcbuf, sizeof(c->rcbuf));
+	if (res >= 0 && (c->closed || res == 0)) {
+		/* Not handled (closed, or an empty datagram, which reads as
+		 * the end of the stream): only a passed fd needs closing. */
+		int fd = frame_cmsg_fd(&c->rmsg);
+
+		if (fd >= 0)
+			close(fd);
+	}
 	if (c->closed) {
 		conn_maybe_free(c);
 		return;
@@ -592,10 +847,18 @@ int conn_start(struct server *srv, int fd, int admin)
 		close(fd);
 		return ret;
 	}
+	if (admit(srv, fd, &cred, admin) < 0)
+		return -EDQUOT;
 	c = calloc(1, sizeof(*c));
 	if (c)
 		c->rbuf = malloc(srv->cfg->max_message_bytes + 1);
-	if (!c || !c->rbuf) {
+	if (c) {
+		c->uid = cred.uid;
+		c->admin = admin;
+	}
+	if (!c || !c->rbuf || census_count(&srv->census, c, 1) < 0) {
+		if (c)
+			free(c->rbuf);
 		free(c);
 		close(fd);
 		return -ENOMEM;
@@ -612,7 +875,7 @@ int conn_start(struct server *srv, int fd, int admin)
 	c->waiter.wake = on_wake;
 	list_init(&c->waiter.link);
 	list_init(&c->leases);
-	list_init(&c->writing);
+	session_writer_init(&c->writing);
 	list_add_tail(&srv->conns, &c->link);
 	srv->cache.ctr.connections++;
 	log_debug("connection %llu from pid %d uid %u%s", (unsigned long long)c->id, (int)c->pid,

@@ -5,17 +5,29 @@
  * client sends many), checks each frame, unpacks it with the server's
  * byte-budgeted arena, validates and dispatches it, and queues the reply.
  * Queued replies go out with sendmmsg while the socket has room, and
- * through the ring when it is full. When a client leaves CONN_MAX_QUEUED
- * replies unread, the connection stops receiving until they drain, so a
- * stalled reader only stalls itself and holds at most CONN_MAX_QUEUED +
- * FRAME_MAX_BATCH - 1 replies of at most max_message_bytes each. A malformed,
+ * through the ring when it is full. A connection's requests in flight —
+ * replies queued here that its socket had no room for, plus frames held
+ * behind a parked request — are bounded by max-requests-in-flight: at the
+ * bound the connection stops receiving until they drain, so a client that
+ * floods or stops reading only stalls itself and holds at most
+ * max-requests-in-flight + FRAME_MAX_BATCH - 1 of them, each at most
+ * max_message_bytes, while every other connection is served. A malformed,
  * truncated or oversized message gets an error reply and the connection is
  * closed after it is sent. A request that must wait for pages from disk is
  * parked (a copy of its frame is kept and it runs again when the pool's
  * I/O completes); the connection's later frames wait behind it, so each
  * client sees its requests answered in order while others are served. Closing releases the client's leases and rolls
  * back its uncommitted reservations at once; the memory goes when the last
- * in-flight operation completes. Event-loop thread only.
+ * in-flight operation completes.
+ *
+ * Admission: a connection on the client socket is refused past
+ * max-connections (all users) or max-connections-per-user (its uid, from
+ * SO_PEERCRED); one on the admin socket past CONN_MAX_ADMIN, whatever the
+ * client connections, so a flood of clients never locks the administrator
+ * out. A refused connection gets one error reply (id 0, STATUS_LIMIT,
+ * which the library returns as -EDQUOT) and is closed at once; the
+ * refusals are logged, at most CONN_REFUSALS_LOGGED_PER_S lines a second.
+ * Event-loop thread only.
  */
 #ifndef KVPD_CONN_H
 #define KVPD_CONN_H
@@ -26,15 +38,18 @@
 #include <sys/types.h>
 
 #include "frame.h"
+#include "idmap.h"
 #include "list.h"
 #include "loop.h"
+#include "session.h"
 #include "tier.h"
 
-#define CONN_MAX_QUEUED 256u
-/* Frames held behind a request that waits for disk I/O, and how often a
- * request waits before it takes a miss instead. */
-#define CONN_MAX_HELD	    256u
+/* How often a request waits for disk I/O before it takes a miss instead. */
 #define CONN_MAX_PARK_TRIES 64u
+/* Connections on the admin socket at once (not counted as clients). */
+#define CONN_MAX_ADMIN 16u
+/* Refused connections logged per second; the rest are counted. */
+#define CONN_REFUSALS_LOGGED_PER_S 5u
 /* Messages taken per wakeup, and replies per sendmmsg. */
 #define CONN_RECV_BATCH 32u
 #define CONN_SEND_BATCH 32u
@@ -68,6 +83,23 @@ struct conn_rx {
  * byte per slot shows an oversized message). Returns 0 or -ENOMEM. */
 int conn_rx_init(struct conn_rx *rx, uint32_t max_message_bytes);
 void conn_rx_fini(struct conn_rx *rx);
+
+/* Open connections by socket and by user, for admission, and the rate of
+ * refusal log lines. A zeroed struct is a valid empty census. */
+struct conn_census {
+	struct idmap per_uid; /* uid + 1 → struct conn_uid_count (client socket) */
+	uint32_t n_client;
+	uint32_t n_admin;
+	uint64_t log_second; /* the second refusals were last logged in */
+	uint32_t logged;     /* lines logged in it */
+	uint64_t unlogged;   /* refusals not logged since the last line */
+};
+
+/* Frees the census (every connection must be closed). */
+void conn_census_fini(struct conn_census *cs);
+/* Logs how many refusals went unlogged, once their second is over; the
+ * server's timer calls it every second. */
+void conn_census_tick(struct conn_census *cs);
 
 struct conn {
 	struct server *srv;
@@ -108,12 +140,15 @@ struct conn {
 
 	struct list leases; /* struct lease.owner_link */
 	uint32_t n_leases;
-	struct list writing; /* struct session.writer_link */
-	struct list link;    /* server.conns */
+	uint64_t n_leased_pages;       /* pages those leases pin, together */
+	struct session_writer writing; /* sessions with our uncommitted tokens */
+	struct list link;	       /* server.conns */
 };
 
-/* Takes over an accepted socket: reads the peer's credentials and starts
- * receiving. Returns 0 or a negative errno (the fd is closed then). */
+/* Takes over an accepted socket: reads the peer's credentials, admits it
+ * (see above) and starts receiving. Returns 0, -EDQUOT when it was refused
+ * (answered, closed and logged here), or another negative errno (the fd
+ * is closed then). */
 int conn_start(struct server *srv, int fd, int admin);
 
 /* Starts a ticket for the request being handled (its id is id), to be

@@ -151,6 +151,11 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 		return -ENOENT;
 	}
 	ret = session_append(cache, s, c, &c->writing, in->tokens, in->n_tokens, &first);
+	if (ret == -EDQUOT && s->n_tokens + in->n_tokens <= cache->cfg->max_session_tokens) {
+		*why = "this client would hold more reserved (uncommitted) pages than "
+		       "max-reserved-pages-per-client: commit first";
+		return ret;
+	}
 	if (ret < 0) {
 		*why = ret == -EBUSY	? "another client holds uncommitted tokens of this session"
 		       : ret == -EDQUOT ? "session would exceed max_session_tokens"
@@ -324,7 +329,8 @@ static int do_session_pages(struct cache *cache, struct conn *c,
 	}
 	kvpalace__v1__session_pages_response__init(out);
 	out->first_page = in->first_page;
-	out->page_slots = s->pages + in->first_page;
+	/* An empty session may have no table: NULL + 0 is undefined. */
+	out->page_slots = s->n_pages > in->first_page ? s->pages + in->first_page : NULL;
 	out->n_page_slots = s->n_pages - in->first_page;
 	if (out->n_page_slots > fit)
 		out->n_page_slots = fit;
@@ -335,6 +341,9 @@ static int do_session_pages(struct cache *cache, struct conn *c,
 	return 0;
 }
 
+#define LEASED_PAGES_WHY                                                                           \
+	"this client's leases pin max-leased-pages-per-client pages: release some first"
+
 static int do_match_prefix(struct cache *cache, struct conn *c,
 			   const Kvpalace__V1__MatchPrefixRequest *in, struct reply *r,
 			   const char **why)
@@ -344,6 +353,7 @@ static int do_match_prefix(struct cache *cache, struct conn *c,
 	struct match_result mr;
 	struct lease *l = NULL;
 	uint64_t before = 0;
+	uint32_t pages_before = 0;
 	int ret;
 
 	if (!p) {
@@ -357,6 +367,10 @@ static int do_match_prefix(struct cache *cache, struct conn *c,
 			*why = "no such lease in this pool";
 			return -ENOENT;
 		}
+		if (!l->complete && c->n_leased_pages >= cache->cfg->max_leased_pages) {
+			*why = LEASED_PAGES_WHY;
+			return -EDQUOT;
+		}
 		if (!cache->no_park && !l->complete &&
 		    match_prefetch(cache, p, l->chain, l->carry, l->n_carry, in->tokens,
 				   in->n_tokens)) {
@@ -364,6 +378,7 @@ static int do_match_prefix(struct cache *cache, struct conn *c,
 			return -EAGAIN;
 		}
 		before = l->n_tokens;
+		pages_before = l->n_pages;
 		ret = match_extend(cache, l, in->tokens, in->n_tokens, &mr);
 	} else {
 		XXH128_hash_t root = p->root;
@@ -373,6 +388,12 @@ static int do_match_prefix(struct cache *cache, struct conn *c,
 						 in->cache_salt.len);
 		if (c->n_leases >= cache->cfg->max_leases_per_conn) {
 			*why = "too many leases held by this client";
+			return -EDQUOT;
+		}
+		/* Checked before the walk: one request may pass the limit by
+		 * the pages it matches, at most max-tokens-per-request. */
+		if (c->n_leased_pages >= cache->cfg->max_leased_pages) {
+			*why = LEASED_PAGES_WHY;
 			return -EDQUOT;
 		}
 		if (!cache->no_park &&
@@ -397,6 +418,8 @@ static int do_match_prefix(struct cache *cache, struct conn *c,
 		*why = "cannot pin the matched pages";
 		return ret;
 	}
+	if (l)
+		c->n_leased_pages += l->n_pages - pages_before;
 	kvpalace__v1__match_prefix_response__init(out);
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_MATCH_PREFIX;
 	r->resp.match_prefix = out;
@@ -444,6 +467,7 @@ static int do_release(struct cache *cache, struct conn *c, const Kvpalace__V1__R
 		*why = "no such lease";
 		return -ENOENT;
 	}
+	c->n_leased_pages -= l->n_pages;
 	lease_release(cache, l);
 	c->n_leases--;
 	kvpalace__v1__release_response__init(&r->u.release);

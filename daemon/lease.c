@@ -56,16 +56,23 @@ int lease_add_page(struct lease *l, uint32_t slot, XXH128_hash_t hash, const uin
 	return 0;
 }
 
+void lease_drop_pages(struct lease *l, uint32_t keep)
+{
+	/* Leaves first, so a chain's pages become evictable child before
+	 * parent. */
+	while (l->n_pages > keep) {
+		uint32_t slot = l->pages[--l->n_pages];
+
+		pagealloc_unpin(&l->pool->pa, slot);
+		prefix_index_update(&l->pool->ix, &l->pool->pa, slot);
+	}
+}
+
 void lease_release(struct cache *c, struct lease *l)
 {
 	if (!l)
 		return;
-	/* Leaves first, so a chain's pages become evictable child before
-	 * parent. */
-	for (uint32_t i = l->n_pages; i-- > 0;) {
-		pagealloc_unpin(&l->pool->pa, l->pages[i]);
-		prefix_index_update(&l->pool->ix, &l->pool->pa, l->pages[i]);
-	}
+	lease_drop_pages(l, 0);
 	idmap_del(&c->leases, l->id);
 	list_del(&l->owner_link);
 	free(l->carry);

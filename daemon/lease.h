@@ -48,6 +48,10 @@ int lease_create(struct cache *c, struct pool *p, const void *owner, struct list
  * Returns 0 or -ENOMEM (nothing pinned then). */
 int lease_add_page(struct lease *l, uint32_t slot, XXH128_hash_t hash, const uint32_t *tokens);
 
+/* Unpins the pages after the first keep, newest first, and forgets them
+ * (a chunk of a match that failed half-way). */
+void lease_drop_pages(struct lease *l, uint32_t keep);
+
 /* Unpins every page and frees the lease. NULL is accepted. */
 void lease_release(struct cache *c, struct lease *l);
 

@@ -34,6 +34,20 @@ static inline void loop_sqe_set_op(struct io_uring_sqe *sqe, struct loop_op *op)
 	io_uring_sqe_set_data(sqe, op);
 }
 
+/* The kernel wrote n bytes at buf for an operation of the ring (a read, a
+ * recvmsg), which valgrind's memcheck cannot see: tells it, so their use
+ * is not reported as uninitialised (nor everything computed from them).
+ * A few instructions when not under valgrind; nothing without its header. */
+#if defined(__has_include)
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#define loop_kernel_wrote(buf, n) ((void)VALGRIND_MAKE_MEM_DEFINED((buf), (n)))
+#endif
+#endif
+#ifndef loop_kernel_wrote
+#define loop_kernel_wrote(buf, n) ((void)(buf), (void)(n))
+#endif
+
 /* Runs until loop_stop. Returns 0, or a negative errno when the ring
  * failed. */
 int loop_run(struct loop *l);

@@ -13,7 +13,9 @@ static int walk(struct lease *l, const uint32_t *tokens, size_t n, struct match_
 {
 	struct pool *p = l->pool;
 	uint32_t bt = p->layout.block_tokens;
-	uint32_t first = l->n_pages;
+	uint32_t first = l->n_pages, n_carry = l->n_carry;
+	uint64_t n_tokens = l->n_tokens;
+	XXH128_hash_t chain = l->chain;
 	uint32_t *page = NULL;
 	size_t at = 0;
 	int err = 0;
@@ -52,16 +54,28 @@ static int walk(struct lease *l, const uint32_t *tokens, size_t n, struct match_
 		l->n_tokens += bt;
 	}
 	free(page);
-	if (err < 0)
-		return err;
-	if (!l->complete && at < n) {
+	if (err == 0 && !l->complete && at < n) {
 		/* Fewer than bt tokens left: keep them for the next chunk. */
 		if (!l->carry && !(l->carry = malloc((size_t)bt * sizeof(uint32_t))))
-			return -ENOMEM;
-		memcpy(l->carry + l->n_carry, tokens + at, (n - at) * sizeof(uint32_t));
-		l->n_carry += (uint32_t)(n - at);
+			err = -ENOMEM;
+		else
+			memcpy(l->carry + l->n_carry, tokens + at, (n - at) * sizeof(uint32_t));
+		if (err == 0)
+			l->n_carry += (uint32_t)(n - at);
 	}
-	ret->slots = l->pages + first;
+	if (err < 0) {
+		/* A chunk that failed leaves the lease as it was (the carried
+		 * tokens were only read), so the same chunk sent again
+		 * matches what it would have: never tokens out of step. */
+		lease_drop_pages(l, first);
+		l->n_carry = n_carry;
+		l->n_tokens = n_tokens;
+		l->chain = chain;
+		l->complete = 0;
+		return err;
+	}
+	/* No page yet: pages may be NULL, and NULL + 0 is undefined. */
+	ret->slots = l->n_pages > first ? l->pages + first : NULL;
 	ret->n_slots = l->n_pages - first;
 	return 0;
 }

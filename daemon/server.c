@@ -12,6 +12,7 @@
 #include "ckptop.h"
 #include "confview.h"
 #include "conn.h"
+#include "faults.h"
 #include "listen.h"
 #include "log.h"
 #include "pool.h"
@@ -50,14 +51,11 @@ static void on_accept(struct loop_op *op, int res, unsigned int flags)
 		}
 		if (res != -EINTR && res != -ECONNABORTED && res != -EAGAIN)
 			log_warn("accept on %s: %s", ls->path, strerror(-res));
-	} else if (s->cache.ctr.connections >= s->cfg->max_connections) {
-		log_warn("refusing a connection on %s: %u connections open", ls->path,
-			 s->cfg->max_connections);
-		close(res);
 	} else {
+		/* conn_start admits it or refuses it (connection limits). */
 		int ret = conn_start(s, res, ls->admin);
 
-		if (ret < 0)
+		if (ret < 0 && ret != -EDQUOT)
 			log_warn("cannot start a connection: %s", strerror(-ret));
 	}
 	arm_accept(ls);
@@ -81,6 +79,7 @@ static void on_signal(struct loop_op *op, int res, unsigned int flags)
 		arm_signal_read(s);
 		return;
 	}
+	loop_kernel_wrote(s->siginfo, sizeof(si));
 	memcpy(&si, s->siginfo, sizeof(si));
 	if (si.ssi_signo == SIGHUP) {
 		char err[256];
@@ -201,6 +200,7 @@ static void on_timer(struct loop_op *op, int res, unsigned int flags)
 	if (!s->admin.armed)
 		arm_accept(&s->admin);
 	notify_status(&s->notify, &s->cache, 0);
+	conn_census_tick(&s->census);
 	if (s->ticks % 60 == 0)
 		log_debug("%llu connections, %llu requests, %llu errors",
 			  (unsigned long long)s->cache.ctr.connections,
@@ -314,6 +314,10 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 				 aio_mode_name(&s->aio));
 	}
 	s->cache.worker = &s->worker;
+	/* Tests only: $KVPALACED_FAULTS (kvpalaced(8), TESTING). */
+	ret = faults_init(s->have_aio ? &s->aio : NULL);
+	if (ret < 0)
+		return ret;
 	ckptop_init(&s->cache);
 	s->sig_op.cb = on_signal;
 	s->timer_op.cb = on_timer;
@@ -421,6 +425,7 @@ void server_fini(struct server *s)
 		aio_fini(&s->aio);
 	}
 	worker_fini(&s->worker);
+	faults_fini(s->have_aio ? &s->aio : NULL); /* no checkpoint I/O is left */
 	if (s->loop.ring.ring_fd > 0)
 		loop_fini(&s->loop);
 	while (!list_empty(&s->conns)) {
@@ -429,6 +434,7 @@ void server_fini(struct server *s)
 		c->receiving = c->sending = 0;
 		conn_close(c, 0);
 	}
+	conn_census_fini(&s->census);
 	if (s->sigfd >= 0)
 		close(s->sigfd);
 	ckptop_fini(&s->cache);

@@ -44,7 +44,8 @@ struct server {
 	void *arena_buf;
 	struct conn_rx rx;
 	struct listener client, admin;
-	struct list conns; /* struct conn.link */
+	struct list conns;	   /* struct conn.link */
+	struct conn_census census; /* for admission (conn.h) */
 	uint64_t next_conn_id;
 
 	int sigfd;

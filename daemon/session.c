@@ -28,6 +28,27 @@ static void ref_page(struct pool *p, uint32_t slot)
 	prefix_index_update(&p->ix, &p->pa, slot);
 }
 
+/* Brings the writer's count of reserved pages up to date with s. */
+static void account_reserved(struct session *s)
+{
+	uint32_t now = s->account ? session_reserved_pages(s) : 0;
+
+	if (s->account)
+		s->account->reserved_pages = s->account->reserved_pages - s->reserved_counted + now;
+	s->reserved_counted = now;
+}
+
+/* The writer's hold ends: its account forgets s. */
+static void end_writer(struct session *s)
+{
+	if (s->account)
+		s->account->reserved_pages -= s->reserved_counted;
+	s->account = NULL;
+	s->reserved_counted = 0;
+	s->writer = NULL;
+	list_del(&s->writer_link);
+}
+
 int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
 		   struct session **ret_session)
 {
@@ -67,8 +88,7 @@ void session_rollback(struct cache *c, struct session *s)
 	(void)c;
 	s->n_tokens = s->n_committed;
 	drop_pages_from(s, pages_for(s, s->n_committed));
-	s->writer = NULL;
-	list_del(&s->writer_link);
+	end_writer(s);
 }
 
 void session_close(struct cache *c, struct session *s)
@@ -128,7 +148,7 @@ static int reserve_pages(struct session *s, uint32_t need)
 	return 0;
 }
 
-int session_append(struct cache *c, struct session *s, const void *writer, struct list *writer_list,
+int session_append(struct cache *c, struct session *s, const void *writer, struct session_writer *w,
 		   const uint32_t *tokens, size_t n, uint64_t *ret_first_token)
 {
 	struct pagealloc *pa = &s->pool->pa;
@@ -141,6 +161,10 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 	if (end > c->cfg->max_session_tokens)
 		return -EDQUOT;
 	need = pages_for(s, end);
+	/* Only new pages count: the tail of a partly committed last page
+	 * was the session's already. */
+	if (need > have && (uint64_t)w->reserved_pages + (need - have) > c->cfg->max_reserved_pages)
+		return -EDQUOT;
 	ret = evict_make_room(c, s->pool, need - have);
 	if (ret < 0)
 		return ret;
@@ -160,8 +184,10 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 	s->last_use_ns = cache_now_ns();
 	if (!s->writer) {
 		s->writer = writer;
-		list_add_tail(writer_list, &s->writer_link);
+		s->account = w;
+		list_add_tail(&w->sessions, &s->writer_link);
 	}
+	account_reserved(s);
 	return 0;
 }
 
@@ -220,10 +246,9 @@ int session_commit(struct cache *c, struct session *s, const void *writer, uint6
 	full = (uint32_t)(s->n_committed / bt);
 	while (s->n_hashes < full)
 		index_page(s->pool, s, s->n_hashes++);
-	if (s->n_committed == s->n_tokens) {
-		s->writer = NULL;
-		list_del(&s->writer_link);
-	}
+	account_reserved(s);
+	if (s->n_committed == s->n_tokens)
+		end_writer(s);
 	return 0;
 }
 
@@ -271,10 +296,9 @@ int session_truncate(struct cache *c, struct session *s, const void *writer, uin
 		s->n_committed = n;
 	if (s->n_hashes > s->n_committed / bt)
 		s->n_hashes = (uint32_t)(s->n_committed / bt);
-	if (s->writer && s->n_committed == s->n_tokens) {
-		s->writer = NULL;
-		list_del(&s->writer_link);
-	}
+	account_reserved(s);
+	if (s->writer && s->n_committed == s->n_tokens)
+		end_writer(s);
 	s->last_use_ns = cache_now_ns();
 	return 0;
 }

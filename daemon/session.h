@@ -29,6 +29,22 @@
 #include "list.h"
 #include "pool.h"
 
+/* What one writer (a connection) holds: the sessions where it has
+ * uncommitted tokens and, over all of them, the pages those hold reserved
+ * (session_reserved_pages), kept up to date by every operation that changes
+ * a reservation — its own, and a rollback by anyone (an admin's drop) —
+ * so the per-client limit costs O(1) to check. */
+struct session_writer {
+	struct list sessions; /* struct session.writer_link */
+	uint32_t reserved_pages;
+};
+
+static inline void session_writer_init(struct session_writer *w)
+{
+	list_init(&w->sessions);
+	w->reserved_pages = 0;
+}
+
 struct session {
 	uint64_t id;
 	struct pool *pool;
@@ -43,9 +59,11 @@ struct session {
 	XXH128_hash_t *hashes; /* [cap_pages] chain hash of each full committed page */
 	uint32_t n_hashes;
 	uint64_t last_use_ns;
-	const void *writer;	 /* the connection holding uncommitted tokens, or NULL */
-	struct list pool_link;	 /* pool.sessions */
-	struct list writer_link; /* the writer's list of sessions it reserved in */
+	const void *writer;		/* the connection holding uncommitted tokens, or NULL */
+	struct session_writer *account; /* the writer's, while writer is set */
+	uint32_t reserved_counted;	/* reserved pages counted in it */
+	struct list pool_link;		/* pool.sessions */
+	struct list writer_link;	/* the writer's list of sessions it reserved in */
 };
 
 /* Creates an empty session in p whose chain starts at root. Returns 0,
@@ -61,12 +79,13 @@ void session_close(struct cache *c, struct session *s);
 struct session *session_get(struct cache *c, uint64_t id, uid_t uid, int admin);
 
 /* Reserves slots for n tokens after the last reserved one on behalf of
- * writer, whose list of written sessions is writer_list; evicts cold
- * indexed pages when the pool is above its high watermark. Returns 0 with
- * the first new position in *ret_first_token, -EBUSY when another writer
- * holds uncommitted tokens, -EDQUOT past max_session_tokens, -ENOSPC when
- * every page is held or pinned (nothing is reserved then), -ENOMEM. */
-int session_append(struct cache *c, struct session *s, const void *writer, struct list *writer_list,
+ * writer, whose account is w; evicts cold indexed pages when the pool is
+ * above its high watermark. Returns 0 with the first new position in
+ * *ret_first_token, -EBUSY when another writer holds uncommitted tokens,
+ * -EDQUOT past max_session_tokens or when the writer would hold more than
+ * max_reserved_pages pages reserved, -ENOSPC when every page is held or
+ * pinned (nothing is reserved then), -ENOMEM. */
+int session_append(struct cache *c, struct session *s, const void *writer, struct session_writer *w,
 		   const uint32_t *tokens, size_t n, uint64_t *ret_first_token);
 
 /* Publishes the next n reserved tokens and indexes the pages they fill.

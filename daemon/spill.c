@@ -167,7 +167,7 @@ int spill_open(struct spill *sp, const char *dir, uid_t uid, const char *model_i
 	sp->data_off = (SPILL_FILE_HDR + cap * SPILL_PAGE_HDR + 4095) / 4096 * 4096;
 	sp->free = malloc(sizeof(uint32_t) * 64);
 	if (!sp->free)
-		return -ENOMEM;
+		return fail(why, whylen, -ENOMEM, "out of memory opening the spill file in", dir);
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
 		return fail(why, whylen, -errno, "cannot create", dir);
 	spill_file_name(uid, root, name, sizeof(name));

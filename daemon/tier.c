@@ -114,8 +114,13 @@ static void on_meta_written(struct aio_req *r, int res)
 {
 	struct tier_io *io = (struct tier_io *)((char *)r - offsetof(struct tier_io, meta));
 
+	/* A success ends a run of errors here as well as for data: the
+	 * header writes of a batch complete together, and counting only
+	 * their failures would stop a pool's spilling on scattered errors. */
 	if (res < 0)
 		io_error(io->p, res, "header write");
+	else
+		io->p->disk_errors_in_row = 0;
 	io_done(io);
 }
 
@@ -478,8 +483,12 @@ void tier_pool_open(struct cache *c, struct pool *p)
 			ret = p->spill_data < 0 ? p->spill_data : p->spill_meta;
 		snprintf(why, sizeof(why), "cannot use %s: %s", p->spill->path, strerror(-ret));
 	}
-	if (ret == 0)
+	if (ret == 0) {
 		ret = spill_scan(p->spill, collect, &s);
+		if (ret < 0)
+			snprintf(why, sizeof(why), "cannot read the page headers of %s: %s",
+				 p->spill->path, strerror(-ret));
+	}
 	if (ret < 0) {
 		log_err("pool %llu: no disk tier: %s", (unsigned long long)p->id, why);
 		tier_pool_close(c, p);

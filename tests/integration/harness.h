@@ -5,7 +5,9 @@
  *
  * The daemon binary comes from $KVPALACED (meson passes
  * kvpalaced.full_path()), kvpalacectl from $KVPALACECTL. Each test starts
- * its own daemon in its own directory, so tests may run in parallel.
+ * its own daemon in its own directory, so tests may run in parallel. When
+ * $KVPALACED_WRAPPER is set (meson test --setup valgrind), its words run
+ * the daemon: "valgrind --error-exitcode=1 ..." kvpalaced ....
  *
  * Child processes must not use cmocka's assertions (a failed assertion
  * would longjmp into the copy of the parent's test runner): they use

@@ -336,8 +336,15 @@ static int crash_writer(void *arg)
 	kvp_pool *p;
 
 	CHILD_CHECK(log != NULL);
-	if (kvp_connect(w->sock, &c) < 0 || kvp_pool_open(c, MODEL, &lay, &p) < 0)
+	if (kvp_connect(w->sock, &c) < 0) {
+		fclose(log);
 		return 0;
+	}
+	if (kvp_pool_open(c, MODEL, &lay, &p) < 0) {
+		kvp_disconnect(c); /* a leak valgrind would report */
+		fclose(log);
+		return 0;
+	}
 	for (int k = 0; k < 64; k++) {
 		uint32_t seq = seq_of(w->round, k);
 		char name[32];
@@ -375,6 +382,11 @@ static void test_crash_loop(void **state)
 	uint32_t last_same = 0; /* the newest "same" reported durable */
 	uint64_t restored_pages = 0;
 	double t0 = now_s();
+
+	/* Kills come 5–45 ms into each round: a daemon under valgrind (meson
+	 * test --setup valgrind) has not written one checkpoint by then. */
+	if (getenv("KVPALACED_WRAPPER"))
+		skip();
 
 	snprintf(log, sizeof(log), "%s/written.log", h->dir);
 	for (int round = 0; round < ROUNDS; round++) {

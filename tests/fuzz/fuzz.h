@@ -1,0 +1,66 @@
+/* tests/fuzz/fuzz.h — what the fuzz targets and the corpus generator
+ * agree on: the meaning of each target's leading control bytes and the
+ * fixed identities the targets test against.
+ *
+ * Every target is one LLVMFuzzerTestOneInput (libFuzzer's entry point).
+ * It is linked with libFuzzer in a -Dfuzz=true clang build, and with
+ * replay.c (a plain main() over file arguments) in every build, so each
+ * corpus file is replayed as an ordinary meson test with any compiler.
+ */
+#ifndef KVP_TESTS_FUZZ_H
+#define KVP_TESTS_FUZZ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "layout.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* ---- fuzz_request: byte 0, then one datagram ------------------------------ */
+
+#define FUZZ_REQ_ADMIN	  0x01u /* the admin connection (uid 0) */
+#define FUZZ_REQ_FRESH	  0x02u /* start from a fresh daemon state */
+#define FUZZ_REQ_TENANT_B 0x04u /* the client connection of uid 1001, not 1000 */
+#define FUZZ_REQ_CLOSE	  0x08u /* the connection closes after the datagram */
+
+#define FUZZ_REQ_UID_A 1000u
+#define FUZZ_REQ_UID_B 1001u
+
+/* ---- fuzz_ckpt: byte 0, then the checkpoint file -------------------------- */
+
+/* Recompute the header, token, page and whole-file checksums before the
+ * file is written, so mutations reach the checks behind them. */
+#define FUZZ_CKPT_REPAIR 0x01u
+
+/* ---- fuzz_spill: 5 control bytes, then page headers ----------------------- */
+
+/* bytes 0-1: capacity in extents, 1 + (u16 LE % FUZZ_SPILL_MAX_CAP);
+ * bytes 2-3: the extent the headers start at, u16 LE % capacity;
+ * byte 4: flags below; then 128-byte page headers, written over the spill
+ * file's page-header region from that extent on. */
+#define FUZZ_SPILL_MAX_CAP  8192u
+#define FUZZ_SPILL_CTL	    5u
+#define FUZZ_SPILL_REPAIR   0x01u /* recompute each header's checksum */
+#define FUZZ_SPILL_TRUNCATE 0x02u /* the file ends right after the headers */
+#define FUZZ_SPILL_PICKY    0x04u /* the scan's callback refuses odd extents */
+
+#define FUZZ_SPILL_UID	   1000u
+#define FUZZ_SPILL_MODEL   "fuzz-model"
+#define FUZZ_SPILL_ROOT_LO 0x0123456789abcdefull
+#define FUZZ_SPILL_ROOT_HI 0xfedcba9876543210ull
+/* 1 layer, 1 KV head, head_dim 8, 4 tokens per page, f16: 4 KiB pages. */
+#define FUZZ_SPILL_LAYOUT                                                                          \
+	((struct shm_layout){.n_layers = 1,                                                        \
+			     .n_kv_heads = 1,                                                      \
+			     .head_dim = 8,                                                        \
+			     .block_tokens = 4,                                                    \
+			     .dtype = SHM_DTYPE_F16,                                               \
+			     .quant_group = 0})
+
+/* The page header fields of daemon/spill.c (little-endian): magic, chain
+ * hash, parent hash, data sum, sequence, flags, then the XXH3-64 of the
+ * bytes before it seeded with the pool root's low half. */
+#define FUZZ_SPILL_PH_CHECK 60u
+
+#endif
