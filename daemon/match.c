@@ -87,7 +87,9 @@ uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, co
 	uint32_t page[SHM_MAX_BLOCK_TOKENS];
 	size_t at = 0;
 
-	if (!p->spill)
+	/* Only a pool with index entries outside the host tier needs the
+	 * extra walk: the common all-in-host match hashes its tokens once. */
+	if (!p->spill || p->ix.n_entries == p->ix.n_host)
 		return 0;
 	while (n_carry + (n - at) >= bt) {
 		const uint32_t *toks = tokens + at;

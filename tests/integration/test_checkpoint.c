@@ -107,8 +107,15 @@ static void test_round_trip(void **state)
 	assert_int_equal(kvp_session_checkpoint(s, "conv-1", &bytes), 0);
 	assert_true(bytes > 13 * 16384);
 	assert_int_equal(kvp_session_close(s), 0);
-	/* Still indexed: the restore shares the full pages. */
-	expect_restored(p, "conv-1", tokens, N_TOK);
+	/* Still indexed: the restore shares its 12 full pages (dedup). */
+	{
+		struct kvp_pool_stats before, after;
+
+		assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &before, NULL), 0);
+		expect_restored(p, "conv-1", tokens, N_TOK);
+		assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &after, NULL), 0);
+		assert_int_equal(after.dedup_pages - before.dedup_pages, N_TOK / BT);
+	}
 	/* Out of the index (and the disk tier off): read from the file. */
 	assert_int_equal(harness_restart(h, SIGTERM,
 					 (const char *const[]){"--host-pool-size", "16M",
