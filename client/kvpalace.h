@@ -219,6 +219,116 @@ KVP_PUBLIC int kvp_session_fork(kvp_session *s, uint64_t n_tokens, kvp_session *
  * uncommitted tokens; -ENOSPC the shared last page could not be copied. */
 KVP_PUBLIC int kvp_truncate(kvp_session *s, uint64_t n_tokens);
 
+/* ---- context-cache policies ---------------------------------------------- */
+
+/* A session is exact until it gets a token policy. The policy decides which
+ * tokens the session keeps once it outgrows its budget; kvp_session_compact
+ * (or a commit, with auto_compact) applies it: the kept tokens' K and V are
+ * copied, bytes unchanged, into new pages of the session, in order; the
+ * session is then *compacted*: its pages are its own (they never enter the
+ * prefix index, so a compacted session never serves a match), and each
+ * kept token keeps its original position (kvp_session_meta), which the
+ * caller must use for its positional encoding. Pointers from
+ * kvp_session_kv are stale after a compaction; ask again. Values of the
+ * enums are part of the protocol. */
+enum kvp_policy_kind {
+	KVP_POLICY_NONE = 0,	   /* exact */
+	KVP_POLICY_WINDOW = 1,	   /* the last `budget` tokens */
+	KVP_POLICY_SINKS = 2,	   /* the first `sinks` tokens and the last budget - sinks */
+	KVP_POLICY_IMPORTANCE = 3, /* sinks, the last `recent`, then the highest scores */
+	KVP_POLICY_HIERARCHY = 4,  /* permanent, hot (last turns), temporary (by score) */
+};
+
+enum kvp_role {
+	KVP_ROLE_NONE = 0,
+	KVP_ROLE_SYSTEM = 1,
+	KVP_ROLE_USER = 2,
+	KVP_ROLE_ASSISTANT = 3,
+};
+#define KVP_N_ROLES 4
+
+/* Tag flags. */
+#define KVP_TAG_PERMANENT 0x1u /* system prompt, user profile, summary: the top layer */
+
+struct kvp_policy {
+	uint32_t kind;		  /* enum kvp_policy_kind */
+	uint32_t budget;	  /* tokens kept at most; >= 1 unless KVP_POLICY_NONE */
+	uint32_t budget_max;	  /* the budget grows with the session up to this (0: fixed) */
+	uint32_t grow_pct;	  /* ... by this percent of the tokens beyond the budget */
+	uint32_t sinks;		  /* first tokens always kept (SINKS, IMPORTANCE) */
+	uint32_t recent;	  /* last tokens always kept (IMPORTANCE) */
+	uint32_t hot_turns;	  /* turns in the hot layer (HIERARCHY) */
+	uint32_t share_permanent; /* percent of the budget for permanent spans (HIERARCHY) */
+	uint32_t share_hot;	  /* percent for the hot layer; the rest is temporary */
+	float decay;		  /* λ: scores decay as score·exp(-λ) per importance report */
+	int auto_compact;	  /* compact when a commit takes the session past its budget */
+	uint32_t role_limit[KVP_N_ROLES]; /* keep at most the last N tokens of a role; 0: all */
+	float role_weight[KVP_N_ROLES];	  /* multiplies a role's scores; 0 is read as 1 */
+};
+
+/* Fills pol with the daemon's defaults for kind and budget: sinks 4,
+ * recent 64, hot_turns 4, shares 10 % permanent / 30 % hot, decay 0.01,
+ * no growth, no auto-compaction, no role limits, weights 1. */
+KVP_PUBLIC void kvp_policy_init(struct kvp_policy *pol, uint32_t kind, uint32_t budget);
+
+/* Sets the session's policy; *ret_budget (may be NULL) receives the budget
+ * for its length now. It applies at the next kvp_session_compact, or at
+ * commits with auto_compact. Errors: -EINVAL an inconsistent policy
+ * (kvp_strerror says what). */
+KVP_PUBLIC int kvp_session_set_policy(kvp_session *s, const struct kvp_policy *pol,
+				      uint32_t *ret_budget);
+
+/* Tags tokens [first, first + n): role (enum kvp_role), turn (the
+ * conversation turn, for the hierarchy's hot layer) and flags
+ * (KVP_TAG_PERMANENT). Tokens appended later with kvp_append belong to
+ * the last tagged turn. Errors: -ERANGE past the session's tokens. */
+KVP_PUBLIC int kvp_session_tag(kvp_session *s, uint64_t first, uint64_t n, uint32_t role,
+			       uint32_t turn, unsigned int flags);
+
+/* kvp_append, with the new tokens tagged as kvp_session_tag would. */
+KVP_PUBLIC int kvp_append_tagged(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t role,
+				 uint32_t turn, unsigned int flags);
+
+/* One importance step (H2O): every score of the session decays by
+ * exp(-decay), then token first + i gains mass[i] (the attention mass the
+ * caller's model gave it, summed over heads; negative or non-finite
+ * values count as 0). Errors: -ERANGE past the session's tokens. */
+KVP_PUBLIC int kvp_session_report_importance(kvp_session *s, uint64_t first, const float *mass,
+					     size_t n);
+
+/* One importance step computed by the daemon: the attention weights of
+ * the query q ([n_q_heads][head_dim] f32, before the 1/sqrt(head_dim)
+ * scale) over the committed tokens of layer, summed over heads, with the
+ * reference kernels. Errors: -EINVAL layer or head count wrong for the
+ * pool; -E2BIG the session is too long for the daemon to do it (report
+ * the masses instead); -ERANGE nothing committed yet. */
+KVP_PUBLIC int kvp_session_score_query(kvp_session *s, uint32_t layer, const float *q,
+				       uint32_t n_q_heads);
+
+/* Applies the session's policy now and reads back its page table;
+ * *ret_dropped (may be NULL) receives the tokens dropped, 0 when all fit.
+ * Errors: -EINVAL no policy set; -EBUSY the session has uncommitted tokens;
+ * -ENOSPC no free pages for the compacted copy. */
+KVP_PUBLIC int kvp_session_compact(kvp_session *s, uint64_t *ret_dropped);
+
+/* 1 when this handle has seen its session compacted (by its compactions
+ * or auto-compacting commits, or as a fork of a compacted handle), else 0.
+ * kvp_session_meta tells for any session. */
+KVP_PUBLIC int kvp_session_compacted(const kvp_session *s);
+
+struct kvp_token_info {
+	uint32_t pos;  /* original position in the sequence */
+	uint32_t role; /* enum kvp_role */
+	uint32_t turn;
+	unsigned int flags; /* KVP_TAG_PERMANENT */
+	float score;	    /* accumulated, decayed attention mass */
+};
+
+/* Metadata of tokens [first, first + n) of the session (n <= its tokens
+ * - first), read from the daemon. Errors: -ERANGE past the tokens. */
+KVP_PUBLIC int kvp_session_meta(kvp_session *s, uint64_t first, size_t n,
+				struct kvp_token_info *out);
+
 /* ---- prefix matching (reading) ------------------------------------------ */
 
 /* Finds the longest prefix of tokens[0..n), in whole pages, that the pool's

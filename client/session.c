@@ -132,7 +132,9 @@ static int session_apply(struct kvp_session *s, const Kvpalace__V1__AppendRespon
 	return 0;
 }
 
-KVP_PUBLIC int kvp_append(kvp_session *s, const uint32_t *tokens, size_t n)
+/* Append with tags (tagged) or without. */
+static int append(kvp_session *s, const uint32_t *tokens, size_t n, int tagged, uint32_t role,
+		  uint32_t turn, unsigned int flags)
 {
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__AppendRequest ap = KVPALACE__V1__APPEND_REQUEST__INIT;
@@ -155,6 +157,14 @@ KVP_PUBLIC int kvp_append(kvp_session *s, const uint32_t *tokens, size_t n)
 	if (pool_table_reserve(&s->slots, &s->cap, pool_pages_for(s->pool, s->n_tokens + n)) < 0)
 		return -ENOMEM;
 	ap.session_id = s->id;
+	if (tagged) {
+		if (role >= KVP_N_ROLES || (flags & ~KVP_TAG_PERMANENT))
+			return conn_error(c, -EINVAL, "unknown role or tag flag");
+		ap.has_role = ap.has_turn = ap.has_permanent = 1;
+		ap.role = (Kvpalace__V1__Role)role;
+		ap.turn = turn;
+		ap.permanent = (flags & KVP_TAG_PERMANENT) != 0;
+	}
 	req.op_case = KVPALACE__V1__REQUEST__OP_APPEND;
 	req.append = &ap;
 	while (done < n) {
@@ -177,6 +187,17 @@ KVP_PUBLIC int kvp_append(kvp_session *s, const uint32_t *tokens, size_t n)
 		done += len;
 	}
 	return 0;
+}
+
+KVP_PUBLIC int kvp_append(kvp_session *s, const uint32_t *tokens, size_t n)
+{
+	return append(s, tokens, n, 0, 0, 0, 0);
+}
+
+KVP_PUBLIC int kvp_append_tagged(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t role,
+				 uint32_t turn, unsigned int flags)
+{
+	return append(s, tokens, n, 1, role, turn, flags);
 }
 
 KVP_PUBLIC void *kvp_session_kv(kvp_session *s, uint64_t pos, uint32_t layer, uint32_t kv,
@@ -214,7 +235,9 @@ static int session_check_commit(const struct kvp_session *s, const Kvpalace__V1_
 }
 
 /* Commits the next n tokens (filling at most c->reply_pages pages) in one
- * request and applies the reply. Returns 0 or a negative errno. */
+ * request and applies the reply. Returns 0, 1 when the daemon compacted
+ * the session after the commit (its policy's auto_compact), or a negative
+ * errno. */
 static int session_commit_one(struct kvp_session *s, uint64_t n)
 {
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
@@ -234,6 +257,17 @@ static int session_commit_one(struct kvp_session *s, uint64_t n)
 		return ret;
 	r = resp->commit;
 	now = r->committed_tokens;
+	if (r->has_compacted && r->compacted) {
+		/* Only a commit of everything reserved compacts, to fewer. */
+		if (s->committed + n != s->n_tokens || now > s->n_tokens || r->n_page_slots)
+			return conn_break(c, -EPROTO,
+					  "kvpalaced compacted a session to %llu of %llu tokens "
+					  "after a commit that left %llu uncommitted",
+					  (unsigned long long)now, (unsigned long long)s->n_tokens,
+					  (unsigned long long)(s->n_tokens - s->committed - n));
+		ret = session_reload(s, now);
+		return ret < 0 ? ret : 1;
+	}
 	if (now < s->committed + n || now > s->n_tokens)
 		return conn_break(
 			c, -EPROTO,
@@ -285,6 +319,8 @@ KVP_PUBLIC int kvp_commit(kvp_session *s, uint64_t n)
 		ret = session_commit_one(s, end - s->committed);
 		if (ret < 0)
 			return ret;
+		if (ret == 1)
+			break; /* compacted: what was reserved is all committed */
 	}
 	return 0;
 }
@@ -351,6 +387,14 @@ static int session_fetch_pages(struct kvp_session *s, uint64_t have)
 		have += r->n_page_slots;
 	}
 	return 0;
+}
+
+int session_reload(struct kvp_session *s, uint64_t n_tokens)
+{
+	/* The table only shrinks: it has room. */
+	s->n_tokens = s->committed = n_tokens;
+	s->compacted = 1;
+	return session_fetch_pages(s, 0);
 }
 
 int session_adopt(struct kvp_pool *p, struct kvp_session *s, uint64_t id, uint64_t n_tokens,
@@ -467,7 +511,10 @@ KVP_PUBLIC int kvp_session_fork(kvp_session *s, uint64_t n_tokens, kvp_session *
 	fk.n_tokens = n_tokens;
 	req.op_case = KVPALACE__V1__REQUEST__OP_FORK;
 	req.fork = &fk;
-	return fork_common(s->pool, &req, KVPALACE__V1__RESPONSE__OP_FORK, n_tokens, ret_session);
+	ret = fork_common(s->pool, &req, KVPALACE__V1__RESPONSE__OP_FORK, n_tokens, ret_session);
+	if (ret == 0)
+		(*ret_session)->compacted = s->compacted;
+	return ret;
 }
 
 KVP_PUBLIC int kvp_lease_fork(kvp_lease *l, uint64_t n_tokens, kvp_session **ret_session)

@@ -26,7 +26,13 @@ struct kvp_session {
 	uint64_t committed; /* committed, <= n_tokens */
 	uint32_t *slots;    /* [cap] page table; pool_pages_for(n_tokens) entries used */
 	size_t cap;
+	int compacted; /* seen compacted: positions are not indexes */
 };
+
+/* After a compaction of s in the daemon: s now holds n_tokens tokens, all
+ * committed, in new pages; reads the whole page table again. Returns 0 or
+ * a negative errno (-EPROTO breaks the client). */
+int session_reload(struct kvp_session *s, uint64_t n_tokens);
 
 /* Frees the handle without telling the daemon. */
 void session_free(struct kvp_session *s);

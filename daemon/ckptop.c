@@ -318,11 +318,21 @@ static int take_slots(struct job *j)
 	uint32_t n = j->meta.n_pages;
 	int ret;
 
-	for (uint64_t i = 0; i < j->meta.n_tokens; i++)
-		if (j->rd.tokens[i].pos != i) {
-			set_why(j, "%s", "checkpoint of a compacted session: not supported yet");
-			return -EOPNOTSUPP;
+	/* A compacted session's tokens keep their original positions, which
+	 * only ever grow; warm-up fills the prefix index, which holds
+	 * prefixes only. */
+	for (uint64_t i = 0; i < j->meta.n_tokens; i++) {
+		const struct ckpt_token *t = &j->rd.tokens[i];
+
+		if (i && t->pos <= j->rd.tokens[i - 1].pos) {
+			set_why(j, "token %llu: positions do not increase", (unsigned long long)i);
+			return -EBADMSG;
 		}
+		if (t->pos != i && j->op == OP_WARMUP) {
+			set_why(j, "%s", "a compacted session cannot warm up the prefix index");
+			return -EINVAL;
+		}
+	}
 	if (!p) {
 		ret = pool_open(c, (uid_t)j->meta.uid, j->meta.model_id, &j->meta.layout, &p);
 		if (ret < 0) {
@@ -366,18 +376,32 @@ static int take_slots(struct job *j)
 /* Restore, after every page verified: the session. */
 static int build(struct job *j, struct session **ret_s, uint32_t *ret_shared)
 {
-	uint32_t *ids = malloc((j->meta.n_tokens ? j->meta.n_tokens : 1) * sizeof(uint32_t));
+	uint64_t n = j->meta.n_tokens ? j->meta.n_tokens : 1;
+	uint32_t *ids = malloc(n * sizeof(uint32_t));
+	struct token_meta *meta = malloc(n * sizeof(*meta));
 	int ret;
 
-	if (!ids) {
+	if (!ids || !meta) {
+		free(ids);
+		free(meta);
 		set_why(j, "%s", "out of memory");
 		return -ENOMEM;
 	}
-	for (uint64_t i = 0; i < j->meta.n_tokens; i++)
-		ids[i] = j->rd.tokens[i].id;
-	ret = session_restore(j->c, j->pool, j->meta.root, ids, j->meta.n_tokens, j->slots, ret_s,
-			      ret_shared);
+	for (uint64_t i = 0; i < j->meta.n_tokens; i++) {
+		const struct ckpt_token *t = &j->rd.tokens[i];
+
+		ids[i] = t->id;
+		meta[i] = (struct token_meta){
+			.pos = t->pos,
+			.turn = t->turn,
+			.role = (uint8_t)t->role,
+			.flags = (uint8_t)t->flags,
+		};
+	}
+	ret = session_restore(j->c, j->pool, j->meta.root, ids, meta, j->meta.n_tokens, j->slots,
+			      ret_s, ret_shared);
 	free(ids);
+	free(meta);
 	if (ret < 0) {
 		set_why(j, "%s",
 			ret == -EDQUOT ? "too many sessions in this pool"
@@ -628,7 +652,13 @@ int ckptop_checkpoint(struct cache *cache, struct conn *c, uint64_t req_id,
 	j->meta.n_tokens = n;
 	j->meta.n_pages = n_pages;
 	for (uint64_t i = 0; i < n; i++)
-		j->tokens[i] = (struct ckpt_token){.id = s->tokens[i], .pos = (uint32_t)i};
+		j->tokens[i] = (struct ckpt_token){
+			.id = s->tokens[i],
+			.pos = s->meta[i].pos,
+			.turn = s->meta[i].turn,
+			.role = s->meta[i].role,
+			.flags = s->meta[i].flags & CKPT_TOKEN_FLAGS,
+		};
 	/* References keep the pages' slots from being freed or reused while
 	 * the worker reads them; committed positions are never rewritten. */
 	for (uint32_t i = 0; i < n_pages; i++) {

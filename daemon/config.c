@@ -212,6 +212,9 @@ enum key_id {
 	K_DISK_POOL,
 	K_IO_BACKEND,
 	K_WARMUP_DIR,
+	K_SESSION_POLICY,
+	K_SESSION_BUDGET,
+	K_SESSION_AUTO_COMPACT,
 	K_COUNT,
 };
 _Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
@@ -241,9 +244,25 @@ static const char *const key_names[K_COUNT] = {
 	[K_DISK_POOL] = "disk-pool-size",
 	[K_IO_BACKEND] = "io-backend",
 	[K_WARMUP_DIR] = "warmup-dir",
+	[K_SESSION_POLICY] = "session-policy",
+	[K_SESSION_BUDGET] = "session-budget",
+	[K_SESSION_AUTO_COMPACT] = "session-auto-compact",
 };
 
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
+/* Indexed by enum policy_kind. */
+static const char *const policy_names[] = {"none", "window", "sinks", "importance", "hierarchy"};
+
+static int parse_bool(const char *s, int *ret)
+{
+	if (!strcmp(s, "yes") || !strcmp(s, "true") || !strcmp(s, "1"))
+		*ret = 1;
+	else if (!strcmp(s, "no") || !strcmp(s, "false") || !strcmp(s, "0"))
+		*ret = 0;
+	else
+		return -EINVAL;
+	return 0;
+}
 
 static int key_of(const char *name)
 {
@@ -317,6 +336,17 @@ static int set_key(struct config *c, int k, const char *v)
 				return 0;
 			}
 		return -EINVAL;
+	case K_SESSION_POLICY:
+		for (int i = 0; i < 5; i++)
+			if (!strcmp(v, policy_names[i])) {
+				c->session_policy = i;
+				return 0;
+			}
+		return -EINVAL;
+	case K_SESSION_BUDGET:
+		return parse_u32(v, 0, UINT32_MAX, 10, &c->session_budget);
+	case K_SESSION_AUTO_COMPACT:
+		return parse_bool(v, &c->session_auto_compact);
 	default:
 		return -EINVAL;
 	}
@@ -404,6 +434,15 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		snprintf(buf, n, "%s",
 			 c->log_level >= 0 && c->log_level < 8 ? levels[c->log_level] : "?");
 		break;
+	case K_SESSION_POLICY:
+		snprintf(buf, n, "%s", policy_names[c->session_policy]);
+		break;
+	case K_SESSION_BUDGET:
+		snprintf(buf, n, "%u", c->session_budget);
+		break;
+	case K_SESSION_AUTO_COMPACT:
+		snprintf(buf, n, "%s", c->session_auto_compact ? "yes" : "no");
+		break;
 	}
 }
 
@@ -418,12 +457,16 @@ static const struct {
 	{"chat", "max-sessions-per-pool", "65536"},
 	{"chat", "host-high-watermark", "0.95"},
 	{"chat", "host-low-watermark", "0.90"},
+	{"chat", "session-policy", "hierarchy"},
+	{"chat", "session-budget", "8192"},
 	/* Few sessions of tens of thousands of tokens, bigger pools. */
 	{"long-document", "max-session-tokens", "1048576"},
 	{"long-document", "max-sessions-per-pool", "4096"},
 	{"long-document", "host-pool-size", "12%"},
 	{"long-document", "host-low-watermark", "0.85"},
 	{"long-document", "disk-pool-size", "64G"},
+	{"long-document", "session-policy", "sinks"},
+	{"long-document", "session-budget", "32768"},
 	/* A small machine: small host tier, few clients. */
 	{"edge", "host-tier-size", "10%"},
 	{"edge", "host-pool-size", "5%"},
@@ -431,6 +474,9 @@ static const struct {
 	{"edge", "max-connections", "64"},
 	{"edge", "max-session-tokens", "16384"},
 	{"edge", "disk-pool-size", "2G"},
+	{"edge", "session-policy", "importance"},
+	{"edge", "session-budget", "2048"},
+	{"edge", "session-auto-compact", "yes"},
 };
 
 static int apply_preset(struct config *c, const char *name)
@@ -622,6 +668,11 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 		snprintf(err, errlen, "host-low-watermark above host-high-watermark");
 		return -EINVAL;
 	}
+	if (c->session_policy != 0 && c->session_budget == 0) {
+		snprintf(err, errlen, "session-policy %s needs a session-budget",
+			 policy_names[c->session_policy]);
+		return -EINVAL;
+	}
 	if (c->host_pool_bytes < 4096 || c->host_pool_bytes > c->host_tier_bytes) {
 		snprintf(err, errlen, "host-pool-size must be between 4K and host-tier-size");
 		return -EINVAL;
@@ -632,9 +683,11 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 int config_reload(struct config *live, int argc, char **argv, char *err, size_t errlen)
 {
 	static const int live_keys[] = {
-		K_LOG_LEVEL,	 K_HIGH_MARK,	 K_LOW_MARK,   K_MAX_POOLS,
-		K_MAX_SESSIONS,	 K_MAX_LEASES,	 K_MAX_CONNS,  K_MAX_CONNS_USER,
-		K_MAX_IN_FLIGHT, K_MAX_RESERVED, K_MAX_LEASED, K_MAX_TOKENS,
+		K_LOG_LEVEL,	  K_HIGH_MARK,	    K_LOW_MARK,
+		K_MAX_POOLS,	  K_MAX_SESSIONS,   K_MAX_LEASES,
+		K_MAX_CONNS,	  K_MAX_CONNS_USER, K_MAX_IN_FLIGHT,
+		K_MAX_RESERVED,	  K_MAX_LEASED,	    K_MAX_TOKENS,
+		K_SESSION_POLICY, K_SESSION_BUDGET, K_SESSION_AUTO_COMPACT,
 	};
 	enum config_action act;
 	struct config next;
@@ -656,6 +709,9 @@ int config_reload(struct config *live, int argc, char **argv, char *err, size_t 
 	live->max_reserved_pages = next.max_reserved_pages;
 	live->max_leased_pages = next.max_leased_pages;
 	live->max_session_tokens = next.max_session_tokens;
+	live->session_policy = next.session_policy;
+	live->session_budget = next.session_budget;
+	live->session_auto_compact = next.session_auto_compact;
 	for (size_t i = 0; i < sizeof(live_keys) / sizeof(live_keys[0]); i++)
 		live->src[live_keys[i]] = next.src[live_keys[i]];
 	return 0;
@@ -736,6 +792,13 @@ void config_usage(const char *argv0)
 	       "                            (default auto)\n"
 	       "  --warmup-dir DIR          checkpoints loaded into the prefix index before the\n"
 	       "                            daemon reports ready (default STATE-DIR/warmup)\n"
+	       "  --session-policy NAME     token policy new sessions start with: none, window,\n"
+	       "                            sinks, importance or hierarchy (default none:\n"
+	       "                            exact); clients may set their own per session\n"
+	       "  --session-budget N        tokens such a session keeps when compacted\n"
+	       "  --session-auto-compact yes|no\n"
+	       "                            compact when a commit passes the budget (default no:\n"
+	       "                            only on a client's Compact)\n"
 
 	       "  -h, --help                show this help\n"
 	       "  -V, --version             show the version\n"

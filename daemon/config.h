@@ -51,6 +51,11 @@ struct config {
 	int log_level;
 	uint64_t disk_pool_bytes; /* one pool's spill file; 0: no disk tier */
 	int io_backend;
+	/* The policy new sessions start with (daemon/policy.h); clients may
+	 * set their own per session. */
+	int session_policy; /* enum policy_kind */
+	uint32_t session_budget;
+	int session_auto_compact;
 	char warmup_dir[CONFIG_PATH_MAX];
 	/* "" means <state_dir>/warmup */   /* enum aio_mode: auto, io_uring, threads */
 	unsigned char src[CONFIG_MAX_KEYS]; /* where each key's value came from */

@@ -13,9 +13,11 @@
 
 #include "admin.h"
 #include "ckptop.h"
+#include "compact.h"
 #include "dispatch.h"
 #include "lease.h"
 #include "match.h"
+#include "polop.h"
 #include "pool.h"
 #include "prefix_index.h"
 #include "session.h"
@@ -142,6 +144,12 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 {
 	Kvpalace__V1__AppendResponse *out = &r->u.append;
 	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+	struct session_tag tag = {
+		.role = in->has_role ? (uint8_t)in->role : ROLE_NONE,
+		.flags = in->has_permanent && in->permanent ? TOKEN_PERMANENT : 0,
+		.has_turn = (uint8_t)in->has_turn,
+		.turn = in->turn,
+	};
 	uint64_t first;
 	uint32_t first_page;
 	int ret;
@@ -150,7 +158,11 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 		*why = "no such session";
 		return -ENOENT;
 	}
-	ret = session_append(cache, s, c, &c->writing, in->tokens, in->n_tokens, &first);
+	if (in->has_role && (unsigned)in->role >= POLICY_N_ROLES) {
+		*why = "unknown role";
+		return -EINVAL;
+	}
+	ret = session_append(cache, s, c, &c->writing, in->tokens, in->n_tokens, &tag, &first);
 	if (ret == -EDQUOT && s->n_tokens + in->n_tokens <= cache->cfg->max_session_tokens) {
 		*why = "this client would hold more reserved (uncommitted) pages than "
 		       "max-reserved-pages-per-client: commit first";
@@ -197,6 +209,15 @@ static int do_commit(struct cache *cache, struct conn *c, const Kvpalace__V1__Co
 	}
 	cache->ctr.committed_tokens += in->n_tokens;
 	kvpalace__v1__commit_response__init(out);
+	if (compact_after_commit(cache, s)) {
+		/* The whole table changed: the client reads it again. */
+		out->committed_tokens = s->n_committed;
+		out->has_compacted = 1;
+		out->compacted = 1;
+		r->resp.op_case = KVPALACE__V1__RESPONSE__OP_COMMIT;
+		r->resp.commit = out;
+		return 0;
+	}
 	out->committed_tokens = s->n_committed;
 	if (s->n_hashes > first) {
 		/* The pages this commit filled, with their slots after dedup. */
@@ -537,6 +558,8 @@ static int run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request 
 	default:
 		break;
 	}
+	if (polop_is_policy_op(req->op_case) && !c->admin)
+		return polop_run(cache, c, req, r, why);
 	if (admin_is_admin_op(req->op_case)) {
 		if (!c->admin) {
 			*why = "an admin operation: only the admin socket serves it";

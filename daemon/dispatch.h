@@ -39,6 +39,11 @@ struct reply {
 		Kvpalace__V1__ListCheckpointsResponse list_checkpoints;
 		Kvpalace__V1__WarmupResponse warmup;
 		Kvpalace__V1__PrefetchResponse prefetch;
+		Kvpalace__V1__SetPolicyResponse set_policy;
+		Kvpalace__V1__TagSpanResponse tag_span;
+		Kvpalace__V1__ReportImportanceResponse report_importance;
+		Kvpalace__V1__CompactResponse compact;
+		Kvpalace__V1__SessionMetaResponse session_meta;
 	} u;
 	struct pool *park; /* parked: the pool whose disk I/O it waits for */
 	void *heap;	   /* freed by reply_fini */

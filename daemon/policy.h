@@ -72,17 +72,17 @@ struct token_meta {
 };
 
 struct policy {
-	uint8_t kind;		       /* enum policy_kind */
-	uint8_t auto_compact;	       /* compact when a commit takes the session past its budget */
-	uint8_t share_permanent;       /* HIERARCHY: percent of the budget, 0..100 */
-	uint8_t share_hot;	       /* HIERARCHY: percent; permanent + hot <= 100 */
-	uint32_t budget;	       /* tokens kept at most (>= 1 unless kind is NONE) */
-	uint32_t budget_max;	       /* dynamic budget cap, >= budget; 0 = budget */
-	uint32_t grow_pct;	       /* percent of tokens beyond budget added to it, 0..100 */
-	uint32_t sinks;		       /* SINKS, IMPORTANCE: first tokens always kept */
-	uint32_t recent;	       /* IMPORTANCE: last tokens always kept */
-	uint32_t hot_turns;	       /* HIERARCHY: turns in the hot layer, >= 1 */
-	float decay;		       /* λ of score·exp(-λ·age), age in reports; >= 0 */
+	uint8_t kind;		 /* enum policy_kind */
+	uint8_t auto_compact;	 /* compact when a commit takes the session past its budget */
+	uint8_t share_permanent; /* HIERARCHY: percent of the budget, 0..100 */
+	uint8_t share_hot;	 /* HIERARCHY: percent; permanent + hot <= 100 */
+	uint32_t budget;	 /* tokens kept at most (>= 1 unless kind is NONE) */
+	uint32_t budget_max;	 /* dynamic budget cap, >= budget; 0 = budget */
+	uint32_t grow_pct;	 /* percent of tokens beyond budget added to it, 0..100 */
+	uint32_t sinks;		 /* SINKS, IMPORTANCE: first tokens always kept */
+	uint32_t recent;	 /* IMPORTANCE: last tokens always kept */
+	uint32_t hot_turns;	 /* HIERARCHY: turns in the hot layer, >= 1 */
+	float decay;		 /* λ of score·exp(-λ·age), age in reports; >= 0 */
 	uint32_t role_limit[POLICY_N_ROLES]; /* 0: no limit */
 	float role_weight[POLICY_N_ROLES];   /* score multiplier; 0 is read as 1 */
 };
@@ -113,14 +113,13 @@ size_t policy_select(const struct policy *pol, const struct token_meta *m, size_
  * the given budget: for exact sessions the layers decide tier placement
  * instead of dropping anything. Kinds other than HIERARCHY: LAYER_HOT for
  * what policy_select keeps, LAYER_REST for the others. scratch as above. */
-void policy_layers(const struct policy *pol, const struct token_meta *m, size_t n,
-		   uint32_t budget, uint8_t *layer /* [n] */, uint32_t *keep /* [n] */,
-		   uint32_t *scratch /* [n] */);
+void policy_layers(const struct policy *pol, const struct token_meta *m, size_t n, uint32_t budget,
+		   uint8_t *layer /* [n] */, uint32_t *keep /* [n] */, uint32_t *scratch /* [n] */);
 
 /* One importance report: every score decays by exp(-decay) (one step
  * older), then mass[i] is added to m[first + i] for i < n_mass. Masses
  * that are negative or not finite count as 0. first + n_mass <= n. */
-void policy_add_mass(struct token_meta *m, size_t n, float decay, size_t first,
-		     const float *mass, size_t n_mass);
+void policy_add_mass(struct token_meta *m, size_t n, float decay, size_t first, const float *mass,
+		     size_t n_mass);
 
 #endif

@@ -64,6 +64,10 @@ int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
 	s->root = root;
 	s->last_use_ns = cache_now_ns();
 	list_init(&s->writer_link);
+	/* The configured policy; a client may set its own (compact.h). */
+	policy_defaults(&s->pol, (enum policy_kind)c->cfg->session_policy);
+	s->pol.budget = c->cfg->session_budget;
+	s->pol.auto_compact = (uint8_t)c->cfg->session_auto_compact;
 	if (idmap_put(&c->sessions, s->id, s) < 0) {
 		free(s);
 		return -ENOMEM;
@@ -101,6 +105,7 @@ void session_close(struct cache *c, struct session *s)
 	list_del(&s->pool_link);
 	s->pool->n_sessions--;
 	free(s->tokens);
+	free(s->meta);
 	free(s->pages);
 	free(s->hashes);
 	free(s);
@@ -132,6 +137,35 @@ static int grow(void **arr, uint64_t *cap, uint64_t need, size_t elem)
 	return 0;
 }
 
+/* Makes room for need tokens: ids and metadata grow together. */
+static int grow_tokens(struct session *s, uint64_t need)
+{
+	uint64_t cap = s->cap_tokens, cap2 = s->cap_tokens;
+	int ret;
+
+	ret = grow((void **)&s->tokens, &cap, need, sizeof(uint32_t));
+	if (ret == 0)
+		ret = grow((void **)&s->meta, &cap2, need, sizeof(struct token_meta));
+	if (ret < 0)
+		return ret;
+	/* Both grew to the same power-of-two capacity. */
+	s->cap_tokens = cap < cap2 ? cap : cap2;
+	return 0;
+}
+
+/* Untagged metadata of tokens [from, to) at positions pos0 onwards. */
+static void default_meta(struct token_meta *m, uint64_t from, uint64_t to, uint64_t pos0,
+			 uint32_t turn)
+{
+	for (uint64_t i = from; i < to; i++)
+		m[i] = (struct token_meta){.pos = (uint32_t)(pos0 + i - from), .turn = turn};
+}
+
+uint64_t session_next_pos(const struct session *s)
+{
+	return s->n_tokens ? (uint64_t)s->meta[s->n_tokens - 1].pos + 1 : 0;
+}
+
 /* Makes room in the page and hash tables for need pages. */
 static int reserve_pages(struct session *s, uint32_t need)
 {
@@ -149,7 +183,8 @@ static int reserve_pages(struct session *s, uint32_t need)
 }
 
 int session_append(struct cache *c, struct session *s, const void *writer, struct session_writer *w,
-		   const uint32_t *tokens, size_t n, uint64_t *ret_first_token)
+		   const uint32_t *tokens, size_t n, const struct session_tag *tag,
+		   uint64_t *ret_first_token)
 {
 	struct pagealloc *pa = &s->pool->pa;
 	uint64_t end = s->n_tokens + n;
@@ -168,11 +203,18 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 	ret = evict_make_room(c, s->pool, need - have);
 	if (ret < 0)
 		return ret;
-	ret = grow((void **)&s->tokens, &s->cap_tokens, end, sizeof(uint32_t));
+	ret = grow_tokens(s, end);
 	if (ret == 0)
 		ret = reserve_pages(s, need);
 	if (ret < 0)
 		return ret;
+	if (tag && tag->has_turn)
+		s->cur_turn = tag->turn;
+	default_meta(s->meta, s->n_tokens, end, session_next_pos(s), s->cur_turn);
+	for (uint64_t i = s->n_tokens; tag && i < end; i++) {
+		s->meta[i].role = tag->role;
+		s->meta[i].flags = tag->flags;
+	}
 	for (uint32_t i = have; i < need; i++) {
 		ret = pagealloc_get(pa, &s->pages[i]);
 		kvp_assert(ret == 0); /* evict_make_room made room */
@@ -244,7 +286,9 @@ int session_commit(struct cache *c, struct session *s, const void *writer, uint6
 	s->last_use_ns = cache_now_ns();
 	*ret_first_filled = s->n_hashes;
 	full = (uint32_t)(s->n_committed / bt);
-	while (s->n_hashes < full)
+	/* A compacted session's pages hold kept tokens, not a prefix: they
+	 * never enter the index. */
+	while (!s->compacted && s->n_hashes < full)
 		index_page(s->pool, s, s->n_hashes++);
 	account_reserved(s);
 	if (s->n_committed == s->n_tokens)
@@ -307,8 +351,9 @@ int session_truncate(struct cache *c, struct session *s, const void *writer, uin
  * pages[i] and whose full page i has chain hash hashes[i] (n_hashes known):
  * full pages shared, the partial last page copied. */
 static int fork_from(struct cache *c, struct pool *p, XXH128_hash_t root, const uint32_t *tokens,
-		     const uint32_t *pages, const XXH128_hash_t *hashes, uint32_t n_hashes,
-		     uint64_t n, struct session **ret_session)
+		     const struct token_meta *meta, const uint32_t *pages,
+		     const XXH128_hash_t *hashes, uint32_t n_hashes, uint64_t n,
+		     struct session **ret_session)
 {
 	uint32_t bt = p->layout.block_tokens;
 	uint32_t full = (uint32_t)(n / bt), need = (uint32_t)((n + bt - 1) / bt);
@@ -318,13 +363,17 @@ static int fork_from(struct cache *c, struct pool *p, XXH128_hash_t root, const 
 	ret = session_create(c, p, root, &f);
 	if (ret < 0)
 		return ret;
-	ret = grow((void **)&f->tokens, &f->cap_tokens, n ? n : 1, sizeof(uint32_t));
+	ret = grow_tokens(f, n ? n : 1);
 	if (ret == 0)
 		ret = reserve_pages(f, need ? need : 1);
 	if (ret < 0)
 		goto fail;
 	if (n)
 		memcpy(f->tokens, tokens, n * sizeof(uint32_t));
+	if (meta && n)
+		memcpy(f->meta, meta, n * sizeof(*meta));
+	else
+		default_meta(f->meta, 0, n, 0, 0);
 	for (uint32_t i = 0; i < full; i++) {
 		f->pages[i] = pages[i];
 		ref_page(p, f->pages[i]);
@@ -352,11 +401,21 @@ fail:
 
 int session_fork(struct cache *c, struct session *s, uint64_t n, struct session **ret_session)
 {
+	int ret;
+
 	if (n > s->n_committed)
 		return -ERANGE;
 	s->last_use_ns = cache_now_ns();
-	return fork_from(c, s->pool, s->root, s->tokens, s->pages, s->hashes, s->n_hashes, n,
-			 ret_session);
+	ret = fork_from(c, s->pool, s->root, s->tokens, s->meta, s->pages, s->hashes, s->n_hashes,
+			n, ret_session);
+	if (ret == 0) {
+		/* The fork keeps the policy, the tags and, when compacted, the
+		 * privacy of its pages. */
+		(*ret_session)->pol = s->pol;
+		(*ret_session)->cur_turn = s->cur_turn;
+		(*ret_session)->compacted = s->compacted;
+	}
+	return ret;
 }
 
 int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n,
@@ -364,7 +423,7 @@ int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n,
 {
 	if (n > l->n_tokens)
 		return -ERANGE;
-	return fork_from(c, l->pool, l->root, l->tokens, l->pages, l->hashes, l->n_pages, n,
+	return fork_from(c, l->pool, l->root, l->tokens, NULL, l->pages, l->hashes, l->n_pages, n,
 			 ret_session);
 }
 
@@ -383,8 +442,8 @@ uint32_t session_shared_pages(const struct session *s)
 }
 
 int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const uint32_t *tokens,
-		    uint64_t n, const uint32_t *slots, struct session **ret_session,
-		    uint32_t *ret_shared)
+		    const struct token_meta *meta, uint64_t n, const uint32_t *slots,
+		    struct session **ret_session, uint32_t *ret_shared)
 {
 	uint32_t bt = p->layout.block_tokens;
 	uint32_t need = (uint32_t)((n + bt - 1) / bt), full = (uint32_t)(n / bt);
@@ -397,7 +456,7 @@ int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const u
 	ret = session_create(c, p, root, &s);
 	if (ret < 0)
 		return ret;
-	ret = grow((void **)&s->tokens, &s->cap_tokens, n ? n : 1, sizeof(uint32_t));
+	ret = grow_tokens(s, n ? n : 1);
 	if (ret == 0)
 		ret = reserve_pages(s, need ? need : 1);
 	if (ret < 0) {
@@ -406,11 +465,19 @@ int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const u
 	}
 	if (n)
 		memcpy(s->tokens, tokens, n * sizeof(uint32_t));
+	if (meta && n)
+		memcpy(s->meta, meta, n * sizeof(*meta));
+	else
+		default_meta(s->meta, 0, n, 0, 0);
+	for (uint64_t i = 0; i < n; i++)
+		s->compacted |= s->meta[i].pos != i;
+	if (n)
+		s->cur_turn = s->meta[n - 1].turn;
 	/* The session takes over the slots' references. */
 	memcpy(s->pages, slots, need * sizeof(uint32_t));
 	s->n_pages = need;
 	s->n_tokens = s->n_committed = n;
-	while (s->n_hashes < full)
+	while (!s->compacted && s->n_hashes < full)
 		index_page(p, s, s->n_hashes++);
 	*ret_shared = (uint32_t)(p->ix.dedup_pages - dedup_before);
 	*ret_session = s;

@@ -27,6 +27,7 @@
 
 #include "cache.h"
 #include "list.h"
+#include "policy.h"
 #include "pool.h"
 
 /* What one writer (a connection) holds: the sessions where it has
@@ -48,9 +49,10 @@ static inline void session_writer_init(struct session_writer *w)
 struct session {
 	uint64_t id;
 	struct pool *pool;
-	XXH128_hash_t root; /* chain root: pool identity + salt */
-	uint32_t *tokens;   /* [cap_tokens] token ids, n_tokens used */
-	uint64_t n_tokens;  /* reserved, committed or not */
+	XXH128_hash_t root;	 /* chain root: pool identity + salt */
+	uint32_t *tokens;	 /* [cap_tokens] token ids, n_tokens used */
+	struct token_meta *meta; /* [cap_tokens] position, tags, score of each */
+	uint64_t n_tokens;	 /* reserved, committed or not */
 	uint64_t n_committed;
 	uint64_t cap_tokens;
 	uint32_t *pages; /* [cap_pages] page slots, n_pages used */
@@ -64,6 +66,22 @@ struct session {
 	uint32_t reserved_counted;	/* reserved pages counted in it */
 	struct list pool_link;		/* pool.sessions */
 	struct list writer_link;	/* the writer's list of sessions it reserved in */
+	/* Context-cache policy (daemon/compact.h). A compacted session holds
+	 * kept tokens whose meta[].pos are their original positions, in
+	 * private pages that never enter the prefix index (n_hashes is 0). */
+	struct policy pol; /* kind POLICY_NONE: exact */
+	uint32_t cur_turn; /* the turn of appended tokens without a tag */
+	uint8_t compacted;
+	uint64_t dropped_tokens; /* by compaction, since creation */
+	uint32_t compactions;
+};
+
+/* Tags of appended tokens (role, turn, flags of struct token_meta). */
+struct session_tag {
+	uint8_t role;
+	uint8_t flags;
+	uint8_t has_turn;
+	uint32_t turn;
 };
 
 /* Creates an empty session in p whose chain starts at root. Returns 0,
@@ -86,7 +104,12 @@ struct session *session_get(struct cache *c, uint64_t id, uid_t uid, int admin);
  * max_reserved_pages pages reserved, -ENOSPC when every page is held or
  * pinned (nothing is reserved then), -ENOMEM. */
 int session_append(struct cache *c, struct session *s, const void *writer, struct session_writer *w,
-		   const uint32_t *tokens, size_t n, uint64_t *ret_first_token);
+		   const uint32_t *tokens, size_t n, const struct session_tag *tag,
+		   uint64_t *ret_first_token);
+
+/* The original position the next appended token gets: one past the last
+ * token's (its index in an exact session). */
+uint64_t session_next_pos(const struct session *s);
 
 /* Publishes the next n reserved tokens and indexes the pages they fill.
  * Returns 0 and the index of the first page it filled (pages from there to
@@ -122,13 +145,16 @@ int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n,
 /* A new session of p, chain root root, holding the n committed tokens
  * tokens[0..n) whose pages are the held slots[0..ceil(n/block_tokens)),
  * one reference each, which the session takes over (a restored
- * checkpoint). Its full pages enter the index, or are replaced by the
- * indexed copy of the same content: *ret_shared counts those. Returns 0,
+ * checkpoint), with per-token metadata meta[0..n) (NULL: positions 0..n,
+ * untagged). Its full pages enter the index, or are replaced by the
+ * indexed copy of the same content: *ret_shared counts those; unless a
+ * position differs from its index: a compacted session, whose pages stay
+ * private. Returns 0,
  * -EDQUOT (session limits) or -ENOMEM; on failure the slots are still the
  * caller's. */
 int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const uint32_t *tokens,
-		    uint64_t n, const uint32_t *slots, struct session **ret_session,
-		    uint32_t *ret_shared);
+		    const struct token_meta *meta, uint64_t n, const uint32_t *slots,
+		    struct session **ret_session, uint32_t *ret_shared);
 
 /* Pages holding only uncommitted positions. */
 uint32_t session_reserved_pages(const struct session *s);

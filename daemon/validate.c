@@ -135,6 +135,15 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 		    req->prefetch->cache_salt.len > PREFIX_INDEX_MAX_SALT)
 			REJECT(-EINVAL, "cache salt longer than 64 bytes");
 		break;
+	case KVPALACE__V1__REQUEST__OP_SET_POLICY:
+	case KVPALACE__V1__REQUEST__OP_TAG_SPAN:
+	case KVPALACE__V1__REQUEST__OP_COMPACT:
+	case KVPALACE__V1__REQUEST__OP_SESSION_META:
+		break;
+	case KVPALACE__V1__REQUEST__OP_REPORT_IMPORTANCE:
+		if (req->report_importance->n_mass > lim->max_tokens_per_request)
+			REJECT(-EMSGSIZE, "too many masses in one request");
+		break;
 	case KVPALACE__V1__REQUEST__OP_WARMUP:
 		if (!ckpt_name_valid(req->warmup->name))
 			REJECT(-EINVAL, "checkpoint names are 1..64 of A-Z a-z 0-9 . _ -, "

@@ -83,11 +83,23 @@ static void test_presets(void **state)
 			 0);
 	assert_int_equal(c.max_session_tokens, 1048576);
 	assert_true(c.host_low_watermark < d.host_low_watermark);
+	/* Token policies: exact by default; each preset brings its own. */
+	assert_int_equal(d.session_policy, 0);
+	assert_int_equal(c.session_policy, 2); /* sinks */
+	assert_int_equal(c.session_budget, 32768);
+	assert_int_equal(c.session_auto_compact, 0);
 	assert_int_equal(
 		parse(&c, err, "--config", conf("empty.conf", ""), "--preset", "edge", NULL), 0);
 	assert_true(c.host_tier_bytes < d.host_tier_bytes);
 	assert_true(c.host_pool_bytes <= c.host_tier_bytes);
 	assert_int_equal(c.max_connections, 64);
+	assert_int_equal(c.session_policy, 3); /* importance */
+	assert_int_equal(c.session_auto_compact, 1);
+	assert_int_equal(parse(&c, err, "--config", conf("empty.conf", ""), "--preset", "chat",
+			       "--session-budget", "100", NULL),
+			 0);
+	assert_int_equal(c.session_policy, 4); /* hierarchy */
+	assert_int_equal(c.session_budget, 100);
 	assert_int_equal(parse(&c, err, "--preset", "nope", NULL), -EINVAL);
 	assert_non_null(strstr(err, "nope"));
 }
@@ -122,6 +134,8 @@ static void test_bad_files(void **state)
 		{"\n\nmax-connections = ten\n", "key 'max-connections': bad value 'ten'", 3},
 		{"host-high-watermark = 1.5\n", "key 'host-high-watermark'", 1},
 		{"log-level = loud\n", "key 'log-level'", 1},
+		{"session-policy = lru\n", "key 'session-policy'", 1},
+		{"\nsession-auto-compact = maybe\n", "key 'session-auto-compact'", 2},
 		{"[other]\nmax-connections = 1\n", "unknown section [other]", 2},
 		{"no equals sign here\n", "syntax error", 1},
 	};
@@ -156,6 +170,9 @@ static void test_bad_command_lines(void **state)
 	assert_int_equal(parse(&c, err, "--host-pool-size", "8G", "--host-tier-size", "1G", NULL),
 			 -EINVAL);
 	assert_int_equal(parse(&c, err, "stray", NULL), -EINVAL);
+	/* A dropping policy needs a budget. */
+	assert_int_equal(parse(&c, err, "--session-policy", "window", NULL), -EINVAL);
+	assert_non_null(strstr(err, "session-budget"));
 }
 
 int main(void)

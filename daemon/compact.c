@@ -1,0 +1,225 @@
+/* daemon/compact.c — tags, importance and compaction of sessions (see
+ * compact.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compact.h"
+#include "evict.h"
+#include "kernels.h"
+#include "log.h"
+#include "prefix_index.h"
+
+int compact_set_policy(struct session *s, const struct policy *pol, uint32_t *ret_budget,
+		       const char **why)
+{
+	int ret = policy_validate(pol, why);
+
+	if (ret < 0)
+		return ret;
+	s->pol = *pol;
+	*ret_budget = policy_budget(pol, s->n_tokens);
+	return 0;
+}
+
+int compact_tag(struct session *s, uint64_t first, uint64_t n, const struct session_tag *tag)
+{
+	if (first > s->n_tokens || n > s->n_tokens - first)
+		return -ERANGE;
+	for (uint64_t i = first; i < first + n; i++) {
+		s->meta[i].role = tag->role;
+		s->meta[i].flags = tag->flags;
+		if (tag->has_turn)
+			s->meta[i].turn = tag->turn;
+	}
+	/* Tokens appended later without a tag belong to the last tagged turn. */
+	if (tag->has_turn && first + n == s->n_tokens)
+		s->cur_turn = tag->turn;
+	return 0;
+}
+
+int compact_add_mass(struct session *s, uint64_t first, const float *mass, size_t n)
+{
+	if (first > s->n_tokens || n > s->n_tokens - first)
+		return -ERANGE;
+	policy_add_mass(s->meta, s->n_tokens, s->pol.decay, first, mass, n);
+	return 0;
+}
+
+/* The page table of s as pointers into its pool's arena. */
+static const void **page_ptrs(const struct session *s)
+{
+	const struct pool *p = s->pool;
+	const void **v = malloc((s->n_pages ? s->n_pages : 1) * sizeof(*v));
+
+	for (uint32_t i = 0; v && i < s->n_pages; i++)
+		v[i] = (const char *)p->arena + (uint64_t)s->pages[i] * p->page_bytes;
+	return v;
+}
+
+int compact_score_query(struct session *s, uint32_t layer, uint32_t n_q_heads, const float *q,
+			size_t n_q, uint64_t *ret_scored, const char **why)
+{
+	const struct shm_layout *l = &s->pool->layout;
+	uint64_t n = s->n_committed;
+	float *weights = NULL, *out = NULL, *mass = NULL;
+	const void **pages = NULL;
+	int ret = -ENOMEM;
+
+	if (layer >= l->n_layers) {
+		*why = "layer out of range";
+		return -EINVAL;
+	}
+	if (n_q_heads == 0 || n_q_heads % l->n_kv_heads || n_q_heads > 64 * l->n_kv_heads) {
+		*why = "n_q_heads must be a multiple of the pool's KV heads (at most 64 per KV "
+		       "head)";
+		return -EINVAL;
+	}
+	if (n_q != (size_t)n_q_heads * l->head_dim) {
+		*why = "query must hold n_q_heads * head_dim values";
+		return -EINVAL;
+	}
+	if (n == 0) {
+		*why = "the session has no committed tokens";
+		return -ENODATA;
+	}
+	if (n * n_q_heads * l->head_dim > COMPACT_MAX_QUERY_WORK) {
+		*why = "session too long for a query here: report the attention masses instead";
+		return -E2BIG;
+	}
+	weights = malloc(n * n_q_heads * sizeof(float));
+	out = malloc(n_q * sizeof(float));
+	mass = calloc(n, sizeof(float));
+	pages = page_ptrs(s);
+	if (!weights || !out || !mass || !pages) {
+		*why = "out of memory";
+		goto done;
+	}
+	/* The bytes are the clients': garbage gives garbage weights, which
+	 * policy_add_mass reads as 0 where they are not finite. */
+	ret = kref_attn_decode(l, layer, (const void *const *)pages, n, q, n_q_heads,
+			       1.0f / sqrtf((float)l->head_dim), out, weights);
+	if (ret < 0) {
+		*why = "attention failed";
+		goto done;
+	}
+	for (uint32_t h = 0; h < n_q_heads; h++)
+		for (uint64_t t = 0; t < n; t++)
+			mass[t] += weights[h * n + t];
+	policy_add_mass(s->meta, s->n_tokens, s->pol.decay, 0, mass, n);
+	*ret_scored = n;
+	ret = 0;
+done:
+	free(weights);
+	free(out);
+	free(mass);
+	free(pages);
+	return ret;
+}
+
+/* Moves the kept tokens keep[0..k) of s into n_new fresh pages. */
+static int rebuild(struct session *s, const uint32_t *keep, size_t k, uint32_t n_new)
+{
+	struct pool *p = s->pool;
+	uint32_t *slots = malloc((n_new ? n_new : 1) * sizeof(*slots));
+	void **dst = malloc((n_new ? n_new : 1) * sizeof(*dst));
+	const void **src = page_ptrs(s);
+	int ret = -ENOMEM;
+
+	if (!slots || !dst || !src)
+		goto done;
+	for (uint32_t i = 0; i < n_new; i++) {
+		ret = pagealloc_get(&p->pa, &slots[i]);
+		kvp_assert(ret == 0); /* evict_make_room made room */
+		dst[i] = (char *)p->arena + (uint64_t)slots[i] * p->page_bytes;
+	}
+	if (k) {
+		ret = kref_gather_tokens(&p->layout, dst, 0, (const void *const *)src, s->n_tokens,
+					 keep, k);
+		kvp_assert(ret == 0); /* keep[] lies inside the session */
+	}
+	/* keep[] ascends and keep[i] >= i: in place, front to back. */
+	for (size_t i = 0; i < k; i++) {
+		s->tokens[i] = s->tokens[keep[i]];
+		s->meta[i] = s->meta[keep[i]];
+	}
+	for (uint32_t i = 0; i < s->n_pages; i++) {
+		pagealloc_unref(&p->pa, s->pages[i]);
+		prefix_index_update(&p->ix, &p->pa, s->pages[i]);
+	}
+	/* n_new <= n_pages: the table has room. */
+	memcpy(s->pages, slots, n_new * sizeof(*slots));
+	s->n_pages = n_new;
+	s->n_hashes = 0;
+	s->dropped_tokens += s->n_tokens - k;
+	s->n_tokens = s->n_committed = k;
+	s->compacted = 1;
+	s->compactions++;
+	ret = 0;
+done:
+	free(slots);
+	free(dst);
+	free(src);
+	return ret;
+}
+
+static int compact(struct cache *c, struct session *s, uint64_t *ret_dropped)
+{
+	struct pool *p = s->pool;
+	uint32_t bt = p->layout.block_tokens, n_new;
+	uint64_t n = s->n_tokens;
+	uint32_t *keep, *scratch;
+	size_t k;
+	int ret;
+
+	*ret_dropped = 0;
+	if (s->pol.kind == POLICY_NONE)
+		return -EINVAL;
+	if (s->n_committed != s->n_tokens)
+		return -EBUSY;
+	keep = malloc((n ? n : 1) * sizeof(*keep));
+	scratch = malloc((n ? n : 1) * sizeof(*scratch));
+	if (!keep || !scratch) {
+		ret = -ENOMEM;
+		goto done;
+	}
+	k = policy_select(&s->pol, s->meta, n, policy_budget(&s->pol, n), keep, scratch);
+	ret = 0;
+	if (k == n)
+		goto done; /* everything fits */
+	n_new = (uint32_t)((k + bt - 1) / bt);
+	ret = evict_make_room(c, p, n_new);
+	if (ret == 0)
+		ret = rebuild(s, keep, k, n_new);
+	if (ret == 0)
+		*ret_dropped = n - k;
+done:
+	free(keep);
+	free(scratch);
+	return ret;
+}
+
+int compact_session(struct cache *c, struct session *s, uint64_t *ret_dropped)
+{
+	int ret = compact(c, s, ret_dropped);
+
+	s->last_use_ns = cache_now_ns();
+	return ret;
+}
+
+int compact_after_commit(struct cache *c, struct session *s)
+{
+	int saved = c->no_park, ret;
+	uint64_t dropped;
+
+	if (!s->pol.auto_compact || s->pol.kind == POLICY_NONE || s->n_committed != s->n_tokens ||
+	    s->n_tokens <= policy_budget(&s->pol, s->n_tokens))
+		return 0;
+	/* The commit is done and answered either way: no parking here. */
+	c->no_park = 1;
+	ret = compact(c, s, &dropped);
+	c->no_park = saved;
+	c->park_on = NULL;
+	return ret == 0 && dropped > 0;
+}

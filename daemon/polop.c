@@ -1,0 +1,279 @@
+/* daemon/polop.c — policy requests (see polop.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compact.h"
+#include "polop.h"
+#include "session.h"
+
+/* Metadata entries one SessionMeta reply carries at most: a packed entry
+ * takes at most 5 + 5 + 5 + 1 + 4 bytes. */
+#define META_PER_REPLY_MAX 16384u
+
+int polop_is_policy_op(Kvpalace__V1__Request__OpCase op)
+{
+	switch (op) {
+	case KVPALACE__V1__REQUEST__OP_SET_POLICY:
+	case KVPALACE__V1__REQUEST__OP_TAG_SPAN:
+	case KVPALACE__V1__REQUEST__OP_REPORT_IMPORTANCE:
+	case KVPALACE__V1__REQUEST__OP_COMPACT:
+	case KVPALACE__V1__REQUEST__OP_SESSION_META:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+void polop_from_spec(const Kvpalace__V1__PolicySpec *in, struct policy *pol)
+{
+	policy_defaults(pol, (enum policy_kind)in->kind);
+	/* An out-of-range kind stays visible to policy_validate. */
+	pol->kind = (uint8_t)((unsigned)in->kind > 255 ? 255 : (unsigned)in->kind);
+	if (in->has_budget)
+		pol->budget = in->budget;
+	if (in->has_budget_max)
+		pol->budget_max = in->budget_max;
+	if (in->has_grow_pct)
+		pol->grow_pct = in->grow_pct;
+	if (in->has_sinks)
+		pol->sinks = in->sinks;
+	if (in->has_recent)
+		pol->recent = in->recent;
+	if (in->has_hot_turns)
+		pol->hot_turns = in->hot_turns;
+	if (in->has_share_permanent)
+		pol->share_permanent =
+			(uint8_t)(in->share_permanent > 255 ? 255 : in->share_permanent);
+	if (in->has_share_hot)
+		pol->share_hot = (uint8_t)(in->share_hot > 255 ? 255 : in->share_hot);
+	if (in->has_decay)
+		pol->decay = in->decay;
+	if (in->has_auto_compact)
+		pol->auto_compact = (uint8_t)in->auto_compact;
+	for (size_t i = 0; i < in->n_roles; i++) {
+		const Kvpalace__V1__RolePolicy *rp = in->roles[i];
+		unsigned role = (unsigned)rp->role;
+
+		if (role >= POLICY_N_ROLES)
+			continue; /* validated in do_set_policy */
+		if (rp->has_limit)
+			pol->role_limit[role] = rp->limit;
+		if (rp->has_weight)
+			pol->role_weight[role] = rp->weight;
+	}
+}
+
+static struct session *own_session(struct cache *cache, struct conn *c, uint64_t id,
+				   const char **why)
+{
+	struct session *s = session_get(cache, id, c->uid, 0);
+
+	if (!s)
+		*why = "no such session";
+	return s;
+}
+
+static int tag_of(int has_role, Kvpalace__V1__Role role, int has_turn, uint32_t turn, int has_perm,
+		  int perm, struct session_tag *tag, const char **why)
+{
+	memset(tag, 0, sizeof(*tag));
+	if (has_role && (unsigned)role >= POLICY_N_ROLES) {
+		*why = "unknown role";
+		return -EINVAL;
+	}
+	tag->role = has_role ? (uint8_t)role : ROLE_NONE;
+	tag->flags = has_perm && perm ? TOKEN_PERMANENT : 0;
+	tag->has_turn = (uint8_t)has_turn;
+	tag->turn = turn;
+	return 0;
+}
+
+static int do_set_policy(struct cache *cache, struct conn *c,
+			 const Kvpalace__V1__SetPolicyRequest *in, struct reply *r,
+			 const char **why)
+{
+	struct session *s = own_session(cache, c, in->session_id, why);
+	struct policy pol;
+	uint32_t budget;
+	int ret;
+
+	if (!s)
+		return -ENOENT;
+	for (size_t i = 0; i < in->policy->n_roles; i++)
+		if ((unsigned)in->policy->roles[i]->role >= POLICY_N_ROLES) {
+			*why = "unknown role in the policy";
+			return -EINVAL;
+		}
+	polop_from_spec(in->policy, &pol);
+	ret = compact_set_policy(s, &pol, &budget, why);
+	if (ret < 0)
+		return ret;
+	kvpalace__v1__set_policy_response__init(&r->u.set_policy);
+	r->u.set_policy.budget = budget;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_SET_POLICY;
+	r->resp.set_policy = &r->u.set_policy;
+	return 0;
+}
+
+static int do_tag_span(struct cache *cache, struct conn *c, const Kvpalace__V1__TagSpanRequest *in,
+		       struct reply *r, const char **why)
+{
+	struct session *s = own_session(cache, c, in->session_id, why);
+	struct session_tag tag;
+	int ret;
+
+	if (!s)
+		return -ENOENT;
+	ret = tag_of(in->has_role, in->role, in->has_turn, in->turn, in->has_permanent,
+		     in->permanent, &tag, why);
+	if (ret < 0)
+		return ret;
+	ret = compact_tag(s, in->first, in->n, &tag);
+	if (ret < 0) {
+		*why = "span past the session's tokens";
+		return ret;
+	}
+	kvpalace__v1__tag_span_response__init(&r->u.tag_span);
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_TAG_SPAN;
+	r->resp.tag_span = &r->u.tag_span;
+	return 0;
+}
+
+static int do_report_importance(struct cache *cache, struct conn *c,
+				const Kvpalace__V1__ReportImportanceRequest *in, struct reply *r,
+				const char **why)
+{
+	struct session *s = own_session(cache, c, in->session_id, why);
+	uint64_t scored = 0;
+	int ret;
+
+	if (!s)
+		return -ENOENT;
+	if (in->n_query && in->n_mass) {
+		*why = "give masses or a query, not both";
+		return -EINVAL;
+	}
+	if (in->n_query) {
+		if (!in->has_layer || !in->has_n_q_heads) {
+			*why = "a query needs its layer and n_q_heads";
+			return -EINVAL;
+		}
+		ret = compact_score_query(s, in->layer, in->n_q_heads, in->query, in->n_query,
+					  &scored, why);
+		if (ret < 0)
+			return ret == -ENODATA ? -ERANGE : ret;
+	} else {
+		ret = compact_add_mass(s, in->has_first ? in->first : 0, in->mass, in->n_mass);
+		if (ret < 0) {
+			*why = "masses past the session's tokens";
+			return ret;
+		}
+		scored = in->n_mass;
+	}
+	kvpalace__v1__report_importance_response__init(&r->u.report_importance);
+	r->u.report_importance.scored_tokens = scored;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_REPORT_IMPORTANCE;
+	r->resp.report_importance = &r->u.report_importance;
+	return 0;
+}
+
+static int do_compact(struct cache *cache, struct conn *c, const Kvpalace__V1__CompactRequest *in,
+		      struct reply *r, const char **why)
+{
+	struct session *s = own_session(cache, c, in->session_id, why);
+	uint64_t dropped;
+	int ret;
+
+	if (!s)
+		return -ENOENT;
+	ret = compact_session(cache, s, &dropped);
+	if (ret < 0) {
+		*why = ret == -EINVAL	? "the session has no token policy: SetPolicy first"
+		       : ret == -EBUSY	? "the session has uncommitted tokens: commit first"
+		       : ret == -ENOSPC ? "host tier full: no pages for the compacted copy"
+					: "cannot compact";
+		return ret;
+	}
+	kvpalace__v1__compact_response__init(&r->u.compact);
+	r->u.compact.n_tokens = s->n_tokens;
+	r->u.compact.dropped_tokens = dropped;
+	r->u.compact.n_pages = s->n_pages;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_COMPACT;
+	r->resp.compact = &r->u.compact;
+	return 0;
+}
+
+static int do_session_meta(struct cache *cache, struct conn *c,
+			   const Kvpalace__V1__SessionMetaRequest *in, struct reply *r,
+			   const char **why)
+{
+	Kvpalace__V1__SessionMetaResponse *out = &r->u.session_meta;
+	struct session *s = own_session(cache, c, in->session_id, why);
+	uint64_t n, fit;
+	char *heap;
+
+	if (!s)
+		return -ENOENT;
+	if (in->first > s->n_tokens) {
+		*why = "first token past the session's tokens";
+		return -ERANGE;
+	}
+	fit = (cache->cfg->max_message_bytes - FRAME_HEADER_BYTES - 256) / 20;
+	if (fit > META_PER_REPLY_MAX)
+		fit = META_PER_REPLY_MAX;
+	if (in->has_max && in->max < fit)
+		fit = in->max;
+	n = s->n_tokens - in->first;
+	if (n > fit)
+		n = fit;
+	/* One block for the five arrays: reply_fini frees it. */
+	heap = malloc((n ? n : 1) * (4 * sizeof(uint32_t) + sizeof(protobuf_c_boolean)));
+	if (!heap) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	r->heap = heap;
+	kvpalace__v1__session_meta_response__init(out);
+	out->n_tokens = s->n_tokens;
+	out->compacted = s->compacted;
+	out->policy = (Kvpalace__V1__Policy)s->pol.kind;
+	out->positions = (uint32_t *)heap;
+	out->roles = out->positions + n;
+	out->turns = out->roles + n;
+	out->scores = (float *)(out->turns + n);
+	out->permanent = (protobuf_c_boolean *)(out->scores + n);
+	out->n_positions = out->n_roles = out->n_turns = out->n_scores = out->n_permanent = n;
+	for (uint64_t i = 0; i < n; i++) {
+		const struct token_meta *m = &s->meta[in->first + i];
+
+		out->positions[i] = m->pos;
+		out->roles[i] = m->role;
+		out->turns[i] = m->turn;
+		out->scores[i] = m->score;
+		out->permanent[i] = (m->flags & TOKEN_PERMANENT) != 0;
+	}
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_SESSION_META;
+	r->resp.session_meta = out;
+	return 0;
+}
+
+int polop_run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
+	      struct reply *r, const char **why)
+{
+	switch (req->op_case) {
+	case KVPALACE__V1__REQUEST__OP_SET_POLICY:
+		return do_set_policy(cache, c, req->set_policy, r, why);
+	case KVPALACE__V1__REQUEST__OP_TAG_SPAN:
+		return do_tag_span(cache, c, req->tag_span, r, why);
+	case KVPALACE__V1__REQUEST__OP_REPORT_IMPORTANCE:
+		return do_report_importance(cache, c, req->report_importance, r, why);
+	case KVPALACE__V1__REQUEST__OP_COMPACT:
+		return do_compact(cache, c, req->compact, r, why);
+	case KVPALACE__V1__REQUEST__OP_SESSION_META:
+		return do_session_meta(cache, c, req->session_meta, r, why);
+	default:
+		*why = "unknown operation";
+		return -EPROTO;
+	}
+}

@@ -1,0 +1,26 @@
+/* daemon/polop.h — the requests of context-cache policies: SetPolicy,
+ * TagSpan, ReportImportance, Compact and SessionMeta (proto ops 50-54),
+ * on the caller's own sessions. The work is compact.h's; this file turns
+ * requests into calls and results into replies. Event-loop thread only.
+ */
+#ifndef KVPD_POLOP_H
+#define KVPD_POLOP_H
+
+#include "cache.h"
+#include "conn.h"
+#include "dispatch.h"
+#include "kvpalace.pb-c.h"
+#include "policy.h"
+
+/* True for the operations this file serves. */
+int polop_is_policy_op(Kvpalace__V1__Request__OpCase op);
+
+/* Runs one of them: 0 with the reply in r, or -errno with *why (and
+ * -EAGAIN with cache->park_on set when a Compact waits for disk writes). */
+int polop_run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
+	      struct reply *r, const char **why);
+
+/* A policy from its protocol form, defaults filled in (not validated). */
+void polop_from_spec(const Kvpalace__V1__PolicySpec *in, struct policy *pol);
+
+#endif
