@@ -398,6 +398,7 @@ struct kvp_pool_stats {
 	uint64_t io_errors;	     /* disk reads or writes that failed */
 	uint64_t disk_dropped;	     /* disk-only pages dropped for room */
 	uint64_t restored_pages;     /* found in the spill file when the daemon started */
+	uint32_t permanent_pages;    /* indexed pages of permanent spans: leave host last */
 };
 
 struct kvp_stats {

@@ -36,6 +36,17 @@ int compact_tag(struct session *s, uint64_t first, uint64_t n, const struct sess
 	/* Tokens appended later without a tag belong to the last tagged turn. */
 	if (tag->has_turn && first + n == s->n_tokens)
 		s->cur_turn = tag->turn;
+	/* Indexed pages of a span tagged permanent leave the host tier last. */
+	if ((tag->flags & TOKEN_PERMANENT) && n) {
+		uint32_t bt = s->pool->layout.block_tokens;
+
+		for (uint64_t i = first / bt; i < s->n_hashes && i <= (first + n - 1) / bt; i++) {
+			struct pindex_entry *e = prefix_index_find(&s->pool->ix, s->hashes[i]);
+
+			if (e)
+				prefix_index_mark_permanent(&s->pool->ix, &s->pool->pa, e);
+		}
+	}
 	return 0;
 }
 

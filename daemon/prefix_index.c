@@ -21,6 +21,7 @@ int prefix_index_init(struct prefix_index *ix, uint32_t n_pages)
 {
 	memset(ix, 0, sizeof(*ix));
 	list_init(&ix->host_lru);
+	list_init(&ix->keep_lru);
 	list_init(&ix->disk_lru);
 	ix->n_pages = n_pages;
 	ix->by_slot = calloc(n_pages ? n_pages : 1, sizeof(*ix->by_slot));
@@ -122,7 +123,7 @@ static void place(struct prefix_index *ix, const struct pagealloc *pa, struct pi
 	if (want == PINDEX_LIST_NONE)
 		return;
 	if (want == PINDEX_LIST_HOST) {
-		head = &ix->host_lru;
+		head = e->permanent ? &ix->keep_lru : &ix->host_lru;
 		ix->n_evictable++;
 	} else {
 		head = &ix->disk_lru;
@@ -146,7 +147,8 @@ void prefix_index_reconsider(struct prefix_index *ix, const struct pagealloc *pa
 
 void prefix_index_touch(struct prefix_index *ix, struct pindex_entry *e)
 {
-	struct list *head = e->list == PINDEX_LIST_HOST	  ? &ix->host_lru
+	struct list *head = e->list == PINDEX_LIST_HOST
+				    ? e->permanent ? &ix->keep_lru : &ix->host_lru
 			    : e->list == PINDEX_LIST_DISK ? &ix->disk_lru
 							  : NULL;
 
@@ -154,6 +156,43 @@ void prefix_index_touch(struct prefix_index *ix, struct pindex_entry *e)
 		return;
 	list_del(&e->lru_link);
 	list_add_tail(head, &e->lru_link);
+}
+
+void prefix_index_mark_permanent(struct prefix_index *ix, const struct pagealloc *pa,
+				 struct pindex_entry *e)
+{
+	if (e->permanent)
+		return;
+	e->permanent = 1;
+	ix->n_permanent++;
+	if (e->list == PINDEX_LIST_HOST) {
+		/* Off the ordinary list, onto the warm end of the kept one. */
+		list_del(&e->lru_link);
+		e->list = PINDEX_LIST_NONE;
+		ix->n_evictable--;
+		place(ix, pa, e, 0);
+	}
+}
+
+struct pindex_entry *prefix_index_host_next(const struct prefix_index *ix,
+					    const struct pindex_entry *e)
+{
+	const struct list *it, *head;
+
+	if (!e) {
+		head = &ix->host_lru;
+		it = head->next;
+	} else {
+		head = e->permanent ? &ix->keep_lru : &ix->host_lru;
+		it = e->lru_link.next;
+	}
+	if (it == &ix->host_lru) {
+		head = &ix->keep_lru;
+		it = head->next;
+	}
+	if (it == head)
+		return NULL;
+	return list_entry(it, struct pindex_entry, lru_link);
 }
 
 static struct pindex_entry *new_entry(struct prefix_index *ix, XXH128_hash_t hash,
@@ -276,6 +315,7 @@ void prefix_index_drop(struct prefix_index *ix, struct pagealloc *pa, struct pin
 	idmap_del(&ix->by_hash, key_of(e->hash));
 	ix->n_entries--;
 	ix->evictions++;
+	ix->n_permanent -= e->permanent;
 	free(e);
 	if (parent) {
 		/* As cold as the child it just lost: next in line. */
@@ -294,14 +334,12 @@ uint32_t prefix_index_evict(struct prefix_index *ix, struct pagealloc *pa, uint3
 
 		/* From the cold end each time: a drop may move a parent there.
 		 * Without a disk tier every listed entry qualifies. */
-		for (struct list *it = ix->host_lru.next; it != &ix->host_lru; it = it->next) {
-			struct pindex_entry *c = list_entry(it, struct pindex_entry, lru_link);
-
+		for (struct pindex_entry *c = prefix_index_host_next(ix, NULL); c;
+		     c = prefix_index_host_next(ix, c))
 			if (c->extent != PINDEX_NONE || (may_drop && c->n_children == 0)) {
 				e = c;
 				break;
 			}
-		}
 		if (!e)
 			break;
 		if (e->extent != PINDEX_NONE)
@@ -316,7 +354,7 @@ uint32_t prefix_index_evict(struct prefix_index *ix, struct pagealloc *pa, uint3
 int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa, uint32_t *refs)
 {
 	struct idmap children = {0}; /* parent key → children counted */
-	uint32_t n = 0, n_host = 0, n_disk = 0, n_list[3] = {0}, on_list[3] = {0};
+	uint32_t n = 0, n_host = 0, n_disk = 0, n_perm = 0, n_list[3] = {0}, on_list[3] = {0};
 	const struct list *heads[3] = {NULL, &ix->host_lru, &ix->disk_lru};
 	int ret = -EUCLEAN;
 
@@ -334,6 +372,7 @@ int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa
 			n_host++;
 		}
 		n_disk += e->extent != PINDEX_NONE;
+		n_perm += e->permanent;
 		n_list[e->list]++;
 		if (e->parent) {
 			uint64_t k = key_of(e->parent->hash);
@@ -362,12 +401,23 @@ int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa
 			goto out;
 	for (int l = PINDEX_LIST_HOST; l <= PINDEX_LIST_DISK; l++)
 		for (const struct list *it = heads[l]->next; it != heads[l]; it = it->next) {
-			if (list_entry(it, struct pindex_entry, lru_link)->list != l)
+			const struct pindex_entry *e =
+				list_entry(it, struct pindex_entry, lru_link);
+
+			if (e->list != l || (l == PINDEX_LIST_HOST && e->permanent))
 				goto out;
 			on_list[l]++;
 		}
+	for (const struct list *it = ix->keep_lru.next; it != &ix->keep_lru; it = it->next) {
+		const struct pindex_entry *e = list_entry(it, struct pindex_entry, lru_link);
+
+		if (e->list != PINDEX_LIST_HOST || !e->permanent)
+			goto out;
+		on_list[PINDEX_LIST_HOST]++;
+	}
 	if (n != ix->n_entries || n != ix->by_hash.n || n_host != ix->n_host ||
-	    n_disk != ix->n_disk || n_list[PINDEX_LIST_HOST] != ix->n_evictable ||
+	    n_perm != ix->n_permanent || n_disk != ix->n_disk ||
+	    n_list[PINDEX_LIST_HOST] != ix->n_evictable ||
 	    on_list[PINDEX_LIST_HOST] != ix->n_evictable ||
 	    n_list[PINDEX_LIST_DISK] != ix->n_droppable ||
 	    on_list[PINDEX_LIST_DISK] != ix->n_droppable)

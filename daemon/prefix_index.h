@@ -19,7 +19,12 @@
  *   - host: entries whose host copy nothing but the index holds (no
  *     session, no lease, no I/O). They can leave the host tier. Without a
  *     disk tier leaving means dropping, so only leaves (no children in the
- *     index) are listed: a child is useless without its parent.
+ *     index) are listed: a child is useless without its parent. Entries
+ *     marked permanent (pages of spans a client tagged permanent: system
+ *     prompts, profiles, summaries; the hierarchy's top layer) sit on a
+ *     second host list that is only reached once the first is used up, so
+ *     they are the last to leave the host tier (prefix_index_host_next
+ *     walks both in that order).
  *   - disk: entries without a host copy and without children: they can be
  *     dropped when the disk tier is full.
  * Callers tell the index whenever a page's holders change
@@ -63,6 +68,7 @@ struct pindex_entry {
 	uint32_t n_children;	     /* entries whose parent this is */
 	uint8_t io;		     /* enum pindex_io */
 	uint8_t list;		     /* enum pindex_list: the LRU list it is on */
+	uint8_t permanent;	     /* leaves the host tier last (prefix_index_mark_permanent) */
 	struct pindex_entry *parent; /* NULL for a first page */
 	struct list lru_link;
 };
@@ -73,12 +79,14 @@ struct prefix_index {
 	uint32_t n_pages;
 	int disk;	      /* a disk tier backs this index */
 	struct list host_lru; /* host copies only the index holds, LRU first */
+	struct list keep_lru; /* the same for permanent entries */
 	struct list disk_lru; /* droppable entries without a host copy, LRU first */
 	uint32_t n_entries;   /* every entry, dead ones included */
 	uint32_t n_host;      /* entries with a host copy */
 	uint32_t n_disk;      /* entries with a disk copy */
 	uint32_t n_evictable; /* on the host list */
 	uint32_t n_droppable; /* on the disk list */
+	uint32_t n_permanent; /* entries marked permanent */
 	uint64_t evictions;   /* entries dropped (host or disk), not demoted */
 	uint64_t dedup_pages;
 };
@@ -126,6 +134,17 @@ void prefix_index_reconsider(struct prefix_index *ix, const struct pagealloc *pa
 
 /* Marks e recently used: to the warm end of the list it is on. */
 void prefix_index_touch(struct prefix_index *ix, struct pindex_entry *e);
+
+/* Marks e permanent (for good): it moves to the host list that leaves the
+ * host tier last. */
+void prefix_index_mark_permanent(struct prefix_index *ix, const struct pagealloc *pa,
+				 struct pindex_entry *e);
+
+/* The host list in the order pages should leave the host tier: the entry
+ * after e (NULL: the first), ordinary entries least recently used first,
+ * then permanent ones least recently used first; NULL at the end. */
+struct pindex_entry *prefix_index_host_next(const struct prefix_index *ix,
+					    const struct pindex_entry *e);
 
 /* Gives e (which has no host copy) the held page slot as its host copy,
  * taking a reference on it. */

@@ -241,7 +241,10 @@ static void index_page(struct pool *p, struct session *s, uint32_t i)
 	XXH128_hash_t parent = i ? s->hashes[i - 1] : s->root;
 	XXH128_hash_t h = prefix_index_hash_page(parent, s->tokens + (uint64_t)i * bt, bt);
 	struct pindex_entry *e = prefix_index_find(&p->ix, h);
+	int permanent = 0;
 
+	for (uint64_t t = (uint64_t)i * bt; t < (uint64_t)(i + 1) * bt; t++)
+		permanent |= s->meta[t].flags & TOKEN_PERMANENT;
 	s->hashes[i] = h;
 	if (e && e->slot != PINDEX_NONE && e->slot != s->pages[i]) {
 		/* Someone committed the same tokens after the same prefix:
@@ -263,6 +266,11 @@ static void index_page(struct pool *p, struct session *s, uint32_t i)
 		 * private: never indexed, never matched, still correct. */
 		(void)prefix_index_insert(&p->ix, &p->pa, h, pe, s->pages[i]);
 	}
+	/* A page of a permanent span (system prompt, profile, summary)
+	 * leaves the host tier last. */
+	e = permanent ? prefix_index_find(&p->ix, h) : NULL;
+	if (e)
+		prefix_index_mark_permanent(&p->ix, &p->pa, e);
 }
 
 int session_commit(struct cache *c, struct session *s, const void *writer, uint64_t n,

@@ -125,8 +125,9 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 		ps->evictable_pages = p->ix.n_evictable;
 		ps->evictions = p->ix.evictions;
 		ps->dedup_pages = p->ix.dedup_pages;
-		ps->has_host_indexed_pages = 1;
+		ps->has_host_indexed_pages = ps->has_permanent_pages = 1;
 		ps->host_indexed_pages = p->ix.n_host;
+		ps->permanent_pages = p->ix.n_permanent;
 		if (p->spill) {
 			ps->has_disk_pages = ps->has_disk_capacity = ps->has_spilled_pages = 1;
 			ps->has_promoted_pages = ps->has_verify_failures = ps->has_io_errors = 1;

@@ -249,16 +249,13 @@ uint32_t tier_spill(struct cache *c, struct pool *p, uint32_t want_free)
 	if (!p->spill || p->disk_errors_in_row >= TIER_MAX_ERRORS_IN_ROW)
 		return p->writes_inflight;
 	while (p->pa.n_free + p->writes_inflight < want_free) {
-		struct pindex_entry *e = NULL, *top;
-		struct list *it;
+		struct pindex_entry *e, *top;
 
 		/* The least recently used page without a disk copy (clean
-		 * ones leave without I/O, evict.c). */
-		for (it = p->ix.host_lru.next; it != &p->ix.host_lru; it = it->next)
-			if (spillable(list_entry(it, struct pindex_entry, lru_link))) {
-				e = list_entry(it, struct pindex_entry, lru_link);
-				break;
-			}
+		 * ones leave without I/O, evict.c); permanent ones last. */
+		for (e = prefix_index_host_next(&p->ix, NULL); e && !spillable(e);
+		     e = prefix_index_host_next(&p->ix, e))
+			;
 		if (!e)
 			break;
 		/* Its unwritten ancestors first, from the top: a child on disk

@@ -457,6 +457,67 @@ static void test_refusals(void **state)
 	assert_int_equal(kvp_session_close(s), 0);
 }
 
+/* Placement: a span tagged permanent (a system prompt) outlives a stream
+ * of conversations that overflows the host tier many times; the same
+ * prompt untagged is evicted by it. Host only, 64 pages a pool. */
+static void test_permanent_stays(void **state)
+{
+	static const char *const args[] = {"--host-pool-size", "512K", "--disk-pool-size", "0",
+					   NULL};
+	struct fixture *f = *state;
+	struct harness h = {0};
+	struct kvp_pool_stats ps;
+	uint32_t conv[96];
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	kvp_lease *l;
+
+	(void)f;
+	assert_int_equal(harness_start(&h, args), 0);
+	assert_int_equal(kvp_connect(h.sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	assert_int_equal(kvp_pool_n_pages(p), 64);
+	/* Prompt A (2 pages) tagged permanent as it is appended; prompt B
+	 * (2 pages) tagged after its commit; prompt C untagged. */
+	assert_int_equal(kvp_session_create(p, &s), 0);
+	assert_int_equal(kvp_append_tagged(s, f->tokens, 32, KVP_ROLE_SYSTEM, 0, KVP_TAG_PERMANENT),
+			 0);
+	assert_int_equal(harness_write_session(p, s, 0, f->tokens, 32), 0);
+	assert_int_equal(kvp_commit(s, 32), 0);
+	assert_int_equal(kvp_session_close(s), 0);
+	assert_int_equal(harness_commit_session(p, f->tokens + 1000, 32, &s), 0);
+	assert_int_equal(kvp_session_tag(s, 0, 32, KVP_ROLE_SYSTEM, 0, KVP_TAG_PERMANENT), 0);
+	assert_int_equal(kvp_session_close(s), 0);
+	assert_int_equal(harness_commit_session(p, f->tokens + 2000, 32, &s), 0);
+	assert_int_equal(kvp_session_close(s), 0);
+	assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &ps, NULL), 0);
+	assert_int_equal(ps.permanent_pages, 4);
+	/* 40 conversations of 6 pages: 240 pages through a 64-page pool. */
+	for (uint32_t i = 0; i < 40; i++) {
+		harness_tokens(conv, 96, 100 + i, 0);
+		assert_int_equal(harness_commit_session(p, conv, 96, &s), 0);
+		assert_int_equal(kvp_session_close(s), 0);
+	}
+	assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &ps, NULL), 0);
+	assert_true(ps.evictions >= 150);
+	assert_int_equal(ps.permanent_pages, 4);
+	/* The permanent prompts match whole, with their bytes; C is gone. */
+	assert_int_equal(kvp_match_prefix(p, f->tokens, 32, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 32);
+	assert_int_equal(harness_check_lease(l, p, f->tokens, 32), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+	assert_int_equal(kvp_match_prefix(p, f->tokens + 1000, 32, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 32);
+	assert_int_equal(harness_check_lease(l, p, f->tokens + 1000, 32), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+	assert_int_equal(kvp_match_prefix(p, f->tokens + 2000, 32, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+	kvp_disconnect(c);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -469,6 +530,7 @@ int main(void)
 		cmocka_unit_test(test_auto_compact),
 		cmocka_unit_test(test_fork_and_checkpoint),
 		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_permanent_stays),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
