@@ -399,6 +399,7 @@ struct kvp_pool_stats {
 	uint64_t disk_dropped;	     /* disk-only pages dropped for room */
 	uint64_t restored_pages;     /* found in the spill file when the daemon started */
 	uint32_t permanent_pages;    /* indexed pages of permanent spans: leave host last */
+	uint64_t quantized_pages;    /* spilled in the daemon's spill-dtype (lossy) */
 };
 
 struct kvp_stats {

@@ -120,6 +120,7 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 		out->dedup_pages = in->has_dedup_pages ? in->dedup_pages : 0;
 		out->host_indexed_pages = in->host_indexed_pages;
 		out->permanent_pages = in->has_permanent_pages ? in->permanent_pages : 0;
+		out->quantized_pages = in->has_quantized_pages ? in->quantized_pages : 0;
 		out->has_disk = in->has_disk_capacity;
 		out->disk_pages = in->disk_pages;
 		out->disk_capacity = in->disk_capacity;

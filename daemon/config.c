@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "frame.h"
+#include "layout.h"
 #include "log.h"
 
 static uint64_t physical_bytes(void)
@@ -215,6 +216,7 @@ enum key_id {
 	K_SESSION_POLICY,
 	K_SESSION_BUDGET,
 	K_SESSION_AUTO_COMPACT,
+	K_SPILL_DTYPE,
 	K_COUNT,
 };
 _Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
@@ -247,6 +249,7 @@ static const char *const key_names[K_COUNT] = {
 	[K_SESSION_POLICY] = "session-policy",
 	[K_SESSION_BUDGET] = "session-budget",
 	[K_SESSION_AUTO_COMPACT] = "session-auto-compact",
+	[K_SPILL_DTYPE] = "spill-dtype",
 };
 
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
@@ -347,6 +350,18 @@ static int set_key(struct config *c, int k, const char *v)
 		return parse_u32(v, 0, UINT32_MAX, 10, &c->session_budget);
 	case K_SESSION_AUTO_COMPACT:
 		return parse_bool(v, &c->session_auto_compact);
+	case K_SPILL_DTYPE:
+		if (!strcmp(v, "same"))
+			c->spill_dtype = 0;
+		else if (!strcmp(v, "int8"))
+			c->spill_dtype = SHM_DTYPE_INT8;
+		else if (!strcmp(v, "fp8"))
+			c->spill_dtype = SHM_DTYPE_FP8_E4M3;
+		else if (!strcmp(v, "int4"))
+			c->spill_dtype = SHM_DTYPE_INT4;
+		else
+			return -EINVAL;
+		return 0;
 	default:
 		return -EINVAL;
 	}
@@ -442,6 +457,13 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		break;
 	case K_SESSION_AUTO_COMPACT:
 		snprintf(buf, n, "%s", c->session_auto_compact ? "yes" : "no");
+		break;
+	case K_SPILL_DTYPE:
+		snprintf(buf, n, "%s",
+			 c->spill_dtype == SHM_DTYPE_INT8	? "int8"
+			 : c->spill_dtype == SHM_DTYPE_FP8_E4M3 ? "fp8"
+			 : c->spill_dtype == SHM_DTYPE_INT4	? "int4"
+								: "same");
 		break;
 	}
 }
@@ -799,6 +821,10 @@ void config_usage(const char *argv0)
 	       "  --session-auto-compact yes|no\n"
 	       "                            compact when a commit passes the budget (default no:\n"
 	       "                            only on a client's Compact)\n"
+	       "  --spill-dtype NAME        format cold pages take on disk: same (as they are,\n"
+	       "                            the default), int8, fp8 or int4 (lossy: about\n"
+	       "                            half, half or a quarter of the bytes); pages of\n"
+	       "                            permanent spans always go as they are\n"
 
 	       "  -h, --help                show this help\n"
 	       "  -V, --version             show the version\n"

@@ -56,6 +56,7 @@ struct config {
 	int session_policy; /* enum policy_kind */
 	uint32_t session_budget;
 	int session_auto_compact;
+	uint32_t spill_dtype; /* shm dtype cold pages are written to disk in, 0: as they are */
 	char warmup_dir[CONFIG_PATH_MAX];
 	/* "" means <state_dir>/warmup */   /* enum aio_mode: auto, io_uring, threads */
 	unsigned char src[CONFIG_MAX_KEYS]; /* where each key's value came from */

@@ -36,6 +36,7 @@ struct pool {
 	struct spill *spill; /* the disk tier's file, or NULL */
 	int spill_data;	     /* its aio handles */
 	int spill_meta;
+	uint32_t spill_dtype; /* quantized format cold pages are written in, or 0 */
 	uint32_t io_inflight; /* disk reads and writes */
 	uint32_t writes_inflight;
 	uint32_t reads_inflight;

@@ -238,7 +238,8 @@ int prefix_index_insert(struct prefix_index *ix, struct pagealloc *pa, XXH128_ha
 }
 
 int prefix_index_insert_disk(struct prefix_index *ix, XXH128_hash_t hash,
-			     struct pindex_entry *parent, uint32_t extent, uint64_t sum)
+			     struct pindex_entry *parent, uint32_t extent, uint64_t sum,
+			     uint8_t dtype)
 {
 	struct pindex_entry *e;
 
@@ -249,6 +250,7 @@ int prefix_index_insert_disk(struct prefix_index *ix, XXH128_hash_t hash,
 		return -ENOMEM;
 	e->extent = extent;
 	e->disk_sum = sum;
+	e->disk_dtype = dtype;
 	ix->n_disk++;
 	if (parent && parent->list == PINDEX_LIST_DISK) {
 		/* No longer a leaf. */

@@ -65,6 +65,7 @@ struct pindex_entry {
 	uint32_t slot;		     /* host slot, or PINDEX_NONE */
 	uint32_t extent;	     /* spill-file extent, or PINDEX_NONE */
 	uint64_t disk_sum;	     /* XXH3-64 of the bytes in extent */
+	uint8_t disk_dtype;	     /* their format: 0 the pool's own, else quantized */
 	uint32_t n_children;	     /* entries whose parent this is */
 	uint8_t io;		     /* enum pindex_io */
 	uint8_t list;		     /* enum pindex_list: the LRU list it is on */
@@ -120,9 +121,11 @@ int prefix_index_insert(struct prefix_index *ix, struct pagealloc *pa, XXH128_ha
 			struct pindex_entry *parent, uint32_t slot);
 
 /* Lists a page that is only on disk (warm restart): extent holds bytes
- * whose XXH3-64 is sum. Returns 0, -EEXIST or -ENOMEM. */
+ * in format dtype (as disk_dtype) whose XXH3-64 is sum. Returns 0,
+ * -EEXIST or -ENOMEM. */
 int prefix_index_insert_disk(struct prefix_index *ix, XXH128_hash_t hash,
-			     struct pindex_entry *parent, uint32_t extent, uint64_t sum);
+			     struct pindex_entry *parent, uint32_t extent, uint64_t sum,
+			     uint8_t dtype);
 
 /* Re-evaluates which list slot's entry, if any, belongs on after its
  * holders changed. An entry that joins a list goes to its most recently

@@ -106,8 +106,10 @@ enum {
 	PH_SUM = 40,
 	PH_SEQ = 48,
 	PH_FLAGS = 56,
-	PH_CHECK = 60,
-	PH_END = 68,
+	PH_DTYPE = 60,
+	PH_STORED = 64,
+	PH_CHECK = 68,
+	PH_END = 76,
 };
 _Static_assert(PH_END <= SPILL_PAGE_HDR, "page header fits its slot");
 _Static_assert(FH_END <= SPILL_FILE_HDR, "file header fits its block");
@@ -122,6 +124,8 @@ void spill_hdr_encode(struct spill *sp, struct spill_page_hdr *h, unsigned char 
 	put64(b + PH_SUM, h->sum);
 	put64(b + PH_SEQ, h->seq);
 	put32(b + PH_FLAGS, h->flags);
+	put32(b + PH_DTYPE, h->dtype);
+	put32(b + PH_STORED, h->stored_bytes);
 	put64(b + PH_CHECK, XXH3_64bits_withSeed(b, PH_CHECK, sp->root.low64));
 }
 
@@ -135,6 +139,15 @@ int spill_hdr_decode(const struct spill *sp, const unsigned char *b, struct spil
 	h->sum = get64(b + PH_SUM);
 	h->seq = get64(b + PH_SEQ);
 	h->flags = get32(b + PH_FLAGS);
+	h->dtype = get32(b + PH_DTYPE);
+	h->stored_bytes = get32(b + PH_STORED);
+	/* Data in the pool's own format fills the extent; a quantized page
+	 * is smaller, a whole number of 4 KiB blocks (daemon/tier.c checks
+	 * the format itself). */
+	if (h->dtype == 0 ? h->stored_bytes != sp->page_bytes
+			  : h->stored_bytes == 0 || h->stored_bytes % 4096 ||
+				    h->stored_bytes >= sp->page_bytes)
+		return -EBADMSG;
 	return 0;
 }
 

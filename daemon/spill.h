@@ -13,7 +13,8 @@
  * between the host arena and its extent; page headers and the file header
  * are small buffered writes through a second descriptor. A page header
  * names the page (chain hash, parent hash), carries the XXH3-64 of the
- * data and its own XXH3-64. Nothing here is trusted on reading: a header
+ * data, the format the data is stored in (the pool's own, or int8, fp8 or
+ * int4 with spill-dtype: daemon/tier.c) and its own XXH3-64. Nothing here is trusted on reading: a header
  * that fails its checksum or names another pool is ignored, and data is
  * verified against the header's sum when it is read back (daemon/tier.c),
  * so a torn write, a crash between data and header, or a flipped byte is a
@@ -36,18 +37,20 @@
 
 #include "layout.h"
 
-#define SPILL_FORMAT	   1u
+#define SPILL_FORMAT	   2u
 #define SPILL_FILE_HDR	   4096u
 #define SPILL_PAGE_HDR	   128u
 #define SPILL_PAGE_FIRST   1u /* flag: the parent hash is a chain root */
 #define SPILL_MODEL_ID_MAX 128u
 
 struct spill_page_hdr {
-	XXH128_hash_t hash;   /* the page's chain hash */
-	XXH128_hash_t parent; /* its parent's chain hash, or the root */
-	uint64_t sum;	      /* XXH3-64 of the page_bytes of data */
-	uint64_t seq;	      /* write order, newest wins on duplicates */
-	uint32_t flags;	      /* SPILL_PAGE_* */
+	XXH128_hash_t hash;    /* the page's chain hash */
+	XXH128_hash_t parent;  /* its parent's chain hash, or the root */
+	uint64_t sum;	       /* XXH3-64 of the page_bytes of data */
+	uint64_t seq;	       /* write order, newest wins on duplicates */
+	uint32_t flags;	       /* SPILL_PAGE_* */
+	uint32_t dtype;	       /* stored format: 0 the pool's own, else a quantized dtype */
+	uint32_t stored_bytes; /* bytes of data in the extent (sum covers them) */
 };
 
 struct spill {

@@ -128,6 +128,8 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 		ps->has_host_indexed_pages = ps->has_permanent_pages = 1;
 		ps->host_indexed_pages = p->ix.n_host;
 		ps->permanent_pages = p->ix.n_permanent;
+		ps->has_quantized_pages = 1;
+		ps->quantized_pages = p->tier.quantized;
 		if (p->spill) {
 			ps->has_disk_pages = ps->has_disk_capacity = ps->has_spilled_pages = 1;
 			ps->has_promoted_pages = ps->has_verify_failures = ps->has_io_errors = 1;

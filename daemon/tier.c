@@ -5,6 +5,7 @@
 
 #include "aio.h"
 #include "evict.h"
+#include "kernels.h"
 #include "log.h"
 #include "pool.h"
 #include "spill.h"
@@ -22,6 +23,9 @@ struct tier_io {
 	struct pindex_entry *e;
 	uint32_t slot, extent;
 	uint64_t sum;
+	uint64_t len;	  /* bytes moved: the page, or its quantized form */
+	uint32_t dtype;	  /* that form: 0 the pool's own */
+	void *bounce;	  /* a quantized page on its way to disk */
 	int pending;	  /* requests not yet completed */
 	int holds_slot;	  /* the data request holds a reference on slot */
 	struct list link; /* pool.ios */
@@ -99,7 +103,57 @@ static void io_done(struct tier_io *io)
 		return;
 	p->io_inflight--;
 	list_del(&io->link);
+	free(io->bounce);
 	free(io);
+}
+
+/* The layout p's pages have on disk when stored as dtype (a quantized
+ * type: per-token groups of 32 channels, or of the whole head when 32
+ * does not divide it). Returns 0, or -EINVAL when p's pages cannot take
+ * that form, or it would not make them smaller. */
+static int stored_layout(const struct pool *p, uint32_t dtype, struct shm_layout *ret)
+{
+	struct shm_layout l = p->layout;
+
+	if (shm_dtype_quantized(p->layout.dtype) || !shm_dtype_quantized(dtype))
+		return -EINVAL;
+	l.dtype = dtype;
+	l.quant_group = l.head_dim % 32 == 0 ? 32 : l.head_dim;
+	if (shm_layout_check(&l) < 0 || shm_page_bytes(&l) >= p->page_bytes)
+		return -EINVAL;
+	*ret = l;
+	return 0;
+}
+
+/* Bytes of a page of p stored as dtype (0: as it is). */
+static uint64_t stored_bytes(const struct pool *p, uint32_t dtype)
+{
+	struct shm_layout l;
+
+	return dtype && stored_layout(p, dtype, &l) == 0 ? shm_page_bytes(&l) : p->page_bytes;
+}
+
+/* Turns the quantized page that a read left at the start of slot back
+ * into the pool's format in place. Returns 0 or -ENOMEM. */
+static int dequantize(struct pool *p, uint32_t slot, uint32_t dtype, uint64_t len)
+{
+	struct shm_layout ql;
+	void *q = malloc(len), *dst = page_addr(p, slot);
+	uint64_t used = shm_page_data_bytes(&p->layout) + shm_page_scale_bytes(&p->layout);
+	int ret;
+
+	if (!q)
+		return -ENOMEM;
+	memcpy(q, dst, len);
+	ret = stored_layout(p, dtype, &ql);
+	if (ret == 0)
+		ret = kref_convert_pages(&p->layout, &dst, &ql, (const void *const *)&q, 1, 0,
+					 p->layout.block_tokens);
+	/* The padding as a page written here has it. */
+	if (ret == 0)
+		memset((char *)dst + used, 0, p->page_bytes - used);
+	free(q);
+	return ret;
 }
 
 static void io_error(struct pool *p, int res, const char *what)
@@ -132,19 +186,23 @@ static void on_written(struct aio_req *r, int res)
 
 	e->io = PINDEX_IO_NONE;
 	p->writes_inflight--;
-	if (res == (int)p->page_bytes) {
+	if (res == (int)io->len) {
 		struct spill_page_hdr h = {
 			.hash = e->hash,
 			.parent = e->parent ? e->parent->hash : (XXH128_hash_t){0, 0},
 			.sum = io->sum,
 			.flags = e->parent ? 0 : SPILL_PAGE_FIRST,
+			.dtype = io->dtype,
+			.stored_bytes = (uint32_t)io->len,
 		};
 
 		p->disk_errors_in_row = 0;
 		e->extent = io->extent;
 		e->disk_sum = io->sum;
+		e->disk_dtype = (uint8_t)io->dtype;
 		p->ix.n_disk++;
 		p->tier.spilled++;
+		p->tier.quantized += io->dtype != 0;
 		/* The header goes after the data: a crash between the two
 		 * leaves an old header whose sum fails, never a new header
 		 * over old data that verifies. */
@@ -216,9 +274,30 @@ static int start_write(struct cache *c, struct pool *p, struct pindex_entry *e)
 	io->slot = e->slot;
 	io->extent = extent;
 	io->pending = 1;
+	io->len = p->page_bytes;
+	/* Mixed precision: cold pages go down in spill-dtype, converted by
+	 * the kernels; pages of permanent spans, the important ones, keep
+	 * their own format. */
+	if (p->spill_dtype && !e->permanent) {
+		struct shm_layout ql;
+		void *src = page_addr(p, e->slot);
+
+		kvp_assert(stored_layout(p, p->spill_dtype, &ql) == 0);
+		io->len = shm_page_bytes(&ql);
+		if (posix_memalign(&io->bounce, 4096, io->len) == 0) {
+			memset(io->bounce, 0, io->len);
+			kvp_assert(kref_convert_pages(&ql, &io->bounce, &p->layout,
+						      (const void *const *)&src, 1, 0,
+						      p->layout.block_tokens) == 0);
+			io->dtype = p->spill_dtype;
+		} else {
+			io->bounce = NULL; /* no memory: written as it is */
+			io->len = p->page_bytes;
+		}
+	}
 	/* Checksummed as written: a client scribbling on an indexed page
 	 * during the write only makes its disk copy fail verification. */
-	io->sum = XXH3_64bits(page_addr(p, e->slot), p->page_bytes);
+	io->sum = XXH3_64bits(io->bounce ? io->bounce : page_addr(p, e->slot), io->len);
 	pagealloc_ref(&p->pa, e->slot);
 	io->holds_slot = 1;
 	list_add_tail(&p->ios, &io->link);
@@ -227,8 +306,8 @@ static int start_write(struct cache *c, struct pool *p, struct pindex_entry *e)
 	io->data = (struct aio_req){
 		.op = AIO_WRITE,
 		.file = p->spill_data,
-		.buf = page_addr(p, e->slot),
-		.len = p->page_bytes,
+		.buf = io->bounce ? io->bounce : page_addr(p, e->slot),
+		.len = io->len,
 		.off = spill_data_off(p->spill, extent),
 		.done = on_written,
 	};
@@ -286,16 +365,18 @@ static void on_read(struct aio_req *r, int res)
 	struct tier_io *io = (struct tier_io *)((char *)r - offsetof(struct tier_io, data));
 	struct pool *p = io->p;
 	struct pindex_entry *e = io->e;
-	int ok = res == (int)p->page_bytes;
+	int ok = res == (int)io->len;
 
 	e->io = PINDEX_IO_NONE;
 	if (!ok) {
 		io_error(p, res < 0 ? res : -EIO, "page read");
-	} else if (XXH3_64bits(page_addr(p, io->slot), p->page_bytes) != e->disk_sum) {
+	} else if (XXH3_64bits(page_addr(p, io->slot), io->len) != e->disk_sum) {
 		p->tier.verify_failures++;
 		log_warn("pool %llu: page in extent %u of %s failed verification; dropped",
 			 (unsigned long long)p->id, io->extent, p->spill->path);
 		ok = 0;
+	} else if (io->dtype && dequantize(p, io->slot, io->dtype, io->len) < 0) {
+		ok = 0; /* out of memory: a miss */
 	}
 	if (ok) {
 		p->tier.promoted++;
@@ -353,12 +434,14 @@ int tier_promote(struct cache *c, struct pool *p, struct pindex_entry *e)
 	io->extent = e->extent;
 	io->pending = 1;
 	io->holds_slot = 1;
+	io->dtype = e->disk_dtype;
+	io->len = stored_bytes(p, io->dtype);
 	list_add_tail(&p->ios, &io->link);
 	io->data = (struct aio_req){
 		.op = AIO_READ,
 		.file = p->spill_data,
 		.buf = page_addr(p, slot),
-		.len = p->page_bytes,
+		.len = io->len,
 		.off = spill_data_off(p->spill, e->extent),
 		.done = on_read,
 	};
@@ -442,8 +525,13 @@ static void list_found(struct pool *p, struct scan *s)
 				if (!parent)
 					state = -1;
 			}
-			if (state > 0 && prefix_index_insert_disk(&p->ix, f->h.hash, parent,
-								  f->extent, f->h.sum) < 0)
+			/* A quantized page this pool cannot turn back is a miss. */
+			if (state > 0 && f->h.dtype &&
+			    stored_bytes(p, f->h.dtype) != f->h.stored_bytes)
+				state = -1;
+			if (state > 0 &&
+			    prefix_index_insert_disk(&p->ix, f->h.hash, parent, f->extent, f->h.sum,
+						     (uint8_t)f->h.dtype) < 0)
 				state = -1;
 			f->state = state;
 			if (state < 0)
@@ -495,6 +583,23 @@ void tier_pool_open(struct cache *c, struct pool *p)
 	list_found(p, &s);
 	free(s.v);
 	p->ix.disk = 1;
+	if (cfg->spill_dtype) {
+		struct shm_layout ql;
+
+		if (stored_layout(p, cfg->spill_dtype, &ql) == 0) {
+			p->spill_dtype = cfg->spill_dtype;
+			log_info("pool %llu: cold pages go to disk as %s (%llu of %llu bytes)",
+				 (unsigned long long)p->id, shm_dtype_name(ql.dtype),
+				 (unsigned long long)shm_page_bytes(&ql),
+				 (unsigned long long)p->page_bytes);
+		} else {
+			log_info("pool %llu: pages go to disk as they are: %s pages of %llu "
+				 "bytes gain nothing as %s",
+				 (unsigned long long)p->id, shm_dtype_name(p->layout.dtype),
+				 (unsigned long long)p->page_bytes,
+				 shm_dtype_name(cfg->spill_dtype));
+		}
+	}
 	aio_buffer_add(c->aio, p->arena, p->arena_bytes, p->page_bytes);
 	log_info("pool %llu: disk tier %s, %u pages%s, %llu found from an earlier run",
 		 (unsigned long long)p->id, p->spill->path, p->spill->cap,

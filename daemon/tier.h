@@ -34,6 +34,7 @@ struct tier_counters {
 	uint64_t io_errors;	  /* reads or writes that failed */
 	uint64_t dropped;	  /* disk-only pages dropped for room */
 	uint64_t restored;	  /* pages found in the spill file at start */
+	uint64_t quantized;	  /* pages written in spill-dtype rather than as they are */
 };
 
 /* A request parked until its pool's I/O makes progress. */

@@ -956,7 +956,8 @@ static void test_config(void **state)
 		"\"warmup-dir\":{\"value\":\"$DIR/state/warmup\",\"source\":\"default\"},"
 		"\"session-policy\":{\"value\":\"none\",\"source\":\"default\"},"
 		"\"session-budget\":{\"value\":\"0\",\"source\":\"default\"},"
-		"\"session-auto-compact\":{\"value\":\"no\",\"source\":\"default\"}}}");
+		"\"session-auto-compact\":{\"value\":\"no\",\"source\":\"default\"},"
+		"\"spill-dtype\":{\"value\":\"same\",\"source\":\"default\"}}}");
 
 	/* A reload says what changed and what waits for a restart. */
 	write_conf("log-level = notice\nmax-sessions-per-pool = 100\nmax-message-bytes = 8192\n");

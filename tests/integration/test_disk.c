@@ -15,11 +15,15 @@
  *    headers make misses (and verify_failures), never wrong bytes;
  *  - a size-limited spill file (RLIMIT_FSIZE: EFBIG, as a full file
  *    system): the disk tier caps itself, every match still returns right
- *    bytes, the daemon keeps serving.
+ *    bytes, the daemon keeps serving;
+ *  - mixed precision (spill-dtype int8): cold pages go to disk quantized
+ *    and come back within int8's error bound, pages of a permanent span
+ *    come back bit-exact, before and after a restart.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,7 +284,7 @@ static void test_corruption(void **state)
 	 * page header of extents 1, 4, 7, ... */
 	for (uint32_t e = 0; e < 256; e += 3) {
 		flip(fd, DATA_OFF + (uint64_t)e * PAGE_BYTES + 100 + e);
-		flip(fd, HDR_OFF(e + 1) + 60);
+		flip(fd, HDR_OFF(e + 1) + 68);
 	}
 	close(fd);
 	assert_int_equal(harness_restart(h, SIGTERM, disk_args), 0);
@@ -333,6 +337,150 @@ static void test_file_size_limit(void **state)
 	free(all);
 }
 
+/* ---- mixed precision --------------------------------------------------- */
+
+/* 2 layers, 2 heads of 64, 16 tokens, f16: 16 KiB pages, 12 KiB as int8
+ * with per-token groups of 32 channels (8 KiB of codes, 512 B of scales,
+ * padded). */
+static const struct kvp_layout page16k = {
+	.n_layers = 2,
+	.n_kv_heads = 2,
+	.head_dim = 64,
+	.block_tokens = BT,
+	.dtype = KVP_DTYPE_F16,
+};
+#define Q_CONV 16 /* conversations of CONV tokens: 256 pages, 4x the host pool */
+
+static float f16_to_float(uint16_t x)
+{
+	int e = (x >> 10) & 0x1f;
+	float v =
+		e ? ldexpf((float)((x & 0x3ff) | 0x400), e - 25) : ldexpf((float)(x & 0x3ff), -24);
+
+	return x & 0x8000 ? -v : v;
+}
+
+/* Rows of a lease of tokens[0..n) that differ from what was written by
+ * more than int8's bound (half a scale step, the scale amax/127 of each
+ * group of 32, plus f16 rounding), and those not bit-exact. */
+static void check_quantized(const kvp_lease *l, const uint32_t *tokens, uint64_t n,
+			    uint64_t *ret_bad, uint64_t *ret_inexact)
+{
+	const struct kvp_layout *lo = &page16k;
+	uint64_t ph = HARNESS_PREFIX_SEED;
+	uint16_t want[64];
+
+	*ret_bad = *ret_inexact = 0;
+	for (uint64_t pos = 0; pos < n; pos++) {
+		ph = harness_prefix_step(ph, tokens[pos]);
+		for (uint32_t layer = 0; layer < lo->n_layers; layer++)
+			for (uint32_t kv = 0; kv < 2; kv++)
+				for (uint32_t hd = 0; hd < lo->n_kv_heads; hd++) {
+					const uint16_t *row = kvp_lease_kv(l, pos, layer, kv, hd);
+					int bad = 0;
+
+					harness_pkv_fill(want, lo->head_dim, ph, pos, layer, kv,
+							 hd);
+					if (!row) {
+						(*ret_bad)++;
+						continue;
+					}
+					*ret_inexact += memcmp(row, want, sizeof(want)) != 0;
+					for (uint32_t g = 0; g < 64; g += 32) {
+						float amax = 0;
+
+						for (uint32_t d = g; d < g + 32; d++)
+							amax = fmaxf(amax,
+								     fabsf(f16_to_float(want[d])));
+						for (uint32_t d = g; d < g + 32; d++) {
+							float w = f16_to_float(want[d]);
+							float err = fabsf(f16_to_float(row[d]) - w);
+
+							bad |= err >
+							       amax / 127 * 0.51f + fabsf(w) / 1024;
+						}
+					}
+					*ret_bad += bad;
+				}
+	}
+}
+
+/* Reads every conversation back: sys (tagged permanent) exact, the rest
+ * within the bound and mostly inexact (they went through int8). */
+static void read_quantized(kvp_pool *p, const uint32_t *all, int restarted)
+{
+	uint64_t inexact_total = 0;
+
+	for (int i = 0; i < Q_CONV; i++) {
+		const uint32_t *t = all + (size_t)i * CONV;
+		uint64_t bad, inexact;
+		kvp_lease *l;
+
+		assert_int_equal(kvp_match_prefix(p, t, CONV, &l), 0);
+		assert_int_equal(kvp_lease_tokens(l), CONV);
+		check_quantized(l, t, CONV, &bad, &inexact);
+		if (bad)
+			fail_msg("conversation %d%s: %llu rows beyond int8's bound", i,
+				 restarted ? " (after the restart)" : "", (unsigned long long)bad);
+		if (i == 0)
+			assert_int_equal(inexact, 0); /* permanent: never quantized */
+		inexact_total += inexact;
+		assert_int_equal(kvp_lease_release(l), 0);
+	}
+	/* The spilled ones came back through int8. */
+	assert_true(inexact_total > (uint64_t)(Q_CONV / 2) * CONV * 8);
+}
+
+static void test_quantized_spill(void **state)
+{
+	static const char *const args[] = {
+		"--host-pool-size", "1M", "--disk-pool-size", "16M", "--spill-dtype", "int8", NULL};
+	struct harness *h = *state;
+	uint32_t *all = conv_tokens();
+	struct kvp_pool_stats ps;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+
+	assert_int_equal(harness_restart(h, SIGTERM, args), 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, "quant-model", &page16k, &p), 0);
+	assert_int_equal(kvp_pool_page_bytes(p), 16384);
+	assert_int_equal(kvp_pool_n_pages(p), 64);
+	/* Conversation 0 is a permanent span (a system prompt). */
+	assert_int_equal(kvp_session_create(p, &s), 0);
+	assert_int_equal(kvp_append_tagged(s, all, CONV, KVP_ROLE_SYSTEM, 0, KVP_TAG_PERMANENT), 0);
+	assert_int_equal(harness_pkv_write_session(p, s, all, 0, CONV), 0);
+	assert_int_equal(kvp_commit(s, CONV), 0);
+	assert_int_equal(kvp_session_close(s), 0);
+	write_convs(p, all, 1, Q_CONV);
+	/* Touch nothing of conversation 0 while the others stream through:
+	 * the permanent span is the last to go, the others spill as int8. */
+	ps = pool_stats(c, p);
+	assert_true(ps.spilled_pages > 0);
+	assert_true(ps.quantized_pages > 0);
+	assert_true(ps.quantized_pages <= ps.spilled_pages);
+	assert_int_equal(ps.permanent_pages, CONV_PAGES);
+	read_quantized(p, all, 0);
+	ps = pool_stats(c, p);
+	assert_true(ps.promoted_pages > 0);
+	assert_int_equal(ps.verify_failures, 0);
+	kvp_disconnect(c);
+
+	/* A clean stop writes the rest (conversation 0 as it is), a restart
+	 * finds every page in its format. */
+	assert_int_equal(harness_restart(h, SIGTERM, args), 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, "quant-model", &page16k, &p), 0);
+	ps = pool_stats(c, p);
+	assert_int_equal(ps.restored_pages, Q_CONV * CONV_PAGES);
+	read_quantized(p, all, 1);
+	ps = pool_stats(c, p);
+	assert_int_equal(ps.verify_failures, 0);
+	kvp_disconnect(c);
+	free(all);
+}
+
 static int setup_disk(void **state)
 {
 	return harness_setup_args(state, disk_args);
@@ -346,6 +494,7 @@ static int setup_threads(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_quantized_spill, setup_disk, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_working_set_uring, setup_disk,
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_working_set_threads, setup_threads,
