@@ -1,0 +1,672 @@
+/* bench/trace_sim.c — offline cache simulations over a conversation trace
+ * (trace_sim.h), a code path separate from the daemon's: the same trace,
+ * the same page identities (a prefix hash chain over full pages, like the
+ * daemon's index, with a root of its own), the same capacity in pages.
+ *
+ * Each simulation replays the requests in trace order, one at a time. For
+ * request r with a prompt of P tokens and a reply of R tokens, in pages of
+ * B tokens:
+ *  - hits: the prompt's full pages 0, 1, ... (P / B of them) in order,
+ *    stopping at the first page not cached: a page is usable only with
+ *    every page before it, as in the daemon's longest-prefix match. Hit
+ *    tokens = pages hit × B; the prompt's partial last page and every page
+ *    after the first miss are recomputed;
+ *  - writes: then the request's full pages 0 .. (P + R) / B (its prompt
+ *    and reply, what the replayer commits) are referenced in order, each
+ *    cached or admitted as the policy says; the partial last page is
+ *    never cached.
+ * The policies:
+ *  - INFINITE: nothing is evicted; the only misses are pages no earlier
+ *    request wrote (the ceiling every policy shares);
+ *  - LRU: textbook LRU over pages: every written page becomes most
+ *    recently used, in page order (so a request's first page is the
+ *    oldest of its own); the victim is the least recently used page
+ *    anywhere, an interior page of a chain included (its descendants stay
+ *    cached but cannot be matched until it is written again);
+ *  - LEAF_LRU: kvpalaced's host-tier policy without a disk tier
+ *    (daemon/evict.c, daemon/prefix_index.c), run sequentially: a page a
+ *    request holds (matched or being written) cannot leave; only leaves
+ *    (cached pages with no cached child) are candidates, least recently
+ *    released first; a leaf's parent that becomes a leaf is next in line.
+ *    Room is made as evict_make_room does: when the pages in use (cached
+ *    plus the request's new ones, its partial last page included) would
+ *    pass high × capacity, leaves go until low × capacity are in use (at
+ *    least enough for the request). Differs from the daemon only in
+ *    running one request at a time: the replayer's workers interleave
+ *    and hold their pages concurrently;
+ *  - BELADY: Belady's MIN, the offline optimum: each cached page's key is
+ *    the index of the next request whose prompt contains it (never:
+ *    infinite), ties broken by depth (deeper first); when a page must be
+ *    admitted to a full cache, the page with the largest key goes, or the
+ *    new page is not admitted when its own key is at least that large
+ *    (bypass). A page's next use is never later than its child's (every
+ *    prompt holding the child holds the parent), so with the depth
+ *    tie-break the cached set stays closed under parents and stopping at
+ *    the first miss loses nothing: this is the optimum of page hits at
+ *    that capacity (MIN with free admission of written pages), the prefix
+ *    rule included. A request needs none of its pages resident to be
+ *    served (the daemon holds a request's pages while it runs, workers ×
+ *    request pages at most), and the future is known: an upper bound, not
+ *    a policy.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "trace_sim.h"
+
+#define NONE UINT32_MAX
+
+/* ---- page identities ------------------------------------------------------------ */
+
+struct page_map {
+	uint32_t cap; /* power of two */
+	uint32_t n;
+	XXH128_hash_t *keys;
+	uint32_t *ids; /* NONE: empty */
+};
+
+static int map_init(struct page_map *m, uint32_t cap)
+{
+	m->cap = cap;
+	m->n = 0;
+	m->keys = malloc((size_t)cap * sizeof(*m->keys));
+	m->ids = malloc((size_t)cap * sizeof(*m->ids));
+	if (!m->keys || !m->ids)
+		return -ENOMEM;
+	memset(m->ids, 0xff, (size_t)cap * sizeof(*m->ids));
+	return 0;
+}
+
+static void map_free(struct page_map *m)
+{
+	free(m->keys);
+	free(m->ids);
+}
+
+/* The id of hash h, or NONE with *ret_slot where it would go. */
+static uint32_t map_find(const struct page_map *m, XXH128_hash_t h, uint32_t *ret_slot)
+{
+	uint32_t i = (uint32_t)h.low64 & (m->cap - 1);
+
+	while (m->ids[i] != NONE) {
+		if (XXH128_isEqual(m->keys[i], h))
+			return m->ids[i];
+		i = (i + 1) & (m->cap - 1);
+	}
+	*ret_slot = i;
+	return NONE;
+}
+
+static int map_grow(struct page_map *m)
+{
+	struct page_map n;
+	uint32_t slot;
+	int ret;
+
+	if (m->cap > UINT32_MAX / 2)
+		return -ENOMEM;
+	ret = map_init(&n, m->cap * 2);
+	if (ret < 0) {
+		map_free(&n);
+		return ret;
+	}
+	for (uint32_t i = 0; i < m->cap; i++) {
+		if (m->ids[i] == NONE)
+			continue;
+		map_find(&n, m->keys[i], &slot);
+		n.keys[slot] = m->keys[i];
+		n.ids[slot] = m->ids[i];
+	}
+	n.n = m->n;
+	map_free(m);
+	*m = n;
+	return 0;
+}
+
+/* XXH3_128(parent ‖ tokens), parent in canonical (big-endian) form, as
+ * the daemon hashes its chain. */
+static XXH128_hash_t hash_page(XXH128_hash_t parent, const uint32_t *tokens, uint32_t n,
+			       unsigned char *buf)
+{
+	XXH128_canonicalFromHash((XXH128_canonical_t *)buf, parent);
+	memcpy(buf + sizeof(XXH128_canonical_t), tokens, (size_t)n * sizeof(uint32_t));
+	return XXH3_128bits(buf, sizeof(XXH128_canonical_t) + (size_t)n * sizeof(uint32_t));
+}
+
+void trace_pages_free(struct trace_pages *pg)
+{
+	if (pg->conv) {
+		for (uint32_t c = 0; c < pg->n_convs; c++)
+			free(pg->conv[c]);
+		free(pg->conv);
+	}
+	free(pg->depth);
+	free(pg->parent);
+	memset(pg, 0, sizeof(*pg));
+}
+
+int trace_pages_build(const struct trace *t, uint32_t block_tokens, struct trace_pages *ret)
+{
+	static const char root_tag[] = "kvp-bench-trace page chain, format 1";
+	struct trace_pages pg = {.block_tokens = block_tokens};
+	XXH128_hash_t root = XXH3_128bits(root_tag, sizeof(root_tag));
+	struct page_map m = {0};
+	uint32_t cap_pages = 0;
+	unsigned char *buf;
+	int ret_err = -ENOMEM;
+
+	if (!block_tokens || block_tokens > 4096)
+		return -EINVAL;
+	buf = malloc(sizeof(XXH128_canonical_t) + (size_t)block_tokens * sizeof(uint32_t));
+	if (!buf)
+		return -ENOMEM;
+	pg.conv = calloc((size_t)t->n_convs + 1, sizeof(*pg.conv));
+	if (!pg.conv || map_init(&m, 1u << 16) < 0)
+		goto fail;
+	pg.n_convs = t->n_convs;
+	for (uint32_t c = 0; c < t->n_convs; c++) {
+		const struct trace_conv *cv = &t->convs[c];
+		uint32_t n = cv->n_tokens / block_tokens;
+		XXH128_hash_t h = root;
+
+		pg.conv[c] = malloc(((size_t)n + 1) * sizeof(uint32_t));
+		if (!pg.conv[c])
+			goto fail;
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t slot, id;
+
+			h = hash_page(h, cv->tokens + (size_t)i * block_tokens, block_tokens, buf);
+			id = map_find(&m, h, &slot);
+			if (id == NONE) {
+				if (pg.n_pages == cap_pages) {
+					uint32_t nc = cap_pages ? cap_pages * 2 : 1u << 16;
+					uint32_t *d = realloc(pg.depth, (size_t)nc * sizeof(*d));
+					uint32_t *p;
+
+					if (!d)
+						goto fail;
+					pg.depth = d;
+					p = realloc(pg.parent, (size_t)nc * sizeof(*p));
+					if (!p)
+						goto fail;
+					pg.parent = p;
+					cap_pages = nc;
+				}
+				id = pg.n_pages++;
+				pg.depth[id] = i;
+				pg.parent[id] = i ? pg.conv[c][i - 1] : NONE;
+				m.keys[slot] = h;
+				m.ids[slot] = id;
+				if (++m.n > m.cap / 2 && map_grow(&m) < 0)
+					goto fail;
+			}
+			pg.conv[c][i] = id;
+		}
+	}
+	for (uint32_t r = 0; r < t->n_reqs; r++)
+		pg.page_refs += t->reqs[r].prompt_tokens / block_tokens;
+	map_free(&m);
+	free(buf);
+	*ret = pg;
+	return 0;
+fail:
+	map_free(&m);
+	free(buf);
+	trace_pages_free(&pg);
+	return ret_err;
+}
+
+const char *trace_sim_name(enum trace_policy pol)
+{
+	switch (pol) {
+	case TRACE_SIM_INFINITE:
+		return "infinite";
+	case TRACE_SIM_LRU:
+		return "LRU";
+	case TRACE_SIM_LEAF_LRU:
+		return "leaf-LRU";
+	case TRACE_SIM_BELADY:
+		return "Belady";
+	}
+	return "?";
+}
+
+/* ---- a doubly linked list over page ids -------------------------------------------- */
+
+/* Entries 0 .. n-1 are pages; entry n is the head (next: coldest). */
+struct plist {
+	uint32_t n;
+	uint32_t *prev, *next;
+	uint8_t *on;
+};
+
+static int plist_init(struct plist *l, uint32_t n)
+{
+	l->n = n;
+	l->prev = malloc(((size_t)n + 1) * sizeof(uint32_t));
+	l->next = malloc(((size_t)n + 1) * sizeof(uint32_t));
+	l->on = calloc((size_t)n + 1, 1);
+	if (!l->prev || !l->next || !l->on)
+		return -ENOMEM;
+	l->prev[n] = l->next[n] = n;
+	return 0;
+}
+
+static void plist_free(struct plist *l)
+{
+	free(l->prev);
+	free(l->next);
+	free(l->on);
+}
+
+static void plist_del(struct plist *l, uint32_t x)
+{
+	if (!l->on[x])
+		return;
+	l->next[l->prev[x]] = l->next[x];
+	l->prev[l->next[x]] = l->prev[x];
+	l->on[x] = 0;
+}
+
+/* Inserts x after entry `at` (at = n: at the cold end). */
+static void plist_add_after(struct plist *l, uint32_t at, uint32_t x)
+{
+	plist_del(l, x);
+	l->prev[x] = at;
+	l->next[x] = l->next[at];
+	l->prev[l->next[at]] = x;
+	l->next[at] = x;
+	l->on[x] = 1;
+}
+
+static void plist_add_hot(struct plist *l, uint32_t x)
+{
+	plist_add_after(l, l->prev[l->n], x);
+}
+
+static uint32_t plist_coldest(const struct plist *l)
+{
+	return l->next[l->n] == l->n ? NONE : l->next[l->n];
+}
+
+/* ---- the policies ------------------------------------------------------------------ */
+
+struct sim {
+	const struct trace *t;
+	const struct trace_pages *pg;
+	uint32_t cap;
+	uint8_t *cached; /* [n_pages] */
+	uint32_t n_cached;
+	struct trace_sim_result res;
+};
+
+/* Pages of request r's prompt hit, stopping at the first miss. */
+static uint32_t sim_hits(const struct sim *s, const struct trace_req *q)
+{
+	const uint32_t *ids = s->pg->conv[q->conv];
+	uint32_t n = q->prompt_tokens / s->pg->block_tokens, h = 0;
+
+	while (h < n && s->cached[ids[h]])
+		h++;
+	return h;
+}
+
+static void sim_peak(struct sim *s, uint32_t used)
+{
+	if (used > s->res.peak_pages)
+		s->res.peak_pages = used;
+}
+
+static int run_infinite(struct sim *s, uint32_t *hits)
+{
+	for (uint32_t r = 0; r < s->t->n_reqs; r++) {
+		const struct trace_req *q = &s->t->reqs[r];
+		const uint32_t *ids = s->pg->conv[q->conv];
+		uint32_t n = (q->prompt_tokens + q->reply_tokens) / s->pg->block_tokens;
+
+		hits[r] = sim_hits(s, q);
+		for (uint32_t i = 0; i < n; i++) {
+			s->n_cached += !s->cached[ids[i]];
+			s->cached[ids[i]] = 1;
+		}
+		sim_peak(s, s->n_cached);
+	}
+	return 0;
+}
+
+static int run_lru(struct sim *s, uint32_t *hits)
+{
+	struct plist l;
+	int ret = plist_init(&l, s->pg->n_pages);
+
+	if (ret < 0)
+		goto out;
+	for (uint32_t r = 0; r < s->t->n_reqs; r++) {
+		const struct trace_req *q = &s->t->reqs[r];
+		const uint32_t *ids = s->pg->conv[q->conv];
+		uint32_t n = (q->prompt_tokens + q->reply_tokens) / s->pg->block_tokens;
+
+		hits[r] = sim_hits(s, q);
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t id = ids[i];
+
+			if (!s->cached[id]) {
+				if (s->n_cached == s->cap) {
+					uint32_t v = plist_coldest(&l);
+
+					plist_del(&l, v);
+					s->cached[v] = 0;
+					s->n_cached--;
+					s->res.evictions++;
+				}
+				s->cached[id] = 1;
+				s->n_cached++;
+			}
+			plist_add_hot(&l, id);
+		}
+		sim_peak(s, s->n_cached);
+	}
+out:
+	plist_free(&l);
+	return ret;
+}
+
+struct leaf_state {
+	struct plist l;	    /* unpinned leaves, coldest first */
+	uint32_t *children; /* [n_pages] cached children of a page */
+	uint8_t *pinned;    /* [n_pages] held by the request running */
+};
+
+/* Drops the coldest leaves until at most `keep` pages are cached or none
+ * is left to drop; a parent left without children is next in line. */
+static void leaf_evict(struct sim *s, struct leaf_state *ls, uint64_t keep)
+{
+	while (s->n_cached > keep) {
+		uint32_t v = plist_coldest(&ls->l), p;
+
+		if (v == NONE)
+			break;
+		plist_del(&ls->l, v);
+		s->cached[v] = 0;
+		s->n_cached--;
+		s->res.evictions++;
+		p = s->pg->parent[v];
+		if (p != NONE && --ls->children[p] == 0 && !ls->pinned[p])
+			plist_add_after(&ls->l, ls->l.n, p); /* at the cold end */
+	}
+}
+
+/* kvpalaced without a disk tier, one request at a time. */
+static int run_leaf_lru(struct sim *s, uint32_t *hits, double high, double low)
+{
+	uint32_t n_pages = s->pg->n_pages, B = s->pg->block_tokens;
+	uint64_t high_p = (uint64_t)(high * s->cap), low_p = (uint64_t)(low * s->cap);
+	struct leaf_state ls = {
+		.children = calloc(n_pages, sizeof(uint32_t)),
+		.pinned = calloc(n_pages, 1),
+	};
+	int ret = plist_init(&ls.l, n_pages);
+
+	if (ret < 0 || !ls.children || !ls.pinned) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t r = 0; r < s->t->n_reqs; r++) {
+		const struct trace_req *q = &s->t->reqs[r];
+		const uint32_t *ids = s->pg->conv[q->conv];
+		uint32_t total = q->prompt_tokens + q->reply_tokens;
+		uint32_t full = total / B, all = (total + B - 1) / B, h, need;
+
+		h = hits[r] = sim_hits(s, q);
+		for (uint32_t i = 0; i < h; i++) { /* the match pins them */
+			ls.pinned[ids[i]] = 1;
+			plist_del(&ls.l, ids[i]);
+		}
+		/* Append: room for the new pages, partial last one included,
+		 * as evict_make_room: past the high mark, down to the low one
+		 * (or at least room for the request). */
+		need = all - h;
+		if ((uint64_t)s->n_cached + need > high_p ||
+		    (uint64_t)s->n_cached + need > s->cap) {
+			uint64_t want = s->cap - (low_p < s->cap ? low_p : s->cap);
+
+			if (want < need)
+				want = need;
+			leaf_evict(s, &ls, want < s->cap ? s->cap - want : 0);
+		}
+		sim_peak(s, s->n_cached + need);
+		/* Commit: full new pages enter the index (or are deduplicated
+		 * against a copy already there); close: all are released,
+		 * leaves to the hot end, in page order. */
+		for (uint32_t i = h; i < full; i++) {
+			uint32_t id = ids[i], p = s->pg->parent[id];
+
+			ls.pinned[id] = 1;
+			if (s->cached[id]) {
+				plist_del(&ls.l, id);
+				continue;
+			}
+			s->cached[id] = 1;
+			s->n_cached++;
+			if (p != NONE) {
+				ls.children[p]++;
+				plist_del(&ls.l, p);
+			}
+		}
+		for (uint32_t i = 0; i < full; i++) {
+			uint32_t id = ids[i];
+
+			ls.pinned[id] = 0;
+			if (!ls.children[id])
+				plist_add_hot(&ls.l, id);
+		}
+		/* A request larger than the room there was: the daemon would
+		 * have refused it (-ENOSPC); never keep more than the
+		 * capacity past it. */
+		leaf_evict(s, &ls, s->cap);
+	}
+out:
+	plist_free(&ls.l);
+	free(ls.children);
+	free(ls.pinned);
+	return ret;
+}
+
+/* An indexed max-heap of cached pages by (next use, depth). */
+struct bheap {
+	uint32_t n;
+	uint32_t *heap; /* [capacity] page ids */
+	uint32_t *pos;	/* [n_pages] where a page is in heap, NONE if absent */
+	uint32_t *next; /* [n_pages] a cached page's next use */
+	const uint32_t *depth;
+};
+
+static int bh_greater(const struct bheap *b, uint32_t x, uint32_t y)
+{
+	if (b->next[x] != b->next[y])
+		return b->next[x] > b->next[y];
+	return b->depth[x] > b->depth[y];
+}
+
+static void bh_set(struct bheap *b, uint32_t i, uint32_t x)
+{
+	b->heap[i] = x;
+	b->pos[x] = i;
+}
+
+static void bh_up(struct bheap *b, uint32_t i)
+{
+	uint32_t x = b->heap[i];
+
+	while (i && bh_greater(b, x, b->heap[(i - 1) / 2])) {
+		bh_set(b, i, b->heap[(i - 1) / 2]);
+		i = (i - 1) / 2;
+	}
+	bh_set(b, i, x);
+}
+
+static void bh_down(struct bheap *b, uint32_t i)
+{
+	uint32_t x = b->heap[i];
+
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+
+		if (c >= b->n)
+			break;
+		if (c + 1 < b->n && bh_greater(b, b->heap[c + 1], b->heap[c]))
+			c++;
+		if (!bh_greater(b, b->heap[c], x))
+			break;
+		bh_set(b, i, b->heap[c]);
+		i = c;
+	}
+	bh_set(b, i, x);
+}
+
+static void bh_pop(struct bheap *b)
+{
+	uint32_t x = b->heap[0];
+
+	b->pos[x] = NONE;
+	if (--b->n) {
+		bh_set(b, 0, b->heap[b->n]);
+		bh_down(b, 0);
+	}
+}
+
+static int run_belady(struct sim *s, uint32_t *hits)
+{
+	const struct trace *t = s->t;
+	uint32_t n_pages = s->pg->n_pages, B = s->pg->block_tokens;
+	uint64_t n_refs = 0, *off = malloc(((size_t)t->n_reqs + 1) * sizeof(uint64_t));
+	uint32_t *last = malloc((size_t)n_pages * sizeof(uint32_t)), *nxt = NULL;
+	struct bheap b = {.depth = s->pg->depth};
+	int ret = -ENOMEM;
+
+	b.heap = malloc(((size_t)s->cap + 1) * sizeof(uint32_t));
+	b.pos = malloc((size_t)n_pages * sizeof(uint32_t));
+	b.next = malloc((size_t)n_pages * sizeof(uint32_t));
+	if (!off || !last || !b.heap || !b.pos || !b.next)
+		goto out;
+	for (uint32_t r = 0; r < t->n_reqs; r++) {
+		off[r] = n_refs;
+		n_refs += (t->reqs[r].prompt_tokens + t->reqs[r].reply_tokens) / B;
+	}
+	off[t->n_reqs] = n_refs;
+	nxt = malloc((size_t)n_refs * sizeof(uint32_t));
+	if (!nxt)
+		goto out;
+	/* Next use of each page written by request r: the first later
+	 * request whose prompt holds it. */
+	memset(last, 0xff, (size_t)n_pages * sizeof(uint32_t));
+	for (uint32_t r = t->n_reqs; r-- > 0;) {
+		const struct trace_req *q = &t->reqs[r];
+		const uint32_t *ids = s->pg->conv[q->conv];
+		uint32_t n = (uint32_t)(off[r + 1] - off[r]), np = q->prompt_tokens / B;
+
+		for (uint32_t i = 0; i < n; i++)
+			nxt[off[r] + i] = last[ids[i]];
+		for (uint32_t i = 0; i < np; i++)
+			last[ids[i]] = r;
+	}
+	memset(b.pos, 0xff, (size_t)n_pages * sizeof(uint32_t));
+	for (uint32_t r = 0; r < t->n_reqs; r++) {
+		const struct trace_req *q = &t->reqs[r];
+		const uint32_t *ids = s->pg->conv[q->conv];
+		uint32_t n = (uint32_t)(off[r + 1] - off[r]);
+
+		hits[r] = sim_hits(s, q);
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t id = ids[i], key = nxt[off[r] + i];
+
+			if (b.pos[id] != NONE) {
+				uint32_t old = b.next[id];
+
+				b.next[id] = key;
+				if (key > old)
+					bh_up(&b, b.pos[id]);
+				else
+					bh_down(&b, b.pos[id]);
+				continue;
+			}
+			b.next[id] = key;
+			if (b.n == s->cap) {
+				uint32_t v = b.heap[0];
+
+				if (!bh_greater(&b, v, id)) {
+					s->res.bypassed++;
+					continue;
+				}
+				bh_pop(&b);
+				s->cached[v] = 0;
+				s->n_cached--;
+				s->res.evictions++;
+			}
+			b.heap[b.n] = id;
+			bh_up(&b, b.n++);
+			s->cached[id] = 1;
+			s->n_cached++;
+		}
+		sim_peak(s, s->n_cached);
+	}
+	ret = 0;
+out:
+	free(off);
+	free(last);
+	free(nxt);
+	free(b.heap);
+	free(b.pos);
+	free(b.next);
+	return ret;
+}
+
+int trace_sim_run(const struct trace *t, const struct trace_pages *pg, enum trace_policy pol,
+		  uint32_t capacity_pages, double high, double low, uint32_t *ret_hits,
+		  struct trace_sim_result *ret)
+{
+	struct sim s = {.t = t, .pg = pg, .cap = capacity_pages};
+	uint32_t *hits = malloc(((size_t)t->n_reqs + 1) * sizeof(uint32_t));
+	int err = -ENOMEM;
+
+	if (pol != TRACE_SIM_INFINITE &&
+	    (!capacity_pages || !(low > 0 && low <= high && high <= 1))) {
+		free(hits);
+		return -EINVAL;
+	}
+	s.cached = calloc((size_t)pg->n_pages + 1, 1);
+	if (!hits || !s.cached)
+		goto out;
+	switch (pol) {
+	case TRACE_SIM_INFINITE:
+		err = run_infinite(&s, hits);
+		break;
+	case TRACE_SIM_LRU:
+		err = run_lru(&s, hits);
+		break;
+	case TRACE_SIM_LEAF_LRU:
+		err = run_leaf_lru(&s, hits, high, low);
+		break;
+	case TRACE_SIM_BELADY:
+		err = run_belady(&s, hits);
+		break;
+	default:
+		err = -EINVAL;
+	}
+	if (err < 0)
+		goto out;
+	for (uint32_t r = 0; r < t->n_reqs; r++) {
+		hits[r] *= pg->block_tokens;
+		s.res.prompt_tokens += t->reqs[r].prompt_tokens;
+		s.res.hit_tokens += hits[r];
+		if (ret_hits)
+			ret_hits[r] = hits[r];
+	}
+	*ret = s.res;
+out:
+	free(hits);
+	free(s.cached);
+	return err;
+}
