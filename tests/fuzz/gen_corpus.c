@@ -359,6 +359,100 @@ static void r_prefetch(struct dgram *d, uint64_t pool, uint32_t seed, size_t n)
 	dg_add(d, &q);
 }
 
+static void r_set_policy(struct dgram *d, uint64_t session, Kvpalace__V1__Policy kind,
+			 uint32_t budget, int auto_compact)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__SetPolicyRequest m = KVPALACE__V1__SET_POLICY_REQUEST__INIT;
+	Kvpalace__V1__PolicySpec spec = KVPALACE__V1__POLICY_SPEC__INIT;
+	Kvpalace__V1__RolePolicy role = KVPALACE__V1__ROLE_POLICY__INIT, *roles[1] = {&role};
+
+	spec.kind = kind;
+	spec.has_budget = 1;
+	spec.budget = budget;
+	spec.has_sinks = spec.has_recent = 1;
+	spec.sinks = 2;
+	spec.recent = 4;
+	spec.has_auto_compact = 1;
+	spec.auto_compact = auto_compact;
+	role.role = KVPALACE__V1__ROLE__ROLE_USER;
+	role.has_limit = 1;
+	role.limit = 3;
+	spec.roles = roles;
+	spec.n_roles = 1;
+	m.session_id = session;
+	m.policy = &spec;
+	q.op_case = KVPALACE__V1__REQUEST__OP_SET_POLICY;
+	q.set_policy = &m;
+	dg_add(d, &q);
+}
+
+static void r_tag_span(struct dgram *d, uint64_t session, uint64_t first, uint64_t n, int perm)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__TagSpanRequest m = KVPALACE__V1__TAG_SPAN_REQUEST__INIT;
+
+	m.session_id = session;
+	m.first = first;
+	m.n = n;
+	m.has_role = m.has_turn = m.has_permanent = 1;
+	m.role = KVPALACE__V1__ROLE__ROLE_SYSTEM;
+	m.turn = 1;
+	m.permanent = perm;
+	q.op_case = KVPALACE__V1__REQUEST__OP_TAG_SPAN;
+	q.tag_span = &m;
+	dg_add(d, &q);
+}
+
+static void r_report(struct dgram *d, uint64_t session, uint64_t first, size_t n, int query)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__ReportImportanceRequest m = KVPALACE__V1__REPORT_IMPORTANCE_REQUEST__INIT;
+	float v[64];
+
+	for (size_t i = 0; i < 64; i++)
+		v[i] = (float)(i % 7) * 0.25f;
+	m.session_id = session;
+	if (query) {
+		m.has_layer = m.has_n_q_heads = 1;
+		m.layer = 0;
+		m.n_q_heads = 1;
+		m.query = v;
+		m.n_query = n;
+	} else {
+		m.has_first = 1;
+		m.first = first;
+		m.mass = v;
+		m.n_mass = n;
+	}
+	q.op_case = KVPALACE__V1__REQUEST__OP_REPORT_IMPORTANCE;
+	q.report_importance = &m;
+	dg_add(d, &q);
+}
+
+static void r_compact(struct dgram *d, uint64_t session)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__CompactRequest m = KVPALACE__V1__COMPACT_REQUEST__INIT;
+
+	m.session_id = session;
+	q.op_case = KVPALACE__V1__REQUEST__OP_COMPACT;
+	q.compact = &m;
+	dg_add(d, &q);
+}
+
+static void r_session_meta(struct dgram *d, uint64_t session, uint64_t first)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__SessionMetaRequest m = KVPALACE__V1__SESSION_META_REQUEST__INIT;
+
+	m.session_id = session;
+	m.first = first;
+	q.op_case = KVPALACE__V1__REQUEST__OP_SESSION_META;
+	q.session_meta = &m;
+	dg_add(d, &q);
+}
+
 static void r_checkpoint(struct dgram *d, uint64_t session, const char *name)
 {
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
@@ -600,6 +694,31 @@ static void gen_requests(void)
 	r_list_checkpoints(&d, -1);
 	emit_req("req-lifecycle", 0, &d);
 	emit_req("req-lifecycle-then-close", FUZZ_REQ_CLOSE, &d);
+
+	/* -- policies: pool 1, session 2, fork 3 -- */
+	dg_reset(&d);
+	r_open_pool(&d, "m", layout_tiny());
+	r_create_session(&d, 1, NULL);
+	r_append(&d, 2, 1, 40);
+	r_commit(&d, 2, 40);
+	r_tag_span(&d, 2, 0, 8, 1);
+	r_tag_span(&d, 2, 30, 20, 0);
+	r_report(&d, 2, 0, 40, 0);
+	r_report(&d, 2, 0, 8, 1);
+	r_compact(&d, 2);
+	r_set_policy(&d, 2, KVPALACE__V1__POLICY__POLICY_IMPORTANCE, 16, 1);
+	r_compact(&d, 2);
+	r_session_meta(&d, 2, 0);
+	r_fork(&d, 2, 10);
+	r_append(&d, 2, 2, 20);
+	r_commit(&d, 2, 20);
+	r_set_policy(&d, 3, KVPALACE__V1__POLICY__POLICY_HIERARCHY, 8, 0);
+	r_compact(&d, 3);
+	r_set_policy(&d, 2, (Kvpalace__V1__Policy)9, 0, 0);
+	r_session_meta(&d, 2, 99);
+	r_checkpoint(&d, 2, "compacted");
+	r_restore(&d, 1, "compacted", -1);
+	emit_req("req-policies", 0, &d);
 
 	/* -- bad counts on a live session -- */
 	dg_reset(&d);
