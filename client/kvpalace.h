@@ -305,6 +305,15 @@ KVP_PUBLIC int kvp_session_report_importance(kvp_session *s, uint64_t first, con
 KVP_PUBLIC int kvp_session_score_query(kvp_session *s, uint32_t layer, const float *q,
 				       uint32_t n_q_heads);
 
+/* Topic relevance for the hierarchy's temporary layer: each span (the
+ * tokens of one tagged turn) gets as its tokens' score the cosine
+ * similarity between its mean key of layer and the topic vector topic
+ * ([n_q_heads][head_dim] f32: say, the current query), computed by the
+ * daemon; the scores are replaced, not accumulated. Errors as
+ * kvp_session_score_query. */
+KVP_PUBLIC int kvp_session_score_topic(kvp_session *s, uint32_t layer, const float *topic,
+				       uint32_t n_q_heads);
+
 /* Applies the session's policy now and reads back its page table;
  * *ret_dropped (may be NULL) receives the tokens dropped, 0 when all fit.
  * Errors: -EINVAL no policy set; -EBUSY the session has uncommitted tokens;

@@ -164,8 +164,9 @@ KVP_PUBLIC int kvp_session_report_importance(kvp_session *s, uint64_t first, con
 	return report(s, c, &ri);
 }
 
-KVP_PUBLIC int kvp_session_score_query(kvp_session *s, uint32_t layer, const float *q,
-				       uint32_t n_q_heads)
+/* A query (or, when topic, a topic vector) for the daemon to score with. */
+static int query_report(kvp_session *s, uint32_t layer, const float *q, uint32_t n_q_heads,
+			int topic)
 {
 	Kvpalace__V1__ReportImportanceRequest ri = KVPALACE__V1__REPORT_IMPORTANCE_REQUEST__INIT;
 	struct kvp_client *c;
@@ -181,7 +182,20 @@ KVP_PUBLIC int kvp_session_score_query(kvp_session *s, uint32_t layer, const flo
 	ri.n_q_heads = n_q_heads;
 	ri.query = (float *)q;
 	ri.n_query = (size_t)n_q_heads * s->pool->layout.head_dim;
+	ri.has_topic = ri.topic = topic != 0;
 	return report(s, c, &ri);
+}
+
+KVP_PUBLIC int kvp_session_score_query(kvp_session *s, uint32_t layer, const float *q,
+				       uint32_t n_q_heads)
+{
+	return query_report(s, layer, q, n_q_heads, 0);
+}
+
+KVP_PUBLIC int kvp_session_score_topic(kvp_session *s, uint32_t layer, const float *topic,
+				       uint32_t n_q_heads)
+{
+	return query_report(s, layer, topic, n_q_heads, 1);
 }
 
 KVP_PUBLIC int kvp_session_compact(kvp_session *s, uint64_t *ret_dropped)

@@ -129,6 +129,126 @@ done:
 	return ret;
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Index of turn in the sorted distinct turns[0..n). */
+static uint32_t turn_index(const uint32_t *turns, uint32_t n, uint32_t turn)
+{
+	uint32_t lo = 0, hi = n;
+
+	while (hi - lo > 1) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (turns[mid] <= turn)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+int compact_score_topic(struct session *s, uint32_t layer, uint32_t n_q_heads, const float *q,
+			size_t n_q, uint64_t *ret_scored, const char **why)
+{
+	const struct shm_layout *l = &s->pool->layout;
+	uint64_t n = s->n_committed;
+	uint32_t hd = l->head_dim, nkv = l->n_kv_heads, dim = hd * nkv, group, n_turns = 0;
+	uint32_t *turns = NULL, *count = NULL;
+	float *rows = NULL, *emb = NULL, *topic = NULL, *sim = NULL;
+	const void **pages = NULL;
+	int ret = -ENOMEM;
+
+	if (layer >= l->n_layers) {
+		*why = "layer out of range";
+		return -EINVAL;
+	}
+	if (n_q_heads == 0 || n_q_heads % nkv || n_q_heads > 64 * nkv) {
+		*why = "n_q_heads must be a multiple of the pool's KV heads (at most 64 per KV "
+		       "head)";
+		return -EINVAL;
+	}
+	if (n_q != (size_t)n_q_heads * hd) {
+		*why = "query must hold n_q_heads * head_dim values";
+		return -EINVAL;
+	}
+	if (n == 0) {
+		*why = "the session has no committed tokens";
+		return -ENODATA;
+	}
+	if (n * dim > COMPACT_MAX_QUERY_WORK) {
+		*why = "session too long for a topic here: report the attention masses instead";
+		return -E2BIG;
+	}
+	/* The spans: distinct turns, sorted. */
+	turns = malloc(n * sizeof(*turns));
+	rows = malloc(n * hd * sizeof(*rows));
+	topic = calloc(dim, sizeof(*topic));
+	pages = page_ptrs(s);
+	if (!turns || !rows || !topic || !pages) {
+		*why = "out of memory";
+		goto done;
+	}
+	for (uint64_t t = 0; t < n; t++)
+		turns[t] = s->meta[t].turn;
+	qsort(turns, n, sizeof(*turns), cmp_u32);
+	for (uint64_t t = 0; t < n; t++)
+		if (!n_turns || turns[n_turns - 1] != turns[t])
+			turns[n_turns++] = turns[t];
+	emb = calloc((size_t)n_turns * dim, sizeof(*emb));
+	count = calloc(n_turns, sizeof(*count));
+	sim = malloc(n_turns * sizeof(*sim));
+	if (!emb || !count || !sim) {
+		*why = "out of memory";
+		goto done;
+	}
+	/* Each span's mean key, head by head (the bytes are the clients':
+	 * garbage gives a garbage score, never anything worse). */
+	for (uint32_t h = 0; h < nkv; h++) {
+		ret = kref_gather_rows_f32(l, (const void *const *)pages, layer, 0, h, 0, n, rows);
+		kvp_assert(ret == 0); /* committed positions of a valid layer */
+		for (uint64_t t = 0; t < n; t++) {
+			float *e = emb + (size_t)turn_index(turns, n_turns, s->meta[t].turn) * dim +
+				   (size_t)h * hd;
+
+			for (uint32_t d = 0; d < hd; d++)
+				e[d] += rows[t * hd + d];
+		}
+	}
+	for (uint64_t t = 0; t < n; t++)
+		count[turn_index(turns, n_turns, s->meta[t].turn)]++;
+	for (uint32_t i = 0; i < n_turns; i++)
+		for (uint32_t d = 0; d < dim; d++)
+			emb[(size_t)i * dim + d] /= (float)count[i];
+	/* The topic: each KV head's query heads averaged. */
+	group = n_q_heads / nkv;
+	for (uint32_t qh = 0; qh < n_q_heads; qh++)
+		for (uint32_t d = 0; d < hd; d++)
+			topic[(qh / group) * hd + d] += q[(size_t)qh * hd + d] / (float)group;
+	ret = kref_score_cosine(emb, n_turns, topic, 1, dim, sim);
+	kvp_assert(ret == 0);
+	for (uint64_t t = 0; t < n; t++) {
+		float v = sim[turn_index(turns, n_turns, s->meta[t].turn)];
+
+		s->meta[t].score = v == v ? v : 0.0f; /* NaN from garbage: no score */
+	}
+	*ret_scored = n;
+	ret = 0;
+done:
+	free(turns);
+	free(count);
+	free(rows);
+	free(emb);
+	free(topic);
+	free(sim);
+	free(pages);
+	return ret;
+}
+
 /* Moves the kept tokens keep[0..k) of s into n_new fresh pages. */
 static int rebuild(struct session *s, const uint32_t *keep, size_t k, uint32_t n_new)
 {

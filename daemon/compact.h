@@ -46,6 +46,15 @@ int compact_add_mass(struct session *s, uint64_t first, const float *mass, size_
 int compact_score_query(struct session *s, uint32_t layer, uint32_t n_q_heads, const float *q,
 			size_t n_q, uint64_t *ret_scored, const char **why);
 
+/* Topic relevance (the hierarchy's temporary layer by similarity): each
+ * span — the tokens of one tagged turn — gets as its tokens' score the
+ * cosine similarity between the span's mean key of layer (its KV heads
+ * side by side) and the topic q ([n_q_heads][head_dim], the query heads
+ * of each KV head averaged), replacing what the scores were. Returns 0
+ * and the tokens scored, or the errors of compact_score_query. */
+int compact_score_topic(struct session *s, uint32_t layer, uint32_t n_q_heads, const float *q,
+			size_t n_q, uint64_t *ret_scored, const char **why);
+
 /* Applies s's policy now. Returns 0 with the tokens dropped (0 when all
  * fit the budget), -EINVAL no policy, -EBUSY uncommitted tokens, -EAGAIN
  * (parked: room is coming from disk writes), -ENOSPC no room for the new

@@ -159,8 +159,11 @@ static int do_report_importance(struct cache *cache, struct conn *c,
 			*why = "a query needs its layer and n_q_heads";
 			return -EINVAL;
 		}
-		ret = compact_score_query(s, in->layer, in->n_q_heads, in->query, in->n_query,
-					  &scored, why);
+		ret = in->has_topic && in->topic
+			      ? compact_score_topic(s, in->layer, in->n_q_heads, in->query,
+						    in->n_query, &scored, why)
+			      : compact_score_query(s, in->layer, in->n_q_heads, in->query,
+						    in->n_query, &scored, why);
 		if (ret < 0)
 			return ret == -ENODATA ? -ERANGE : ret;
 	} else {

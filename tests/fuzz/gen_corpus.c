@@ -404,7 +404,8 @@ static void r_tag_span(struct dgram *d, uint64_t session, uint64_t first, uint64
 	dg_add(d, &q);
 }
 
-static void r_report(struct dgram *d, uint64_t session, uint64_t first, size_t n, int query)
+static void r_report(struct dgram *d, uint64_t session, uint64_t first, size_t n, int query,
+		     int topic)
 {
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__ReportImportanceRequest m = KVPALACE__V1__REPORT_IMPORTANCE_REQUEST__INIT;
@@ -419,6 +420,8 @@ static void r_report(struct dgram *d, uint64_t session, uint64_t first, size_t n
 		m.n_q_heads = 1;
 		m.query = v;
 		m.n_query = n;
+		m.has_topic = topic;
+		m.topic = topic;
 	} else {
 		m.has_first = 1;
 		m.first = first;
@@ -703,8 +706,9 @@ static void gen_requests(void)
 	r_commit(&d, 2, 40);
 	r_tag_span(&d, 2, 0, 8, 1);
 	r_tag_span(&d, 2, 30, 20, 0);
-	r_report(&d, 2, 0, 40, 0);
-	r_report(&d, 2, 0, 8, 1);
+	r_report(&d, 2, 0, 40, 0, 0);
+	r_report(&d, 2, 0, 8, 1, 0);
+	r_report(&d, 2, 0, 8, 1, 1);
 	r_compact(&d, 2);
 	r_set_policy(&d, 2, KVPALACE__V1__POLICY__POLICY_IMPORTANCE, 16, 1);
 	r_compact(&d, 2);

@@ -247,6 +247,66 @@ static void test_importance_query(void **state)
 	free(q);
 }
 
+static float f16f(uint16_t x)
+{
+	int e = (x >> 10) & 0x1f;
+	float v =
+		e ? ldexpf((float)((x & 0x3ff) | 0x400), e - 25) : ldexpf((float)(x & 0x3ff), -24);
+
+	return x & 0x8000 ? -v : v;
+}
+
+/* Topic relevance: four turns of 32 tokens; the topic is turn 2's own mean
+ * key, so turn 2 scores 1 and the hierarchy's temporary layer keeps it
+ * over turns 1 and 3. */
+static void test_topic(void **state)
+{
+	struct fixture *f = *state;
+	const struct kvp_layout *l = &harness_layout;
+	struct kvp_token_info m[128];
+	struct kvp_policy pol;
+	kvp_session *s;
+	uint32_t want[128];
+	float q[2 * 32] = {0};
+	size_t n = 0;
+
+	assert_int_equal(l->n_kv_heads * l->head_dim, 64);
+	assert_int_equal(kvp_session_create(f->p, &s), 0);
+	for (uint32_t t = 1; t <= 4; t++)
+		assert_int_equal(kvp_append_tagged(s, f->tokens + (t - 1) * 32, 32,
+						   t % 2 ? KVP_ROLE_USER : KVP_ROLE_ASSISTANT, t,
+						   0),
+				 0);
+	assert_int_equal(harness_write_session(f->p, s, 0, f->tokens, 128), 0);
+	assert_int_equal(kvp_commit(s, 128), 0);
+	for (uint32_t pos = 32; pos < 64; pos++)
+		for (uint32_t h = 0; h < l->n_kv_heads; h++) {
+			const uint16_t *k = kvp_session_kv(s, pos, 0, 0, h);
+
+			for (uint32_t d = 0; d < l->head_dim; d++)
+				q[h * l->head_dim + d] += f16f(k[d]) / 32;
+		}
+	assert_int_equal(kvp_session_score_topic(s, 0, q, l->n_kv_heads), 0);
+	assert_int_equal(kvp_session_meta(s, 0, 128, m), 0);
+	for (uint32_t i = 0; i < 128; i++) {
+		if (i >= 32 && i < 64)
+			assert_true(fabsf(m[i].score - 1.0f) < 1e-3f);
+		else
+			assert_true(m[i].score < 0.9f);
+		assert_true(m[i].score == m[i / 32 * 32].score); /* one score a span */
+	}
+	kvp_policy_init(&pol, KVP_POLICY_HIERARCHY, 64);
+	pol.hot_turns = 1;
+	pol.share_permanent = 0;
+	pol.share_hot = 50;
+	assert_int_equal(kvp_session_set_policy(s, &pol, NULL), 0);
+	assert_int_equal(kvp_session_compact(s, NULL), 0);
+	range(want, &n, 32, 64);
+	range(want, &n, 96, 128);
+	assert_kept(f, s, want, n);
+	assert_int_equal(kvp_session_close(s), 0);
+}
+
 /* A conversation: a permanent system prompt (turn 0), then turns 1..8 of
  * 20 user + 30 assistant tokens. Hierarchy at budget 160: permanent 10 %
  * (16), hot 30 % (48: the last turns), temporary the rest by score. */
@@ -526,6 +586,7 @@ int main(void)
 		cmocka_unit_test(test_importance_reported),
 		cmocka_unit_test(test_importance_query),
 		cmocka_unit_test(test_hierarchy),
+		cmocka_unit_test(test_topic),
 		cmocka_unit_test(test_role_limit),
 		cmocka_unit_test(test_auto_compact),
 		cmocka_unit_test(test_fork_and_checkpoint),
