@@ -249,6 +249,39 @@ done:
 	return ret;
 }
 
+void compact_place(struct session *s, uint32_t n_hashes)
+{
+	struct pool *p = s->pool;
+	uint32_t bt = p->layout.block_tokens;
+	uint64_t n = (uint64_t)n_hashes * bt;
+	uint32_t *keep, *scratch;
+	uint8_t *layer;
+
+	if (s->pol.kind != POLICY_HIERARCHY || s->compacted || n == 0 || n > s->n_tokens)
+		return;
+	keep = malloc(n * sizeof(*keep));
+	scratch = malloc(n * sizeof(*scratch));
+	layer = malloc(n);
+	if (keep && scratch && layer) {
+		policy_layers(&s->pol, s->meta, n, policy_budget(&s->pol, s->n_tokens), layer, keep,
+			      scratch);
+		/* Newest first: the oldest page ends up coldest. */
+		for (uint32_t i = n_hashes; i-- > 0;) {
+			struct pindex_entry *e;
+			int rest = 1;
+
+			for (uint32_t t = 0; t < bt && rest; t++)
+				rest = layer[(uint64_t)i * bt + t] == LAYER_REST;
+			e = rest ? prefix_index_find(&p->ix, s->hashes[i]) : NULL;
+			if (e)
+				prefix_index_demote(&p->ix, e);
+		}
+	}
+	free(keep);
+	free(scratch);
+	free(layer);
+}
+
 /* Moves the kept tokens keep[0..k) of s into n_new fresh pages. */
 static int rebuild(struct session *s, const uint32_t *keep, size_t k, uint32_t n_new)
 {

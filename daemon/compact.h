@@ -55,6 +55,14 @@ int compact_score_query(struct session *s, uint32_t layer, uint32_t n_q_heads, c
 int compact_score_topic(struct session *s, uint32_t layer, uint32_t n_q_heads, const float *q,
 			size_t n_q, uint64_t *ret_scored, const char **why);
 
+/* Tier placement by the hierarchy for an exact session that is closing:
+ * of its first n_hashes full pages (indexed), those holding only tokens
+ * outside the budget (LAYER_REST) go to the cold end of the index's lists,
+ * so they leave the host tier first, while pages of the permanent, hot and
+ * temporary layers keep their place. Call after the session dropped its
+ * page references. */
+void compact_place(struct session *s, uint32_t n_hashes);
+
 /* Applies s's policy now. Returns 0 with the tokens dropped (0 when all
  * fit the budget), -EINVAL no policy, -EBUSY uncommitted tokens, -EAGAIN
  * (parked: room is coming from disk writes), -ENOSPC no room for the new

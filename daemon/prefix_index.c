@@ -158,6 +158,22 @@ void prefix_index_touch(struct prefix_index *ix, struct pindex_entry *e)
 	list_add_tail(head, &e->lru_link);
 }
 
+void prefix_index_demote(struct prefix_index *ix, struct pindex_entry *e)
+{
+	struct list *head = e->list == PINDEX_LIST_HOST
+				    ? e->permanent ? &ix->keep_lru : &ix->host_lru
+			    : e->list == PINDEX_LIST_DISK ? &ix->disk_lru
+							  : NULL;
+
+	if (!head)
+		return;
+	list_del(&e->lru_link);
+	e->lru_link.next = head->next;
+	e->lru_link.prev = head;
+	head->next->prev = &e->lru_link;
+	head->next = &e->lru_link;
+}
+
 void prefix_index_mark_permanent(struct prefix_index *ix, const struct pagealloc *pa,
 				 struct pindex_entry *e)
 {

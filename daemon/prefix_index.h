@@ -138,6 +138,10 @@ void prefix_index_reconsider(struct prefix_index *ix, const struct pagealloc *pa
 /* Marks e recently used: to the warm end of the list it is on. */
 void prefix_index_touch(struct prefix_index *ix, struct pindex_entry *e);
 
+/* Moves e to the cold end of its list: the first to leave the host tier
+ * (or to be dropped from disk) next. */
+void prefix_index_demote(struct prefix_index *ix, struct pindex_entry *e);
+
 /* Marks e permanent (for good): it moves to the host list that leaves the
  * host tier last. */
 void prefix_index_mark_permanent(struct prefix_index *ix, const struct pagealloc *pa,

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compact.h"
 #include "evict.h"
 #include "lease.h"
 #include "log.h"
@@ -97,10 +98,14 @@ void session_rollback(struct cache *c, struct session *s)
 
 void session_close(struct cache *c, struct session *s)
 {
+	uint32_t n_hashes;
+
 	if (!s)
 		return;
 	session_rollback(c, s);
+	n_hashes = s->n_hashes;
 	drop_pages_from(s, 0);
+	compact_place(s, n_hashes);
 	idmap_del(&c->sessions, s->id);
 	list_del(&s->pool_link);
 	s->pool->n_sessions--;

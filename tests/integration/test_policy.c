@@ -578,6 +578,88 @@ static void test_permanent_stays(void **state)
 	assert_int_equal(harness_stop(&h), 0);
 }
 
+/* One pass of the placement test: conversation A, 8 turns of 4 pages,
+ * closed (with the hierarchy when hier), then conversations of 4 pages
+ * until the first spill; returns how many of A's pages went to disk and
+ * in *ret_spilled how many pages did in all. */
+static uint32_t spilled_of_a(struct fixture *f, int hier, uint64_t *ret_spilled)
+{
+	static const char *const args[] = {"--host-pool-size", "512K", "--disk-pool-size", "16M",
+					   NULL};
+	struct harness h = {0};
+	struct kvp_pool_stats ps;
+	struct kvp_policy pol;
+	uint32_t conv[64], coming = 0;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+
+	assert_int_equal(harness_start(&h, args), 0);
+	assert_int_equal(kvp_connect(h.sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	assert_int_equal(kvp_pool_n_pages(p), 64);
+	assert_int_equal(kvp_session_create(p, &s), 0);
+	for (uint32_t t = 1; t <= 8; t++)
+		assert_int_equal(kvp_append_tagged(s, f->tokens + (t - 1) * 64, 64,
+						   t % 2 ? KVP_ROLE_USER : KVP_ROLE_ASSISTANT, t,
+						   0),
+				 0);
+	assert_int_equal(harness_write_session(p, s, 0, f->tokens, 512), 0);
+	assert_int_equal(kvp_commit(s, 512), 0);
+	if (hier) {
+		/* Budget 128: turn 8 hot, turn 7 temporary, turns 1..6 rest. */
+		kvp_policy_init(&pol, KVP_POLICY_HIERARCHY, 128);
+		pol.hot_turns = 1;
+		pol.share_permanent = 0;
+		pol.share_hot = 50;
+		assert_int_equal(kvp_session_set_policy(s, &pol, NULL), 0);
+	}
+	assert_int_equal(kvp_session_close(s), 0);
+	for (uint32_t i = 0; i < 64; i++) {
+		harness_tokens(conv, 64, 300 + i, 0);
+		assert_int_equal(harness_commit_session(p, conv, 64, &s), 0);
+		assert_int_equal(kvp_session_close(s), 0);
+		assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &ps, NULL), 0);
+		if (ps.spilled_pages)
+			break;
+	}
+	assert_true(ps.spilled_pages > 0);
+	/* The batch's writes complete one by one: wait until the count holds
+	 * still (a bounded wait, nothing timed is asserted). */
+	for (int i = 0, still = 0; i < 500 && still < 5; i++) {
+		uint64_t before = ps.spilled_pages;
+
+		usleep(20000);
+		assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &ps, NULL), 0);
+		still = ps.spilled_pages == before ? still + 1 : 0;
+	}
+	/* A prefetch of A starts a read for each of its pages on disk. */
+	assert_int_equal(kvp_prefetch(p, f->tokens, 512, &coming), 0);
+	*ret_spilled = ps.spilled_pages;
+	kvp_disconnect(c);
+	assert_int_equal(harness_stop(&h), 0);
+	return coming;
+}
+
+/* Tier placement for an exact session: with the hierarchy, the pages of
+ * turns outside the budget (1..6: 24 pages) are the first to go to disk,
+ * oldest first, while the hot and temporary turns stay in host: the first
+ * spill (a batch down to the low watermark, 7 pages) takes only A's
+ * oldest pages — had it taken a later page of A, that page's unwritten
+ * ancestors would have gone with it. Without the hierarchy A's pages
+ * leave newest first, and the newest drags all its ancestors: all 32. */
+static void test_hierarchy_placement(void **state)
+{
+	uint64_t spilled;
+	uint32_t a;
+
+	a = spilled_of_a(*state, 1, &spilled);
+	assert_true(a > 0 && a < 24);
+	assert_true(a <= spilled);
+	a = spilled_of_a(*state, 0, &spilled);
+	assert_true(a >= 25);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -592,6 +674,7 @@ int main(void)
 		cmocka_unit_test(test_fork_and_checkpoint),
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_permanent_stays),
+		cmocka_unit_test(test_hierarchy_placement),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -254,6 +254,54 @@ static void test_evict_lru_leaves_first(void **state)
 	free(f);
 }
 
+/* The host list's order: ordinary entries LRU first, then permanent ones
+ * (which leave last), and a demoted entry goes to the cold end of its
+ * list. A disk tier makes every host copy listed (children too). */
+static void test_host_order_permanent_and_demoted(void **state)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+	XXH128_hash_t root = prefix_index_root("m", &lay, NULL, 0);
+	uint32_t a[2], b[2], c[2];
+	XXH128_hash_t ha[2], hb[2], hc[2];
+	struct pindex_entry *want[6], *e;
+	int n = 0;
+
+	(void)state;
+	assert_non_null(f);
+	assert_int_equal(pagealloc_init(&f->pa, 64), 0);
+	assert_int_equal(prefix_index_init(&f->ix, 64), 0);
+	f->ix.disk = 1;
+	commit_chain(f, root, 1, 2, a, ha);
+	commit_chain(f, root, 2, 2, b, hb);
+	commit_chain(f, root, 3, 2, c, hc);
+	/* A's first page is a system prompt: permanent. */
+	prefix_index_mark_permanent(&f->ix, &f->pa, prefix_index_find(&f->ix, ha[0]));
+	close_chain(f, a, 2); /* joins: a1, a0 (kept list) */
+	close_chain(f, b, 2); /* b1, b0 */
+	close_chain(f, c, 2); /* c1, c0 */
+	assert_int_equal(f->ix.n_permanent, 1);
+	/* C's first page was the least useful: demoted. */
+	prefix_index_demote(&f->ix, prefix_index_find(&f->ix, hc[0]));
+	want[n++] = prefix_index_find(&f->ix, hc[0]);
+	want[n++] = prefix_index_find(&f->ix, ha[1]);
+	want[n++] = prefix_index_find(&f->ix, hb[1]);
+	want[n++] = prefix_index_find(&f->ix, hb[0]);
+	want[n++] = prefix_index_find(&f->ix, hc[1]);
+	want[n++] = prefix_index_find(&f->ix, ha[0]);
+	e = prefix_index_host_next(&f->ix, NULL);
+	for (int i = 0; i < n; i++, e = prefix_index_host_next(&f->ix, e))
+		assert_ptr_equal(e, want[i]);
+	assert_null(e);
+	check(f);
+	/* Touching a permanent entry keeps it on its own list. */
+	prefix_index_touch(&f->ix, want[5]);
+	assert_true(want[5]->permanent);
+	check(f);
+	prefix_index_fini(&f->ix, &f->pa);
+	pagealloc_fini(&f->pa);
+	free(f);
+}
+
 /* A chain used again (a lease came and went) is the most recent. */
 static void test_evict_reuse_is_recent(void **state)
 {
@@ -297,6 +345,7 @@ int main(void)
 		cmocka_unit_test(test_known_answers),
 		cmocka_unit_test(test_root_separates_identities),
 		cmocka_unit_test(test_evict_lru_leaves_first),
+		cmocka_unit_test(test_host_order_permanent_and_demoted),
 		cmocka_unit_test(test_evict_reuse_is_recent),
 	};
 
