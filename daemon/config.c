@@ -12,6 +12,7 @@
 #include "frame.h"
 #include "layout.h"
 #include "log.h"
+#include "policy.h"
 
 static uint64_t physical_bytes(void)
 {
@@ -690,10 +691,22 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 		snprintf(err, errlen, "host-low-watermark above host-high-watermark");
 		return -EINVAL;
 	}
-	if (c->session_policy != 0 && c->session_budget == 0) {
-		snprintf(err, errlen, "session-policy %s needs a session-budget",
-			 policy_names[c->session_policy]);
-		return -EINVAL;
+	if (c->session_policy != 0) {
+		struct policy pol;
+		const char *why = NULL;
+
+		policy_defaults(&pol, (enum policy_kind)c->session_policy);
+		pol.budget = c->session_budget;
+		if (c->session_budget == 0) {
+			snprintf(err, errlen, "session-policy %s needs a session-budget",
+				 policy_names[c->session_policy]);
+			return -EINVAL;
+		}
+		if (policy_validate(&pol, &why) < 0) {
+			snprintf(err, errlen, "session-policy %s with session-budget %u: %s",
+				 policy_names[c->session_policy], c->session_budget, why);
+			return -EINVAL;
+		}
 	}
 	if (c->host_pool_bytes < 4096 || c->host_pool_bytes > c->host_tier_bytes) {
 		snprintf(err, errlen, "host-pool-size must be between 4K and host-tier-size");

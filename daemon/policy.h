@@ -91,10 +91,12 @@ struct policy {
  * hot_turns 4, shares 10 % / 30 %, decay 0.01, no role limits, weights 1. */
 void policy_defaults(struct policy *pol, enum policy_kind kind);
 
-/* 0 when pol is consistent, else -EINVAL with *why saying what is wrong
- * (a kind out of range, budget 0 for a dropping kind, sinks + recent above
- * the budget, shares above 100, budget_max below budget, a negative or
- * non-finite decay or weight). */
+/* 0 when pol is consistent, else -EINVAL with *why saying what is wrong:
+ * a kind out of range, budget 0 for a dropping kind, budget_max below
+ * budget, grow_pct above 100, sinks above the budget (SINKS), sinks +
+ * recent above the budget (IMPORTANCE: the default recent of 64 needs a
+ * budget of 68 or more), shares above 100 %, hot_turns 0 (HIERARCHY), a
+ * negative or non-finite decay or role weight. */
 int policy_validate(const struct policy *pol, const char **why);
 
 /* The budget for a session of n tokens: budget + grow_pct % of (n -

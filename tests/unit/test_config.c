@@ -173,6 +173,11 @@ static void test_bad_command_lines(void **state)
 	/* A dropping policy needs a budget. */
 	assert_int_equal(parse(&c, err, "--session-policy", "window", NULL), -EINVAL);
 	assert_non_null(strstr(err, "session-budget"));
+	/* ...that holds the policy's protected tokens. */
+	assert_int_equal(
+		parse(&c, err, "--session-policy", "importance", "--session-budget", "50", NULL),
+		-EINVAL);
+	assert_non_null(strstr(err, "recent"));
 }
 
 int main(void)
