@@ -58,11 +58,12 @@ static int begin(struct kvp_client *c, const char *name)
 	return 0;
 }
 
-/* Sends Checkpoint of session_id as name; the file's size to *ret_bytes
- * (may be NULL). p, when not NULL, is the session's pool: its pages must
- * then be those of the tokens written. */
+/* Sends Checkpoint of session_id as name, its pages stored as dtype (0:
+ * as they are); the file's size to *ret_bytes (may be NULL). p, when not
+ * NULL, is the session's pool: its pages must then be those of the tokens
+ * written. */
 static int checkpoint_call(struct kvp_client *c, const struct kvp_pool *p, uint64_t session_id,
-			   const char *name, uint64_t *ret_bytes)
+			   const char *name, uint32_t dtype, uint64_t *ret_bytes)
 {
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__CheckpointRequest op = KVPALACE__V1__CHECKPOINT_REQUEST__INIT;
@@ -72,6 +73,8 @@ static int checkpoint_call(struct kvp_client *c, const struct kvp_pool *p, uint6
 
 	op.session_id = session_id;
 	op.name = (char *)name;
+	op.has_dtype = dtype != 0;
+	op.dtype = (Kvpalace__V1__DType)dtype;
 	req.op_case = KVPALACE__V1__REQUEST__OP_CHECKPOINT;
 	req.checkpoint = &op;
 	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_CHECKPOINT, &resp, NULL);
@@ -98,7 +101,22 @@ KVP_PUBLIC int kvp_session_checkpoint(kvp_session *s, const char *name, uint64_t
 	ret = begin(c, name);
 	if (ret < 0)
 		return ret;
-	return checkpoint_call(c, s->pool, s->id, name, ret_bytes);
+	return checkpoint_call(c, s->pool, s->id, name, 0, ret_bytes);
+}
+
+KVP_PUBLIC int kvp_session_checkpoint_as(kvp_session *s, const char *name, uint32_t dtype,
+					 uint64_t *ret_bytes)
+{
+	struct kvp_client *c;
+	int ret;
+
+	if (!s)
+		return -EINVAL;
+	c = s->pool->client;
+	ret = begin(c, name);
+	if (ret < 0)
+		return ret;
+	return checkpoint_call(c, s->pool, s->id, name, dtype, ret_bytes);
 }
 
 KVP_PUBLIC int kvp_admin_checkpoint(kvp_client *c, uint64_t session_id, const char *name,
@@ -111,7 +129,7 @@ KVP_PUBLIC int kvp_admin_checkpoint(kvp_client *c, uint64_t session_id, const ch
 	ret = begin(c, name);
 	if (ret < 0)
 		return ret;
-	return checkpoint_call(c, NULL, session_id, name, ret_bytes);
+	return checkpoint_call(c, NULL, session_id, name, 0, ret_bytes);
 }
 
 KVP_PUBLIC int kvp_session_restore(kvp_pool *p, const char *name, kvp_session **ret_session)

@@ -501,6 +501,16 @@ KVP_PUBLIC int kvp_checkpoint_name_check(const char *name);
  * the user's disk quota); -EIO the write failed. */
 KVP_PUBLIC int kvp_session_checkpoint(kvp_session *s, const char *name, uint64_t *ret_bytes);
 
+/* kvp_session_checkpoint with the pages stored quantized as dtype
+ * (KVP_DTYPE_INT8, KVP_DTYPE_FP8_E4M3 or KVP_DTYPE_INT4, per-token groups
+ * of 32 channels): about half (a quarter for int4) of the bytes, lossy
+ * within the quantization bounds of kernels/kernels.h; a restore turns
+ * them back into the pool's format. Errors as kvp_session_checkpoint, and
+ * -EINVAL when the pool's pages cannot take that form (already quantized,
+ * or they would not shrink). */
+KVP_PUBLIC int kvp_session_checkpoint_as(kvp_session *s, const char *name, uint32_t dtype,
+					 uint64_t *ret_bytes);
+
 /* Rebuilds the session saved as checkpoint `name` of the caller's tenant
  * in pool p, which must have the checkpoint's model id and layout: a new
  * session holding its tokens, all committed, with the same K/V and the

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "kernels.h"
 
 #define HDR_BYTES     512u
 #define TOKEN_BYTES   16u
@@ -54,9 +55,10 @@ enum {
 	H_TRAILER_OFF = 136,
 	H_FILE_BYTES = 144,
 	H_MODEL_ID = 152,
-	H_RESERVED = H_MODEL_ID + CKPT_MODEL_ID_BYTES,
+	H_POOL_LAYOUT = H_MODEL_ID + CKPT_MODEL_ID_BYTES,
+	H_RESERVED = H_POOL_LAYOUT + 24,
 };
-_Static_assert(H_RESERVED == 280 && H_RESERVED < HDR_BYTES, "header fields fit");
+_Static_assert(H_POOL_LAYOUT == 280 && H_RESERVED < HDR_BYTES, "header fields fit");
 
 /* Trailer field offsets. */
 enum {
@@ -260,7 +262,31 @@ static const char *meta_problem(const struct ckpt_meta *m)
 		return "page size does not match the layout";
 	if (m->n_pages != m->n_tokens / bt + (m->n_tokens % bt != 0))
 		return "page count is not ceil(tokens / tokens per page)";
+	if (!memcmp(&m->pool_layout, &m->layout, sizeof(m->layout)))
+		return NULL;
+	/* Stored quantized: the pool has the same shape, unquantized. */
+	if (shm_layout_check(&m->pool_layout) < 0 ||
+	    m->pool_layout.n_layers != m->layout.n_layers ||
+	    m->pool_layout.n_kv_heads != m->layout.n_kv_heads ||
+	    m->pool_layout.head_dim != m->layout.head_dim || m->pool_layout.block_tokens != bt ||
+	    shm_dtype_quantized(m->pool_layout.dtype) || !shm_dtype_quantized(m->layout.dtype))
+		return "pool layout is not the stored layout's shape unquantized";
 	return NULL;
+}
+
+static void put_layout(unsigned char *p, const struct shm_layout *l)
+{
+	const uint32_t v[6] = {l->n_layers,	l->n_kv_heads, l->head_dim,
+			       l->block_tokens, l->dtype,      l->quant_group};
+
+	for (int i = 0; i < 6; i++)
+		put32(p + 4 * i, v[i]);
+}
+
+static struct shm_layout get_layout(const unsigned char *p)
+{
+	return (struct shm_layout){get32(p),	  get32(p + 4),	 get32(p + 8),
+				   get32(p + 12), get32(p + 16), get32(p + 20)};
 }
 
 static int token_ok(uint16_t role, uint16_t flags)
@@ -357,6 +383,7 @@ static void encode_header(unsigned char *h, const struct ckpt_meta *m, uint64_t 
 	put64(h + H_TRAILER_OFF, g->trailer_off);
 	put64(h + H_FILE_BYTES, g->file_bytes);
 	memcpy(h + H_MODEL_ID, m->model_id, model_id_len(m->model_id));
+	put_layout(h + H_POOL_LAYOUT, &m->pool_layout);
 	put64(h + H_HDR_XXH, XXH3_64bits(h, HDR_BYTES));
 }
 
@@ -381,13 +408,17 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 	uint64_t created_ns;
 	struct timespec now;
 	struct geom g;
-	int fd = -1, made = 0, ret;
+	struct ckpt_meta mm = *m;
+	int fd = -1, made = 0, quantize, ret;
 
 	if (!ckpt_name_valid(name)) {
 		say(why, whylen, "invalid checkpoint name");
 		return -EINVAL;
 	}
-	problem = meta_problem(m);
+	if (!mm.pool_layout.n_layers)
+		mm.pool_layout = mm.layout;
+	quantize = memcmp(&mm.pool_layout, &mm.layout, sizeof(mm.layout)) != 0;
+	problem = meta_problem(&mm);
 	if (problem) {
 		say(why, whylen, "checkpoint meta: %s", problem);
 		return -EINVAL;
@@ -429,7 +460,7 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 		goto fail;
 	for (uint64_t i = 0; i < m->n_tokens; i++)
 		encode_token(head + HDR_BYTES + i * TOKEN_BYTES, &tokens[i]);
-	encode_header(head, m, created_ns, &g, XXH3_64bits(head + HDR_BYTES, g.tokens_bytes));
+	encode_header(head, &mm, created_ns, &g, XXH3_64bits(head + HDR_BYTES, g.tokens_bytes));
 	XXH3_128bits_reset(xs);
 	XXH3_128bits_update(xs, head, g.pages_off);
 
@@ -453,7 +484,14 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 		goto fail;
 	step = "writing pages";
 	for (uint32_t i = 0; i < m->n_pages; i++) {
-		memcpy(bounce, pages[i], m->page_bytes);
+		if (quantize) {
+			/* Fresh zeros for the padding, then the kernels' codes. */
+			memset(bounce, 0, m->page_bytes);
+			kref_convert_pages(&m->layout, (void *const *)&bounce, &mm.pool_layout,
+					   &pages[i], 1, 0, m->layout.block_tokens);
+		} else {
+			memcpy(bounce, pages[i], m->page_bytes);
+		}
 		put64(tail + (uint64_t)i * SUM_BYTES, XXH3_64bits(bounce, m->page_bytes));
 		XXH3_128bits_update(xs, bounce, m->page_bytes);
 		ret = pwrite_full(fd, bounce, m->page_bytes, g.pages_off + i * m->page_bytes);
@@ -563,13 +601,15 @@ static int decode_header(const unsigned char *h, uint64_t file_bytes, struct ckp
 	memcpy(root.digest, h + H_ROOT, sizeof(root.digest));
 	m->root = XXH128_hashFromCanonical(&root);
 	memcpy(m->model_id, h + H_MODEL_ID, CKPT_MODEL_ID_BYTES);
+	/* Version 1 has zeros there: its pages are stored as they are. */
+	m->pool_layout = m->version >= 2 ? get_layout(h + H_POOL_LAYOUT) : m->layout;
 	for (size_t i = strnlen(m->model_id, CKPT_MODEL_ID_BYTES); i < CKPT_MODEL_ID_BYTES; i++) {
 		if (m->model_id[i]) {
 			say(why, whylen, "header: model id not NUL-padded");
 			return -EBADMSG;
 		}
 	}
-	for (size_t i = H_RESERVED; i < HDR_BYTES; i++) {
+	for (size_t i = m->version >= 2 ? H_RESERVED : H_POOL_LAYOUT; i < HDR_BYTES; i++) {
 		if (h[i]) {
 			say(why, whylen, "header: reserved bytes not zero");
 			return -EBADMSG;

@@ -23,7 +23,8 @@
  * is not NULL and whylen > 0, NUL-terminated, truncated to whylen) and
  * leave it alone on success. Files are created 0600.
  *
- * On-disk format, version 1. Integers are little-endian, fixed width; no
+ * On-disk format, version 2 (version 1 is read too: it is version 2
+ * with pages stored as they are and the pool layout field zero). Integers are little-endian, fixed width; no
  * struct is written as it lies in memory. XXH3 is xxHash's XXH3 with seed
  * 0; a 128-bit hash is stored in xxHash's canonical (big-endian) form.
  *
@@ -59,7 +60,13 @@
  *   136  8    trailer_off (sums_off + 8 * n_pages)
  *   144  8    file_bytes (trailer_off + 32)
  *   152  128  model_id: 1..127 printable ASCII bytes, NUL, zeros
- *   280  232  reserved, zero
+ *   280  24   pool layout (version 2): the layout the session's pool has,
+ *             which restores convert the pages back to. Equal to layout
+ *             when pages are stored as they are; else the same shape
+ *             (layers, heads, head_dim, block_tokens), an unquantized
+ *             dtype, and layout's dtype is a quantized one (a checkpoint
+ *             written quantized: mixed precision on disk)
+ *   304  208  reserved, zero
  *
  * Token record (16 bytes): id u32, pos u32, turn u32, role u16, flags u16.
  *
@@ -86,7 +93,7 @@
 
 #include "layout.h"
 
-#define CKPT_FORMAT_VERSION 1u
+#define CKPT_FORMAT_VERSION 2u
 /* Longest checkpoint name, in bytes, without the terminating NUL. */
 #define CKPT_NAME_MAX 64u
 /* Bytes of model_id in struct ckpt_meta and in the header, NUL included. */
@@ -119,7 +126,11 @@ struct ckpt_meta {
 	uint32_t version; /* filled by ckpt_open; ckpt_write writes CKPT_FORMAT_VERSION */
 	uint32_t uid;	  /* tenant */
 	char model_id[CKPT_MODEL_ID_BYTES]; /* 1..127 printable ASCII, NUL-terminated */
-	struct shm_layout layout;
+	struct shm_layout layout;	    /* of the pages as stored */
+	/* The pool's layout: pages are converted from it when written and to
+	 * it when read, when it differs from layout (see the format). A zero
+	 * n_layers means "the same as layout" to ckpt_write. */
+	struct shm_layout pool_layout;
 	uint64_t page_bytes; /* shm_page_bytes(&layout) */
 	XXH128_hash_t root;  /* the session's hash-chain root (pool identity + salt) */
 	uint64_t n_tokens;   /* committed tokens */
@@ -169,10 +180,11 @@ int ckpt_name_valid(const char *name);
 
 /* Writes a checkpoint durably under dir_fd/name: m's meta (version and
  * file_bytes are ignored), then tokens and pages. tokens: // [n_tokens];
- * pages: // [n_pages] pointers, each to m->page_bytes bytes, read but not
- * kept (each is copied once, and the copy hashed and written, so a page
- * changing meanwhile cannot make the file disagree with its checksums);
- * either may be NULL when its count is 0.
+ * pages: // [n_pages] pointers, each to a page in m->pool_layout, read but
+ * not kept (each is copied once — converted to m->layout by the reference
+ * kernels when the two differ — and the copy hashed and written, so a
+ * page changing meanwhile cannot make the file disagree with its
+ * checksums); either may be NULL when its count is 0.
  *
  * The file goes to a fresh temporary in the same directory, is fsynced and
  * closed, renamed over name, and then dir_fd is fsynced. On failure before

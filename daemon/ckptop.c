@@ -145,8 +145,17 @@ static void run_restore_read(struct job *j)
 
 	why[0] = '\0';
 	j->ret = ckpt_read_pages(&j->rd, j->dst, why, sizeof(why));
-	if (j->ret < 0)
+	if (j->ret < 0) {
 		set_why(j, "checkpoint refused: %s", why);
+		return;
+	}
+	/* Pages stored quantized go back to the pool's format. */
+	if (memcmp(&j->meta.layout, &j->meta.pool_layout, sizeof(j->meta.layout)))
+		for (uint32_t i = 0; i < j->meta.n_pages && j->ret == 0; i++)
+			j->ret = tier_page_unquantize(&j->meta.pool_layout, j->dst[i],
+						      &j->meta.layout);
+	if (j->ret < 0)
+		set_why(j, "%s", "out of memory converting the pages");
 }
 
 static int collect(const char *name, const struct ckpt_meta *m, int err, const char *why, void *arg)
@@ -306,7 +315,7 @@ static void done_checkpoint(struct job *j)
 static int same_identity(const struct pool *p, const struct ckpt_meta *m)
 {
 	return p->uid == (uid_t)m->uid && !strcmp(p->model_id, m->model_id) &&
-	       !memcmp(&p->layout, &m->layout, sizeof(p->layout));
+	       !memcmp(&p->layout, &m->pool_layout, sizeof(p->layout));
 }
 
 /* Restore, after the header and tokens verified: finds the pool and takes
@@ -333,8 +342,15 @@ static int take_slots(struct job *j)
 			return -EINVAL;
 		}
 	}
+	if (j->op == OP_WARMUP &&
+	    memcmp(&j->meta.layout, &j->meta.pool_layout, sizeof(j->meta.layout))) {
+		set_why(j, "%s",
+			"pages stored quantized cannot warm up the prefix index (others "
+			"would match them as exact)");
+		return -EINVAL;
+	}
 	if (!p) {
-		ret = pool_open(c, (uid_t)j->meta.uid, j->meta.model_id, &j->meta.layout, &p);
+		ret = pool_open(c, (uid_t)j->meta.uid, j->meta.model_id, &j->meta.pool_layout, &p);
 		if (ret < 0) {
 			set_why(j, "cannot open the checkpoint's pool: %s", strerror(-ret));
 			return ret;
@@ -398,8 +414,10 @@ static int build(struct job *j, struct session **ret_s, uint32_t *ret_shared)
 			.flags = (uint8_t)t->flags,
 		};
 	}
-	ret = session_restore(j->c, j->pool, j->meta.root, ids, meta, j->meta.n_tokens, j->slots,
-			      ret_s, ret_shared);
+	ret = session_restore(
+		j->c, j->pool, j->meta.root, ids, meta, j->meta.n_tokens, j->slots,
+		memcmp(&j->meta.layout, &j->meta.pool_layout, sizeof(j->meta.layout)) != 0, ret_s,
+		ret_shared);
 	free(ids);
 	free(meta);
 	if (ret < 0) {
@@ -646,8 +664,19 @@ int ckptop_checkpoint(struct cache *cache, struct conn *c, uint64_t req_id,
 	j->pool = p;
 	j->meta.uid = (uint32_t)p->uid;
 	snprintf(j->meta.model_id, sizeof(j->meta.model_id), "%s", p->model_id);
-	j->meta.layout = p->layout;
-	j->meta.page_bytes = p->page_bytes;
+	j->meta.layout = j->meta.pool_layout = p->layout;
+	if (in->has_dtype) {
+		/* Mixed precision on disk: the pages stored quantized. */
+		if (shm_layout_quantized(&p->layout, (uint32_t)in->dtype, &j->meta.layout) < 0) {
+			c->ticket = NULL;
+			j->pool = NULL; /* not counted on the pool yet */
+			job_free(j);
+			*why = "this pool's pages cannot be stored in that dtype (a quantized "
+			       "dtype, of an unquantized pool, that makes them smaller)";
+			return -EINVAL;
+		}
+	}
+	j->meta.page_bytes = shm_page_bytes(&j->meta.layout);
 	j->meta.root = s->root;
 	j->meta.n_tokens = n;
 	j->meta.n_pages = n_pages;

@@ -257,7 +257,7 @@ void compact_place(struct session *s, uint32_t n_hashes)
 	uint32_t *keep, *scratch;
 	uint8_t *layer;
 
-	if (s->pol.kind != POLICY_HIERARCHY || s->compacted || n == 0 || n > s->n_tokens)
+	if (s->pol.kind != POLICY_HIERARCHY || s->unindexed || n == 0 || n > s->n_tokens)
 		return;
 	keep = malloc(n * sizeof(*keep));
 	scratch = malloc(n * sizeof(*scratch));
@@ -318,7 +318,7 @@ static int rebuild(struct session *s, const uint32_t *keep, size_t k, uint32_t n
 	s->n_hashes = 0;
 	s->dropped_tokens += s->n_tokens - k;
 	s->n_tokens = s->n_committed = k;
-	s->compacted = 1;
+	s->compacted = s->unindexed = 1;
 	s->compactions++;
 	ret = 0;
 done:

@@ -301,7 +301,7 @@ int session_commit(struct cache *c, struct session *s, const void *writer, uint6
 	full = (uint32_t)(s->n_committed / bt);
 	/* A compacted session's pages hold kept tokens, not a prefix: they
 	 * never enter the index. */
-	while (!s->compacted && s->n_hashes < full)
+	while (!s->unindexed && s->n_hashes < full)
 		index_page(s->pool, s, s->n_hashes++);
 	account_reserved(s);
 	if (s->n_committed == s->n_tokens)
@@ -427,6 +427,7 @@ int session_fork(struct cache *c, struct session *s, uint64_t n, struct session 
 		(*ret_session)->pol = s->pol;
 		(*ret_session)->cur_turn = s->cur_turn;
 		(*ret_session)->compacted = s->compacted;
+		(*ret_session)->unindexed = s->unindexed;
 	}
 	return ret;
 }
@@ -455,7 +456,7 @@ uint32_t session_shared_pages(const struct session *s)
 }
 
 int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const uint32_t *tokens,
-		    const struct token_meta *meta, uint64_t n, const uint32_t *slots,
+		    const struct token_meta *meta, uint64_t n, const uint32_t *slots, int lossy,
 		    struct session **ret_session, uint32_t *ret_shared)
 {
 	uint32_t bt = p->layout.block_tokens;
@@ -484,13 +485,14 @@ int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const u
 		default_meta(s->meta, 0, n, 0, 0);
 	for (uint64_t i = 0; i < n; i++)
 		s->compacted |= s->meta[i].pos != i;
+	s->unindexed = s->compacted || lossy;
 	if (n)
 		s->cur_turn = s->meta[n - 1].turn;
 	/* The session takes over the slots' references. */
 	memcpy(s->pages, slots, need * sizeof(uint32_t));
 	s->n_pages = need;
 	s->n_tokens = s->n_committed = n;
-	while (!s->compacted && s->n_hashes < full)
+	while (!s->unindexed && s->n_hashes < full)
 		index_page(p, s, s->n_hashes++);
 	*ret_shared = (uint32_t)(p->ix.dedup_pages - dedup_before);
 	*ret_session = s;

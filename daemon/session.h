@@ -72,6 +72,10 @@ struct session {
 	struct policy pol; /* kind POLICY_NONE: exact */
 	uint32_t cur_turn; /* the turn of appended tokens without a tag */
 	uint8_t compacted;
+	/* Pages that never enter the prefix index: compacted, or restored
+	 * from pages stored quantized (lossy: no one else should match
+	 * them as if exact). */
+	uint8_t unindexed;
 	uint64_t dropped_tokens; /* by compaction, since creation */
 	uint32_t compactions;
 };
@@ -148,12 +152,12 @@ int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n,
  * checkpoint), with per-token metadata meta[0..n) (NULL: positions 0..n,
  * untagged). Its full pages enter the index, or are replaced by the
  * indexed copy of the same content: *ret_shared counts those; unless a
- * position differs from its index: a compacted session, whose pages stay
- * private. Returns 0,
+ * position differs from its index (a compacted session) or lossy (pages
+ * that were stored quantized): then its pages stay private. Returns 0,
  * -EDQUOT (session limits) or -ENOMEM; on failure the slots are still the
  * caller's. */
 int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const uint32_t *tokens,
-		    const struct token_meta *meta, uint64_t n, const uint32_t *slots,
+		    const struct token_meta *meta, uint64_t n, const uint32_t *slots, int lossy,
 		    struct session **ret_session, uint32_t *ret_shared);
 
 /* Pages holding only uncommitted positions. */

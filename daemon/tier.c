@@ -107,22 +107,10 @@ static void io_done(struct tier_io *io)
 	free(io);
 }
 
-/* The layout p's pages have on disk when stored as dtype (a quantized
- * type: per-token groups of 32 channels, or of the whole head when 32
- * does not divide it). Returns 0, or -EINVAL when p's pages cannot take
- * that form, or it would not make them smaller. */
+/* The layout p's pages have on disk when stored as dtype. */
 static int stored_layout(const struct pool *p, uint32_t dtype, struct shm_layout *ret)
 {
-	struct shm_layout l = p->layout;
-
-	if (shm_dtype_quantized(p->layout.dtype) || !shm_dtype_quantized(dtype))
-		return -EINVAL;
-	l.dtype = dtype;
-	l.quant_group = l.head_dim % 32 == 0 ? 32 : l.head_dim;
-	if (shm_layout_check(&l) < 0 || shm_page_bytes(&l) >= p->page_bytes)
-		return -EINVAL;
-	*ret = l;
-	return 0;
+	return shm_layout_quantized(&p->layout, dtype, ret);
 }
 
 /* Bytes of a page of p stored as dtype (0: as it is). */
@@ -133,27 +121,33 @@ static uint64_t stored_bytes(const struct pool *p, uint32_t dtype)
 	return dtype && stored_layout(p, dtype, &l) == 0 ? shm_page_bytes(&l) : p->page_bytes;
 }
 
-/* Turns the quantized page that a read left at the start of slot back
- * into the pool's format in place. Returns 0 or -ENOMEM. */
-static int dequantize(struct pool *p, uint32_t slot, uint32_t dtype, uint64_t len)
+int tier_page_unquantize(const struct shm_layout *l, void *page, const struct shm_layout *stored)
 {
-	struct shm_layout ql;
-	void *q = malloc(len), *dst = page_addr(p, slot);
-	uint64_t used = shm_page_data_bytes(&p->layout) + shm_page_scale_bytes(&p->layout);
+	uint64_t len = shm_page_bytes(stored),
+		 used = shm_page_data_bytes(l) + shm_page_scale_bytes(l);
+	void *q = malloc(len);
 	int ret;
 
 	if (!q)
 		return -ENOMEM;
-	memcpy(q, dst, len);
-	ret = stored_layout(p, dtype, &ql);
-	if (ret == 0)
-		ret = kref_convert_pages(&p->layout, &dst, &ql, (const void *const *)&q, 1, 0,
-					 p->layout.block_tokens);
+	memcpy(q, page, len);
+	ret = kref_convert_pages(l, &page, stored, (const void *const *)&q, 1, 0, l->block_tokens);
 	/* The padding as a page written here has it. */
 	if (ret == 0)
-		memset((char *)dst + used, 0, p->page_bytes - used);
+		memset((char *)page + used, 0, shm_page_bytes(l) - used);
 	free(q);
 	return ret;
+}
+
+/* Turns the quantized page that a read left at the start of slot back
+ * into the pool's format in place. Returns 0 or -ENOMEM. */
+static int dequantize(struct pool *p, uint32_t slot, uint32_t dtype)
+{
+	struct shm_layout ql;
+
+	if (stored_layout(p, dtype, &ql) < 0)
+		return -EINVAL;
+	return tier_page_unquantize(&p->layout, page_addr(p, slot), &ql);
 }
 
 static void io_error(struct pool *p, int res, const char *what)
@@ -375,7 +369,7 @@ static void on_read(struct aio_req *r, int res)
 		log_warn("pool %llu: page in extent %u of %s failed verification; dropped",
 			 (unsigned long long)p->id, io->extent, p->spill->path);
 		ok = 0;
-	} else if (io->dtype && dequantize(p, io->slot, io->dtype, io->len) < 0) {
+	} else if (io->dtype && dequantize(p, io->slot, io->dtype) < 0) {
 		ok = 0; /* out of memory: a miss */
 	}
 	if (ok) {

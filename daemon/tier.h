@@ -52,6 +52,13 @@ void tier_pool_close(struct cache *c, struct pool *p);
 /* True while p has disk I/O in flight. */
 int tier_pool_busy(const struct pool *p);
 
+/* Converts a page stored quantized in layout stored (shm_layout_quantized
+ * of l), which fills the start of page, back to layout l in place, with
+ * the reference kernels; the padding becomes zeros. Pure and thread-safe
+ * (checkpoint restores call it on worker threads). Returns 0, -ENOMEM or
+ * -EINVAL. */
+int tier_page_unquantize(const struct shm_layout *l, void *page, const struct shm_layout *stored);
+
 /* Starts writing least recently used host pages without a disk copy
  * (each after its unwritten ancestors) until the free pages plus those
  * being written reach want_free. Returns the writes now in flight for p. */

@@ -57,6 +57,20 @@ uint64_t shm_page_bytes(const struct shm_layout *l)
 	return (n + SHM_PAGE_ALIGN - 1) / SHM_PAGE_ALIGN * SHM_PAGE_ALIGN;
 }
 
+int shm_layout_quantized(const struct shm_layout *l, uint32_t dtype, struct shm_layout *ret)
+{
+	struct shm_layout q = *l;
+
+	if (shm_dtype_quantized(l->dtype) || !shm_dtype_quantized(dtype))
+		return -EINVAL;
+	q.dtype = dtype;
+	q.quant_group = q.head_dim % 32 == 0 ? 32 : q.head_dim;
+	if (shm_layout_check(&q) < 0 || shm_page_bytes(&q) >= shm_page_bytes(l))
+		return -EINVAL;
+	*ret = q;
+	return 0;
+}
+
 int shm_layout_check(const struct shm_layout *l)
 {
 	if (!l->n_layers || l->n_layers > SHM_MAX_LAYERS || !l->n_kv_heads ||

@@ -58,6 +58,13 @@ const char *shm_dtype_name(uint32_t dtype);
  * here assumes a checked layout. */
 int shm_layout_check(const struct shm_layout *l);
 
+/* The layout pages of l take when stored quantized as dtype (int8, fp8,
+ * int4: mixed precision on disk): per-token groups of 32 channels, or of
+ * the whole head when 32 does not divide head_dim. Returns 0, or -EINVAL
+ * when l is already quantized, dtype is not a quantized type, the result
+ * is not a valid layout, or its pages would not be smaller. */
+int shm_layout_quantized(const struct shm_layout *l, uint32_t dtype, struct shm_layout *ret);
+
 /* Bytes of the data part, of the scales part, and of the padded page. */
 uint64_t shm_page_data_bytes(const struct shm_layout *l);
 uint64_t shm_page_scale_bytes(const struct shm_layout *l);

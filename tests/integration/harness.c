@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <grp.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -569,6 +570,59 @@ int harness_pkv_write_session(const kvp_pool *p, kvp_session *s, const uint32_t 
 				}
 	}
 	return 0;
+}
+
+static float f16_value(uint16_t x)
+{
+	int e = (x >> 10) & 0x1f;
+	float v =
+		e ? ldexpf((float)((x & 0x3ff) | 0x400), e - 25) : ldexpf((float)(x & 0x3ff), -24);
+
+	return x & 0x8000 ? -v : v;
+}
+
+uint64_t harness_pkv_check_int8(const kvp_pool *p, const kvp_lease *l, kvp_session *s,
+				const uint32_t *tokens, uint64_t n, uint64_t *ret_inexact)
+{
+	const struct kvp_layout *lo = kvp_pool_layout(p);
+	uint64_t ph = HARNESS_PREFIX_SEED, bad = 0;
+	uint16_t want[1024]; /* head_dim is at most 1024 */
+
+	*ret_inexact = 0;
+	for (uint64_t pos = 0; pos < n; pos++) {
+		ph = harness_prefix_step(ph, tokens[pos]);
+		for (uint32_t layer = 0; layer < lo->n_layers; layer++)
+			for (uint32_t kv = 0; kv < 2; kv++)
+				for (uint32_t hd = 0; hd < lo->n_kv_heads; hd++) {
+					const uint16_t *row =
+						l ? kvp_lease_kv(l, pos, layer, kv, hd)
+						  : kvp_session_kv(s, pos, layer, kv, hd);
+					int off = 0;
+
+					if (!row) {
+						bad++;
+						continue;
+					}
+					harness_pkv_fill(want, lo->head_dim, ph, pos, layer, kv,
+							 hd);
+					*ret_inexact += memcmp(row, want, lo->head_dim * 2u) != 0;
+					for (uint32_t g = 0; g < lo->head_dim; g += 32) {
+						float amax = 0;
+
+						for (uint32_t d = g; d < g + 32; d++)
+							amax = fmaxf(amax,
+								     fabsf(f16_value(want[d])));
+						for (uint32_t d = g; d < g + 32; d++) {
+							float w = f16_value(want[d]);
+
+							off |= fabsf(f16_value(row[d]) - w) >
+							       amax / 127 * 0.51f + fabsf(w) / 1024;
+						}
+					}
+					bad += off;
+				}
+	}
+	return bad;
 }
 
 /* Checks rows of [from, to) read through get(obj, pos, ...). */

@@ -168,6 +168,16 @@ uint64_t harness_pkv_check_session(const kvp_pool *p, kvp_session *s, const uint
 /* Rows of leased positions [0, n) that differ. */
 uint64_t harness_pkv_check_lease(const kvp_lease *l, const kvp_pool *p, const uint32_t *tokens,
 				 uint64_t n);
+/* Rows of positions [0, n) — of lease l, or of session s when l is NULL —
+ * that differ from the prefix formula by more than int8 quantization
+ * allows (half a scale step, the scale amax/127 of each group of 32
+ * channels, plus f16 rounding): what comes back from a page stored as
+ * int8 (spill-dtype, a checkpoint written as int8). *ret_inexact gets the
+ * rows that are not bit-exact. An f16 pool whose head_dim is a multiple
+ * of 32; a missing row counts as bad. */
+uint64_t harness_pkv_check_int8(const kvp_pool *p, const kvp_lease *l, kvp_session *s,
+				const uint32_t *tokens, uint64_t n, uint64_t *ret_inexact);
+
 /* Creates a session through p, appends tokens[0..n), writes their
  * prefix-keyed K/V and commits them. Returns 0 and the session, or the
  * first error (-EFAULT when a row had no pointer). */

@@ -150,6 +150,86 @@ static void durable(struct harness *h, int sig)
 	kvp_disconnect(c);
 }
 
+/* A checkpoint written as int8 (mixed precision on disk): a smaller file
+ * that restores within int8's bound into the f16 pool it came from; the
+ * same one as it is restores bit-exact. A pool whose pages cannot take
+ * the form is refused. */
+static void test_quantized(void **state)
+{
+	/* 2 layers, 2 heads of 64, 16 tokens, f16: 16 KiB pages, 12 KiB as int8. */
+	static const struct kvp_layout l16k = {
+		.n_layers = 2,
+		.n_kv_heads = 2,
+		.head_dim = 64,
+		.block_tokens = BT,
+		.dtype = KVP_DTYPE_F16,
+	};
+	struct harness *h = *state;
+	uint32_t tokens[N_TOK];
+	uint64_t plain, q, inexact;
+	kvp_client *c;
+	kvp_pool *p, *p8;
+	kvp_session *s, *r;
+
+	harness_tokens(tokens, N_TOK, 21, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, "ckpt-q", &l16k, &p), 0);
+	assert_int_equal(harness_pkv_commit_session(p, tokens, N_TOK, &s), 0);
+	assert_int_equal(kvp_session_checkpoint(s, "plain", &plain), 0);
+	assert_int_equal(kvp_session_checkpoint_as(s, "int8", KVP_DTYPE_INT8, &q), 0);
+	/* 13 pages of 16 KiB against 13 of 12 KiB, plus the same tokens. */
+	assert_int_equal(plain - q, 13 * 4096);
+	assert_int_equal(kvp_session_close(s), 0);
+	/* A fresh daemon without a disk tier: the prefix index holds none of
+	 * these pages, so the restore takes every page from the file (with
+	 * the index, it would share the exact pages instead). */
+	kvp_disconnect(c);
+	assert_int_equal(
+		harness_restart(h, SIGTERM, (const char *const[]){"--disk-pool-size", "0", NULL}),
+		0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, "ckpt-q", &l16k, &p), 0);
+
+	assert_int_equal(kvp_session_restore(p, "int8", &r), 0);
+	assert_int_equal(kvp_session_tokens(r), N_TOK);
+	assert_int_equal(harness_pkv_check_int8(p, NULL, r, tokens, N_TOK, &inexact), 0);
+	assert_true(inexact > N_TOK); /* it went through int8 */
+	assert_int_equal(kvp_session_close(r), 0);
+	/* Its lossy pages stayed out of the prefix index: the plain
+	 * checkpoint restores exact, and the int8 one cannot warm it up. */
+	assert_int_equal(kvp_session_restore(p, "plain", &r), 0);
+	assert_int_equal(harness_pkv_check_session(p, r, tokens, 0, N_TOK), 0);
+	assert_int_equal(kvp_session_close(r), 0);
+	{
+		struct kvp_warmup_info wi;
+		kvp_client *admin;
+
+		assert_int_equal(kvp_connect(h->admin_sock, &admin), 0);
+		assert_int_equal(kvp_admin_warmup(admin, "int8", 1, (uint32_t)getuid(), &wi),
+				 -EINVAL);
+		assert_non_null(strstr(kvp_strerror(admin, -EINVAL), "quantized"));
+		kvp_disconnect(admin);
+	}
+
+	/* int8 pages cannot be quantized again; f16 is not a quantized form. */
+	{
+		struct kvp_layout l8 = l16k;
+
+		l8.dtype = KVP_DTYPE_INT8;
+		l8.quant_group = 32;
+		assert_int_equal(kvp_pool_open(c, "ckpt-q8", &l8, &p8), 0);
+		assert_int_equal(kvp_session_create(p8, &s), 0);
+		assert_int_equal(kvp_append(s, tokens, 20), 0);
+		assert_int_equal(kvp_commit(s, 20), 0);
+		assert_int_equal(kvp_session_checkpoint_as(s, "q8", KVP_DTYPE_INT4, NULL), -EINVAL);
+		assert_int_equal(kvp_session_close(s), 0);
+	}
+	assert_int_equal(harness_pkv_commit_session(p, tokens, 20, &s), 0);
+	assert_int_equal(kvp_session_checkpoint_as(s, "f16", KVP_DTYPE_F16, NULL), -EINVAL);
+	assert_int_equal(kvp_session_close(s), 0);
+	kvp_disconnect(c);
+}
+
 static void test_durable_clean_stop(void **state)
 {
 	durable(*state, SIGTERM);
@@ -551,6 +631,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_round_trip, setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_quantized, setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_durable_clean_stop, setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_durable_sigkill, setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_refusals, setup, harness_teardown),

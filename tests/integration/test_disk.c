@@ -351,60 +351,6 @@ static const struct kvp_layout page16k = {
 };
 #define Q_CONV 16 /* conversations of CONV tokens: 256 pages, 4x the host pool */
 
-static float f16_to_float(uint16_t x)
-{
-	int e = (x >> 10) & 0x1f;
-	float v =
-		e ? ldexpf((float)((x & 0x3ff) | 0x400), e - 25) : ldexpf((float)(x & 0x3ff), -24);
-
-	return x & 0x8000 ? -v : v;
-}
-
-/* Rows of a lease of tokens[0..n) that differ from what was written by
- * more than int8's bound (half a scale step, the scale amax/127 of each
- * group of 32, plus f16 rounding), and those not bit-exact. */
-static void check_quantized(const kvp_lease *l, const uint32_t *tokens, uint64_t n,
-			    uint64_t *ret_bad, uint64_t *ret_inexact)
-{
-	const struct kvp_layout *lo = &page16k;
-	uint64_t ph = HARNESS_PREFIX_SEED;
-	uint16_t want[64];
-
-	*ret_bad = *ret_inexact = 0;
-	for (uint64_t pos = 0; pos < n; pos++) {
-		ph = harness_prefix_step(ph, tokens[pos]);
-		for (uint32_t layer = 0; layer < lo->n_layers; layer++)
-			for (uint32_t kv = 0; kv < 2; kv++)
-				for (uint32_t hd = 0; hd < lo->n_kv_heads; hd++) {
-					const uint16_t *row = kvp_lease_kv(l, pos, layer, kv, hd);
-					int bad = 0;
-
-					harness_pkv_fill(want, lo->head_dim, ph, pos, layer, kv,
-							 hd);
-					if (!row) {
-						(*ret_bad)++;
-						continue;
-					}
-					*ret_inexact += memcmp(row, want, sizeof(want)) != 0;
-					for (uint32_t g = 0; g < 64; g += 32) {
-						float amax = 0;
-
-						for (uint32_t d = g; d < g + 32; d++)
-							amax = fmaxf(amax,
-								     fabsf(f16_to_float(want[d])));
-						for (uint32_t d = g; d < g + 32; d++) {
-							float w = f16_to_float(want[d]);
-							float err = fabsf(f16_to_float(row[d]) - w);
-
-							bad |= err >
-							       amax / 127 * 0.51f + fabsf(w) / 1024;
-						}
-					}
-					*ret_bad += bad;
-				}
-	}
-}
-
 /* Reads every conversation back: sys (tagged permanent) exact, the rest
  * within the bound and mostly inexact (they went through int8). */
 static void read_quantized(kvp_pool *p, const uint32_t *all, int restarted)
@@ -418,7 +364,7 @@ static void read_quantized(kvp_pool *p, const uint32_t *all, int restarted)
 
 		assert_int_equal(kvp_match_prefix(p, t, CONV, &l), 0);
 		assert_int_equal(kvp_lease_tokens(l), CONV);
-		check_quantized(l, t, CONV, &bad, &inexact);
+		bad = harness_pkv_check_int8(p, l, NULL, t, CONV, &inexact);
 		if (bad)
 			fail_msg("conversation %d%s: %llu rows beyond int8's bound", i,
 				 restarted ? " (after the restart)" : "", (unsigned long long)bad);

@@ -426,7 +426,7 @@ static void test_format_as_documented(void **state)
 	b = slurp(d, "fmt", &len);
 
 	assert_memory_equal(b, "KVPCKPT\0", 8);
-	assert_int_equal(le32(b + 8), 1);
+	assert_int_equal(le32(b + 8), 2);
 	assert_int_equal(le32(b + 12), 512);
 	memcpy(hdr, b, 512);
 	memset(hdr + 16, 0, 8);
@@ -456,7 +456,12 @@ static void test_format_as_documented(void **state)
 	assert_int_equal(le64(b + 144), trailer_off + 32);
 	assert_int_equal(len, trailer_off + 32);
 	assert_string_equal((const char *)b + 152, s.m.model_id);
-	for (size_t i = 152 + strlen(s.m.model_id); i < 512; i++)
+	for (size_t i = 152 + strlen(s.m.model_id); i < 280; i++)
+		assert_int_equal(b[i], 0);
+	/* The pool layout: pages stored as they are, the same. */
+	for (size_t i = 0; i < 6; i++)
+		assert_int_equal(le32(b + 280 + 4 * i), le32(b + 56 + 4 * i));
+	for (size_t i = 304; i < 512; i++)
 		assert_int_equal(b[i], 0);
 
 	/* Token records, little-endian. */
@@ -684,6 +689,74 @@ static void test_truncated(void **state)
 		expect_refused(d, "t", -EBADMSG, "longer");
 		free(b);
 	}
+	free(orig);
+	sample_free(&s);
+}
+
+/* Recomputes the trailer's whole-file checksum of b (len bytes) as
+ * ckpt.h documents it. */
+static void reseal_trailer(unsigned char *b, size_t len)
+{
+	XXH128_canonical_t c;
+
+	XXH128_canonicalFromHash(&c, XXH3_128bits(b, len - 32));
+	memcpy(b + len - 16, c.digest, 16);
+}
+
+/* A version 1 file (no pool layout: zeros there) is still read, its
+ * pages as they are; a pool layout that is not the stored layout's shape
+ * unquantized is refused. */
+static void test_version_1_and_pool_layout(void **state)
+{
+	struct dir *d = *state;
+	struct ckpt_reader r;
+	struct sample s;
+	char why[256] = "";
+	unsigned char *b, *orig;
+	size_t len;
+	void **dst;
+
+	sample_make(&s, &lay, 40, 11);
+	write_ok(d, "v2", &s);
+	orig = slurp(d, "v2", &len);
+	b = malloc(len);
+	assert_non_null(b);
+	memcpy(b, orig, len);
+	set32(b + 8, 1);
+	memset(b + 280, 0, 24);
+	reseal_header(b);
+	reseal_trailer(b, len);
+	spit(d, "v1", b, len);
+	assert_int_equal(ckpt_open(d->fd, "v1", &r, why, sizeof(why)), 0);
+	assert_int_equal(r.meta.version, 1);
+	assert_memory_equal(&r.meta.pool_layout, &s.m.layout, sizeof(s.m.layout));
+	dst = pages_alloc(&r.meta);
+	assert_int_equal(ckpt_read_pages(&r, dst, why, sizeof(why)), 0);
+	for (uint32_t p = 0; p < s.m.n_pages; p++)
+		assert_memory_equal(dst[p], s.pages[p], s.m.page_bytes);
+	pages_free(&r.meta, dst);
+	ckpt_close(&r);
+	/* Version 1 with something in the pool layout's place: reserved. */
+	set32(b + 280, 2);
+	reseal_header(b);
+	reseal_trailer(b, len);
+	spit(d, "v1", b, len);
+	expect_refused(d, "v1", -EBADMSG, "reserved");
+	/* Version 2 whose pool layout is another shape, or quantized. */
+	memcpy(b, orig, len);
+	set32(b + 280, 3); /* layers */
+	reseal_header(b);
+	reseal_trailer(b, len);
+	spit(d, "v2", b, len);
+	expect_refused(d, "v2", -EBADMSG, "pool layout");
+	memcpy(b, orig, len);
+	set32(b + 280 + 16, SHM_DTYPE_INT8); /* dtype */
+	set32(b + 280 + 20, 32);	     /* quant_group */
+	reseal_header(b);
+	reseal_trailer(b, len);
+	spit(d, "v2", b, len);
+	expect_refused(d, "v2", -EBADMSG, "pool layout");
+	free(b);
 	free(orig);
 	sample_free(&s);
 }
@@ -1049,6 +1122,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_created_stamp, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_version_1_and_pool_layout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_newer_version, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_huge_counts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
