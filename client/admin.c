@@ -94,6 +94,10 @@ KVP_PUBLIC int kvp_admin_show_session(kvp_client *c, uint64_t session_id, uint32
 	d->salted = !!r->salted;
 	d->reserved_pages = r->reserved_pages;
 	d->writer_pid = r->has_writer_pid ? r->writer_pid : 0;
+	d->policy = r->has_policy ? (uint32_t)r->policy : 0;
+	d->budget = r->budget;
+	d->compacted = r->has_compacted && r->compacted;
+	d->dropped_tokens = r->dropped_tokens;
 	d->n_page_slots = n;
 	if (n) {
 		memcpy(d->page_slots, r->page_slots, n * sizeof(uint32_t));

@@ -572,6 +572,10 @@ struct kvp_session_detail {
 	size_t n_page_slots;	 /* the first pages of the page table, from page 0: */
 	uint32_t *page_slots;	 /* [n_page_slots] arena slot of page i */
 	uint32_t *page_holders;	 /* [n_page_slots] sessions, leases and index holding it */
+	uint32_t policy;	 /* enum kvp_policy_kind */
+	uint32_t budget;	 /* tokens the policy keeps at the session's length now */
+	int compacted;
+	uint64_t dropped_tokens; /* by compactions */
 };
 
 /* One session in detail, with the slots of its first max_slots pages

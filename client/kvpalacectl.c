@@ -834,6 +834,13 @@ static void json_u32_array(FILE *f, const char *key, const uint32_t *v, size_t n
 	fprintf(f, "]%s", comma ? "," : "");
 }
 
+static const char *policy_name(uint32_t kind)
+{
+	static const char *const names[] = {"none", "window", "sinks", "importance", "hierarchy"};
+
+	return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "unknown";
+}
+
 static void print_session_json(const char *path, const struct kvp_session_detail *d)
 {
 	const struct kvp_session_info *s = &d->info;
@@ -859,6 +866,10 @@ static void print_session_json(const char *path, const struct kvp_session_detail
 	else
 		fputs("null,", f);
 	json_bool(f, "salted", d->salted, 1);
+	json_string(f, "policy", policy_name(d->policy), 1);
+	json_u64(f, "budget", d->budget, 1);
+	json_bool(f, "compacted", d->compacted, 1);
+	json_u64(f, "dropped_tokens", d->dropped_tokens, 1);
 	json_u32_array(f, "page_slots", d->page_slots, d->n_page_slots, 1);
 	json_u32_array(f, "page_holders", d->page_holders, d->n_page_slots, 0);
 	fputs("}\n", f);
@@ -885,6 +896,12 @@ static void print_session_text(const struct kvp_session_detail *d)
 		printf("  %-12s none\n", "writer");
 	printf("  %-12s %s\n", "idle", idle);
 	printf("  %-12s %s\n", "cache salt", d->salted ? "yes" : "no");
+	if (d->policy)
+		printf("  %-12s %s, budget %u tokens%s (%" PRIu64 " dropped)\n", "policy",
+		       policy_name(d->policy), d->budget, d->compacted ? ", compacted" : "",
+		       d->dropped_tokens);
+	else
+		printf("  %-12s none (exact)\n", "policy");
 	printf("  %-12s", "page slots");
 	if (!d->n_page_slots)
 		printf(" none");
@@ -1496,7 +1513,8 @@ static const struct command commands[] = {
 	 "One session in detail: pool, owning uid, model and layout, tokens\n"
 	 "(committed and reserved), pages (shared with another holder, holding only\n"
 	 "reserved tokens), the pid of the client writing it if any, idle time,\n"
-	 "whether it has a cache salt, and the arena slots of its first pages with\n"
+	 "whether it has a cache salt, its token policy and budget (compacted, tokens\n"
+	 "dropped), and the arena slots of its first pages with\n"
 	 "how many holders (sessions, leases, the prefix index) each has.\n"
 	 "\n"
 	 "  --pages N           list the slots of the first N pages (0..4096,\n"

@@ -569,6 +569,7 @@ static void test_session_show(void **state)
 		      "32,\"block_tokens\":16,\"dtype\":\"f16\",\"quant_group\":0},\"n_tokens\":40,"
 		      "\"committed_tokens\":40,\"n_pages\":3,\"shared_pages\":2,\"reserved_pages\":"
 		      "0,\"idle_ms\":*,\"writing\":false,\"writer_pid\":null,\"salted\":false,"
+		      "\"policy\":\"none\",\"budget\":0,\"compacted\":false,\"dropped_tokens\":0,"
 		      "\"page_slots\":[0,1,2],\"page_holders\":[2,2,1]}");
 
 	/* A session being written names its writer. */
@@ -584,6 +585,7 @@ static void test_session_show(void **state)
 
 	CTL_EXPECT(0, h->admin_sock, "session", "show", id3);
 	expect_out("session show (salted)", "%s", "cache salt   yes");
+	expect_out("session show (salted)", "%s", "policy       none (exact)");
 	expect_out("session show (salted)", "%s", "page slots   none");
 	CTL_EXPECT(0, h->admin_sock, "--json", "session", "show", id3);
 	expect_out("session show --json (salted)", "%s", "\"salted\":true,");

@@ -130,6 +130,20 @@ static void test_window(void **state)
 	assert_int_equal(kvp_session_compact(s, &dropped), 0);
 	assert_int_equal(dropped, 0);
 	assert_kept(f, s, want, n);
+	/* What an admin sees of it. */
+	{
+		struct kvp_session_detail *d;
+		kvp_client *admin;
+
+		assert_int_equal(kvp_connect(f->h->admin_sock, &admin), 0);
+		assert_int_equal(kvp_admin_show_session(admin, kvp_session_id(s), 0, &d), 0);
+		assert_int_equal(d->policy, KVP_POLICY_WINDOW);
+		assert_int_equal(d->budget, 64);
+		assert_true(d->compacted);
+		assert_int_equal(d->dropped_tokens, N - 64);
+		free(d);
+		kvp_disconnect(admin);
+	}
 	assert_int_equal(kvp_session_close(s), 0);
 }
 
