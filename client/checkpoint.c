@@ -90,20 +90,6 @@ static int checkpoint_call(struct kvp_client *c, const struct kvp_pool *p, uint6
 	return 0;
 }
 
-KVP_PUBLIC int kvp_session_checkpoint(kvp_session *s, const char *name, uint64_t *ret_bytes)
-{
-	struct kvp_client *c;
-	int ret;
-
-	if (!s)
-		return -EINVAL;
-	c = s->pool->client;
-	ret = begin(c, name);
-	if (ret < 0)
-		return ret;
-	return checkpoint_call(c, s->pool, s->id, name, 0, ret_bytes);
-}
-
 KVP_PUBLIC int kvp_session_checkpoint_as(kvp_session *s, const char *name, uint32_t dtype,
 					 uint64_t *ret_bytes)
 {
@@ -117,6 +103,11 @@ KVP_PUBLIC int kvp_session_checkpoint_as(kvp_session *s, const char *name, uint3
 	if (ret < 0)
 		return ret;
 	return checkpoint_call(c, s->pool, s->id, name, dtype, ret_bytes);
+}
+
+KVP_PUBLIC int kvp_session_checkpoint(kvp_session *s, const char *name, uint64_t *ret_bytes)
+{
+	return kvp_session_checkpoint_as(s, name, 0, ret_bytes);
 }
 
 KVP_PUBLIC int kvp_admin_checkpoint(kvp_client *c, uint64_t session_id, const char *name,

@@ -145,12 +145,17 @@ void prefix_index_reconsider(struct prefix_index *ix, const struct pagealloc *pa
 	place(ix, pa, e, 0);
 }
 
+/* The head of the list e is on, or NULL. */
+static struct list *list_of(struct prefix_index *ix, const struct pindex_entry *e)
+{
+	if (e->list == PINDEX_LIST_HOST)
+		return e->permanent ? &ix->keep_lru : &ix->host_lru;
+	return e->list == PINDEX_LIST_DISK ? &ix->disk_lru : NULL;
+}
+
 void prefix_index_touch(struct prefix_index *ix, struct pindex_entry *e)
 {
-	struct list *head = e->list == PINDEX_LIST_HOST
-				    ? e->permanent ? &ix->keep_lru : &ix->host_lru
-			    : e->list == PINDEX_LIST_DISK ? &ix->disk_lru
-							  : NULL;
+	struct list *head = list_of(ix, e);
 
 	if (!head)
 		return;
@@ -160,10 +165,7 @@ void prefix_index_touch(struct prefix_index *ix, struct pindex_entry *e)
 
 void prefix_index_demote(struct prefix_index *ix, struct pindex_entry *e)
 {
-	struct list *head = e->list == PINDEX_LIST_HOST
-				    ? e->permanent ? &ix->keep_lru : &ix->host_lru
-			    : e->list == PINDEX_LIST_DISK ? &ix->disk_lru
-							  : NULL;
+	struct list *head = list_of(ix, e);
 
 	if (!head)
 		return;
