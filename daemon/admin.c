@@ -181,7 +181,7 @@ static int drop_pool(struct cache *cache, const struct conn *c,
 		*why = "out of memory";
 		return -ENOMEM;
 	}
-	if (tier_pool_busy(p) || !list_empty(&p->waiters) || p->n_jobs) {
+	if (tier_pool_busy(p) || !list_empty(&p->waiters) || p->n_jobs || gpu_pool_busy(p)) {
 		free(leases);
 		*why = "the pool has disk I/O or a checkpoint in flight: try again";
 		return -EBUSY;

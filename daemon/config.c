@@ -74,6 +74,12 @@ void config_defaults(struct config *c)
 	c->socket_mode = 0666;
 	c->admin_socket_mode = 0600;
 	c->log_level = LOG_INFO;
+	/* Device memory is allocated whole when a pool opens (cuMemCreate
+	 * commits it), and inference processes need most of the GPU: a
+	 * modest arena per pool, only where a GPU exists. */
+	c->gpu_pool_bytes = 1ull << 30;
+	c->gpu_high_watermark = 0.90;
+	c->gpu_low_watermark = 0.80;
 }
 
 int config_parse_size(const char *s, uint64_t *ret_bytes)
@@ -212,6 +218,9 @@ enum key_id {
 	K_DISK_POOL,
 	K_IO_BACKEND,
 	K_WARMUP_DIR,
+	K_GPU_POOL,
+	K_GPU_HIGH_MARK,
+	K_GPU_LOW_MARK,
 	K_COUNT,
 };
 _Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
@@ -241,6 +250,9 @@ static const char *const key_names[K_COUNT] = {
 	[K_DISK_POOL] = "disk-pool-size",
 	[K_IO_BACKEND] = "io-backend",
 	[K_WARMUP_DIR] = "warmup-dir",
+	[K_GPU_POOL] = "gpu-pool-size",
+	[K_GPU_HIGH_MARK] = "gpu-high-watermark",
+	[K_GPU_LOW_MARK] = "gpu-low-watermark",
 };
 
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
@@ -310,6 +322,12 @@ static int set_key(struct config *c, int k, const char *v)
 		return config_parse_size(v, &c->disk_pool_bytes) < 0 ? -EINVAL : 0;
 	case K_WARMUP_DIR:
 		return set_path(c->warmup_dir, sizeof(c->warmup_dir), v);
+	case K_GPU_POOL:
+		return config_parse_size(v, &c->gpu_pool_bytes) < 0 ? -EINVAL : 0;
+	case K_GPU_HIGH_MARK:
+		return parse_fraction(v, &c->gpu_high_watermark);
+	case K_GPU_LOW_MARK:
+		return parse_fraction(v, &c->gpu_low_watermark);
 	case K_IO_BACKEND:
 		for (int i = 0; i < 3; i++)
 			if (!strcmp(v, io_backends[i])) {
@@ -393,6 +411,15 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		break;
 	case K_IO_BACKEND:
 		snprintf(buf, n, "%s", io_backends[c->io_backend]);
+		break;
+	case K_GPU_POOL:
+		snprintf(buf, n, "%lluM", (unsigned long long)(c->gpu_pool_bytes >> 20));
+		break;
+	case K_GPU_HIGH_MARK:
+		snprintf(buf, n, "%.2f", c->gpu_high_watermark);
+		break;
+	case K_GPU_LOW_MARK:
+		snprintf(buf, n, "%.2f", c->gpu_low_watermark);
 		break;
 	case K_WARMUP_DIR:
 		if (c->warmup_dir[0])
@@ -622,6 +649,10 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 		snprintf(err, errlen, "host-low-watermark above host-high-watermark");
 		return -EINVAL;
 	}
+	if (c->gpu_low_watermark > c->gpu_high_watermark) {
+		snprintf(err, errlen, "gpu-low-watermark above gpu-high-watermark");
+		return -EINVAL;
+	}
 	if (c->host_pool_bytes < 4096 || c->host_pool_bytes > c->host_tier_bytes) {
 		snprintf(err, errlen, "host-pool-size must be between 4K and host-tier-size");
 		return -EINVAL;
@@ -632,9 +663,9 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 int config_reload(struct config *live, int argc, char **argv, char *err, size_t errlen)
 {
 	static const int live_keys[] = {
-		K_LOG_LEVEL,	 K_HIGH_MARK,	 K_LOW_MARK,   K_MAX_POOLS,
-		K_MAX_SESSIONS,	 K_MAX_LEASES,	 K_MAX_CONNS,  K_MAX_CONNS_USER,
-		K_MAX_IN_FLIGHT, K_MAX_RESERVED, K_MAX_LEASED, K_MAX_TOKENS,
+		K_LOG_LEVEL,  K_HIGH_MARK,  K_LOW_MARK,	      K_MAX_POOLS,     K_MAX_SESSIONS,
+		K_MAX_LEASES, K_MAX_CONNS,  K_MAX_CONNS_USER, K_MAX_IN_FLIGHT, K_MAX_RESERVED,
+		K_MAX_LEASED, K_MAX_TOKENS, K_GPU_HIGH_MARK,  K_GPU_LOW_MARK,
 	};
 	enum config_action act;
 	struct config next;
@@ -656,6 +687,8 @@ int config_reload(struct config *live, int argc, char **argv, char *err, size_t 
 	live->max_reserved_pages = next.max_reserved_pages;
 	live->max_leased_pages = next.max_leased_pages;
 	live->max_session_tokens = next.max_session_tokens;
+	live->gpu_high_watermark = next.gpu_high_watermark;
+	live->gpu_low_watermark = next.gpu_low_watermark;
 	for (size_t i = 0; i < sizeof(live_keys) / sizeof(live_keys[0]); i++)
 		live->src[live_keys[i]] = next.src[live_keys[i]];
 	return 0;
@@ -736,6 +769,12 @@ void config_usage(const char *argv0)
 	       "                            (default auto)\n"
 	       "  --warmup-dir DIR          checkpoints loaded into the prefix index before the\n"
 	       "                            daemon reports ready (default STATE-DIR/warmup)\n"
+	       "  --gpu-pool-size SIZE      device arena of one pool, allocated when the pool\n"
+	       "                            opens and only where a GPU exists; 0 turns the GPU\n"
+	       "                            tier off (default 1G)\n"
+	       "  --gpu-high-watermark F    drop cached device copies when a device arena is\n"
+	       "                            fuller than this fraction (default 0.90)...\n"
+	       "  --gpu-low-watermark F     ...down to this fraction (default 0.80)\n"
 
 	       "  -h, --help                show this help\n"
 	       "  -V, --version             show the version\n"

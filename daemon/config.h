@@ -52,6 +52,9 @@ struct config {
 	uint64_t disk_pool_bytes; /* one pool's spill file; 0: no disk tier */
 	int io_backend;
 	char warmup_dir[CONFIG_PATH_MAX];
+	uint64_t gpu_pool_bytes;	    /* one pool's device arena; 0: no GPU tier */
+	double gpu_high_watermark;	    /* drop cached device copies above this fraction... */
+	double gpu_low_watermark;	    /* ...down to this one */
 	/* "" means <state_dir>/warmup */   /* enum aio_mode: auto, io_uring, threads */
 	unsigned char src[CONFIG_MAX_KEYS]; /* where each key's value came from */
 	char file[CONFIG_PATH_MAX];	    /* the configuration file read, or "" */

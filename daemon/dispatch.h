@@ -39,6 +39,8 @@ struct reply {
 		Kvpalace__V1__ListCheckpointsResponse list_checkpoints;
 		Kvpalace__V1__WarmupResponse warmup;
 		Kvpalace__V1__PrefetchResponse prefetch;
+		Kvpalace__V1__OpenDeviceArenaResponse open_device_arena;
+		Kvpalace__V1__LeaseDeviceResponse lease_device;
 	} u;
 	struct pool *park; /* parked: the pool whose disk I/O it waits for */
 	void *heap;	   /* freed by reply_fini */
