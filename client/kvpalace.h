@@ -260,6 +260,79 @@ KVP_PUBLIC int kvp_lease_fork(kvp_lease *l, uint64_t n_tokens, kvp_session **ret
 /* Ends the lease and frees the handle. NULL is accepted and returns 0. */
 KVP_PUBLIC int kvp_lease_release(kvp_lease *l);
 
+/* ---- the GPU tier -------------------------------------------------------- */
+
+/* Where the daemon runs on a machine with a GPU (and was built with CUDA),
+ * each pool may also have a device arena: pages the daemon copies to the
+ * GPU for a lease, which this process maps and reads in place with its
+ * own kernels, as it reads host pages through kvp_lease_kv(). Everything
+ * below degrades cleanly: without a GPU (or in a library built without
+ * CUDA) the host calls above keep working and these say why they cannot.
+ * A process must use the GPU the daemon uses (found by UUID, whatever
+ * CUDA_VISIBLE_DEVICES says). Device pages a lease holds come back to the
+ * daemon with the lease, and so with the connection when a process dies. */
+
+/* Storage tiers. Values are part of the protocol. */
+enum kvp_tier {
+	KVP_TIER_GPU = 1,
+	KVP_TIER_HOST = 2,
+	KVP_TIER_DISK = 3,
+};
+
+/* Flag of kvp_match_prefix_tier(): when the GPU tier cannot be had (no
+ * GPU in the daemon, no device arena for the pool, this process cannot
+ * map it, no free device slot), serve the lease from the host tier
+ * instead of failing; kvp_lease_tier() tells which it got. */
+#define KVP_TIER_OR_HOST 1u
+
+/* 1 when the daemon gave the pool a device arena (it has a GPU and
+ * gpu-pool-size is not 0), else 0. Says nothing about whether this process
+ * can map it: kvp_pool_gpu_open() does. */
+KVP_PUBLIC int kvp_pool_has_gpu(const kvp_pool *p);
+/* Device page slots of the pool's arena; 0 without one. */
+KVP_PUBLIC uint32_t kvp_pool_gpu_pages(const kvp_pool *p);
+
+/* Maps the pool's device arena into this process (CUDA VMM import of the
+ * POSIX fd the daemon passes, or a legacy CUDA IPC handle), making the
+ * daemon's GPU current on the calling thread. Done once; later calls
+ * return 0 at once. kvp_match_prefix_tier() calls it when needed.
+ * Errors: -EOPNOTSUPP the pool has no device arena or the library was
+ * built without CUDA; -ENODEV this process cannot see the daemon's GPU;
+ * -ENOMEM, -EIO the CUDA import failed. */
+KVP_PUBLIC int kvp_pool_gpu_open(kvp_pool *p);
+
+/* kvp_match_prefix() asking for a tier: KVP_TIER_HOST is kvp_match_prefix;
+ * KVP_TIER_GPU also gives the lease device copies of its pages (the
+ * daemon copies them host→device and answers when the copies are done),
+ * readable through kvp_lease_device_kv() until the lease is released. The
+ * host pages stay pinned too, so kvp_lease_kv() works on any lease.
+ * flags: 0 or KVP_TIER_OR_HOST. Errors as kvp_match_prefix(), and
+ * -EOPNOTSUPP the GPU tier was asked for without KVP_TIER_OR_HOST and the
+ * daemon has none (kvp_strerror() says why: "no GPU: ..."); -ENODEV this
+ * process cannot see the daemon's GPU; -ENOSPC the device arena is full
+ * of leased pages; -EINVAL an unknown tier or flag. */
+KVP_PUBLIC int kvp_match_prefix_tier(kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
+				     unsigned int flags, kvp_lease **ret_lease);
+
+/* kvp_prefetch() for a lease of tier `tier` to come: KVP_TIER_GPU is
+ * refused with -EOPNOTSUPP where the daemon has no GPU tier for the pool,
+ * unless flags has KVP_TIER_OR_HOST. Pages come to the host tier either
+ * way (the device copies need the lease of the match). */
+KVP_PUBLIC int kvp_prefetch_tier(kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
+				 unsigned int flags, uint32_t *ret_pages_coming);
+
+/* The tier a lease's pages can be read from: KVP_TIER_GPU when it holds
+ * device copies, else KVP_TIER_HOST. */
+KVP_PUBLIC uint32_t kvp_lease_tier(const kvp_lease *l);
+
+/* Device address (a CUdeviceptr as a pointer) of element 0 of (pos, layer,
+ * kv, kv_head) of a leased token, in this process's mapping of the pool's
+ * device arena; the page layout is the host page's. NULL when the lease is
+ * not on the GPU or an index is out of range. Valid until the lease is
+ * released; writing through it is undefined (other processes read it). */
+KVP_PUBLIC void *kvp_lease_device_kv(const kvp_lease *l, uint64_t pos, uint32_t layer, uint32_t kv,
+				     uint32_t kv_head);
+
 /* ---- statistics --------------------------------------------------------- */
 
 struct kvp_pool_stats {
@@ -288,6 +361,12 @@ struct kvp_pool_stats {
 	uint64_t io_errors;	     /* disk reads or writes that failed */
 	uint64_t disk_dropped;	     /* disk-only pages dropped for room */
 	uint64_t restored_pages;     /* found in the spill file when the daemon started */
+	/* The GPU tier; all 0 when the pool has no device arena (has_gpu 0). */
+	int has_gpu;
+	uint32_t device_pages;	       /* slots of its device arena */
+	uint32_t device_used_pages;    /* leased, cached or being copied */
+	uint64_t device_copied_pages;  /* host→device copies since start */
+	uint64_t device_dropped_pages; /* cached copies dropped above the watermark */
 };
 
 struct kvp_stats {
@@ -489,13 +568,6 @@ struct kvp_drop_pool_result {
  * nobody else uses. Errors: -ENOENT, -EBUSY, -EPERM. */
 KVP_PUBLIC int kvp_admin_drop_pool(kvp_client *c, uint64_t pool_id, unsigned int flags,
 				   struct kvp_drop_pool_result *ret);
-
-/* Storage tiers. Values are part of the protocol. */
-enum kvp_tier {
-	KVP_TIER_GPU = 1,
-	KVP_TIER_HOST = 2,
-	KVP_TIER_DISK = 3,
-};
 
 /* kvp_admin_evict's max_bytes for "no limit". */
 #define KVP_EVICT_ALL UINT64_MAX
