@@ -219,7 +219,8 @@ static int pool_tables(struct gpu_pool *d)
 	d->hash = calloc(d->n_pages, sizeof(*d->hash));
 	d->sum = calloc(d->n_pages, sizeof(*d->sum));
 	d->used_ns = calloc(d->n_pages, sizeof(*d->used_ns));
-	return d->hash && d->sum && d->used_ns ? 0 : -ENOMEM;
+	d->copying = calloc(d->n_pages, sizeof(*d->copying));
+	return d->hash && d->sum && d->used_ns && d->copying ? 0 : -ENOMEM;
 }
 
 static void pool_tables_free(struct gpu_pool *d)
@@ -229,6 +230,8 @@ static void pool_tables_free(struct gpu_pool *d)
 	free(d->hash);
 	free(d->sum);
 	free(d->used_ns);
+	free(d->copying);
+	d->copying = NULL;
 	d->hash = NULL;
 	d->sum = d->used_ns = NULL;
 }
@@ -254,6 +257,7 @@ static void job_free(struct gpu_job *j)
 	struct pool *p = j->p;
 
 	for (uint32_t i = 0; i < j->n_copies; i++) {
+		p->dev.copying[j->dev[i]] = 0;
 		pagealloc_unref(&p->dev.pa, j->dev[i]);
 		pagealloc_unref(&p->pa, j->host[i]);
 		prefix_index_update(&p->ix, &p->pa, j->host[i]);
@@ -665,6 +669,7 @@ int gpu_lease_device(struct cache *c, struct conn *conn, struct lease *l, uint64
 	struct gpu_pool *d = &p->dev;
 	struct gpu_job *j = NULL;
 	uint32_t start = l->n_dev, n_copies = 0;
+	int wait = 0; /* a cached slot's copy is still in flight */
 	uint64_t now = cache_now_ns();
 	int ret;
 
@@ -716,8 +721,12 @@ int gpu_lease_device(struct cache *c, struct conn *conn, struct lease *l, uint64
 		uint32_t slot;
 
 		if (s >= 0) {
+			/* Another lease's copy may still be on its way: the
+			 * stream runs in order, so waiting for a callback queued
+			 * now is waiting for it. */
 			slot = (uint32_t)s;
 			pagealloc_ref(&d->pa, slot);
+			wait |= d->copying[slot];
 		} else {
 			const struct pindex_entry *e;
 			int cached;
@@ -750,6 +759,7 @@ int gpu_lease_device(struct cache *c, struct conn *conn, struct lease *l, uint64
 				pagealloc_ref(&d->pa, slot); /* the lease's */
 			pagealloc_ref(&d->pa, slot);	     /* the copy's */
 			pagealloc_ref(&p->pa, l->pages[i]);
+			d->copying[slot] = 1;
 			j->dev[n_copies] = slot;
 			j->host[n_copies] = l->pages[i];
 			j->lpage[n_copies] = i;
@@ -758,7 +768,7 @@ int gpu_lease_device(struct cache *c, struct conn *conn, struct lease *l, uint64
 		d->used_ns[slot] = now;
 		l->dev_slots[l->n_dev++] = slot;
 	}
-	if (n_copies == 0) {
+	if (n_copies == 0 && !wait) {
 		free(j ? j->dev : NULL);
 		free(j ? j->host : NULL);
 		free(j ? j->lpage : NULL);
@@ -804,6 +814,7 @@ fail:
 	}
 #endif
 	for (uint32_t k = 0; k < n_copies; k++) {
+		d->copying[j->dev[k]] = 0;
 		cache_forget(d, j->dev[k]);
 		pagealloc_unref(&d->pa, j->dev[k]);
 		pagealloc_unref(&p->pa, j->host[k]);

@@ -79,6 +79,7 @@ struct gpu_pool {
 	XXH128_hash_t *hash;  /* [n_pages] the page a slot holds */
 	uint64_t *sum;	      /* [n_pages] XXH3-64 of its bytes */
 	uint64_t *used_ns;    /* [n_pages] last leased */
+	uint8_t *copying;     /* [n_pages] a copy into the slot is in flight */
 	struct idmap cache;   /* hash.low64 | 1 → slot + 1 */
 	uint32_t n_jobs;      /* jobs with copies in flight */
 	struct list jobs;     /* their links (gpu.c) */
