@@ -3,7 +3,7 @@
  *
  *  - gpu.migrate_h2d_bw: a GPU-tier match of a cold prefix (the daemon
  *    copies every page host→device on its stream, LeaseDevice answers when
- *    done; the daemon runs with gpu watermarks 0 so no copy stays cached),
+ *    done; the daemon runs with gpu watermarks 0.01 so no copy stays cached),
  *    in GB/s, next to gpu.ref.pinned_h2d_bw, a plain cudaMemcpy of the
  *    same bytes from pinned memory.
  *  - gpu.vmm_d2h_bw: reading the leased device pages back to pinned host
@@ -202,7 +202,7 @@ static int bench(const char *sock, int tokens)
 	t = best_copy(h_back, d_buf, bytes, cudaMemcpyDeviceToHost);
 	sample("gpu.ref.pinned_d2h_bw", bytes / t / 1e9);
 
-	/* The daemon's migration: cold every time (watermarks 0). */
+	/* The daemon's migration: cold every time (watermarks 0.01). */
 	best = 1e30;
 	for (int r = 0; r < reps; r++) {
 		t = gpu_match(p, toks, (size_t)tokens, &l);

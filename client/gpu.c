@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "lease.h"
 #include "pool.h"
 #include "rpc.h"
@@ -30,12 +31,42 @@
 #include "vmm.h"
 #endif
 
+/* A daemon that plays a GPU in host memory (KVPALACED_EMULATE_GPU, for
+ * tests without a GPU) passes its "device arena" as a sealed memfd:
+ * device addresses are then addresses of that mapping. */
+static int map_emulated(struct kvp_pool *p, const Kvpalace__V1__OpenDeviceArenaResponse *r, int fd)
+{
+	void *addr;
+	int ret;
+
+	if (fd < 0)
+		return -EPROTO;
+	ret = shm_arena_map(fd, r->arena_bytes, &addr);
+	if (ret == -EINVAL || ret == -EBADF)
+		return -EPROTO;
+	if (ret < 0)
+		return ret;
+	p->dev_emulated = 1;
+	p->dev_arena_bytes = r->arena_bytes; /* what unmap_emulated unmaps */
+	p->dev_base = (uint64_t)(uintptr_t)addr;
+	return 0;
+}
+
+static void unmap_emulated(struct kvp_pool *p)
+{
+	shm_arena_unmap((void *)(uintptr_t)p->dev_base, p->dev_arena_bytes);
+	p->dev_emulated = 0;
+	p->dev_base = 0;
+}
+
 #ifdef KVP_HAVE_CUDA
 static int import_arena(struct kvp_pool *p, const Kvpalace__V1__OpenDeviceArenaResponse *r, int fd)
 {
 	struct vmm_map *m;
 	int dev, ret;
 
+	if (r->handle_type == KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_HOST_EMULATED)
+		return map_emulated(p, r, fd);
 	if (!r->has_device_uuid || r->device_uuid.len != VMM_UUID_BYTES)
 		return -EPROTO;
 	dev = vmm_find_device(r->device_uuid.data);
@@ -62,6 +93,8 @@ static int import_arena(struct kvp_pool *p, const Kvpalace__V1__OpenDeviceArenaR
 
 void pool_gpu_unmap(struct kvp_pool *p)
 {
+	if (p->dev_emulated)
+		unmap_emulated(p);
 	if (p->dev_map) {
 		vmm_destroy(p->dev_map);
 		free(p->dev_map);
@@ -72,14 +105,15 @@ void pool_gpu_unmap(struct kvp_pool *p)
 #else
 static int import_arena(struct kvp_pool *p, const Kvpalace__V1__OpenDeviceArenaResponse *r, int fd)
 {
-	(void)p;
-	(void)r;
-	(void)fd;
-	return -EOPNOTSUPP;
+	if (r->handle_type == KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_HOST_EMULATED)
+		return map_emulated(p, r, fd);
+	return -EOPNOTSUPP; /* a real GPU needs a build with CUDA */
 }
 
 void pool_gpu_unmap(struct kvp_pool *p)
 {
+	if (p->dev_emulated)
+		unmap_emulated(p);
 	p->dev_base = 0;
 }
 #endif
@@ -116,9 +150,6 @@ KVP_PUBLIC int kvp_pool_gpu_open(kvp_pool *p)
 	if (!p->dev_arena)
 		return conn_error(c, -EOPNOTSUPP,
 				  "the daemon gave this pool no device arena (no GPU tier)");
-#ifndef KVP_HAVE_CUDA
-	return conn_error(c, -EOPNOTSUPP, "libkvpalace was built without CUDA");
-#endif
 	op.pool_id = p->id;
 	req.op_case = KVPALACE__V1__REQUEST__OP_OPEN_DEVICE_ARENA;
 	req.open_device_arena = &op;
@@ -138,8 +169,10 @@ KVP_PUBLIC int kvp_pool_gpu_open(kvp_pool *p)
 		close(fd);
 	if (ret == -EPROTO)
 		return conn_break(c, ret, "kvpalaced sent an unusable device arena handle");
+	if (ret == -EOPNOTSUPP)
+		return conn_error(c, ret, "libkvpalace was built without CUDA");
 	if (ret < 0)
-		return conn_error(c, ret == -ENODEV ? -ENODEV : ret,
+		return conn_error(c, ret,
 				  ret == -ENODEV ? "this process cannot see the daemon's GPU"
 						 : "cannot map the pool's device arena");
 	p->dev_n_pages = r->n_pages;
@@ -227,7 +260,14 @@ KVP_PUBLIC int kvp_match_prefix_tier(kvp_pool *p, const uint32_t *tokens, size_t
 			ret = 0;
 		}
 		if (ret < 0) {
+			/* Give the lease back; report why it failed. */
+			int code = c->err_code;
+			char msg[CONN_ERR_MSG_BYTES];
+
+			memcpy(msg, c->err_msg, sizeof(msg));
 			kvp_lease_release(l);
+			c->err_code = code;
+			memcpy(c->err_msg, msg, sizeof(msg));
 			return ret;
 		}
 	}

@@ -47,6 +47,7 @@ struct kvp_pool {
 	uint32_t dev_n_pages;
 	uint64_t dev_base; /* 0: not mapped */
 	void *dev_map;	   /* struct vmm_map (CUDA builds) */
+	int dev_emulated;  /* a daemon's emulated device: a memfd at dev_base */
 };
 
 /* Unmaps the pool's device arena, if mapped (client/gpu.c). */

@@ -138,7 +138,8 @@ static int do_open_device_arena(struct cache *cache, struct conn *c,
 	out->has_device_uuid = 1;
 	out->device_uuid.data = (uint8_t *)gpu_uuid(cache->gpu);
 	out->device_uuid.len = GPU_UUID_BYTES;
-	if (out->handle_type == KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_POSIX_FD) {
+	if (out->handle_type == KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_POSIX_FD ||
+	    out->handle_type == KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_HOST_EMULATED) {
 		r->pass_fd = fcntl(p->dev.fd, F_DUPFD_CLOEXEC, 3);
 		if (r->pass_fd < 0) {
 			*why = "cannot duplicate the device arena descriptor";

@@ -16,6 +16,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "config.h"
 #include "conn.h"
 #include "dispatch.h"
@@ -31,6 +32,9 @@
 #include <cuda_runtime_api.h>
 
 #include "vmm.h"
+#endif
+#ifndef CUDART_CB
+#define CUDART_CB
 #endif
 
 /* cudaHostRegister works on ranges; pinning a whole multi-GiB arena in one
@@ -58,6 +62,7 @@ struct gpu_job {
 
 struct gpu {
 	int available;
+	int emulated; /* $KVPALACED_EMULATE_GPU: host memory plays the device */
 	int device;
 	enum gpu_handle handle;
 	unsigned char uuid[GPU_UUID_BYTES];
@@ -271,10 +276,10 @@ static void job_free(struct gpu_job *j)
 	free(j);
 }
 
-#ifdef KVP_HAVE_CUDA
-/* ---- CUDA ------------------------------------------------------------------ */
+/* ---- completions ----------------------------------------------------------- */
 
-/* On a CUDA thread: only the list and the eventfd. */
+/* On a CUDA thread (or, emulated, on the loop thread): only the list and
+ * the eventfd. */
 static void CUDART_CB job_callback(void *arg)
 {
 	struct gpu_job *j = arg;
@@ -306,9 +311,10 @@ static void job_done(struct gpu_job *j)
 	struct reply r;
 	uint32_t first_bad = UINT32_MAX;
 
+#ifdef KVP_HAVE_CUDA
 	/* A copy that failed after it was queued shows as the stream's
 	 * (sticky) error. */
-	if (!j->error) {
+	if (!j->error && !j->g->emulated) {
 		cudaError_t e = cudaStreamQuery((cudaStream_t)j->g->stream);
 
 		if (e != cudaSuccess && e != cudaErrorNotReady) {
@@ -316,6 +322,7 @@ static void job_done(struct gpu_job *j)
 			j->error = -EIO;
 		}
 	}
+#endif
 	for (uint32_t i = 0; i < j->n_copies; i++) {
 		if (j->error) {
 			/* Nobody may find a copy that may be torn. */
@@ -376,6 +383,9 @@ static void on_eventfd(struct loop_op *op, int res, unsigned int flags)
 	}
 	arm_read(g);
 }
+
+#ifdef KVP_HAVE_CUDA
+/* ---- CUDA ------------------------------------------------------------------ */
 
 static int cuda_init(struct gpu *g)
 {
@@ -505,7 +515,7 @@ static void cuda_pool_close(struct gpu_pool *d)
 	d->map = NULL;
 }
 
-static int copy_to_device(struct gpu *g, struct pool *p, uint32_t dslot, uint32_t hslot)
+static int cuda_copy(struct gpu *g, struct pool *p, uint32_t dslot, uint32_t hslot)
 {
 	void *dst = (void *)(uintptr_t)(p->dev.d_base + (uint64_t)dslot * p->page_bytes);
 	const unsigned char *src =
@@ -519,7 +529,7 @@ static int copy_to_device(struct gpu *g, struct pool *p, uint32_t dslot, uint32_
 	return 0;
 }
 
-static int launch_done(struct gpu *g, struct gpu_job *j)
+static int cuda_launch(struct gpu *g, struct gpu_job *j)
 {
 	if (cudaLaunchHostFunc((cudaStream_t)g->stream, job_callback, j) != cudaSuccess) {
 		cudaGetLastError();
@@ -530,7 +540,7 @@ static int launch_done(struct gpu *g, struct gpu_job *j)
 
 static void cuda_fini(struct gpu *g)
 {
-	if (!g->available)
+	if (!g->available || g->emulated)
 		return;
 	/* Copies in flight target arenas: wait for them (their callbacks
 	 * then sit on the finished list and are freed with their pools'
@@ -561,7 +571,7 @@ static void cuda_pool_close(struct gpu_pool *d)
 	(void)d;
 }
 
-static int copy_to_device(struct gpu *g, struct pool *p, uint32_t dslot, uint32_t hslot)
+static int cuda_copy(struct gpu *g, struct pool *p, uint32_t dslot, uint32_t hslot)
 {
 	(void)g;
 	(void)p;
@@ -570,7 +580,7 @@ static int copy_to_device(struct gpu *g, struct pool *p, uint32_t dslot, uint32_
 	return -ENODEV;
 }
 
-static int launch_done(struct gpu *g, struct gpu_job *j)
+static int cuda_launch(struct gpu *g, struct gpu_job *j)
 {
 	(void)g;
 	(void)j;
@@ -582,6 +592,115 @@ static void cuda_fini(struct gpu *g)
 	(void)g;
 }
 #endif
+
+/* ---- an emulated device (tests only) ---------------------------------------- */
+
+/* With $KVPALACED_EMULATE_GPU=1 the daemon plays a GPU in host memory: each
+ * device arena is a sealed memfd (shm/arena.h) passed as
+ * DEVICE_HANDLE_HOST_EMULATED, copies are memcpy, and completions still
+ * travel through the finished list and the eventfd. Everything of the tier
+ * but the CUDA calls then runs, and is tested, on machines without a GPU. */
+
+static int emu_init(struct gpu *g)
+{
+	g->efd = eventfd(0, EFD_CLOEXEC);
+	if (g->efd < 0) {
+		no_gpu(g, "cannot create an eventfd");
+		return 0;
+	}
+	g->emulated = 1;
+	g->available = 1;
+	g->handle = GPU_HANDLE_EMULATED;
+	memset(g->uuid, 0, sizeof(g->uuid));
+	g->op.cb = on_eventfd;
+	arm_read(g);
+	snprintf(g->status, sizeof(g->status),
+		 "emulated GPU in host memory (KVPALACED_EMULATE_GPU, tests only), device "
+		 "arenas shared as memfd");
+	log_warn("GPU tier: %s", g->status);
+	return 0;
+}
+
+static int emu_pool_open(struct pool *p, uint64_t want)
+{
+	struct gpu_pool *d = &p->dev;
+	char name[64];
+	void *addr;
+	int ret;
+
+	want = (want + 4095) / 4096 * 4096;
+	snprintf(name, sizeof(name), "kvpalace-emugpu-%llu", (unsigned long long)p->id);
+	ret = shm_arena_create(name, want, &d->fd, NULL);
+	if (ret < 0)
+		return ret;
+	ret = shm_arena_map(d->fd, want, &addr);
+	if (ret < 0) {
+		close(d->fd);
+		d->fd = -1;
+		return ret;
+	}
+	d->emulated = 1;
+	d->bytes = want;
+	d->d_base = (uint64_t)(uintptr_t)addr;
+	return 0;
+}
+
+static void emu_pool_close(struct gpu_pool *d)
+{
+	shm_arena_unmap((void *)(uintptr_t)d->d_base, d->bytes);
+	if (d->fd >= 0)
+		close(d->fd);
+	d->fd = -1;
+}
+
+/* ---- one device, CUDA or emulated ------------------------------------------ */
+
+static int dev_pool_open(struct gpu *g, struct pool *p, uint64_t want)
+{
+	return g->emulated ? emu_pool_open(p, want) : cuda_pool_open(g, p, want);
+}
+
+static void dev_pool_close(struct gpu_pool *d)
+{
+	if (d->emulated)
+		emu_pool_close(d);
+	else
+		cuda_pool_close(d);
+}
+
+static int copy_to_device(struct gpu *g, struct pool *p, uint32_t dslot, uint32_t hslot)
+{
+	if (g->emulated) {
+		memcpy((void *)(uintptr_t)(p->dev.d_base + (uint64_t)dslot * p->page_bytes),
+		       (const unsigned char *)p->arena + (uint64_t)hslot * p->page_bytes,
+		       p->page_bytes);
+		return 0;
+	}
+	return cuda_copy(g, p, dslot, hslot);
+}
+
+/* Queues j's completion behind its copies. */
+static int launch_done(struct gpu *g, struct gpu_job *j)
+{
+	if (g->emulated) {
+		job_callback(j); /* the loop sees it on its next turn */
+		return 0;
+	}
+	return cuda_launch(g, j);
+}
+
+/* Waits for every copy queued (the error paths, before slots are reused). */
+static void dev_sync(struct gpu *g)
+{
+#ifdef KVP_HAVE_CUDA
+	if (!g->emulated) {
+		cudaStreamSynchronize((cudaStream_t)g->stream);
+		cudaGetLastError();
+	}
+#else
+	(void)g;
+#endif
+}
 
 /* ---- the tier -------------------------------------------------------------- */
 
@@ -595,7 +714,11 @@ int gpu_init(struct gpu **ret_gpu, const struct config *cfg, struct loop *l)
 	g->loop = l;
 	g->efd = -1;
 	pthread_mutex_init(&g->mu, NULL);
-	cuda_init(g);
+	if (secure_getenv("KVPALACED_EMULATE_GPU") &&
+	    !strcmp(secure_getenv("KVPALACED_EMULATE_GPU"), "1"))
+		emu_init(g);
+	else
+		cuda_init(g);
 	*ret_gpu = g;
 	return 0;
 }
@@ -623,7 +746,7 @@ void gpu_pool_open(struct cache *c, struct pool *p)
 	d->fd = -1;
 	if (!gpu_available(g) || want < p->page_bytes)
 		return;
-	ret = cuda_pool_open(g, p, want);
+	ret = dev_pool_open(g, p, want);
 	if (ret < 0) {
 		log_err("pool %llu: no device arena of %llu MiB (%s): host tier only",
 			(unsigned long long)p->id, (unsigned long long)(want >> 20),
@@ -635,7 +758,7 @@ void gpu_pool_open(struct cache *c, struct pool *p)
 	ret = pool_tables(d);
 	if (ret < 0) {
 		pool_tables_free(d);
-		cuda_pool_close(d);
+		dev_pool_close(d);
 		log_err("pool %llu: no memory for the device arena's tables: host tier only",
 			(unsigned long long)p->id);
 		memset(d, 0, sizeof(*d));
@@ -657,7 +780,7 @@ void gpu_pool_close(struct cache *c, struct pool *p)
 		return;
 	kvp_assert(!d->n_jobs);
 	pool_tables_free(d);
-	cuda_pool_close(d);
+	dev_pool_close(d);
 	d->on = 0;
 }
 
@@ -790,10 +913,7 @@ int gpu_lease_device(struct cache *c, struct conn *conn, struct lease *l, uint64
 	if (ret < 0) {
 		/* The copies were enqueued: wait for them before anything is
 		 * reused, then give everything back. */
-#ifdef KVP_HAVE_CUDA
-		cudaStreamSynchronize((cudaStream_t)g->stream);
-		cudaGetLastError();
-#endif
+		dev_sync(g);
 		j->error = ret;
 		for (uint32_t k = 0; k < j->n_copies; k++)
 			cache_forget(d, j->dev[k]);
@@ -807,12 +927,8 @@ int gpu_lease_device(struct cache *c, struct conn *conn, struct lease *l, uint64
 fail:
 	/* Copies already enqueued finish into slots nobody will find: wait
 	 * for them, then undo this call's slots. */
-#ifdef KVP_HAVE_CUDA
-	if (n_copies) {
-		cudaStreamSynchronize((cudaStream_t)g->stream);
-		cudaGetLastError();
-	}
-#endif
+	if (n_copies)
+		dev_sync(g);
 	for (uint32_t k = 0; k < n_copies; k++) {
 		d->copying[j->dev[k]] = 0;
 		cache_forget(d, j->dev[k]);

@@ -59,6 +59,7 @@ enum gpu_handle {
 	GPU_HANDLE_NONE = 0,
 	GPU_HANDLE_POSIX_FD = 1,
 	GPU_HANDLE_CUDA_IPC = 2,
+	GPU_HANDLE_EMULATED = 3, /* tests only: a memfd (KVPALACED_EMULATE_GPU) */
 };
 
 struct gpu; /* the daemon's device: private to gpu.c */
@@ -73,6 +74,7 @@ struct gpu_pool {
 	int fd;		  /* exported POSIX fd, or -1 */
 	unsigned char ipc[GPU_IPC_BYTES];
 	void *map;	/* struct vmm_map (CUDA builds) */
+	int emulated;	/* a memfd mapped at d_base (tests only) */
 	void *host_reg; /* the pinned host arena, or NULL */
 	uint64_t host_reg_bytes;
 	struct pagealloc pa;  /* refs: the cache, each lease, each copy in flight */

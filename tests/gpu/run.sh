@@ -60,14 +60,14 @@ if [ "$tests" != "skipped (no usable GPU)" ]; then
 	cat "$log/bench.err"
 
 	# The GPU tier against a daemon of its own: a host pool and a device
-	# arena that hold a 4k-token Llama-3-8B prefix (512 MiB), watermarks 0
+	# arena that hold a 4k-token Llama-3-8B prefix (512 MiB), watermarks 0.01
 	# so every match copies afresh (a cold restore).
 	say "GPU tier benchmark (kvp-bench-gpu)"
 	d="$log/daemon"
 	mkdir -p "$d"
 	"$build/daemon/kvpalaced" --socket "$d/kvpalace.sock" --state-dir "$d/state" \
 		--cache-dir "$d/cache" --host-tier-size 4G --host-pool-size 2G \
-		--gpu-pool-size 1G --gpu-high-watermark 0 --gpu-low-watermark 0 \
+		--gpu-pool-size 1G --gpu-high-watermark 0.01 --gpu-low-watermark 0.01 \
 		--disk-pool-size 0 --log-level notice 2>"$log/daemon.log" &
 	dpid=$!
 	i=0

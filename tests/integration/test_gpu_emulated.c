@@ -1,0 +1,446 @@
+/* tests/integration/test_gpu_emulated.c — the GPU tier's machinery on a
+ * machine without a GPU.
+ *
+ * kvpalaced started with KVPALACED_EMULATE_GPU=1 plays a GPU in host
+ * memory (daemon/gpu.c): device arenas are memfds, copies are memcpy, and
+ * everything else is the real tier — OpenDeviceArena with the arena passed
+ * over SCM_RIGHTS, LeaseDevice answered through a ticket once the
+ * completion came back through the eventfd, device slots owned by leases
+ * and given back with connections, the content-addressed device cache and
+ * its watermarks, the client library's GPU calls. Only the CUDA calls are
+ * left for tests/gpu/test_gpu_tier.c, which runs the same scenarios on a
+ * GPU:
+ *
+ *  - share: process A's GPU lease has the host bytes on the "device"; A
+ *    writes a marker there; process B's lease of the same prefix shares
+ *    the device slots (one copy) and reads A's marker through its own
+ *    mapping.
+ *  - round trip: host → device → host (read back) → disk (spilled) →
+ *    device again (copied afresh: watermarks 0.01): every byte the same.
+ *  - killed client: while a process holds device leases on the whole
+ *    arena another's GPU lease finds no room (-ENOSPC, or the host with
+ *    KVP_TIER_OR_HOST); once it is SIGKILLed the arena is free again.
+ *  - limits of the protocol: LeaseDevice past the lease, of another
+ *    client's lease, answers errors and keeps the connection.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#define MODEL "emu-gpu-model"
+#define BT    16u
+/* 4 layers × K/V × 8 heads × 16 tokens × 128 × f16 = 256 KiB a page; a
+ * 2 MiB device arena holds 8. */
+static const struct kvp_layout layout = {
+	.n_layers = 4,
+	.n_kv_heads = 8,
+	.head_dim = 128,
+	.block_tokens = BT,
+	.dtype = KVP_DTYPE_F16,
+};
+#define PAGE_BYTES  (256u << 10)
+#define DEV_PAGES   8u
+#define MARK	    0x5a
+#define MARK_BYTES  4096u
+#define SHARE_PAGES 6u
+
+static uint32_t prefix_a[DEV_PAGES * BT];
+static uint32_t prefix_b[DEV_PAGES * BT];
+static uint32_t others[4][4 * BT];
+
+/* Pages of the lease whose device copy differs from its host copy. */
+static int device_pages_differ(const kvp_lease *l, uint64_t n_pages)
+{
+	int bad = 0;
+
+	for (uint64_t pg = 0; pg < n_pages; pg++) {
+		const void *d = kvp_lease_device_kv(l, pg * BT, 0, 0, 0);
+		const void *h = kvp_lease_kv(l, pg * BT, 0, 0, 0);
+
+		if (!d || !h || d == h || memcmp(d, h, PAGE_BYTES))
+			bad++;
+	}
+	return bad;
+}
+
+static void commit_prefix(struct harness *h, const uint32_t *tokens, size_t n)
+{
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &layout, &p), 0);
+	/* A full host pool makes room by spilling to disk, and an Append
+	 * that comes before the writes finish finds none yet: try again. */
+	for (int tries = 0;; tries++) {
+		int ret = harness_pkv_commit_session(p, tokens, n, &s);
+
+		if (ret == -ENOSPC && tries < 100) {
+			usleep(20 * 1000);
+			continue;
+		}
+		assert_int_equal(ret, 0);
+		break;
+	}
+	/* Only the prefix index holds the pages now: they may be spilled. */
+	assert_int_equal(kvp_session_close(s), 0);
+	kvp_disconnect(c);
+}
+
+static struct kvp_pool_stats stats_of_pool(struct harness *h)
+{
+	struct kvp_pool_stats ps;
+	kvp_client *c;
+	kvp_pool *p;
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &layout, &p), 0);
+	assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &ps, NULL), 0);
+	kvp_disconnect(c);
+	return ps;
+}
+
+struct share {
+	struct harness *h;
+	int to_b[2];
+	int to_a[2];
+};
+
+static int proc_a(void *arg)
+{
+	struct share *sh = arg;
+	struct kvp_stats *st;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_lease *l;
+	char x = 1;
+
+	CHILD_CHECK_EQ(kvp_connect(sh->h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_stats(c, &st), 0);
+	CHILD_CHECK_EQ(st->gpu, 1);
+	CHILD_CHECK(strstr(st->gpu_status, "emulated GPU") != NULL);
+	kvp_stats_free(st);
+	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &layout, &p), 0);
+	CHILD_CHECK_EQ(kvp_pool_has_gpu(p), 1);
+	CHILD_CHECK_EQ(kvp_pool_gpu_pages(p), DEV_PAGES);
+	CHILD_CHECK_EQ(kvp_match_prefix_tier(p, prefix_a, SHARE_PAGES * BT, KVP_TIER_GPU, 0, &l),
+		       0);
+	CHILD_CHECK_EQ(kvp_lease_tier(l), KVP_TIER_GPU);
+	CHILD_CHECK_EQ(kvp_lease_tokens(l), SHARE_PAGES * BT);
+	CHILD_CHECK_EQ(harness_pkv_check_lease(l, p, prefix_a, SHARE_PAGES * BT), 0);
+	CHILD_CHECK_EQ(device_pages_differ(l, SHARE_PAGES), 0);
+	CHILD_CHECK(kvp_lease_device_kv(l, SHARE_PAGES * BT, 0, 0, 0) == NULL);
+	CHILD_CHECK(kvp_lease_device_kv(l, 0, layout.n_layers, 0, 0) == NULL);
+	/* A writes on the device, through its own mapping. */
+	memset(kvp_lease_device_kv(l, 0, 0, 0, 0), MARK, MARK_BYTES);
+	CHILD_CHECK(write(sh->to_b[1], &x, 1) == 1);
+	CHILD_CHECK(read(sh->to_a[0], &x, 1) == 1);
+	CHILD_CHECK_EQ(kvp_lease_release(l), 0);
+	kvp_disconnect(c);
+	return 0;
+}
+
+static int proc_b(void *arg)
+{
+	struct share *sh = arg;
+	const unsigned char *d;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_lease *l;
+	char x;
+
+	CHILD_CHECK(read(sh->to_b[0], &x, 1) == 1);
+	CHILD_CHECK_EQ(kvp_connect(sh->h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &layout, &p), 0);
+	CHILD_CHECK_EQ(kvp_match_prefix_tier(p, prefix_a, SHARE_PAGES * BT, KVP_TIER_GPU, 0, &l),
+		       0);
+	CHILD_CHECK_EQ(kvp_lease_tier(l), KVP_TIER_GPU);
+	d = kvp_lease_device_kv(l, 0, 0, 0, 0);
+	CHILD_CHECK(d != NULL);
+	for (unsigned int i = 0; i < MARK_BYTES; i++)
+		CHILD_CHECK_EQ(d[i], MARK);
+	for (uint64_t pg = 1; pg < SHARE_PAGES; pg++)
+		CHILD_CHECK(memcmp(kvp_lease_device_kv(l, pg * BT, 0, 0, 0),
+				   kvp_lease_kv(l, pg * BT, 0, 0, 0), PAGE_BYTES) == 0);
+	CHILD_CHECK(write(sh->to_a[1], &x, 1) == 1);
+	CHILD_CHECK_EQ(kvp_lease_release(l), 0);
+	kvp_disconnect(c);
+	return 0;
+}
+
+static void test_share(void **state)
+{
+	struct share sh = {.h = *state};
+	struct kvp_pool_stats ps;
+	pid_t a, b;
+
+	commit_prefix(sh.h, prefix_a, SHARE_PAGES * BT);
+	assert_int_equal(pipe(sh.to_a), 0);
+	assert_int_equal(pipe(sh.to_b), 0);
+	a = harness_fork(proc_a, &sh);
+	b = harness_fork(proc_b, &sh);
+	assert_int_equal(harness_wait(a, 60), 0);
+	assert_int_equal(harness_wait(b, 60), 0);
+	ps = stats_of_pool(sh.h);
+	assert_true(ps.has_gpu);
+	assert_int_equal(ps.device_pages, DEV_PAGES);
+	assert_int_equal(ps.device_copied_pages, SHARE_PAGES); /* once, shared */
+	assert_int_equal(ps.device_used_pages, SHARE_PAGES);   /* cached, unleased */
+	assert_int_equal(ps.leased_pages, 0);
+}
+
+static int proc_trip(void *arg)
+{
+	struct harness *h = arg;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_lease *l;
+
+	CHILD_CHECK_EQ(kvp_connect(h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &layout, &p), 0);
+	CHILD_CHECK_EQ(kvp_match_prefix_tier(p, prefix_a, DEV_PAGES * BT, KVP_TIER_GPU, 0, &l), 0);
+	CHILD_CHECK_EQ(kvp_lease_tier(l), KVP_TIER_GPU);
+	CHILD_CHECK_EQ(kvp_lease_tokens(l), DEV_PAGES * BT);
+	CHILD_CHECK_EQ(harness_pkv_check_lease(l, p, prefix_a, DEV_PAGES * BT), 0);
+	CHILD_CHECK_EQ(device_pages_differ(l, DEV_PAGES), 0);
+	CHILD_CHECK_EQ(kvp_lease_release(l), 0);
+	kvp_disconnect(c);
+	return 0;
+}
+
+static void test_round_trip(void **state)
+{
+	struct harness *h = *state;
+	struct kvp_pool_stats ps;
+
+	commit_prefix(h, prefix_a, DEV_PAGES * BT);
+	assert_int_equal(harness_run_child(proc_trip, h), 0);
+	ps = stats_of_pool(h);
+	assert_int_equal(ps.device_copied_pages, DEV_PAGES);
+	for (int i = 0; i < 4; i++)
+		commit_prefix(h, others[i], 4 * BT);
+	ps = stats_of_pool(h);
+	fprintf(stderr, "after the spill: %u pages in host, %u on disk, %llu spilled\n",
+		ps.host_indexed_pages, ps.disk_pages, (unsigned long long)ps.spilled_pages);
+	assert_true(ps.has_disk);
+	assert_true(ps.spilled_pages >= 1);
+	assert_int_equal(harness_run_child(proc_trip, h), 0);
+	ps = stats_of_pool(h);
+	assert_true(ps.promoted_pages >= 1);
+	assert_int_equal(ps.verify_failures, 0);
+	assert_int_equal(ps.device_copied_pages, 2 * DEV_PAGES);
+	assert_true(ps.device_dropped_pages >= DEV_PAGES);
+}
+
+struct holder {
+	struct harness *h;
+	int ready[2];
+	int expect;
+};
+
+static int proc_hold(void *arg)
+{
+	struct holder *x = arg;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_lease *l;
+	char b = 1;
+
+	CHILD_CHECK_EQ(kvp_connect(x->h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &layout, &p), 0);
+	CHILD_CHECK_EQ(kvp_match_prefix_tier(p, prefix_a, DEV_PAGES * BT, KVP_TIER_GPU, 0, &l), 0);
+	CHILD_CHECK_EQ(kvp_lease_tier(l), KVP_TIER_GPU);
+	CHILD_CHECK(write(x->ready[1], &b, 1) == 1);
+	for (;;)
+		pause(); /* until SIGKILL */
+	return 0;
+}
+
+static int proc_want(void *arg)
+{
+	struct holder *x = arg;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_lease *l = NULL;
+
+	CHILD_CHECK_EQ(kvp_connect(x->h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &layout, &p), 0);
+	CHILD_CHECK_EQ(kvp_match_prefix_tier(p, prefix_b, DEV_PAGES * BT, KVP_TIER_GPU, 0, &l),
+		       x->expect);
+	if (x->expect == 0) {
+		CHILD_CHECK_EQ(kvp_lease_tier(l), KVP_TIER_GPU);
+		CHILD_CHECK_EQ(device_pages_differ(l, DEV_PAGES), 0);
+		CHILD_CHECK_EQ(kvp_lease_release(l), 0);
+	} else {
+		CHILD_CHECK(strstr(kvp_strerror(c, x->expect), "device arena is full") != NULL);
+		CHILD_CHECK_EQ(kvp_match_prefix_tier(p, prefix_b, DEV_PAGES * BT, KVP_TIER_GPU,
+						     KVP_TIER_OR_HOST, &l),
+			       0);
+		CHILD_CHECK_EQ(kvp_lease_tier(l), KVP_TIER_HOST);
+		CHILD_CHECK(kvp_lease_device_kv(l, 0, 0, 0, 0) == NULL);
+		CHILD_CHECK_EQ(harness_pkv_check_lease(l, p, prefix_b, DEV_PAGES * BT), 0);
+		CHILD_CHECK_EQ(kvp_lease_release(l), 0);
+	}
+	kvp_disconnect(c);
+	return 0;
+}
+
+static void test_killed_client(void **state)
+{
+	struct holder x = {.h = *state};
+	struct kvp_pool_stats ps;
+	pid_t holder;
+	char b;
+
+	commit_prefix(x.h, prefix_a, DEV_PAGES * BT);
+	commit_prefix(x.h, prefix_b, DEV_PAGES * BT);
+	assert_int_equal(pipe(x.ready), 0);
+	holder = harness_fork(proc_hold, &x);
+	assert_int_equal(read(x.ready[0], &b, 1), 1);
+	x.expect = -ENOSPC;
+	assert_int_equal(harness_run_child(proc_want, &x), 0);
+	ps = stats_of_pool(x.h);
+	assert_int_equal(ps.device_used_pages, DEV_PAGES);
+	assert_int_equal(ps.leased_pages, DEV_PAGES);
+	kill(holder, SIGKILL);
+	assert_int_equal(harness_wait(holder, 30), 128 + SIGKILL);
+	/* Its leases, device slots included, came back with its connection. */
+	x.expect = 0;
+	assert_int_equal(harness_run_child(proc_want, &x), 0);
+	ps = stats_of_pool(x.h);
+	assert_int_equal(ps.leased_pages, 0);
+	assert_int_equal(ps.device_dropped_pages, DEV_PAGES);
+	assert_int_equal(ps.device_copied_pages, 2 * DEV_PAGES);
+}
+
+/* LeaseDevice on the wire: its errors cost no connection. */
+static void test_raw_lease_device(void **state)
+{
+	struct harness *h = *state;
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__LeaseDeviceRequest ld = KVPALACE__V1__LEASE_DEVICE_REQUEST__INIT;
+	Kvpalace__V1__OpenDeviceArenaRequest oda = KVPALACE__V1__OPEN_DEVICE_ARENA_REQUEST__INIT;
+	Kvpalace__V1__MatchPrefixRequest mp;
+	Kvpalace__V1__Response *resp;
+	struct raw *r = calloc(1, sizeof(*r)), *other = calloc(1, sizeof(*other));
+	uint64_t pool_id, lease_id;
+	int fd = -1;
+
+	assert_non_null(r);
+	assert_non_null(other);
+	commit_prefix(h, prefix_a, 4 * BT);
+	assert_int_equal(raw_open(r, h->sock), 0);
+	assert_int_equal(raw_open_pool(r, MODEL, &layout, &pool_id), 0);
+
+	req.id = 500;
+	req.op_case = KVPALACE__V1__REQUEST__OP_OPEN_DEVICE_ARENA;
+	req.open_device_arena = &oda;
+	oda.pool_id = pool_id;
+	assert_int_equal(raw_call(r, &req, &resp, &fd), 1);
+	assert_int_equal(resp->status, KVPALACE__V1__STATUS__STATUS_OK);
+	assert_int_equal(resp->open_device_arena->handle_type,
+			 KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_HOST_EMULATED);
+	assert_int_equal(resp->open_device_arena->n_pages, DEV_PAGES);
+	assert_int_equal(resp->open_device_arena->page_bytes, PAGE_BYTES);
+	assert_true(fd >= 0);
+	close(fd);
+
+	raw_req_match(&req, &mp, pool_id, prefix_a, 4 * BT);
+	mp.has_tier = 1;
+	mp.tier = KVPALACE__V1__TIER__TIER_GPU;
+	assert_int_equal(raw_call(r, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, KVPALACE__V1__STATUS__STATUS_OK);
+	assert_int_equal(resp->match_prefix->tier, KVPALACE__V1__TIER__TIER_GPU);
+	lease_id = resp->match_prefix->lease_id;
+
+	req.id = 501;
+	req.op_case = KVPALACE__V1__REQUEST__OP_LEASE_DEVICE;
+	req.lease_device = &ld;
+	ld.lease_id = lease_id;
+	ld.has_first_page = 1;
+	ld.first_page = 5; /* past the lease's 4 pages */
+	assert_int_equal(raw_call(r, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, KVPALACE__V1__STATUS__STATUS_RANGE);
+	ld.first_page = 2;
+	assert_int_equal(raw_call(r, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, KVPALACE__V1__STATUS__STATUS_OK);
+	assert_int_equal(resp->lease_device->first_page, 2);
+	assert_int_equal(resp->lease_device->n_device_slots, 2);
+	assert_int_equal(resp->lease_device->copied_pages, 4);
+	/* Again: nothing to copy, answered at once. */
+	ld.first_page = 0;
+	assert_int_equal(raw_call(r, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, KVPALACE__V1__STATUS__STATUS_OK);
+	assert_int_equal(resp->lease_device->n_device_slots, 4);
+	assert_int_equal(resp->lease_device->copied_pages, 0);
+	for (size_t i = 0; i < 4; i++)
+		assert_true(resp->lease_device->device_slots[i] < DEV_PAGES);
+
+	/* Another client cannot name the lease. */
+	assert_int_equal(raw_open(other, h->sock), 0);
+	assert_int_equal(raw_hello(other), 0);
+	assert_int_equal(raw_call(other, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, KVPALACE__V1__STATUS__STATUS_NOT_FOUND);
+	assert_int_equal(raw_hello(other), 0);
+	assert_int_equal(raw_hello(r), 0);
+	raw_close(other);
+	raw_close(r);
+	free(other);
+	free(r);
+}
+
+static int setup_small(void **state)
+{
+	static const char *const extra[] = {
+		"--host-pool-size", "8M", "--gpu-pool-size", "2M", "--disk-pool-size", "64M", NULL};
+
+	return harness_setup_args(state, extra);
+}
+
+static int setup_no_cache(void **state)
+{
+	static const char *const extra[] = {"--host-pool-size",
+					    "4M",
+					    "--gpu-pool-size",
+					    "2M",
+					    "--disk-pool-size",
+					    "64M",
+					    "--gpu-high-watermark",
+					    "0.01",
+					    "--gpu-low-watermark",
+					    "0.01",
+					    NULL};
+
+	return harness_setup_args(state, extra);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_share, setup_small, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_round_trip, setup_no_cache, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_killed_client, setup_small, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_raw_lease_device, setup_small,
+						harness_teardown),
+	};
+
+	/* The daemons this test starts play a GPU in host memory. */
+	setenv("KVPALACED_EMULATE_GPU", "1", 1);
+	harness_tokens(prefix_a, DEV_PAGES * BT, 31, 0);
+	harness_tokens(prefix_b, DEV_PAGES * BT, 32, 0);
+	for (int i = 0; i < 4; i++)
+		harness_tokens(others[i], 4 * BT, 40 + (uint32_t)i, 0);
+	return cmocka_run_group_tests_name("gpu_emulated", tests, NULL, NULL);
+}
