@@ -26,6 +26,7 @@
 #include "lease.h"
 #include "pool.h"
 #include "rpc.h"
+#include "session.h"
 
 #ifdef KVP_HAVE_CUDA
 #include "vmm.h"
@@ -294,6 +295,24 @@ KVP_PUBLIC void *kvp_lease_device_kv(const kvp_lease *l, uint64_t pos, uint32_t 
 	    pool_check_index(p, layer, kv, kv_head) < 0)
 		return NULL;
 	return (void *)(uintptr_t)(p->dev_base + (uint64_t)l->dev_slots[page] * p->page_bytes +
+				   shm_kv_offset(&p->shm, layer, kv, kv_head,
+						 (uint32_t)(pos % p->layout.block_tokens)));
+}
+
+KVP_PUBLIC void *kvp_session_device_kv(kvp_session *s, uint64_t pos, uint32_t layer, uint32_t kv,
+				       uint32_t kv_head)
+{
+	const struct kvp_pool *p;
+	uint64_t page;
+
+	if (!s || pos >= s->n_tokens)
+		return NULL;
+	p = s->pool;
+	page = pos / p->layout.block_tokens;
+	if (p->client->dead || !p->dev_base || page >= s->dev_cap ||
+	    s->dev_slots[page] == SESSION_NO_DEV || pool_check_index(p, layer, kv, kv_head) < 0)
+		return NULL;
+	return (void *)(uintptr_t)(p->dev_base + (uint64_t)s->dev_slots[page] * p->page_bytes +
 				   shm_kv_offset(&p->shm, layer, kv, kv_head,
 						 (uint32_t)(pos % p->layout.block_tokens)));
 }

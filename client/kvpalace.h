@@ -314,6 +314,28 @@ KVP_PUBLIC int kvp_pool_gpu_open(kvp_pool *p);
 KVP_PUBLIC int kvp_match_prefix_tier(kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
 				     unsigned int flags, kvp_lease **ret_lease);
 
+/* kvp_append() choosing where the new tokens' K/V is written. With
+ * KVP_TIER_GPU (and a device arena this process can map) every page the
+ * tokens touch also gets a device slot: write their rows on the GPU
+ * through kvp_session_device_kv(); kvp_commit() has the daemon copy those
+ * rows (only the rows of tokens appended on the GPU) back to their host
+ * pages before it publishes them, and returns once they are. Without a
+ * device slot to be had: -EOPNOTSUPP (no GPU tier; kvp_strerror() says
+ * why), -ENODEV (this process cannot see the GPU) or -ENOSPC (the device
+ * arena is full), unless flags has KVP_TIER_OR_HOST: then the tokens are
+ * reserved on the host alone and kvp_session_device_kv() returns NULL for
+ * them. Errors otherwise as kvp_append(). */
+KVP_PUBLIC int kvp_append_tier(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tier,
+			       unsigned int flags);
+
+/* Device address of element 0 of (pos, layer, kv, kv_head) in the device
+ * slot of pos's page, when a GPU-tier append gave that page one, else
+ * NULL. Rows of positions appended on the GPU tier are written there;
+ * others of the same page go through kvp_session_kv(). Valid until the
+ * session is closed or truncated below pos. */
+KVP_PUBLIC void *kvp_session_device_kv(kvp_session *s, uint64_t pos, uint32_t layer, uint32_t kv,
+				       uint32_t kv_head);
+
 /* kvp_prefetch() for a lease of tier `tier` to come: KVP_TIER_GPU is
  * refused with -EOPNOTSUPP where the daemon has no GPU tier for the pool,
  * unless flags has KVP_TIER_OR_HOST. Pages come to the host tier either

@@ -26,7 +26,13 @@ struct kvp_session {
 	uint64_t committed; /* committed, <= n_tokens */
 	uint32_t *slots;    /* [cap] page table; pool_pages_for(n_tokens) entries used */
 	size_t cap;
+	/* Device slots of pages a GPU-tier append touched (client/gpu.c):
+	 * [dev_cap], SESSION_NO_DEV for none; NULL until the first one. */
+	uint32_t *dev_slots;
+	size_t dev_cap;
 };
+
+#define SESSION_NO_DEV UINT32_MAX
 
 /* Frees the handle without telling the daemon. */
 void session_free(struct kvp_session *s);

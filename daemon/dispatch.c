@@ -223,25 +223,18 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 {
 	Kvpalace__V1__AppendResponse *out = &r->u.append;
 	struct session *s = session_get(cache, in->session_id, c->uid, 0);
-	uint64_t first;
+	uint64_t first, before;
 	uint32_t first_page;
-	int ret;
+	int tier, ret;
 
 	if (!s) {
 		*why = "no such session";
 		return -ENOENT;
 	}
-	ret = serve_tier(cache, s->pool, in->has_tier, in->tier, in->or_host, why);
-	if (ret < 0)
-		return ret;
-	if (ret == KVPALACE__V1__TIER__TIER_GPU) {
-		if (!in->or_host) {
-			*why = "reservations on the GPU tier are not implemented yet: append "
-			       "with the host fallback allowed";
-			return -EOPNOTSUPP;
-		}
-		ret = KVPALACE__V1__TIER__TIER_HOST;
-	}
+	tier = serve_tier(cache, s->pool, in->has_tier, in->tier, in->or_host, why);
+	if (tier < 0)
+		return tier;
+	before = s->n_tokens;
 	ret = session_append(cache, s, c, &c->writing, in->tokens, in->n_tokens, &first);
 	if (ret == -EDQUOT && s->n_tokens + in->n_tokens <= cache->cfg->max_session_tokens) {
 		*why = "this client would hold more reserved (uncommitted) pages than "
@@ -255,6 +248,18 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 					: "cannot reserve";
 		return ret;
 	}
+	if (tier == KVPALACE__V1__TIER__TIER_GPU) {
+		ret = gpu_session_append(cache, s, first, in->n_tokens, why);
+		if (ret < 0 && in->or_host) {
+			tier = KVPALACE__V1__TIER__TIER_HOST; /* host slots will do */
+		} else if (ret < 0) {
+			int copied;
+
+			/* Undo the host reservation: the append fails whole. */
+			(void)session_truncate(cache, s, c, before, &copied);
+			return ret;
+		}
+	}
 	cache->ctr.appended_tokens += in->n_tokens;
 	first_page = (uint32_t)(first / s->pool->layout.block_tokens);
 	kvpalace__v1__append_response__init(out);
@@ -263,7 +268,11 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 	out->page_slots = s->pages + first_page;
 	out->n_page_slots = pages_for(s->pool, s->n_tokens) - first_page;
 	out->has_tier = 1;
-	out->tier = KVPALACE__V1__TIER__TIER_HOST;
+	out->tier = (Kvpalace__V1__Tier)tier;
+	if (tier == KVPALACE__V1__TIER__TIER_GPU) {
+		out->device_slots = s->dev_pages + first_page;
+		out->n_device_slots = out->n_page_slots;
+	}
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_APPEND;
 	r->resp.append = out;
 	return 0;
@@ -280,6 +289,14 @@ static int do_commit(struct cache *cache, struct conn *c, const Kvpalace__V1__Co
 	if (!s) {
 		*why = "no such session";
 		return -ENOENT;
+	}
+	/* Tokens appended on the GPU come back to their host pages first
+	 * (the commit parks until they have; session_commit refuses what
+	 * is not this writer's to commit, so only then). */
+	if (s->writer == c && in->n_tokens <= s->n_tokens - s->n_committed) {
+		ret = gpu_session_sync(cache, s, in->n_tokens, why);
+		if (ret < 0)
+			return ret;
 	}
 	ret = session_commit(cache, s, c, in->n_tokens, &first);
 	if (ret < 0) {

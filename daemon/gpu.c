@@ -27,6 +27,8 @@
 #include "loop.h"
 #include "pool.h"
 #include "prefix_index.h"
+#include "session.h"
+#include "tier.h"
 
 #ifdef KVP_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -58,6 +60,14 @@ struct gpu_job {
 	uint32_t *host;	 /* [n_copies] host slots read (referenced) */
 	uint32_t *lpage; /* [n_copies] lease page index of each copy */
 	int error;	 /* a copy failed: 0 or -EIO */
+	/* A copy back of a session's GPU-appended rows (gpu_session_sync)
+	 * instead of a LeaseDevice: device → host, tok_n[i] tokens from
+	 * tok_off[i] of each page, and nobody to answer. */
+	int sync;
+	uint64_t session_id;
+	uint64_t sync_to; /* its tokens below this are back on the host */
+	uint32_t *tok_off;
+	uint32_t *tok_n;
 };
 
 struct gpu {
@@ -273,6 +283,8 @@ static void job_free(struct gpu_job *j)
 	free(j->dev);
 	free(j->host);
 	free(j->lpage);
+	free(j->tok_off);
+	free(j->tok_n);
 	free(j);
 }
 
@@ -304,6 +316,8 @@ static void arm_read(struct gpu *g)
 }
 
 /* On the loop thread: every copy of j is done (or failed). */
+static void sync_done(struct gpu_job *j);
+
 static void job_done(struct gpu_job *j)
 {
 	struct gpu_pool *d = &j->p->dev;
@@ -323,6 +337,10 @@ static void job_done(struct gpu_job *j)
 		}
 	}
 #endif
+	if (j->sync) {
+		sync_done(j);
+		return;
+	}
 	for (uint32_t i = 0; i < j->n_copies; i++) {
 		if (j->error) {
 			/* Nobody may find a copy that may be torn. */
@@ -529,6 +547,20 @@ static int cuda_copy(struct gpu *g, struct pool *p, uint32_t dslot, uint32_t hsl
 	return 0;
 }
 
+/* One strided part of a page's rows: rows of `width` bytes at `off` in
+ * each of `height` blocks `pitch` apart, device → host. */
+static int cuda_rows_back(struct gpu *g, unsigned char *host, uint64_t dev, uint64_t off,
+			  uint64_t pitch, uint64_t width, uint64_t height)
+{
+	if (cudaMemcpy2DAsync(host + off, pitch, (const void *)(uintptr_t)(dev + off), pitch, width,
+			      height, cudaMemcpyDeviceToHost,
+			      (cudaStream_t)g->stream) != cudaSuccess) {
+		cudaGetLastError();
+		return -EIO;
+	}
+	return 0;
+}
+
 static int cuda_launch(struct gpu *g, struct gpu_job *j)
 {
 	if (cudaLaunchHostFunc((cudaStream_t)g->stream, job_callback, j) != cudaSuccess) {
@@ -577,6 +609,19 @@ static int cuda_copy(struct gpu *g, struct pool *p, uint32_t dslot, uint32_t hsl
 	(void)p;
 	(void)dslot;
 	(void)hslot;
+	return -ENODEV;
+}
+
+static int cuda_rows_back(struct gpu *g, unsigned char *host, uint64_t dev, uint64_t off,
+			  uint64_t pitch, uint64_t width, uint64_t height)
+{
+	(void)g;
+	(void)host;
+	(void)dev;
+	(void)off;
+	(void)pitch;
+	(void)width;
+	(void)height;
 	return -ENODEV;
 }
 
@@ -677,6 +722,47 @@ static int copy_to_device(struct gpu *g, struct pool *p, uint32_t dslot, uint32_
 		return 0;
 	}
 	return cuda_copy(g, p, dslot, hslot);
+}
+
+/* Copies tokens [t0, t0 + nt) of device slot dslot back into host slot
+ * hslot: their rows of every (layer, K/V, head), and their scales for a
+ * quantized layout; each part is one 2D copy (rows a page-row apart). */
+static int copy_rows_to_host(struct gpu *g, struct pool *p, uint32_t dslot, uint32_t hslot,
+			     uint32_t t0, uint32_t nt)
+{
+	const struct shm_layout *l = &p->layout;
+	unsigned char *host = (unsigned char *)p->arena + (uint64_t)hslot * p->page_bytes;
+	uint64_t dev = p->dev.d_base + (uint64_t)dslot * p->page_bytes;
+	uint64_t height = (uint64_t)l->n_layers * 2 * l->n_kv_heads;
+	uint64_t row = shm_row_bytes(l);
+	struct {
+		uint64_t off, pitch, width;
+	} part[2] = {{shm_kv_offset(l, 0, 0, 0, t0), row * l->block_tokens, row * nt}};
+	int n_parts = 1, ret;
+
+	if (shm_dtype_quantized(l->dtype)) {
+		uint64_t srow = (uint64_t)(l->head_dim / l->quant_group) * 2;
+
+		part[1].off = shm_scale_offset(l, 0, 0, 0, t0);
+		part[1].pitch = srow * l->block_tokens;
+		part[1].width = srow * nt;
+		n_parts = 2;
+	}
+	for (int k = 0; k < n_parts; k++) {
+		if (g->emulated) {
+			for (uint64_t r = 0; r < height; r++)
+				memcpy(host + part[k].off + r * part[k].pitch,
+				       (const unsigned char *)(uintptr_t)dev + part[k].off +
+					       r * part[k].pitch,
+				       part[k].width);
+			continue;
+		}
+		ret = cuda_rows_back(g, host, dev, part[k].off, part[k].pitch, part[k].width,
+				     height);
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
 }
 
 /* Queues j's completion behind its copies. */
@@ -944,4 +1030,250 @@ fail:
 		free(j);
 	}
 	return ret;
+}
+
+/* ---- GPU appends ------------------------------------------------------------ */
+
+static void sync_done(struct gpu_job *j)
+{
+	struct session *s = idmap_get(&j->c->sessions, j->session_id);
+
+	if (s) {
+		s->dev_copying = 0;
+		if (j->error) {
+			s->dev_error = 1;
+			j->p->dev.copy_errors++;
+			log_err("session %llu: device→host copy failed", (unsigned long long)s->id);
+		} else {
+			/* Forget what is back on the host. */
+			uint32_t k = 0;
+
+			for (uint32_t i = 0; i < s->n_dev_ranges; i++) {
+				struct session_dev_range r = s->dev_ranges[i];
+
+				if (r.to <= j->sync_to)
+					continue;
+				if (r.from < j->sync_to)
+					r.from = j->sync_to;
+				s->dev_ranges[k++] = r;
+			}
+			s->n_dev_ranges = k;
+			j->p->dev.copied_back += j->n_copies;
+		}
+	}
+	/* The Commit parked on the pool runs again. */
+	tier_wake_all(j->p);
+	job_free(j);
+}
+
+int gpu_session_append(struct cache *c, struct session *s, uint64_t from, uint64_t n,
+		       const char **why)
+{
+	struct pool *p = s->pool;
+	struct gpu_pool *d = &p->dev;
+	uint32_t bt = p->layout.block_tokens;
+	uint32_t first = (uint32_t)(from / bt), last = (uint32_t)((from + n - 1) / bt);
+	uint64_t now = cache_now_ns();
+	int first_had;
+
+	if (!d->on) {
+		*why = "this pool has no device arena";
+		return -EOPNOTSUPP;
+	}
+	if (!n)
+		return 0;
+	if (s->dev_cap < s->n_pages) {
+		uint32_t *dp = realloc(s->dev_pages, (size_t)s->cap_pages * sizeof(*dp));
+
+		if (!dp) {
+			*why = "out of memory";
+			return -ENOMEM;
+		}
+		for (uint32_t i = s->dev_cap; i < s->cap_pages; i++)
+			dp[i] = GPU_NONE;
+		s->dev_pages = dp;
+		s->dev_cap = s->cap_pages;
+	}
+	if (s->n_dev_ranges == s->cap_dev_ranges) {
+		uint32_t cap = s->cap_dev_ranges ? s->cap_dev_ranges * 2 : 4;
+		struct session_dev_range *r = realloc(s->dev_ranges, cap * sizeof(*r));
+
+		if (!r) {
+			*why = "out of memory";
+			return -ENOMEM;
+		}
+		s->dev_ranges = r;
+		s->cap_dev_ranges = cap;
+	}
+	if (d->pa.n_free < watermark_free(d, c->cfg->gpu_high_watermark))
+		drop_cached(d, watermark_free(d, c->cfg->gpu_low_watermark));
+	first_had = s->dev_pages[first] != GPU_NONE;
+	for (uint32_t pg = first; pg <= last; pg++) {
+		uint32_t slot;
+
+		if (s->dev_pages[pg] != GPU_NONE)
+			continue;
+		if (d->pa.n_free == 0)
+			drop_cached(d, 1);
+		if (pagealloc_get(&d->pa, &slot) < 0) {
+			/* Give back what this call took: every page after the
+			 * first, and the first when it had none before. */
+			for (uint32_t q = first + (uint32_t)first_had; q < pg; q++) {
+				pagealloc_unref(&d->pa, s->dev_pages[q]);
+				s->dev_pages[q] = GPU_NONE;
+			}
+			*why = "the device arena is full: no device slot for the new pages";
+			return -ENOSPC;
+		}
+		d->hash[slot] = (XXH128_hash_t){0, 0}; /* a session's, never cached */
+		d->used_ns[slot] = now;
+		s->dev_pages[pg] = slot;
+	}
+	if (s->n_dev_ranges && s->dev_ranges[s->n_dev_ranges - 1].to == from)
+		s->dev_ranges[s->n_dev_ranges - 1].to = from + n;
+	else
+		s->dev_ranges[s->n_dev_ranges++] = (struct session_dev_range){from, from + n};
+	return 0;
+}
+
+int gpu_session_sync(struct cache *c, struct session *s, uint64_t n, const char **why)
+{
+	struct pool *p = s->pool;
+	struct gpu_pool *d = &p->dev;
+	uint32_t bt = p->layout.block_tokens;
+	uint64_t target = s->n_committed + n;
+	struct gpu_job *j;
+	uint32_t n_copies = 0, k = 0;
+	int ret;
+
+	if (!s->n_dev_ranges || s->dev_ranges[0].from >= target)
+		return 0;
+	if (s->dev_error) {
+		*why = "a device→host copy of this session's GPU-written tokens failed";
+		return -EIO;
+	}
+	if (s->dev_copying)
+		goto wait;
+	/* One copy per page part of each range below target. */
+	for (uint32_t i = 0; i < s->n_dev_ranges && s->dev_ranges[i].from < target; i++) {
+		uint64_t b = s->dev_ranges[i].to < target ? s->dev_ranges[i].to : target;
+
+		n_copies += (uint32_t)((b - 1) / bt - s->dev_ranges[i].from / bt + 1);
+	}
+	j = calloc(1, sizeof(*j));
+	if (j) {
+		j->dev = calloc(n_copies, sizeof(uint32_t));
+		j->host = calloc(n_copies, sizeof(uint32_t));
+		j->tok_off = calloc(n_copies, sizeof(uint32_t));
+		j->tok_n = calloc(n_copies, sizeof(uint32_t));
+	}
+	if (!j || !j->dev || !j->host || !j->tok_off || !j->tok_n) {
+		if (j) {
+			free(j->dev);
+			free(j->host);
+			free(j->tok_off);
+			free(j->tok_n);
+		}
+		free(j);
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < s->n_dev_ranges && s->dev_ranges[i].from < target; i++) {
+		uint64_t a = s->dev_ranges[i].from;
+		uint64_t b = s->dev_ranges[i].to < target ? s->dev_ranges[i].to : target;
+
+		while (a < b) {
+			uint32_t pg = (uint32_t)(a / bt);
+			uint64_t e = (uint64_t)(pg + 1) * bt < b ? (uint64_t)(pg + 1) * bt : b;
+
+			kvp_assert(pg < s->n_pages && s->dev_pages[pg] != GPU_NONE);
+			ret = copy_rows_to_host(c->gpu, p, s->dev_pages[pg], s->pages[pg],
+						(uint32_t)(a % bt), (uint32_t)(e - a));
+			if (ret < 0) {
+				if (k)
+					dev_sync(c->gpu);
+				j->n_copies = 0; /* nothing referenced yet but k */
+				for (uint32_t q = 0; q < k; q++) {
+					pagealloc_unref(&d->pa, j->dev[q]);
+					pagealloc_unref(&p->pa, j->host[q]);
+				}
+				free(j->dev);
+				free(j->host);
+				free(j->tok_off);
+				free(j->tok_n);
+				free(j);
+				*why = "cannot start a device→host copy";
+				return -EIO;
+			}
+			pagealloc_ref(&d->pa, s->dev_pages[pg]);
+			pagealloc_ref(&p->pa, s->pages[pg]);
+			j->dev[k] = s->dev_pages[pg];
+			j->host[k] = s->pages[pg];
+			j->tok_off[k] = (uint32_t)(a % bt);
+			j->tok_n[k] = (uint32_t)(e - a);
+			k++;
+			a = e;
+		}
+	}
+	j->g = c->gpu;
+	j->c = c;
+	j->p = p;
+	j->sync = 1;
+	j->session_id = s->id;
+	j->sync_to = target;
+	j->n_copies = k;
+	d->n_jobs++;
+	c->gpu->n_jobs++;
+	list_add_tail(&d->jobs, &j->link);
+	ret = launch_done(c->gpu, j);
+	if (ret < 0) {
+		dev_sync(c->gpu);
+		job_free(j);
+		*why = "cannot queue the completion of device→host copies";
+		return ret;
+	}
+	s->dev_copying = 1;
+wait:
+	if (c->no_park) {
+		*why = "device→host copies of this session are still in flight: commit again";
+		return -EBUSY;
+	}
+	c->park_on = p;
+	return -EAGAIN;
+}
+
+void gpu_session_trim(struct session *s)
+{
+	struct gpu_pool *d = &s->pool->dev;
+	uint32_t k = 0;
+
+	for (uint32_t i = 0; i < s->n_dev_ranges; i++) {
+		struct session_dev_range r = s->dev_ranges[i];
+
+		if (r.from >= s->n_tokens)
+			continue;
+		if (r.to > s->n_tokens)
+			r.to = s->n_tokens;
+		s->dev_ranges[k++] = r;
+	}
+	s->n_dev_ranges = k;
+	for (uint32_t pg = s->n_pages; pg < s->dev_cap; pg++)
+		if (s->dev_pages[pg] != GPU_NONE) {
+			pagealloc_unref(&d->pa, s->dev_pages[pg]);
+			s->dev_pages[pg] = GPU_NONE;
+		}
+}
+
+void gpu_session_free(struct session *s)
+{
+	struct gpu_pool *d = &s->pool->dev;
+
+	for (uint32_t pg = 0; pg < s->dev_cap; pg++)
+		if (s->dev_pages[pg] != GPU_NONE)
+			pagealloc_unref(&d->pa, s->dev_pages[pg]);
+	free(s->dev_pages);
+	free(s->dev_ranges);
+	s->dev_pages = NULL;
+	s->dev_ranges = NULL;
+	s->dev_cap = s->n_dev_ranges = s->cap_dev_ranges = 0;
 }

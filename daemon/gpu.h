@@ -10,7 +10,7 @@
  * devices without fd handles, and its host arena is pinned with
  * cudaHostRegister in chunks so copies run at PCIe speed.
  *
- * Device pages are copies of host pages, content-addressed by the prefix
+ * Two directions. Host→GPU: device pages are copies of host pages, content-addressed by the prefix
  * index's chain hash: LeaseDevice gives a read lease device slots holding
  * its pages (copied host→device on the daemon's own stream, or found in
  * the device cache when another lease brought them already). A lease's
@@ -22,6 +22,10 @@
  * XXH3-64 the disk tier took of the page, when it has one: the checksum
  * travels with the page. A cached copy is found by the whole 128-bit
  * chain hash, which names the content, so it is never a wrong page.
+ *
+ * GPU→host: tokens appended on the GPU tier are written by the client
+ * into device slots of their session's pages and copied back, row by row,
+ * before the Commit that publishes them (gpu_session_sync).
  *
  * Completions never block the loop: after a job's copies the daemon
  * enqueues cudaLaunchHostFunc on its stream; that callback (on a CUDA
@@ -49,6 +53,9 @@ struct conn;
 struct lease;
 struct loop;
 struct pool;
+struct session;
+
+#define GPU_NONE UINT32_MAX /* no device slot */
 
 #define GPU_STATUS_BYTES 192u
 #define GPU_UUID_BYTES	 16u
@@ -88,6 +95,7 @@ struct gpu_pool {
 	uint64_t copied;      /* host→device copies completed */
 	uint64_t dropped;     /* cached slots dropped above the watermark */
 	uint64_t copy_errors; /* copies CUDA failed */
+	uint64_t copied_back; /* device→host page copies of GPU appends */
 };
 
 /* Probes CUDA once and, with a device, sets up the stream and the eventfd
@@ -129,6 +137,30 @@ int gpu_lease_device(struct cache *c, struct conn *conn, struct lease *l, uint64
 		     uint64_t id, struct reply *r, const char **why);
 /* Gives back the device slots of l (lease_release calls it). */
 void gpu_lease_release(struct lease *l);
+
+/* ---- GPU appends: pages written on the device, copied back at commit.
+ * Tokens appended on the GPU tier are written by the client into device
+ * slots of their pages; before a Commit publishes them, their rows are
+ * copied device→host (cudaMemcpy2DAsync: only those tokens' rows, so host
+ * and GPU appends mix in one page), completion through the eventfd as
+ * for LeaseDevice. */
+
+/* Gives each page of s that tokens [from, from + n) (just appended) touch a
+ * device slot, and records the range. Returns 0, -ENOSPC (no free device
+ * slot; nothing of this call is left) or -ENOMEM. */
+int gpu_session_append(struct cache *c, struct session *s, uint64_t from, uint64_t n,
+		       const char **why);
+/* Before committing n more tokens of s: 0 when none of them waits for a
+ * copy back; -EAGAIN with c->park_on set when copies were started or are
+ * in flight (the Commit parks and runs again once they are done); -EBUSY
+ * when it may not wait any longer; -EIO when a copy back failed. */
+int gpu_session_sync(struct cache *c, struct session *s, uint64_t n, const char **why);
+/* After s lost tokens or pages (rollback, truncate): forgets the ranges
+ * past its tokens and gives back the device slots of pages it no longer
+ * has. */
+void gpu_session_trim(struct session *s);
+/* Gives back everything of s (session_close). */
+void gpu_session_free(struct session *s);
 
 /* Adds the host-slot references of p's copies in flight to refs[]. */
 int gpu_check(const struct pool *p, uint32_t *refs);

@@ -325,6 +325,149 @@ static void test_killed_client(void **state)
 	assert_int_equal(ps.device_copied_pages, 2 * DEV_PAGES);
 }
 
+/* Writes the prefix-keyed rows of positions [from, to) of s on the device
+ * (dev) or on the host; 0, or -1 when a pointer is missing. */
+static int write_rows(kvp_session *s, const uint32_t *t, uint64_t from, uint64_t to, int dev)
+{
+	uint64_t ph = HARNESS_PREFIX_SEED;
+
+	for (uint64_t pos = 0; pos < to; pos++) {
+		ph = harness_prefix_step(ph, t[pos]);
+		if (pos < from)
+			continue;
+		for (uint32_t layer = 0; layer < layout.n_layers; layer++)
+			for (uint32_t kv = 0; kv < 2; kv++)
+				for (uint32_t head = 0; head < layout.n_kv_heads; head++) {
+					void *row =
+						dev ? kvp_session_device_kv(s, pos, layer, kv, head)
+						    : kvp_session_kv(s, pos, layer, kv, head);
+
+					if (!row)
+						return -1;
+					harness_pkv_fill(row, layout.head_dim, ph, pos, layer, kv,
+							 head);
+				}
+	}
+	return 0;
+}
+
+#define APPEND_TOKENS 56 /* 3.5 pages */
+
+/* K/V written on the GPU (and some on the host, in a page that has a
+ * device slot) reaches the host pages at commit, every row where it
+ * belongs. */
+static int proc_gpu_writer(void *arg)
+{
+	struct harness *h = arg;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	const uint32_t *t = prefix_b;
+
+	CHILD_CHECK_EQ(kvp_connect(h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &layout, &p), 0);
+	CHILD_CHECK_EQ(kvp_session_create(p, &s), 0);
+	/* 0..40 on the GPU, 40..48 on the host (page 2 has a device slot
+	 * all the same), 48..56 on the GPU again. */
+	CHILD_CHECK_EQ(kvp_append_tier(s, t, 40, KVP_TIER_GPU, 0), 0);
+	CHILD_CHECK(kvp_session_device_kv(s, 39, 0, 0, 0) != NULL);
+	CHILD_CHECK(kvp_session_device_kv(s, 39, 0, 0, 0) != kvp_session_kv(s, 39, 0, 0, 0));
+	CHILD_CHECK(kvp_session_device_kv(s, 40, 0, 0, 0) == NULL);
+	CHILD_CHECK_EQ(write_rows(s, t, 0, 40, 1), 0);
+	CHILD_CHECK_EQ(kvp_append(s, t + 40, 8), 0);
+	CHILD_CHECK_EQ(write_rows(s, t, 40, 48, 0), 0);
+	CHILD_CHECK_EQ(kvp_append_tier(s, t + 48, 8, KVP_TIER_GPU, 0), 0);
+	CHILD_CHECK_EQ(write_rows(s, t, 48, 56, 1), 0);
+	/* Nothing is on the host yet for the GPU rows. */
+	CHILD_CHECK(harness_pkv_check_session(p, s, t, 0, 40) > 0);
+	/* Two commits, each copying back its own part. */
+	CHILD_CHECK_EQ(kvp_commit(s, 20), 0);
+	CHILD_CHECK_EQ(harness_pkv_check_session(p, s, t, 0, 20), 0);
+	CHILD_CHECK(harness_pkv_check_session(p, s, t, 20, 40) > 0);
+	CHILD_CHECK_EQ(kvp_commit(s, APPEND_TOKENS - 20), 0);
+	CHILD_CHECK_EQ(harness_pkv_check_session(p, s, t, 0, APPEND_TOKENS), 0);
+	kvp_disconnect(c); /* the session stays, committed */
+	return 0;
+}
+
+static int proc_host_reader(void *arg)
+{
+	struct harness *h = arg;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_lease *l;
+
+	CHILD_CHECK_EQ(kvp_connect(h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &layout, &p), 0);
+	CHILD_CHECK_EQ(kvp_match_prefix(p, prefix_b, APPEND_TOKENS, &l), 0);
+	CHILD_CHECK_EQ(kvp_lease_tokens(l), 48);
+	CHILD_CHECK_EQ(harness_pkv_check_lease(l, p, prefix_b, 48), 0);
+	CHILD_CHECK_EQ(kvp_lease_release(l), 0);
+	kvp_disconnect(c);
+	return 0;
+}
+
+static void test_gpu_append(void **state)
+{
+	struct harness *h = *state;
+	struct kvp_pool_stats ps;
+	struct kvp_session_info *si;
+	kvp_client *c;
+	size_t n;
+
+	assert_int_equal(harness_run_child(proc_gpu_writer, h), 0);
+	ps = stats_of_pool(h);
+	assert_int_equal(ps.device_used_pages, 4); /* the session's 4 pages */
+	assert_int_equal(harness_run_child(proc_host_reader, h), 0);
+
+	/* Closing the session gives its device slots back. */
+	assert_int_equal(kvp_connect(h->admin_sock, &c), 0);
+	assert_int_equal(kvp_list_sessions(c, 0, &si, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(kvp_admin_drop_session(c, si[0].session_id, 0, NULL), 0);
+	free(si);
+	kvp_disconnect(c);
+	ps = stats_of_pool(h);
+	assert_int_equal(ps.device_used_pages, 0);
+}
+
+/* A GPU append that finds no device slot fails whole, or goes to the
+ * host with the fallback; an uncommitted GPU append dies with its
+ * writer, device slots included. */
+static int proc_full_arena(void *arg)
+{
+	struct harness *h = arg;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+
+	CHILD_CHECK_EQ(kvp_connect(h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &layout, &p), 0);
+	CHILD_CHECK_EQ(kvp_session_create(p, &s), 0);
+	CHILD_CHECK_EQ(kvp_append_tier(s, prefix_a, 6 * BT, KVP_TIER_GPU, 0), 0);
+	CHILD_CHECK_EQ(kvp_append_tier(s, prefix_a + 6 * BT, 3 * BT, KVP_TIER_GPU, 0), -ENOSPC);
+	CHILD_CHECK_EQ(kvp_session_tokens(s), 6 * BT);
+	CHILD_CHECK_EQ(
+		kvp_append_tier(s, prefix_a + 6 * BT, 2 * BT, KVP_TIER_GPU, KVP_TIER_OR_HOST), 0);
+	CHILD_CHECK(kvp_session_device_kv(s, 7 * BT, 0, 0, 0) != NULL);
+	CHILD_CHECK_EQ(
+		kvp_append_tier(s, prefix_a + 6 * BT, 2 * BT, KVP_TIER_GPU, KVP_TIER_OR_HOST), 0);
+	CHILD_CHECK(kvp_session_device_kv(s, 9 * BT, 0, 0, 0) == NULL);
+	kvp_disconnect(c); /* uncommitted: rolled back */
+	return 0;
+}
+
+static void test_gpu_append_limits(void **state)
+{
+	struct harness *h = *state;
+	struct kvp_pool_stats ps;
+
+	assert_int_equal(harness_run_child(proc_full_arena, h), 0);
+	ps = stats_of_pool(h);
+	assert_int_equal(ps.device_used_pages, 0);
+	assert_int_equal(ps.reserved_pages, 0);
+}
+
 /* LeaseDevice on the wire: its errors cost no connection. */
 static void test_raw_lease_device(void **state)
 {
@@ -433,6 +576,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_round_trip, setup_no_cache, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_killed_client, setup_small, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_raw_lease_device, setup_small,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_gpu_append, setup_small, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_gpu_append_limits, setup_small,
 						harness_teardown),
 	};
 
