@@ -19,6 +19,9 @@
  *    SIGKILLed; until then another process's GPU lease finds no room
  *    (-ENOSPC, or the host with KVP_TIER_OR_HOST), afterwards it gets the
  *    whole arena.
+ *  - GPU append: rows written on the device (cudaMemcpy into the
+ *    session's device slots), mixed with host rows in one page, are on
+ *    the host pages after Commit (the daemon's cudaMemcpy2DAsync back).
  */
 #include <errno.h>
 #include <signal.h>
@@ -370,6 +373,86 @@ static void test_killed_client(void **state)
 	assert_true(ps.device_dropped_pages >= DEV_PAGES);
 }
 
+#define APPEND_TOKENS 56 /* 3.5 pages */
+
+/* Rows of positions [from, to) written on the device (dev: through
+ * cudaMemcpy to kvp_session_device_kv) or on the host. */
+static int write_rows(kvp_session *s, const uint32_t *t, uint64_t from, uint64_t to, int dev)
+{
+#ifdef KVP_HAVE_CUDA
+	uint16_t row[128];
+	uint64_t ph = HARNESS_PREFIX_SEED;
+
+	for (uint64_t pos = 0; pos < to; pos++) {
+		ph = harness_prefix_step(ph, t[pos]);
+		if (pos < from)
+			continue;
+		for (uint32_t layer = 0; layer < layout.n_layers; layer++)
+			for (uint32_t kv = 0; kv < 2; kv++)
+				for (uint32_t head = 0; head < layout.n_kv_heads; head++) {
+					void *dst =
+						dev ? kvp_session_device_kv(s, pos, layer, kv, head)
+						    : kvp_session_kv(s, pos, layer, kv, head);
+
+					if (!dst)
+						return -1;
+					harness_pkv_fill(row, layout.head_dim, ph, pos, layer, kv,
+							 head);
+					if (!dev)
+						memcpy(dst, row, sizeof(row));
+					else if (cudaMemcpy(dst, row, sizeof(row),
+							    cudaMemcpyHostToDevice) != cudaSuccess)
+						return -1;
+				}
+	}
+#else
+	(void)s;
+	(void)t;
+	(void)from;
+	(void)to;
+	(void)dev;
+#endif
+	return 0;
+}
+
+/* K/V written on the GPU (and a few rows on the host, in a page that has
+ * a device slot) reaches the host pages at Commit, every row in place. */
+static int proc_gpu_writer(void *arg)
+{
+	struct harness *h = arg;
+	const uint32_t *t = prefix_b;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+
+	CHILD_CHECK_EQ(kvp_connect(h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &layout, &p), 0);
+	CHILD_CHECK_EQ(kvp_session_create(p, &s), 0);
+	CHILD_CHECK_EQ(kvp_append_tier(s, t, 40, KVP_TIER_GPU, 0), 0);
+	CHILD_CHECK(kvp_session_device_kv(s, 39, 0, 0, 0) != NULL);
+	CHILD_CHECK_EQ(write_rows(s, t, 0, 40, 1), 0);
+	CHILD_CHECK_EQ(kvp_append(s, t + 40, 8), 0);
+	CHILD_CHECK_EQ(write_rows(s, t, 40, 48, 0), 0);
+	CHILD_CHECK_EQ(kvp_append_tier(s, t + 48, 8, KVP_TIER_GPU, 0), 0);
+	CHILD_CHECK_EQ(write_rows(s, t, 48, 56, 1), 0);
+	CHILD_CHECK_EQ(kvp_commit(s, 20), 0);
+	CHILD_CHECK_EQ(harness_pkv_check_session(p, s, t, 0, 20), 0);
+	CHILD_CHECK_EQ(kvp_commit(s, APPEND_TOKENS - 20), 0);
+	CHILD_CHECK_EQ(harness_pkv_check_session(p, s, t, 0, APPEND_TOKENS), 0);
+	kvp_disconnect(c);
+	return 0;
+}
+
+static void test_gpu_append(void **state)
+{
+	struct harness *h = *state;
+	struct kvp_pool_stats ps;
+
+	assert_int_equal(harness_run_child(proc_gpu_writer, h), 0);
+	ps = stats_of_pool(h);
+	assert_int_equal(ps.device_used_pages, 4);
+}
+
 static int setup_small(void **state)
 {
 	static const char *const extra[] = {
@@ -415,6 +498,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_share, setup_small, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_round_trip, setup_no_cache, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_killed_client, setup_small, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_gpu_append, setup_small, harness_teardown),
 	};
 
 	if (harness_run_child(probe, NULL) != 0) {
