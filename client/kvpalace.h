@@ -385,10 +385,12 @@ struct kvp_pool_stats {
 	uint64_t restored_pages;     /* found in the spill file when the daemon started */
 	/* The GPU tier; all 0 when the pool has no device arena (has_gpu 0). */
 	int has_gpu;
-	uint32_t device_pages;	       /* slots of its device arena */
-	uint32_t device_used_pages;    /* leased, cached or being copied */
-	uint64_t device_copied_pages;  /* host→device copies since start */
-	uint64_t device_dropped_pages; /* cached copies dropped above the watermark */
+	uint32_t device_pages;		   /* slots of its device arena */
+	uint32_t device_used_pages;	   /* leased, cached or being copied */
+	uint64_t device_copied_pages;	   /* host→device copies since start */
+	uint64_t device_dropped_pages;	   /* cached copies dropped above the watermark */
+	uint64_t device_copied_back_pages; /* device→host copies of GPU appends */
+	uint64_t device_copy_errors;	   /* copies that failed, either way */
 };
 
 struct kvp_stats {

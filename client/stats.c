@@ -123,6 +123,8 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 		out->device_used_pages = in->device_used_pages;
 		out->device_copied_pages = in->device_copied_pages;
 		out->device_dropped_pages = in->device_dropped_pages;
+		out->device_copied_back_pages = in->device_copied_back_pages;
+		out->device_copy_errors = in->device_copy_errors;
 		out->host_indexed_pages = in->host_indexed_pages;
 		out->has_disk = in->has_disk_capacity;
 		out->disk_pages = in->disk_pages;

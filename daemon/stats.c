@@ -132,6 +132,9 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 			ps->device_used_pages = p->dev.n_pages - p->dev.pa.n_free;
 			ps->device_copied_pages = p->dev.copied;
 			ps->device_dropped_pages = p->dev.dropped;
+			ps->has_device_copied_back_pages = ps->has_device_copy_errors = 1;
+			ps->device_copied_back_pages = p->dev.copied_back;
+			ps->device_copy_errors = p->dev.copy_errors;
 		}
 		ps->has_host_indexed_pages = 1;
 		ps->host_indexed_pages = p->ix.n_host;

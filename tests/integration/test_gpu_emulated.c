@@ -418,6 +418,11 @@ static void test_gpu_append(void **state)
 	assert_int_equal(harness_run_child(proc_gpu_writer, h), 0);
 	ps = stats_of_pool(h);
 	assert_int_equal(ps.device_used_pages, 4); /* the session's 4 pages */
+	/* Page parts copied back: pages 0 and 1 (to token 20) at the first
+	 * commit; page 1 (from 20), page 2 (its GPU rows 32..40) and page 3
+	 * at the second. */
+	assert_int_equal(ps.device_copied_back_pages, 5);
+	assert_int_equal(ps.device_copy_errors, 0);
 	assert_int_equal(harness_run_child(proc_host_reader, h), 0);
 
 	/* Closing the session gives its device slots back. */
