@@ -425,6 +425,23 @@ static void test_gpu_append(void **state)
 	assert_int_equal(ps.device_copy_errors, 0);
 	assert_int_equal(harness_run_child(proc_host_reader, h), 0);
 
+	/* kvpalacectl shows the device arena, as text and as JSON. */
+	{
+		static char out[8192];
+		char *argv[] = {
+			getenv("KVPALACECTL"), "--socket", h->admin_sock, "pools", NULL, NULL};
+
+		assert_non_null(argv[0]);
+		assert_int_equal(harness_run_capture(argv, NULL, out, sizeof(out)), 0);
+		assert_non_null(strstr(out, "device arena: 8 pages, 4 in use; 0 copied to the "
+					    "GPU, 5 back, 0 dropped, 0 copy errors"));
+		argv[3] = "--json";
+		argv[4] = "pools";
+		assert_int_equal(harness_run_capture(argv, NULL, out, sizeof(out)), 0);
+		assert_non_null(
+			strstr(out, "\"gpu\":{\"device_pages\":8,\"device_used_pages\":4,"));
+	}
+
 	/* Closing the session gives its device slots back. */
 	assert_int_equal(kvp_connect(h->admin_sock, &c), 0);
 	assert_int_equal(kvp_list_sessions(c, 0, &si, &n), 0);
