@@ -383,7 +383,7 @@ static void job_done(struct gpu_job *j)
 static void on_eventfd(struct loop_op *op, int res, unsigned int flags)
 {
 	struct gpu *g = (struct gpu *)((char *)op - offsetof(struct gpu, op));
-	struct gpu_job *list;
+	struct gpu_job *list, *fifo = NULL;
 
 	(void)res;
 	(void)flags;
@@ -393,10 +393,19 @@ static void on_eventfd(struct loop_op *op, int res, unsigned int flags)
 	list = g->finished;
 	g->finished = NULL;
 	pthread_mutex_unlock(&g->mu);
+	/* The callbacks pushed in front: turn the list round to answer in
+	 * completion order. */
 	while (list) {
-		struct gpu_job *j = list;
+		struct gpu_job *next = list->next;
 
-		list = j->next;
+		list->next = fifo;
+		fifo = list;
+		list = next;
+	}
+	while (fifo) {
+		struct gpu_job *j = fifo;
+
+		fifo = j->next;
 		job_done(j);
 	}
 	arm_read(g);
