@@ -566,6 +566,75 @@ static void test_raw_lease_device(void **state)
 	free(r);
 }
 
+/* Clients that go away with a LeaseDevice or a GPU Commit in flight: the
+ * daemon finishes the copies, answers nobody, and gets everything back. */
+static void test_raw_abandon(void **state)
+{
+	struct harness *h = *state;
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__LeaseDeviceRequest ld = KVPALACE__V1__LEASE_DEVICE_REQUEST__INIT;
+	Kvpalace__V1__MatchPrefixRequest mp;
+	Kvpalace__V1__AppendRequest ap;
+	Kvpalace__V1__CommitRequest cm;
+	Kvpalace__V1__Response *resp;
+	struct raw *r = calloc(1, sizeof(*r)), *w = calloc(1, sizeof(*w));
+	struct harness_pool_info info;
+	struct kvp_pool_stats ps;
+	uint64_t pool_id, session_id;
+
+	assert_non_null(r);
+	assert_non_null(w);
+	commit_prefix(h, prefix_a, 4 * BT);
+
+	/* A reader asks for device copies and leaves at once. */
+	assert_int_equal(raw_open(r, h->sock), 0);
+	assert_int_equal(raw_open_pool(r, MODEL, &layout, &pool_id), 0);
+	raw_req_match(&req, &mp, pool_id, prefix_a, 4 * BT);
+	mp.has_tier = 1;
+	mp.tier = KVPALACE__V1__TIER__TIER_GPU;
+	assert_int_equal(raw_call(r, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, KVPALACE__V1__STATUS__STATUS_OK);
+	req.id = 700;
+	req.op_case = KVPALACE__V1__REQUEST__OP_LEASE_DEVICE;
+	req.lease_device = &ld;
+	ld.lease_id = resp->match_prefix->lease_id;
+	assert_int_equal(raw_send(r, &req), 0);
+	raw_close(r);
+
+	/* A writer appends on the GPU, commits and leaves before the answer. */
+	assert_int_equal(raw_open(w, h->sock), 0);
+	assert_int_equal(raw_open_pool(w, MODEL, &layout, &pool_id), 0);
+	assert_int_equal(raw_create_session(w, pool_id, &session_id), 0);
+	raw_req_append(&req, &ap, session_id, prefix_b, 3 * BT);
+	ap.has_tier = 1;
+	ap.tier = KVPALACE__V1__TIER__TIER_GPU;
+	assert_int_equal(raw_call(w, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, KVPALACE__V1__STATUS__STATUS_OK);
+	assert_int_equal(resp->append->n_device_slots, 3);
+	raw_req_commit(&req, &cm, session_id, 2 * BT);
+	assert_int_equal(raw_send(w, &req), 0);
+	raw_close(w);
+
+	/* Both gone: nothing leased, nothing reserved; what is left on the
+	 * device is the reader's cached copies and nothing of the writer's
+	 * uncommitted pages. */
+	assert_int_equal(raw_open(r, h->sock), 0);
+	assert_int_equal(raw_hello(r), 0);
+	assert_int_equal(raw_wait_connections(r, 1), 0);
+	assert_int_equal(raw_pool_info(r, pool_id, &info), 0);
+	assert_int_equal(info.leased_pages, 0);
+	assert_int_equal(info.reserved_pages, 0);
+	raw_close(r);
+	ps = stats_of_pool(h);
+	assert_true(harness_daemon_alive(h));
+	assert_int_equal(ps.leased_pages, 0);
+	/* 4 cached copies of the reader's prefix, and the 2 pages the
+	 * writer's commit (if it ran before the close) keeps in its session. */
+	assert_true(ps.device_used_pages == 4 || ps.device_used_pages == 4 + 2);
+	free(r);
+	free(w);
+}
+
 static int setup_small(void **state)
 {
 	static const char *const extra[] = {
@@ -602,6 +671,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_gpu_append, setup_small, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_gpu_append_limits, setup_small,
 						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_raw_abandon, setup_small, harness_teardown),
 	};
 
 	/* The daemons this test starts play a GPU in host memory. */
