@@ -388,7 +388,7 @@ struct kvp_pool_stats {
 	uint32_t device_pages;		   /* slots of its device arena */
 	uint32_t device_used_pages;	   /* leased, cached or being copied */
 	uint64_t device_copied_pages;	   /* host→device copies since start */
-	uint64_t device_dropped_pages;	   /* cached copies dropped above the watermark */
+	uint64_t device_dropped_pages;	   /* cached copies dropped (watermark, admin evict) */
 	uint64_t device_copied_back_pages; /* device→host copies of GPU appends */
 	uint64_t device_copy_errors;	   /* copies that failed, either way */
 };
@@ -615,9 +615,10 @@ struct kvp_evict_result {
  * by pool, oldest pool first (pool_id only, when not 0), until max_bytes
  * (whole pages; KVP_EVICT_ALL for no limit) or max_pages (0: the daemon's
  * limit, 65536) is reached. A large eviction is several calls: go on while
- * result->more, taking what went off max_bytes. Errors: -EOPNOTSUPP the
- * daemon has no such tier; -ENOENT no such pool; -EINVAL max_bytes 0 or
- * an unknown tier; -EPERM. */
+ * result->more, taking what went off max_bytes. From KVP_TIER_GPU it drops
+ * device copies that no lease holds (their pages stay in the host or disk
+ * tier). Errors: -EOPNOTSUPP the daemon has no such tier; -ENOENT no such
+ * pool; -EINVAL max_bytes 0 or an unknown tier; -EPERM. */
 KVP_PUBLIC int kvp_admin_evict(kvp_client *c, uint32_t tier, uint64_t pool_id, uint64_t max_bytes,
 			       uint32_t max_pages, struct kvp_evict_result **ret_result);
 

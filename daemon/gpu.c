@@ -180,6 +180,39 @@ static void drop_cached(struct gpu_pool *d, uint32_t want_free)
 	}
 }
 
+static int only_cached(const struct gpu_pool *d, uint32_t s)
+{
+	return d->pa.refs[s] == 1 &&
+	       (uintptr_t)idmap_get(&d->cache, cache_key(d->hash[s])) == (uintptr_t)s + 1;
+}
+
+uint32_t gpu_evictable(const struct pool *p)
+{
+	uint32_t n = 0;
+
+	for (uint32_t s = 0; p->dev.on && s < p->dev.n_pages; s++)
+		n += only_cached(&p->dev, s);
+	return n;
+}
+
+uint32_t gpu_evict(struct pool *p, uint32_t max_pages, uint64_t *budget)
+{
+	struct gpu_pool *d = &p->dev;
+	uint64_t k = *budget / p->page_bytes;
+	uint32_t before;
+
+	if (!d->on)
+		return 0;
+	if (k > max_pages)
+		k = max_pages;
+	if (k > d->n_pages - d->pa.n_free)
+		k = d->n_pages - d->pa.n_free;
+	before = d->pa.n_free;
+	drop_cached(d, before + (uint32_t)k);
+	*budget -= (uint64_t)(d->pa.n_free - before) * p->page_bytes;
+	return d->pa.n_free - before;
+}
+
 static uint32_t watermark_free(const struct gpu_pool *d, double mark)
 {
 	double used = mark * d->n_pages;

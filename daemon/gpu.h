@@ -162,6 +162,14 @@ void gpu_session_trim(struct session *s);
 /* Gives back everything of s (session_close). */
 void gpu_session_free(struct session *s);
 
+/* Admin eviction from the GPU tier: device copies only the device cache
+ * holds (no lease, no copy in flight), least recently leased first; their
+ * pages stay in the host or disk tier. gpu_evictable counts them (O(n));
+ * gpu_evict drops up to max_pages of them and at most *budget bytes,
+ * returns how many and takes their bytes off *budget. */
+uint32_t gpu_evictable(const struct pool *p);
+uint32_t gpu_evict(struct pool *p, uint32_t max_pages, uint64_t *budget);
+
 /* Adds the host-slot references of p's copies in flight to refs[]. */
 int gpu_check(const struct pool *p, uint32_t *refs);
 

@@ -199,6 +199,25 @@ static void test_share(void **state)
 	assert_int_equal(ps.device_copied_pages, SHARE_PAGES); /* once, shared */
 	assert_int_equal(ps.device_used_pages, SHARE_PAGES);   /* cached, unleased */
 	assert_int_equal(ps.leased_pages, 0);
+
+	/* The admin empties the GPU tier: the cached copies go, the pages
+	 * stay matchable from the host. */
+	{
+		struct kvp_evict_result *res;
+		kvp_client *admin;
+
+		assert_int_equal(kvp_connect(sh.h->admin_sock, &admin), 0);
+		assert_int_equal(kvp_admin_evict(admin, KVP_TIER_GPU, 0, KVP_EVICT_ALL, 0, &res),
+				 0);
+		assert_int_equal(res->pages, SHARE_PAGES);
+		assert_int_equal(res->bytes, (uint64_t)SHARE_PAGES * PAGE_BYTES);
+		assert_int_equal(res->more, 0);
+		free(res);
+		kvp_disconnect(admin);
+	}
+	ps = stats_of_pool(sh.h);
+	assert_int_equal(ps.device_used_pages, 0);
+	assert_int_equal(ps.indexed_pages, SHARE_PAGES);
 }
 
 static int proc_trip(void *arg)
