@@ -1,11 +1,16 @@
 /* daemon/gpu.c — the device tier (see gpu.h).
  *
- * Two halves: the slot bookkeeping (device slots, the content-addressed
- * device cache, lease slots, watermark) is plain C and always builds; the
- * CUDA half (probe, VMM arenas, host pinning, the stream, copies and their
- * completion through cudaLaunchHostFunc + eventfd) builds only with
- * KVP_HAVE_CUDA. A build without CUDA has no device tier: gpu_init says so
- * once and every pool stays host-only.
+ * Layers, top down: the tier (gpu_init, pools, LeaseDevice, GPU appends
+ * and their copy back at Commit, admin eviction) and the slot bookkeeping
+ * under it (device slots, the content-addressed device cache, lease and
+ * session slots, watermarks) are plain C and always build; completions
+ * (a finished list and an eventfd read on the ring) too; below them one
+ * device, either CUDA (probe, VMM arenas, host pinning, the stream,
+ * cudaMemcpyAsync / cudaMemcpy2DAsync, cudaLaunchHostFunc; only with
+ * KVP_HAVE_CUDA) or, for tests on machines without a GPU, an emulated one
+ * in host memory ($KVPALACED_EMULATE_GPU=1: memfd arenas, memcpy). A
+ * build without CUDA and without the emulation has no device tier:
+ * gpu_init says so once and every pool stays host-only.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -10,8 +10,9 @@
  * devices without fd handles, and its host arena is pinned with
  * cudaHostRegister in chunks so copies run at PCIe speed.
  *
- * Two directions. Host→GPU: device pages are copies of host pages, content-addressed by the prefix
- * index's chain hash: LeaseDevice gives a read lease device slots holding
+ * Two directions. Host→GPU: device pages are copies of host pages,
+ * content-addressed by the prefix index's chain hash: LeaseDevice gives a
+ * read lease device slots holding
  * its pages (copied host→device on the daemon's own stream, or found in
  * the device cache when another lease brought them already). A lease's
  * device slots come back with the lease, so with its connection. A slot
