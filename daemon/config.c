@@ -78,6 +78,7 @@ void config_defaults(struct config *c)
 	 * commits it), and inference processes need most of the GPU: a
 	 * modest arena per pool, only where a GPU exists. */
 	c->gpu_pool_bytes = 1ull << 30;
+	c->gpu_tier_bytes = 8ull << 30;
 	c->gpu_high_watermark = 0.90;
 	c->gpu_low_watermark = 0.80;
 }
@@ -185,6 +186,15 @@ static int parse_fraction(const char *s, double *ret)
 	return 0;
 }
 
+/* A size of device memory: as config_parse_size, but a percentage would be
+ * of host RAM, which says nothing about the GPU's: refused. */
+static int parse_device_size(const char *s, uint64_t *ret)
+{
+	if (strchr(s, '%'))
+		return -EINVAL;
+	return config_parse_size(s, ret) < 0 ? -EINVAL : 0;
+}
+
 static int set_path(char *dst, size_t cap, const char *src)
 {
 	if (!*src || strlen(src) >= cap)
@@ -221,6 +231,7 @@ enum key_id {
 	K_GPU_POOL,
 	K_GPU_HIGH_MARK,
 	K_GPU_LOW_MARK,
+	K_GPU_TIER,
 	K_COUNT,
 };
 _Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
@@ -253,6 +264,7 @@ static const char *const key_names[K_COUNT] = {
 	[K_GPU_POOL] = "gpu-pool-size",
 	[K_GPU_HIGH_MARK] = "gpu-high-watermark",
 	[K_GPU_LOW_MARK] = "gpu-low-watermark",
+	[K_GPU_TIER] = "gpu-tier-size",
 };
 
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
@@ -323,11 +335,13 @@ static int set_key(struct config *c, int k, const char *v)
 	case K_WARMUP_DIR:
 		return set_path(c->warmup_dir, sizeof(c->warmup_dir), v);
 	case K_GPU_POOL:
-		return config_parse_size(v, &c->gpu_pool_bytes) < 0 ? -EINVAL : 0;
+		return parse_device_size(v, &c->gpu_pool_bytes);
 	case K_GPU_HIGH_MARK:
 		return parse_fraction(v, &c->gpu_high_watermark);
 	case K_GPU_LOW_MARK:
 		return parse_fraction(v, &c->gpu_low_watermark);
+	case K_GPU_TIER:
+		return parse_device_size(v, &c->gpu_tier_bytes);
 	case K_IO_BACKEND:
 		for (int i = 0; i < 3; i++)
 			if (!strcmp(v, io_backends[i])) {
@@ -420,6 +434,9 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		break;
 	case K_GPU_LOW_MARK:
 		snprintf(buf, n, "%.2f", c->gpu_low_watermark);
+		break;
+	case K_GPU_TIER:
+		snprintf(buf, n, "%lluM", (unsigned long long)(c->gpu_tier_bytes >> 20));
 		break;
 	case K_WARMUP_DIR:
 		if (c->warmup_dir[0])
@@ -772,6 +789,8 @@ void config_usage(const char *argv0)
 	       "  --gpu-pool-size SIZE      device arena of one pool, allocated when the pool\n"
 	       "                            opens and only where a GPU exists; 0 turns the GPU\n"
 	       "                            tier off (default 1G)\n"
+	       "  --gpu-tier-size SIZE      device arenas of all pools together; a pool past\n"
+	       "                            it runs from the host tier (default 8G)\n"
 	       "  --gpu-high-watermark F    drop cached device copies when a device arena is\n"
 	       "                            fuller than this fraction (default 0.90)...\n"
 	       "  --gpu-low-watermark F     ...down to this fraction (default 0.80)\n"

@@ -53,6 +53,7 @@ struct config {
 	int io_backend;
 	char warmup_dir[CONFIG_PATH_MAX];
 	uint64_t gpu_pool_bytes;	    /* one pool's device arena; 0: no GPU tier */
+	uint64_t gpu_tier_bytes;	    /* device arenas of all pools together */
 	double gpu_high_watermark;	    /* drop cached device copies above this fraction... */
 	double gpu_low_watermark;	    /* ...down to this one */
 	/* "" means <state_dir>/warmup */   /* enum aio_mode: auto, io_uring, threads */

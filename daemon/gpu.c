@@ -91,6 +91,7 @@ struct gpu {
 	pthread_mutex_t mu;
 	struct gpu_job *finished; /* mu */
 	uint32_t n_jobs;	  /* loop thread: jobs not yet done */
+	uint64_t tier_bytes;	  /* device arenas of all pools */
 };
 
 int gpu_available(const struct gpu *g)
@@ -879,6 +880,13 @@ void gpu_pool_open(struct cache *c, struct pool *p)
 	d->fd = -1;
 	if (!gpu_available(g) || want < p->page_bytes)
 		return;
+	if (g->tier_bytes + want > c->cfg->gpu_tier_bytes) {
+		log_notice("pool %llu: no device arena: the GPU tier's %llu MiB (gpu-tier-size) "
+			   "are taken; host tier only",
+			   (unsigned long long)p->id,
+			   (unsigned long long)(c->cfg->gpu_tier_bytes >> 20));
+		return;
+	}
 	ret = dev_pool_open(g, p, want);
 	if (ret < 0) {
 		log_err("pool %llu: no device arena of %llu MiB (%s): host tier only",
@@ -899,6 +907,7 @@ void gpu_pool_open(struct cache *c, struct pool *p)
 		return;
 	}
 	list_init(&d->jobs);
+	g->tier_bytes += d->bytes;
 	d->on = 1;
 	log_info("pool %llu: device arena of %llu MiB, %u pages", (unsigned long long)p->id,
 		 (unsigned long long)(d->bytes >> 20), d->n_pages);
@@ -908,10 +917,10 @@ void gpu_pool_close(struct cache *c, struct pool *p)
 {
 	struct gpu_pool *d = &p->dev;
 
-	(void)c;
 	if (!d->on)
 		return;
 	kvp_assert(!d->n_jobs);
+	c->gpu->tier_bytes -= d->bytes;
 	pool_tables_free(d);
 	dev_pool_close(d);
 	d->on = 0;

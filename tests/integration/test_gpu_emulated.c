@@ -654,6 +654,41 @@ static void test_raw_abandon(void **state)
 	free(w);
 }
 
+/* Device arenas are capped all together: a pool past gpu-tier-size runs
+ * from the host tier, and GPU requests on it take the fallback. */
+static void test_tier_size(void **state)
+{
+	struct harness *h = *state;
+	static const struct kvp_layout other = {.n_layers = 4,
+						.n_kv_heads = 8,
+						.head_dim = 128,
+						.block_tokens = 32,
+						.dtype = KVP_DTYPE_F16};
+	kvp_client *c;
+	kvp_pool *p1, *p2;
+	kvp_lease *l;
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &layout, &p1), 0);
+	assert_int_equal(kvp_pool_has_gpu(p1), 1);
+	assert_int_equal(kvp_pool_open(c, MODEL, &other, &p2), 0);
+	assert_int_equal(kvp_pool_has_gpu(p2), 0);
+	assert_int_equal(kvp_match_prefix_tier(p2, prefix_a, 64, KVP_TIER_GPU, 0, &l), -EOPNOTSUPP);
+	assert_int_equal(
+		kvp_match_prefix_tier(p2, prefix_a, 64, KVP_TIER_GPU, KVP_TIER_OR_HOST, &l), 0);
+	assert_int_equal(kvp_lease_tier(l), KVP_TIER_HOST);
+	assert_int_equal(kvp_lease_release(l), 0);
+	kvp_disconnect(c);
+}
+
+static int setup_tier_cap(void **state)
+{
+	static const char *const extra[] = {
+		"--host-pool-size", "8M", "--gpu-pool-size", "2M", "--gpu-tier-size", "3M", NULL};
+
+	return harness_setup_args(state, extra);
+}
+
 static int setup_small(void **state)
 {
 	static const char *const extra[] = {
@@ -691,6 +726,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_gpu_append_limits, setup_small,
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_raw_abandon, setup_small, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_tier_size, setup_tier_cap, harness_teardown),
 	};
 
 	/* The daemons this test starts play a GPU in host memory. */
