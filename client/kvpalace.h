@@ -379,6 +379,101 @@ KVP_PUBLIC int kvp_lease_fork(kvp_lease *l, uint64_t n_tokens, kvp_session **ret
 /* Ends the lease and frees the handle. NULL is accepted and returns 0. */
 KVP_PUBLIC int kvp_lease_release(kvp_lease *l);
 
+/* ---- the GPU tier -------------------------------------------------------- */
+
+/* Where the daemon runs on a machine with a GPU (and was built with CUDA),
+ * each pool may also have a device arena: pages the daemon copies to the
+ * GPU for a lease, which this process maps and reads in place with its
+ * own kernels, as it reads host pages through kvp_lease_kv(). Everything
+ * below degrades cleanly: without a GPU (or in a library built without
+ * CUDA) the host calls above keep working and these say why they cannot.
+ * A process must use the GPU the daemon uses (found by UUID, whatever
+ * CUDA_VISIBLE_DEVICES says). Device pages a lease holds come back to the
+ * daemon with the lease, and so with the connection when a process dies. */
+
+/* Storage tiers. Values are part of the protocol. */
+enum kvp_tier {
+	KVP_TIER_GPU = 1,
+	KVP_TIER_HOST = 2,
+	KVP_TIER_DISK = 3,
+};
+
+/* Flag of kvp_match_prefix_tier(): when the GPU tier cannot be had (no
+ * GPU in the daemon, no device arena for the pool, this process cannot
+ * map it, no free device slot), serve the lease from the host tier
+ * instead of failing; kvp_lease_tier() tells which it got. */
+#define KVP_TIER_OR_HOST 1u
+
+/* 1 when the daemon gave the pool a device arena (it has a GPU and
+ * gpu-pool-size is not 0), else 0. Says nothing about whether this process
+ * can map it: kvp_pool_gpu_open() does. */
+KVP_PUBLIC int kvp_pool_has_gpu(const kvp_pool *p);
+/* Device page slots of the pool's arena; 0 without one. */
+KVP_PUBLIC uint32_t kvp_pool_gpu_pages(const kvp_pool *p);
+
+/* Maps the pool's device arena into this process (CUDA VMM import of the
+ * POSIX fd the daemon passes, or a legacy CUDA IPC handle), making the
+ * daemon's GPU current on the calling thread. Done once; later calls
+ * return 0 at once. kvp_match_prefix_tier() calls it when needed.
+ * Errors: -EOPNOTSUPP the pool has no device arena or the library was
+ * built without CUDA; -ENODEV this process cannot see the daemon's GPU;
+ * -ENOMEM, -EIO the CUDA import failed. */
+KVP_PUBLIC int kvp_pool_gpu_open(kvp_pool *p);
+
+/* kvp_match_prefix() asking for a tier: KVP_TIER_HOST is kvp_match_prefix;
+ * KVP_TIER_GPU also gives the lease device copies of its pages (the
+ * daemon copies them host→device and answers when the copies are done),
+ * readable through kvp_lease_device_kv() until the lease is released. The
+ * host pages stay pinned too, so kvp_lease_kv() works on any lease.
+ * flags: 0 or KVP_TIER_OR_HOST. Errors as kvp_match_prefix(), and
+ * -EOPNOTSUPP the GPU tier was asked for without KVP_TIER_OR_HOST and the
+ * daemon has none (kvp_strerror() says why: "no GPU: ..."); -ENODEV this
+ * process cannot see the daemon's GPU; -ENOSPC the device arena is full
+ * of leased pages; -EINVAL an unknown tier or flag. */
+KVP_PUBLIC int kvp_match_prefix_tier(kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
+				     unsigned int flags, kvp_lease **ret_lease);
+
+/* kvp_append() choosing where the new tokens' K/V is written. With
+ * KVP_TIER_GPU (and a device arena this process can map) every page the
+ * tokens touch also gets a device slot: write their rows on the GPU
+ * through kvp_session_device_kv(); kvp_commit() has the daemon copy those
+ * rows (only the rows of tokens appended on the GPU) back to their host
+ * pages before it publishes them, and returns once they are. Without a
+ * device slot to be had: -EOPNOTSUPP (no GPU tier; kvp_strerror() says
+ * why), -ENODEV (this process cannot see the GPU) or -ENOSPC (the device
+ * arena is full), unless flags has KVP_TIER_OR_HOST: then the tokens are
+ * reserved on the host alone and kvp_session_device_kv() returns NULL for
+ * them. Errors otherwise as kvp_append(). */
+KVP_PUBLIC int kvp_append_tier(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tier,
+			       unsigned int flags);
+
+/* Device address of element 0 of (pos, layer, kv, kv_head) in the device
+ * slot of pos's page, when a GPU-tier append gave that page one, else
+ * NULL. Rows of positions appended on the GPU tier are written there;
+ * others of the same page go through kvp_session_kv(). Valid until the
+ * session is closed or truncated below pos. */
+KVP_PUBLIC void *kvp_session_device_kv(kvp_session *s, uint64_t pos, uint32_t layer, uint32_t kv,
+				       uint32_t kv_head);
+
+/* kvp_prefetch() for a lease of tier `tier` to come: KVP_TIER_GPU is
+ * refused with -EOPNOTSUPP where the daemon has no GPU tier for the pool,
+ * unless flags has KVP_TIER_OR_HOST. Pages come to the host tier either
+ * way (the device copies need the lease of the match). */
+KVP_PUBLIC int kvp_prefetch_tier(kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
+				 unsigned int flags, uint32_t *ret_pages_coming);
+
+/* The tier a lease's pages can be read from: KVP_TIER_GPU when it holds
+ * device copies, else KVP_TIER_HOST. */
+KVP_PUBLIC uint32_t kvp_lease_tier(const kvp_lease *l);
+
+/* Device address (a CUdeviceptr as a pointer) of element 0 of (pos, layer,
+ * kv, kv_head) of a leased token, in this process's mapping of the pool's
+ * device arena; the page layout is the host page's. NULL when the lease is
+ * not on the GPU or an index is out of range. Valid until the lease is
+ * released; writing through it is undefined (other processes read it). */
+KVP_PUBLIC void *kvp_lease_device_kv(const kvp_lease *l, uint64_t pos, uint32_t layer, uint32_t kv,
+				     uint32_t kv_head);
+
 /* ---- statistics --------------------------------------------------------- */
 
 struct kvp_pool_stats {
@@ -409,6 +504,14 @@ struct kvp_pool_stats {
 	uint64_t restored_pages;     /* found in the spill file when the daemon started */
 	uint32_t permanent_pages;    /* indexed pages of permanent spans: leave host last */
 	uint64_t quantized_pages;    /* spilled in the daemon's spill-dtype (lossy) */
+	/* The GPU tier; all 0 when the pool has no device arena (has_gpu 0). */
+	int has_gpu;
+	uint32_t device_pages;		   /* slots of its device arena */
+	uint32_t device_used_pages;	   /* leased, cached or being copied */
+	uint64_t device_copied_pages;	   /* host→device copies since start */
+	uint64_t device_dropped_pages;	   /* cached copies dropped (watermark, admin evict) */
+	uint64_t device_copied_back_pages; /* device→host copies of GPU appends */
+	uint64_t device_copy_errors;	   /* copies that failed, either way */
 };
 
 struct kvp_stats {
@@ -625,13 +728,6 @@ struct kvp_drop_pool_result {
 KVP_PUBLIC int kvp_admin_drop_pool(kvp_client *c, uint64_t pool_id, unsigned int flags,
 				   struct kvp_drop_pool_result *ret);
 
-/* Storage tiers. Values are part of the protocol. */
-enum kvp_tier {
-	KVP_TIER_GPU = 1,
-	KVP_TIER_HOST = 2,
-	KVP_TIER_DISK = 3,
-};
-
 /* kvp_admin_evict's max_bytes for "no limit". */
 #define KVP_EVICT_ALL UINT64_MAX
 
@@ -654,9 +750,10 @@ struct kvp_evict_result {
  * by pool, oldest pool first (pool_id only, when not 0), until max_bytes
  * (whole pages; KVP_EVICT_ALL for no limit) or max_pages (0: the daemon's
  * limit, 65536) is reached. A large eviction is several calls: go on while
- * result->more, taking what went off max_bytes. Errors: -EOPNOTSUPP the
- * daemon has no such tier; -ENOENT no such pool; -EINVAL max_bytes 0 or
- * an unknown tier; -EPERM. */
+ * result->more, taking what went off max_bytes. From KVP_TIER_GPU it drops
+ * device copies that no lease holds (their pages stay in the host or disk
+ * tier). Errors: -EOPNOTSUPP the daemon has no such tier; -ENOENT no such
+ * pool; -EINVAL max_bytes 0 or an unknown tier; -EPERM. */
 KVP_PUBLIC int kvp_admin_evict(kvp_client *c, uint32_t tier, uint64_t pool_id, uint64_t max_bytes,
 			       uint32_t max_pages, struct kvp_evict_result **ret_result);
 

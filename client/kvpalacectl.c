@@ -344,6 +344,17 @@ static void print_pools_text(const struct kvp_stats *st)
 		       p->evictable_pages, p->leased_pages, p->n_sessions, p->evictions,
 		       p->dedup_pages, page);
 	}
+	for (size_t i = 0; i < st->n_pools; i++) {
+		const struct kvp_pool_stats *p = &st->pools[i];
+
+		if (p->has_gpu)
+			printf("pool %" PRIu64 " device arena: %u pages, %u in use; %" PRIu64
+			       " copied to the GPU, %" PRIu64 " back, %" PRIu64 " dropped, %" PRIu64
+			       " copy errors\n",
+			       p->pool_id, p->device_pages, p->device_used_pages,
+			       p->device_copied_pages, p->device_copied_back_pages,
+			       p->device_dropped_pages, p->device_copy_errors);
+	}
 	if (st->pools_truncated)
 		printf("(more pools exist than fit in one reply)\n");
 }
@@ -401,7 +412,20 @@ static void json_pool(FILE *f, const struct kvp_pool_stats *p)
 	json_u64(f, "evictable_pages", p->evictable_pages, 1);
 	json_u64(f, "n_sessions", p->n_sessions, 1);
 	json_u64(f, "evictions", p->evictions, 1);
-	json_u64(f, "dedup_pages", p->dedup_pages, 0);
+	json_u64(f, "dedup_pages", p->dedup_pages, p->has_gpu);
+	if (p->has_gpu) {
+		/* Only pools with a device arena: a daemon without a GPU
+		 * prints what it always did. */
+		json_key(f, "gpu");
+		fputc('{', f);
+		json_u64(f, "device_pages", p->device_pages, 1);
+		json_u64(f, "device_used_pages", p->device_used_pages, 1);
+		json_u64(f, "device_copied_pages", p->device_copied_pages, 1);
+		json_u64(f, "device_copied_back_pages", p->device_copied_back_pages, 1);
+		json_u64(f, "device_dropped_pages", p->device_dropped_pages, 1);
+		json_u64(f, "device_copy_errors", p->device_copy_errors, 0);
+		fputc('}', f);
+	}
 	fputc('}', f);
 }
 

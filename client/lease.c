@@ -43,6 +43,7 @@ struct match_chunk {
 	uint64_t matched;
 	uint64_t first_page;
 	int complete;
+	uint32_t tier; /* where the daemon serves the lease from */
 	uint32_t *slots;
 	size_t n_slots;
 	char msg[CONN_ERR_MSG_BYTES]; /* the daemon's text when err */
@@ -52,6 +53,7 @@ void lease_free(struct kvp_lease *l)
 {
 	list_del(&l->link);
 	free(l->slots);
+	free(l->dev_slots);
 	free(l);
 }
 
@@ -84,10 +86,12 @@ static int lease_apply(struct kvp_lease *l, const struct match_chunk *ch, int la
 			if (ch->matched || ch->n_slots || ch->first_page ||
 			    (!ch->complete && !last))
 				return -EPROTO;
+			l->tier = ch->tier;
 			*stop = 1;
 			return 0;
 		}
 		l->id = ch->lease_id;
+		l->tier = ch->tier;
 	} else if (ch->lease_id != l->id) {
 		return -EPROTO;
 	}
@@ -144,6 +148,10 @@ static int lease_keep(struct kvp_lease *l, struct match_chunk *ch,
 	ch->matched = r->matched_tokens;
 	ch->first_page = r->first_page;
 	ch->complete = !!r->complete;
+	ch->tier = r->has_tier ? (uint32_t)r->tier : KVP_TIER_HOST;
+	if (ch->tier != KVP_TIER_HOST && (ch->tier != KVP_TIER_GPU || l->want_tier != KVP_TIER_GPU))
+		return conn_break(c, -EPROTO, "kvpalaced answered MatchPrefix from tier %u",
+				  ch->tier);
 	return 0;
 }
 
@@ -170,6 +178,11 @@ static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n)
 
 	memset(win, 0, sizeof(win));
 	mp.pool_id = l->pool->id;
+	/* Host matches say nothing of tiers, as before there were tiers. */
+	mp.has_tier = l->want_tier == KVP_TIER_GPU;
+	mp.tier = KVPALACE__V1__TIER__TIER_GPU;
+	mp.has_or_host = mp.has_tier && l->or_host;
+	mp.or_host = l->or_host;
 	req.op_case = KVPALACE__V1__REQUEST__OP_MATCH_PREFIX;
 	req.match_prefix = &mp;
 	for (;;) {
@@ -275,13 +288,20 @@ out:
 KVP_PUBLIC int kvp_prefetch(kvp_pool *p, const uint32_t *tokens, size_t n,
 			    uint32_t *ret_pages_coming)
 {
+	return kvp_prefetch_tier(p, tokens, n, KVP_TIER_HOST, 0, ret_pages_coming);
+}
+
+KVP_PUBLIC int kvp_prefetch_tier(kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
+				 unsigned int flags, uint32_t *ret_pages_coming)
+{
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__PrefetchRequest pf = KVPALACE__V1__PREFETCH_REQUEST__INIT;
 	Kvpalace__V1__Response *resp;
 	struct kvp_client *c;
 	int ret;
 
-	if (!p || (!tokens && n))
+	if (!p || (!tokens && n) || (flags & ~KVP_TIER_OR_HOST) ||
+	    (tier != KVP_TIER_GPU && tier != KVP_TIER_HOST))
 		return -EINVAL;
 	c = p->client;
 	conn_clear_error(c);
@@ -289,6 +309,10 @@ KVP_PUBLIC int kvp_prefetch(kvp_pool *p, const uint32_t *tokens, size_t n,
 	if (ret < 0)
 		return ret;
 	pf.pool_id = p->id;
+	pf.has_tier = tier == KVP_TIER_GPU;
+	pf.tier = KVPALACE__V1__TIER__TIER_GPU;
+	pf.has_or_host = pf.has_tier && (flags & KVP_TIER_OR_HOST);
+	pf.or_host = pf.has_or_host;
 	pf.tokens = (uint32_t *)tokens;
 	pf.n_tokens = n < c->chunk_tokens ? n : c->chunk_tokens;
 	pool_salt_field(p, &pf.has_cache_salt, &pf.cache_salt);
@@ -305,11 +329,19 @@ KVP_PUBLIC int kvp_prefetch(kvp_pool *p, const uint32_t *tokens, size_t n,
 KVP_PUBLIC int kvp_match_prefix(kvp_pool *p, const uint32_t *tokens, size_t n,
 				kvp_lease **ret_lease)
 {
+	if (!p || !ret_lease)
+		return -EINVAL;
+	return lease_match_tier(p, tokens, n, KVP_TIER_HOST, 0, ret_lease);
+}
+
+int lease_match_tier(struct kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
+		     int or_host, struct kvp_lease **ret_lease)
+{
 	struct kvp_client *c;
 	struct kvp_lease *l;
 	int ret;
 
-	if (!p || (!tokens && n) || !ret_lease)
+	if (!tokens && n)
 		return -EINVAL;
 	c = p->client;
 	conn_clear_error(c);
@@ -320,6 +352,9 @@ KVP_PUBLIC int kvp_match_prefix(kvp_pool *p, const uint32_t *tokens, size_t n,
 	if (!l)
 		return -ENOMEM;
 	l->pool = p;
+	l->want_tier = tier;
+	l->or_host = or_host;
+	l->tier = KVP_TIER_HOST;
 	list_init(&l->link);
 	if (n) {
 		ret = pool_table_reserve(&l->slots, &l->cap, pool_pages_for(p, n));
@@ -344,6 +379,7 @@ fail:
 		memcpy(c->err_msg, msg, sizeof(msg));
 	}
 	free(l->slots);
+	free(l->dev_slots);
 	free(l);
 	return ret;
 }

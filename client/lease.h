@@ -21,9 +21,26 @@ struct kvp_lease {
 	uint64_t n_tokens;
 	uint32_t *slots; /* [cap] page table; pool_pages_for(n_tokens) entries used */
 	size_t cap;
+	uint32_t want_tier;  /* asked for (enum kvp_tier) */
+	int or_host;	     /* the host tier will do when the GPU cannot */
+	uint32_t tier;	     /* the tier the daemon serves it from */
+	uint32_t *dev_slots; /* [dev_cap] device slot of page i, i < n_dev */
+	size_t dev_cap;
+	uint64_t n_dev;
 };
 
 /* Frees the handle without telling the daemon. */
 void lease_free(struct kvp_lease *l);
+
+/* Matches tokens[0..n) asking for tier (KVP_TIER_HOST or KVP_TIER_GPU,
+ * or_host allowing the host instead) and returns a new lease handle on
+ * p's list; l->tier says what the daemon gave. Errors as kvp_match_prefix,
+ * and -EOPNOTSUPP the GPU was asked for without or_host and there is none. */
+int lease_match_tier(struct kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
+		     int or_host, struct kvp_lease **ret_lease);
+
+/* Asks the daemon for device copies of every page of l (LeaseDevice) and
+ * records their device slots. Returns 0 or a negative errno. */
+int lease_device(struct kvp_lease *l);
 
 #endif

@@ -154,6 +154,12 @@ KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id, const struct k
 	p->arena = addr;
 	p->arena_bytes = r->arena_bytes;
 	p->pages = p->arena + r->arena_offset;
+	if (r->has_device_arena && r->device_arena && r->has_device_n_pages &&
+	    r->has_device_arena_bytes && r->device_n_pages) {
+		p->dev_arena = 1;
+		p->dev_arena_bytes = r->device_arena_bytes;
+		p->dev_n_pages = r->device_n_pages;
+	}
 	list_add_tail(&c->pools, &p->link);
 	*ret_pool = p;
 	return 0;
@@ -171,6 +177,7 @@ void pool_free(struct kvp_pool *p)
 	while (!list_empty(&p->sessions))
 		session_free(list_entry(p->sessions.next, struct kvp_session, link));
 	shm_arena_unmap(p->arena, p->arena_bytes);
+	pool_gpu_unmap(p);
 	list_del(&p->link);
 	free(p);
 }

@@ -39,7 +39,19 @@ struct kvp_pool {
 	unsigned char *pages; /* arena + arena_offset: page slot 0 */
 	unsigned char salt[POOL_SALT_MAX_BYTES];
 	size_t salt_bytes; /* 0: no salt */
+	/* The device arena (client/gpu.c): offered by the daemon (dev_arena)
+	 * and, once kvp_pool_gpu_open mapped it, at dev_base in this
+	 * process's device address space. */
+	int dev_arena;
+	uint64_t dev_arena_bytes;
+	uint32_t dev_n_pages;
+	uint64_t dev_base; /* 0: not mapped */
+	void *dev_map;	   /* struct vmm_map (CUDA builds) */
+	int dev_emulated;  /* a daemon's emulated device: a memfd at dev_base */
 };
+
+/* Unmaps the pool's device arena, if mapped (client/gpu.c). */
+void pool_gpu_unmap(struct kvp_pool *p);
 
 /* Frees the pool handle with every session and lease handle opened through
  * it and unmaps the arena, without talking to the daemon (the caller has

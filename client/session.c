@@ -32,6 +32,7 @@ void session_free(struct kvp_session *s)
 {
 	list_del(&s->link);
 	free(s->slots);
+	free(s->dev_slots);
 	free(s);
 }
 
@@ -132,9 +133,40 @@ static int session_apply(struct kvp_session *s, const Kvpalace__V1__AppendRespon
 	return 0;
 }
 
-/* Append with tags (tagged) or without. */
-static int append(kvp_session *s, const uint32_t *tokens, size_t n, int tagged, uint32_t role,
-		  uint32_t turn, unsigned int flags)
+/* Records the device slots an Append reply gave (or that its new pages
+ * have none). Returns 0 or -EPROTO / -ENOMEM. */
+static int session_apply_dev(struct kvp_session *s, const Kvpalace__V1__AppendResponse *r,
+			     uint64_t known_pages)
+{
+	const struct kvp_pool *p = s->pool;
+	uint64_t pages = pool_pages_for(p, s->n_tokens);
+	int gpu = r->has_tier && r->tier == KVPALACE__V1__TIER__TIER_GPU;
+
+	if (!gpu && !s->dev_slots)
+		return r->n_device_slots ? -EPROTO : 0;
+	if (gpu && (r->n_device_slots != r->n_page_slots || !p->dev_base))
+		return -EPROTO;
+	if (pool_table_reserve(&s->dev_slots, &s->dev_cap, pages) < 0)
+		return -ENOMEM;
+	for (uint64_t i = known_pages; i < pages; i++)
+		s->dev_slots[i] = SESSION_NO_DEV;
+	for (size_t i = 0; gpu && i < r->n_device_slots; i++) {
+		if (r->device_slots[i] >= p->dev_n_pages)
+			return -EPROTO;
+		s->dev_slots[r->first_page + i] = r->device_slots[i];
+	}
+	return 0;
+}
+
+/* Tags for appended tokens (kvp_append_tagged). */
+struct append_tag {
+	uint32_t role, turn;
+	unsigned int flags;
+};
+
+/* Append on a tier (flags: KVP_TIER_OR_HOST), with tags when tag. */
+static int append(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tier,
+		  unsigned int flags, const struct append_tag *tag)
 {
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__AppendRequest ap = KVPALACE__V1__APPEND_REQUEST__INIT;
@@ -143,7 +175,8 @@ static int append(kvp_session *s, const uint32_t *tokens, size_t n, int tagged, 
 	size_t done = 0;
 	int ret;
 
-	if (!s || (!tokens && n))
+	if (!s || (!tokens && n) || (flags & ~KVP_TIER_OR_HOST) ||
+	    (tier != KVP_TIER_GPU && tier != KVP_TIER_HOST))
 		return -EINVAL;
 	c = s->pool->client;
 	conn_clear_error(c);
@@ -156,19 +189,33 @@ static int append(kvp_session *s, const uint32_t *tokens, size_t n, int tagged, 
 		return conn_error(c, -EDQUOT, "too many tokens");
 	if (pool_table_reserve(&s->slots, &s->cap, pool_pages_for(s->pool, s->n_tokens + n)) < 0)
 		return -ENOMEM;
+	if (tier == KVP_TIER_GPU && s->pool->dev_arena && !s->pool->dev_base) {
+		/* Device slots are of use only once the arena is mapped here. */
+		ret = kvp_pool_gpu_open(s->pool);
+		if (ret < 0 && (c->dead || !(flags & KVP_TIER_OR_HOST)))
+			return ret;
+		if (ret < 0)
+			tier = KVP_TIER_HOST;
+		conn_clear_error(c);
+	}
 	ap.session_id = s->id;
-	if (tagged) {
-		if (role >= KVP_N_ROLES || (flags & ~KVP_TAG_PERMANENT))
+	if (tag) {
+		if (tag->role >= KVP_N_ROLES || (tag->flags & ~KVP_TAG_PERMANENT))
 			return conn_error(c, -EINVAL, "unknown role or tag flag");
 		ap.has_role = ap.has_turn = ap.has_permanent = 1;
-		ap.role = (Kvpalace__V1__Role)role;
-		ap.turn = turn;
-		ap.permanent = (flags & KVP_TAG_PERMANENT) != 0;
+		ap.role = (Kvpalace__V1__Role)tag->role;
+		ap.turn = tag->turn;
+		ap.permanent = (tag->flags & KVP_TAG_PERMANENT) != 0;
 	}
+	ap.has_tier = tier == KVP_TIER_GPU;
+	ap.tier = KVPALACE__V1__TIER__TIER_GPU;
+	ap.has_or_host = ap.has_tier && (flags & KVP_TIER_OR_HOST);
+	ap.or_host = ap.has_or_host;
 	req.op_case = KVPALACE__V1__REQUEST__OP_APPEND;
 	req.append = &ap;
 	while (done < n) {
 		size_t len = n - done < c->chunk_tokens ? n - done : c->chunk_tokens;
+		uint64_t known = pool_pages_for(s->pool, s->n_tokens);
 
 		ap.tokens = (uint32_t *)tokens + done;
 		ap.n_tokens = len;
@@ -184,20 +231,35 @@ static int append(kvp_session *s, const uint32_t *tokens, size_t n, int tagged, 
 				(unsigned long long)resp->append->first_token,
 				(unsigned long long)resp->append->first_page,
 				resp->append->n_page_slots, len, (unsigned long long)s->n_tokens);
+		ret = session_apply_dev(s, resp->append, known);
+		if (ret == -ENOMEM)
+			return conn_error(c, ret, "out of memory");
+		if (ret < 0)
+			return conn_break(c, ret,
+					  "kvpalaced answered Append with device slots "
+					  "that do not fit");
 		done += len;
 	}
 	return 0;
 }
 
+KVP_PUBLIC int kvp_append_tier(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tier,
+			       unsigned int flags)
+{
+	return append(s, tokens, n, tier, flags, NULL);
+}
+
 KVP_PUBLIC int kvp_append(kvp_session *s, const uint32_t *tokens, size_t n)
 {
-	return append(s, tokens, n, 0, 0, 0, 0);
+	return append(s, tokens, n, KVP_TIER_HOST, 0, NULL);
 }
 
 KVP_PUBLIC int kvp_append_tagged(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t role,
 				 uint32_t turn, unsigned int flags)
 {
-	return append(s, tokens, n, 1, role, turn, flags);
+	struct append_tag tag = {role, turn, flags};
+
+	return append(s, tokens, n, KVP_TIER_HOST, 0, &tag);
 }
 
 KVP_PUBLIC void *kvp_session_kv(kvp_session *s, uint64_t pos, uint32_t layer, uint32_t kv,
@@ -602,5 +664,8 @@ KVP_PUBLIC int kvp_truncate(kvp_session *s, uint64_t n_tokens)
 		s->slots[r->first_page] = r->page_slots[0];
 	s->n_tokens = r->n_tokens;
 	s->committed = r->committed_tokens;
+	/* The daemon gave back the device slots of the pages that went. */
+	for (size_t i = pool_pages_for(s->pool, s->n_tokens); i < s->dev_cap; i++)
+		s->dev_slots[i] = SESSION_NO_DEV;
 	return 0;
 }

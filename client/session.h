@@ -27,7 +27,13 @@ struct kvp_session {
 	uint32_t *slots;    /* [cap] page table; pool_pages_for(n_tokens) entries used */
 	size_t cap;
 	int compacted; /* seen compacted: positions are not indexes */
+	/* Device slots of pages a GPU-tier append touched (client/gpu.c):
+	 * [dev_cap], SESSION_NO_DEV for none; NULL until the first one. */
+	uint32_t *dev_slots;
+	size_t dev_cap;
 };
+
+#define SESSION_NO_DEV UINT32_MAX
 
 /* After a compaction of s in the daemon: s now holds n_tokens tokens, all
  * committed, in new pages; reads the whole page table again. Returns 0 or

@@ -118,6 +118,13 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 		out->evictable_pages = in->has_evictable_pages ? in->evictable_pages : 0;
 		out->evictions = in->has_evictions ? in->evictions : 0;
 		out->dedup_pages = in->has_dedup_pages ? in->dedup_pages : 0;
+		out->has_gpu = in->has_device_pages;
+		out->device_pages = in->device_pages;
+		out->device_used_pages = in->device_used_pages;
+		out->device_copied_pages = in->device_copied_pages;
+		out->device_dropped_pages = in->device_dropped_pages;
+		out->device_copied_back_pages = in->device_copied_back_pages;
+		out->device_copy_errors = in->device_copy_errors;
 		out->host_indexed_pages = in->host_indexed_pages;
 		out->permanent_pages = in->has_permanent_pages ? in->permanent_pages : 0;
 		out->quantized_pages = in->has_quantized_pages ? in->quantized_pages : 0;

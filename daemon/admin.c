@@ -186,7 +186,7 @@ static int drop_pool(struct cache *cache, const struct conn *c,
 		*why = "out of memory";
 		return -ENOMEM;
 	}
-	if (tier_pool_busy(p) || !list_empty(&p->waiters) || p->n_jobs) {
+	if (tier_pool_busy(p) || !list_empty(&p->waiters) || p->n_jobs || gpu_pool_busy(p)) {
 		free(leases);
 		*why = "the pool has disk I/O or a checkpoint in flight: try again";
 		return -EBUSY;
@@ -274,10 +274,14 @@ static int evict(struct cache *cache, const struct conn *c, const Kvpalace__V1__
 	struct list *it;
 	void *heap;
 
+	int gpu = in->tier == KVPALACE__V1__TIER__TIER_GPU;
+
 	switch (in->tier) {
 	case KVPALACE__V1__TIER__TIER_HOST:
 		break;
 	case KVPALACE__V1__TIER__TIER_GPU:
+		if (gpu_available(cache->gpu))
+			break;
 		*why = "no such tier in this daemon: there is no GPU tier (host tier only)";
 		return -EOPNOTSUPP;
 	case KVPALACE__V1__TIER__TIER_DISK:
@@ -316,13 +320,14 @@ static int evict(struct cache *cache, const struct conn *c, const Kvpalace__V1__
 		if (!pages_left || n == max_entries) {
 			/* Stopped at this request's limits: say whether more
 			 * could go in another. */
-			if (p->ix.n_evictable && budget >= p->page_bytes) {
+			if ((gpu ? gpu_evictable(p) : p->ix.n_evictable) &&
+			    budget >= p->page_bytes) {
 				out->more = 1;
 				break;
 			}
 			continue;
 		}
-		got = evict_pool(p, pages_left, &budget);
+		got = gpu ? gpu_evict(p, pages_left, &budget) : evict_pool(p, pages_left, &budget);
 		if (!got)
 			continue;
 		pages_left -= got;
@@ -335,16 +340,17 @@ static int evict(struct cache *cache, const struct conn *c, const Kvpalace__V1__
 		ptrs[n] = &e[n].ep;
 		n++;
 		/* This pool may still hold pages past the request's limit. */
-		if (!pages_left && p->ix.n_evictable && budget >= p->page_bytes)
+		if (!pages_left && (gpu ? gpu_evictable(p) : p->ix.n_evictable) &&
+		    budget >= p->page_bytes)
 			out->more = 1;
 	}
 	out->n_pools = n;
 	out->pools = ptrs;
 	if (out->pages)
-		log_info("admin (pid %d uid %u): evicted %llu pages (%llu bytes) from the host "
+		log_info("admin (pid %d uid %u): evicted %llu pages (%llu bytes) from the %s "
 			 "tier",
 			 (int)c->pid, (unsigned)c->uid, (unsigned long long)out->pages,
-			 (unsigned long long)out->bytes);
+			 (unsigned long long)out->bytes, gpu ? "GPU" : "host");
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_EVICT;
 	r->resp.evict = out;
 	return 0;

@@ -105,7 +105,7 @@ static int check_pool(const struct cache *c, const struct pool *p)
 		goto out;
 	}
 	ret = -EUCLEAN;
-	if (tier_check(p, refs) < 0 || ckptop_check(p, refs) < 0)
+	if (tier_check(p, refs) < 0 || ckptop_check(p, refs) < 0 || gpu_check(p, refs) < 0)
 		goto out;
 	for (uint32_t i = 0; i < p->pa.n_pages; i++)
 		if (refs[i] != p->pa.refs[i] || pins[i] != p->pa.pins[i])

@@ -34,12 +34,14 @@ struct cache_counters {
 };
 
 struct aio;
+struct gpu;
 struct worker;
 struct pool;
 
 struct cache {
 	const struct config *cfg;
 	struct aio *aio;       /* disk I/O, or NULL when there is none */
+	struct gpu *gpu;       /* the device tier (gpu_available), or NULL */
 	struct worker *worker; /* threads for blocking work (checkpoints) */
 	int ckpt_dir_fd;       /* <state-dir>/checkpoints, or -1 */
 	struct idmap pools;    /* id → struct pool */

@@ -7,6 +7,7 @@
 
 #include "compact.h"
 #include "evict.h"
+#include "gpu.h"
 #include "kernels.h"
 #include "log.h"
 #include "prefix_index.h"
@@ -312,7 +313,9 @@ static int rebuild(struct session *s, const uint32_t *keep, size_t k, uint32_t n
 		pagealloc_unref(&p->pa, s->pages[i]);
 		prefix_index_update(&p->ix, &p->pa, s->pages[i]);
 	}
-	/* n_new <= n_pages: the table has room. */
+	/* Device slots belong to the old page numbers (everything was copied
+	 * back at the commits): they go. n_new <= n_pages: the table has room. */
+	gpu_session_free(s);
 	memcpy(s->pages, slots, n_new * sizeof(*slots));
 	s->n_pages = n_new;
 	s->n_hashes = 0;
@@ -340,7 +343,7 @@ static int compact(struct cache *c, struct session *s, uint64_t *ret_dropped)
 	*ret_dropped = 0;
 	if (s->pol.kind == POLICY_NONE)
 		return -EINVAL;
-	if (s->n_committed != s->n_tokens)
+	if (s->n_committed != s->n_tokens || s->dev_copying)
 		return -EBUSY;
 	keep = malloc((n ? n : 1) * sizeof(*keep));
 	scratch = malloc((n ? n : 1) * sizeof(*scratch));

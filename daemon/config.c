@@ -76,6 +76,13 @@ void config_defaults(struct config *c)
 	c->socket_mode = 0666;
 	c->admin_socket_mode = 0600;
 	c->log_level = LOG_INFO;
+	/* Device memory is allocated whole when a pool opens (cuMemCreate
+	 * commits it), and inference processes need most of the GPU: a
+	 * modest arena per pool, only where a GPU exists. */
+	c->gpu_pool_bytes = 1ull << 30;
+	c->gpu_tier_bytes = 8ull << 30;
+	c->gpu_high_watermark = 0.90;
+	c->gpu_low_watermark = 0.80;
 }
 
 int config_parse_size(const char *s, uint64_t *ret_bytes)
@@ -181,6 +188,15 @@ static int parse_fraction(const char *s, double *ret)
 	return 0;
 }
 
+/* A size of device memory: as config_parse_size, but a percentage would be
+ * of host RAM, which says nothing about the GPU's: refused. */
+static int parse_device_size(const char *s, uint64_t *ret)
+{
+	if (strchr(s, '%'))
+		return -EINVAL;
+	return config_parse_size(s, ret) < 0 ? -EINVAL : 0;
+}
+
 static int set_path(char *dst, size_t cap, const char *src)
 {
 	if (!*src || strlen(src) >= cap)
@@ -218,6 +234,10 @@ enum key_id {
 	K_SESSION_BUDGET,
 	K_SESSION_AUTO_COMPACT,
 	K_SPILL_DTYPE,
+	K_GPU_POOL,
+	K_GPU_HIGH_MARK,
+	K_GPU_LOW_MARK,
+	K_GPU_TIER,
 	K_COUNT,
 };
 _Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
@@ -251,6 +271,10 @@ static const char *const key_names[K_COUNT] = {
 	[K_SESSION_BUDGET] = "session-budget",
 	[K_SESSION_AUTO_COMPACT] = "session-auto-compact",
 	[K_SPILL_DTYPE] = "spill-dtype",
+	[K_GPU_POOL] = "gpu-pool-size",
+	[K_GPU_HIGH_MARK] = "gpu-high-watermark",
+	[K_GPU_LOW_MARK] = "gpu-low-watermark",
+	[K_GPU_TIER] = "gpu-tier-size",
 };
 
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
@@ -333,6 +357,14 @@ static int set_key(struct config *c, int k, const char *v)
 		return config_parse_size(v, &c->disk_pool_bytes) < 0 ? -EINVAL : 0;
 	case K_WARMUP_DIR:
 		return set_path(c->warmup_dir, sizeof(c->warmup_dir), v);
+	case K_GPU_POOL:
+		return parse_device_size(v, &c->gpu_pool_bytes);
+	case K_GPU_HIGH_MARK:
+		return parse_fraction(v, &c->gpu_high_watermark);
+	case K_GPU_LOW_MARK:
+		return parse_fraction(v, &c->gpu_low_watermark);
+	case K_GPU_TIER:
+		return parse_device_size(v, &c->gpu_tier_bytes);
 	case K_IO_BACKEND:
 		for (int i = 0; i < 3; i++)
 			if (!strcmp(v, io_backends[i])) {
@@ -439,6 +471,18 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		break;
 	case K_IO_BACKEND:
 		snprintf(buf, n, "%s", io_backends[c->io_backend]);
+		break;
+	case K_GPU_POOL:
+		snprintf(buf, n, "%lluM", (unsigned long long)(c->gpu_pool_bytes >> 20));
+		break;
+	case K_GPU_HIGH_MARK:
+		snprintf(buf, n, "%.2f", c->gpu_high_watermark);
+		break;
+	case K_GPU_LOW_MARK:
+		snprintf(buf, n, "%.2f", c->gpu_low_watermark);
+		break;
+	case K_GPU_TIER:
+		snprintf(buf, n, "%lluM", (unsigned long long)(c->gpu_tier_bytes >> 20));
 		break;
 	case K_WARMUP_DIR:
 		if (c->warmup_dir[0])
@@ -708,6 +752,10 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 			return -EINVAL;
 		}
 	}
+	if (c->gpu_low_watermark > c->gpu_high_watermark) {
+		snprintf(err, errlen, "gpu-low-watermark above gpu-high-watermark");
+		return -EINVAL;
+	}
 	if (c->host_pool_bytes < 4096 || c->host_pool_bytes > c->host_tier_bytes) {
 		snprintf(err, errlen, "host-pool-size must be between 4K and host-tier-size");
 		return -EINVAL;
@@ -723,6 +771,7 @@ int config_reload(struct config *live, int argc, char **argv, char *err, size_t 
 		K_MAX_CONNS,	  K_MAX_CONNS_USER, K_MAX_IN_FLIGHT,
 		K_MAX_RESERVED,	  K_MAX_LEASED,	    K_MAX_TOKENS,
 		K_SESSION_POLICY, K_SESSION_BUDGET, K_SESSION_AUTO_COMPACT,
+		K_GPU_HIGH_MARK,  K_GPU_LOW_MARK,
 	};
 	enum config_action act;
 	struct config next;
@@ -747,6 +796,8 @@ int config_reload(struct config *live, int argc, char **argv, char *err, size_t 
 	live->session_policy = next.session_policy;
 	live->session_budget = next.session_budget;
 	live->session_auto_compact = next.session_auto_compact;
+	live->gpu_high_watermark = next.gpu_high_watermark;
+	live->gpu_low_watermark = next.gpu_low_watermark;
 	for (size_t i = 0; i < sizeof(live_keys) / sizeof(live_keys[0]); i++)
 		live->src[live_keys[i]] = next.src[live_keys[i]];
 	return 0;
@@ -838,6 +889,14 @@ void config_usage(const char *argv0)
 	       "                            the default), int8, fp8 or int4 (lossy: about\n"
 	       "                            half, half or a quarter of the bytes); pages of\n"
 	       "                            permanent spans always go as they are\n"
+	       "  --gpu-pool-size SIZE      device arena of one pool, allocated when the pool\n"
+	       "                            opens and only where a GPU exists; 0 turns the GPU\n"
+	       "                            tier off (default 1G)\n"
+	       "  --gpu-tier-size SIZE      device arenas of all pools together; a pool past\n"
+	       "                            it runs from the host tier (default 8G)\n"
+	       "  --gpu-high-watermark F    drop cached device copies when a device arena is\n"
+	       "                            fuller than this fraction (default 0.90)...\n"
+	       "  --gpu-low-watermark F     ...down to this fraction (default 0.80)\n"
 
 	       "  -h, --help                show this help\n"
 	       "  -V, --version             show the version\n"

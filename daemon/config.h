@@ -58,6 +58,10 @@ struct config {
 	int session_auto_compact;
 	uint32_t spill_dtype; /* shm dtype cold pages are written to disk in, 0: as they are */
 	char warmup_dir[CONFIG_PATH_MAX];
+	uint64_t gpu_pool_bytes;	    /* one pool's device arena; 0: no GPU tier */
+	uint64_t gpu_tier_bytes;	    /* device arenas of all pools together */
+	double gpu_high_watermark;	    /* drop cached device copies above this fraction... */
+	double gpu_low_watermark;	    /* ...down to this one */
 	/* "" means <state_dir>/warmup */   /* enum aio_mode: auto, io_uring, threads */
 	unsigned char src[CONFIG_MAX_KEYS]; /* where each key's value came from */
 	char file[CONFIG_PATH_MAX];	    /* the configuration file read, or "" */

@@ -15,6 +15,7 @@
 #include "ckptop.h"
 #include "compact.h"
 #include "dispatch.h"
+#include "gpu.h"
 #include "lease.h"
 #include "match.h"
 #include "polop.h"
@@ -30,6 +31,26 @@
 static uint32_t pages_for(const struct pool *p, uint64_t n_tokens)
 {
 	return (uint32_t)((n_tokens + p->layout.block_tokens - 1) / p->layout.block_tokens);
+}
+
+/* The tier a request asking for tier `want` (when has_want; host
+ * otherwise) is served from in pool p: the GPU when p has a device arena,
+ * the host when it asked for the host or allowed falling back to it
+ * (or_host). Returns the tier, or -EOPNOTSUPP with the reason in *why:
+ * the GPU was asked for and there is none to give. */
+static int serve_tier(const struct cache *cache, const struct pool *p, int has_want,
+		      Kvpalace__V1__Tier want, int or_host, const char **why)
+{
+	if (!has_want || want == KVPALACE__V1__TIER__TIER_HOST)
+		return KVPALACE__V1__TIER__TIER_HOST;
+	if (p->dev.on)
+		return KVPALACE__V1__TIER__TIER_GPU;
+	if (or_host)
+		return KVPALACE__V1__TIER__TIER_HOST;
+	*why = gpu_available(cache->gpu) ? "the GPU tier was asked for and this pool has no device "
+					   "arena (gpu-pool-size is 0 or too small)"
+					 : gpu_status(cache->gpu);
+	return -EOPNOTSUPP;
 }
 
 static int do_hello(struct cache *cache, struct conn *c, const Kvpalace__V1__HelloRequest *in,
@@ -49,7 +70,7 @@ static int do_hello(struct cache *cache, struct conn *c, const Kvpalace__V1__Hel
 	out->admin = c->admin;
 	out->uid = (uint32_t)c->uid;
 	out->has_gpu = 1;
-	out->gpu = 0;
+	out->gpu = gpu_available(cache->gpu);
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_HELLO;
 	r->resp.hello = out;
 	return 0;
@@ -84,9 +105,69 @@ static int do_open_pool(struct cache *cache, struct conn *c,
 	out->n_pages = p->pa.n_pages;
 	out->arena_bytes = p->arena_bytes;
 	out->arena_offset = 0;
+	if (p->dev.on) {
+		out->has_device_arena = out->has_device_arena_bytes = out->has_device_n_pages = 1;
+		out->device_arena = 1;
+		out->device_arena_bytes = p->dev.bytes;
+		out->device_n_pages = p->dev.n_pages;
+	}
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_OPEN_POOL;
 	r->resp.open_pool = out;
 	return 0;
+}
+
+static int do_open_device_arena(struct cache *cache, struct conn *c,
+				const Kvpalace__V1__OpenDeviceArenaRequest *in, struct reply *r,
+				const char **why)
+{
+	Kvpalace__V1__OpenDeviceArenaResponse *out = &r->u.open_device_arena;
+	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
+	int ret;
+
+	if (!p) {
+		*why = "no such pool";
+		return -ENOENT;
+	}
+	ret = serve_tier(cache, p, 1, KVPALACE__V1__TIER__TIER_GPU, 0, why);
+	if (ret < 0)
+		return ret;
+	kvpalace__v1__open_device_arena_response__init(out);
+	out->pool_id = p->id;
+	out->arena_bytes = p->dev.bytes;
+	out->page_bytes = p->page_bytes;
+	out->n_pages = p->dev.n_pages;
+	out->handle_type = (Kvpalace__V1__DeviceHandle)gpu_handle_type(cache->gpu);
+	out->has_device_uuid = 1;
+	out->device_uuid.data = (uint8_t *)gpu_uuid(cache->gpu);
+	out->device_uuid.len = GPU_UUID_BYTES;
+	if (out->handle_type == KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_POSIX_FD ||
+	    out->handle_type == KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_HOST_EMULATED) {
+		r->pass_fd = fcntl(p->dev.fd, F_DUPFD_CLOEXEC, 3);
+		if (r->pass_fd < 0) {
+			*why = "cannot duplicate the device arena descriptor";
+			return -EMFILE;
+		}
+	} else {
+		out->has_ipc_handle = 1;
+		out->ipc_handle.data = p->dev.ipc;
+		out->ipc_handle.len = GPU_IPC_BYTES;
+	}
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_OPEN_DEVICE_ARENA;
+	r->resp.open_device_arena = out;
+	return 0;
+}
+
+static int do_lease_device(struct cache *cache, struct conn *c,
+			   const Kvpalace__V1__LeaseDeviceRequest *in, uint64_t id, struct reply *r,
+			   const char **why)
+{
+	struct lease *l = lease_get(cache, in->lease_id, c);
+
+	if (!l) {
+		*why = "no such lease";
+		return -ENOENT;
+	}
+	return gpu_lease_device(cache, c, l, in->has_first_page ? in->first_page : 0, id, r, why);
 }
 
 static int do_create_session(struct cache *cache, struct conn *c,
@@ -150,9 +231,9 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 		.has_turn = (uint8_t)in->has_turn,
 		.turn = in->turn,
 	};
-	uint64_t first;
+	uint64_t first, before;
 	uint32_t first_page;
-	int ret;
+	int tier, ret;
 
 	if (!s) {
 		*why = "no such session";
@@ -162,6 +243,10 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 		*why = "unknown role";
 		return -EINVAL;
 	}
+	tier = serve_tier(cache, s->pool, in->has_tier, in->tier, in->or_host, why);
+	if (tier < 0)
+		return tier;
+	before = s->n_tokens;
 	ret = session_append(cache, s, c, &c->writing, in->tokens, in->n_tokens, &tag, &first);
 	if (ret == -EDQUOT && s->n_tokens + in->n_tokens <= cache->cfg->max_session_tokens) {
 		*why = "this client would hold more reserved (uncommitted) pages than "
@@ -175,6 +260,18 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 					: "cannot reserve";
 		return ret;
 	}
+	if (tier == KVPALACE__V1__TIER__TIER_GPU) {
+		ret = gpu_session_append(cache, s, first, in->n_tokens, why);
+		if (ret < 0 && in->or_host) {
+			tier = KVPALACE__V1__TIER__TIER_HOST; /* host slots will do */
+		} else if (ret < 0) {
+			int copied;
+
+			/* Undo the host reservation: the append fails whole. */
+			(void)session_truncate(cache, s, c, before, &copied);
+			return ret;
+		}
+	}
 	cache->ctr.appended_tokens += in->n_tokens;
 	first_page = (uint32_t)(first / s->pool->layout.block_tokens);
 	kvpalace__v1__append_response__init(out);
@@ -182,6 +279,12 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 	out->first_page = first_page;
 	out->page_slots = s->pages + first_page;
 	out->n_page_slots = pages_for(s->pool, s->n_tokens) - first_page;
+	out->has_tier = 1;
+	out->tier = (Kvpalace__V1__Tier)tier;
+	if (tier == KVPALACE__V1__TIER__TIER_GPU) {
+		out->device_slots = s->dev_pages + first_page;
+		out->n_device_slots = out->n_page_slots;
+	}
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_APPEND;
 	r->resp.append = out;
 	return 0;
@@ -198,6 +301,14 @@ static int do_commit(struct cache *cache, struct conn *c, const Kvpalace__V1__Co
 	if (!s) {
 		*why = "no such session";
 		return -ENOENT;
+	}
+	/* Tokens appended on the GPU come back to their host pages first
+	 * (the commit parks until they have; session_commit refuses what
+	 * is not this writer's to commit, so only then). */
+	if (s->writer == c && in->n_tokens <= s->n_tokens - s->n_committed) {
+		ret = gpu_session_sync(cache, s, in->n_tokens, why);
+		if (ret < 0)
+			return ret;
 	}
 	ret = session_commit(cache, s, c, in->n_tokens, &first);
 	if (ret < 0) {
@@ -375,12 +486,17 @@ static int do_match_prefix(struct cache *cache, struct conn *c,
 	struct lease *l = NULL;
 	uint64_t before = 0;
 	uint32_t pages_before = 0;
-	int ret;
+	int tier, ret;
 
 	if (!p) {
 		*why = "no such pool";
 		return -ENOENT;
 	}
+	/* Before anything is pinned: a GPU match without a GPU is refused
+	 * whole unless the host will do. */
+	tier = serve_tier(cache, p, in->has_tier, in->tier, in->or_host, why);
+	if (tier < 0)
+		return tier;
 	if (in->has_lease_id) {
 		/* A later chunk of a long token list. */
 		l = lease_get(cache, in->lease_id, c);
@@ -444,6 +560,8 @@ static int do_match_prefix(struct cache *cache, struct conn *c,
 	kvpalace__v1__match_prefix_response__init(out);
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_MATCH_PREFIX;
 	r->resp.match_prefix = out;
+	out->has_tier = 1;
+	out->tier = (Kvpalace__V1__Tier)tier;
 	if (!l) {
 		out->complete = 1; /* a miss: no lease */
 		return 0;
@@ -463,17 +581,25 @@ static int do_prefetch(struct cache *cache, struct conn *c, const Kvpalace__V1__
 {
 	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
 	XXH128_hash_t root;
+	int tier;
 
 	if (!p) {
 		*why = "no such pool";
 		return -ENOENT;
 	}
+	/* Pages come to the host tier; a GPU prefetch leaves the device copy
+	 * to the LeaseDevice after the match (it needs a lease to hold it). */
+	tier = serve_tier(cache, p, in->has_tier, in->tier, in->or_host, why);
+	if (tier < 0)
+		return tier;
 	root = in->has_cache_salt ? prefix_index_root(p->model_id, &p->layout, in->cache_salt.data,
 						      in->cache_salt.len)
 				  : p->root;
 	kvpalace__v1__prefetch_response__init(&r->u.prefetch);
 	r->u.prefetch.pages_coming =
 		match_prefetch(cache, p, root, NULL, 0, in->tokens, in->n_tokens);
+	r->u.prefetch.has_tier = 1;
+	r->u.prefetch.tier = KVPALACE__V1__TIER__TIER_HOST;
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_PREFETCH;
 	r->resp.prefetch = &r->u.prefetch;
 	return 0;
@@ -604,6 +730,10 @@ static int run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request 
 		return do_session_pages(cache, c, req->session_pages, r, why);
 	case KVPALACE__V1__REQUEST__OP_LIST_SESSIONS:
 		return do_list_sessions(cache, c, req->list_sessions, r, why);
+	case KVPALACE__V1__REQUEST__OP_OPEN_DEVICE_ARENA:
+		return do_open_device_arena(cache, c, req->open_device_arena, r, why);
+	case KVPALACE__V1__REQUEST__OP_LEASE_DEVICE:
+		return do_lease_device(cache, c, req->lease_device, req->id, r, why);
 	default:
 		*why = "unknown operation";
 		return -EPROTO;

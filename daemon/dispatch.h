@@ -44,6 +44,8 @@ struct reply {
 		Kvpalace__V1__ReportImportanceResponse report_importance;
 		Kvpalace__V1__CompactResponse compact;
 		Kvpalace__V1__SessionMetaResponse session_meta;
+		Kvpalace__V1__OpenDeviceArenaResponse open_device_arena;
+		Kvpalace__V1__LeaseDeviceResponse lease_device;
 	} u;
 	struct pool *park; /* parked: the pool whose disk I/O it waits for */
 	void *heap;	   /* freed by reply_fini */

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu.h"
 #include "lease.h"
 
 int lease_create(struct cache *c, struct pool *p, const void *owner, struct list *owner_list,
@@ -60,6 +61,8 @@ void lease_drop_pages(struct lease *l, uint32_t keep)
 {
 	/* Leaves first, so a chain's pages become evictable child before
 	 * parent. */
+	while (l->n_dev > keep)
+		pagealloc_unref(&l->pool->dev.pa, l->dev_slots[--l->n_dev]);
 	while (l->n_pages > keep) {
 		uint32_t slot = l->pages[--l->n_pages];
 
@@ -73,6 +76,8 @@ void lease_release(struct cache *c, struct lease *l)
 	if (!l)
 		return;
 	lease_drop_pages(l, 0);
+	if (l->dev_slots)
+		gpu_lease_release(l);
 	idmap_del(&c->leases, l->id);
 	list_del(&l->owner_link);
 	free(l->carry);

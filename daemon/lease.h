@@ -35,6 +35,11 @@ struct lease {
 	uint32_t *pages;       /* [cap_pages] pinned slots, n_pages used */
 	uint32_t n_pages;
 	uint32_t cap_pages;
+	/* Device copies (LeaseDevice, daemon/gpu.c): dev_slots[i] is the
+	 * device slot of pages[i] for i < n_dev; held until release. */
+	uint32_t *dev_slots;
+	uint32_t n_dev;
+	uint32_t cap_dev;
 	struct list owner_link; /* the owner's list of leases */
 };
 
@@ -49,10 +54,11 @@ int lease_create(struct cache *c, struct pool *p, const void *owner, struct list
 int lease_add_page(struct lease *l, uint32_t slot, XXH128_hash_t hash, const uint32_t *tokens);
 
 /* Unpins the pages after the first keep, newest first, and forgets them
- * (a chunk of a match that failed half-way). */
+ * (a chunk of a match that failed half-way), with their device slots. */
 void lease_drop_pages(struct lease *l, uint32_t keep);
 
-/* Unpins every page and frees the lease. NULL is accepted. */
+/* Unpins every page, gives back its device slots and frees the lease.
+ * NULL is accepted. */
 void lease_release(struct cache *c, struct lease *l);
 
 /* The lease with this id if owner holds it, else NULL. */

@@ -97,6 +97,7 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	list_add_tail(&c->pool_list, &p->link);
 	c->host_bytes += arena_bytes;
 	tier_pool_open(c, p);
+	gpu_pool_open(c, p);
 	log_info("pool %llu: uid %u model '%s' %uL %uH %uD %uT %s, %llu pages of %llu bytes%s",
 		 (unsigned long long)p->id, (unsigned)uid, model_id, layout->n_layers,
 		 layout->n_kv_heads, layout->head_dim, layout->block_tokens,
@@ -121,7 +122,8 @@ void pool_free(struct cache *c, struct pool *p)
 	if (!p)
 		return;
 	kvp_assert(list_empty(&p->sessions) && !tier_pool_busy(p) && list_empty(&p->waiters) &&
-		   !p->n_jobs);
+		   !p->n_jobs && !gpu_pool_busy(p));
+	gpu_pool_close(c, p);
 	tier_pool_close(c, p);
 	idmap_del(&c->pools, p->id);
 	list_del(&p->link);

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "cache.h"
+#include "gpu.h"
 #include "layout.h"
 #include "list.h"
 #include "pagealloc.h"
@@ -44,6 +45,7 @@ struct pool {
 	uint32_t n_jobs;  /* checkpoint jobs working on this pool */
 	struct list jobs; /* their links (daemon/ckptop.c) */
 	struct tier_counters tier;
+	struct gpu_pool dev;  /* the device arena (dev.on), daemon/gpu.h */
 	struct list waiters;  /* struct tier_waiter.link: requests parked on I/O */
 	struct list ios;      /* struct tier_io.link: disk I/O in flight */
 	struct list sessions; /* struct session.pool_link */

@@ -314,6 +314,13 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 				 aio_mode_name(&s->aio));
 	}
 	s->cache.worker = &s->worker;
+	/* The device tier: decided once, here; any CUDA error means host
+	 * and disk tiers only (logged once by gpu_init). */
+	ret = gpu_init(&s->cache.gpu, cfg, &s->loop);
+	if (ret < 0) {
+		log_err("cannot set up the device tier: %s", strerror(-ret));
+		return ret;
+	}
 	/* Tests only: $KVPALACED_FAULTS (kvpalaced(8), TESTING). */
 	ret = faults_init(s->have_aio ? &s->aio : NULL);
 	if (ret < 0)
@@ -361,7 +368,8 @@ static int server_busy(void *arg)
 {
 	struct server *s = arg;
 
-	return (s->have_aio && aio_in_flight(&s->aio)) || s->worker.n_pending;
+	return (s->have_aio && aio_in_flight(&s->aio)) || s->worker.n_pending ||
+	       gpu_busy(s->cache.gpu);
 }
 
 int server_run(struct server *s)
@@ -439,6 +447,8 @@ void server_fini(struct server *s)
 		close(s->sigfd);
 	ckptop_fini(&s->cache);
 	cache_fini(&s->cache);
+	gpu_fini(s->cache.gpu);
+	s->cache.gpu = NULL;
 	conn_rx_fini(&s->rx);
 	free(s->arena_buf);
 }

@@ -93,6 +93,7 @@ void session_rollback(struct cache *c, struct session *s)
 	(void)c;
 	s->n_tokens = s->n_committed;
 	drop_pages_from(s, pages_for(s, s->n_committed));
+	gpu_session_trim(s);
 	end_writer(s);
 }
 
@@ -106,6 +107,7 @@ void session_close(struct cache *c, struct session *s)
 	n_hashes = s->n_hashes;
 	drop_pages_from(s, 0);
 	compact_place(s, n_hashes);
+	gpu_session_free(s);
 	idmap_del(&c->sessions, s->id);
 	list_del(&s->pool_link);
 	s->pool->n_sessions--;
@@ -349,6 +351,7 @@ int session_truncate(struct cache *c, struct session *s, const void *writer, uin
 	}
 	drop_pages_from(s, keep);
 	s->n_tokens = n;
+	gpu_session_trim(s);
 	if (s->n_committed > n)
 		s->n_committed = n;
 	if (s->n_hashes > s->n_committed / bt)

@@ -46,6 +46,12 @@ static inline void session_writer_init(struct session_writer *w)
 	w->reserved_pages = 0;
 }
 
+/* Tokens [from, to) appended on the GPU tier and not yet copied back to
+ * their host pages (daemon/gpu.c). */
+struct session_dev_range {
+	uint64_t from, to;
+};
+
 struct session {
 	uint64_t id;
 	struct pool *pool;
@@ -78,6 +84,14 @@ struct session {
 	uint8_t unindexed;
 	uint64_t dropped_tokens; /* by compaction, since creation */
 	uint32_t compactions;
+	/* GPU appends (daemon/gpu.c); all NULL/0 for a host-only session. */
+	uint32_t *dev_pages; /* [dev_cap] device slot of page i, GPU_NONE for none */
+	uint32_t dev_cap;
+	struct session_dev_range *dev_ranges; /* in token order */
+	uint32_t n_dev_ranges;
+	uint32_t cap_dev_ranges;
+	int dev_copying; /* a copy back of some of them is in flight */
+	int dev_error;	 /* a copy back failed: commits fail */
 };
 
 /* Tags of appended tokens (role, turn, flags of struct token_meta). */

@@ -93,8 +93,8 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 		out->has_spilled_pages = out->has_promoted_pages = 1;
 		out->has_verify_failures = out->has_io_errors = 1;
 	}
-	out->gpu = 0;
-	out->gpu_status = "no GPU tier in this version: host tier only";
+	out->gpu = gpu_available(c->gpu);
+	out->gpu_status = (char *)gpu_status(c->gpu);
 
 	/* Room for the envelope and the counters above; each pool entry is
 	 * measured as it is added. */
@@ -125,6 +125,17 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 		ps->evictable_pages = p->ix.n_evictable;
 		ps->evictions = p->ix.evictions;
 		ps->dedup_pages = p->ix.dedup_pages;
+		if (p->dev.on) {
+			ps->has_device_pages = ps->has_device_used_pages = 1;
+			ps->has_device_copied_pages = ps->has_device_dropped_pages = 1;
+			ps->device_pages = p->dev.n_pages;
+			ps->device_used_pages = p->dev.n_pages - p->dev.pa.n_free;
+			ps->device_copied_pages = p->dev.copied;
+			ps->device_dropped_pages = p->dev.dropped;
+			ps->has_device_copied_back_pages = ps->has_device_copy_errors = 1;
+			ps->device_copied_back_pages = p->dev.copied_back;
+			ps->device_copy_errors = p->dev.copy_errors;
+		}
 		ps->has_host_indexed_pages = ps->has_permanent_pages = 1;
 		ps->host_indexed_pages = p->ix.n_host;
 		ps->permanent_pages = p->ix.n_permanent;

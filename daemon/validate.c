@@ -21,6 +21,13 @@ int validate_model_id(const char *s)
 	return 0;
 }
 
+/* A tier a client may ask to read or write from: GPU or host (the disk
+ * tier is the daemon's own). */
+static int validate_read_tier(Kvpalace__V1__Tier t)
+{
+	return t == KVPALACE__V1__TIER__TIER_GPU || t == KVPALACE__V1__TIER__TIER_HOST;
+}
+
 int validate_layout(const Kvpalace__V1__Layout *in, struct shm_layout *ret)
 {
 	struct shm_layout l = {
@@ -96,6 +103,8 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 			REJECT(-EINVAL, "layout out of range (dimensions, dtype, quant_group)");
 		break;
 	case KVPALACE__V1__REQUEST__OP_APPEND:
+		if (req->append->has_tier && !validate_read_tier(req->append->tier))
+			REJECT(-EINVAL, "append into an unknown tier or the disk tier");
 		if (req->append->n_tokens == 0)
 			REJECT(-EINVAL, "append of zero tokens");
 		if (req->append->n_tokens > lim->max_tokens_per_request)
@@ -106,6 +115,8 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 			REJECT(-EINVAL, "commit of zero tokens");
 		break;
 	case KVPALACE__V1__REQUEST__OP_MATCH_PREFIX:
+		if (req->match_prefix->has_tier && !validate_read_tier(req->match_prefix->tier))
+			REJECT(-EINVAL, "match into an unknown tier or the disk tier");
 		if (req->match_prefix->n_tokens > lim->max_tokens_per_request)
 			REJECT(-EMSGSIZE, "too many tokens in one request");
 		if (req->match_prefix->has_lease_id && req->match_prefix->lease_id == 0)
@@ -128,7 +139,15 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 		break;
 	case KVPALACE__V1__REQUEST__OP_LIST_CHECKPOINTS:
 		break;
+	case KVPALACE__V1__REQUEST__OP_OPEN_DEVICE_ARENA:
+		break;
+	case KVPALACE__V1__REQUEST__OP_LEASE_DEVICE:
+		if (req->lease_device->lease_id == 0)
+			REJECT(-EINVAL, "lease id 0 does not exist");
+		break;
 	case KVPALACE__V1__REQUEST__OP_PREFETCH:
+		if (req->prefetch->has_tier && !validate_read_tier(req->prefetch->tier))
+			REJECT(-EINVAL, "prefetch into an unknown tier or the disk tier");
 		if (req->prefetch->n_tokens > lim->max_tokens_per_request)
 			REJECT(-EMSGSIZE, "too many tokens in one request");
 		if (req->prefetch->has_cache_salt &&

@@ -456,6 +456,88 @@ static void r_session_meta(struct dgram *d, uint64_t session, uint64_t first)
 	dg_add(d, &q);
 }
 
+/* The GPU tier's requests (issue 7): tier 0 means "not given". */
+static void r_match_tier(struct dgram *d, uint64_t pool, uint32_t seed, size_t n, int tier,
+			 int or_host)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__MatchPrefixRequest m = KVPALACE__V1__MATCH_PREFIX_REQUEST__INIT;
+
+	fill_tokens(seed, n);
+	m.pool_id = pool;
+	m.tokens = tok;
+	m.n_tokens = n;
+	m.has_tier = tier != 0;
+	m.tier = (Kvpalace__V1__Tier)tier;
+	m.has_or_host = or_host >= 0;
+	m.or_host = or_host > 0;
+	q.op_case = KVPALACE__V1__REQUEST__OP_MATCH_PREFIX;
+	q.match_prefix = &m;
+	dg_add(d, &q);
+}
+
+static void r_append_tier(struct dgram *d, uint64_t session, uint32_t seed, size_t n, int tier,
+			  int or_host)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__AppendRequest m = KVPALACE__V1__APPEND_REQUEST__INIT;
+
+	fill_tokens(seed, n);
+	m.session_id = session;
+	m.tokens = tok;
+	m.n_tokens = n;
+	m.has_tier = tier != 0;
+	m.tier = (Kvpalace__V1__Tier)tier;
+	m.has_or_host = or_host >= 0;
+	m.or_host = or_host > 0;
+	q.op_case = KVPALACE__V1__REQUEST__OP_APPEND;
+	q.append = &m;
+	dg_add(d, &q);
+}
+
+static void r_prefetch_tier(struct dgram *d, uint64_t pool, uint32_t seed, size_t n, int tier,
+			    int or_host)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__PrefetchRequest m = KVPALACE__V1__PREFETCH_REQUEST__INIT;
+
+	fill_tokens(seed, n);
+	m.pool_id = pool;
+	m.tokens = tok;
+	m.n_tokens = n;
+	m.has_tier = tier != 0;
+	m.tier = (Kvpalace__V1__Tier)tier;
+	m.has_or_host = or_host >= 0;
+	m.or_host = or_host > 0;
+	q.op_case = KVPALACE__V1__REQUEST__OP_PREFETCH;
+	q.prefetch = &m;
+	dg_add(d, &q);
+}
+
+static void r_open_device_arena(struct dgram *d, uint64_t pool)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__OpenDeviceArenaRequest m = KVPALACE__V1__OPEN_DEVICE_ARENA_REQUEST__INIT;
+
+	m.pool_id = pool;
+	q.op_case = KVPALACE__V1__REQUEST__OP_OPEN_DEVICE_ARENA;
+	q.open_device_arena = &m;
+	dg_add(d, &q);
+}
+
+static void r_lease_device(struct dgram *d, uint64_t lease, int64_t first_page)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__LeaseDeviceRequest m = KVPALACE__V1__LEASE_DEVICE_REQUEST__INIT;
+
+	m.lease_id = lease;
+	m.has_first_page = first_page >= 0;
+	m.first_page = first_page >= 0 ? (uint64_t)first_page : 0;
+	q.op_case = KVPALACE__V1__REQUEST__OP_LEASE_DEVICE;
+	q.lease_device = &m;
+	dg_add(d, &q);
+}
+
 static void r_checkpoint(struct dgram *d, uint64_t session, const char *name)
 {
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
@@ -754,6 +836,37 @@ static void gen_requests(void)
 	r_match(&d, 1, 5, 70, 0, "another-salt");
 	r_fork_lease(&d, 3, 150);
 	emit_req("req-salted-chunks", 0, &d);
+
+	/* -- the GPU tier, which the fuzzed daemon does not have: tiers on
+	 * Append, MatchPrefix and Prefetch (GPU refused or served from the
+	 * host, disk and unknown tiers refused), OpenDeviceArena, LeaseDevice
+	 * on a lease, a miss and nothing -- */
+	dg_reset(&d);
+	r_open_pool(&d, "llama-3-8b", layout_f16());
+	r_create_session(&d, 1, NULL);
+	r_append_tier(&d, 2, 1, 40, KVPALACE__V1__TIER__TIER_GPU, -1);
+	r_append_tier(&d, 2, 1, 40, KVPALACE__V1__TIER__TIER_GPU, 1);
+	r_append_tier(&d, 2, 1, 8, KVPALACE__V1__TIER__TIER_DISK, 1);
+	r_append_tier(&d, 2, 1, 8, 77, 0);
+	r_commit(&d, 2, 40);
+	r_match_tier(&d, 1, 1, 40, KVPALACE__V1__TIER__TIER_GPU, 0);
+	r_match_tier(&d, 1, 1, 40, KVPALACE__V1__TIER__TIER_GPU, 1);
+	r_match_tier(&d, 1, 1, 40, KVPALACE__V1__TIER__TIER_HOST, -1);
+	r_match_tier(&d, 1, 1, 40, KVPALACE__V1__TIER__TIER_DISK, 1);
+	r_match_tier(&d, 1, 2, 40, 99, -1);
+	r_prefetch_tier(&d, 1, 1, 40, KVPALACE__V1__TIER__TIER_GPU, -1);
+	r_prefetch_tier(&d, 1, 1, 40, KVPALACE__V1__TIER__TIER_GPU, 1);
+	r_open_device_arena(&d, 1);
+	r_open_device_arena(&d, 9);
+	r_lease_device(&d, 3, -1);
+	r_lease_device(&d, 3, 1);
+	r_lease_device(&d, 3, 1000);
+	r_lease_device(&d, 0, -1);
+	r_lease_device(&d, 77, 0);
+	r_release(&d, 3);
+	r_stats(&d);
+	emit_req("req-gpu-tier", 0, &d);
+	emit_req("req-gpu-tier-then-close", FUZZ_REQ_CLOSE, &d);
 
 	/* -- the pool fills: eviction, then no space -- */
 	dg_reset(&d);

@@ -959,7 +959,11 @@ static void test_config(void **state)
 		"\"session-policy\":{\"value\":\"none\",\"source\":\"default\"},"
 		"\"session-budget\":{\"value\":\"0\",\"source\":\"default\"},"
 		"\"session-auto-compact\":{\"value\":\"no\",\"source\":\"default\"},"
-		"\"spill-dtype\":{\"value\":\"same\",\"source\":\"default\"}}}");
+		"\"spill-dtype\":{\"value\":\"same\",\"source\":\"default\"},"
+		"\"gpu-pool-size\":{\"value\":\"1024M\",\"source\":\"default\"},"
+		"\"gpu-high-watermark\":{\"value\":\"0.90\",\"source\":\"default\"},"
+		"\"gpu-low-watermark\":{\"value\":\"0.80\",\"source\":\"default\"},"
+		"\"gpu-tier-size\":{\"value\":\"8192M\",\"source\":\"default\"}}}");
 
 	/* A reload says what changed and what waits for a restart. */
 	write_conf("log-level = notice\nmax-sessions-per-pool = 100\nmax-message-bytes = 8192\n");

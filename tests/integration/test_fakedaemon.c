@@ -15,7 +15,9 @@
  * holds or in another pool; a checkpoint whose pages do not fit its
  * tokens; a list with an invalid name or of another uid than asked; an
  * admin restore into another pool; a warm-up sharing more pages than it
- * indexed). kvpalace.h promises -EPROTONOSUPPORT for another version,
+ * indexed), and GPU-tier replies (a device arena that is no sealed memfd,
+ * device slots past the device arena, a LeaseDevice without slots).
+ * kvpalace.h promises -EPROTONOSUPPORT for another version,
  * -EPROTO (and a closed connection, -ENOTCONN afterwards) for a malformed
  * reply, -EPIPE/-ECONNRESET when the daemon goes away — and, in no case,
  * a pointer outside the arena. A checkpoint refusal (corrupt, newer,
@@ -65,10 +67,16 @@ enum fake_mode {
 	FAKE_COMMIT_NO_SLOTS, /* Commit: filled pages, but no slots for them */
 	FAKE_TRUNC_BAD_SLOT,  /* Truncate: the copied last page past the arena */
 	FAKE_FORK_BAD_SLOT,   /* SessionPages of a fork: a slot past the arena */
-	FAKE_ADMIN_GOOD,      /* admin replies that fit their requests */
-	FAKE_SHOW_TOO_MANY,   /* ShowSession: more slots than asked for */
-	FAKE_DROP_OTHER,      /* DropSession: another session dropped */
-	FAKE_EVICT_SUM,	      /* Evict: pools that do not add up to the total */
+	/* The GPU tier: OpenPool offers a device arena of FAKE_DEV_PAGES. */
+	FAKE_GPU_GOOD,		  /* device replies that fit their requests */
+	FAKE_GPU_UNSEALED,	  /* OpenDeviceArena: an unsealed memfd */
+	FAKE_GPU_LEASE_BAD_SLOT,  /* LeaseDevice: a slot past the device arena */
+	FAKE_GPU_APPEND_BAD_SLOT, /* Append on the GPU: a device slot past the arena */
+	FAKE_GPU_LEASE_SHORT,	  /* LeaseDevice: no slots at all */
+	FAKE_ADMIN_GOOD,	  /* admin replies that fit their requests */
+	FAKE_SHOW_TOO_MANY,	  /* ShowSession: more slots than asked for */
+	FAKE_DROP_OTHER,	  /* DropSession: another session dropped */
+	FAKE_EVICT_SUM,		  /* Evict: pools that do not add up to the total */
 	/* Checkpoints; from here on Hello says admin, uid FAKE_UID. */
 	FAKE_CKPT_GOOD,		       /* checkpoint replies that fit their requests */
 	FAKE_RESTORE_BAD_SLOT,	       /* Restore: a slot past the arena */
@@ -85,6 +93,8 @@ enum fake_mode {
 };
 
 #define FAKE_UID	     1000u
+#define FAKE_DEV_PAGES	     4u
+#define IS_GPU_MODE(m)	     ((m) >= FAKE_GPU_GOOD && (m) <= FAKE_GPU_LEASE_SHORT)
 #define FAKE_RESTORED_ID     11u /* the session a Restore makes */
 #define FAKE_RESTORED_TOKENS 40u
 
@@ -151,6 +161,11 @@ static int fake_daemon(void *arg)
 		Kvpalace__V1__CheckpointInfo *cis[2] = {&ci[0], &ci[1]};
 		Kvpalace__V1__Layout cl = KVPALACE__V1__LAYOUT__INIT;
 		Kvpalace__V1__StatsResponse st = KVPALACE__V1__STATS_RESPONSE__INIT;
+		Kvpalace__V1__OpenDeviceArenaResponse oda =
+			KVPALACE__V1__OPEN_DEVICE_ARENA_RESPONSE__INIT;
+		Kvpalace__V1__LeaseDeviceResponse ldr = KVPALACE__V1__LEASE_DEVICE_RESPONSE__INIT;
+		static uint8_t uuid[16];
+		uint32_t dslots[64];
 		const char *ckpt_name = NULL;
 		Kvpalace__V1__Request *req;
 		uint32_t slots[64];
@@ -233,8 +248,58 @@ static int fake_daemon(void *arg)
 				if (ret < 0)
 					return 1;
 			}
+			if (IS_GPU_MODE(f->mode)) {
+				op.has_device_arena = op.has_device_arena_bytes = 1;
+				op.has_device_n_pages = 1;
+				op.device_arena = 1;
+				op.device_arena_bytes = op.page_bytes * FAKE_DEV_PAGES;
+				op.device_n_pages = FAKE_DEV_PAGES;
+			}
 			resp.op_case = KVPALACE__V1__RESPONSE__OP_OPEN_POOL;
 			resp.open_pool = &op;
+			break;
+		}
+		case KVPALACE__V1__REQUEST__OP_OPEN_DEVICE_ARENA: {
+			/* An "emulated" device: a memfd, as a daemon started
+			 * with KVPALACED_EMULATE_GPU passes. */
+			uint64_t bytes = shm_page_bytes(&layout) * FAKE_DEV_PAGES;
+
+			oda.pool_id = 5;
+			oda.arena_bytes = bytes;
+			oda.page_bytes = shm_page_bytes(&layout);
+			oda.n_pages = FAKE_DEV_PAGES;
+			oda.handle_type = KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_HOST_EMULATED;
+			oda.has_device_uuid = 1;
+			oda.device_uuid.data = uuid;
+			oda.device_uuid.len = sizeof(uuid);
+			if (f->mode == FAKE_GPU_UNSEALED) {
+				fd = memfd_create("fake-dev", MFD_CLOEXEC);
+				if (fd < 0 || ftruncate(fd, (off_t)bytes) < 0)
+					return 1;
+			} else if (shm_arena_create("fake-dev", bytes, &fd, NULL) < 0) {
+				return 1;
+			}
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_OPEN_DEVICE_ARENA;
+			resp.open_device_arena = &oda;
+			break;
+		}
+		case KVPALACE__V1__REQUEST__OP_LEASE_DEVICE: {
+			/* The match's pages in device slots 3, 2, 1, ... */
+			uint64_t from = req->lease_device->first_page;
+
+			ldr.lease_id = req->lease_device->lease_id;
+			ldr.first_page = from;
+			ldr.n_device_slots = 2 > from ? 2 - from : 0; /* matches are 2 pages */
+			for (size_t i = 0; i < ldr.n_device_slots; i++)
+				dslots[i] = (uint32_t)(FAKE_DEV_PAGES - 1 - from - i);
+			if (f->mode == FAKE_GPU_LEASE_BAD_SLOT)
+				dslots[0] = FAKE_DEV_PAGES;
+			if (f->mode == FAKE_GPU_LEASE_SHORT)
+				ldr.n_device_slots = 0;
+			ldr.device_slots = dslots;
+			ldr.copied_pages = (uint32_t)ldr.n_device_slots;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_LEASE_DEVICE;
+			resp.lease_device = &ldr;
 			break;
 		}
 		case KVPALACE__V1__REQUEST__OP_CREATE_SESSION:
@@ -257,6 +322,18 @@ static int fake_daemon(void *arg)
 				slots[app.n_page_slots - 1] = FAKE_PAGES;
 			if (f->mode == FAKE_BAD_FIRST_TOKEN)
 				app.first_token += 1;
+			if (IS_GPU_MODE(f->mode) && req->append->has_tier &&
+			    req->append->tier == KVPALACE__V1__TIER__TIER_GPU) {
+				app.has_tier = 1;
+				app.tier = KVPALACE__V1__TIER__TIER_GPU;
+				app.n_device_slots = app.n_page_slots;
+				for (size_t i = 0; i < app.n_page_slots; i++)
+					dslots[i] =
+						(uint32_t)((app.first_page + i) % FAKE_DEV_PAGES);
+				if (f->mode == FAKE_GPU_APPEND_BAD_SLOT)
+					dslots[app.n_page_slots - 1] = FAKE_DEV_PAGES + 7;
+				app.device_slots = dslots;
+			}
 			app.page_slots = slots;
 			reserved = end;
 			resp.op_case = KVPALACE__V1__RESPONSE__OP_APPEND;
@@ -372,6 +449,10 @@ static int fake_daemon(void *arg)
 				slots[i] = (uint32_t)i;
 			mp.page_slots = slots;
 			mp.complete = 1;
+			if (IS_GPU_MODE(f->mode) && req->match_prefix->has_tier) {
+				mp.has_tier = 1;
+				mp.tier = req->match_prefix->tier;
+			}
 			resp.op_case = KVPALACE__V1__RESPONSE__OP_MATCH_PREFIX;
 			resp.match_prefix = &mp;
 			break;
@@ -740,6 +821,92 @@ static void expect_broken_after(void **state, enum fake_mode mode)
 	assert_int_equal(kvp_ping(c), -ENOTCONN);
 	kvp_disconnect(c);
 	harness_wait(pid, 30);
+}
+
+/* The GPU tier against a fake daemon: well-formed device replies give
+ * device pointers inside the mapped device arena; malformed ones break
+ * the connection and give none. */
+static void expect_gpu(void **state, enum fake_mode mode)
+{
+	struct fake *f = *state;
+	uint32_t tokens[40];
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	kvp_lease *l = NULL;
+	pid_t pid = start_fake(f, mode);
+	int ret;
+
+	harness_tokens(tokens, 40, 92, 0);
+	assert_int_equal(kvp_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, "fake-model", &harness_layout, &p), 0);
+	assert_int_equal(kvp_pool_has_gpu(p), 1);
+	assert_int_equal(kvp_pool_gpu_pages(p), FAKE_DEV_PAGES);
+	assert_int_equal(kvp_session_create(p, &s), 0);
+	switch (mode) {
+	case FAKE_GPU_GOOD: {
+		const unsigned char *d0, *d1;
+
+		assert_int_equal(kvp_pool_gpu_open(p), 0);
+		assert_int_equal(kvp_match_prefix_tier(p, tokens, 32, KVP_TIER_GPU, 0, &l), 0);
+		assert_int_equal(kvp_lease_tier(l), KVP_TIER_GPU);
+		/* Page 0 in device slot 3, page 1 in slot 2: a page apart. */
+		d0 = kvp_lease_device_kv(l, 0, 0, 0, 0);
+		d1 = kvp_lease_device_kv(l, 16, 0, 0, 0);
+		assert_non_null(d0);
+		assert_non_null(d1);
+		assert_true(d0 - d1 == (ptrdiff_t)kvp_pool_page_bytes(p));
+		assert_null(kvp_lease_device_kv(l, 32, 0, 0, 0));
+		assert_int_equal(kvp_append_tier(s, tokens, 40, KVP_TIER_GPU, 0), 0);
+		assert_non_null(kvp_session_device_kv(s, 39, 0, 0, 0));
+		assert_int_equal(kvp_ping(c), 0);
+		kvp_disconnect(c);
+		harness_wait(pid, 30);
+		return;
+	}
+	case FAKE_GPU_UNSEALED:
+		ret = kvp_pool_gpu_open(p);
+		break;
+	case FAKE_GPU_LEASE_BAD_SLOT:
+	case FAKE_GPU_LEASE_SHORT:
+		ret = kvp_match_prefix_tier(p, tokens, 32, KVP_TIER_GPU, KVP_TIER_OR_HOST, &l);
+		assert_null(l);
+		break;
+	default:
+		ret = kvp_append_tier(s, tokens, 40, KVP_TIER_GPU, 0);
+		assert_null(kvp_session_device_kv(s, 0, 0, 0, 0));
+		break;
+	}
+	if (ret != -EPROTO)
+		fail_msg("fake mode %d: %d instead of -EPROTO", mode, ret);
+	assert_int_equal(kvp_ping(c), -ENOTCONN);
+	kvp_disconnect(c);
+	harness_wait(pid, 30);
+}
+
+static void test_gpu_good_fake(void **state)
+{
+	expect_gpu(state, FAKE_GPU_GOOD);
+}
+
+static void test_gpu_unsealed_arena(void **state)
+{
+	expect_gpu(state, FAKE_GPU_UNSEALED);
+}
+
+static void test_gpu_lease_slot_outside_arena(void **state)
+{
+	expect_gpu(state, FAKE_GPU_LEASE_BAD_SLOT);
+}
+
+static void test_gpu_lease_without_slots(void **state)
+{
+	expect_gpu(state, FAKE_GPU_LEASE_SHORT);
+}
+
+static void test_gpu_append_slot_outside_arena(void **state)
+{
+	expect_gpu(state, FAKE_GPU_APPEND_BAD_SLOT);
 }
 
 static void test_append_slot_outside_arena(void **state)
@@ -1128,6 +1295,11 @@ int main(void)
 		T(test_commit_without_slots),
 		T(test_truncate_slot_outside_arena),
 		T(test_fork_slot_outside_arena),
+		T(test_gpu_good_fake),
+		T(test_gpu_unsealed_arena),
+		T(test_gpu_lease_slot_outside_arena),
+		T(test_gpu_lease_without_slots),
+		T(test_gpu_append_slot_outside_arena),
 		T(test_admin_replies),
 		T(test_show_more_slots_than_asked),
 		T(test_drop_of_another_session),
