@@ -453,9 +453,13 @@ static int session_fetch_pages(struct kvp_session *s, uint64_t have)
 
 int session_reload(struct kvp_session *s, uint64_t n_tokens)
 {
-	/* The table only shrinks: it has room. */
+	/* The table only shrinks: it has room. Device slots belonged to the
+	 * old pages; the daemon gave them back. */
 	s->n_tokens = s->committed = n_tokens;
 	s->compacted = 1;
+	free(s->dev_slots);
+	s->dev_slots = NULL;
+	s->dev_cap = 0;
 	return session_fetch_pages(s, 0);
 }
 

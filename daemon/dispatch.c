@@ -295,7 +295,7 @@ static int do_commit(struct cache *cache, struct conn *c, const Kvpalace__V1__Co
 {
 	Kvpalace__V1__CommitResponse *out = &r->u.commit;
 	struct session *s = session_get(cache, in->session_id, c->uid, 0);
-	uint32_t first;
+	uint32_t first, full;
 	int ret;
 
 	if (!s) {
@@ -330,12 +330,13 @@ static int do_commit(struct cache *cache, struct conn *c, const Kvpalace__V1__Co
 		return 0;
 	}
 	out->committed_tokens = s->n_committed;
-	if (s->n_hashes > first) {
+	full = (uint32_t)(s->n_committed / s->pool->layout.block_tokens);
+	if (full > first) {
 		/* The pages this commit filled, with their slots after dedup. */
 		out->has_first_page = 1;
 		out->first_page = first;
 		out->page_slots = s->pages + first;
-		out->n_page_slots = s->n_hashes - first;
+		out->n_page_slots = full - first;
 	}
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_COMMIT;
 	r->resp.commit = out;

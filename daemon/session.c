@@ -297,9 +297,11 @@ int session_commit(struct cache *c, struct session *s, const void *writer, uint6
 	 * what one reply could not list. */
 	if ((s->n_committed + n) / bt - s->n_committed / bt > max_filled)
 		return -E2BIG;
+	/* The first page this commit may fill; a compacted session's pages
+	 * fill without entering the index, so not n_hashes. */
+	*ret_first_filled = (uint32_t)(s->n_committed / bt);
 	s->n_committed += n;
 	s->last_use_ns = cache_now_ns();
-	*ret_first_filled = s->n_hashes;
 	full = (uint32_t)(s->n_committed / bt);
 	/* A compacted session's pages hold kept tokens, not a prefix: they
 	 * never enter the index. */

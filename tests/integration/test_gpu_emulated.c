@@ -426,6 +426,53 @@ static int proc_host_reader(void *arg)
 	return 0;
 }
 
+/* A compacted session renumbers its pages: the device slots of the old
+ * ones go back, and a GPU append gets fresh ones, copied back at its
+ * commit. */
+static int proc_gpu_compact(void *arg)
+{
+	struct harness *h = arg;
+	struct kvp_policy pol;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *f;
+	const uint32_t *t = prefix_b;
+
+	CHILD_CHECK_EQ(kvp_connect(h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &layout, &p), 0);
+	CHILD_CHECK_EQ(kvp_session_create(p, &f), 0);
+	CHILD_CHECK_EQ(kvp_append_tier(f, t, APPEND_TOKENS, KVP_TIER_GPU, 0), 0);
+	CHILD_CHECK(kvp_session_device_kv(f, APPEND_TOKENS - 1, 0, 0, 0) != NULL);
+	CHILD_CHECK_EQ(write_rows(f, t, 0, APPEND_TOKENS, 1), 0);
+	CHILD_CHECK_EQ(kvp_commit(f, APPEND_TOKENS), 0);
+	CHILD_CHECK_EQ(harness_pkv_check_session(p, f, t, 0, APPEND_TOKENS), 0);
+	kvp_policy_init(&pol, KVP_POLICY_WINDOW, 24);
+	CHILD_CHECK_EQ(kvp_session_set_policy(f, &pol, NULL), 0);
+	CHILD_CHECK_EQ(kvp_session_compact(f, NULL), 0);
+	CHILD_CHECK_EQ(kvp_session_tokens(f), 24);
+	CHILD_CHECK(kvp_session_device_kv(f, 20, 0, 0, 0) == NULL);
+	CHILD_CHECK_EQ(kvp_append_tier(f, t, 8, KVP_TIER_GPU, 0), 0);
+	CHILD_CHECK(kvp_session_device_kv(f, 24, 0, 0, 0) != NULL);
+	CHILD_CHECK(kvp_session_device_kv(f, 23, 0, 0, 0) != NULL); /* same page */
+	CHILD_CHECK_EQ(kvp_commit(f, 8), 0);
+	CHILD_CHECK_EQ(kvp_session_committed(f), 32);
+	CHILD_CHECK_EQ(kvp_session_close(f), 0);
+	kvp_disconnect(c);
+	return 0;
+}
+
+static void test_gpu_compact(void **state)
+{
+	struct harness *h = *state;
+	struct kvp_pool_stats ps;
+
+	assert_int_equal(harness_run_child(proc_gpu_compact, h), 0);
+	ps = stats_of_pool(h);
+	assert_int_equal(ps.device_copy_errors, 0);
+	/* The compacted session is closed: none of its device slots stay. */
+	assert_int_equal(ps.device_used_pages, 0);
+}
+
 static void test_gpu_append(void **state)
 {
 	struct harness *h = *state;
@@ -723,6 +770,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_raw_lease_device, setup_small,
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_gpu_append, setup_small, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_gpu_compact, setup_small, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_gpu_append_limits, setup_small,
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_raw_abandon, setup_small, harness_teardown),

@@ -113,7 +113,7 @@ static void test_window(void **state)
 	struct fixture *f = *state;
 	kvp_session *s = make_session(f, N);
 	struct kvp_policy pol;
-	uint32_t want[N], budget;
+	uint32_t want[N + 20], budget;
 	uint64_t dropped;
 	size_t n = 0;
 
@@ -129,6 +129,20 @@ static void test_window(void **state)
 	/* Within the budget now: nothing more goes. */
 	assert_int_equal(kvp_session_compact(s, &dropped), 0);
 	assert_int_equal(dropped, 0);
+	assert_kept(f, s, want, n);
+	/* It goes on: appended tokens take the next original positions, and
+	 * commits that fill pages of a compacted session work (their pages
+	 * stay out of the index). */
+	assert_int_equal(kvp_append(s, f->tokens + N, 20), 0);
+	for (uint32_t i = 0; i < 20; i++)
+		for (uint32_t layer = 0; layer < harness_layout.n_layers; layer++)
+			for (uint32_t kv = 0; kv < 2; kv++)
+				for (uint32_t hd = 0; hd < harness_layout.n_kv_heads; hd++)
+					harness_kv_fill(kvp_session_kv(s, 64 + i, layer, kv, hd),
+							harness_layout.head_dim, f->tokens[N + i],
+							N + i, layer, kv, hd);
+	assert_int_equal(kvp_commit(s, 20), 0);
+	range(want, &n, N, N + 20);
 	assert_kept(f, s, want, n);
 	/* What an admin sees of it. */
 	{
