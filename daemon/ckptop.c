@@ -627,6 +627,7 @@ int ckptop_checkpoint(struct cache *cache, struct conn *c, uint64_t req_id,
 		      const Kvpalace__V1__CheckpointRequest *in, const char **why)
 {
 	struct session *s = session_get(cache, in->session_id, c->uid, c->admin);
+	struct shm_layout stored;
 	struct pool *p;
 	struct job *j;
 	uint64_t n;
@@ -635,6 +636,14 @@ int ckptop_checkpoint(struct cache *cache, struct conn *c, uint64_t req_id,
 	if (!s) {
 		*why = "no such session";
 		return -ENOENT;
+	}
+	/* Mixed precision on disk: the pages stored quantized. */
+	stored = s->pool->layout;
+	if (in->has_dtype &&
+	    shm_layout_quantized(&s->pool->layout, (uint32_t)in->dtype, &stored) < 0) {
+		*why = "this pool's pages cannot be stored in that dtype (a quantized dtype, of an "
+		       "unquantized pool, that makes them smaller)";
+		return -EINVAL;
 	}
 	if (cache->ckpt_dir_fd < 0) {
 		*why = "no checkpoint directory (see the log at start)";
@@ -664,18 +673,8 @@ int ckptop_checkpoint(struct cache *cache, struct conn *c, uint64_t req_id,
 	j->pool = p;
 	j->meta.uid = (uint32_t)p->uid;
 	snprintf(j->meta.model_id, sizeof(j->meta.model_id), "%s", p->model_id);
-	j->meta.layout = j->meta.pool_layout = p->layout;
-	if (in->has_dtype) {
-		/* Mixed precision on disk: the pages stored quantized. */
-		if (shm_layout_quantized(&p->layout, (uint32_t)in->dtype, &j->meta.layout) < 0) {
-			c->ticket = NULL;
-			j->pool = NULL; /* not counted on the pool yet */
-			job_free(j);
-			*why = "this pool's pages cannot be stored in that dtype (a quantized "
-			       "dtype, of an unquantized pool, that makes them smaller)";
-			return -EINVAL;
-		}
-	}
+	j->meta.pool_layout = p->layout;
+	j->meta.layout = stored;
 	j->meta.page_bytes = shm_page_bytes(&j->meta.layout);
 	j->meta.root = s->root;
 	j->meta.n_tokens = n;

@@ -70,14 +70,14 @@ static const void **page_ptrs(const struct session *s)
 	return v;
 }
 
-int compact_score_query(struct session *s, uint32_t layer, uint32_t n_q_heads, const float *q,
-			size_t n_q, uint64_t *ret_scored, const char **why)
+/* The checks a query or a topic (n_q floats, n_q_heads heads of layer)
+ * passes before it costs the loop work per committed token of s:
+ * work_per_token multiply-adds each. Returns 0 or the error (*why). */
+static int check_query(const struct session *s, uint32_t layer, uint32_t n_q_heads, size_t n_q,
+		       uint64_t work_per_token, const char **why)
 {
 	const struct shm_layout *l = &s->pool->layout;
 	uint64_t n = s->n_committed;
-	float *weights = NULL, *out = NULL, *mass = NULL;
-	const void **pages = NULL;
-	int ret = -ENOMEM;
 
 	if (layer >= l->n_layers) {
 		*why = "layer out of range";
@@ -96,10 +96,25 @@ int compact_score_query(struct session *s, uint32_t layer, uint32_t n_q_heads, c
 		*why = "the session has no committed tokens";
 		return -ENODATA;
 	}
-	if (n * n_q_heads * l->head_dim > COMPACT_MAX_QUERY_WORK) {
+	if (n * work_per_token > COMPACT_MAX_QUERY_WORK) {
 		*why = "session too long for a query here: report the attention masses instead";
 		return -E2BIG;
 	}
+	return 0;
+}
+
+int compact_score_query(struct session *s, uint32_t layer, uint32_t n_q_heads, const float *q,
+			size_t n_q, uint64_t *ret_scored, const char **why)
+{
+	const struct shm_layout *l = &s->pool->layout;
+	uint64_t n = s->n_committed;
+	float *weights = NULL, *out = NULL, *mass = NULL;
+	const void **pages = NULL;
+	int ret = check_query(s, layer, n_q_heads, n_q, (uint64_t)n_q_heads * l->head_dim, why);
+
+	if (ret < 0)
+		return ret;
+	ret = -ENOMEM;
 	weights = malloc(n * n_q_heads * sizeof(float));
 	out = malloc(n_q * sizeof(float));
 	mass = calloc(n, sizeof(float));
@@ -162,29 +177,11 @@ int compact_score_topic(struct session *s, uint32_t layer, uint32_t n_q_heads, c
 	uint32_t *turns = NULL, *count = NULL;
 	float *rows = NULL, *emb = NULL, *topic = NULL, *sim = NULL;
 	const void **pages = NULL;
-	int ret = -ENOMEM;
+	int ret = check_query(s, layer, n_q_heads, n_q, dim, why);
 
-	if (layer >= l->n_layers) {
-		*why = "layer out of range";
-		return -EINVAL;
-	}
-	if (n_q_heads == 0 || n_q_heads % nkv || n_q_heads > 64 * nkv) {
-		*why = "n_q_heads must be a multiple of the pool's KV heads (at most 64 per KV "
-		       "head)";
-		return -EINVAL;
-	}
-	if (n_q != (size_t)n_q_heads * hd) {
-		*why = "query must hold n_q_heads * head_dim values";
-		return -EINVAL;
-	}
-	if (n == 0) {
-		*why = "the session has no committed tokens";
-		return -ENODATA;
-	}
-	if (n * dim > COMPACT_MAX_QUERY_WORK) {
-		*why = "session too long for a topic here: report the attention masses instead";
-		return -E2BIG;
-	}
+	if (ret < 0)
+		return ret;
+	ret = -ENOMEM;
 	/* The spans: distinct turns, sorted. */
 	turns = malloc(n * sizeof(*turns));
 	rows = malloc(n * hd * sizeof(*rows));
@@ -322,7 +319,6 @@ static int rebuild(struct session *s, const uint32_t *keep, size_t k, uint32_t n
 	s->dropped_tokens += s->n_tokens - k;
 	s->n_tokens = s->n_committed = k;
 	s->compacted = s->unindexed = 1;
-	s->compactions++;
 	ret = 0;
 done:
 	free(slots);

@@ -225,12 +225,7 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 {
 	Kvpalace__V1__AppendResponse *out = &r->u.append;
 	struct session *s = session_get(cache, in->session_id, c->uid, 0);
-	struct session_tag tag = {
-		.role = in->has_role ? (uint8_t)in->role : ROLE_NONE,
-		.flags = in->has_permanent && in->permanent ? TOKEN_PERMANENT : 0,
-		.has_turn = (uint8_t)in->has_turn,
-		.turn = in->turn,
-	};
+	struct session_tag tag;
 	uint64_t first, before;
 	uint32_t first_page;
 	int tier, ret;
@@ -239,10 +234,10 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 		*why = "no such session";
 		return -ENOENT;
 	}
-	if (in->has_role && (unsigned)in->role >= POLICY_N_ROLES) {
-		*why = "unknown role";
-		return -EINVAL;
-	}
+	ret = polop_tag(in->has_role, in->role, in->has_turn, in->turn, in->has_permanent,
+			in->permanent, &tag, why);
+	if (ret < 0)
+		return ret;
 	tier = serve_tier(cache, s->pool, in->has_tier, in->tier, in->or_host, why);
 	if (tier < 0)
 		return tier;

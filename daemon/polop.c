@@ -74,8 +74,8 @@ static struct session *own_session(struct cache *cache, struct conn *c, uint64_t
 	return s;
 }
 
-static int tag_of(int has_role, Kvpalace__V1__Role role, int has_turn, uint32_t turn, int has_perm,
-		  int perm, struct session_tag *tag, const char **why)
+int polop_tag(int has_role, Kvpalace__V1__Role role, int has_turn, uint32_t turn, int has_perm,
+	      int perm, struct session_tag *tag, const char **why)
 {
 	memset(tag, 0, sizeof(*tag));
 	if (has_role && (unsigned)role >= POLICY_N_ROLES) {
@@ -125,8 +125,8 @@ static int do_tag_span(struct cache *cache, struct conn *c, const Kvpalace__V1__
 
 	if (!s)
 		return -ENOENT;
-	ret = tag_of(in->has_role, in->role, in->has_turn, in->turn, in->has_permanent,
-		     in->permanent, &tag, why);
+	ret = polop_tag(in->has_role, in->role, in->has_turn, in->turn, in->has_permanent,
+			in->permanent, &tag, why);
 	if (ret < 0)
 		return ret;
 	ret = compact_tag(s, in->first, in->n, &tag);

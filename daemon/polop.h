@@ -20,6 +20,12 @@ int polop_is_policy_op(Kvpalace__V1__Request__OpCase op);
 int polop_run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
 	      struct reply *r, const char **why);
 
+struct session_tag;
+/* The tags of a TagSpan or an Append from their protocol fields. Returns
+ * 0, or -EINVAL (*why) for a role out of range. */
+int polop_tag(int has_role, Kvpalace__V1__Role role, int has_turn, uint32_t turn, int has_perm,
+	      int perm, struct session_tag *tag, const char **why);
+
 /* A policy from its protocol form, defaults filled in (not validated). */
 void polop_from_spec(const Kvpalace__V1__PolicySpec *in, struct policy *pol);
 

@@ -83,7 +83,6 @@ struct session {
 	 * them as if exact). */
 	uint8_t unindexed;
 	uint64_t dropped_tokens; /* by compaction, since creation */
-	uint32_t compactions;
 	/* GPU appends (daemon/gpu.c); all NULL/0 for a host-only session. */
 	uint32_t *dev_pages; /* [dev_cap] device slot of page i, GPU_NONE for none */
 	uint32_t dev_cap;

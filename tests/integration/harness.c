@@ -572,7 +572,7 @@ int harness_pkv_write_session(const kvp_pool *p, kvp_session *s, const uint32_t 
 	return 0;
 }
 
-static float f16_value(uint16_t x)
+float harness_f16_to_float(uint16_t x)
 {
 	int e = (x >> 10) & 0x1f;
 	float v =
@@ -611,11 +611,13 @@ uint64_t harness_pkv_check_int8(const kvp_pool *p, const kvp_lease *l, kvp_sessi
 
 						for (uint32_t d = g; d < g + 32; d++)
 							amax = fmaxf(amax,
-								     fabsf(f16_value(want[d])));
+								     fabsf(harness_f16_to_float(
+									     want[d])));
 						for (uint32_t d = g; d < g + 32; d++) {
-							float w = f16_value(want[d]);
+							float w = harness_f16_to_float(want[d]);
 
-							off |= fabsf(f16_value(row[d]) - w) >
+							off |= fabsf(harness_f16_to_float(row[d]) -
+								     w) >
 							       amax / 127 * 0.51f + fabsf(w) / 1024;
 						}
 					}

@@ -168,6 +168,10 @@ uint64_t harness_pkv_check_session(const kvp_pool *p, kvp_session *s, const uint
 /* Rows of leased positions [0, n) that differ. */
 uint64_t harness_pkv_check_lease(const kvp_lease *l, const kvp_pool *p, const uint32_t *tokens,
 				 uint64_t n);
+/* The value of an f16 bit pattern (normal, subnormal or zero; the
+ * harness's rows are never inf or NaN). */
+float harness_f16_to_float(uint16_t x);
+
 /* Rows of positions [0, n) — of lease l, or of session s when l is NULL —
  * that differ from the prefix formula by more than int8 quantization
  * allows (half a scale step, the scale amax/127 of each group of 32

@@ -23,7 +23,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
-#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>

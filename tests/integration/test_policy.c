@@ -249,14 +249,8 @@ static void test_importance_query(void **state)
 		const uint16_t *k = kvp_session_kv(s, 37, 1, 0, h / 2);
 
 		assert_non_null(k);
-		for (uint32_t d = 0; d < l->head_dim; d++) {
-			/* f16 to float: harness rows are small normal numbers. */
-			uint16_t x = k[d];
-			int e = (x >> 10) & 0x1f;
-			float v = e ? ldexpf((float)((x & 0x3ff) | 0x400), e - 25) : 0.0f;
-
-			q[h * l->head_dim + d] = (x & 0x8000 ? -v : v) * 8.0f;
-		}
+		for (uint32_t d = 0; d < l->head_dim; d++)
+			q[h * l->head_dim + d] = harness_f16_to_float(k[d]) * 8.0f;
 	}
 	assert_int_equal(kvp_session_score_query(s, 1, q, n_q), 0);
 	assert_int_equal(kvp_session_meta(s, 0, 64, m), 0);
@@ -273,15 +267,6 @@ static void test_importance_query(void **state)
 	assert_int_equal(kvp_session_score_query(s, 0, q, 3), -EINVAL);
 	assert_int_equal(kvp_session_close(s), 0);
 	free(q);
-}
-
-static float f16f(uint16_t x)
-{
-	int e = (x >> 10) & 0x1f;
-	float v =
-		e ? ldexpf((float)((x & 0x3ff) | 0x400), e - 25) : ldexpf((float)(x & 0x3ff), -24);
-
-	return x & 0x8000 ? -v : v;
 }
 
 /* Topic relevance: four turns of 32 tokens; the topic is turn 2's own mean
@@ -312,7 +297,7 @@ static void test_topic(void **state)
 			const uint16_t *k = kvp_session_kv(s, pos, 0, 0, h);
 
 			for (uint32_t d = 0; d < l->head_dim; d++)
-				q[h * l->head_dim + d] += f16f(k[d]) / 32;
+				q[h * l->head_dim + d] += harness_f16_to_float(k[d]) / 32;
 		}
 	assert_int_equal(kvp_session_score_topic(s, 0, q, l->n_kv_heads), 0);
 	assert_int_equal(kvp_session_meta(s, 0, 128, m), 0);
@@ -533,8 +518,8 @@ static void test_refusals(void **state)
 	/* Tags and metadata past the tokens. */
 	assert_int_equal(kvp_session_tag(s, 30, 11, KVP_ROLE_USER, 1, 0), -ERANGE);
 	assert_int_equal(kvp_session_tag(s, 0, 1, 7, 1, 0), -EINVAL);
-	/* Another client's session of the same user is reachable; nothing of
-	 * it is through another connection's handle of another pool. */
+	/* A policy is the session's own: a session of another pool, made by
+	 * another connection after s got its window, has none. */
 	assert_int_equal(kvp_connect(f->h->sock, &other), 0);
 	assert_int_equal(kvp_pool_open(other, "other-model", &harness_layout, &op), 0);
 	assert_int_equal(harness_commit_session(op, f->tokens, 20, &os), 0);
