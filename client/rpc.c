@@ -13,6 +13,20 @@
 #include "rpc.h"
 #include "status.h"
 
+/* Receives one datagram. A daemon that closes a connection while our
+ * request sits unread in it (a refusal racing our Hello) makes the kernel
+ * report ECONNRESET on the next receive, before the datagrams it had
+ * already sent (the refusal, which says why): the report is consumed, so
+ * one more receive returns them, or 0 at the end. */
+static int recv_frame(struct kvp_client *c, int *ret_fd)
+{
+	int n = frame_recv(c->fd, c->rbuf, FRAME_MAX_MAX_BYTES, ret_fd);
+
+	if (n == -ECONNRESET)
+		n = frame_recv(c->fd, c->rbuf, FRAME_MAX_MAX_BYTES, ret_fd);
+	return n;
+}
+
 /* Sending failed with -EPIPE: the daemon closed the connection. One that
  * refuses a connection (a limit on connections) says why first, in a reply
  * with id 0, and may close before our first request goes out: when that
@@ -23,7 +37,7 @@ static int send_refused(struct kvp_client *c)
 	Kvpalace__V1__Response *resp = NULL;
 	int fd = -1, n, len;
 
-	n = frame_recv(c->fd, c->rbuf, FRAME_MAX_MAX_BYTES, &fd);
+	n = recv_frame(c, &fd);
 	if (fd >= 0)
 		close(fd);
 	len = n > 0 ? frame_header_check(c->rbuf, (size_t)n, FRAME_MAX_MAX_BYTES) : -1;
@@ -71,7 +85,7 @@ int rpc_recv(struct kvp_client *c, Kvpalace__V1__Response **ret_resp, int *ret_f
 
 	if (c->dead)
 		return conn_usable(c);
-	n = frame_recv(c->fd, c->rbuf, FRAME_MAX_MAX_BYTES, &fd);
+	n = recv_frame(c, &fd);
 	if (n == 0)
 		return conn_break(c, -ECONNRESET, "kvpalaced closed the connection");
 	if (n == -EMSGSIZE)

@@ -1077,6 +1077,8 @@ static void test_connection_limits(void **state)
 	k.go = go[0];
 	pid = harness_fork(conn_holder, &k);
 	assert_true(pid > 0);
+	/* Only the child writes: a child that fails ends the read (0). */
+	close(ready[1]);
 	assert_int_equal(read(ready[0], &byte, 1), 1);
 	if (!k.other_user) {
 		/* Not root: the same user cannot show another's allowance. */
@@ -1106,7 +1108,6 @@ static void test_connection_limits(void **state)
 	kvp_disconnect(mine[0]);
 	kvp_disconnect(mine[1]);
 	close(ready[0]);
-	close(ready[1]);
 	close(go[0]);
 	close(go[1]);
 }
