@@ -185,6 +185,7 @@ static struct kvp_client *conn_new(void)
 	c->rbuf = malloc(FRAME_MAX_MAX_BYTES);
 	c->abuf = malloc(c->abuf_bytes);
 	list_init(&c->pools);
+	frame_arena_init(&c->arena, c->abuf, c->abuf_bytes);
 	if (!c->sbuf || !c->rbuf || !c->abuf) {
 		free(c->sbuf);
 		free(c->rbuf);
@@ -201,6 +202,7 @@ static void conn_free(struct kvp_client *c)
 		close(c->fd);
 	free(c->sbuf);
 	free(c->rbuf);
+	frame_arena_fini(&c->arena);
 	free(c->abuf);
 	free(c);
 }

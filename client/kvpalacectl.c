@@ -20,7 +20,8 @@
  *
  * Exit status: 0 success, 1 the daemon refused or failed the request,
  * 2 usage error (a malformed checkpoint name included), 3 the daemon
- * cannot be reached (no socket, no permission, connection lost).
+ * cannot be reached (no socket, no permission, connection lost), 4 a
+ * protocol error (a reply that does not decode).
  * Single-threaded, but for the spinner's drawing thread (progress.c).
  */
 #include <errno.h>
@@ -42,6 +43,7 @@
 #define EXIT_DAEMON  1 /* the daemon refused or failed the request */
 #define EXIT_USAGE   2
 #define EXIT_CONNECT 3 /* no daemon, no permission on the socket, connection lost */
+#define EXIT_PROTO   4 /* a reply that does not decode: the two speak different protocols */
 
 /* Page slots `session show` lists unless --pages says otherwise. */
 #define SHOW_SLOTS_DEFAULT 16u
@@ -774,11 +776,17 @@ struct args {
 };
 
 /* Says why a call failed and picks the exit status: 3 when the daemon
- * cannot be reached any more, 1 when it refused or failed. */
+ * cannot be reached any more, 4 when its reply made no sense to us (or our
+ * request none to it: a version skew or a bug, not a refusal), 1 when it
+ * refused or failed. */
 static int fail(kvp_client *c, const char *what, int err)
 {
 	fprintf(stderr, "kvpalacectl: %s: %s\n", what, kvp_strerror(c, err));
-	return err == -ENOTCONN || err == -EPIPE || err == -ECONNRESET ? EXIT_CONNECT : EXIT_DAEMON;
+	if (err == -ENOTCONN || err == -EPIPE || err == -ECONNRESET)
+		return EXIT_CONNECT;
+	if (err == -EPROTO || err == -EPROTONOSUPPORT)
+		return EXIT_PROTO;
+	return EXIT_DAEMON;
 }
 
 static int cmd_ping(kvp_client *c, const struct args *a)
@@ -1635,7 +1643,8 @@ static const struct command commands[] = {
 static const char exit_text[] = "Exit status: 0 success, 1 the daemon refused or failed the "
 				"request, 2 usage\n"
 				"error, 3 the daemon cannot be reached (no socket, no "
-				"permission, connection\nlost).\n";
+				"permission, connection\nlost), 4 protocol error (a reply "
+				"that does not decode).\n";
 
 static void usage(FILE *f)
 {

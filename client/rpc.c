@@ -1,8 +1,9 @@
 /* client/rpc.c — sending requests and receiving replies (see rpc.h).
  *
  * One outgoing and one incoming frame buffer per client; a reply is
- * unpacked into the client's arena with a budget proportional to its size,
- * so a hostile length in a reply cannot make us allocate. Every failure of
+ * unpacked into the client's arena with a budget that fits any valid reply
+ * of its size (frame_response_bound), so a hostile length in a reply cannot
+ * make us allocate past it. Every failure of
  * the transport or of the reply's shape breaks the client: after a lost or
  * garbled exchange we can no longer tell which requests took effect.
  * Not thread-safe: one thread at a time per client.
@@ -12,6 +13,16 @@
 
 #include "rpc.h"
 #include "status.h"
+
+/* Readies the arena for a reply of len payload bytes: whatever the daemon
+ * may validly send decodes (a statistics reply of thousands of pools costs
+ * ten times its wire size and more), nothing else can make us allocate
+ * past that bound. */
+static void unpack_budget(struct kvp_client *c, size_t len)
+{
+	frame_arena_reset(&c->arena);
+	frame_arena_set_budget(&c->arena, frame_response_bound(len));
+}
 
 /* Receives one datagram. A daemon that closes a connection while our
  * request sits unread in it (a refusal racing our Hello) makes the kernel
@@ -42,7 +53,7 @@ static int send_refused(struct kvp_client *c)
 		close(fd);
 	len = n > 0 ? frame_header_check(c->rbuf, (size_t)n, FRAME_MAX_MAX_BYTES) : -1;
 	if (len >= 0) {
-		frame_arena_init(&c->arena, c->abuf, frame_arena_bytes((uint32_t)n));
+		unpack_budget(c, (size_t)len);
 		resp = frame_unpack_response(&c->arena, c->rbuf + FRAME_HEADER_BYTES, (size_t)len);
 	}
 	if (resp && resp->id == 0 && resp->status != KVPALACE__V1__STATUS__STATUS_OK)
@@ -101,7 +112,7 @@ int rpc_recv(struct kvp_client *c, Kvpalace__V1__Response **ret_resp, int *ret_f
 			return conn_break(c, len, "kvpalaced framed a reply with another version");
 		return conn_break(c, -EPROTO, "kvpalaced sent a bad frame header (%d)", len);
 	}
-	frame_arena_init(&c->arena, c->abuf, frame_arena_bytes((uint32_t)n));
+	unpack_budget(c, (size_t)len);
 	resp = frame_unpack_response(&c->arena, c->rbuf + FRAME_HEADER_BYTES, (size_t)len);
 	if (!resp) {
 		if (fd >= 0)

@@ -4,6 +4,7 @@
  * explicitly so the format does not depend on the host.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -81,15 +82,60 @@ int frame_next(const void *buf, size_t n, size_t *off, uint32_t max_bytes,
 	return 1;
 }
 
+/* A malloc'd region past the caller's buffer. */
+struct frame_chunk {
+	struct frame_chunk *next;
+	size_t cap, used;
+	unsigned char data[];
+};
+
+#define ARENA_ALIGN	  16u
+#define ARENA_CHUNK_BYTES (256u * 1024u)
+
+static void *chunk_alloc(struct frame_arena *a, size_t size)
+{
+	struct frame_chunk *ch = a->chunks;
+	size_t at;
+
+	if (ch) {
+		at = (ch->used + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+		if (at <= ch->cap && size <= ch->cap - at) {
+			ch->used = at + size;
+			return ch->data + at;
+		}
+	}
+	at = size > ARENA_CHUNK_BYTES ? size : ARENA_CHUNK_BYTES;
+	/* malloc's alignment (16 on x86-64 and arm64) covers the data. */
+	ch = malloc(sizeof(*ch) + at);
+	if (!ch)
+		return NULL;
+	ch->cap = at;
+	ch->used = size;
+	ch->next = a->chunks;
+	a->chunks = ch;
+	return ch->data;
+}
+
 static void *arena_alloc(void *data, size_t size)
 {
 	struct frame_arena *a = data;
-	size_t at = (a->used + 15) & ~(size_t)15;
+	size_t at = (a->used + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+	size_t cost = size + ARENA_ALIGN - 1; /* what alignment may waste, counted */
+	void *p;
 
-	if (size > a->cap || at > a->cap - size)
+	if (size > a->budget || a->spent > a->budget - size)
 		return NULL;
-	a->used = at + size;
-	return a->buf + at;
+	if (at <= a->cap && size <= a->cap - at) {
+		a->spent += at - a->used + size;
+		a->used = at + size;
+		return a->buf + at;
+	}
+	if (cost > a->budget - a->spent)
+		return NULL;
+	p = chunk_alloc(a, size);
+	if (p)
+		a->spent += cost;
+	return p;
 }
 
 static void arena_free(void *data, void *ptr)
@@ -103,19 +149,171 @@ void frame_arena_init(struct frame_arena *a, void *buf, size_t cap)
 	a->buf = buf;
 	a->cap = cap;
 	a->used = 0;
+	a->budget = cap;
+	a->spent = 0;
+	a->chunks = NULL;
 	a->allocator.alloc = arena_alloc;
 	a->allocator.free = arena_free;
 	a->allocator.allocator_data = a;
 }
 
+void frame_arena_fini(struct frame_arena *a)
+{
+	struct frame_chunk *ch, *next;
+
+	if (!a)
+		return;
+	for (ch = a->chunks; ch; ch = next) {
+		next = ch->next;
+		free(ch);
+	}
+	a->chunks = NULL;
+}
+
 void frame_arena_reset(struct frame_arena *a)
 {
+	frame_arena_fini(a);
 	a->used = 0;
+	a->spent = 0;
+}
+
+void frame_arena_set_budget(struct frame_arena *a, size_t bytes)
+{
+	a->budget = bytes > a->cap ? bytes : a->cap;
 }
 
 size_t frame_arena_bytes(uint32_t max_bytes)
 {
 	return (size_t)max_bytes * FRAME_ARENA_FACTOR + FRAME_ARENA_SLACK;
+}
+
+/* ---- the worst case of unpacking ----------------------------------------
+ *
+ * protobuf-c 1.4 (protobuf_c_message_unpack) allocates, for one message:
+ * its struct; per field occurrence on the wire a 32-byte ScannedMember in
+ * slabs that double in size (at most 64 bytes per occurrence in all, plus
+ * one alignment per slab); per repeated field one array; per string or
+ * bytes value its data (+1); per submessage the same again, recursively;
+ * per unknown field a 24-byte record and a copy of its bytes. Each arena
+ * allocation may waste ARENA_ALIGN - 1 bytes. Every occurrence takes at
+ * least its tag and one byte of value on the wire, so the worst case is a
+ * ratio: the largest cost per minimal wire occurrence over every field of
+ * every reachable message type, plus the unknown field. */
+#define SCAN_BYTES    (64u + ARENA_ALIGN) /* ScannedMember share, slab alignment */
+#define UNKNOWN_BYTES 24u		  /* ProtobufCMessageUnknownField */
+#define MAX_TYPES     256u		  /* the schema has 73 */
+#define OVER_RATIO    4096u		  /* past MAX_TYPES: more than any struct costs */
+
+static size_t tag_bytes(uint32_t id)
+{
+	uint64_t key = (uint64_t)id << 3;
+	size_t n = 1;
+
+	while (key >= 0x80) {
+		key >>= 7;
+		n++;
+	}
+	return n;
+}
+
+static size_t elem_bytes(ProtobufCType t)
+{
+	switch (t) {
+	case PROTOBUF_C_TYPE_INT64:
+	case PROTOBUF_C_TYPE_SINT64:
+	case PROTOBUF_C_TYPE_SFIXED64:
+	case PROTOBUF_C_TYPE_UINT64:
+	case PROTOBUF_C_TYPE_FIXED64:
+	case PROTOBUF_C_TYPE_DOUBLE:
+	case PROTOBUF_C_TYPE_STRING:
+	case PROTOBUF_C_TYPE_BYTES:
+	case PROTOBUF_C_TYPE_MESSAGE:
+		return 8; /* pointers, ProtobufCBinaryData counted below */
+	default:
+		return 4;
+	}
+}
+
+/* Cost of one occurrence of field f (min_wire bytes on the wire at least)
+ * in arena bytes, and the largest cost per wire byte of the field's
+ * packed elements. */
+static size_t field_ratio(const ProtobufCFieldDescriptor *f)
+{
+	size_t wire = tag_bytes(f->id) + 1; /* tag, then a varint or a length */
+	size_t cost = SCAN_BYTES;
+	int repeated = f->label == PROTOBUF_C_LABEL_REPEATED;
+
+	if (f->type == PROTOBUF_C_TYPE_FIXED32 || f->type == PROTOBUF_C_TYPE_SFIXED32 ||
+	    f->type == PROTOBUF_C_TYPE_FLOAT)
+		wire = tag_bytes(f->id) + 4;
+	if (f->type == PROTOBUF_C_TYPE_FIXED64 || f->type == PROTOBUF_C_TYPE_SFIXED64 ||
+	    f->type == PROTOBUF_C_TYPE_DOUBLE)
+		wire = tag_bytes(f->id) + 8;
+	if (repeated)
+		/* The element, and the array's alignment. A packed
+		 * occurrence is a length (one byte at least) with elements
+		 * of one byte at least: elem_bytes per byte, below. */
+		cost += (f->type == PROTOBUF_C_TYPE_BYTES ? 16 : elem_bytes(f->type)) + ARENA_ALIGN;
+	if (f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_BYTES)
+		/* Data of length L costs L (+1) and an alignment; the wire
+		 * carries L bytes more, so the empty value is the worst. */
+		cost += 1 + ARENA_ALIGN;
+	if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+		const ProtobufCMessageDescriptor *d = f->descriptor;
+
+		cost += d->sizeof_message + ARENA_ALIGN;
+		if (d->n_fields > 16 * 8) /* the required-field bitmap leaves the stack */
+			cost += (d->n_fields + 7) / 8 + ARENA_ALIGN;
+	}
+	return (cost + wire - 1) / wire;
+}
+
+static size_t ratio_of(const ProtobufCMessageDescriptor *top)
+{
+	const ProtobufCMessageDescriptor *seen[MAX_TYPES];
+	size_t n_seen = 1, worst;
+
+	/* An unknown varint field: a record, a copy of its byte, the array's
+	 * alignment, over tag + value (two bytes at least). */
+	worst = (SCAN_BYTES + UNKNOWN_BYTES + 1 + 2 * ARENA_ALIGN + 1) / 2;
+	if (worst < 8) /* a packed 64-bit varint element: 8 bytes per byte */
+		worst = 8;
+	seen[0] = top;
+	for (size_t i = 0; i < n_seen; i++) {
+		const ProtobufCMessageDescriptor *d = seen[i];
+
+		for (unsigned int k = 0; k < d->n_fields; k++) {
+			const ProtobufCFieldDescriptor *f = &d->fields[k];
+			size_t r = field_ratio(f);
+			size_t j;
+
+			if (r > worst)
+				worst = r;
+			if (f->type != PROTOBUF_C_TYPE_MESSAGE)
+				continue;
+			for (j = 0; j < n_seen && seen[j] != f->descriptor; j++)
+				;
+			if (j < n_seen)
+				continue;
+			if (n_seen == MAX_TYPES)
+				return OVER_RATIO;
+			seen[n_seen++] = f->descriptor;
+		}
+	}
+	return worst;
+}
+
+size_t frame_response_bound(size_t wire_bytes)
+{
+	static size_t ratio; /* computed once; the same value from any thread */
+	size_t r = __atomic_load_n(&ratio, __ATOMIC_RELAXED);
+
+	if (!r) {
+		r = ratio_of(&kvpalace__v1__response__descriptor);
+		__atomic_store_n(&ratio, r, __ATOMIC_RELAXED);
+	}
+	return wire_bytes * r + kvpalace__v1__response__descriptor.sizeof_message +
+	       FRAME_ARENA_SLACK;
 }
 
 Kvpalace__V1__Request *frame_unpack_request(struct frame_arena *a, const uint8_t *payload, size_t n)

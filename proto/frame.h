@@ -65,19 +65,41 @@ int frame_header_check(const void *buf, size_t n, uint32_t max_bytes);
 int frame_next(const void *buf, size_t n, size_t *off, uint32_t max_bytes,
 	       const uint8_t **ret_payload, size_t *ret_len);
 
-/* A bump allocator over caller memory for protobuf-c unpacking: freeing is
- * a no-op, the whole arena is reset at once (frame_arena_reset). An
- * allocation past the budget fails, so unpacking fails cleanly. */
+/* A bump allocator for protobuf-c unpacking: freeing is a no-op, the whole
+ * arena is reset at once (frame_arena_reset). Allocations come from the
+ * caller's buffer; once it is used up, from malloc'd chunks, up to a
+ * budget of bytes handed out in all. An allocation past the budget fails,
+ * so unpacking fails cleanly. frame_arena_init sets the budget to the
+ * buffer (the arena never mallocs); frame_arena_set_budget raises it. */
+struct frame_chunk;
 struct frame_arena {
-	unsigned char *buf;
-	size_t cap;
-	size_t used;
+	unsigned char *buf;	    /* the caller's buffer */
+	size_t cap;		    /* its size */
+	size_t used;		    /* bytes of it handed out */
+	size_t budget;		    /* bytes the arena may hand out until reset */
+	size_t spent;		    /* bytes handed out since reset, alignment included */
+	struct frame_chunk *chunks; /* malloc'd past buf, newest first */
 	ProtobufCAllocator allocator;
 };
 void frame_arena_init(struct frame_arena *a, void *buf, size_t cap);
+/* Frees the chunks and makes every byte available again; the budget stays. */
 void frame_arena_reset(struct frame_arena *a);
-/* Bytes an arena needs to unpack any message of max_bytes. */
+/* Allows bytes in all (at least the buffer) until the next change. */
+void frame_arena_set_budget(struct frame_arena *a, size_t bytes);
+/* Frees the chunks; the buffer stays the caller's. Accepts NULL. */
+void frame_arena_fini(struct frame_arena *a);
+/* Bytes of arena the daemon gives one request of at most max_bytes: a
+ * request our library builds fits (a packed uint32 takes at least one wire
+ * byte and four in memory); a flood of tiny submessages does not. */
 size_t frame_arena_bytes(uint32_t max_bytes);
+/* Bytes of arena that unpack ANY valid Response of wire_bytes: the worst
+ * case of protobuf-c 1.4's allocations (its per-field scan slabs, arrays,
+ * strings, submessage structs, unknown fields) per wire byte, taken over
+ * every message type a Response can hold. Replies come from the daemon,
+ * whose statistics may hold thousands of small PoolStats; a client sets
+ * this budget so every reply up to the cap decodes, while a hostile daemon
+ * still cannot make it allocate more than this. */
+size_t frame_response_bound(size_t wire_bytes);
 
 /* Unpacks the payload of a checked frame. Returns NULL when the bytes are
  * not a valid message or the arena budget is exhausted. The message lives in

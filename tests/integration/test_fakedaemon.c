@@ -77,6 +77,7 @@ enum fake_mode {
 	FAKE_SHOW_TOO_MANY,	  /* ShowSession: more slots than asked for */
 	FAKE_DROP_OTHER,	  /* DropSession: another session dropped */
 	FAKE_EVICT_SUM,		  /* Evict: pools that do not add up to the total */
+	FAKE_STATS_GARBAGE,	  /* Stats: bytes that are no reply */
 	/* Checkpoints; from here on Hello says admin, uid FAKE_UID. */
 	FAKE_CKPT_GOOD,		       /* checkpoint replies that fit their requests */
 	FAKE_RESTORE_BAD_SLOT,	       /* Restore: a slot past the arena */
@@ -599,6 +600,12 @@ static int fake_daemon(void *arg)
 			resp.list_checkpoints = &lc;
 			break;
 		case KVPALACE__V1__REQUEST__OP_STATS:
+			if (f->mode == FAKE_STATS_GARBAGE) {
+				frame_header_encode(buf, 8);
+				memset(buf + FRAME_HEADER_BYTES, 0xff, 8);
+				frame_send(c, buf, FRAME_HEADER_BYTES + 8, -1);
+				continue;
+			}
 			st.has_checkpoints_written = st.has_checkpoints_restored = 1;
 			st.has_checkpoints_refused = st.has_checkpoint_failures = 1;
 			st.has_warmed_up_pages = 1;
@@ -1014,6 +1021,27 @@ static void test_drop_of_another_session(void **state)
 	expect_admin(state, FAKE_DROP_OTHER);
 }
 
+/* A Stats reply that does not decode is a protocol error, not a refusal:
+ * kvpalacectl says so and exits 4 (an operator's script must not read it
+ * as "the daemon refused", exit 1). */
+static void test_ctl_undecodable_reply(void **state)
+{
+	struct fake *f = *state;
+	const char *bin = getenv("KVPALACECTL");
+	char *argv[] = {(char *)bin, "--socket", f->sock, "stats", NULL};
+	static char out[4096];
+	pid_t pid;
+	int st;
+
+	assert_non_null(bin);
+	pid = start_fake(f, FAKE_STATS_GARBAGE);
+	st = harness_run_capture(argv, NULL, out, sizeof(out));
+	if (st != 4)
+		fail_msg("kvpalacectl stats against an undecodable reply exited %d:\n%s", st, out);
+	assert_non_null(strstr(out, "does not decode"));
+	harness_wait(pid, 30);
+}
+
 static void test_evict_that_does_not_add_up(void **state)
 {
 	expect_admin(state, FAKE_EVICT_SUM);
@@ -1304,6 +1332,7 @@ int main(void)
 		T(test_show_more_slots_than_asked),
 		T(test_drop_of_another_session),
 		T(test_evict_that_does_not_add_up),
+		T(test_ctl_undecodable_reply),
 		T(test_checkpoint_replies),
 		T(test_restore_slot_outside_arena),
 		T(test_restore_longer_than_the_arena),

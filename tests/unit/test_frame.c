@@ -669,6 +669,129 @@ static void test_arena_reset_reuses(void **state)
 	assert_int_equal(out->op_case, KVPALACE__V1__REQUEST__OP_STATS);
 }
 
+/* Unpacks the n-byte Response in wire with a small buffer and the budget
+ * frame_response_bound(n), as the client library does. Returns the
+ * message (NULL when it did not decode); *ret_spent gets what it used. */
+static Kvpalace__V1__Response *unpack_bounded(const unsigned char *wire, size_t n,
+					      size_t *ret_spent)
+{
+	static unsigned char small[4096];
+	static struct frame_arena a;
+	Kvpalace__V1__Response *resp;
+
+	frame_arena_fini(&a);
+	frame_arena_init(&a, small, sizeof(small));
+	frame_arena_set_budget(&a, frame_response_bound(n));
+	resp = frame_unpack_response(&a, wire, n);
+	assert_true(a.spent <= a.budget);
+	*ret_spent = a.spent;
+	return resp;
+}
+
+/* The statistics reply of as many pools as fit in the largest cap (the
+ * daemon's reply to an operator with a thousand pools) decodes within the
+ * response bound, though it needs over ten times its wire size: the
+ * factor that budgets requests would refuse it. */
+static void test_response_bound_fits_full_stats(void **state)
+{
+	struct fixture *f = *state;
+	enum { MAX_POOLS = 8192 };
+	static Kvpalace__V1__PoolStats ps[MAX_POOLS];
+	static Kvpalace__V1__PoolStats *pp[MAX_POOLS];
+	Kvpalace__V1__Layout lay = KVPALACE__V1__LAYOUT__INIT;
+	Kvpalace__V1__StatsResponse st = KVPALACE__V1__STATS_RESPONSE__INIT;
+	Kvpalace__V1__Response resp = KVPALACE__V1__RESPONSE__INIT;
+	Kvpalace__V1__Response *out;
+	size_t lo = 1, hi = MAX_POOLS, spent;
+	int n = -1;
+
+	lay.n_layers = 32;
+	lay.n_kv_heads = 8;
+	lay.head_dim = 128;
+	lay.block_tokens = 16;
+	lay.dtype = KVPALACE__V1__DTYPE__DTYPE_F16;
+	for (size_t i = 0; i < MAX_POOLS; i++) {
+		kvpalace__v1__pool_stats__init(&ps[i]);
+		ps[i].pool_id = i + 1;
+		ps[i].model_id = "m";
+		ps[i].layout = &lay;
+		ps[i].has_indexed_pages = ps[i].has_evictable_pages = 1;
+		ps[i].has_evictions = ps[i].has_dedup_pages = ps[i].has_disk_pages = 1;
+		ps[i].has_disk_capacity = ps[i].has_spilled_pages = 1;
+		pp[i] = &ps[i];
+	}
+	st.pools = pp;
+	resp.id = 1;
+	resp.op_case = KVPALACE__V1__RESPONSE__OP_STATS;
+	resp.stats = &st;
+	/* The most pools that fit under the largest cap. */
+	while (lo < hi) {
+		size_t mid = (lo + hi + 1) / 2;
+
+		st.n_pools = mid;
+		if (frame_pack_response(&resp, f->wire, sizeof(f->wire), FRAME_MAX_MAX_BYTES) > 0)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	st.n_pools = lo;
+	assert_true(lo > 1000);
+	n = frame_pack_response(&resp, f->wire, sizeof(f->wire), FRAME_MAX_MAX_BYTES);
+	assert_true(n > 0);
+	out = unpack_bounded(f->wire + FRAME_HEADER_BYTES, (size_t)n - FRAME_HEADER_BYTES, &spent);
+	assert_non_null(out);
+	assert_int_equal(out->stats->n_pools, lo);
+	assert_int_equal(out->stats->pools[lo - 1]->pool_id, lo);
+	assert_true(spent > frame_arena_bytes((uint32_t)n));
+	printf("%zu pools: %d wire bytes, %zu unpacked (%.1f per wire byte), bound %zu\n", lo, n,
+	       spent, (double)spent / n, frame_response_bound((size_t)n));
+}
+
+/* Floods a hostile daemon could send, each a valid encoding at the
+ * largest cap: they decode within the bound, and the bound holds them. */
+static void test_response_bound_floods(void **state)
+{
+	struct fixture *f = *state;
+	size_t lim = FRAME_MAX_MAX_BYTES - FRAME_HEADER_BYTES, n, spent;
+	unsigned char *w = f->wire;
+
+	/* Unknown varint fields: a record and a copy each. */
+	n = 0;
+	w[n++] = 0x08; /* id = 1 */
+	w[n++] = 0x01;
+	w[n++] = 0x10; /* status = 0 */
+	w[n++] = 0x00;
+	while (n + 2 <= lim) {
+		w[n++] = 0x48; /* field 9, varint: not in the schema */
+		w[n++] = 0x00;
+	}
+	assert_non_null(unpack_bounded(w, n, &spent));
+
+	/* Unknown empty length-delimited fields. */
+	n = 4;
+	while (n + 2 <= lim) {
+		w[n++] = 0x4a; /* field 9, length 0 */
+		w[n++] = 0x00;
+	}
+	assert_non_null(unpack_bounded(w, n, &spent));
+
+	/* The error string repeated: each occurrence replaces the last. */
+	n = 4;
+	while (n + 2 <= lim) {
+		w[n++] = 0x1a; /* field 3 (error), empty */
+		w[n++] = 0x00;
+	}
+	assert_non_null(unpack_bounded(w, n, &spent));
+
+	/* The id repeated: a scan slot per occurrence. */
+	n = 4;
+	while (n + 2 <= lim) {
+		w[n++] = 0x08;
+		w[n++] = 0x01;
+	}
+	assert_non_null(unpack_bounded(w, n, &spent));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -693,6 +816,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_budget_many_tiny_submessages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_budget_unknown_field_flood, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_arena_reset_reuses, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_response_bound_fits_full_stats, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_response_bound_floods, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("frame", tests, NULL, NULL);

@@ -40,6 +40,10 @@ static void test_print_sizes(void **state)
 	       frame_arena_bytes(FRAME_DEFAULT_MAX_BYTES));
 	printf("%-40s %6zu\n", "frame_arena_bytes(max cap)",
 	       frame_arena_bytes(FRAME_MAX_MAX_BYTES));
+	printf("%-40s %6zu\n", "frame_response_bound per wire byte",
+	       frame_response_bound(1) - frame_response_bound(0));
+	printf("%-40s %6zu\n", "frame_response_bound(max cap)",
+	       frame_response_bound(FRAME_MAX_MAX_BYTES));
 }
 
 #define SAME_FIELD(f)                                                                              \
