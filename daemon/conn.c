@@ -574,8 +574,13 @@ static void hold(struct conn *c, const uint8_t *payload, size_t len, uint64_t ba
 
 static void handle_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_t batch)
 {
-	if (c->held_head) {
-		hold(c, payload, len, batch, 0, 0); /* in order, behind the parked one */
+	/* Behind a parked request, in order: one parked on the disk tier is
+	 * itself held, one answered by a worker (a ticket) is not, so both
+	 * tests are needed — without the second, a pipelined worker request
+	 * started a second job whose ticket replaced the first's, and the
+	 * first job then delivered to a freed connection. */
+	if (c->held_head || c->parked) {
+		hold(c, payload, len, batch, 0, 0);
 		return;
 	}
 	if (run_frame(c, payload, len, batch, 0) == 1)
@@ -632,6 +637,9 @@ static void on_wake(struct tier_waiter *w)
 
 void conn_ticket_start(struct conn *c, struct conn_ticket *t, uint64_t id)
 {
+	/* One request at a time is answered later (handle_frame holds the
+	 * rest): a second ticket would be forgotten by conn_close. */
+	kvp_assert(!c->ticket);
 	t->conn = c;
 	t->id = id;
 	t->batch = c->cur_batch;

@@ -164,6 +164,73 @@ static void test_pipelined_ids(void **state)
 	raw_close(&r);
 }
 
+/* Requests a worker thread answers (ListCheckpoints here; Checkpoint,
+ * Restore and Warmup alike) pipelined on one connection: each must be
+ * answered once, in order, and a connection that closes with several in
+ * flight must not take the daemon down. Scenario: issue 14's hostile user,
+ * who crashed the daemon (use after free in conn_deliver) within 2-178
+ * such connections, because the second job overwrote the connection's
+ * ticket and the close cleared only the last. */
+static void list_req(Kvpalace__V1__Request *req, Kvpalace__V1__ListCheckpointsRequest *op,
+		     uint64_t id)
+{
+	kvpalace__v1__request__init(req);
+	kvpalace__v1__list_checkpoints_request__init(op);
+	req->id = id;
+	req->op_case = KVPALACE__V1__REQUEST__OP_LIST_CHECKPOINTS;
+	req->list_checkpoints = op;
+}
+
+static void test_worker_requests_pipelined(void **state)
+{
+	struct harness *h = *state;
+	Kvpalace__V1__ListCheckpointsRequest op[6];
+	Kvpalace__V1__Request req[6], *batch[3];
+	Kvpalace__V1__Response *resp;
+	struct raw r;
+
+	/* Three in three datagrams, three in one: six replies in order. */
+	assert_int_equal(raw_open(&r, h->sock), 0);
+	r.batched_ok = 1;
+	assert_int_equal(raw_hello(&r), 0);
+	for (int i = 0; i < 6; i++)
+		list_req(&req[i], &op[i], 700 + (uint64_t)i);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(raw_send(&r, &req[i]), 0);
+	for (int i = 0; i < 3; i++)
+		batch[i] = &req[3 + i];
+	assert_int_equal(raw_send_batch(&r, batch, 3), 0);
+	for (int i = 0; i < 6; i++) {
+		assert_int_equal(raw_recv(&r, &resp, NULL), 1);
+		assert_int_equal(resp->id, 700 + (uint64_t)i);
+		assert_int_equal(resp->status, ST(OK));
+		assert_int_equal(resp->op_case, KVPALACE__V1__RESPONSE__OP_LIST_CHECKPOINTS);
+	}
+	raw_close(&r);
+
+	/* Closing with worker requests in flight, many times over. */
+	for (int round = 0; round < 300; round++) {
+		assert_int_equal(raw_open(&r, h->sock), 0);
+		assert_int_equal(raw_hello(&r), 0);
+		for (int i = 0; i < 3; i++) {
+			list_req(&req[i], &op[i], 800 + (uint64_t)i);
+			assert_int_equal(raw_send(&r, &req[i]), 0);
+		}
+		if (round % 2) {
+			for (int i = 0; i < 3; i++)
+				batch[i] = &req[3 + i];
+			for (int i = 3; i < 6; i++)
+				list_req(&req[i], &op[i], 800 + (uint64_t)i);
+			assert_int_equal(raw_send_batch(&r, batch, 3), 0);
+		}
+		raw_close(&r);
+		assert_true(harness_daemon_alive(h));
+	}
+	assert_int_equal(raw_open(&r, h->sock), 0);
+	assert_int_equal(raw_hello(&r), 0);
+	raw_close(&r);
+}
+
 /* Two pipelining connections interleaved: replies never cross over. */
 static void test_two_pipelines(void **state)
 {
@@ -398,6 +465,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_pipelined_ids, harness_setup,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_worker_requests_pipelined, harness_setup,
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_two_pipelines, harness_setup,
 						harness_teardown),
