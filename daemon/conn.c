@@ -512,6 +512,18 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_
 		fail_conn(c, 0, -EPROTO, "undecodable request");
 		return 0;
 	}
+	if (frame_string_has_nul(&kvpalace__v1__request__descriptor, payload, len)) {
+		/* A name would be cut at its NUL ("ok\0/../x" is "ok"). */
+		Kvpalace__V1__Response resp = KVPALACE__V1__RESPONSE__INIT;
+
+		resp.id = req->id;
+		resp.status = KVPALACE__V1__STATUS__STATUS_INVALID;
+		resp.error = "a string field holds a NUL byte";
+		srv->cache.ctr.requests++;
+		srv->cache.ctr.errors++;
+		queue_reply(c, &resp, -1, batch);
+		return 0;
+	}
 	srv->cache.no_park = tries >= CONN_MAX_PARK_TRIES;
 	c->cur_batch = batch;
 	switch (dispatch(&srv->cache, c, req, &r)) {

@@ -359,6 +359,82 @@ int frame_pack_response(const Kvpalace__V1__Response *resp, void *buf, size_t ca
 	return pack_checked(&resp->base, buf, cap, max_bytes);
 }
 
+/* ---- NUL bytes inside strings ------------------------------------------ */
+
+#define NUL_MAX_DEPTH 32 /* protobuf-c's own recursion is unbounded; ours is not */
+
+static int get_varint(const uint8_t *p, size_t n, size_t *at, uint64_t *ret)
+{
+	uint64_t v = 0;
+
+	for (unsigned int shift = 0; shift < 64; shift += 7) {
+		uint8_t b;
+
+		if (*at >= n)
+			return -EBADMSG;
+		b = p[(*at)++];
+		v |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80)) {
+			*ret = v;
+			return 0;
+		}
+	}
+	return -EBADMSG;
+}
+
+static int nul_walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, int depth)
+{
+	size_t at = 0;
+
+	if (depth > NUL_MAX_DEPTH)
+		return -EBADMSG;
+	while (at < n) {
+		const ProtobufCFieldDescriptor *f;
+		uint64_t key, len;
+		int ret;
+
+		if (get_varint(p, n, &at, &key) < 0)
+			return -EBADMSG;
+		switch (key & 7) {
+		case 0:
+			if (get_varint(p, n, &at, &len) < 0)
+				return -EBADMSG;
+			continue;
+		case 1:
+			len = 8;
+			break;
+		case 5:
+			len = 4;
+			break;
+		case 2:
+			if (get_varint(p, n, &at, &len) < 0)
+				return -EBADMSG;
+			break;
+		default:
+			return -EBADMSG; /* groups: protobuf-c refuses them too */
+		}
+		if (len > n - at)
+			return -EBADMSG;
+		f = (key & 7) == 2 && key >> 3 <= UINT32_MAX
+			    ? protobuf_c_message_descriptor_get_field(d, (unsigned int)(key >> 3))
+			    : NULL;
+		if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + at, 0, len))
+			return 1;
+		if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+			ret = nul_walk(f->descriptor, p + at, len, depth + 1);
+			if (ret)
+				return ret;
+		}
+		at += len;
+	}
+	return 0;
+}
+
+int frame_string_has_nul(const ProtobufCMessageDescriptor *d, const uint8_t *payload, size_t n)
+{
+	return nul_walk(d, payload, n, 0);
+}
+
 void frame_cmsg_put_fd(struct msghdr *msg, void *cbuf, int fd)
 {
 	struct cmsghdr *c;

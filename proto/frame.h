@@ -109,6 +109,13 @@ Kvpalace__V1__Request *frame_unpack_request(struct frame_arena *a, const uint8_t
 Kvpalace__V1__Response *frame_unpack_response(struct frame_arena *a, const uint8_t *payload,
 					      size_t n);
 
+/* Walks the wire bytes of a message of type d (payload of n bytes, already
+ * unpacked successfully) and returns 1 when a string field, at any depth,
+ * holds a NUL byte, else 0 (-EBADMSG for bytes that are no message).
+ * protobuf-c hands strings over NUL-terminated, so "ok\0/../x" would read
+ * as "ok": such a request is refused before anyone sees the name. */
+int frame_string_has_nul(const ProtobufCMessageDescriptor *d, const uint8_t *payload, size_t n);
+
 /* Encodes header + message into buf of cap bytes. Returns the total length,
  * or -EMSGSIZE when it does not fit (or exceeds max_bytes). */
 int frame_pack_request(const Kvpalace__V1__Request *req, void *buf, size_t cap, uint32_t max_bytes);

@@ -370,6 +370,67 @@ static void test_bad_layouts_and_model_ids(void **state)
 	}
 }
 
+/* Packs req, turns the first 'X' of its wire bytes into a NUL, sends it
+ * and returns the reply's status. */
+static int send_with_nul(struct raw *r, Kvpalace__V1__Request *req)
+{
+	unsigned char buf[4096];
+	Kvpalace__V1__Response *resp;
+	unsigned char *x;
+	int n = frame_pack_request(req, buf, sizeof(buf), sizeof(buf));
+
+	assert_true(n > 0);
+	x = memchr(buf + FRAME_HEADER_BYTES, 'X', (size_t)n - FRAME_HEADER_BYTES);
+	assert_non_null(x);
+	*x = '\0';
+	assert_int_equal(raw_send_bytes(r, buf, (size_t)n, -1), 0);
+	assert_int_equal(raw_recv(r, &resp, NULL), 1);
+	assert_int_equal(resp->id, req->id);
+	return (int)resp->status;
+}
+
+/* A NUL inside a name: protobuf-c hands strings over NUL-terminated, so a
+ * checkpoint named "ok\0/../../x" was written as "ok" and a model id
+ * "model\0junk" was accepted as "model". Both are refused as INVALID, and
+ * the connection goes on. Scenario: issue 14's hostile local user. */
+static void test_nul_inside_names(void **state)
+{
+	struct harness *h = *state;
+	Kvpalace__V1__Request req;
+	Kvpalace__V1__OpenPoolRequest op;
+	Kvpalace__V1__CheckpointRequest ck = KVPALACE__V1__CHECKPOINT_REQUEST__INIT;
+	Kvpalace__V1__ListCheckpointsRequest lc = KVPALACE__V1__LIST_CHECKPOINTS_REQUEST__INIT;
+	Kvpalace__V1__Response *resp;
+	Kvpalace__V1__Layout lay;
+	uint64_t pool_id, sid;
+	struct raw r;
+
+	assert_int_equal(raw_open(&r, h->sock), 0);
+	raw_req_open_pool(&req, &op, &lay, "modelXjunk", &harness_layout);
+	assert_int_equal(send_with_nul(&r, &req), ST(INVALID));
+	expect_alive(&r);
+
+	assert_int_equal(raw_open_pool(&r, MODEL, &harness_layout, &pool_id), 0);
+	assert_int_equal(raw_create_session(&r, pool_id, &sid), 0);
+	kvpalace__v1__request__init(&req);
+	req.id = 9001;
+	req.op_case = KVPALACE__V1__REQUEST__OP_CHECKPOINT;
+	req.checkpoint = &ck;
+	ck.session_id = sid;
+	ck.name = "okX/../../x";
+	assert_int_equal(send_with_nul(&r, &req), ST(INVALID));
+	expect_alive(&r);
+	/* Nothing was written under the name before the NUL. */
+	kvpalace__v1__request__init(&req);
+	req.id = 9002;
+	req.op_case = KVPALACE__V1__REQUEST__OP_LIST_CHECKPOINTS;
+	req.list_checkpoints = &lc;
+	assert_int_equal(raw_call(&r, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(OK));
+	assert_int_equal(resp->list_checkpoints->n_checkpoints, 0);
+	raw_close(&r);
+}
+
 /* kvpalace.h: "model_id is 1..127 bytes of printable ASCII" — the space
  * (0x20) is printable ASCII. */
 static void test_model_id_with_space(void **state)
@@ -848,6 +909,7 @@ int main(void)
 		T(test_unknown_ids),
 		T(test_bad_layouts_and_model_ids),
 		T(test_model_id_with_space),
+		T(test_nul_inside_names),
 		T(test_commit_beyond_reservation),
 		T(test_too_many_tokens),
 		T(test_other_clients_reservation),

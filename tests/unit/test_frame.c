@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -792,6 +793,58 @@ static void test_response_bound_floods(void **state)
 	assert_non_null(unpack_bounded(w, n, &spent));
 }
 
+/* frame_string_has_nul: a NUL in a string at any depth is found; NULs in
+ * bytes fields (salts) and in numbers are not strings. */
+static void test_string_has_nul(void **state)
+{
+	struct fixture *f = *state;
+	static const uint8_t salt[4] = {0, 1, 0, 2};
+	Kvpalace__V1__OpenPoolRequest op = KVPALACE__V1__OPEN_POOL_REQUEST__INIT;
+	Kvpalace__V1__Layout lay = KVPALACE__V1__LAYOUT__INIT;
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	const ProtobufCMessageDescriptor *d = &kvpalace__v1__request__descriptor;
+	unsigned char *x;
+	int n;
+
+	req.id = 256; /* a zero byte in the id's varint */
+	req.op_case = KVPALACE__V1__REQUEST__OP_OPEN_POOL;
+	req.open_pool = &op;
+	op.model_id = "modelXjunk";
+	op.layout = &lay;
+	n = frame_pack_request(&req, f->wire, sizeof(f->wire), MAX_BYTES);
+	assert_true(n > 0);
+	assert_int_equal(frame_string_has_nul(d, f->wire + FRAME_HEADER_BYTES,
+					      (size_t)n - FRAME_HEADER_BYTES),
+			 0);
+	x = memchr(f->wire + FRAME_HEADER_BYTES, 'X', (size_t)n - FRAME_HEADER_BYTES);
+	assert_non_null(x);
+	*x = 0;
+	assert_int_equal(frame_string_has_nul(d, f->wire + FRAME_HEADER_BYTES,
+					      (size_t)n - FRAME_HEADER_BYTES),
+			 1);
+	/* Garbage is not a message. */
+	assert_int_equal(frame_string_has_nul(d, (const uint8_t *)"\x0a\x7f", 2), -EBADMSG);
+
+	/* A salt is bytes: its NULs are fine. */
+	{
+		Kvpalace__V1__CreateSessionRequest cs = KVPALACE__V1__CREATE_SESSION_REQUEST__INIT;
+
+		kvpalace__v1__request__init(&req);
+		req.id = 1;
+		req.op_case = KVPALACE__V1__REQUEST__OP_CREATE_SESSION;
+		req.create_session = &cs;
+		cs.pool_id = 1;
+		cs.has_cache_salt = 1;
+		cs.cache_salt.data = (uint8_t *)salt;
+		cs.cache_salt.len = sizeof(salt);
+		n = frame_pack_request(&req, f->wire, sizeof(f->wire), MAX_BYTES);
+		assert_true(n > 0);
+		assert_int_equal(frame_string_has_nul(d, f->wire + FRAME_HEADER_BYTES,
+						      (size_t)n - FRAME_HEADER_BYTES),
+				 0);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -819,6 +872,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_response_bound_fits_full_stats, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_response_bound_floods, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_string_has_nul, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("frame", tests, NULL, NULL);
