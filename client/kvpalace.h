@@ -546,8 +546,10 @@ struct kvp_stats {
 	uint64_t warmed_up_pages;      /* pages loaded into prefix indexes by warm-up */
 };
 
-/* Counters of the daemon and the caller's own pools (every pool on an
- * admin connection). Free the result with kvp_stats_free(). */
+/* Counters and pools of the caller's tenant (its uid): its requests,
+ * connections, matches, tokens and checkpoints, and its own pools; on an
+ * admin connection the daemon's counters and every pool. uptime_ms, gpu
+ * and disk_io describe the daemon. Free the result with kvp_stats_free(). */
 KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats);
 KVP_PUBLIC void kvp_stats_free(struct kvp_stats *st);
 

@@ -24,14 +24,56 @@ void cache_init(struct cache *c, const struct config *cfg)
 	memset(c, 0, sizeof(*c));
 	c->cfg = cfg;
 	list_init(&c->pool_list);
-	c->next_id = 1;
 	c->ckpt_dir_fd = -1;
 	c->start_ns = cache_now_ns();
+	c->next_tag = 1; /* the sink has tag 0 */
 }
 
-uint64_t cache_new_id(struct cache *c)
+/* A tenant's ids: its tag above bit 40, its own counter below; a tenant
+ * that used up 2^40 ids takes a new tag. Ids stay below 2^53, exact in
+ * JSON's doubles, for the first 8,191 tags of a run, and unique after. */
+#define ID_COUNTER_BITS 40
+#define ID_COUNTER_MAX	((1ull << ID_COUNTER_BITS) - 1)
+
+static struct cache_tenant *tenant_get(struct cache *c, uid_t uid)
 {
-	return c->next_id++;
+	struct cache_tenant *t = idmap_get(&c->tenants, (uint64_t)uid + 1);
+
+	if (t)
+		return t;
+	t = calloc(1, sizeof(*t));
+	if (!t || idmap_put(&c->tenants, (uint64_t)uid + 1, t) < 0) {
+		/* Shared by every tenant we had no memory for: its ids stay
+		 * unique, its counters mixed. */
+		free(t);
+		return &c->sink;
+	}
+	t->uid = uid;
+	t->tag = c->next_tag++;
+	return t;
+}
+
+uint64_t cache_new_id(struct cache *c, uid_t uid)
+{
+	struct cache_tenant *t = tenant_get(c, uid);
+
+	if (t->next_id >= ID_COUNTER_MAX) {
+		t->tag = c->next_tag++;
+		t->next_id = 0;
+	}
+	return t->tag << ID_COUNTER_BITS | ++t->next_id;
+}
+
+struct cache_counters *cache_tenant_ctr(struct cache *c, uid_t uid)
+{
+	return &tenant_get(c, uid)->ctr;
+}
+
+const struct cache_counters *cache_tenant_find(const struct cache *c, uid_t uid)
+{
+	const struct cache_tenant *t = idmap_get(&c->tenants, (uint64_t)uid + 1);
+
+	return t ? &t->ctr : NULL;
 }
 
 void cache_fini(struct cache *c)
@@ -55,6 +97,10 @@ void cache_fini(struct cache *c)
 	idmap_fini(&c->pools);
 	idmap_fini(&c->sessions);
 	idmap_fini(&c->leases);
+	for (size_t i = 0; i < c->tenants.cap; i++)
+		if (c->tenants.slots[i].id)
+			free(c->tenants.slots[i].ptr);
+	idmap_fini(&c->tenants);
 }
 
 static int check_pool(const struct cache *c, const struct pool *p)

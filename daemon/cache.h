@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "config.h"
 #include "idmap.h"
@@ -33,6 +34,16 @@ struct cache_counters {
 	uint64_t warmed_up_pages;
 };
 
+/* One tenant's share of the counters: the client socket's Stats shows a
+ * user only its own (another user's match and token counts would show
+ * their prompt lengths and hit pattern live). */
+struct cache_tenant {
+	uid_t uid;
+	uint64_t tag;	  /* the top bits of its ids (cache_new_id) */
+	uint64_t next_id; /* ids of this tag handed out */
+	struct cache_counters ctr;
+};
+
 struct aio;
 struct gpu;
 struct worker;
@@ -40,16 +51,18 @@ struct pool;
 
 struct cache {
 	const struct config *cfg;
-	struct aio *aio;       /* disk I/O, or NULL when there is none */
-	struct gpu *gpu;       /* the device tier (gpu_available), or NULL */
-	struct worker *worker; /* threads for blocking work (checkpoints) */
-	int ckpt_dir_fd;       /* <state-dir>/checkpoints, or -1 */
-	struct idmap pools;    /* id → struct pool */
-	struct idmap sessions; /* id → struct session */
-	struct idmap leases;   /* id → struct lease */
-	struct list pool_list; /* every pool, oldest first */
-	uint64_t next_id;      /* ids are unique across kinds and never reused */
-	uint64_t host_bytes;   /* arena bytes of all pools */
+	struct aio *aio;	  /* disk I/O, or NULL when there is none */
+	struct gpu *gpu;	  /* the device tier (gpu_available), or NULL */
+	struct worker *worker;	  /* threads for blocking work (checkpoints) */
+	int ckpt_dir_fd;	  /* <state-dir>/checkpoints, or -1 */
+	struct idmap pools;	  /* id → struct pool */
+	struct idmap sessions;	  /* id → struct session */
+	struct idmap leases;	  /* id → struct lease */
+	struct list pool_list;	  /* every pool, oldest first */
+	struct idmap tenants;	  /* uid + 1 → struct cache_tenant */
+	struct cache_tenant sink; /* tenants we had no memory for */
+	uint64_t next_tag;	  /* of the next tenant (cache_new_id) */
+	uint64_t host_bytes;	  /* arena bytes of all pools */
 	struct cache_counters ctr;
 	uint64_t start_ns;
 	/* The request being handled: whether it may wait for disk I/O, and
@@ -61,7 +74,24 @@ struct cache {
 void cache_init(struct cache *c, const struct config *cfg);
 /* Frees every pool, session and lease. */
 void cache_fini(struct cache *c);
-uint64_t cache_new_id(struct cache *c);
+/* A new id for a pool, session or lease of uid's tenant: unique across
+ * kinds and tenants, never 0, never reused, increasing within a tenant.
+ * Each tenant counts its own (a tag per tenant in the top bits), so an id
+ * says nothing about what other tenants made since the last one. */
+uint64_t cache_new_id(struct cache *c, uid_t uid);
+
+/* The counters of uid's tenant, made on first use; when memory for them
+ * runs out, a sink shared by such tenants (the daemon-wide counters still
+ * count). Event-loop thread only. */
+struct cache_counters *cache_tenant_ctr(struct cache *c, uid_t uid);
+/* The counters of uid's tenant, or NULL when it has none yet. */
+const struct cache_counters *cache_tenant_find(const struct cache *c, uid_t uid);
+/* Adds n to a counter daemon-wide and for uid's tenant. */
+#define cache_count(c, uid, field, n)                                                              \
+	do {                                                                                       \
+		(c)->ctr.field += (n);                                                             \
+		cache_tenant_ctr((c), (uid))->field += (n);                                        \
+	} while (0)
 /* Checks page accounting of every pool: free + held = capacity, each
  * slot's reference count equals the session page-table entries, lease pins
  * and index entries that name it, and the index is consistent. Returns 0,

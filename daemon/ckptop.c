@@ -294,12 +294,12 @@ static void done_checkpoint(struct job *j)
 	struct reply r;
 
 	if (j->ret < 0) {
-		c->ctr.checkpoint_failures++;
+		cache_count(c, j->uid, checkpoint_failures, 1);
 		log_err("checkpoint '%s' of uid %u: %s", j->name, j->uid, j->why);
 		deliver_error(j, j->ret);
 		return;
 	}
-	c->ctr.checkpoints_written++;
+	cache_count(c, j->uid, checkpoints_written, 1);
 	log_info("checkpoint '%s' of uid %u written: %llu tokens, %llu bytes", j->name, j->uid,
 		 (unsigned long long)j->meta.n_tokens, (unsigned long long)j->bytes);
 	reply_init(&r);
@@ -470,7 +470,7 @@ static void deliver_restored(struct job *j, struct session *s, uint32_t shared)
 static void restore_failed(struct job *j, int err)
 {
 	if (err == -EBADMSG || err == -EPROTONOSUPPORT || err == -EINVAL)
-		j->c->ctr.checkpoints_refused++;
+		cache_count(j->c, j->uid, checkpoints_refused, 1);
 	log_notice("%s of checkpoint '%s' (uid %u): %s", j->op == OP_WARMUP ? "warm-up" : "restore",
 		   j->name, j->uid, j->why);
 }
@@ -497,9 +497,10 @@ static int done_restore(struct job *j)
 		deliver_error(j, ret);
 		return 0;
 	}
-	j->c->ctr.checkpoints_restored++;
+	cache_count(j->c, j->uid, checkpoints_restored, 1);
 	if (j->op == OP_WARMUP) {
-		j->c->ctr.warmed_up_pages += j->meta.n_tokens / j->pool->layout.block_tokens;
+		cache_count(j->c, j->uid, warmed_up_pages,
+			    j->meta.n_tokens / j->pool->layout.block_tokens);
 		session_close(j->c, s);
 	}
 	log_info("%s checkpoint '%s' of uid %u: %llu tokens, %u pages already indexed",
@@ -890,8 +891,9 @@ int ckptop_warmup_dir(struct cache *c)
 		if (ret < 0) {
 			restore_failed(j, ret);
 		} else {
-			c->ctr.checkpoints_restored++;
-			c->ctr.warmed_up_pages += j->meta.n_tokens / j->pool->layout.block_tokens;
+			cache_count(c, j->pool->uid, checkpoints_restored, 1);
+			cache_count(c, j->pool->uid, warmed_up_pages,
+				    j->meta.n_tokens / j->pool->layout.block_tokens);
 			session_close(c, s);
 			loaded++;
 			log_info("warm-up: %s, %llu tokens into pool %llu", j->name,

@@ -281,8 +281,8 @@ void conn_close(struct conn *c, int bad)
 	c->parked = 0;
 	free_held(c);
 	if (bad)
-		c->srv->cache.ctr.disconnects_bad++;
-	c->srv->cache.ctr.connections--;
+		cache_count(&c->srv->cache, c->uid, disconnects_bad, 1);
+	cache_count(&c->srv->cache, c->uid, connections, -1);
 	census_count(&c->srv->census, c, 0);
 	release_client_state(c);
 	list_del(&c->link);
@@ -488,8 +488,8 @@ static void fail_conn(struct conn *c, uint64_t id, int err, const char *why)
 
 	log_info("connection %llu (pid %d uid %u): %s; disconnecting", (unsigned long long)c->id,
 		 (int)c->pid, (unsigned)c->uid, why);
-	c->srv->cache.ctr.errors++;
-	c->srv->cache.ctr.disconnects_bad++;
+	cache_count(&c->srv->cache, c->uid, errors, 1);
+	cache_count(&c->srv->cache, c->uid, disconnects_bad, 1);
 	resp.id = id;
 	resp.status = status_from_errno(err);
 	resp.error = (char *)why;
@@ -519,8 +519,8 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_
 		resp.id = req->id;
 		resp.status = KVPALACE__V1__STATUS__STATUS_INVALID;
 		resp.error = "a string field holds a NUL byte";
-		srv->cache.ctr.requests++;
-		srv->cache.ctr.errors++;
+		cache_count(&srv->cache, c->uid, requests, 1);
+		cache_count(&srv->cache, c->uid, errors, 1);
 		queue_reply(c, &resp, -1, batch);
 		return 0;
 	}
@@ -536,16 +536,16 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_
 		return 1;
 	case 2:
 		/* Answered later (conn_deliver); what follows waits. */
-		srv->cache.ctr.requests++;
+		cache_count(&srv->cache, c->uid, requests, 1);
 		c->parked = 1;
 		reply_fini(&r);
 		cache_debug_check(&srv->cache);
 		conn_debug_check(srv);
 		return 2;
 	}
-	srv->cache.ctr.requests++;
+	cache_count(&srv->cache, c->uid, requests, 1);
 	if (r.resp.status != KVPALACE__V1__STATUS__STATUS_OK)
-		srv->cache.ctr.errors++;
+		cache_count(&srv->cache, c->uid, errors, 1);
 	queue_reply(c, &r.resp, r.pass_fd, batch);
 	reply_fini(&r);
 	cache_debug_check(&srv->cache);
@@ -671,7 +671,7 @@ void conn_deliver(struct conn_ticket *t, struct reply *r)
 	c->ticket = NULL;
 	r->resp.id = t->id;
 	if (r->resp.status != KVPALACE__V1__STATUS__STATUS_OK)
-		c->srv->cache.ctr.errors++;
+		cache_count(&c->srv->cache, c->uid, errors, 1);
 	queue_reply(c, &r->resp, r->pass_fd, t->batch);
 	r->pass_fd = -1;
 	unpark(c);
@@ -897,7 +897,7 @@ int conn_start(struct server *srv, int fd, int admin)
 	list_init(&c->leases);
 	session_writer_init(&c->writing);
 	list_add_tail(&srv->conns, &c->link);
-	srv->cache.ctr.connections++;
+	cache_count(&srv->cache, c->uid, connections, 1);
 	log_debug("connection %llu from pid %d uid %u%s", (unsigned long long)c->id, (int)c->pid,
 		  (unsigned)c->uid, admin ? " (admin)" : "");
 	submit_recv(c);

@@ -267,7 +267,7 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 			return ret;
 		}
 	}
-	cache->ctr.appended_tokens += in->n_tokens;
+	cache_count(cache, s->pool->uid, appended_tokens, in->n_tokens);
 	first_page = (uint32_t)(first / s->pool->layout.block_tokens);
 	kvpalace__v1__append_response__init(out);
 	out->first_token = first;
@@ -313,7 +313,7 @@ static int do_commit(struct cache *cache, struct conn *c, const Kvpalace__V1__Co
 				       : "commit of more tokens than this client reserved";
 		return ret == -E2BIG ? -EINVAL : ret;
 	}
-	cache->ctr.committed_tokens += in->n_tokens;
+	cache_count(cache, s->pool->uid, committed_tokens, in->n_tokens);
 	kvpalace__v1__commit_response__init(out);
 	if (compact_after_commit(cache, s)) {
 		/* The whole table changed: the client reads it again. */
@@ -538,14 +538,14 @@ static int do_match_prefix(struct cache *cache, struct conn *c,
 		if (ret == 1)
 			c->n_leases++;
 		if (ret == 0)
-			cache->ctr.match_misses++; /* no page at all: no lease */
+			cache_count(cache, p->uid, match_misses, 1); /* no page at all: no lease */
 	}
 	if (ret >= 0 && l && !l->counted && (l->n_tokens || l->complete)) {
 		/* A match counts once, when its first page is found or when
 		 * it is known to have found none. */
 		l->counted = 1;
-		cache->ctr.match_hits += l->n_tokens > 0;
-		cache->ctr.match_misses += l->n_tokens == 0;
+		cache_count(cache, l->pool->uid, match_hits, l->n_tokens > 0);
+		cache_count(cache, l->pool->uid, match_misses, l->n_tokens == 0);
 	}
 	if (ret < 0) {
 		*why = "cannot pin the matched pages";
@@ -562,7 +562,7 @@ static int do_match_prefix(struct cache *cache, struct conn *c,
 		out->complete = 1; /* a miss: no lease */
 		return 0;
 	}
-	cache->ctr.matched_tokens += l->n_tokens - before;
+	cache_count(cache, l->pool->uid, matched_tokens, l->n_tokens - before);
 	out->lease_id = l->id;
 	out->matched_tokens = l->n_tokens;
 	out->first_page = mr.first_page;

@@ -13,7 +13,7 @@ int lease_create(struct cache *c, struct pool *p, const void *owner, struct list
 
 	if (!l)
 		return -ENOMEM;
-	l->id = cache_new_id(c);
+	l->id = cache_new_id(c, p->uid);
 	l->pool = p;
 	l->owner = owner;
 	if (idmap_put(&c->leases, l->id, l) < 0) {

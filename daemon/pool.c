@@ -72,7 +72,7 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	list_init(&p->jobs);
 	list_init(&p->sessions);
 	list_init(&p->link);
-	p->id = cache_new_id(c);
+	p->id = cache_new_id(c, uid);
 	p->uid = uid;
 	snprintf(p->model_id, sizeof(p->model_id), "%s", model_id);
 	p->layout = *layout;

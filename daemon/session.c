@@ -60,7 +60,7 @@ int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	s->id = cache_new_id(c);
+	s->id = cache_new_id(c, p->uid);
 	s->pool = p;
 	s->root = root;
 	s->last_use_ns = cache_now_ns();

@@ -45,6 +45,8 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 {
 	const struct list *it;
 	size_t n = 0, i = 0, budget;
+	static const struct cache_counters none;
+	const struct cache_counters *ctr;
 	struct pool_entry *e;
 	Kvpalace__V1__PoolStats **ptrs;
 	void *heap;
@@ -57,16 +59,21 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	e = heap;
 	ptrs = (Kvpalace__V1__PoolStats **)(e + (n ? n : 1));
 
+	/* The admin sees the daemon's counters, a user its tenant's own. */
+	if (admin)
+		ctr = &c->ctr;
+	else if (!(ctr = cache_tenant_find(c, uid)))
+		ctr = &none;
 	out->uptime_ms = (cache_now_ns() - c->start_ns) / 1000000;
-	out->connections = c->ctr.connections;
-	out->requests = c->ctr.requests;
-	out->errors = c->ctr.errors;
-	out->match_hits = c->ctr.match_hits;
-	out->match_misses = c->ctr.match_misses;
-	out->matched_tokens = c->ctr.matched_tokens;
-	out->appended_tokens = c->ctr.appended_tokens;
-	out->committed_tokens = c->ctr.committed_tokens;
-	out->disconnects_bad = c->ctr.disconnects_bad;
+	out->connections = ctr->connections;
+	out->requests = ctr->requests;
+	out->errors = ctr->errors;
+	out->match_hits = ctr->match_hits;
+	out->match_misses = ctr->match_misses;
+	out->matched_tokens = ctr->matched_tokens;
+	out->appended_tokens = ctr->appended_tokens;
+	out->committed_tokens = ctr->committed_tokens;
+	out->disconnects_bad = ctr->disconnects_bad;
 	out->has_evictions = out->has_dedup_pages = 1;
 	for (it = c->pool_list.next; it != &c->pool_list; it = it->next) {
 		const struct pool *p = list_entry(it, struct pool, link);
@@ -83,11 +90,11 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	out->has_checkpoints_written = out->has_checkpoints_restored = 1;
 	out->has_checkpoints_refused = out->has_checkpoint_failures = 1;
 	out->has_warmed_up_pages = 1;
-	out->checkpoints_written = c->ctr.checkpoints_written;
-	out->checkpoints_restored = c->ctr.checkpoints_restored;
-	out->checkpoints_refused = c->ctr.checkpoints_refused;
-	out->checkpoint_failures = c->ctr.checkpoint_failures;
-	out->warmed_up_pages = c->ctr.warmed_up_pages;
+	out->checkpoints_written = ctr->checkpoints_written;
+	out->checkpoints_restored = ctr->checkpoints_restored;
+	out->checkpoints_refused = ctr->checkpoints_refused;
+	out->checkpoint_failures = ctr->checkpoint_failures;
+	out->warmed_up_pages = ctr->warmed_up_pages;
 	if (c->aio && c->cfg->disk_pool_bytes) {
 		out->disk_io = (char *)aio_mode_name(c->aio);
 		out->has_spilled_pages = out->has_promoted_pages = 1;

@@ -36,6 +36,8 @@
  *     admin          every admin operation on the client socket is
  *                    -EPERM, for tenants and for root alike, and changes
  *                    nothing
+ *     counters, ids  a tenant's Stats count its own work only, and its ids
+ *                    follow each other whatever other tenants make
  *     limits         max-pools-per-tenant counts each tenant apart
  */
 #include <dirent.h>
@@ -74,6 +76,7 @@ struct iso {
 	const struct harness *h;
 	uint32_t tokens[N_TOKENS];
 	uint64_t pool_a, session_a, lease_a, pool_b;
+	uint64_t session_b1; /* B's session before A's activity */
 	dev_t arena_dev_a;
 	ino_t arena_ino_a;
 	pid_t holder_pid;
@@ -938,6 +941,100 @@ static void test_admin_ops_refused(void **state)
 	iso_free(k);
 }
 
+/* ---- counters and ids ------------------------------------------------------ */
+
+/* B makes a session, then A is busy (appends, commits, matches, sessions,
+ * a checkpoint), then B looks: its Stats on the client socket count only
+ * B's own work, and its next session id follows its last one, so neither
+ * says what A did. Scenario: issue 14's tenant that watched another's
+ * prompt lengths and hit pattern live through daemon-wide counters and a
+ * global id counter. */
+static int b_first(struct iso *k)
+{
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+
+	CHILD_CHECK_EQ(kvp_connect(k->h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	CHILD_CHECK_EQ(kvp_session_create(p, &s), 0);
+	k->session_b1 = kvp_session_id(s);
+	kvp_disconnect(c);
+	return 0;
+}
+
+static int a_busy(struct iso *k)
+{
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	kvp_lease *l;
+
+	CHILD_CHECK_EQ(kvp_connect(k->h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	CHILD_CHECK_EQ(harness_pkv_commit_session(p, k->tokens, N_TOKENS, &s), 0);
+	CHILD_CHECK_EQ(kvp_session_checkpoint(s, "a-busy", NULL), 0);
+	for (int i = 0; i < 5; i++) {
+		CHILD_CHECK_EQ(kvp_match_prefix(p, k->tokens, N_TOKENS, &l), 0);
+		CHILD_CHECK(kvp_lease_tokens(l) > 0);
+		CHILD_CHECK_EQ(kvp_lease_release(l), 0);
+	}
+	for (int i = 0; i < 20; i++) {
+		CHILD_CHECK_EQ(kvp_session_create(p, &s), 0);
+		CHILD_CHECK_EQ(kvp_session_close(s), 0);
+	}
+	kvp_disconnect(c);
+	return 0;
+}
+
+static int b_second(struct iso *k)
+{
+	struct kvp_stats *st;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+
+	CHILD_CHECK_EQ(kvp_connect(k->h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	CHILD_CHECK_EQ(kvp_stats(c, &st), 0);
+	CHILD_CHECK_EQ(st->appended_tokens, 0);
+	CHILD_CHECK_EQ(st->committed_tokens, 0);
+	CHILD_CHECK_EQ(st->match_hits, 0);
+	CHILD_CHECK_EQ(st->match_misses, 0);
+	CHILD_CHECK_EQ(st->matched_tokens, 0);
+	CHILD_CHECK_EQ(st->checkpoints_written, 0);
+	CHILD_CHECK_EQ(st->connections, 1);
+	CHILD_CHECK(st->requests < 16); /* B's own handful */
+	kvp_stats_free(st);
+	CHILD_CHECK_EQ(kvp_session_create(p, &s), 0);
+	CHILD_CHECK_EQ(kvp_session_id(s), k->session_b1 + 1);
+	kvp_disconnect(c);
+	return 0;
+}
+
+static void test_counters_and_ids_per_tenant(void **state)
+{
+	struct harness *h = *state;
+	struct kvp_stats *st;
+	kvp_client *adm;
+	struct iso *k;
+
+	NEED_ROOT();
+	k = iso_new(h);
+	assert_int_equal(run_as(UID_B, b_first, k), 0);
+	assert_int_equal(run_as(UID_A, a_busy, k), 0);
+	assert_int_equal(run_as(UID_B, b_second, k), 0);
+	/* The administrator sees A's work. */
+	assert_int_equal(kvp_connect(h->admin_sock, &adm), 0);
+	assert_int_equal(kvp_stats(adm, &st), 0);
+	assert_true(st->match_hits >= 5);
+	assert_true(st->committed_tokens >= N_TOKENS);
+	assert_true(st->checkpoints_written >= 1);
+	kvp_stats_free(st);
+	kvp_disconnect(adm);
+	iso_free(k);
+}
+
 /* ---- per-tenant limits ---------------------------------------------------- */
 
 static int two_pools_then_limit(struct iso *k)
@@ -976,6 +1073,7 @@ int main(void)
 		T(test_listings_per_tenant),
 		T(test_checkpoints_per_tenant),
 		T(test_admin_ops_refused),
+		T(test_counters_and_ids_per_tenant),
 		cmocka_unit_test_setup_teardown(test_pool_limit_per_tenant, setup_pools2, teardown),
 	};
 
