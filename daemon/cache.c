@@ -64,6 +64,17 @@ uint64_t cache_new_id(struct cache *c, uid_t uid)
 	return t->tag << ID_COUNTER_BITS | ++t->next_id;
 }
 
+int cache_fd_room(const struct cache *c, uint64_t n)
+{
+	return !c->fd_room ||
+	       c->ctr.connections + CACHE_POOL_FDS * (uint64_t)c->pools.n + n <= c->fd_room;
+}
+
+int cache_fd_room_conn(const struct cache *c, uint64_t n_client)
+{
+	return !c->fd_room || (cache_fd_room(c, 1) && n_client + 1 <= c->fd_room / 4 * 3);
+}
+
 struct cache_counters *cache_tenant_ctr(struct cache *c, uid_t uid)
 {
 	return &tenant_get(c, uid)->ctr;

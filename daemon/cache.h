@@ -63,6 +63,10 @@ struct cache {
 	struct cache_tenant sink; /* tenants we had no memory for */
 	uint64_t next_tag;	  /* of the next tenant (cache_new_id) */
 	uint64_t host_bytes;	  /* arena bytes of all pools */
+	/* Descriptors connections and pools may hold together (RLIMIT_NOFILE
+	 * less what the admin socket and the daemon itself keep), 0 for no
+	 * limit: a client may never take the admin's. */
+	uint64_t fd_room;
 	struct cache_counters ctr;
 	uint64_t start_ns;
 	/* The request being handled: whether it may wait for disk I/O, and
@@ -79,6 +83,17 @@ void cache_fini(struct cache *c);
  * Each tenant counts its own (a tag per tenant in the top bits), so an id
  * says nothing about what other tenants made since the last one. */
 uint64_t cache_new_id(struct cache *c, uid_t uid);
+
+/* Descriptors one pool may hold: its arena, its spill file twice, its
+ * device arena. */
+#define CACHE_POOL_FDS 4u
+/* Whether fd_room has room for n more descriptors besides every open
+ * connection and pool. */
+int cache_fd_room(const struct cache *c, uint64_t n);
+/* Whether one more client connection fits: in fd_room, and in its first
+ * three quarters, which leaves room for pools when connections are at
+ * their limit. */
+int cache_fd_room_conn(const struct cache *c, uint64_t n_client);
 
 /* The counters of uid's tenant, made on first use; when memory for them
  * runs out, a sink shared by such tenants (the daemon-wide counters still

@@ -256,6 +256,9 @@ static int admit(struct server *srv, int fd, const struct ucred *cred, int admin
 	} else if (cs->n_client >= cfg->max_connections) {
 		snprintf(why, sizeof(why), "too many connections (max-connections %u)",
 			 cfg->max_connections);
+	} else if (!cache_fd_room_conn(&srv->cache, cs->n_client)) {
+		snprintf(why, sizeof(why),
+			 "too many connections for the daemon's file descriptors (RLIMIT_NOFILE)");
 	} else if ((u = uid_count(cs, cred->uid)) && u->n >= cfg->max_connections_per_user) {
 		snprintf(why, sizeof(why),
 			 "too many connections of uid %u (max-connections-per-user %u)",

@@ -91,8 +91,9 @@ static int do_open_pool(struct cache *cache, struct conn *c,
 	if (ret < 0) {
 		*why = ret == -EDQUOT	? "too many pools for this user"
 		       : ret == -ENOSPC ? "no room for another pool arena in the host tier"
+		       : ret == -EMFILE ? "the daemon has no file descriptors left for another pool"
 					: "cannot create the pool";
-		return ret;
+		return ret == -EMFILE ? -EDQUOT : ret;
 	}
 	r->pass_fd = fcntl(p->arena_fd, F_DUPFD_CLOEXEC, 3);
 	if (r->pass_fd < 0) {

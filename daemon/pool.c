@@ -47,6 +47,8 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	}
 	if (n_mine >= cfg->max_pools_per_tenant)
 		return -EDQUOT;
+	if (!cache_fd_room(c, CACHE_POOL_FDS))
+		return -EMFILE; /* what is left is the admin's */
 
 	page_bytes = shm_page_bytes(layout);
 	n_pages = cfg->host_pool_bytes / page_bytes;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -21,6 +22,34 @@
 #define SERVER_TICK_S	      1
 #define SERVER_RING_ENTRIES   1024
 #define SERVER_WORKER_THREADS 2
+/* Descriptors the daemon keeps for itself besides connections and pools:
+ * the ring, listeners, signalfd, eventfds, stdio, the checkpoint files
+ * and directories its workers open, the refusal of a connection. */
+#define SERVER_FD_SLACK 64u
+
+/* Takes the hard RLIMIT_NOFILE (systemd's soft 1024 is a select() era
+ * default) and leaves the admin socket and the daemon their share of it,
+ * so that clients running the daemon out of descriptors cannot lock the
+ * administrator out. */
+static void fd_limits(struct server *s)
+{
+	uint64_t reserve = CONN_MAX_ADMIN + SERVER_FD_SLACK;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? 1u << 20 : rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	s->cache.fd_room = rl.rlim_cur > reserve + 1 ? rl.rlim_cur - reserve : 1;
+	if (s->cache.fd_room < s->cfg->max_connections)
+		log_notice("RLIMIT_NOFILE %llu: at most %llu client connections and pools (%u "
+			   "descriptors kept for the admin socket and the daemon)",
+			   (unsigned long long)rl.rlim_cur, (unsigned long long)s->cache.fd_room,
+			   (unsigned)reserve);
+}
 
 static void arm_accept(struct listener *ls)
 {
@@ -269,6 +298,7 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 	s->client.fd = s->admin.fd = s->sigfd = -1;
 	list_init(&s->conns);
 	cache_init(&s->cache, cfg);
+	fd_limits(s);
 	notify_init(&s->notify);
 	s->arena_buf = malloc(frame_arena_bytes(cfg->max_message_bytes));
 	if (!s->arena_buf)

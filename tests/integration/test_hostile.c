@@ -54,6 +54,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -1112,6 +1113,69 @@ static void test_connection_limits(void **state)
 	close(go[1]);
 }
 
+/* ---- file descriptors ------------------------------------------------------ */
+
+/* Scenario: issue 14's tenant that runs the daemon out of descriptors.
+ * With RLIMIT_NOFILE 128, 118 client connections made accept fail with
+ * EMFILE and the administrator's Hello was never answered. Clients now
+ * get a refusal that says why, before the admin's share is touched, and
+ * the administrator gets in. The daemon runs under prlimit (util-linux),
+ * before whatever wrapper the test setup gives it. */
+static void test_descriptor_limit(void **state)
+{
+	enum { N = 160 };
+	const char *old = getenv("KVPALACED_WRAPPER");
+	char wrap[512];
+	kvp_client *c[N], *adm;
+	struct kvp_stats *st;
+	struct harness h;
+	int ok = 0, refused = 0, ret;
+
+	(void)state;
+	if (access("/usr/bin/prlimit", X_OK) != 0)
+		skip();
+	snprintf(wrap, sizeof(wrap), "/usr/bin/prlimit --nofile=128 -- %s", old ? old : "");
+	setenv("KVPALACED_WRAPPER", wrap, 1);
+	ret = harness_start(&h, NULL);
+	if (old)
+		setenv("KVPALACED_WRAPPER", old, 1);
+	else
+		unsetenv("KVPALACED_WRAPPER");
+	assert_int_equal(ret, 0);
+	for (int i = 0; i < N; i++) {
+		ret = kvp_connect(h.sock, &c[i]);
+		if (ret == 0) {
+			ok++;
+		} else {
+			c[i] = NULL;
+			if (ret != -EDQUOT)
+				fail_msg("connection %d: %d (%s)", i, ret, kvp_strerror(NULL, ret));
+			refused++;
+		}
+	}
+	assert_true(ok > 0);
+	assert_true(refused > 0);
+	/* The administrator is not locked out, and sees who is in. */
+	assert_int_equal(kvp_connect(h.admin_sock, &adm), 0);
+	assert_int_equal(kvp_stats(adm, &st), 0);
+	assert_int_equal(st->connections, (uint64_t)ok + 1);
+	kvp_stats_free(st);
+	/* Those in are served, and may still open a pool. */
+	for (int i = 0; i < N; i++)
+		if (c[i]) {
+			kvp_pool *p;
+
+			assert_int_equal(kvp_ping(c[i]), 0);
+			if (i == 0)
+				assert_int_equal(
+					kvp_pool_open(c[i], "fd-model", &harness_layout, &p), 0);
+		}
+	for (int i = 0; i < N; i++)
+		kvp_disconnect(c[i]);
+	kvp_disconnect(adm);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
 /* ---- reserved pages ------------------------------------------------------ */
 
 static int start_reserved(void **state)
@@ -1383,6 +1447,7 @@ int main(void)
 		T(test_request_flood, start_flood),
 		T(test_unread_replies, start_unread),
 		T(test_connection_limits, start_conns),
+		cmocka_unit_test(test_descriptor_limit),
 		T(test_reserved_pages, start_reserved),
 		cmocka_unit_test_setup_teardown(test_limits_reload, start_conf, stop_conf),
 		T(test_fd_passing, start),
