@@ -528,7 +528,7 @@ int spill_reclaim(const char *dir, uint64_t *ret_bytes, uint32_t *ret_files)
 	uint32_t files = 0;
 	struct dirent *d;
 	DIR *dp;
-	int dfd;
+	int dfd, waits = 20; /* 100 ms each, for all files together */
 
 	*ret_bytes = 0;
 	*ret_files = 0;
@@ -563,7 +563,13 @@ int spill_reclaim(const char *dir, uint64_t *ret_bytes, uint32_t *ret_files)
 		fd = openat(dfd, d->d_name, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 		if (fd < 0)
 			continue;
-		/* A file another daemon holds is that daemon's business. */
+		/* A file another daemon holds is that daemon's business; one
+		 * killed a moment ago holds its files until the kernel has torn
+		 * its io_uring down (as in spill_open). */
+		while (flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK && waits > 0) {
+			waits--;
+			usleep(100 * 1000);
+		}
 		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
 		    flock(fd, LOCK_EX | LOCK_NB) < 0) {
 			close(fd);
