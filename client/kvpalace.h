@@ -344,8 +344,14 @@ KVP_PUBLIC int kvp_session_meta(kvp_session *s, uint64_t first, size_t n,
  * prefix index holds under the handle's salt (pages committed by any
  * process of this user), and pins its pages under a read lease: they stay
  * valid and unchanged until kvp_lease_release() or disconnect. A lease of 0
- * tokens is a miss (still a valid handle). Errors: -EDQUOT the client holds
- * too many leases. */
+ * tokens is a miss (still a valid handle). Every page matched holds exactly
+ * the bytes its writer committed: a page whose only copy went to the disk
+ * tier quantized (a daemon run with --spill-dtype int8|fp8|int4) is lossy
+ * and never matched; the match stops before it, and the caller computes
+ * those tokens again. Committing them (an exact commit, or restoring an
+ * exact checkpoint) replaces the lossy copy, so later matches find them;
+ * it is never shared in place of what was written. Errors: -EDQUOT the
+ * client holds too many leases. */
 KVP_PUBLIC int kvp_match_prefix(kvp_pool *p, const uint32_t *tokens, size_t n,
 				kvp_lease **ret_lease);
 
@@ -512,6 +518,11 @@ struct kvp_pool_stats {
 	uint64_t device_dropped_pages;	   /* cached copies dropped (watermark, admin evict) */
 	uint64_t device_copied_back_pages; /* device→host copies of GPU appends */
 	uint64_t device_copy_errors;	   /* copies that failed, either way */
+	/* The disk tier, continued (0 without one). */
+	uint64_t disk_gone_pages;      /* disk copies whose data the spill file no longer held
+					* (the file was cut short): misses, not I/O errors */
+	uint64_t lossy_replaced_pages; /* lossy disk copies (spill-dtype) replaced by an exact
+					* commit of the same tokens */
 };
 
 struct kvp_stats {

@@ -137,6 +137,9 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 		out->io_errors = in->io_errors;
 		out->disk_dropped = in->disk_dropped;
 		out->restored_pages = in->restored_pages;
+		out->disk_gone_pages = in->has_disk_gone_pages ? in->disk_gone_pages : 0;
+		out->lossy_replaced_pages =
+			in->has_lossy_replaced_pages ? in->lossy_replaced_pages : 0;
 	}
 	*ret_stats = st;
 	return 0;

@@ -136,6 +136,10 @@ static void place(struct prefix_index *ix, const struct pagealloc *pa, struct pi
 		head->next = &e->lru_link;
 	} else {
 		list_add_tail(head, &e->lru_link);
+		/* Joining the host list's warm end is a use (a commit, a lease
+		 * released, a promotion); leaving the host tier is not. */
+		if (want == PINDEX_LIST_HOST)
+			e->used = ++ix->clock;
 	}
 }
 
@@ -161,6 +165,7 @@ void prefix_index_touch(struct prefix_index *ix, struct pindex_entry *e)
 		return;
 	list_del(&e->lru_link);
 	list_add_tail(head, &e->lru_link);
+	e->used = ++ix->clock;
 }
 
 void prefix_index_demote(struct prefix_index *ix, struct pindex_entry *e)

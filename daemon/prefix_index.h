@@ -28,7 +28,20 @@
  *   - disk: entries without a host copy and without children: they can be
  *     dropped when the disk tier is full.
  * Callers tell the index whenever a page's holders change
- * (prefix_index_update). Event-loop thread only.
+ * (prefix_index_update).
+ *
+ * Recency survives a restart: the index keeps a use clock, and an entry
+ * takes the next tick (e->used) whenever it is used — it joins the warm
+ * end of the host list (a commit, a lease released, a promotion) or is
+ * touched; leaving the host tier is no use. The disk tier writes the
+ * stamp into the page's spill header and rebuilds disk_lru from it at
+ * start, least recently used first (daemon/tier.h).
+ *
+ * Lossy copies: a disk copy stored quantized (spill-dtype) is not the
+ * page a client wrote. An entry whose only copy is such a one is lossy
+ * (prefix_index_lossy): it is never matched, promoted or shared as exact,
+ * and a commit of the same tokens replaces it (daemon/session.c).
+ * Event-loop thread only.
  */
 #ifndef KVPD_PREFIX_INDEX_H
 #define KVPD_PREFIX_INDEX_H
@@ -70,6 +83,8 @@ struct pindex_entry {
 	uint8_t io;		     /* enum pindex_io */
 	uint8_t list;		     /* enum pindex_list: the LRU list it is on */
 	uint8_t permanent;	     /* leaves the host tier last (prefix_index_mark_permanent) */
+	uint64_t used;		     /* the use clock when last used, 0: never this run */
+	uint64_t disk_used;	     /* the stamp the disk copy's header carries */
 	struct pindex_entry *parent; /* NULL for a first page */
 	struct list lru_link;
 };
@@ -88,6 +103,7 @@ struct prefix_index {
 	uint32_t n_evictable; /* on the host list */
 	uint32_t n_droppable; /* on the disk list */
 	uint32_t n_permanent; /* entries marked permanent */
+	uint64_t clock;	      /* the use clock: last stamp handed out */
 	uint64_t evictions;   /* entries dropped (host or disk), not demoted */
 	uint64_t dedup_pages;
 };
@@ -107,6 +123,15 @@ XXH128_hash_t prefix_index_hash_page(XXH128_hash_t parent, const uint32_t *token
 struct pindex_entry *prefix_index_find(const struct prefix_index *ix, XXH128_hash_t hash);
 /* The entry of hash when its page is in a host slot, or NULL. */
 struct pindex_entry *prefix_index_find_host(const struct prefix_index *ix, XXH128_hash_t hash);
+/* True when e's only copy is a lossy one (a disk copy stored quantized):
+ * its bytes are not the ones written, so it is no exact page. Host copies
+ * are always exact: they come from commits and from disk copies stored as
+ * they were (daemon/tier.c never promotes a lossy one). */
+static inline int prefix_index_lossy(const struct pindex_entry *e)
+{
+	return e->slot == PINDEX_NONE && e->extent != PINDEX_NONE && e->disk_dtype != 0;
+}
+
 /* The entry listing slot, or NULL. */
 static inline struct pindex_entry *prefix_index_of_slot(const struct prefix_index *ix,
 							uint32_t slot)

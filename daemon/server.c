@@ -344,6 +344,10 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 				 aio_mode_name(&s->aio));
 	}
 	s->cache.worker = &s->worker;
+	/* Before any pool opens (warm-up opens some) and before the sockets
+	 * listen: spill files that hold nothing to restart from are junk,
+	 * reclaimed. */
+	tier_reclaim(&s->cache);
 	/* The device tier: decided once, here; any CUDA error means host
 	 * and disk tiers only (logged once by gpu_init). */
 	ret = gpu_init(&s->cache.gpu, cfg, &s->loop);

@@ -9,6 +9,7 @@
 #include "lease.h"
 #include "log.h"
 #include "session.h"
+#include "tier.h"
 
 static uint32_t pages_for(const struct session *s, uint64_t n_tokens)
 {
@@ -264,7 +265,11 @@ static void index_page(struct pool *p, struct session *s, uint32_t i)
 		p->ix.dedup_pages++;
 	} else if (e && e->slot == PINDEX_NONE && e->io == PINDEX_IO_NONE) {
 		/* Indexed on disk only (or dead): our page becomes its host
-		 * copy, which saves reading it back. */
+		 * copy, which saves reading it back. A lossy disk copy is
+		 * not the same content: ours replaces it, it never stands in
+		 * for ours. */
+		if (prefix_index_lossy(e))
+			tier_replace_lossy(p, e);
 		prefix_index_attach_host(&p->ix, &p->pa, e, s->pages[i]);
 	} else if (!e) {
 		struct pindex_entry *pe = i ? prefix_index_find(&p->ix, parent) : NULL;

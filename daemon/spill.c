@@ -1,4 +1,5 @@
 /* daemon/spill.c — spill file format and extents (see spill.h). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -77,11 +78,11 @@ enum {
 };
 
 static void file_hdr_encode(const struct spill *sp, const char *model_id,
-			    const struct shm_layout *l, unsigned char *b)
+			    const struct shm_layout *l, uint32_t format, unsigned char *b)
 {
 	memset(b, 0, SPILL_FILE_HDR);
 	memcpy(b + FH_MAGIC, file_magic, 8);
-	put32(b + FH_FORMAT, SPILL_FORMAT);
+	put32(b + FH_FORMAT, format);
 	put32(b + FH_UID, (uint32_t)sp->uid);
 	put64(b + FH_PAGE_BYTES, sp->page_bytes);
 	put32(b + FH_CAP, sp->cap);
@@ -98,7 +99,9 @@ static void file_hdr_encode(const struct spill *sp, const char *model_id,
 
 /* Page header: magic, hash, parent, data sum, sequence, flags, then the
  * XXH3-64 of all that seeded with the pool root, so a header copied from
- * another pool's file does not verify here. */
+ * another pool's file does not verify here. Format 3: then the last-use
+ * stamp and its seal, the XXH3-64 of the stamp seeded with that checksum
+ * (outside it, so the stamp can be rewritten alone). */
 enum {
 	PH_MAGIC = 0,
 	PH_HASH = 8,
@@ -109,7 +112,9 @@ enum {
 	PH_DTYPE = 60,
 	PH_STORED = 64,
 	PH_CHECK = 68,
-	PH_END = 76,
+	PH_USED = 76,
+	PH_USED_SEAL = 84,
+	PH_END = 92,
 };
 _Static_assert(PH_END <= SPILL_PAGE_HDR, "page header fits its slot");
 _Static_assert(FH_END <= SPILL_FILE_HDR, "file header fits its block");
@@ -127,6 +132,8 @@ void spill_hdr_encode(struct spill *sp, struct spill_page_hdr *h, unsigned char 
 	put32(b + PH_DTYPE, h->dtype);
 	put32(b + PH_STORED, h->stored_bytes);
 	put64(b + PH_CHECK, XXH3_64bits_withSeed(b, PH_CHECK, sp->root.low64));
+	put64(b + PH_USED, h->used);
+	put64(b + PH_USED_SEAL, XXH3_64bits_withSeed(b + PH_USED, 8, get64(b + PH_CHECK)));
 }
 
 int spill_hdr_decode(const struct spill *sp, const unsigned char *b, struct spill_page_hdr *h)
@@ -141,6 +148,11 @@ int spill_hdr_decode(const struct spill *sp, const unsigned char *b, struct spil
 	h->flags = get32(b + PH_FLAGS);
 	h->dtype = get32(b + PH_DTYPE);
 	h->stored_bytes = get32(b + PH_STORED);
+	/* A format 2 header has zeros here, which do not verify. */
+	h->used =
+		get64(b + PH_USED_SEAL) == XXH3_64bits_withSeed(b + PH_USED, 8, get64(b + PH_CHECK))
+			? get64(b + PH_USED)
+			: 0;
 	/* Data in the pool's own format fills the extent; a quantized page
 	 * is smaller, a whole number of 4 KiB blocks (daemon/tier.c checks
 	 * the format itself). */
@@ -209,8 +221,21 @@ int spill_open(struct spill *sp, const char *dir, uid_t uid, const char *model_i
 		ret = fail(why, whylen, -errno, "cannot open", sp->path);
 		goto err;
 	}
-	file_hdr_encode(sp, model_id, layout, want);
+	file_hdr_encode(sp, model_id, layout, SPILL_FORMAT_OLD, want);
 	n = pread(sp->fd_meta, have, sizeof(have), 0);
+	if (n == (ssize_t)sizeof(have) && !memcmp(have, want, sizeof(have))) {
+		/* Format 2: the same pages, without last-use stamps; from now on
+		 * headers carry them, so the file says format 3. */
+		file_hdr_encode(sp, model_id, layout, SPILL_FORMAT, want);
+		if (pwrite(sp->fd_meta, want, sizeof(want), 0) != (ssize_t)sizeof(want)) {
+			ret = fail(why, whylen, errno ? -errno : -EIO, "cannot update", sp->path);
+			goto err;
+		}
+		log_info("%s: format %u file read as it is (pages without last-use stamps)",
+			 sp->path, SPILL_FORMAT_OLD);
+		return 0;
+	}
+	file_hdr_encode(sp, model_id, layout, SPILL_FORMAT, want);
 	if (n == (ssize_t)sizeof(have) && !memcmp(have, want, sizeof(have)))
 		return 0;
 	if (n > 0)
@@ -262,9 +287,17 @@ int spill_scan(struct spill *sp,
 	struct idmap seen = {0}; /* hash → extent + 1 of the newest header */
 	uint32_t n_hdrs = 0, cap_hdrs = 0, *keep = NULL;
 	int accepted = 0, ret = 0;
+	struct stat st;
 
 	if (!buf)
 		return -ENOMEM;
+	/* What the file holds now: a file cut short while the daemon was
+	 * down keeps headers of pages whose data is gone. */
+	if (fstat(sp->fd_meta, &st) < 0) {
+		free(buf);
+		return -errno;
+	}
+	sp->n_gone = 0;
 	for (uint64_t e0 = 0; e0 < sp->cap; e0 += chunk / SPILL_PAGE_HDR) {
 		uint64_t want = (sp->cap - e0) * SPILL_PAGE_HDR;
 		ssize_t n;
@@ -295,6 +328,10 @@ int spill_scan(struct spill *sp,
 				continue;
 			if (h.seq > sp->seq)
 				sp->seq = h.seq;
+			if (spill_data_off(sp, extent) + h.stored_bytes > (uint64_t)st.st_size) {
+				sp->n_gone++; /* its data is not in the file: not found */
+				continue;
+			}
 			if (n_hdrs == cap_hdrs) {
 				uint32_t c = cap_hdrs ? cap_hdrs * 2 : 256;
 				void *a = realloc(hdrs, c * sizeof(*hdrs)), *b;
@@ -406,4 +443,153 @@ void spill_full(struct spill *sp, uint32_t extent)
 		if (sp->free[i] < sp->cap)
 			sp->free[keep++] = sp->free[i];
 	sp->n_free = keep;
+}
+
+int spill_set_used(struct spill *sp, uint32_t extent, XXH128_hash_t hash, uint64_t used)
+{
+	unsigned char b[SPILL_PAGE_HDR];
+	struct spill_page_hdr h;
+	off_t at = (off_t)spill_hdr_off(extent);
+
+	if (extent >= sp->hwm)
+		return -ESTALE;
+	if (pread(sp->fd_meta, b, sizeof(b), at) != (ssize_t)sizeof(b))
+		return -ESTALE;
+	if (spill_hdr_decode(sp, b, &h) < 0 || !XXH128_isEqual(h.hash, hash))
+		return -ESTALE;
+	put64(b + PH_USED, used);
+	put64(b + PH_USED_SEAL, XXH3_64bits_withSeed(b + PH_USED, 8, get64(b + PH_CHECK)));
+	if (pwrite(sp->fd_meta, b + PH_USED, PH_END - PH_USED, at + PH_USED) != PH_END - PH_USED)
+		return errno ? -errno : -EIO;
+	return 0;
+}
+
+int spill_forget(struct spill *sp, uint32_t extent)
+{
+	static const unsigned char zero[SPILL_PAGE_HDR];
+
+	if (extent >= sp->hwm)
+		return 0; /* never handed out since the scan: nothing to find */
+	if (pwrite(sp->fd_meta, zero, sizeof(zero), (off_t)spill_hdr_off(extent)) !=
+	    (ssize_t)sizeof(zero))
+		return errno ? -errno : -EIO;
+	return 0;
+}
+
+/* ---- reclaiming junk at start ------------------------------------------- */
+
+static int count_page(void *arg, uint32_t extent, const struct spill_page_hdr *h)
+{
+	(void)extent;
+	(void)h;
+	++*(uint32_t *)arg;
+	return -1; /* counted, not kept: the scan frees everything */
+}
+
+/* Why the spill file open as fd, named for (uid, root), is not worth
+ * keeping, or NULL when it holds pages a restart can find. */
+static const char *junk_reason(int fd, uid_t uid, XXH128_hash_t root, const struct stat *st)
+{
+	unsigned char b[SPILL_FILE_HDR];
+	struct spill sp = {.fd_meta = fd, .fd_data = -1, .uid = uid, .root = root};
+	uint32_t format, found = 0;
+	uint64_t cap;
+	int ret;
+
+	if (st->st_size < (off_t)SPILL_FILE_HDR ||
+	    pread(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b) || memcmp(b, file_magic, 8) ||
+	    get64(b + FH_SUM) != XXH3_64bits(b, FH_SUM))
+		return "no valid file header";
+	format = get32(b + FH_FORMAT);
+	if (format != SPILL_FORMAT && format != SPILL_FORMAT_OLD)
+		return "an unknown format";
+	if (get32(b + FH_UID) != (uint32_t)uid || !XXH128_isEqual(get128(b + FH_ROOT), root))
+		return "a header of another pool than its name";
+	sp.page_bytes = get64(b + FH_PAGE_BYTES);
+	cap = get32(b + FH_CAP);
+	if (sp.page_bytes == 0 || sp.page_bytes % 4096 || sp.page_bytes > (1ull << 40) ||
+	    cap == 0 || cap > UINT32_MAX - 1)
+		return "a header with impossible sizes";
+	sp.cap = (uint32_t)cap;
+	sp.data_off = (SPILL_FILE_HDR + cap * SPILL_PAGE_HDR + 4095) / 4096 * 4096;
+	sp.free = malloc(sizeof(uint32_t) * 64);
+	if (!sp.free)
+		return NULL; /* out of memory: keep it, decide next time */
+	ret = spill_scan(&sp, count_page, &found);
+	free(sp.free);
+	if (ret < 0)
+		return NULL; /* unreadable now: not proof of junk */
+	return found ? NULL : "no page a restart could find";
+}
+
+int spill_reclaim(const char *dir, uint64_t *ret_bytes, uint32_t *ret_files)
+{
+	uint64_t bytes = 0;
+	uint32_t files = 0;
+	struct dirent *d;
+	DIR *dp;
+	int dfd, waits = 20; /* 100 ms each, for all files together */
+
+	*ret_bytes = 0;
+	*ret_files = 0;
+	dp = opendir(dir);
+	if (!dp)
+		return errno == ENOENT ? 0 : -errno;
+	dfd = dirfd(dp);
+	while ((d = readdir(dp))) {
+		char want[96], hex[33];
+		unsigned int uid;
+		XXH128_hash_t root;
+		const char *why;
+		struct stat st;
+		int fd, len = 0;
+
+		/* Exactly the names spill_file_name gives, nothing else. */
+		if (sscanf(d->d_name, "spill-%u-%32[0-9a-f].kvs%n", &uid, hex, &len) != 2 ||
+		    d->d_name[len] != '\0' || strlen(hex) != 32)
+			continue;
+		{
+			char hi[17], lo[17];
+
+			memcpy(hi, hex, 16);
+			hi[16] = '\0';
+			memcpy(lo, hex + 16, 17);
+			root.high64 = strtoull(hi, NULL, 16);
+			root.low64 = strtoull(lo, NULL, 16);
+		}
+		spill_file_name((uid_t)uid, root, want, sizeof(want));
+		if (strcmp(want, d->d_name))
+			continue; /* spelled another way (leading zeros): not ours */
+		fd = openat(dfd, d->d_name, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+		if (fd < 0)
+			continue;
+		/* A file another daemon holds is that daemon's business; one
+		 * killed a moment ago holds its files until the kernel has torn
+		 * its io_uring down (as in spill_open). */
+		while (flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK && waits > 0) {
+			waits--;
+			usleep(100 * 1000);
+		}
+		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+		    flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			close(fd);
+			continue;
+		}
+		why = junk_reason(fd, (uid_t)uid, root, &st);
+		if (why && unlinkat(dfd, d->d_name, 0) == 0) {
+			log_notice("%s/%s: %s; removed, %llu bytes reclaimed", dir, d->d_name, why,
+				   (unsigned long long)st.st_blocks * 512);
+			bytes += (uint64_t)st.st_blocks * 512;
+			files++;
+		}
+		close(fd);
+	}
+	closedir(dp);
+	if (files)
+		log_notice("%s: %u spill files without pages to restart from removed, %llu bytes "
+			   "reclaimed",
+			   dir, files, (unsigned long long)bytes);
+	*ret_bytes = bytes;
+	*ret_files = files;
+	return 0;
 }

@@ -14,12 +14,26 @@
  * are small buffered writes through a second descriptor. A page header
  * names the page (chain hash, parent hash), carries the XXH3-64 of the
  * data, the format the data is stored in (the pool's own, or int8, fp8 or
- * int4 with spill-dtype: daemon/tier.c) and its own XXH3-64. Nothing here is trusted on reading: a header
- * that fails its checksum or names another pool is ignored, and data is
- * verified against the header's sum when it is read back (daemon/tier.c),
- * so a torn write, a crash between data and header, or a flipped byte is a
- * miss, never wrong data. Spill data is a cache, never fsynced: what a
- * crash loses is simply not found again.
+ * int4 with spill-dtype: daemon/tier.c) and its own XXH3-64. Nothing here
+ * is trusted on reading: a header that fails its checksum or names another
+ * pool is ignored, a header whose data would lie past the end of the file
+ * (a file cut short) is not found, and data is verified against the
+ * header's sum when it is read back (daemon/tier.c), so a torn write, a
+ * crash between data and header, or a flipped byte is a miss, never wrong
+ * data. Spill data is a cache, never fsynced: what a crash loses is simply
+ * not found again.
+ *
+ * Format 3 adds a last-use stamp after the checksummed part of a page
+ * header: a number on the pool's use clock (daemon/prefix_index.h), sealed
+ * by an XXH3-64 seeded with the header's own checksum, so a stamp is only
+ * believed beside the header it was written for (a stamp left over from an
+ * earlier page of the extent does not verify). It is written with the
+ * header and rewritten alone (16 bytes) when the pool closes
+ * (spill_set_used), so a restarted disk tier drops pages in the order they
+ * were last used. Format 2 files are read as they are: their headers have
+ * no stamp, and count as used in write order before every stamped one;
+ * the file header becomes format 3 at open. A stamp only orders eviction:
+ * a wrong one costs a page the wrong turn, never a wrong byte.
  *
  * The file is preallocated lazily: extents are handed out from the lowest
  * free one, and a write that fails with ENOSPC lowers the capacity to what
@@ -37,7 +51,8 @@
 
 #include "layout.h"
 
-#define SPILL_FORMAT	   2u
+#define SPILL_FORMAT	   3u
+#define SPILL_FORMAT_OLD   2u /* still read: no last-use stamps */
 #define SPILL_FILE_HDR	   4096u
 #define SPILL_PAGE_HDR	   128u
 #define SPILL_PAGE_FIRST   1u /* flag: the parent hash is a chain root */
@@ -51,6 +66,7 @@ struct spill_page_hdr {
 	uint32_t flags;	       /* SPILL_PAGE_* */
 	uint32_t dtype;	       /* stored format: 0 the pool's own, else a quantized dtype */
 	uint32_t stored_bytes; /* bytes of data in the extent (sum covers them) */
+	uint64_t used;	       /* last-use stamp, 0: none (format 2, or a bad seal) */
 };
 
 struct spill {
@@ -68,6 +84,7 @@ struct spill {
 	uint32_t *free;	 /* freed extents below hwm, a stack */
 	uint32_t n_free;
 	uint64_t seq;
+	uint32_t n_gone; /* valid headers the last scan found past the end of the file */
 };
 
 /* The file name of a pool's spill file (without the directory). */
@@ -85,9 +102,11 @@ int spill_open(struct spill *sp, const char *dir, uid_t uid, const char *model_i
 void spill_close(struct spill *sp);
 
 /* Reads every page header of the file (blocking) and calls fn for each
- * valid one, newest first when two name the same hash; an extent fn
- * accepts (returns 0) is in use afterwards, the rest are free. Returns
- * the headers accepted or -errno. */
+ * valid one whose data lies inside the file, newest first when two name
+ * the same hash; an extent fn accepts (returns 0) is in use afterwards,
+ * the rest are free. Valid headers whose data the file no longer holds (it
+ * was cut short) are counted in sp->n_gone and their extents are free.
+ * Returns the headers accepted or -errno. */
 int spill_scan(struct spill *sp,
 	       int (*fn)(void *arg, uint32_t extent, const struct spill_page_hdr *h), void *arg);
 
@@ -109,10 +128,34 @@ static inline uint64_t spill_hdr_off(uint32_t extent)
 	return SPILL_FILE_HDR + (uint64_t)extent * SPILL_PAGE_HDR;
 }
 
+/* Rewrites the last-use stamp of the page header of extent (blocking:
+ * when a pool closes) after checking that the header there still names
+ * hash. Returns 0, -ESTALE when it names something else (or nothing), or
+ * -errno. */
+int spill_set_used(struct spill *sp, uint32_t extent, XXH128_hash_t hash, uint64_t used);
+
+/* Makes the page header of extent name nothing (blocking, 128 bytes of
+ * zeros), so no restart finds the page it held: for a page that must not
+ * come back (a lossy copy replaced by an exact one; an admin's drop).
+ * The extent itself is the caller's to free. Returns 0 or -errno. */
+int spill_forget(struct spill *sp, uint32_t extent);
+
+/* At daemon start, before any pool opens: removes from dir every file
+ * named like a spill file (spill-<uid>-<32 hex>.kvs) that is junk — no
+ * valid file header (too short, another magic, a bad checksum, an unknown
+ * format, a name its header does not match) — or that holds no page a
+ * restart could find (no page header verifies with its data inside the
+ * file: a pool's spill file is only worth keeping for a warm restart).
+ * A file another process holds locked is left alone. Logs each file
+ * removed and the total; *ret_bytes gets the bytes freed (allocated
+ * blocks), *ret_files the files. Returns 0 or -errno (dir unreadable). */
+int spill_reclaim(const char *dir, uint64_t *ret_bytes, uint32_t *ret_files);
+
 /* Encodes h (stamping the next sequence number) as SPILL_PAGE_HDR bytes
- * with its checksum, for sp's pool. */
+ * with its checksum and h->used sealed, for sp's pool. */
 void spill_hdr_encode(struct spill *sp, struct spill_page_hdr *h, unsigned char *out);
-/* Decodes and checks a page header of sp's pool. Returns 0 or -EBADMSG. */
+/* Decodes and checks a page header of sp's pool; h->used is 0 when the
+ * stamp's seal does not verify. Returns 0 or -EBADMSG. */
 int spill_hdr_decode(const struct spill *sp, const unsigned char *in, struct spill_page_hdr *h);
 
 #endif

@@ -160,6 +160,9 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 			ps->io_errors = p->tier.io_errors;
 			ps->disk_dropped = p->tier.dropped;
 			ps->restored_pages = p->tier.restored;
+			ps->has_disk_gone_pages = ps->has_lossy_replaced_pages = 1;
+			ps->disk_gone_pages = p->tier.gone;
+			ps->lossy_replaced_pages = p->tier.lossy_replaced;
 		}
 		sz = kvpalace__v1__pool_stats__get_packed_size(ps) + 8;
 		if (sz > budget) {

@@ -139,17 +139,6 @@ int tier_page_unquantize(const struct shm_layout *l, void *page, const struct sh
 	return ret;
 }
 
-/* Turns the quantized page that a read left at the start of slot back
- * into the pool's format in place. Returns 0 or -ENOMEM. */
-static int dequantize(struct pool *p, uint32_t slot, uint32_t dtype)
-{
-	struct shm_layout ql;
-
-	if (stored_layout(p, dtype, &ql) < 0)
-		return -EINVAL;
-	return tier_page_unquantize(&p->layout, page_addr(p, slot), &ql);
-}
-
 static void io_error(struct pool *p, int res, const char *what)
 {
 	p->tier.io_errors++;
@@ -188,12 +177,14 @@ static void on_written(struct aio_req *r, int res)
 			.flags = e->parent ? 0 : SPILL_PAGE_FIRST,
 			.dtype = io->dtype,
 			.stored_bytes = (uint32_t)io->len,
+			.used = e->used,
 		};
 
 		p->disk_errors_in_row = 0;
 		e->extent = io->extent;
 		e->disk_sum = io->sum;
 		e->disk_dtype = (uint8_t)io->dtype;
+		e->disk_used = e->used;
 		p->ix.n_disk++;
 		p->tier.spilled++;
 		p->tier.quantized += io->dtype != 0;
@@ -362,15 +353,22 @@ static void on_read(struct aio_req *r, int res)
 	int ok = res == (int)io->len;
 
 	e->io = PINDEX_IO_NONE;
-	if (!ok) {
-		io_error(p, res < 0 ? res : -EIO, "page read");
+	if (!ok && (res >= 0 || res == -ENODATA)) {
+		/* Short, or end of file (daemon/aio.c): the file ends inside
+		 * the extent (cut under the daemon). The page is gone, the
+		 * disk is not failing: a miss, not an error that could turn
+		 * spilling off. */
+		if (p->tier.gone++ == 0)
+			log_warn("pool %llu: %s ends inside extent %u (cut short?); pages past "
+				 "its end are dropped",
+				 (unsigned long long)p->id, p->spill->path, io->extent);
+	} else if (!ok) {
+		io_error(p, res, "page read");
 	} else if (XXH3_64bits(page_addr(p, io->slot), io->len) != e->disk_sum) {
 		p->tier.verify_failures++;
 		log_warn("pool %llu: page in extent %u of %s failed verification; dropped",
 			 (unsigned long long)p->id, io->extent, p->spill->path);
 		ok = 0;
-	} else if (io->dtype && dequantize(p, io->slot, io->dtype) < 0) {
-		ok = 0; /* out of memory: a miss */
 	}
 	if (ok) {
 		p->tier.promoted++;
@@ -407,7 +405,9 @@ int tier_promote(struct cache *c, struct pool *p, struct pindex_entry *e)
 		return 0;
 	if (e->io == PINDEX_IO_READ)
 		return 1;
-	if (e->extent == PINDEX_NONE || !p->spill)
+	/* A lossy copy is not the page that was written: never brought
+	 * back as if it were (a commit of the same tokens replaces it). */
+	if (e->extent == PINDEX_NONE || !p->spill || e->disk_dtype != 0)
 		return -ENOENT;
 	/* Off the lists first: making room may drop disk-only leaves. */
 	e->io = PINDEX_IO_READ;
@@ -428,8 +428,7 @@ int tier_promote(struct cache *c, struct pool *p, struct pindex_entry *e)
 	io->extent = e->extent;
 	io->pending = 1;
 	io->holds_slot = 1;
-	io->dtype = e->disk_dtype;
-	io->len = stored_bytes(p, io->dtype);
+	io->len = p->page_bytes;
 	list_add_tail(&p->ios, &io->link);
 	io->data = (struct aio_req){
 		.op = AIO_READ,
@@ -450,7 +449,7 @@ int tier_promote(struct cache *c, struct pool *p, struct pindex_entry *e)
 struct found {
 	struct spill_page_hdr h;
 	uint32_t extent;
-	int state; /* 0 not yet, 1 listed, -1 orphan (parent missing) */
+	int state; /* 0 not yet, 1 listed, -1 useless (parent missing...), -2 kept unlisted */
 };
 
 struct scan {
@@ -475,16 +474,42 @@ static int collect(void *arg, uint32_t extent, const struct spill_page_hdr *h)
 	return 0;
 }
 
-/* Lists the scanned pages, parents before children; a page whose parent
- * is not there can never be matched, so its extent is freed. */
+/* Least recently used first: by last-use stamp, pages without one (a
+ * format 2 file) before the stamped ones, in write order. */
+static int by_last_use(const void *a, const void *b)
+{
+	const struct found *x = a, *y = b;
+
+	if (x->h.used != y->h.used)
+		return x->h.used < y->h.used ? -1 : 1;
+	return x->h.seq < y->h.seq ? -1 : x->h.seq > y->h.seq;
+}
+
+/* Lists the scanned pages, least recently used first (the order disk_lru
+ * takes), parents before children; a page whose parent is not there can
+ * never be matched, so its extent is freed. A page that memory ran short
+ * for (and its descendants) stays unlisted but keeps its extent for this
+ * run: handing the extent out would overwrite a page the next start can
+ * still find. */
 static void list_found(struct pool *p, struct scan *s)
 {
 	struct idmap by_hash = {0}; /* hash.low64 | 1 → index + 1 */
 	size_t *path = malloc(sizeof(size_t) * (s->n ? s->n : 1));
+	uint32_t kept = 0;
+	int short_of_memory = !path;
+
+	if (s->n) /* qsort wants a non-null base even for none */
+		qsort(s->v, s->n, sizeof(*s->v), by_last_use);
+	/* Stamps handed out from now on come after every one found. */
+	for (size_t i = 0; i < s->n; i++)
+		if (s->v[i].h.used > p->ix.clock)
+			p->ix.clock = s->v[i].h.used;
 
 	for (size_t i = 0; i < s->n; i++)
-		if (idmap_put(&by_hash, s->v[i].h.hash.low64 | 1, (void *)(uintptr_t)(i + 1)) < 0)
-			s->v[i].state = -1;
+		if (idmap_put(&by_hash, s->v[i].h.hash.low64 | 1, (void *)(uintptr_t)(i + 1)) < 0) {
+			s->v[i].state = -2;
+			short_of_memory = 1;
+		}
 	for (size_t i = 0; path && i < s->n; i++) {
 		size_t depth = 0, j = i;
 		int state;
@@ -509,7 +534,13 @@ static void list_found(struct pool *p, struct scan *s)
 			}
 			j = k - 1;
 		}
-		state = j == SIZE_MAX || (j != path[depth - 1] && s->v[j].state < 0) ? -1 : 1;
+		/* A parent missing from a map that ran short may be there. */
+		if (j == SIZE_MAX)
+			state = short_of_memory ? -2 : -1;
+		else if (j != path[depth - 1] && s->v[j].state < 0)
+			state = s->v[j].state;
+		else
+			state = 1;
 		while (depth--) {
 			struct found *f = &s->v[path[depth]];
 			struct pindex_entry *parent = NULL;
@@ -523,20 +554,34 @@ static void list_found(struct pool *p, struct scan *s)
 			if (state > 0 && f->h.dtype &&
 			    stored_bytes(p, f->h.dtype) != f->h.stored_bytes)
 				state = -1;
-			if (state > 0 &&
-			    prefix_index_insert_disk(&p->ix, f->h.hash, parent, f->extent, f->h.sum,
-						     (uint8_t)f->h.dtype) < 0)
-				state = -1;
+			if (state > 0) {
+				int ret = prefix_index_insert_disk(&p->ix, f->h.hash, parent,
+								   f->extent, f->h.sum,
+								   (uint8_t)f->h.dtype);
+
+				if (ret < 0)
+					state = ret == -ENOMEM ? -2 : -1;
+			}
 			f->state = state;
-			if (state < 0)
+			if (state == -1) {
 				spill_free(p->spill, f->extent);
-			else
+			} else if (state == -2) {
+				kept++; /* in use until the next start */
+			} else {
+				/* Its own stamp, not the tick of listing it. */
+				struct pindex_entry *e = prefix_index_find(&p->ix, f->h.hash);
+
+				e->used = e->disk_used = f->h.used;
 				p->tier.restored++;
+			}
 		}
 	}
-	if (!path) /* out of memory: nothing listed, everything free */
-		for (size_t i = 0; i < s->n; i++)
-			spill_free(p->spill, s->v[i].extent);
+	if (!path) /* out of memory: nothing listed, everything kept */
+		kept = (uint32_t)s->n;
+	if (kept)
+		log_warn("pool %llu: out of memory listing %u pages of %s; kept on disk for the "
+			 "next start",
+			 (unsigned long long)p->id, kept, p->spill->path);
 	free(path);
 	idmap_fini(&by_hash);
 }
@@ -576,6 +621,11 @@ void tier_pool_open(struct cache *c, struct pool *p)
 	}
 	list_found(p, &s);
 	free(s.v);
+	if (p->spill->n_gone)
+		log_warn("pool %llu: %u pages of %s lie past its end (the file was cut short): "
+			 "not found",
+			 (unsigned long long)p->id, p->spill->n_gone, p->spill->path);
+	p->tier.gone += p->spill->n_gone;
 	p->ix.disk = 1;
 	if (cfg->spill_dtype) {
 		struct shm_layout ql;
@@ -601,11 +651,66 @@ void tier_pool_open(struct cache *c, struct pool *p)
 		 (unsigned long long)p->tier.restored);
 }
 
+void tier_reclaim(struct cache *c)
+{
+	uint64_t bytes;
+	uint32_t files;
+	int ret;
+
+	if (c->cfg->disk_pool_bytes == 0)
+		return; /* no disk tier now: its files wait for one */
+	ret = spill_reclaim(c->cfg->cache_dir, &bytes, &files);
+	if (ret < 0)
+		log_warn("%s: cannot look for spill files to reclaim: %s", c->cfg->cache_dir,
+			 strerror(-ret));
+}
+
+void tier_replace_lossy(struct pool *p, struct pindex_entry *e)
+{
+	kvp_assert(prefix_index_lossy(e) && e->io == PINDEX_IO_NONE && p->spill);
+	/* Its header stays (no blocking write on the loop): a restart that
+	 * finds it lists a lossy copy again, which is never matched, and a
+	 * newer write of the page wins over it. */
+	spill_free(p->spill, e->extent);
+	e->extent = PINDEX_NONE;
+	e->disk_dtype = 0;
+	p->ix.n_disk--;
+	p->tier.lossy_replaced++;
+	prefix_index_reconsider(&p->ix, &p->pa, e);
+}
+
+/* Writes the last-use stamps that moved since their headers were written:
+ * the recency a restart rebuilds disk_lru from. */
+static void write_stamps(struct pool *p)
+{
+	const struct idmap *m = &p->ix.by_hash;
+	uint32_t n = 0, failed = 0;
+
+	for (size_t i = 0; m->slots && i < m->cap; i++) {
+		struct pindex_entry *e = m->slots[i].ptr;
+
+		if (!m->slots[i].id || e->extent == PINDEX_NONE || e->io != PINDEX_IO_NONE ||
+		    e->used <= e->disk_used)
+			continue;
+		if (spill_set_used(p->spill, e->extent, e->hash, e->used) == 0) {
+			e->disk_used = e->used;
+			n++;
+		} else {
+			failed++;
+		}
+	}
+	if (n || failed)
+		log_info("pool %llu: last use of %u disk pages written to %s%s",
+			 (unsigned long long)p->id, n, p->spill->path,
+			 failed ? " (some could not be)" : "");
+}
+
 void tier_pool_close(struct cache *c, struct pool *p)
 {
 	if (!p->spill)
 		return;
 	kvp_assert(!tier_pool_busy(p));
+	write_stamps(p);
 	if (c->aio) {
 		/* Before the arena goes: a later arena mapped at the same
 		 * address must not reach these pinned pages. */

@@ -13,8 +13,20 @@
  *
  * At pool creation tier_pool_open finds the pool's spill file from an
  * earlier run (clean stop or crash) and lists every page whose header
- * verifies as a disk-only index entry: a warm restart. Event-loop thread
- * only.
+ * verifies and whose data the file still holds as a disk-only index
+ * entry, least recently used first by the last-use stamps of the headers
+ * (daemon/spill.h): a warm restart. tier_pool_close writes the stamps of
+ * pages used since they were written, so after a clean stop the disk
+ * tier drops pages in the order they were last used; after a crash, in
+ * the order of their last write. A read that comes back short (the file
+ * was cut under the daemon) drops that page like a failed verification
+ * and counts as gone, not as a disk error: only real I/O errors can turn
+ * spilling off.
+ *
+ * Pages written in spill-dtype are lossy: they are kept on disk but never
+ * promoted, so no match, prefetch or dedup gets them as exact
+ * (prefix_index_lossy); a commit of the same tokens replaces one
+ * (tier_replace_lossy). Event-loop thread only.
  */
 #ifndef KVPD_TIER_H
 #define KVPD_TIER_H
@@ -35,6 +47,8 @@ struct tier_counters {
 	uint64_t dropped;	  /* disk-only pages dropped for room */
 	uint64_t restored;	  /* pages found in the spill file at start */
 	uint64_t quantized;	  /* pages written in spill-dtype rather than as they are */
+	uint64_t gone;		  /* disk copies whose data the file no longer held */
+	uint64_t lossy_replaced;  /* lossy disk copies replaced by an exact commit */
 };
 
 /* A request parked until its pool's I/O makes progress. */
@@ -47,7 +61,13 @@ struct tier_waiter {
  * tier and lists the pages it holds. A disk tier that cannot be opened is
  * logged and left off for this pool; the pool still works. */
 void tier_pool_open(struct cache *c, struct pool *p);
-/* Closes p's spill file. I/O must be over (tier_pool_busy). */
+/* At daemon start, before any pool opens: removes the cache directory's
+ * spill files that hold nothing a pool could restart from (spill_reclaim)
+ * when the configuration has a disk tier. */
+void tier_reclaim(struct cache *c);
+/* Closes p's spill file, writing the last-use stamps of disk copies used
+ * since their header was written (blocking: at a stop or a pool's end).
+ * I/O must be over (tier_pool_busy). */
 void tier_pool_close(struct cache *c, struct pool *p);
 /* True while p has disk I/O in flight. */
 int tier_pool_busy(const struct pool *p);
@@ -72,8 +92,14 @@ uint32_t tier_flush(struct cache *c, struct pool *p);
 /* Brings e's page into a host slot. Returns 0 when it is there already,
  * 1 when a read is in flight (wait for it), -EAGAIN when a slot will only
  * be free once writes in flight finish (wait too), -ENOSPC when no slot
- * can be had, -ENOENT when e has no copy to read (a miss). */
+ * can be had, -ENOENT when e has no exact copy to read (none, or only a
+ * lossy one: a miss). */
 int tier_promote(struct cache *c, struct pool *p, struct pindex_entry *e);
+
+/* e is lossy and a commit brings its exact page: its disk copy goes (the
+ * extent is freed) before the caller attaches the exact page as its host
+ * copy. */
+void tier_replace_lossy(struct pool *p, struct pindex_entry *e);
 
 /* Adds the references disk I/O in flight holds to refs[slot] and checks
  * the in-flight counts and extents. Returns 0 or -EUCLEAN. */

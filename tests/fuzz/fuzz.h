@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FUZZ_SPILL_MAX_CAP  8192u
 #define FUZZ_SPILL_CTL	    5u
 #define FUZZ_SPILL_REPAIR   0x01u /* recompute each header's checksum */
-#define FUZZ_SPILL_TRUNCATE 0x02u /* the file ends right after the headers */
+#define FUZZ_SPILL_TRUNCATE 0x02u /* the file ends right after the headers (no data) */
 #define FUZZ_SPILL_PICKY    0x04u /* the scan's callback refuses odd extents */
 
 #define FUZZ_SPILL_UID	   1000u
@@ -59,8 +59,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 			     .quant_group = 0})
 
 /* The page header fields of daemon/spill.c (little-endian): magic, chain
- * hash, parent hash, data sum, sequence, flags, then the XXH3-64 of the
- * bytes before it seeded with the pool root's low half. */
-#define FUZZ_SPILL_PH_CHECK 60u
+ * hash, parent hash, data sum, sequence, flags, dtype, stored bytes, then
+ * the XXH3-64 of the bytes before it seeded with the pool root's low half;
+ * then (format 3) the last-use stamp and its seal, the XXH3-64 of the
+ * stamp seeded with that checksum. */
+#define FUZZ_SPILL_PH_CHECK 68u
+#define FUZZ_SPILL_PH_USED  76u
 
 #endif

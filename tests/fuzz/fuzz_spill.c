@@ -8,11 +8,12 @@
  * spill_open in a private temporary directory (the pool identity of
  * fuzz.h), the headers are written over its page-header region from the
  * first extent on (the region before stays a hole, so the scan's
- * hole-skipping runs too), optionally the file is cut right after them,
- * and spill_scan lists it.
+ * hole-skipping runs too), the file is sized to hold every extent's data
+ * (a hole) or cut right after the headers, and spill_scan lists it.
  *
  * Aborts (a finding) when the scan breaks its contract: an extent past
- * the capacity or reported twice, a count that disagrees with the
+ * the capacity or reported twice, a page listed from a file cut before
+ * its data (a truncated file), a count that disagrees with the
  * callback's, a sequence number above the file's, or free/used accounting
  * that spill_alloc then contradicts (every extent must be handed out
  * exactly once, none that the scan kept). Memory errors are the
@@ -84,6 +85,7 @@ struct seen {
 	unsigned char *called;	 /* [cap] */
 	int n_accepted;
 	int picky;
+	int cut; /* the file ends before the data region */
 	uint64_t max_seq;
 };
 
@@ -95,6 +97,8 @@ static int on_header(void *arg, uint32_t extent, const struct spill_page_hdr *h)
 		die("spill_scan: extent %u past the capacity %u", extent, s->cap);
 	if (s->called[extent]++)
 		die("spill_scan: extent %u reported twice", extent);
+	if (s->cut)
+		die("spill_scan: extent %u listed, its data is past the end of the file", extent);
 	if (h->seq > s->max_seq)
 		s->max_seq = h->seq;
 	if (s->picky && extent % 2)
@@ -117,7 +121,7 @@ static void check_decode(struct spill *sp, const uint8_t *in, size_t n)
 	spill_hdr_encode(sp, &h, again);
 	if (spill_hdr_decode(sp, again, &h2) < 0 || !XXH128_isEqual(h.hash, h2.hash) ||
 	    !XXH128_isEqual(h.parent, h2.parent) || h.sum != h2.sum || h.seq != h2.seq ||
-	    h.flags != h2.flags)
+	    h.flags != h2.flags || h.used != h2.used)
 		die("a decoded page header does not survive encode and decode");
 }
 
@@ -177,11 +181,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (flags & FUZZ_SPILL_REPAIR)
 		for (uint64_t at = 0; at + SPILL_PAGE_HDR <= n; at += SPILL_PAGE_HDR) {
 			uint64_t sum = XXH3_64bits_withSeed(hdrs + at, FUZZ_SPILL_PH_CHECK,
-							    FUZZ_SPILL_ROOT_LO);
+							    FUZZ_SPILL_ROOT_LO),
+				 seal;
 
 			for (int i = 0; i < 8; i++)
 				hdrs[at + FUZZ_SPILL_PH_CHECK + i] =
 					(unsigned char)(sum >> (8 * i));
+			/* The stamp's seal too, so stamps reach the ordering. */
+			seal = XXH3_64bits_withSeed(hdrs + at + FUZZ_SPILL_PH_USED, 8, sum);
+			for (int i = 0; i < 8; i++)
+				hdrs[at + FUZZ_SPILL_PH_USED + 8 + i] =
+					(unsigned char)(seal >> (8 * i));
 		}
 
 	unlink(st.path); /* a fresh file for every input */
@@ -196,12 +206,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	sp.seq = 0;
 	if (n && pwrite(sp.fd_meta, hdrs, n, (off_t)spill_hdr_off(first)) != (ssize_t)n)
 		die("writing headers: %s", strerror(errno));
+	/* The file holds every extent's data (a hole: sparse), so the scan
+	 * finds the headers; cut, it holds none and finds none. */
 	if ((flags & FUZZ_SPILL_TRUNCATE) &&
 	    ftruncate(sp.fd_meta, (off_t)(spill_hdr_off(first) + n)))
 		die("truncating: %s", strerror(errno));
+	if (!(flags & FUZZ_SPILL_TRUNCATE) &&
+	    ftruncate(sp.fd_meta, (off_t)spill_data_off(&sp, cap)))
+		die("sizing: %s", strerror(errno));
 
 	s.cap = cap;
 	s.picky = !!(flags & FUZZ_SPILL_PICKY);
+	s.cut = !!(flags & FUZZ_SPILL_TRUNCATE);
 	s.accepted = calloc(cap, 1);
 	s.called = calloc(cap, 1);
 	if (!s.accepted || !s.called)

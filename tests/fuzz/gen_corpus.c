@@ -1199,19 +1199,28 @@ static void ss_init(struct spill_seed *s, uint32_t cap_code, uint32_t first, uns
 }
 
 /* Appends a valid header for page hash (low half h) with parent p. */
-static void ss_add(struct spill *sp, struct spill_seed *s, uint64_t h, uint64_t p, uint64_t seq,
-		   uint32_t flags)
+static void ss_add_used(struct spill *sp, struct spill_seed *s, uint64_t h, uint64_t p,
+			uint64_t seq, uint32_t flags, uint64_t used)
 {
 	struct spill_page_hdr ph = {
 		.hash = {.low64 = h, .high64 = ~h},
 		.parent = {.low64 = p, .high64 = ~p},
 		.sum = h * 0x9e3779b97f4a7c15ull,
 		.flags = flags,
+		.stored_bytes = (uint32_t)sp->page_bytes,
+		.used = used,
 	};
 
 	sp->seq = seq - 1;
 	spill_hdr_encode(sp, &ph, s->hdrs + s->len);
 	s->len += SPILL_PAGE_HDR;
+}
+
+/* Appends a valid header, its last-use stamp the same as its sequence. */
+static void ss_add(struct spill *sp, struct spill_seed *s, uint64_t h, uint64_t p, uint64_t seq,
+		   uint32_t flags)
+{
+	ss_add_used(sp, s, h, p, seq, flags, seq);
 }
 
 static void ss_emit(const char *name, const struct spill_seed *s)
@@ -1272,6 +1281,20 @@ static void gen_spill(void)
 	for (uint64_t i = 0; i < 64; i++)
 		ss_add(&sp, &s, 0x800 + i, root.low64, i + 1, SPILL_PAGE_FIRST);
 	ss_emit("spill-full", &s);
+	ss_init(&s, 15, 0, 0); /* last use in another order than the writes */
+	for (uint64_t i = 0; i < 6; i++)
+		ss_add_used(&sp, &s, 0xa00 + i, root.low64, 1 + i, SPILL_PAGE_FIRST, 100 - 7 * i);
+	ss_emit("spill-stamps", &s);
+	ss_init(&s, 15, 0, 0); /* as format 2 wrote them: no stamp */
+	ss_add_used(&sp, &s, 0xb00, root.low64, 1, SPILL_PAGE_FIRST, 0);
+	ss_add_used(&sp, &s, 0xb01, 0xb00, 2, 0, 0);
+	memset(s.hdrs + FUZZ_SPILL_PH_USED, 0, 16);
+	memset(s.hdrs + SPILL_PAGE_HDR + FUZZ_SPILL_PH_USED, 0, 16);
+	ss_emit("spill-format2", &s);
+	ss_init(&s, 15, 0, 0); /* a stamp whose seal fails: the page without it */
+	ss_add_used(&sp, &s, 0xc00, root.low64, 1, SPILL_PAGE_FIRST, 55);
+	s.hdrs[FUZZ_SPILL_PH_USED] ^= 1;
+	ss_emit("spill-bad-seal", &s);
 	ss_init(&s, 15, 0, 0);
 	ss_add(&sp, &s, 0x900, root.low64, 1, SPILL_PAGE_FIRST);
 	s.hdrs[20] ^= 1; /* a flipped bit */

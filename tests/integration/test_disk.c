@@ -17,8 +17,18 @@
  *    system): the disk tier caps itself, every match still returns right
  *    bytes, the daemon keeps serving;
  *  - mixed precision (spill-dtype int8): cold pages go to disk quantized
- *    and come back within int8's error bound, pages of a permanent span
- *    come back bit-exact, before and after a restart.
+ *    and are lossy: no match returns them, every byte matched is the one
+ *    written; pages of a permanent span come back bit-exact, before and
+ *    after a restart; a fresh exact commit of lossy tokens replaces the
+ *    lossy copy instead of reading it back (issue 13 item 13);
+ *  - recency across a restart: the conversation used last before a clean
+ *    stop keeps its pages when the restarted disk tier must drop some
+ *    (issue 13 item 4);
+ *  - a spill file cut short, while the daemon was down and under a running
+ *    one: what is gone is a miss, never an I/O error that turns spilling
+ *    off (issue 13 item 5);
+ *  - junk in the cache directory (no header, no pages) is removed at start,
+ *    the spill file of a pool not open yet is kept (issue 13 item 6).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -64,14 +74,20 @@ static const char *const disk_args[] = {"--host-pool-size", "1M", "--disk-pool-s
 static const char *const thread_args[] = {
 	"--host-pool-size", "1M", "--disk-pool-size", "16M", "--io-backend", "threads", NULL};
 
-static uint32_t *conv_tokens(void)
+/* N_CONV conversations of sequences seed, seed + 1, ... */
+static uint32_t *conv_tokens_from(uint32_t seed)
 {
 	uint32_t *all = calloc((size_t)N_CONV * CONV, sizeof(uint32_t));
 
 	assert_non_null(all);
 	for (int i = 0; i < N_CONV; i++)
-		harness_tokens(all + (size_t)i * CONV, CONV, 500 + (uint32_t)i, 0);
+		harness_tokens(all + (size_t)i * CONV, CONV, seed + (uint32_t)i, 0);
 	return all;
+}
+
+static uint32_t *conv_tokens(void)
+{
+	return conv_tokens_from(500);
 }
 
 /* Writes conversations [from, to) and closes their sessions: only the
@@ -350,36 +366,40 @@ static const struct kvp_layout page16k = {
 };
 #define Q_CONV 16 /* conversations of CONV tokens: 256 pages, 4x the host pool */
 
-/* Reads every conversation back: sys (tagged permanent) exact, the rest
- * within the bound and mostly inexact (they went through int8). */
-static void read_quantized(kvp_pool *p, const uint32_t *all, int restarted)
+/* Matches every conversation: every row matched must be the one written
+ * (a page that went to disk as int8 is lossy and never matched as exact),
+ * and conversation 0, a permanent span never quantized, matches whole.
+ * Returns the conversations matched whole. */
+static int read_quantized(kvp_pool *p, const uint32_t *all, int restarted)
 {
-	uint64_t inexact_total = 0;
+	int whole = 0;
 
 	for (int i = 0; i < Q_CONV; i++) {
 		const uint32_t *t = all + (size_t)i * CONV;
-		uint64_t bad, inexact;
+		uint64_t bad, m;
 		kvp_lease *l;
 
 		assert_int_equal(kvp_match_prefix(p, t, CONV, &l), 0);
-		assert_int_equal(kvp_lease_tokens(l), CONV);
-		bad = harness_pkv_check_int8(p, l, NULL, t, CONV, &inexact);
+		m = kvp_lease_tokens(l);
+		bad = harness_pkv_check_lease(l, p, t, m);
 		if (bad)
-			fail_msg("conversation %d%s: %llu rows beyond int8's bound", i,
-				 restarted ? " (after the restart)" : "", (unsigned long long)bad);
+			fail_msg("conversation %d%s: %llu rows of %llu matched tokens are not the "
+				 "ones written",
+				 i, restarted ? " (after the restart)" : "",
+				 (unsigned long long)bad, (unsigned long long)m);
 		if (i == 0)
-			assert_int_equal(inexact, 0); /* permanent: never quantized */
-		inexact_total += inexact;
+			assert_int_equal(m, CONV); /* permanent: never quantized */
+		whole += m == CONV;
 		assert_int_equal(kvp_lease_release(l), 0);
 	}
-	/* The spilled ones came back through int8. */
-	assert_true(inexact_total > (uint64_t)(Q_CONV / 2) * CONV * 8);
+	return whole;
 }
+
+static const char *const quant_args[] = {
+	"--host-pool-size", "1M", "--disk-pool-size", "16M", "--spill-dtype", "int8", NULL};
 
 static void test_quantized_spill(void **state)
 {
-	static const char *const args[] = {
-		"--host-pool-size", "1M", "--disk-pool-size", "16M", "--spill-dtype", "int8", NULL};
 	struct harness *h = *state;
 	uint32_t *all = conv_tokens();
 	struct kvp_pool_stats ps;
@@ -387,7 +407,7 @@ static void test_quantized_spill(void **state)
 	kvp_pool *p;
 	kvp_session *s;
 
-	assert_int_equal(harness_restart(h, SIGTERM, args), 0);
+	assert_int_equal(harness_restart(h, SIGTERM, quant_args), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
 	assert_int_equal(kvp_pool_open(c, "quant-model", &page16k, &p), 0);
 	assert_int_equal(kvp_pool_page_bytes(p), 16384);
@@ -406,22 +426,251 @@ static void test_quantized_spill(void **state)
 	assert_true(ps.quantized_pages > 0);
 	assert_true(ps.quantized_pages <= ps.spilled_pages);
 	assert_int_equal(ps.permanent_pages, CONV_PAGES);
-	read_quantized(p, all, 0);
+	/* The conversations that went to disk as int8 are not matched. */
+	assert_true(read_quantized(p, all, 0) < Q_CONV);
 	ps = pool_stats(c, p);
-	assert_true(ps.promoted_pages > 0);
 	assert_int_equal(ps.verify_failures, 0);
 	kvp_disconnect(c);
 
 	/* A clean stop writes the rest (conversation 0 as it is), a restart
-	 * finds every page in its format. */
-	assert_int_equal(harness_restart(h, SIGTERM, args), 0);
+	 * finds every page in its format, and still matches no lossy one. */
+	assert_int_equal(harness_restart(h, SIGTERM, quant_args), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
 	assert_int_equal(kvp_pool_open(c, "quant-model", &page16k, &p), 0);
 	ps = pool_stats(c, p);
 	assert_int_equal(ps.restored_pages, Q_CONV * CONV_PAGES);
-	read_quantized(p, all, 1);
+	assert_true(read_quantized(p, all, 1) < Q_CONV);
 	ps = pool_stats(c, p);
 	assert_int_equal(ps.verify_failures, 0);
+	kvp_disconnect(c);
+	free(all);
+}
+
+/* Issue 13 item 13: with spill-dtype int8, pages promoted back from disk
+ * stayed in the index as if exact: an exact checkpoint restored later
+ * came back with 512 of 512 rows of other bytes, and a fresh exact commit
+ * of the same tokens was deduplicated onto the lossy copy, so the writer
+ * read back rows that differ from what it wrote. */
+static void test_lossy_never_exact(void **state)
+{
+	struct harness *h = *state;
+	uint32_t *all = conv_tokens();
+	const uint32_t *t0 = all, *t1 = all + CONV;
+	struct kvp_pool_stats ps;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	kvp_lease *l;
+
+	assert_int_equal(harness_restart(h, SIGTERM, quant_args), 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, "quant-model", &page16k, &p), 0);
+	/* Conversation 1 checkpointed while it is exact. */
+	assert_int_equal(harness_pkv_commit_session(p, t1, CONV, &s), 0);
+	assert_int_equal(kvp_session_checkpoint(s, "conv1", NULL), 0);
+	assert_int_equal(kvp_session_close(s), 0);
+	write_convs(p, all, 0, Q_CONV); /* 4x the host tier: the oldest go to disk as int8 */
+	ps = pool_stats(c, p);
+	assert_true(ps.quantized_pages >= 2 * CONV_PAGES);
+
+	/* A match never returns the lossy pages (nor reads them back). */
+	for (int i = 0; i < 2; i++) {
+		const uint32_t *t = i ? t1 : t0;
+
+		assert_int_equal(kvp_match_prefix(p, t, CONV, &l), 0);
+		assert_int_equal(harness_pkv_check_lease(l, p, t, kvp_lease_tokens(l)), 0);
+		assert_true(kvp_lease_tokens(l) < CONV);
+		assert_int_equal(kvp_lease_release(l), 0);
+	}
+	/* A fresh exact commit of the same tokens reads back what it wrote,
+	 * and replaces the lossy copy: a match now returns it whole. */
+	assert_int_equal(harness_pkv_commit_session(p, t0, CONV, &s), 0);
+	assert_int_equal(harness_pkv_check_session(p, s, t0, 0, CONV), 0);
+	assert_int_equal(kvp_session_close(s), 0);
+	assert_int_equal(kvp_match_prefix(p, t0, CONV, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), CONV);
+	assert_int_equal(harness_pkv_check_lease(l, p, t0, CONV), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+	/* The exact checkpoint restores exact rows, not the lossy copies. */
+	assert_int_equal(kvp_session_restore(p, "conv1", &s), 0);
+	assert_int_equal(harness_pkv_check_session(p, s, t1, 0, CONV), 0);
+	assert_int_equal(kvp_session_close(s), 0);
+	ps = pool_stats(c, p);
+	assert_true(ps.lossy_replaced_pages >= 2 * CONV_PAGES);
+	assert_int_equal(ps.verify_failures, 0);
+	kvp_disconnect(c);
+	free(all);
+}
+
+/* ---- restarts that must not surprise ------------------------------------ */
+
+static const char *const recency_args[] = {"--host-pool-size", "1M", "--disk-pool-size", "4M",
+					   NULL};
+
+/* Issue 13 item 4: after a restart the disk tier dropped pages in
+ * file-slot order, not in the order they were last used: the chain used
+ * last lost pages while older ones kept theirs. Conversations A (0-7)
+ * are written first, then B (8-15) and F (16-31), so A goes to disk
+ * first, in the lowest extents; then A is read back (used last) and the
+ * daemon stops cleanly. After the restart new conversations overflow the
+ * 1024-page disk tier: what is dropped must be B and F, never A. */
+static void test_restart_keeps_recency(void **state)
+{
+	struct harness *h = *state;
+	uint32_t *all = conv_tokens(), *more = conv_tokens_from(900);
+	struct reader a = {h->sock, all, 0, 8, 8};
+	struct kvp_pool_stats ps;
+	kvp_client *c;
+	kvp_pool *p;
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	write_convs(p, all, 0, 32);
+	ps = pool_stats(c, p);
+	assert_true(ps.spilled_pages >= 16 * CONV_PAGES); /* A and B are on disk */
+	assert_int_equal(harness_run_child(read_convs, &a), 0);
+	kvp_disconnect(c);
+	assert_int_equal(harness_restart(h, SIGTERM, recency_args), 0);
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	ps = pool_stats(c, p);
+	assert_int_equal(ps.restored_pages, 32 * CONV_PAGES);
+	write_convs(p, more, 0, 56);
+	ps = pool_stats(c, p);
+	fprintf(stderr, "after the restart: %llu disk pages dropped\n",
+		(unsigned long long)ps.disk_dropped);
+	assert_true(ps.disk_dropped > 0);
+	assert_true(ps.disk_dropped < 24 * CONV_PAGES); /* B and F could take them all */
+	/* A, used last before the stop, is whole. */
+	assert_int_equal(harness_run_child(read_convs, &a), 0);
+	kvp_disconnect(c);
+	free(all);
+	free(more);
+}
+
+/* Issue 13 item 5: a spill file cut short while the daemon was down: the
+ * daemon announced 40 pages where 16 remained, the matches hit 25 read
+ * errors, and after "8 disk errors in a row ... no more spilling" the
+ * tier stayed off until a restart. Then the same under a running daemon:
+ * reads of pages that are simply gone drop those pages, not the tier. */
+static void test_truncated_file(void **state)
+{
+	struct harness *h = *state;
+	uint32_t *all = conv_tokens(), *more = conv_tokens_from(900),
+		 *newest = conv_tokens_from(1300);
+	struct reader r = {h->sock, all, 0, N_CONV, 0};
+	struct kvp_pool_stats ps;
+	uint64_t spilled, gone;
+	kvp_client *c;
+	kvp_pool *p;
+	int fd;
+
+	fill_and_restart(h, SIGTERM, all);
+	assert_int_equal(
+		harness_restart(h, SIGTERM, (const char *const[]){"--disk-pool-size", "0", NULL}),
+		0);
+	fd = spill_fd(h);
+	assert_int_equal(ftruncate(fd, (off_t)(DATA_OFF + 16 * PAGE_BYTES)), 0);
+	close(fd);
+	assert_int_equal(harness_restart(h, SIGTERM, disk_args), 0);
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	ps = pool_stats(c, p);
+	assert_true(ps.restored_pages <= 16); /* what the file still holds, no more */
+	assert_true(ps.disk_gone_pages > 0);
+	assert_int_equal(harness_run_child(read_convs, &r), 0); /* right bytes or misses */
+	ps = pool_stats(c, p);
+	assert_int_equal(ps.io_errors, 0);
+
+	/* Cut again under the running daemon, after new pages spilled. */
+	write_convs(p, more, 0, N_CONV);
+	ps = pool_stats(c, p);
+	assert_true(ps.spilled_pages > 0);
+	gone = ps.disk_gone_pages + ps.verify_failures;
+	fd = spill_fd(h);
+	assert_int_equal(ftruncate(fd, (off_t)(DATA_OFF + 16 * PAGE_BYTES)), 0);
+	close(fd);
+	r.all = more;
+	assert_int_equal(harness_run_child(read_convs, &r), 0);
+	ps = pool_stats(c, p);
+	assert_int_equal(ps.io_errors, 0);
+	/* Gone, or in a hole that spills after the cut made again: misses. */
+	assert_true(ps.disk_gone_pages + ps.verify_failures > gone);
+	/* The tier still spills, and what it spills comes back. */
+	spilled = ps.spilled_pages;
+	write_convs(p, newest, 0, N_CONV);
+	ps = pool_stats(c, p);
+	assert_true(ps.spilled_pages > spilled);
+	r.all = newest;
+	r.from = N_CONV - 24;
+	r.min_whole = 24;
+	assert_int_equal(harness_run_child(read_convs, &r), 0);
+	kvp_disconnect(c);
+	free(all);
+	free(more);
+	free(newest);
+}
+
+static size_t count_spill_files(struct harness *h)
+{
+	char pattern[160];
+	glob_t g;
+	size_t n;
+
+	snprintf(pattern, sizeof(pattern), "%s/cache/spill-*.kvs", h->dir);
+	if (glob(pattern, 0, NULL, &g) != 0)
+		return 0;
+	n = g.gl_pathc;
+	globfree(&g);
+	return n;
+}
+
+/* Issue 13 item 6: a file in the cache directory named like a spill file
+ * but holding no valid header stayed forever, and so did the spill files
+ * of pools with nothing to restart from. They go at start; the spill
+ * file of a pool that is not open yet, the next OpenPool's warm restart,
+ * and files named otherwise stay. */
+static void test_junk_reclaimed(void **state)
+{
+	struct harness *h = *state;
+	uint32_t *all = conv_tokens();
+	struct kvp_pool_stats ps;
+	char path[256];
+	kvp_client *c;
+	kvp_pool *p, *empty;
+	int fd;
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	write_convs(p, all, 0, 4); /* in the host tier; the clean stop writes them */
+	assert_int_equal(kvp_pool_open(c, "empty-model", &page4k, &empty), 0);
+	kvp_disconnect(c);
+	snprintf(path, sizeof(path), "%s/cache/spill-%u-0123456789abcdef0123456789abcdef.kvs",
+		 h->dir, (unsigned)getuid());
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	{
+		static unsigned char junk[65536];
+
+		memset(junk, 0xa5, sizeof(junk));
+		assert_int_equal(write(fd, junk, sizeof(junk)), sizeof(junk));
+	}
+	close(fd);
+	snprintf(path, sizeof(path), "%s/cache/notes.txt", h->dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(count_spill_files(h), 3);
+
+	assert_int_equal(harness_restart(h, SIGTERM, disk_args), 0);
+	assert_int_equal(count_spill_files(h), 1); /* the junk and the empty pool's */
+	assert_int_equal(access(path, F_OK), 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	ps = pool_stats(c, p);
+	assert_int_equal(ps.restored_pages, 4 * CONV_PAGES);
 	kvp_disconnect(c);
 	free(all);
 }
@@ -429,6 +678,11 @@ static void test_quantized_spill(void **state)
 static int setup_disk(void **state)
 {
 	return harness_setup_args(state, disk_args);
+}
+
+static int setup_recency(void **state)
+{
+	return harness_setup_args(state, recency_args);
 }
 
 static int setup_threads(void **state)
@@ -450,6 +704,12 @@ int main(void)
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_corruption, setup_disk, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_file_size_limit, setup_disk, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_lossy_never_exact, setup_disk,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_restart_keeps_recency, setup_recency,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_truncated_file, setup_disk, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_junk_reclaimed, setup_disk, harness_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,343 @@
+/* tests/unit/test_spill.c — the spill file format alone (daemon/spill.h),
+ * on real files in a private temporary directory:
+ *  - last-use stamps: they survive encode/decode, a stamp whose seal does
+ *    not verify (a flipped byte, one left over from an earlier page of the
+ *    extent) reads as none, spill_set_used rewrites one only beside the
+ *    header it was written for;
+ *  - a format 2 file (no stamps) is still read, its pages found with no
+ *    stamp, and becomes format 3;
+ *  - a file cut short while the daemon was down: headers whose data is
+ *    past the end are not found (issue 13 item 5: 40 pages announced
+ *    where 16 remained);
+ *  - spill_forget: a forgotten extent is not found again;
+ *  - spill_reclaim: junk named like a spill file and spill files holding
+ *    no page are removed at start; a spill file with pages (the warm
+ *    restart of a pool not open yet), a file held by another process and
+ *    files named otherwise stay (issue 13 item 6).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "spill.h"
+
+/* 1 layer, 1 head, head_dim 8, 4 tokens of f16: one 4 KiB page. */
+static const struct shm_layout tiny = {
+	.n_layers = 1, .n_kv_heads = 1, .head_dim = 8, .block_tokens = 4, .dtype = SHM_DTYPE_F16};
+static const XXH128_hash_t root = {.low64 = 0x1111222233334444ull, .high64 = 0x5555ull};
+#define CAP	16u
+#define PAGE	4096u
+#define UID	1000u
+#define FH_FMT	8u   /* daemon/spill.c: the file header's format field */
+#define FH_SUM	196u /* ... and its checksum */
+#define PH_USED 76u  /* the page header's stamp */
+
+static char dir[64];
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(dir, sizeof(dir), "/tmp/kvp-spill-XXXXXX");
+	return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	char cmd[96];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static void open_sp(struct spill *sp)
+{
+	char why[256];
+
+	assert_int_equal(
+		spill_open(sp, dir, UID, "m", &tiny, root, (uint64_t)CAP * PAGE, why, sizeof(why)),
+		0);
+}
+
+/* Writes a valid header for a first page hash (low half h) at extent,
+ * with use stamp used, and (when data) its data extent. */
+static void put_page(struct spill *sp, uint32_t extent, uint64_t h, uint64_t used, int data)
+{
+	unsigned char b[SPILL_PAGE_HDR], page[PAGE];
+	struct spill_page_hdr ph = {
+		.hash = {.low64 = h << 4, .high64 = ~h}, /* keys differ in more than bit 0 */
+		.parent = root,
+		.flags = SPILL_PAGE_FIRST,
+		.stored_bytes = PAGE,
+		.used = used,
+	};
+
+	memset(page, (int)h, sizeof(page));
+	ph.sum = XXH3_64bits(page, sizeof(page));
+	spill_hdr_encode(sp, &ph, b);
+	assert_int_equal(pwrite(sp->fd_meta, b, sizeof(b), (off_t)spill_hdr_off(extent)),
+			 sizeof(b));
+	if (data)
+		assert_int_equal(
+			pwrite(sp->fd_meta, page, sizeof(page), (off_t)spill_data_off(sp, extent)),
+			sizeof(page));
+}
+
+struct found {
+	int n;
+	uint32_t extent[CAP];
+	struct spill_page_hdr h[CAP];
+};
+
+static int collect(void *arg, uint32_t extent, const struct spill_page_hdr *h)
+{
+	struct found *f = arg;
+
+	f->extent[f->n] = extent;
+	f->h[f->n++] = *h;
+	return 0;
+}
+
+static void test_stamp_round_trip(void **state)
+{
+	struct spill sp;
+	unsigned char b[SPILL_PAGE_HDR];
+	struct spill_page_hdr ph = {.hash = {1, 2},
+				    .parent = root,
+				    .stored_bytes = PAGE,
+				    .used = 42},
+			      out;
+
+	(void)state;
+	open_sp(&sp);
+	spill_hdr_encode(&sp, &ph, b);
+	assert_int_equal(spill_hdr_decode(&sp, b, &out), 0);
+	assert_int_equal(out.used, 42);
+	/* A flipped stamp byte: the header still reads, the stamp does not. */
+	b[PH_USED] ^= 1;
+	assert_int_equal(spill_hdr_decode(&sp, b, &out), 0);
+	assert_int_equal(out.used, 0);
+	spill_close(&sp);
+}
+
+static void test_set_used(void **state)
+{
+	struct spill sp;
+	struct found f = {0};
+
+	(void)state;
+	open_sp(&sp);
+	put_page(&sp, 0, 0x10, 5, 1);
+	put_page(&sp, 1, 0x11, 6, 1);
+	assert_int_equal(spill_scan(&sp, collect, &f), 2);
+	assert_int_equal(spill_set_used(&sp, 1, f.h[1].hash, 99), 0);
+	/* Another page's hash: the extent no longer holds it, no stamp. */
+	assert_int_equal(spill_set_used(&sp, 0, f.h[1].hash, 100), -ESTALE);
+	spill_close(&sp);
+	open_sp(&sp);
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(spill_scan(&sp, collect, &f), 2);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(f.h[i].used, f.extent[i] == 1 ? 99 : 5);
+	/* A stamp left over from an earlier page of extent 1 does not
+	 * verify beside the next header written there. */
+	{
+		unsigned char b[SPILL_PAGE_HDR], stamp[16];
+		struct found g = {0};
+
+		assert_int_equal(pread(sp.fd_meta, stamp, 16, (off_t)spill_hdr_off(1) + PH_USED),
+				 16);
+		put_page(&sp, 1, 0x12, 0, 1);
+		assert_int_equal(pwrite(sp.fd_meta, stamp, 16, (off_t)spill_hdr_off(1) + PH_USED),
+				 16);
+		assert_int_equal(pread(sp.fd_meta, b, sizeof(b), (off_t)spill_hdr_off(1)),
+				 sizeof(b));
+		spill_close(&sp);
+		open_sp(&sp);
+		assert_int_equal(spill_scan(&sp, collect, &g), 2);
+		for (int i = 0; i < 2; i++)
+			if (g.extent[i] == 1)
+				assert_int_equal(g.h[i].used, 0);
+	}
+	spill_close(&sp);
+}
+
+/* A spill file as format 2 wrote it: file header format 2, page headers
+ * without the stamp. */
+static void test_format2_still_read(void **state)
+{
+	struct spill sp;
+	struct found f = {0};
+	unsigned char fh[SPILL_FILE_HDR], zero[16] = {0};
+	uint64_t sum;
+
+	(void)state;
+	open_sp(&sp);
+	put_page(&sp, 3, 0x30, 7, 1);
+	assert_int_equal(pwrite(sp.fd_meta, zero, 16, (off_t)spill_hdr_off(3) + PH_USED), 16);
+	assert_int_equal(pread(sp.fd_meta, fh, sizeof(fh), 0), sizeof(fh));
+	fh[FH_FMT] = 2;
+	sum = XXH3_64bits(fh, FH_SUM);
+	for (int i = 0; i < 8; i++)
+		fh[FH_SUM + i] = (unsigned char)(sum >> (8 * i));
+	assert_int_equal(pwrite(sp.fd_meta, fh, sizeof(fh), 0), sizeof(fh));
+	spill_close(&sp);
+
+	open_sp(&sp);
+	assert_int_equal(spill_scan(&sp, collect, &f), 1);
+	assert_int_equal(f.extent[0], 3);
+	assert_int_equal(f.h[0].hash.low64, 0x30 << 4);
+	assert_int_equal(f.h[0].used, 0);
+	assert_int_equal(pread(sp.fd_meta, fh, sizeof(fh), 0), sizeof(fh));
+	assert_int_equal(fh[FH_FMT], SPILL_FORMAT);
+	spill_close(&sp);
+}
+
+/* Item 5: the file was cut short while the daemon was down. */
+static void test_truncated_file(void **state)
+{
+	struct spill sp;
+	struct found f = {0};
+
+	(void)state;
+	open_sp(&sp);
+	for (uint32_t e = 0; e < 8; e++)
+		put_page(&sp, e, 0x40 + e, 0, 1);
+	assert_int_equal(ftruncate(sp.fd_meta, (off_t)spill_data_off(&sp, 3)), 0);
+	spill_close(&sp);
+	open_sp(&sp);
+	assert_int_equal(spill_scan(&sp, collect, &f), 3);
+	assert_int_equal(sp.n_gone, 5);
+	for (int i = 0; i < f.n; i++)
+		assert_true(f.extent[i] < 3);
+	/* The extents past the end are free again. */
+	assert_int_equal(sp.n_used, 3);
+	spill_close(&sp);
+}
+
+static void test_forget(void **state)
+{
+	struct spill sp;
+	struct found f = {0};
+
+	(void)state;
+	open_sp(&sp);
+	put_page(&sp, 0, 0x50, 0, 1);
+	put_page(&sp, 1, 0x51, 0, 1);
+	assert_int_equal(spill_scan(&sp, collect, &f), 2);
+	assert_int_equal(spill_forget(&sp, 0), 0);
+	spill_close(&sp);
+	open_sp(&sp);
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(spill_scan(&sp, collect, &f), 1);
+	assert_int_equal(f.extent[0], 1);
+	spill_close(&sp);
+}
+
+static int exists(const char *name)
+{
+	char path[256];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return stat(path, &st) == 0;
+}
+
+static void write_file(const char *name, size_t n, int c)
+{
+	char path[256], *buf = malloc(n ? n : 1);
+	int fd;
+
+	assert_non_null(buf);
+	memset(buf, c, n);
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, n), (ssize_t)n);
+	close(fd);
+	free(buf);
+}
+
+/* Item 6: junk is reclaimed at start, warm-restart data is kept. */
+static void test_reclaim(void **state)
+{
+	const XXH128_hash_t empty_root = {.low64 = 7, .high64 = 8},
+			    junk_root = {.low64 = 9, .high64 = 10},
+			    held_root = {.low64 = 11, .high64 = 12};
+	char keep[96], empty[96], junk[96], held[96], path[256], why[256];
+	struct spill sp, sp_empty;
+	uint64_t bytes;
+	uint32_t files;
+	int fd;
+
+	(void)state;
+	/* The warm restart of a pool not open yet: one page. */
+	open_sp(&sp);
+	put_page(&sp, 2, 0x60, 0, 1);
+	spill_file_name(UID, root, keep, sizeof(keep));
+	spill_close(&sp);
+	/* A pool that never spilled a page. */
+	assert_int_equal(spill_open(&sp_empty, dir, UID, "e", &tiny, empty_root,
+				    (uint64_t)CAP * PAGE, why, sizeof(why)),
+			 0);
+	spill_file_name(UID, empty_root, empty, sizeof(empty));
+	spill_close(&sp_empty);
+	/* Named like a spill file, no header: junk of 64 KiB. */
+	spill_file_name(UID, junk_root, junk, sizeof(junk));
+	write_file(junk, 65536, 0xa5);
+	/* Junk too, but another process holds it. */
+	spill_file_name(UID, held_root, held, sizeof(held));
+	write_file(held, 4096, 0);
+	snprintf(path, sizeof(path), "%s/%s", dir, held);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(flock(fd, LOCK_EX), 0);
+	/* Not named like one. */
+	write_file("notes.kvs", 4096, 0);
+	write_file("spill-1000-00.kvs", 4096, 0);
+
+	assert_int_equal(spill_reclaim(dir, &bytes, &files), 0);
+	assert_int_equal(files, 2);
+	assert_true(bytes >= 65536);
+	assert_true(exists(keep));
+	assert_false(exists(empty));
+	assert_false(exists(junk));
+	assert_true(exists(held));
+	assert_true(exists("notes.kvs"));
+	assert_true(exists("spill-1000-00.kvs"));
+	close(fd);
+	/* The kept file still opens with its page. */
+	{
+		struct found f = {0};
+
+		open_sp(&sp);
+		assert_int_equal(spill_scan(&sp, collect, &f), 1);
+		spill_close(&sp);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_stamp_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_set_used, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_format2_still_read, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_truncated_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_forget, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reclaim, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
