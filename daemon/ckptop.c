@@ -1089,7 +1089,7 @@ int ckptop_init(struct cache *c)
 	char path[CONFIG_PATH_MAX + 16];
 	struct dirent *de;
 	uint32_t removed = 0;
-	int state, created = 0, ret;
+	int state, created = 0, ret, err;
 	DIR *d;
 	int fd;
 
@@ -1105,15 +1105,15 @@ int ckptop_init(struct cache *c)
 	}
 	snprintf(path, sizeof(path), "%s/checkpoints", c->cfg->state_dir);
 	ret = ckpt_dir_open(state, "checkpoints", 1, 0700, &created);
-	/* One created by a run that crashed before its fsync. */
-	if (ret >= 0 && !created) {
-		int err = ckpt_dir_sync(state);
-
-		if (err < 0) {
-			close(ret);
-			ret = err;
-		}
-	}
+	/* One created by a run that crashed before its fsync. A failure
+	 * here is logged, not fatal: every directory this daemon creates is
+	 * fsynced before anything in it is reported durable (ckpt_dir_open),
+	 * so only one a crash left half-made is at stake. */
+	err = ret >= 0 && !created ? ckpt_dir_sync(state) : 0;
+	if (err < 0)
+		log_err("cannot fsync %s: %s; a checkpoint directory a crash left may not be "
+			"durable",
+			c->cfg->state_dir, strerror(-err));
 	close(state);
 	if (ret < 0) {
 		log_err("cannot create %s: %s; no checkpoints", path, strerror(-ret));
@@ -1123,12 +1123,10 @@ int ckptop_init(struct cache *c)
 	/* Tenants' directories created by a run that crashed before their
 	 * fsync: made durable before anything new is reported so. */
 	ret = ckpt_dir_sync(c->ckpt_dir_fd);
-	if (ret < 0) {
-		log_err("cannot fsync %s: %s; no checkpoints", path, strerror(-ret));
-		close(c->ckpt_dir_fd);
-		c->ckpt_dir_fd = -1;
-		return ret;
-	}
+	if (ret < 0)
+		log_err("cannot fsync %s: %s; a tenant's directory a crash left may not be "
+			"durable",
+			path, strerror(-ret));
 	/* Temporaries of writes a crash interrupted. */
 	fd = fcntl(c->ckpt_dir_fd, F_DUPFD_CLOEXEC, 3);
 	d = fd >= 0 ? fdopendir(fd) : NULL;
