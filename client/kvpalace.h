@@ -544,6 +544,10 @@ struct kvp_stats {
 	uint64_t checkpoints_refused;  /* files refused: corrupt, truncated, foreign, newer */
 	uint64_t checkpoint_failures;  /* writes that failed: disk full, I/O error */
 	uint64_t warmed_up_pages;      /* pages loaded into prefix indexes by warm-up */
+	uint64_t checkpoints_removed;  /* kvp_checkpoint_remove calls that removed a file */
+	/* Restores and warm-ups that waited for the host tier to write cached
+	 * pages to the disk tier before there was room for theirs. */
+	uint64_t restore_waits;
 };
 
 /* Counters of the daemon and the caller's own pools (every pool on an

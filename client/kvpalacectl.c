@@ -290,9 +290,11 @@ static void print_stats_text(const char *path, int admin, const struct kvp_stats
 	printf("  %-18s %" PRIu64 "\n", "dedup saved pages", st->dedup_pages);
 	printf("  %-18s %" PRIu64 "\n", "bad disconnects", st->disconnects_bad);
 	printf("  %-18s %" PRIu64 " written, %" PRIu64 " restored, %" PRIu64 " refused, %" PRIu64
-	       " failed; %" PRIu64 " pages warmed up\n",
+	       " failed, %" PRIu64 " removed; %" PRIu64 " pages warmed up; %" PRIu64
+	       " restores waited for room\n",
 	       "checkpoints", st->checkpoints_written, st->checkpoints_restored,
-	       st->checkpoints_refused, st->checkpoint_failures, st->warmed_up_pages);
+	       st->checkpoints_refused, st->checkpoint_failures, st->checkpoints_removed,
+	       st->warmed_up_pages, st->restore_waits);
 	printf("  %-18s %s", "gpu", st->gpu ? "yes" : "no");
 	if (st->gpu_status[0])
 		printf(" (%s)", printable(st->gpu_status, buf, sizeof(buf)));
@@ -452,6 +454,8 @@ static void json_checkpoint_counters(FILE *f, const struct kvp_stats *st, int co
 	json_u64(f, "checkpoints_restored", st->checkpoints_restored, 1);
 	json_u64(f, "checkpoints_refused", st->checkpoints_refused, 1);
 	json_u64(f, "checkpoint_failures", st->checkpoint_failures, 1);
+	json_u64(f, "checkpoints_removed", st->checkpoints_removed, 1);
+	json_u64(f, "restore_waits", st->restore_waits, 1);
 	json_u64(f, "warmed_up_pages", st->warmed_up_pages, comma);
 }
 
@@ -653,6 +657,11 @@ static void print_metrics(FILE *f, const char *path, int json, const struct kvp_
 		 offsetof(struct kvp_stats, checkpoint_failures)},
 		{"warmed_up_pages_total", "counter", "Pages loaded into prefix indexes by warm-up.",
 		 offsetof(struct kvp_stats, warmed_up_pages)},
+		{"checkpoints_removed_total", "counter", "Checkpoints removed.",
+		 offsetof(struct kvp_stats, checkpoints_removed)},
+		{"restore_waits_total", "counter",
+		 "Restores that waited for the host tier to write cached pages out.",
+		 offsetof(struct kvp_stats, restore_waits)},
 	};
 	static const struct {
 		const char *name, *help;
@@ -743,9 +752,9 @@ static void print_status(FILE *f, const char *path, int json, const struct kvp_s
 		fprintf(f, "prefix hit rate: no matches yet\n");
 	fprintf(f,
 		"checkpoints: %" PRIu64 " written, %" PRIu64 " restored, %" PRIu64
-		" refused, %" PRIu64 " failed\n",
+		" refused, %" PRIu64 " failed, %" PRIu64 " removed\n",
 		st->checkpoints_written, st->checkpoints_restored, st->checkpoints_refused,
-		st->checkpoint_failures);
+		st->checkpoint_failures, st->checkpoints_removed);
 }
 
 /* ---- commands ----------------------------------------------------------- */

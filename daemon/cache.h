@@ -31,6 +31,8 @@ struct cache_counters {
 	uint64_t checkpoints_refused;  /* corrupt, truncated, newer or foreign files */
 	uint64_t checkpoint_failures;  /* writes that failed */
 	uint64_t warmed_up_pages;
+	uint64_t checkpoints_removed;
+	uint64_t restore_waits; /* restores that waited for room (host tier draining) */
 };
 
 struct aio;

@@ -692,7 +692,8 @@ static int restore_room(struct job *j)
 	int ret = take_room(j, 1);
 
 	if (ret == -EAGAIN) {
-		j->tries++;
+		if (!j->tries++)
+			j->c->ctr.restore_waits++; /* once per restore */
 		j->waiter.wake = on_wake;
 		tier_wait(j->park_on, &j->waiter);
 		return 1;
@@ -811,6 +812,7 @@ static void done_remove(struct job *j)
 		deliver_error(j, j->ret);
 		return;
 	}
+	j->c->ctr.checkpoints_removed++;
 	log_info("checkpoint '%s' of uid %u removed (%llu bytes)", j->name, j->uid,
 		 (unsigned long long)j->bytes);
 	reply_init(&r);

@@ -88,6 +88,9 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	out->checkpoints_refused = c->ctr.checkpoints_refused;
 	out->checkpoint_failures = c->ctr.checkpoint_failures;
 	out->warmed_up_pages = c->ctr.warmed_up_pages;
+	out->has_checkpoints_removed = out->has_restore_waits = 1;
+	out->checkpoints_removed = c->ctr.checkpoints_removed;
+	out->restore_waits = c->ctr.restore_waits;
 	if (c->aio && c->cfg->disk_pool_bytes) {
 		out->disk_io = (char *)aio_mode_name(c->aio);
 		out->has_spilled_pages = out->has_promoted_pages = 1;

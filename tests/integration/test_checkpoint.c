@@ -541,6 +541,12 @@ static void test_restore_waits_for_drain(void **state)
 	assert_int_equal(kvp_session_restore(p, "drain-b", &s), 0);
 	assert_int_equal(harness_pkv_check_session(p, s, tb, 0, 15 * BT), 0);
 	assert_int_equal(kvp_session_close(s), 0);
+	{
+		struct kvp_stats *st = stats(c);
+
+		assert_int_equal(st->restore_waits, 1); /* and said so */
+		kvp_stats_free(st);
+	}
 	kvp_disconnect(c);
 }
 

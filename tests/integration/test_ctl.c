@@ -1499,23 +1499,27 @@ static void test_checkpoints(void **state)
 
 	/* The counters: 6 written (chat-1, chat-2, lib-1, chat-3, chat-pty,
 	 * chat-pipe); 7 restored or warmed up; 6 refused (truncated,
-	 * checksum, other model; by kvpalacectl and by the library); 6 pages
-	 * warmed up. */
+	 * checksum, other model; by kvpalacectl and by the library); 3
+	 * removed (chat-3, chat-2, lib-1); 6 pages warmed up; no restore
+	 * had to wait for room. */
 	CTL_EXPECT(0, h->admin_sock, "status");
-	expect_out("status", "%s", "checkpoints: 6 written, 7 restored, 6 refused, 0 failed\n");
+	expect_out("status", "%s",
+		   "checkpoints: 6 written, 7 restored, 6 refused, 0 failed, 3 removed\n");
 	CTL_EXPECT(0, h->admin_sock, "--json", "status");
 	expect_json("status --json");
 	expect_out("status --json", "%s",
 		   "\"checkpoints_written\":6,\"checkpoints_restored\":7,\"checkpoints_refused\":6,"
-		   "\"checkpoint_failures\":0,\"warmed_up_pages\":6}");
+		   "\"checkpoint_failures\":0,\"checkpoints_removed\":3,\"restore_waits\":0,"
+		   "\"warmed_up_pages\":6}");
 	CTL_EXPECT(0, h->admin_sock, "stats");
 	expect_out("stats", "%s",
-		   "checkpoints        6 written, 7 restored, 6 refused, 0 failed; 6 pages warmed "
-		   "up\n");
+		   "checkpoints        6 written, 7 restored, 6 refused, 0 failed, 3 removed; 6 "
+		   "pages warmed up; 0 restores waited for room\n");
 	CTL_EXPECT(0, h->admin_sock, "--json", "stats");
 	expect_out("stats --json", "%s",
 		   "\"checkpoints_written\":6,\"checkpoints_restored\":7,\"checkpoints_refused\":6,"
-		   "\"checkpoint_failures\":0,\"warmed_up_pages\":6,");
+		   "\"checkpoint_failures\":0,\"checkpoints_removed\":3,\"restore_waits\":0,"
+		   "\"warmed_up_pages\":6,");
 	CTL_EXPECT(0, h->admin_sock, "metrics");
 	expect_out("metrics", "%s", "# TYPE kvpalace_checkpoints_written_total counter\n");
 	expect_out("metrics", "%s", "\nkvpalace_checkpoints_written_total 6\n");
@@ -1523,6 +1527,8 @@ static void test_checkpoints(void **state)
 	expect_out("metrics", "%s", "\nkvpalace_checkpoints_refused_total 6\n");
 	expect_out("metrics", "%s", "\nkvpalace_checkpoint_failures_total 0\n");
 	expect_out("metrics", "%s", "\nkvpalace_warmed_up_pages_total 6\n");
+	expect_out("metrics", "%s", "\nkvpalace_checkpoints_removed_total 3\n");
+	expect_out("metrics", "%s", "\nkvpalace_restore_waits_total 0\n");
 	kvp_disconnect(c);
 }
 
