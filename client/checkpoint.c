@@ -1,6 +1,7 @@
 /* client/checkpoint.c — checkpoints: writing a session to the daemon's
  * disk under a name, restoring it into a pool, listing a tenant's
- * checkpoints, and the admin socket's checkpoint, restore and warm-up.
+ * checkpoints (their headers, or every page), removing one, and the admin
+ * socket's checkpoint, restore and warm-up.
  *
  * Names are checked here with the daemon's rule (1..64 bytes of
  * [A-Za-z0-9._-], the first a letter, digit or '_') so a bad one costs no
@@ -276,8 +277,8 @@ static void copy_str(char *dst, size_t cap, const char *src)
 	dst[n] = '\0';
 }
 
-KVP_PUBLIC int kvp_list_checkpoints(kvp_client *c, int has_uid, uint32_t uid,
-				    struct kvp_checkpoint_list **ret)
+KVP_PUBLIC int kvp_list_checkpoints_ex(kvp_client *c, int has_uid, uint32_t uid, const char *name,
+				       unsigned int flags, struct kvp_checkpoint_list **ret)
 {
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__ListCheckpointsRequest op = KVPALACE__V1__LIST_CHECKPOINTS_REQUEST__INIT;
@@ -288,14 +289,21 @@ KVP_PUBLIC int kvp_list_checkpoints(kvp_client *c, int has_uid, uint32_t uid,
 	char *at;
 	int err;
 
-	if (!c || !ret)
+	if (!c || !ret || (flags & ~KVP_LIST_VERIFY))
 		return -EINVAL;
-	conn_clear_error(c);
-	err = conn_usable(c);
+	if (name) {
+		err = begin(c, name);
+	} else {
+		conn_clear_error(c);
+		err = conn_usable(c);
+	}
 	if (err < 0)
 		return err;
 	op.has_uid = !!has_uid;
 	op.uid = uid;
+	op.has_verify = !!(flags & KVP_LIST_VERIFY);
+	op.verify = op.has_verify;
+	op.name = (char *)name;
 	req.op_case = KVPALACE__V1__REQUEST__OP_LIST_CHECKPOINTS;
 	req.list_checkpoints = &op;
 	err = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_LIST_CHECKPOINTS, &resp, NULL);
@@ -311,7 +319,8 @@ KVP_PUBLIC int kvp_list_checkpoints(kvp_client *c, int has_uid, uint32_t uid,
 
 		/* The client socket lists the caller's own only. */
 		if (kvp_checkpoint_name_check(in->name) < 0 || (has_uid && in->uid != uid) ||
-		    (!c->admin && in->uid != c->uid))
+		    (!c->admin && in->uid != c->uid) || (name && strcmp(in->name, name)) ||
+		    (in->has_verified && in->verified && !op.verify))
 			return conn_break(c, -EPROTO,
 					  "kvpalaced listed a checkpoint of uid %u that was not "
 					  "asked for, or with an invalid name",
@@ -345,6 +354,8 @@ KVP_PUBLIC int kvp_list_checkpoints(kvp_client *c, int has_uid, uint32_t uid,
 		e->n_tokens = in->has_n_tokens ? in->n_tokens : 0;
 		e->bytes = in->has_bytes ? in->bytes : 0;
 		e->created_unix_ms = in->has_created_unix_ms ? in->created_unix_ms : 0;
+		e->format_version = in->has_format_version ? in->format_version : 0;
+		e->verified = !in->error && in->has_verified && in->verified;
 		if (in->error) {
 			size_t len = strlen(in->error) + 1;
 
@@ -355,6 +366,38 @@ KVP_PUBLIC int kvp_list_checkpoints(kvp_client *c, int has_uid, uint32_t uid,
 	}
 	qsort(out->entries, n, sizeof(*out->entries), info_cmp);
 	*ret = out;
+	return 0;
+}
+
+KVP_PUBLIC int kvp_list_checkpoints(kvp_client *c, int has_uid, uint32_t uid,
+				    struct kvp_checkpoint_list **ret)
+{
+	return kvp_list_checkpoints_ex(c, has_uid, uid, NULL, 0, ret);
+}
+
+KVP_PUBLIC int kvp_checkpoint_remove(kvp_client *c, const char *name, int has_uid, uint32_t uid,
+				     uint64_t *ret_bytes)
+{
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__DeleteCheckpointRequest op = KVPALACE__V1__DELETE_CHECKPOINT_REQUEST__INIT;
+	Kvpalace__V1__Response *resp;
+	int err;
+
+	if (!c)
+		return -EINVAL;
+	err = begin(c, name);
+	if (err < 0)
+		return err;
+	op.name = (char *)name;
+	op.has_uid = !!has_uid;
+	op.uid = uid;
+	req.op_case = KVPALACE__V1__REQUEST__OP_DELETE_CHECKPOINT;
+	req.delete_checkpoint = &op;
+	err = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_DELETE_CHECKPOINT, &resp, NULL);
+	if (err < 0)
+		return err;
+	if (ret_bytes)
+		*ret_bytes = resp->delete_checkpoint->bytes;
 	return 0;
 }
 

@@ -555,6 +555,10 @@ struct kvp_stats {
 	uint64_t checkpoints_refused;  /* files refused: corrupt, truncated, foreign, newer */
 	uint64_t checkpoint_failures;  /* writes that failed: disk full, I/O error */
 	uint64_t warmed_up_pages;      /* pages loaded into prefix indexes by warm-up */
+	uint64_t checkpoints_removed;  /* kvp_checkpoint_remove calls that removed a file */
+	/* Restores and warm-ups that waited for the host tier to write cached
+	 * pages to the disk tier before there was room for theirs. */
+	uint64_t restore_waits;
 };
 
 /* Counters and pools of the caller's tenant (its uid): its requests,
@@ -636,9 +640,13 @@ KVP_PUBLIC int kvp_session_checkpoint_as(kvp_session *s, const char *name, uint3
  * (kvp_session_kv, kvp_append, kvp_session_fork, ...) and is freed with
  * the pool or by kvp_session_close. Nothing is restored when the call
  * fails. Errors: -ENOENT no checkpoint of that name; -EBADMSG the file is
- * corrupt or truncated (it failed verification); -EPROTONOSUPPORT it was
+ * corrupt or truncated (it failed verification), or it is another
+ * checkpoint's file (it records another name or owner: copied or renamed
+ * over this name); -EPROTONOSUPPORT it was
  * written in a newer format; -EINVAL it holds another model id or layout
- * than p (or an invalid name); -ENOSPC no room in the host tier; -EDQUOT
+ * than p (or an invalid name); -ENOSPC no room in the host tier (its full
+ * pages already in p's prefix index take none: they are shared; a host
+ * tier full of cached pages being written to disk is waited for); -EDQUOT
  * the pool's session limit or the daemon's token limit; -EOPNOTSUPP a
  * kind of session this daemon cannot rebuild. */
 KVP_PUBLIC int kvp_session_restore(kvp_pool *p, const char *name, kvp_session **ret_session);
@@ -652,6 +660,15 @@ struct kvp_checkpoint_info {
 	uint64_t bytes; /* size of the file */
 	uint64_t created_unix_ms;
 	const char *error; /* why it cannot be restored, or NULL when it can */
+	/* The file's format version (0 when it cannot be read); files of
+	 * version 3 and later record the checkpoint's name and are refused
+	 * under another (a copy or a rename), older ones are taken to be the
+	 * checkpoint their file is named. */
+	uint32_t format_version;
+	/* 1 when every page was read and checked (KVP_LIST_VERIFY) and the
+	 * file restores unless it changes; 0 when only the header was read
+	 * and checked: a damaged page then shows only at a restore. */
+	int verified;
 };
 
 struct kvp_checkpoint_list {
@@ -670,6 +687,28 @@ KVP_PUBLIC int kvp_list_checkpoints(kvp_client *c, int has_uid, uint32_t uid,
 				    struct kvp_checkpoint_list **ret);
 /* Frees a list; NULL is accepted. */
 KVP_PUBLIC void kvp_checkpoint_list_free(struct kvp_checkpoint_list *l);
+
+/* kvp_list_checkpoints flag: read and check every page of each file, not
+ * only its header (as long as reading the files takes). */
+#define KVP_LIST_VERIFY 0x1u
+
+/* kvp_list_checkpoints with flags (KVP_LIST_VERIFY or 0), and, when name
+ * is not NULL, only checkpoint `name` (an empty list when there is no
+ * such file). Verifying a checkpoint at a time (list, then each name)
+ * lets a caller show progress. Errors as kvp_list_checkpoints, and
+ * -EINVAL an invalid name or unknown flags. */
+KVP_PUBLIC int kvp_list_checkpoints_ex(kvp_client *c, int has_uid, uint32_t uid, const char *name,
+				       unsigned int flags, struct kvp_checkpoint_list **ret);
+
+/* Removes checkpoint `name` of the caller's tenant (on the admin socket,
+ * of uid's when has_uid) durably: the daemon unlinks the file and fsyncs
+ * its directory before it answers. *ret_bytes (may be NULL) gets the size
+ * of the file removed. Only the caller's own checkpoints can be named.
+ * Errors: -ENOENT no such checkpoint; -EPERM has_uid on the client
+ * socket; -EIO the disk failed (when only the directory's fsync failed
+ * the name is gone but may come back after a crash). */
+KVP_PUBLIC int kvp_checkpoint_remove(kvp_client *c, const char *name, int has_uid, uint32_t uid,
+				     uint64_t *ret_bytes);
 
 /* ---- administration (the admin socket only) ----------------------------- */
 

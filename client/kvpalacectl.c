@@ -8,15 +8,17 @@
  * only. Views: `status`, `ping`, `stats`, `pools`, `sessions`, `metrics`,
  * `session show ID` and `checkpoints`; steering: `drop session ID`, `drop
  * pool ID`, `evict --tier host --bytes SIZE`, `config show`, `config
- * reload`, `checkpoint SESSION_ID NAME`, `restore NAME`, `warmup NAME`.
+ * reload`, `checkpoint SESSION_ID NAME`, `checkpoint rm NAME`, `restore
+ * NAME`, `warmup NAME`.
  * Every command is described once, in the command table below, which
  * drives parsing (its operands and options), `help` and `--help`. With
  * --json each prints one JSON object instead of text (written by hand
  * here, with full string escaping, to need no JSON library); long
  * operations draw a progress bar (progress.h) when stdout is a terminal
- * and --json is not given: evict's moves with each request, and the
- * checkpoint commands, which the daemon answers once the disk work is
- * done, show a spinner and the time waited.
+ * and --json is not given: evict's moves with each request, as does
+ * `checkpoints --verify`'s with each file verified, and the checkpoint
+ * commands, which the daemon answers once the disk work is done, show a
+ * spinner and the time waited.
  *
  * Exit status: 0 success, 1 the daemon refused or failed the request,
  * 2 usage error (a malformed checkpoint name included), 3 the daemon
@@ -32,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kvpalace.h"
 #include "progress.h"
@@ -289,9 +292,11 @@ static void print_stats_text(const char *path, int admin, const struct kvp_stats
 	printf("  %-18s %" PRIu64 "\n", "dedup saved pages", st->dedup_pages);
 	printf("  %-18s %" PRIu64 "\n", "bad disconnects", st->disconnects_bad);
 	printf("  %-18s %" PRIu64 " written, %" PRIu64 " restored, %" PRIu64 " refused, %" PRIu64
-	       " failed; %" PRIu64 " pages warmed up\n",
+	       " failed, %" PRIu64 " removed; %" PRIu64 " pages warmed up; %" PRIu64
+	       " restores waited for room\n",
 	       "checkpoints", st->checkpoints_written, st->checkpoints_restored,
-	       st->checkpoints_refused, st->checkpoint_failures, st->warmed_up_pages);
+	       st->checkpoints_refused, st->checkpoint_failures, st->checkpoints_removed,
+	       st->warmed_up_pages, st->restore_waits);
 	printf("  %-18s %s", "gpu", st->gpu ? "yes" : "no");
 	if (st->gpu_status[0])
 		printf(" (%s)", printable(st->gpu_status, buf, sizeof(buf)));
@@ -451,6 +456,8 @@ static void json_checkpoint_counters(FILE *f, const struct kvp_stats *st, int co
 	json_u64(f, "checkpoints_restored", st->checkpoints_restored, 1);
 	json_u64(f, "checkpoints_refused", st->checkpoints_refused, 1);
 	json_u64(f, "checkpoint_failures", st->checkpoint_failures, 1);
+	json_u64(f, "checkpoints_removed", st->checkpoints_removed, 1);
+	json_u64(f, "restore_waits", st->restore_waits, 1);
 	json_u64(f, "warmed_up_pages", st->warmed_up_pages, comma);
 }
 
@@ -652,6 +659,11 @@ static void print_metrics(FILE *f, const char *path, int json, const struct kvp_
 		 offsetof(struct kvp_stats, checkpoint_failures)},
 		{"warmed_up_pages_total", "counter", "Pages loaded into prefix indexes by warm-up.",
 		 offsetof(struct kvp_stats, warmed_up_pages)},
+		{"checkpoints_removed_total", "counter", "Checkpoints removed.",
+		 offsetof(struct kvp_stats, checkpoints_removed)},
+		{"restore_waits_total", "counter",
+		 "Restores that waited for the host tier to write cached pages out.",
+		 offsetof(struct kvp_stats, restore_waits)},
 	};
 	static const struct {
 		const char *name, *help;
@@ -742,9 +754,9 @@ static void print_status(FILE *f, const char *path, int json, const struct kvp_s
 		fprintf(f, "prefix hit rate: no matches yet\n");
 	fprintf(f,
 		"checkpoints: %" PRIu64 " written, %" PRIu64 " restored, %" PRIu64
-		" refused, %" PRIu64 " failed\n",
+		" refused, %" PRIu64 " failed, %" PRIu64 " removed\n",
 		st->checkpoints_written, st->checkpoints_restored, st->checkpoints_refused,
-		st->checkpoint_failures);
+		st->checkpoint_failures, st->checkpoints_removed);
 }
 
 /* ---- commands ----------------------------------------------------------- */
@@ -757,7 +769,8 @@ enum {
 	OPT_FORCE = 1u << 3,
 	OPT_PAGES = 1u << 4,
 	OPT_UID = 1u << 5,
-	OPT_LAST = OPT_UID,
+	OPT_VERIFY = 1u << 6,
+	OPT_LAST = OPT_VERIFY,
 };
 
 /* The command line, parsed. */
@@ -1426,6 +1439,8 @@ static void print_checkpoints_json(const char *path, const struct args *a,
 		json_key(f, "created_unix_ms");
 		fprintf(f, e->created_unix_ms || !e->error ? "%" PRIu64 "," : "null,",
 			e->created_unix_ms);
+		json_u64(f, "format_version", e->format_version, 1);
+		json_bool(f, "verified", e->verified, 1);
 		json_key(f, "error");
 		if (e->error)
 			json_str(f, e->error);
@@ -1454,8 +1469,8 @@ static void print_checkpoints_text(const struct kvp_checkpoint_list *l)
 		if (n > wmodel)
 			wmodel = n;
 	}
-	printf("%-*s %-6s %-*s %10s %10s  %s\n", wname, "NAME", "UID", wmodel, "MODEL", "TOKENS",
-	       "SIZE", "CREATED");
+	printf("%-*s %-6s %-*s %10s %10s  %-19s  %s\n", wname, "NAME", "UID", wmodel, "MODEL",
+	       "TOKENS", "SIZE", "CREATED", "CHECKED");
 	for (size_t i = 0; i < l->n_entries; i++) {
 		const struct kvp_checkpoint_info *e = &l->entries[i];
 
@@ -1467,16 +1482,60 @@ static void print_checkpoints_text(const struct kvp_checkpoint_list *l)
 		}
 		size_text(e->bytes, size, sizeof(size));
 		time_text(e->created_unix_ms, when, sizeof(when));
-		printf("%-*s %-6u %-*s %10" PRIu64 " %10s  %s\n", wname, e->name, e->uid, wmodel,
-		       printable(e->model_id, model, sizeof(model)), e->n_tokens, size, when);
+		/* A listing reads headers only unless --verify: say so, a
+		 * damaged page shows only when the pages are read. */
+		printf("%-*s %-6u %-*s %10" PRIu64 " %10s  %-19s  %s%s\n", wname, e->name, e->uid,
+		       wmodel, printable(e->model_id, model, sizeof(model)), e->n_tokens, size,
+		       when,
+		       e->verified ? "every page verified" : "header valid, pages not checked",
+		       e->format_version && e->format_version < 3
+			       ? " (old format: its name is not recorded)"
+			       : "");
 	}
 	if (l->truncated)
 		printf("(more checkpoints exist than fit in one reply)\n");
 }
 
+/* Verifies each listed checkpoint that the header check passed, one
+ * request per file so a bar can show the bytes read (on a terminal),
+ * and copies each verdict into l. The verdicts' lists go to *ret_keep
+ * (their strings are what l's entries point at now). */
+static int verify_each(kvp_client *c, const struct args *a, struct kvp_checkpoint_list *l,
+		       struct kvp_checkpoint_list ***ret_keep)
+{
+	struct kvp_checkpoint_list **keep = calloc(l->n_entries ? l->n_entries : 1, sizeof(*keep));
+	uint64_t total = 0, done = 0;
+	struct progress pg;
+	int ret = 0;
+
+	if (!keep)
+		return -ENOMEM;
+	for (size_t i = 0; i < l->n_entries; i++)
+		total += l->entries[i].error ? 0 : l->entries[i].bytes;
+	progress_start(&pg, stdout, !a->json && progress_wanted(stdout), "verifying", total, 1);
+	for (size_t i = 0; i < l->n_entries && ret == 0; i++) {
+		struct kvp_checkpoint_info *e = &l->entries[i];
+
+		if (e->error)
+			continue;
+		ret = kvp_list_checkpoints_ex(c, 1, e->uid, e->name, KVP_LIST_VERIFY, &keep[i]);
+		if (ret == 0 && keep[i]->n_entries == 1) {
+			e->error = keep[i]->entries[0].error;
+			e->verified = keep[i]->entries[0].verified;
+		} else if (ret == 0) {
+			e->error = "removed while it was being verified";
+		}
+		done += e->bytes;
+		progress_update(&pg, done);
+	}
+	progress_end(&pg);
+	*ret_keep = keep;
+	return ret;
+}
+
 static int cmd_checkpoints(kvp_client *c, const struct args *a)
 {
-	struct kvp_checkpoint_list *l;
+	struct kvp_checkpoint_list *l, **keep = NULL;
 	struct progress pg;
 	int ret;
 
@@ -1485,11 +1544,48 @@ static int cmd_checkpoints(kvp_client *c, const struct args *a)
 	progress_wait_end(&pg);
 	if (ret < 0)
 		return fail(c, a->name, ret);
-	if (a->json)
-		print_checkpoints_json(a->path, a, l);
-	else
-		print_checkpoints_text(l);
+	if (a->given & OPT_VERIFY)
+		ret = verify_each(c, a, l, &keep);
+	if (ret < 0) {
+		ret = fail(c, a->name, ret);
+	} else {
+		if (a->json)
+			print_checkpoints_json(a->path, a, l);
+		else
+			print_checkpoints_text(l);
+		ret = 0;
+	}
+	for (size_t i = 0; keep && i < l->n_entries; i++)
+		kvp_checkpoint_list_free(keep[i]);
+	free(keep);
 	kvp_checkpoint_list_free(l);
+	return ret;
+}
+
+static int cmd_checkpoint_rm(kvp_client *c, const struct args *a)
+{
+	uint32_t uid = a->given & OPT_UID ? a->uid : (uint32_t)getuid();
+	struct progress pg;
+	uint64_t bytes = 0;
+	char size[32];
+	int ret;
+
+	wait_start(&pg, a, "removing");
+	ret = kvp_checkpoint_remove(c, a->ckpt, !!(a->given & OPT_UID), a->uid, &bytes);
+	progress_wait_end(&pg);
+	if (ret < 0)
+		return fail(c, a->name, ret);
+	if (a->json) {
+		fputc('{', stdout);
+		json_string(stdout, "socket", a->path, 1);
+		json_string(stdout, "name", a->ckpt, 1);
+		json_u64(stdout, "uid", uid, 1);
+		json_u64(stdout, "bytes", bytes, 0);
+		fputs("}\n", stdout);
+		return 0;
+	}
+	size_text(bytes, size, sizeof(size));
+	printf("removed checkpoint %s of uid %u (%s)\n", a->ckpt, uid, size);
 	return 0;
 }
 
@@ -1597,6 +1693,14 @@ static const struct command commands[] = {
 	 "bad file is refused with the file, line and key named (exit status 1);\n"
 	 "the running configuration stays.\n",
 	 cmd_config_reload},
+	{"checkpoint rm", "NAME", OPT_UID, 0, " [--uid UID]", "remove checkpoint NAME",
+	 "Remove checkpoint NAME of user UID (default: the user running\n"
+	 "kvpalacectl) durably: the daemon unlinks the file and syncs its directory\n"
+	 "before it answers, so the removal survives a crash. Only that user's own\n"
+	 "checkpoints can be named. Prints the size of the file removed.\n"
+	 "\n"
+	 "  -u, --uid UID       a checkpoint of user UID\n",
+	 cmd_checkpoint_rm},
 	{"checkpoint", "SESSION_ID NAME", 0, 0, "", "write a session to disk as NAME",
 	 "Write the committed tokens of a session of any user, and their pages, to\n"
 	 "the daemon's disk as checkpoint NAME of the session's owner (replacing an\n"
@@ -1619,12 +1723,19 @@ static const struct command commands[] = {
 	 "  -u, --uid UID       a checkpoint of user UID\n"
 	 "  -p, --pool ID       into pool ID (of the checkpoint's model and layout)\n",
 	 cmd_restore},
-	{"checkpoints", NULL, OPT_UID, 0, " [--uid UID]", "one row per checkpoint",
+	{"checkpoints", NULL, OPT_UID | OPT_VERIFY, 0, " [--uid UID] [--verify]",
+	 "one row per checkpoint",
 	 "One row per checkpoint of every user (or of UID): name, owning uid,\n"
-	 "model id, tokens, size of the file, when it was written (local time), or\n"
-	 "why it cannot be restored (corrupt, truncated, newer format).\n"
+	 "model id, tokens, size of the file, when it was written (local time) and\n"
+	 "what was checked, or why it cannot be restored (corrupt, truncated, newer\n"
+	 "format, the file of another checkpoint or user). Only each file's header\n"
+	 "is read and checked (\"header valid, pages not checked\"): a damaged page\n"
+	 "shows at a restore, or with --verify, which reads and checks every page\n"
+	 "of every file (as long as reading them takes; a bar shows progress when\n"
+	 "standard output is a terminal).\n"
 	 "\n"
-	 "  -u, --uid UID       only the checkpoints of user UID\n",
+	 "  -u, --uid UID       only the checkpoints of user UID\n"
+	 "  -v, --verify        read and check every page too\n",
 	 cmd_checkpoints},
 	{"warmup", "NAME", OPT_UID, 0, " [--uid UID]", "load a checkpoint into the prefix index",
 	 "Load the full pages of a checkpoint into the prefix index of its pool\n"
@@ -1888,6 +1999,8 @@ static const char *opt_name(unsigned int opt)
 		return "--pages";
 	case OPT_UID:
 		return "--uid";
+	case OPT_VERIFY:
+		return "--verify";
 	default:
 		return "?";
 	}
@@ -1935,17 +2048,12 @@ static int parse_operands(const struct command *cmd, char *const *words, int n, 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"socket", required_argument, NULL, 's'},
-		{"pool", required_argument, NULL, 'p'},
-		{"json", no_argument, NULL, 'j'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{"tier", required_argument, NULL, 't'},
-		{"bytes", required_argument, NULL, 'b'},
-		{"force", no_argument, NULL, 'f'},
-		{"pages", required_argument, NULL, 'P'},
-		{"uid", required_argument, NULL, 'u'},
-		{NULL, 0, NULL, 0},
+		{"socket", required_argument, NULL, 's'}, {"pool", required_argument, NULL, 'p'},
+		{"json", no_argument, NULL, 'j'},	  {"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},	  {"tier", required_argument, NULL, 't'},
+		{"bytes", required_argument, NULL, 'b'},  {"force", no_argument, NULL, 'f'},
+		{"pages", required_argument, NULL, 'P'},  {"uid", required_argument, NULL, 'u'},
+		{"verify", no_argument, NULL, 'v'},	  {NULL, 0, NULL, 0},
 	};
 	struct args a = {0};
 	const struct command *cmd;
@@ -1954,7 +2062,7 @@ int main(int argc, char **argv)
 	int help = 0, n_words, used, opt, ret;
 	kvp_client *c;
 
-	while ((opt = getopt_long(argc, argv, "s:p:jhVt:b:fu:", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "s:p:jhVt:b:fu:v", opts, NULL)) != -1) {
 		switch (opt) {
 		case 's':
 			a.path = optarg;
@@ -1990,6 +2098,9 @@ int main(int argc, char **argv)
 			break;
 		case 'f':
 			a.given |= OPT_FORCE;
+			break;
+		case 'v':
+			a.given |= OPT_VERIFY;
 			break;
 		case 'u':
 			if (parse_count(optarg, UINT32_MAX, &a.uid) < 0)

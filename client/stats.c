@@ -100,6 +100,8 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 	st->checkpoints_refused = r->checkpoints_refused;
 	st->checkpoint_failures = r->checkpoint_failures;
 	st->warmed_up_pages = r->warmed_up_pages;
+	st->checkpoints_removed = r->has_checkpoints_removed ? r->checkpoints_removed : 0;
+	st->restore_waits = r->has_restore_waits ? r->restore_waits : 0;
 	for (size_t i = 0; i < r->n_pools; i++) {
 		const Kvpalace__V1__PoolStats *in = r->pools[i];
 		struct kvp_pool_stats *out = &st->pools[i];

@@ -32,6 +32,8 @@ struct cache_counters {
 	uint64_t checkpoints_refused;  /* corrupt, truncated, newer or foreign files */
 	uint64_t checkpoint_failures;  /* writes that failed */
 	uint64_t warmed_up_pages;
+	uint64_t checkpoints_removed;
+	uint64_t restore_waits; /* restores that waited for room (host tier draining) */
 };
 
 /* One tenant's share of the counters: the client socket's Stats shows a

@@ -56,9 +56,13 @@ enum {
 	H_FILE_BYTES = 144,
 	H_MODEL_ID = 152,
 	H_POOL_LAYOUT = H_MODEL_ID + CKPT_MODEL_ID_BYTES,
-	H_RESERVED = H_POOL_LAYOUT + 24,
+	H_NAME = H_POOL_LAYOUT + 24,
+	H_NAME_BYTES = 72,
+	H_RESERVED = H_NAME + H_NAME_BYTES,
 };
-_Static_assert(H_POOL_LAYOUT == 280 && H_RESERVED < HDR_BYTES, "header fields fit");
+_Static_assert(H_POOL_LAYOUT == 280 && H_NAME == 304 && H_RESERVED == 376 &&
+		       H_NAME_BYTES > CKPT_NAME_MAX && H_RESERVED < HDR_BYTES,
+	       "header fields fit");
 
 /* Trailer field offsets. */
 enum {
@@ -354,8 +358,8 @@ static void make_tmp_name(char *buf, const char *name)
 
 /* ---- writing ---------------------------------------------------------------- */
 
-static void encode_header(unsigned char *h, const struct ckpt_meta *m, uint64_t created_ns,
-			  const struct geom *g, uint64_t tokens_xxh)
+static void encode_header(unsigned char *h, const struct ckpt_meta *m, const char *name,
+			  uint64_t created_ns, const struct geom *g, uint64_t tokens_xxh)
 {
 	const struct shm_layout *l = &m->layout;
 	const uint32_t lay[6] = {l->n_layers,	  l->n_kv_heads, l->head_dim,
@@ -384,6 +388,8 @@ static void encode_header(unsigned char *h, const struct ckpt_meta *m, uint64_t 
 	put64(h + H_FILE_BYTES, g->file_bytes);
 	memcpy(h + H_MODEL_ID, m->model_id, model_id_len(m->model_id));
 	put_layout(h + H_POOL_LAYOUT, &m->pool_layout);
+	/* ckpt_write checked it: 1..CKPT_NAME_MAX bytes, NUL-padded here. */
+	memcpy(h + H_NAME, name, strlen(name));
 	put64(h + H_HDR_XXH, XXH3_64bits(h, HDR_BYTES));
 }
 
@@ -460,7 +466,8 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 		goto fail;
 	for (uint64_t i = 0; i < m->n_tokens; i++)
 		encode_token(head + HDR_BYTES + i * TOKEN_BYTES, &tokens[i]);
-	encode_header(head, &mm, created_ns, &g, XXH3_64bits(head + HDR_BYTES, g.tokens_bytes));
+	encode_header(head, &mm, name, created_ns, &g,
+		      XXH3_64bits(head + HDR_BYTES, g.tokens_bytes));
 	XXH3_128bits_reset(xs);
 	XXH3_128bits_update(xs, head, g.pages_off);
 
@@ -609,7 +616,25 @@ static int decode_header(const unsigned char *h, uint64_t file_bytes, struct ckp
 			return -EBADMSG;
 		}
 	}
-	for (size_t i = m->version >= 2 ? H_RESERVED : H_POOL_LAYOUT; i < HDR_BYTES; i++) {
+	if (m->version >= 3) {
+		/* The name: valid, then zeros to the end of its field. */
+		memcpy(m->name, h + H_NAME, CKPT_NAME_MAX);
+		m->name[CKPT_NAME_MAX] = '\0';
+		for (size_t i = strlen(m->name); i < H_NAME_BYTES; i++) {
+			if (h[H_NAME + i]) {
+				say(why, whylen, "header: name not NUL-padded");
+				return -EBADMSG;
+			}
+		}
+		if (!ckpt_name_valid(m->name)) {
+			say(why, whylen, "header: the recorded name is not a valid name");
+			return -EBADMSG;
+		}
+	}
+	for (size_t i = m->version >= 3	  ? H_RESERVED
+			: m->version >= 2 ? H_NAME
+					  : H_POOL_LAYOUT;
+	     i < HDR_BYTES; i++) {
 		if (h[i]) {
 			say(why, whylen, "header: reserved bytes not zero");
 			return -EBADMSG;
@@ -723,6 +748,14 @@ static int open_header(int dir_fd, const char *name, int *ret_fd, unsigned char 
 	ret = decode_header(h, (uint64_t)st.st_size, m, g, ret_tokens_xxh, why, whylen);
 	if (ret < 0)
 		goto fail;
+	/* A file copied or renamed over another name is not that checkpoint
+	 * (older versions record no name: taken to be the file's, ckpt.h). */
+	if (m->name[0] && strcmp(m->name, name)) {
+		say(why, whylen, "the file holds checkpoint '%s', not '%s' (copied or renamed?)",
+		    m->name, name);
+		ret = -EBADMSG;
+		goto fail;
+	}
 	ret = check_trailer(fd, g, NULL, why, whylen);
 	if (ret < 0)
 		goto fail;
@@ -817,14 +850,14 @@ int ckpt_read_pages(struct ckpt_reader *r, void *const *dst, char *why, size_t w
 {
 	const struct ckpt_meta *m = &r->meta;
 	unsigned char pad[SHM_PAGE_ALIGN];
-	unsigned char *sums = NULL;
+	unsigned char *sums = NULL, *scratch = NULL;
 	uint64_t n_pad = r->pages_off - r->tokens_end;
 	uint64_t sums_bytes = r->trailer_off - r->sums_off;
 	struct geom g = {.trailer_off = r->trailer_off};
 	XXH128_hash_t file_xxh;
 	int ret;
 
-	if (!r->is_open || r->pages_read || (m->n_pages && !dst)) {
+	if (!r->is_open || r->pages_read) {
 		say(why, whylen, "reader not open, or pages already read");
 		return -EINVAL;
 	}
@@ -852,15 +885,26 @@ int ckpt_read_pages(struct ckpt_reader *r, void *const *dst, char *why, size_t w
 			goto io;
 	}
 	for (uint32_t i = 0; i < m->n_pages; i++) {
-		ret = pread_full(r->fd, dst[i], m->page_bytes, r->pages_off + i * m->page_bytes);
+		/* A page checked but not kept goes through one private page. */
+		unsigned char *to = dst ? dst[i] : NULL;
+
+		if (!to) {
+			if (!scratch && !(scratch = malloc(m->page_bytes))) {
+				say(why, whylen, "out of memory");
+				ret = -ENOMEM;
+				goto out;
+			}
+			to = scratch;
+		}
+		ret = pread_full(r->fd, to, m->page_bytes, r->pages_off + i * m->page_bytes);
 		if (ret < 0)
 			goto io;
-		if (XXH3_64bits(dst[i], m->page_bytes) != get64(sums + (uint64_t)i * SUM_BYTES)) {
+		if (XXH3_64bits(to, m->page_bytes) != get64(sums + (uint64_t)i * SUM_BYTES)) {
 			say(why, whylen, "page %u of %u: checksum mismatch", i, m->n_pages);
 			ret = -EBADMSG;
 			goto out;
 		}
-		XXH3_128bits_update(r->file_xxh, dst[i], m->page_bytes);
+		XXH3_128bits_update(r->file_xxh, to, m->page_bytes);
 	}
 	XXH3_128bits_update(r->file_xxh, sums, sums_bytes);
 	file_xxh = XXH3_128bits_digest(r->file_xxh);
@@ -875,6 +919,7 @@ io:
 		say(why, whylen, "reading pages: %s", errstr(ret));
 	}
 out:
+	free(scratch);
 	free(sums);
 	return ret;
 }
@@ -891,6 +936,70 @@ void ckpt_close(struct ckpt_reader *r)
 }
 
 /* ---- the directory ---------------------------------------------------------- */
+
+int ckpt_dir_sync(int dir_fd)
+{
+	return sync_fd(dir_fd, CKPT_IO_DIRSYNC);
+}
+
+int ckpt_dir_open(int parent_fd, const char *name, int create, unsigned int mode, int *ret_created)
+{
+	int created = 0, fd, ret;
+
+	if (!name || !name[0] || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+		return -EINVAL;
+	if (create) {
+		if (mkdirat(parent_fd, name, (mode_t)mode) == 0)
+			created = 1;
+		else if (errno != EEXIST)
+			return -errno;
+	}
+	if (created) {
+		/* The new entry lives in parent's blocks: without this fsync a
+		 * power loss can take the directory, and every file fsynced in
+		 * it, away. A failed fsync is not retried: the directory goes
+		 * again, so whoever comes next creates and fsyncs it anew. */
+		ret = sync_fd(parent_fd, CKPT_IO_DIRSYNC);
+		if (ret < 0) {
+			unlinkat(parent_fd, name, AT_REMOVEDIR);
+			return ret;
+		}
+	}
+	fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (ret_created)
+		*ret_created = created;
+	return fd;
+}
+
+int ckpt_mkdir_p(const char *path, unsigned int mode)
+{
+	char buf[4096], *comp, *save = NULL;
+	int cur, next;
+
+	if (!path || !path[0] || strlen(path) >= sizeof(buf))
+		return -EINVAL;
+	snprintf(buf, sizeof(buf), "%s", path);
+	cur = open(path[0] == '/' ? "/" : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (cur < 0)
+		return -errno;
+	for (comp = strtok_r(buf, "/", &save); comp; comp = strtok_r(NULL, "/", &save)) {
+		if (!strcmp(comp, "."))
+			continue;
+		if (!strcmp(comp, "..")) {
+			next = openat(cur, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			next = next < 0 ? -errno : next;
+		} else {
+			next = ckpt_dir_open(cur, comp, 1, mode, NULL);
+		}
+		close(cur);
+		if (next < 0)
+			return next;
+		cur = next;
+	}
+	return cur;
+}
 
 int ckpt_remove(int dir_fd, const char *name)
 {

@@ -23,8 +23,13 @@
  * is not NULL and whylen > 0, NUL-terminated, truncated to whylen) and
  * leave it alone on success. Files are created 0600.
  *
- * On-disk format, version 2 (version 1 is read too: it is version 2
- * with pages stored as they are and the pool layout field zero). Integers are little-endian, fixed width; no
+ * On-disk format, version 3. Versions 1 and 2 are read too: version 2 is
+ * version 3 without the name field (zero there), version 1 is version 2
+ * with pages stored as they are and the pool layout field zero. A file of
+ * version 1 or 2 records no name: it is taken to be the checkpoint its
+ * file is named, as those versions always were (meta.name is "" then;
+ * restoring it and checkpointing it again gives it a version 3 file).
+ * Integers are little-endian, fixed width; no
  * struct is written as it lies in memory. XXH3 is xxHash's XXH3 with seed
  * 0; a 128-bit hash is stored in xxHash's canonical (big-endian) form.
  *
@@ -44,7 +49,9 @@
  *   8    4    format version (CKPT_FORMAT_VERSION)
  *   12   4    header bytes (512)
  *   16   8    XXH3_64 of the 512 header bytes with these 8 bytes zeroed
- *   24   4    uid
+ *   24   4    uid: the owner, whose directory holds the file (a restore,
+ *             a warm-up or a listing of checkpoints/<uid>/ refuses a
+ *             file of another uid there: daemon/ckptop.c)
  *   28   4    n_pages = ceil(n_tokens / block_tokens)
  *   32   8    n_tokens
  *   40   8    created_ns
@@ -66,7 +73,12 @@
  *             (layers, heads, head_dim, block_tokens), an unquantized
  *             dtype, and layout's dtype is a quantized one (a checkpoint
  *             written quantized: mixed precision on disk)
- *   304  208  reserved, zero
+ *   304  72   name (version 3): the name the checkpoint was written
+ *             under, 1..CKPT_NAME_MAX bytes that ckpt_name_valid accepts,
+ *             NUL-padded. A file read under another name (copied or
+ *             renamed over another checkpoint's name) is refused, so a
+ *             name never serves another checkpoint's content
+ *   376  136  reserved, zero
  *
  * Token record (16 bytes): id u32, pos u32, turn u32, role u16, flags u16.
  *
@@ -93,7 +105,7 @@
 
 #include "layout.h"
 
-#define CKPT_FORMAT_VERSION 2u
+#define CKPT_FORMAT_VERSION 3u
 /* Longest checkpoint name, in bytes, without the terminating NUL. */
 #define CKPT_NAME_MAX 64u
 /* Bytes of model_id in struct ckpt_meta and in the header, NUL included. */
@@ -137,6 +149,10 @@ struct ckpt_meta {
 	uint32_t n_pages;    /* ceil(n_tokens / layout.block_tokens) */
 	uint64_t created_ns; /* CLOCK_REALTIME; ckpt_write stamps the current time for 0 */
 	uint64_t file_bytes; /* filled by ckpt_open, ckpt_list and ckpt_write; ignored on input */
+	/* The name recorded in the file: filled by ckpt_open and ckpt_list
+	 * ("" for a version 1 or 2 file, which records none); ignored by
+	 * ckpt_write, which records the name it writes under. */
+	char name[CKPT_NAME_MAX + 1];
 };
 
 /* An open checkpoint. fd, meta and tokens are the caller's to read; the
@@ -168,7 +184,8 @@ enum ckpt_io {
 	CKPT_IO_READ,
 	CKPT_IO_WRITE,
 	CKPT_IO_FSYNC,	 /* the file's fsync before the rename */
-	CKPT_IO_DIRSYNC, /* the directory's fsync after a rename or unlink */
+	CKPT_IO_DIRSYNC, /* a directory's fsync: after a rename or unlink in it, after a
+			  * directory was created in it, ckpt_dir_sync */
 };
 extern int (*ckpt_inject)(enum ckpt_io op, size_t *max_bytes);
 
@@ -207,7 +224,8 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 /* Opens dir_fd/name and checks, in order: a regular file (not followed if
  * a symlink) at least a header long; the magic; the version (newer than
  * CKPT_FORMAT_VERSION: -EPROTONOSUPPORT); the header size and checksum;
- * the model id, reserved bytes, the layout (shm_layout_check) and
+ * the model id, the recorded name (version 3: it must be name), reserved
+ * bytes, the layout (shm_layout_check) and
  * page_bytes; n_pages against n_tokens, and every offset against the
  * counts; the file's size against file_bytes (so no count can claim more
  * than the file holds); the trailer's magic and offset; then it reads the
@@ -216,16 +234,19 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
  *
  * Returns 0 with r open (release it with ckpt_close), or, with r closed
  * and why (when not NULL) saying which check failed: -EINVAL (invalid
- * name), -ENOENT, -EBADMSG (corrupt, truncated, or not a checkpoint),
+ * name), -ENOENT, -EBADMSG (corrupt, truncated, not a checkpoint, or the
+ * file of another checkpoint: its recorded name is not name),
  * -EPROTONOSUPPORT, -ENOMEM, or another negative errno (-ELOOP for a
  * symlink, -EIO, ...). */
 int ckpt_open(int dir_fd, const char *name, struct ckpt_reader *r, char *why, size_t whylen);
 
 /* Reads every page of an open checkpoint into dst (// [meta.n_pages]
- * pointers, each to meta.page_bytes writable bytes), checking that the
- * padding before the pages is zero, each page against its XXH3_64, and
- * the trailer's whole-file XXH3_128. Once per reader. dst may be NULL when
- * n_pages is 0.
+ * pointers, each to meta.page_bytes writable bytes, or NULL for a page
+ * that is to be checked but not kept: it is read into a private buffer),
+ * checking that the padding before the pages is zero, each page against
+ * its XXH3_64, and the trailer's whole-file XXH3_128. Once per reader.
+ * dst itself may be NULL to check every page without keeping any (a
+ * verification), and when n_pages is 0.
  *
  * Returns 0; -EBADMSG (a page or trailer checksum mismatch, a truncated
  * file: why says which); -EINVAL (r not open, or called twice); -ENOMEM;
@@ -236,6 +257,27 @@ int ckpt_read_pages(struct ckpt_reader *r, void *const *dst, char *why, size_t w
 /* Closes r and frees its tokens. Accepts NULL, a zeroed reader, one whose
  * ckpt_open failed, and one already closed. */
 void ckpt_close(struct ckpt_reader *r);
+
+/* Opens the directory parent_fd/name (O_RDONLY|O_DIRECTORY), creating it
+ * (mode) first when create and it does not exist. A directory created
+ * here is made durable before it is used: parent_fd is fsynced (through
+ * the test hook, as CKPT_IO_DIRSYNC), so a file later reported durable
+ * inside it cannot vanish with its directory at a power loss. When that
+ * fsync fails the new, empty directory is removed again (best effort) so
+ * the next call creates and fsyncs it anew; *ret_created (may be NULL)
+ * says whether it was created. name is one path component (no '/', not
+ * "." or ".."). Returns the fd, or -EINVAL, -ENOENT (absent and not
+ * create), -ENOTDIR, or the negative errno of mkdirat, fsync or open. */
+int ckpt_dir_open(int parent_fd, const char *name, int create, unsigned int mode, int *ret_created);
+
+/* mkdir -p that makes what it creates durable: each missing component of
+ * path is created (mode) with ckpt_dir_open, its parent fsynced. Returns
+ * an fd of the directory (O_RDONLY|O_DIRECTORY) or -errno. */
+int ckpt_mkdir_p(const char *path, unsigned int mode);
+
+/* fsyncs the directory dir_fd (through the test hook, as
+ * CKPT_IO_DIRSYNC). Returns 0 or -errno. */
+int ckpt_dir_sync(int dir_fd);
 
 /* Removes dir_fd/name and fsyncs dir_fd. Returns 0, -EINVAL (invalid
  * name), -ENOENT, or another negative errno (-EISDIR, -EIO, ...). When only

@@ -18,6 +18,7 @@
 #include "session.h"
 #include "stats.h"
 #include "status.h"
+#include "tier.h"
 #include "worker.h"
 
 #define REASON_MAX 320
@@ -27,14 +28,19 @@ enum job_op {
 	OP_RESTORE,
 	OP_WARMUP,
 	OP_LIST,
+	OP_REMOVE,
 };
+
+/* A slot of j->slots that holds nothing. */
+#define NO_SLOT UINT32_MAX
 
 struct list_item {
 	char name[CKPT_NAME_MAX + 1];
 	uint32_t uid;
-	int err; /* 0: meta valid */
+	int err;      /* 0: meta valid */
+	int verified; /* every page was read and checked */
 	struct ckpt_meta meta;
-	char why[96];
+	char why[192]; /* room for two names */
 };
 
 struct job {
@@ -47,14 +53,26 @@ struct job {
 	uint32_t uid;
 	int uid_dir;	   /* the file is <checkpoints>/<uid>/<name>, else in the warm-up dir */
 	int all_uids;	   /* list: every tenant's directory */
+	int verify;	   /* list: read and check every page too */
+	int only_name;	   /* list: name only */
+	int list_dir;	   /* list: the directory being listed (run_list's) */
 	struct pool *pool; /* the pool worked on (p->n_jobs holds it) */
 	struct list link;  /* pool.jobs while pool is set */
 	struct ckpt_meta meta;
 	struct ckpt_token *tokens; /* checkpoint: the copy written */
 	const void **src;	   /* checkpoint: the pages written */
-	void **dst;		   /* restore: where the pages are read */
-	uint32_t *slots;	   /* the host slots held (one reference each) */
+	void **dst;	 /* restore: where the pages are read (NULL: shared, checked only) */
+	uint32_t *slots; /* [n_slots] host slots held (one reference each), or NO_SLOT */
 	uint32_t n_slots;
+	/* Restore: full pages found in the prefix index before anything was
+	 * allocated (their slots are shared, not read into), with the
+	 * hashes they were found under, and the pages still to allocate. */
+	XXH128_hash_t *hashes; /* [n_pages] */
+	uint8_t *shared;       /* [n_pages] 1: slots[i] is the index's page */
+	uint32_t n_shared, n_missing;
+	struct tier_waiter waiter; /* restore: parked until its pool's writes finish */
+	struct pool *park_on;	   /* the pool waited on (take_room) */
+	unsigned int tries;	   /* times parked */
 	struct ckpt_reader rd;
 	int ret;
 	char why[REASON_MAX];
@@ -83,11 +101,23 @@ static int open_dir(const struct job *j, int create)
 	}
 	if (j->c->ckpt_dir_fd < 0)
 		return -ENOENT;
+	/* A tenant's first checkpoint creates its directory, made durable
+	 * (checkpoints/ fsynced) before anything in it is reported so. */
 	snprintf(path, sizeof(path), "%u", j->uid);
-	if (create && mkdirat(j->c->ckpt_dir_fd, path, 0700) < 0 && errno != EEXIST)
-		return -errno;
-	fd = openat(j->c->ckpt_dir_fd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	return fd < 0 ? -errno : fd;
+	return ckpt_dir_open(j->c->ckpt_dir_fd, path, create, 0700, NULL);
+}
+
+/* Why a file in a tenant's directory is not that tenant's, or NULL: the
+ * owner recorded in it (every version records one) must be the tenant
+ * whose directory holds it, or a copy would restore into, or as, another
+ * tenant's. */
+static const char *foreign(const struct job *j, const struct ckpt_meta *m, char *buf, size_t cap)
+{
+	if (!j->uid_dir || m->uid == j->uid)
+		return NULL;
+	snprintf(buf, cap, "the file holds a checkpoint of uid %u, not of uid %u (copied?)", m->uid,
+		 j->uid);
+	return buf;
 }
 
 __attribute__((format(printf, 2, 3))) static void set_why(struct job *j, const char *fmt, ...)
@@ -131,6 +161,10 @@ static void run_restore_open(struct job *j)
 	why[0] = '\0';
 	j->ret = ckpt_open(dir, j->name, &j->rd, why, sizeof(why));
 	close(dir);
+	if (j->ret == 0 && foreign(j, &j->rd.meta, why, sizeof(why))) {
+		ckpt_close(&j->rd);
+		j->ret = -EBADMSG;
+	}
 	if (j->ret == -ENOENT)
 		set_why(j, "no such checkpoint%s", "");
 	else if (j->ret < 0)
@@ -149,19 +183,53 @@ static void run_restore_read(struct job *j)
 		set_why(j, "checkpoint refused: %s", why);
 		return;
 	}
-	/* Pages stored quantized go back to the pool's format. */
+	/* Pages stored quantized go back to the pool's format (none of
+	 * them is shared: lossy pages stay out of the prefix index). */
 	if (memcmp(&j->meta.layout, &j->meta.pool_layout, sizeof(j->meta.layout)))
 		for (uint32_t i = 0; i < j->meta.n_pages && j->ret == 0; i++)
-			j->ret = tier_page_unquantize(&j->meta.pool_layout, j->dst[i],
-						      &j->meta.layout);
+			if (j->dst[i])
+				j->ret = tier_page_unquantize(&j->meta.pool_layout, j->dst[i],
+							      &j->meta.layout);
 	if (j->ret < 0)
 		set_why(j, "%s", "out of memory converting the pages");
+}
+
+/* Reads and checks every page of dir/name (after its header was read):
+ * 0 or the refusal, with its reason in why. */
+static int verify_file(int dir, const char *name, char *why, size_t cap)
+{
+	struct ckpt_reader r;
+	int ret = ckpt_open(dir, name, &r, why, cap);
+
+	if (ret == 0)
+		ret = ckpt_read_pages(&r, NULL, why, cap);
+	ckpt_close(&r);
+	return ret;
 }
 
 static int collect(const char *name, const struct ckpt_meta *m, int err, const char *why, void *arg)
 {
 	struct job *j = arg;
 	struct list_item *it;
+	char buf[160];
+	int verified = 0;
+
+	if (m && foreign(j, m, buf, sizeof(buf))) {
+		m = NULL;
+		err = -EBADMSG;
+		why = buf;
+	}
+	if (m && j->verify) {
+		buf[0] = '\0';
+		err = verify_file(j->list_dir, name, buf, sizeof(buf));
+		if (err == -ENOENT)
+			return 0; /* removed meanwhile */
+		if (err < 0) {
+			m = NULL;
+			why = buf;
+		}
+		verified = err == 0;
+	}
 
 	if (j->n_items == j->cap_items) {
 		size_t cap = j->cap_items ? 2 * j->cap_items : 64;
@@ -176,12 +244,30 @@ static int collect(const char *name, const struct ckpt_meta *m, int err, const c
 	memset(it, 0, sizeof(*it));
 	snprintf(it->name, sizeof(it->name), "%s", name);
 	it->uid = j->uid;
+	it->verified = verified;
 	it->err = m ? 0 : (err ? err : -EBADMSG);
 	if (m)
 		it->meta = *m;
 	else
 		snprintf(it->why, sizeof(it->why), "%s", why);
 	return 0;
+}
+
+/* Lists the one checkpoint j->name of the directory dir (none when it
+ * does not exist), as ckpt_list would. */
+static int list_one(struct job *j, int dir)
+{
+	struct ckpt_reader r;
+	char why[160];
+	int ret;
+
+	why[0] = '\0';
+	ret = ckpt_open(dir, j->name, &r, why, sizeof(why));
+	if (ret == -ENOENT)
+		return 0;
+	ret = collect(j->name, ret == 0 ? &r.meta : NULL, ret, why, j);
+	ckpt_close(&r);
+	return ret;
 }
 
 static void run_list(struct job *j)
@@ -193,7 +279,8 @@ static void run_list(struct job *j)
 	if (!j->all_uids) {
 		dir = open_dir(j, 0);
 		if (dir >= 0) {
-			j->ret = ckpt_list(dir, collect, j);
+			j->list_dir = dir;
+			j->ret = j->only_name ? list_one(j, dir) : ckpt_list(dir, collect, j);
 			close(dir);
 		}
 		return; /* no directory: no checkpoints */
@@ -216,10 +303,36 @@ static void run_list(struct job *j)
 		dir = open_dir(j, 0);
 		if (dir < 0)
 			continue;
-		j->ret = ckpt_list(dir, collect, j);
+		j->list_dir = dir;
+		j->ret = j->only_name ? list_one(j, dir) : ckpt_list(dir, collect, j);
 		close(dir);
 	}
 	closedir(d);
+}
+
+/* Removes the tenant's checkpoint: unlink, then the directory fsynced,
+ * so a removal reported done stays done after a crash. */
+static void run_remove(struct job *j)
+{
+	struct stat st;
+	int dir = open_dir(j, 0);
+
+	if (dir < 0) {
+		j->ret = dir;
+		set_why(j, "no such checkpoint%s", "");
+		return;
+	}
+	if (fstatat(dir, j->name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+		j->bytes = (uint64_t)st.st_size;
+	j->ret = ckpt_remove(dir, j->name);
+	close(dir);
+	if (j->ret == -ENOENT)
+		set_why(j, "no such checkpoint%s", "");
+	else if (j->ret == -EISDIR || j->ret == -EPERM)
+		set_why(j, "%s", "not a checkpoint file");
+	else if (j->ret < 0)
+		set_why(j, "removing the checkpoint: %s (it may come back after a crash)",
+			strerror(-j->ret));
 }
 
 static void job_run(struct worker_job *wj)
@@ -241,6 +354,9 @@ static void job_run(struct worker_job *wj)
 	case OP_LIST:
 		run_list(j);
 		break;
+	case OP_REMOVE:
+		run_remove(j);
+		break;
 	}
 }
 
@@ -250,14 +366,19 @@ static void job_free(struct job *j)
 {
 	struct pool *p = j->pool;
 
+	tier_unwait(&j->waiter);
 	if (p) {
 		for (uint32_t i = 0; i < j->n_slots; i++) {
+			if (j->slots[i] == NO_SLOT)
+				continue;
 			pagealloc_unref(&p->pa, j->slots[i]);
 			prefix_index_update(&p->ix, &p->pa, j->slots[i]);
 		}
 		p->n_jobs--;
 		list_del(&j->link);
 	}
+	free(j->hashes);
+	free(j->shared);
 	ckpt_close(&j->rd);
 	free(j->tokens);
 	free(j->src);
@@ -318,13 +439,21 @@ static int same_identity(const struct pool *p, const struct ckpt_meta *m)
 	       !memcmp(&p->layout, &m->pool_layout, sizeof(p->layout));
 }
 
-/* Restore, after the header and tokens verified: finds the pool and takes
- * a host slot for every page. Returns 0 or -errno with j->why set. */
-static int take_slots(struct job *j)
+/* Restore, after the header and tokens verified: checks the tokens and
+ * the identity, finds the pool, and shares the full pages the prefix
+ * index holds in the host tier already (a reference each, so they stay
+ * while the file is read) before anything is allocated: a restore into
+ * a pool that holds its pages needs room for the others only. Returns 0
+ * or -errno with j->why set. */
+static int take_pool(struct job *j)
 {
 	struct cache *c = j->c;
 	struct pool *p = j->pool;
-	uint32_t n = j->meta.n_pages;
+	uint32_t n = j->meta.n_pages, bt = j->meta.layout.block_tokens;
+	int exact = 1,
+	    lossy = memcmp(&j->meta.layout, &j->meta.pool_layout, sizeof(j->meta.layout));
+	uint32_t *ids = NULL;
+	XXH128_hash_t parent;
 	int ret;
 
 	/* A compacted session's tokens keep their original positions, which
@@ -341,9 +470,9 @@ static int take_slots(struct job *j)
 			set_why(j, "%s", "a compacted session cannot warm up the prefix index");
 			return -EINVAL;
 		}
+		exact &= t->pos == i;
 	}
-	if (j->op == OP_WARMUP &&
-	    memcmp(&j->meta.layout, &j->meta.pool_layout, sizeof(j->meta.layout))) {
+	if (j->op == OP_WARMUP && lossy) {
 		set_why(j, "%s",
 			"pages stored quantized cannot warm up the prefix index (others "
 			"would match them as exact)");
@@ -366,24 +495,75 @@ static int take_slots(struct job *j)
 		set_why(j, "%s", "checkpoint longer than max-session-tokens");
 		return -EDQUOT;
 	}
-	j->slots = calloc(n ? n : 1, sizeof(uint32_t));
+	j->slots = malloc((n ? n : 1) * sizeof(uint32_t));
 	j->dst = calloc(n ? n : 1, sizeof(void *));
-	if (!j->slots || !j->dst) {
+	j->hashes = calloc(n ? n : 1, sizeof(*j->hashes));
+	j->shared = calloc(n ? n : 1, 1);
+	ids = malloc((size_t)bt * sizeof(uint32_t));
+	if (!j->slots || !j->dst || !j->hashes || !j->shared || !ids) {
+		free(ids);
 		set_why(j, "%s", "out of memory");
 		return -ENOMEM;
 	}
-	/* A job cannot wait for disk writes: cold pages are dropped instead. */
-	c->no_park = 1;
-	ret = evict_make_room(c, p, n);
-	c->no_park = 0;
+	for (uint32_t i = 0; i < n; i++)
+		j->slots[i] = NO_SLOT;
+	j->n_slots = n;
+	j->n_missing = n;
+	/* Only exact pages enter the index (session_restore): only those
+	 * can be found there. A page being read back from disk is not
+	 * there yet; one being written out is, and stays while we hold it. */
+	parent = j->meta.root;
+	for (uint32_t i = 0; exact && !lossy && i < j->meta.n_tokens / bt; i++) {
+		struct pindex_entry *e;
+
+		for (uint32_t k = 0; k < bt; k++)
+			ids[k] = j->rd.tokens[(uint64_t)i * bt + k].id;
+		parent = j->hashes[i] = prefix_index_hash_page(parent, ids, bt);
+		e = prefix_index_find_host(&p->ix, parent);
+		if (!e || e->io == PINDEX_IO_READ)
+			continue;
+		pagealloc_ref(&p->pa, e->slot);
+		prefix_index_update(&p->ix, &p->pa, e->slot);
+		j->slots[i] = e->slot;
+		j->shared[i] = 1;
+		j->n_shared++;
+		j->n_missing--;
+	}
+	free(ids);
+	return 0;
+}
+
+/* Takes a host slot for every page the index did not have. Returns 0;
+ * -EAGAIN when room comes once the pool's disk writes in flight finish
+ * (j->park_on is the pool to wait on), which the caller waits for at
+ * most CONN_MAX_PARK_TRIES times, as a match does; or -ENOSPC with
+ * j->why set. */
+static int take_room(struct job *j, int may_wait)
+{
+	struct cache *c = j->c;
+	struct pool *p = j->pool;
+	struct pool *saved_on = c->park_on;
+	int saved = c->no_park, ret;
+
+	c->no_park = !may_wait || j->tries >= CONN_MAX_PARK_TRIES;
+	c->park_on = NULL;
+	ret = evict_make_room(c, p, j->n_missing);
+	c->no_park = saved;
+	if (ret == -EAGAIN && c->park_on) {
+		j->park_on = c->park_on;
+		c->park_on = saved_on;
+		return -EAGAIN;
+	}
+	c->park_on = saved_on;
 	if (ret < 0) {
 		set_why(j, "%s", "host tier full: no room for the checkpoint's pages");
 		return -ENOSPC;
 	}
-	for (uint32_t i = 0; i < n; i++) {
+	for (uint32_t i = 0; i < j->meta.n_pages; i++) {
+		if (j->shared[i])
+			continue; /* checked in the file, not kept: the index's page */
 		ret = pagealloc_get(&p->pa, &j->slots[i]);
 		kvp_assert(ret == 0); /* evict_make_room made room */
-		j->n_slots++;
 		j->dst[i] = (char *)p->arena + (uint64_t)j->slots[i] * p->page_bytes;
 	}
 	return 0;
@@ -393,10 +573,27 @@ static int take_slots(struct job *j)
 static int build(struct job *j, struct session **ret_s, uint32_t *ret_shared)
 {
 	uint64_t n = j->meta.n_tokens ? j->meta.n_tokens : 1;
-	uint32_t *ids = malloc(n * sizeof(uint32_t));
-	struct token_meta *meta = malloc(n * sizeof(*meta));
+	struct pool *p = j->pool;
+	uint32_t *ids, shared = 0;
+	struct token_meta *meta;
 	int ret;
 
+	/* The pages shared at the start are still the index's (an entry
+	 * whose page we hold cannot be dropped): else the session would
+	 * adopt the index's new page over one it believes its own. */
+	for (uint32_t i = 0; i < j->meta.n_pages; i++) {
+		const struct pindex_entry *e;
+
+		if (!j->shared[i])
+			continue;
+		e = prefix_index_find(&p->ix, j->hashes[i]);
+		if (!e || e->slot != j->slots[i]) {
+			set_why(j, "%s", "the prefix index changed during the restore: try again");
+			return -EAGAIN;
+		}
+	}
+	ids = malloc(n * sizeof(uint32_t));
+	meta = malloc(n * sizeof(*meta));
 	if (!ids || !meta) {
 		free(ids);
 		free(meta);
@@ -417,7 +614,7 @@ static int build(struct job *j, struct session **ret_s, uint32_t *ret_shared)
 	ret = session_restore(
 		j->c, j->pool, j->meta.root, ids, meta, j->meta.n_tokens, j->slots,
 		memcmp(&j->meta.layout, &j->meta.pool_layout, sizeof(j->meta.layout)) != 0, ret_s,
-		ret_shared);
+		&shared);
 	free(ids);
 	free(meta);
 	if (ret < 0) {
@@ -427,6 +624,9 @@ static int build(struct job *j, struct session **ret_s, uint32_t *ret_shared)
 		return ret;
 	}
 	j->n_slots = 0; /* the session holds them now */
+	/* Shared before they were read: dedup as the session's own would be. */
+	p->ix.dedup_pages += j->n_shared;
+	*ret_shared = shared + j->n_shared;
 	return 0;
 }
 
@@ -475,19 +675,52 @@ static void restore_failed(struct job *j, int err)
 		   j->name, j->uid, j->why);
 }
 
-/* Returns 1 when the job went back to a worker (reading the pages). */
-static int done_restore(struct job *j)
+static void restore_finish(struct job *j, int ret);
+
+/* The pool a parked restore waits on finished its writes: try again. */
+static void on_wake(struct tier_waiter *w)
+{
+	struct job *j = (struct job *)((char *)w - offsetof(struct job, waiter));
+
+	restore_finish(j, 0);
+}
+
+/* Takes the slots, or parks j (on the pool whose writes make room) and
+ * returns 1. Returns 0 when j may go on, or -errno. */
+static int restore_room(struct job *j)
+{
+	int ret = take_room(j, 1);
+
+	if (ret == -EAGAIN) {
+		if (!j->tries++)
+			cache_count(j->c, j->uid, restore_waits, 1); /* once per restore */
+		j->waiter.wake = on_wake;
+		tier_wait(j->park_on, &j->waiter);
+		return 1;
+	}
+	return ret;
+}
+
+/* Restore after its stage 0 (ret: the file's header and tokens verified,
+ * or why not) or after a wait for room: on to reading the pages, or to
+ * the end. Frees j when it is over. */
+static void restore_finish(struct job *j, int ret)
 {
 	struct session *s = NULL;
 	uint32_t shared = 0;
-	int ret = j->ret;
 
 	if (ret == 0 && j->stage == 0) {
-		ret = take_slots(j);
+		if (!j->slots)
+			ret = take_pool(j);
+		if (ret == 0) {
+			ret = restore_room(j);
+			if (ret == 1)
+				return; /* parked: on_wake comes back here */
+		}
 		if (ret == 0) {
 			j->stage = 1;
 			worker_submit(j->c->worker, &j->wj);
-			return 1;
+			return;
 		}
 	}
 	if (ret == 0)
@@ -495,19 +728,20 @@ static int done_restore(struct job *j)
 	if (ret < 0) {
 		restore_failed(j, ret);
 		deliver_error(j, ret);
-		return 0;
+	} else {
+		cache_count(j->c, j->uid, checkpoints_restored, 1);
+		if (j->op == OP_WARMUP) {
+			cache_count(j->c, j->uid, warmed_up_pages,
+				    j->meta.n_tokens / j->pool->layout.block_tokens);
+			session_close(j->c, s);
+		}
+		log_info("%s checkpoint '%s' of uid %u: %llu tokens, %u pages already indexed",
+			 j->op == OP_WARMUP ? "warmed up" : "restored", j->name, j->uid,
+			 (unsigned long long)j->meta.n_tokens, shared);
+		deliver_restored(j, s, shared);
 	}
-	cache_count(j->c, j->uid, checkpoints_restored, 1);
-	if (j->op == OP_WARMUP) {
-		cache_count(j->c, j->uid, warmed_up_pages,
-			    j->meta.n_tokens / j->pool->layout.block_tokens);
-		session_close(j->c, s);
-	}
-	log_info("%s checkpoint '%s' of uid %u: %llu tokens, %u pages already indexed",
-		 j->op == OP_WARMUP ? "warmed up" : "restored", j->name, j->uid,
-		 (unsigned long long)j->meta.n_tokens, shared);
-	deliver_restored(j, s, shared);
-	return 0;
+	cache_debug_check(j->c);
+	job_free(j);
 }
 
 static void done_list(struct job *j)
@@ -546,6 +780,10 @@ static void done_list(struct job *j)
 			ci->n_tokens = it->meta.n_tokens;
 			ci->bytes = it->meta.file_bytes;
 			ci->created_unix_ms = it->meta.created_ns / 1000000;
+			ci->has_format_version = 1;
+			ci->format_version = it->meta.version;
+			ci->has_verified = 1;
+			ci->verified = it->verified;
 		} else {
 			ci->error = it->why;
 		}
@@ -565,6 +803,26 @@ static void done_list(struct job *j)
 	free(r.heap);
 }
 
+static void done_remove(struct job *j)
+{
+	struct reply r;
+
+	if (j->ret < 0) {
+		log_notice("removing checkpoint '%s' of uid %u: %s", j->name, j->uid, j->why);
+		deliver_error(j, j->ret);
+		return;
+	}
+	cache_count(j->c, j->uid, checkpoints_removed, 1);
+	log_info("checkpoint '%s' of uid %u removed (%llu bytes)", j->name, j->uid,
+		 (unsigned long long)j->bytes);
+	reply_init(&r);
+	kvpalace__v1__delete_checkpoint_response__init(&r.u.delete_checkpoint);
+	r.u.delete_checkpoint.bytes = j->bytes;
+	r.resp.op_case = KVPALACE__V1__RESPONSE__OP_DELETE_CHECKPOINT;
+	r.resp.delete_checkpoint = &r.u.delete_checkpoint;
+	conn_deliver(&j->t, &r);
+}
+
 static void job_done(struct worker_job *wj)
 {
 	struct job *j = (struct job *)((char *)wj - offsetof(struct job, wj));
@@ -575,11 +833,13 @@ static void job_done(struct worker_job *wj)
 		break;
 	case OP_RESTORE:
 	case OP_WARMUP:
-		if (done_restore(j))
-			return;
-		break;
+		restore_finish(j, j->ret); /* frees j when done */
+		return;
 	case OP_LIST:
 		done_list(j);
+		break;
+	case OP_REMOVE:
+		done_remove(j);
 		break;
 	}
 	cache_debug_check(j->c);
@@ -596,6 +856,7 @@ static struct job *job_new(struct cache *cache, struct conn *c, uint64_t req_id,
 	j->wj.run = job_run;
 	j->wj.done = job_done;
 	list_init(&j->link);
+	list_init(&j->waiter.link);
 	j->c = cache;
 	j->op = op;
 	j->rd.fd = -1;
@@ -769,6 +1030,38 @@ int ckptop_list(struct cache *cache, struct conn *c, uint64_t req_id,
 	j->uid_dir = 1;
 	j->uid = in->has_uid ? in->uid : (uint32_t)c->uid;
 	j->all_uids = c->admin && !in->has_uid;
+	j->verify = in->has_verify && in->verify;
+	if (in->name) {
+		j->only_name = 1;
+		snprintf(j->name, sizeof(j->name), "%s", in->name);
+	}
+	return start(j);
+}
+
+int ckptop_remove(struct cache *cache, struct conn *c, uint64_t req_id,
+		  const Kvpalace__V1__DeleteCheckpointRequest *in, const char **why)
+{
+	struct job *j;
+
+	/* Only the caller's own directory: another tenant's names are not
+	 * even looked at (the admin socket names a tenant with uid). */
+	if (in->has_uid && !c->admin) {
+		*why = "only the admin socket removes another tenant's checkpoint";
+		return -EPERM;
+	}
+	if (cache->ckpt_dir_fd < 0) {
+		*why = "no checkpoint directory (see the log at start)";
+		return -EIO;
+	}
+	if (!cache->worker)
+		return no_worker(why);
+	j = job_new(cache, c, req_id, OP_REMOVE, in->name);
+	if (!j) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	j->uid_dir = 1;
+	j->uid = in->has_uid ? in->uid : (uint32_t)c->uid;
 	return start(j);
 }
 
@@ -780,6 +1073,8 @@ int ckptop_check(const struct pool *p, uint32_t *refs)
 		const struct job *j = list_entry(it, struct job, link);
 
 		for (uint32_t i = 0; i < j->n_slots; i++) {
+			if (j->slots[i] == NO_SLOT)
+				continue; /* not taken yet */
 			if (j->slots[i] >= p->pa.n_pages)
 				return -EUCLEAN;
 			refs[j->slots[i]]++;
@@ -796,25 +1091,44 @@ int ckptop_init(struct cache *c)
 	char path[CONFIG_PATH_MAX + 16];
 	struct dirent *de;
 	uint32_t removed = 0;
+	int state, created = 0, ret, err;
 	DIR *d;
 	int fd;
 
 	c->ckpt_dir_fd = -1;
-	snprintf(path, sizeof(path), "%s", c->cfg->state_dir);
-	if (mkdir(path, 0755) < 0 && errno != EEXIST) {
-		log_err("cannot create %s: %s; no checkpoints", path, strerror(errno));
-		return -errno;
+	/* Every directory on the way to a checkpoint file is fsynced into
+	 * its parent when created (ckpt_dir_open): a checkpoint reported
+	 * durable never vanishes with a directory a power loss forgot. */
+	state = ckpt_mkdir_p(c->cfg->state_dir, 0755);
+	if (state < 0) {
+		log_err("cannot create %s: %s; no checkpoints", c->cfg->state_dir,
+			strerror(-state));
+		return state;
 	}
 	snprintf(path, sizeof(path), "%s/checkpoints", c->cfg->state_dir);
-	if (mkdir(path, 0700) < 0 && errno != EEXIST) {
-		log_err("cannot create %s: %s; no checkpoints", path, strerror(errno));
-		return -errno;
+	ret = ckpt_dir_open(state, "checkpoints", 1, 0700, &created);
+	/* One created by a run that crashed before its fsync. A failure
+	 * here is logged, not fatal: every directory this daemon creates is
+	 * fsynced before anything in it is reported durable (ckpt_dir_open),
+	 * so only one a crash left half-made is at stake. */
+	err = ret >= 0 && !created ? ckpt_dir_sync(state) : 0;
+	if (err < 0)
+		log_err("cannot fsync %s: %s; a checkpoint directory a crash left may not be "
+			"durable",
+			c->cfg->state_dir, strerror(-err));
+	close(state);
+	if (ret < 0) {
+		log_err("cannot create %s: %s; no checkpoints", path, strerror(-ret));
+		return ret;
 	}
-	c->ckpt_dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (c->ckpt_dir_fd < 0) {
-		log_err("cannot open %s: %s; no checkpoints", path, strerror(errno));
-		return -errno;
-	}
+	c->ckpt_dir_fd = ret;
+	/* Tenants' directories created by a run that crashed before their
+	 * fsync: made durable before anything new is reported so. */
+	ret = ckpt_dir_sync(c->ckpt_dir_fd);
+	if (ret < 0)
+		log_err("cannot fsync %s: %s; a tenant's directory a crash left may not be "
+			"durable",
+			path, strerror(-ret));
 	/* Temporaries of writes a crash interrupted. */
 	fd = fcntl(c->ckpt_dir_fd, F_DUPFD_CLOEXEC, 3);
 	d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -876,12 +1190,16 @@ int ckptop_warmup_dir(struct cache *c)
 		j->op = OP_WARMUP;
 		j->rd.fd = -1;
 		list_init(&j->link);
+		list_init(&j->waiter.link);
 		snprintf(j->name, sizeof(j->name), "%.64s", de->d_name);
-		/* The worker's steps, run here: nothing is served yet. */
+		/* The worker's steps, run here: nothing is served yet, and
+		 * nothing can wait for disk writes (cold pages are dropped). */
 		run_restore_open(j);
 		ret = j->ret;
 		if (ret == 0)
-			ret = take_slots(j);
+			ret = take_pool(j);
+		if (ret == 0)
+			ret = take_room(j, 0);
 		if (ret == 0) {
 			run_restore_read(j);
 			ret = j->ret;

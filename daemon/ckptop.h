@@ -1,5 +1,5 @@
 /* daemon/ckptop.h — the requests that write and read checkpoint files:
- * Checkpoint, Restore, ListCheckpoints and Warmup.
+ * Checkpoint, Restore, ListCheckpoints, DeleteCheckpoint and Warmup.
  *
  * Checkpoints live in <state-dir>/checkpoints/<uid>/<name> (daemon/ckpt.h
  * is the file format), one directory per tenant so no tenant can read,
@@ -12,12 +12,20 @@
  *    positions are never written again), copies the token ids, and a
  *    worker writes the file durably (temporary, fsync, rename, directory
  *    fsync). The reply comes once the file is durable.
- *  - Restore opens and verifies the file's header and tokens on a worker,
- *    takes host slots on the loop, reads and verifies every page into them
- *    on a worker, then builds the session on the loop, its full pages
- *    shared with the prefix index where the same content is there. Any
- *    refusal (missing, corrupt, truncated, newer format, another model or
- *    layout, no room) frees what was taken: nothing is half-restored.
+ *  - Restore opens and verifies the file's header and tokens on a worker
+ *    (a file whose recorded name or owner is not the one asked for is
+ *    refused: a copy never restores as another checkpoint), then on the
+ *    loop shares the full pages the prefix index holds in the host tier
+ *    and takes host slots for the others only — waiting, parked on the
+ *    pool as a match does, while the host tier is full of index pages
+ *    being written out — reads and verifies every page on a worker (the
+ *    shared ones only checked), then builds the session on the loop. Any
+ *    refusal (missing, corrupt, truncated, newer format, another model,
+ *    layout, name or owner, no room) frees what was taken: nothing is
+ *    half-restored.
+ *  - ListCheckpoints reads each file's header (and with verify every
+ *    page); DeleteCheckpoint unlinks a file of the caller's own
+ *    directory and fsyncs it, answered once the removal is durable.
  *  - Warmup is a Restore into the checkpoint's own pool whose session is
  *    closed at once, so only its full pages stay, in the prefix index. At
  *    start every file of the warm-up directory is loaded this way,
@@ -59,5 +67,7 @@ int ckptop_list(struct cache *cache, struct conn *c, uint64_t req_id,
 		const Kvpalace__V1__ListCheckpointsRequest *in, const char **why);
 int ckptop_warmup(struct cache *cache, struct conn *c, uint64_t req_id,
 		  const Kvpalace__V1__WarmupRequest *in, const char **why);
+int ckptop_remove(struct cache *cache, struct conn *c, uint64_t req_id,
+		  const Kvpalace__V1__DeleteCheckpointRequest *in, const char **why);
 
 #endif

@@ -672,6 +672,8 @@ static int run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request 
 		return ckptop_restore(cache, c, req->id, req->restore, why);
 	case KVPALACE__V1__REQUEST__OP_LIST_CHECKPOINTS:
 		return ckptop_list(cache, c, req->id, req->list_checkpoints, why);
+	case KVPALACE__V1__REQUEST__OP_DELETE_CHECKPOINT:
+		return ckptop_remove(cache, c, req->id, req->delete_checkpoint, why);
 	case KVPALACE__V1__REQUEST__OP_WARMUP:
 		if (!c->admin) {
 			*why = "an admin operation: only the admin socket serves it";

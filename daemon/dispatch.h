@@ -38,6 +38,7 @@ struct reply {
 		Kvpalace__V1__RestoreResponse restore;
 		Kvpalace__V1__ListCheckpointsResponse list_checkpoints;
 		Kvpalace__V1__WarmupResponse warmup;
+		Kvpalace__V1__DeleteCheckpointResponse delete_checkpoint;
 		Kvpalace__V1__PrefetchResponse prefetch;
 		Kvpalace__V1__SetPolicyResponse set_policy;
 		Kvpalace__V1__TagSpanResponse tag_span;

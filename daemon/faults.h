@@ -14,7 +14,9 @@
  *   rule  = layer ":" op ":" fault [":" when]
  *   layer = "aio" | "ckpt"
  *   op    = "read" | "write" | "fsync" | "dirsync" | "any"
- *           (dirsync: ckpt's fsync of the directory after the rename)
+ *           (dirsync: ckpt's fsync of a directory: after a rename or
+ *           unlink in it, after creating a directory in it, and of the
+ *           checkpoint directories at start)
  *   fault = "EIO" | "ENOSPC" | "ECANCELED" | "EDQUOT" | "EFBIG" | "EINTR" |
  *           "EAGAIN" | "short"
  *   when  = "every=N" (the Nth, 2Nth, ... call the rule matches; the

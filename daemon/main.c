@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "ckpt.h"
 #include "config.h"
 #include "listen.h"
 #include "log.h"
@@ -39,7 +41,11 @@ int main(int argc, char **argv)
 	log_set_level(cfg.log_level);
 	const char *dirs[] = {cfg.state_dir, cfg.cache_dir};
 	for (size_t i = 0; i < 2; i++) {
-		ret = listen_mkdir_p(dirs[i], 0750);
+		/* The state directory holds checkpoints: what it creates is
+		 * fsynced into its parent (ckpt.h), the cache needs no such. */
+		ret = i == 0 ? ckpt_mkdir_p(dirs[i], 0750) : listen_mkdir_p(dirs[i], 0750);
+		if (ret >= 0 && i == 0)
+			close(ret);
 		if (ret < 0) {
 			log_err("cannot create %s: %s", dirs[i], strerror(-ret));
 			return 1;

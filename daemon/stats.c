@@ -95,6 +95,9 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	out->checkpoints_refused = ctr->checkpoints_refused;
 	out->checkpoint_failures = ctr->checkpoint_failures;
 	out->warmed_up_pages = ctr->warmed_up_pages;
+	out->has_checkpoints_removed = out->has_restore_waits = 1;
+	out->checkpoints_removed = ctr->checkpoints_removed;
+	out->restore_waits = ctr->restore_waits;
 	if (c->aio && c->cfg->disk_pool_bytes) {
 		out->disk_io = (char *)aio_mode_name(c->aio);
 		out->has_spilled_pages = out->has_promoted_pages = 1;

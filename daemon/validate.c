@@ -138,6 +138,14 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 			REJECT(-EINVAL, "pool id 0 does not exist");
 		break;
 	case KVPALACE__V1__REQUEST__OP_LIST_CHECKPOINTS:
+		if (req->list_checkpoints->name && !ckpt_name_valid(req->list_checkpoints->name))
+			REJECT(-EINVAL, "checkpoint names are 1..64 of A-Z a-z 0-9 . _ -, "
+					"starting with a letter, digit or _");
+		break;
+	case KVPALACE__V1__REQUEST__OP_DELETE_CHECKPOINT:
+		if (!ckpt_name_valid(req->delete_checkpoint->name))
+			REJECT(-EINVAL, "checkpoint names are 1..64 of A-Z a-z 0-9 . _ -, "
+					"starting with a letter, digit or _");
 		break;
 	case KVPALACE__V1__REQUEST__OP_OPEN_DEVICE_ARENA:
 		break;

@@ -247,7 +247,9 @@ struct ck_case {
 
 /* Writes are the header (with the token records), one per page, then
  * the checksums and trailer: nth=1 fails the first file's header, nth=9
- * a page in the middle, nth=19 the second file's. */
+ * a page in the middle, nth=19 the second file's. Directory fsyncs are
+ * the state and checkpoint directories' at start, then one per rename:
+ * nth=3 fails the rewrite's. */
 static const struct ck_case ck_cases[] = {
 	{"ckpt:write:EIO:nth=1", CK_MAY_FAIL, 0},
 	{"ckpt:write:EIO:nth=9", CK_MAY_FAIL, 0},
@@ -256,7 +258,7 @@ static const struct ck_case ck_cases[] = {
 	{"ckpt:write:ECANCELED:nth=3", CK_MAY_FAIL, 0},
 	{"ckpt:fsync:EIO:once", CK_MAY_FAIL, 0},
 	{"ckpt:fsync:EIO", CK_MAY_FAIL, 0},
-	{"ckpt:dirsync:EIO:once", CK_DIRSYNC, 0},
+	{"ckpt:dirsync:EIO:nth=3", CK_DIRSYNC, 0},
 	{"ckpt:write:short", CK_OK, 0},
 	{"ckpt:write:EINTR:every=2", CK_OK, 0},
 	{"ckpt:read:short", CK_OK, 0},

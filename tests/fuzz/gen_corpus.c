@@ -577,6 +577,32 @@ static void r_list_checkpoints(struct dgram *d, int uid)
 	dg_add(d, &q);
 }
 
+static void r_list_checkpoint(struct dgram *d, const char *name, int verify)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__ListCheckpointsRequest m = KVPALACE__V1__LIST_CHECKPOINTS_REQUEST__INIT;
+
+	m.name = (char *)name;
+	m.has_verify = 1;
+	m.verify = verify != 0;
+	q.op_case = KVPALACE__V1__REQUEST__OP_LIST_CHECKPOINTS;
+	q.list_checkpoints = &m;
+	dg_add(d, &q);
+}
+
+static void r_delete_checkpoint(struct dgram *d, const char *name, int uid)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__DeleteCheckpointRequest m = KVPALACE__V1__DELETE_CHECKPOINT_REQUEST__INIT;
+
+	m.name = (char *)name;
+	m.has_uid = uid >= 0;
+	m.uid = uid >= 0 ? (uint32_t)uid : 0;
+	q.op_case = KVPALACE__V1__REQUEST__OP_DELETE_CHECKPOINT;
+	q.delete_checkpoint = &m;
+	dg_add(d, &q);
+}
+
 static void r_warmup(struct dgram *d, const char *name, int uid)
 {
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
@@ -777,6 +803,9 @@ static void gen_requests(void)
 	r_checkpoint(&d, 2, "conv-1");
 	r_restore(&d, 1, "conv-1", -1);
 	r_list_checkpoints(&d, -1);
+	r_list_checkpoint(&d, "conv-1", 1);
+	r_delete_checkpoint(&d, "conv-1", -1);
+	r_delete_checkpoint(&d, "conv-1", 1000);
 	emit_req("req-lifecycle", 0, &d);
 	emit_req("req-lifecycle-then-close", FUZZ_REQ_CLOSE, &d);
 
@@ -946,6 +975,8 @@ static void gen_requests(void)
 	r_checkpoint(&d, 1, "");
 	r_restore(&d, 1, "../etc", -1);
 	r_warmup(&d, ".hidden", -1);
+	r_list_checkpoint(&d, "a/b", 0);
+	r_delete_checkpoint(&d, "..", -1);
 	emit_req("req-bad-checkpoint-names", FUZZ_REQ_ADMIN, &d);
 
 	/* -- framing and decoding the daemon disconnects for -- */
@@ -1037,7 +1068,8 @@ static unsigned char *slurp(int dir_fd, const char *name, size_t *ret_len)
 }
 
 /* Writes a checkpoint of n_tokens tokens with layout l through ckpt_write
- * and returns its bytes. */
+ * and returns its bytes. Named "c", the name fuzz_ckpt reads it under: the
+ * file records its name (format version 3) and is refused under another. */
 static unsigned char *make_ckpt(int dir_fd, const struct shm_layout *l, uint64_t n_tokens,
 				size_t *ret_len)
 {
@@ -1069,14 +1101,14 @@ static unsigned char *make_ckpt(int dir_fd, const struct shm_layout *l, uint64_t
 		data[i] = (unsigned char)(i * 131 + 7);
 	for (uint32_t i = 0; i < m.n_pages; i++)
 		pages[i] = data + (uint64_t)i * m.page_bytes;
-	if (ckpt_write(dir_fd, "seed", &m, t, pages, NULL, why, sizeof(why)) < 0) {
+	if (ckpt_write(dir_fd, "c", &m, t, pages, NULL, why, sizeof(why)) < 0) {
 		fprintf(stderr, "gen_corpus: ckpt_write: %s\n", why);
 		exit(1);
 	}
 	free(t);
 	free(pages);
 	free(data);
-	return slurp(dir_fd, "seed", ret_len);
+	return slurp(dir_fd, "c", ret_len);
 }
 
 static void put32(unsigned char *p, uint32_t v)
@@ -1143,7 +1175,7 @@ static void gen_ckpts(void)
 		c[n - 1] ^= 1; /* the whole-file hash */
 		emit_ckpt("ckpt-bad-trailer", 0, c, n);
 		memcpy(c, b, n);
-		put32(c + 8, 2); /* a newer version */
+		put32(c + 8, CKPT_FORMAT_VERSION + 1); /* a newer version */
 		emit_ckpt("ckpt-newer-version", FUZZ_CKPT_REPAIR, c, n);
 		memcpy(c, b, n);
 		put32(c + 28, 4); /* n_pages disagrees with n_tokens */
@@ -1164,6 +1196,18 @@ static void gen_ckpts(void)
 		memcpy(c, b, n);
 		c[0] = 'X';
 		emit_ckpt("ckpt-bad-magic", 0, c, n);
+		/* The recorded name (version 3, offset 304): another one, an
+		 * invalid one; and a version 2 file, which records none. */
+		memcpy(c, b, n);
+		c[304] = 'd';
+		emit_ckpt("ckpt-other-name", FUZZ_CKPT_REPAIR, c, n);
+		memcpy(c, b, n);
+		c[305] = '/';
+		emit_ckpt("ckpt-invalid-name", FUZZ_CKPT_REPAIR, c, n);
+		memcpy(c, b, n);
+		put32(c + 8, 2);
+		memset(c + 304, 0, 72);
+		emit_ckpt("ckpt-version-2", FUZZ_CKPT_REPAIR, c, n);
 		free(c);
 	}
 	{
@@ -1175,7 +1219,7 @@ static void gen_ckpts(void)
 		free(c);
 	}
 	free(b);
-	unlinkat(dir_fd, "seed", 0);
+	unlinkat(dir_fd, "c", 0);
 	close(dir_fd);
 	rmdir(dir);
 }

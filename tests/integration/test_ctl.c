@@ -1241,8 +1241,10 @@ static void test_checkpoints(void **state)
 	/* checkpoints: a table, and the whole document sorted by name. */
 	CTL_EXPECT(0, h->admin_sock, "checkpoints");
 	expect_out("checkpoints", "%s",
-		   "NAME   UID    MODEL              TOKENS       SIZE  CREATED\n");
+		   "NAME   UID    MODEL              TOKENS       SIZE  CREATED              "
+		   "CHECKED\n");
 	expect_out("checkpoints", "chat-1 %-6s %s         40   28.1 KiB  2", uid, MODEL);
+	expect_out("checkpoints", "%s", "  header valid, pages not checked\n");
 	expect_out("checkpoints", "lib-1  %-6s %s         40   28.1 KiB  2", uid, MODEL);
 	CTL_EXPECT(0, h->admin_sock, "--json", "checkpoints", "--uid", uid);
 	expect_json("checkpoints --json");
@@ -1262,8 +1264,8 @@ static void test_checkpoints(void **state)
 				 "{\"name\":\"%s\",\"uid\":%s,\"model_id\":\"ctl-test-model\","
 				 "\"layout\":{\"n_layers\":2,\"n_kv_heads\":2,\"head_dim\":32,"
 				 "\"block_tokens\":16,\"dtype\":\"f16\",\"quant_group\":0},"
-				 "\"n_tokens\":40,\"bytes\":28728,\"created_unix_ms\":*,\"error\":"
-				 "null}",
+				 "\"n_tokens\":40,\"bytes\":28728,\"created_unix_ms\":*,"
+				 "\"format_version\":3,\"verified\":false,\"error\":null}",
 				 names[i], uid);
 		snprintf(doc, sizeof(doc),
 			 "{\"socket\":*,\"uid\":%s,\"truncated\":false,\"checkpoints\":[%s,%s,%s]}",
@@ -1340,9 +1342,7 @@ static void test_checkpoints(void **state)
 	snprintf(path, sizeof(path), "%s/chat-2", dir);
 	assert_int_equal(truncate(path, 1000), 0);
 	snprintf(want, sizeof(want), "%s/chat-3", dir);
-	copy_file(path, want); /* replaced just below */
-	snprintf(path, sizeof(path), "%s/chat-1", dir);
-	copy_file(path, want);
+	assert_int_equal(kvp_session_checkpoint(s, "chat-3", NULL), 0);
 	flip_byte(want, 4096 + 8192 + 100); /* in page 1 */
 	CTL_EXPECT(1, h->admin_sock, "restore", "chat-2");
 	expect_out("restore of a truncated file", "%s", "truncated");
@@ -1368,9 +1368,97 @@ static void test_checkpoints(void **state)
 	expect_json("checkpoints --json (truncated file)");
 	snprintf(want, sizeof(want),
 		 "{\"name\":\"chat-2\",\"uid\":%s,\"model_id\":null,\"layout\":null,\"n_tokens\":"
-		 "null,\"bytes\":null,\"created_unix_ms\":null,\"error\":\"",
+		 "null,\"bytes\":null,\"created_unix_ms\":null,\"format_version\":0,"
+		 "\"verified\":false,\"error\":\"",
 		 uid);
 	expect_out("checkpoints --json (truncated file)", "%s", want);
+
+	/* Issue 13, item 10: a listing reads headers only, and listed chat-3,
+	 * whose page 1 is damaged, as restorable; its restore then failed.
+	 * The listing says what it checked, and --verify reads every page
+	 * and names the damage, with a bar on a terminal. */
+	CTL_EXPECT(0, h->admin_sock, "checkpoints");
+	expect_out("checkpoints (damaged page)", "%s", "chat-3 ");
+	if (strstr(out, "chat-3 ") && !strstr(strstr(out, "chat-3 "), "header valid, pages not"))
+		fail_msg("checkpoints: chat-3 listed as checked:\n%s", out);
+	CTL_EXPECT(0, h->admin_sock, "checkpoints", "--verify");
+	expect_out("checkpoints --verify",
+		   "chat-3 %-6s cannot be restored: page 1 of 3: checksum "
+		   "mismatch\n",
+		   uid);
+	expect_out("checkpoints --verify", "%s", "every page verified\n");
+	expect_out("checkpoints --verify", "chat-2 %-6s cannot be restored: truncated", uid);
+	if (strchr(out, '\r'))
+		fail_msg("a bar on a pipe: %s", out);
+	CTL_EXPECT(0, h->admin_sock, "--json", "checkpoints", "--verify", "--uid", uid);
+	expect_json("checkpoints --verify --json");
+	expect_out("checkpoints --verify --json", "%s",
+		   "\"format_version\":3,\"verified\":true,\"error\":null}");
+	expect_out("checkpoints --verify --json", "%s",
+		   "\"verified\":false,\"error\":\"page 1 of 3: checksum mismatch\"}");
+	{
+		char *args[] = {"--socket", h->admin_sock, "checkpoints", "--verify", NULL};
+		int ret = ctl_pty(args);
+
+		if (ret != 0)
+			fail_msg("checkpoints --verify on a terminal exited %d:\n%s", ret, out);
+	}
+	expect_out("checkpoints --verify on a terminal", "%s", "verifying [");
+	expect_out("checkpoints --verify on a terminal", "%s", "page 1 of 3: checksum mismatch");
+	/* The library: one name, verified; only the header without the flag. */
+	{
+		struct kvp_checkpoint_list *one;
+
+		assert_int_equal(kvp_list_checkpoints_ex(c, 0, 0, "chat-3", KVP_LIST_VERIFY, &one),
+				 0);
+		assert_int_equal(one->n_entries, 1);
+		assert_non_null(one->entries[0].error);
+		assert_non_null(strstr(one->entries[0].error, "checksum mismatch"));
+		kvp_checkpoint_list_free(one);
+		assert_int_equal(kvp_list_checkpoints_ex(c, 0, 0, "lib-1", KVP_LIST_VERIFY, &one),
+				 0);
+		assert_int_equal(one->n_entries, 1);
+		assert_null(one->entries[0].error);
+		assert_int_equal(one->entries[0].verified, 1);
+		assert_int_equal(one->entries[0].format_version, 3);
+		kvp_checkpoint_list_free(one);
+		assert_int_equal(kvp_list_checkpoints_ex(c, 0, 0, "chat-3", 0, &one), 0);
+		assert_null(one->entries[0].error);
+		assert_int_equal(one->entries[0].verified, 0);
+		kvp_checkpoint_list_free(one);
+		assert_int_equal(kvp_list_checkpoints_ex(c, 0, 0, "no-such", KVP_LIST_VERIFY, &one),
+				 0);
+		assert_int_equal(one->n_entries, 0);
+		kvp_checkpoint_list_free(one);
+	}
+
+	/* checkpoint rm: gone, durably (answered after the directory's
+	 * fsync), and a second time there is nothing to remove. */
+	CTL_EXPECT(0, h->admin_sock, "checkpoint", "rm", "chat-3");
+	expect_out("checkpoint rm", "removed checkpoint chat-3 of uid %s (28.1 KiB)\n", uid);
+	assert_int_equal(stat(want, &sb), -1);
+	CTL_EXPECT(1, h->admin_sock, "checkpoint", "rm", "chat-3");
+	expect_out("checkpoint rm (again)", "%s", "no such checkpoint");
+	CTL_EXPECT(0, h->admin_sock, "--json", "checkpoint", "rm", "--uid", uid, "chat-2");
+	expect_json("checkpoint rm --json");
+	mask("socket");
+	snprintf(want, sizeof(want), "{\"socket\":*,\"name\":\"chat-2\",\"uid\":%s,\"bytes\":1000}",
+		 uid);
+	expect_golden("checkpoint rm --json", want);
+	CTL_EXPECT(2, h->admin_sock, "checkpoint", "rm", "../x");
+	CTL_EXPECT(2, h->admin_sock, "checkpoint", "rm");
+	/* The client socket removes the caller's own, never another's. */
+	CTL_EXPECT(1, h->sock, "checkpoint", "rm", "--uid", "12345", "lib-1");
+	expect_out("checkpoint rm --uid on the client socket", "%s", "admin socket");
+	assert_int_equal(kvp_checkpoint_remove(c, "lib-1", 1, 12345, NULL), -EPERM);
+	{
+		uint64_t gone = 0;
+
+		assert_int_equal(kvp_checkpoint_remove(c, "lib-1", 0, 0, &gone), 0);
+		assert_int_equal(gone, CKPT_40_BYTES);
+		assert_int_equal(kvp_checkpoint_remove(c, "lib-1", 0, 0, NULL), -ENOENT);
+		assert_int_equal(kvp_checkpoint_remove(c, "../x", 0, 0, NULL), -EINVAL);
+	}
 
 	/* Bad names never reach the daemon: usage errors. */
 	CTL_EXPECT(2, h->admin_sock, "checkpoint", sid, "../x");
@@ -1409,32 +1497,38 @@ static void test_checkpoints(void **state)
 	if (strchr(out, '\r'))
 		fail_msg("a spinner on a pipe: %s", out);
 
-	/* The counters: 5 written (chat-1, chat-2, lib-1, chat-pty,
+	/* The counters: 6 written (chat-1, chat-2, lib-1, chat-3, chat-pty,
 	 * chat-pipe); 7 restored or warmed up; 6 refused (truncated,
-	 * checksum, other model; by kvpalacectl and by the library); 6 pages
-	 * warmed up. */
+	 * checksum, other model; by kvpalacectl and by the library); 3
+	 * removed (chat-3, chat-2, lib-1); 6 pages warmed up; no restore
+	 * had to wait for room. */
 	CTL_EXPECT(0, h->admin_sock, "status");
-	expect_out("status", "%s", "checkpoints: 5 written, 7 restored, 6 refused, 0 failed\n");
+	expect_out("status", "%s",
+		   "checkpoints: 6 written, 7 restored, 6 refused, 0 failed, 3 removed\n");
 	CTL_EXPECT(0, h->admin_sock, "--json", "status");
 	expect_json("status --json");
 	expect_out("status --json", "%s",
-		   "\"checkpoints_written\":5,\"checkpoints_restored\":7,\"checkpoints_refused\":6,"
-		   "\"checkpoint_failures\":0,\"warmed_up_pages\":6}");
+		   "\"checkpoints_written\":6,\"checkpoints_restored\":7,\"checkpoints_refused\":6,"
+		   "\"checkpoint_failures\":0,\"checkpoints_removed\":3,\"restore_waits\":0,"
+		   "\"warmed_up_pages\":6}");
 	CTL_EXPECT(0, h->admin_sock, "stats");
 	expect_out("stats", "%s",
-		   "checkpoints        5 written, 7 restored, 6 refused, 0 failed; 6 pages warmed "
-		   "up\n");
+		   "checkpoints        6 written, 7 restored, 6 refused, 0 failed, 3 removed; 6 "
+		   "pages warmed up; 0 restores waited for room\n");
 	CTL_EXPECT(0, h->admin_sock, "--json", "stats");
 	expect_out("stats --json", "%s",
-		   "\"checkpoints_written\":5,\"checkpoints_restored\":7,\"checkpoints_refused\":6,"
-		   "\"checkpoint_failures\":0,\"warmed_up_pages\":6,");
+		   "\"checkpoints_written\":6,\"checkpoints_restored\":7,\"checkpoints_refused\":6,"
+		   "\"checkpoint_failures\":0,\"checkpoints_removed\":3,\"restore_waits\":0,"
+		   "\"warmed_up_pages\":6,");
 	CTL_EXPECT(0, h->admin_sock, "metrics");
 	expect_out("metrics", "%s", "# TYPE kvpalace_checkpoints_written_total counter\n");
-	expect_out("metrics", "%s", "\nkvpalace_checkpoints_written_total 5\n");
+	expect_out("metrics", "%s", "\nkvpalace_checkpoints_written_total 6\n");
 	expect_out("metrics", "%s", "\nkvpalace_checkpoints_restored_total 7\n");
 	expect_out("metrics", "%s", "\nkvpalace_checkpoints_refused_total 6\n");
 	expect_out("metrics", "%s", "\nkvpalace_checkpoint_failures_total 0\n");
 	expect_out("metrics", "%s", "\nkvpalace_warmed_up_pages_total 6\n");
+	expect_out("metrics", "%s", "\nkvpalace_checkpoints_removed_total 3\n");
+	expect_out("metrics", "%s", "\nkvpalace_restore_waits_total 0\n");
 	kvp_disconnect(c);
 }
 

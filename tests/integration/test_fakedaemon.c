@@ -91,6 +91,8 @@ enum fake_mode {
 	FAKE_LIST_FOREIGN,	       /* ListCheckpoints, client socket: another tenant's */
 	FAKE_ADMIN_RESTORE_OTHER_POOL, /* admin Restore: another pool than asked */
 	FAKE_WARMUP_SHARED,	       /* Warmup: more shared pages than indexed */
+	FAKE_LIST_OTHER_NAME,	       /* ListCheckpoints of one name: others listed */
+	FAKE_LIST_UNASKED_VERIFY,      /* ListCheckpoints: "verified" when not asked to */
 };
 
 #define FAKE_UID	     1000u
@@ -585,6 +587,8 @@ static int fake_daemon(void *arg)
 			ci[0].n_tokens = 40;
 			ci[0].bytes = 40960;
 			ci[0].created_unix_ms = 1700000000123ull;
+			ci[0].has_verified = f->mode == FAKE_LIST_UNASKED_VERIFY;
+			ci[0].verified = ci[0].has_verified;
 			ci[1].name = "broken";
 			ci[1].uid = f->mode == FAKE_LIST_OTHER_UID || f->mode == FAKE_LIST_FOREIGN
 					    ? FAKE_UID + 1
@@ -1214,6 +1218,12 @@ static void expect_ckpt_broken(void **state, enum fake_mode mode)
 	case FAKE_WARMUP_SHARED:
 		ret = kvp_admin_warmup(c, "chat-1", 0, 0, &wi);
 		break;
+	case FAKE_LIST_OTHER_NAME:
+		ret = kvp_list_checkpoints_ex(c, 0, 0, "only-this", KVP_LIST_VERIFY, &list);
+		break;
+	case FAKE_LIST_UNASKED_VERIFY:
+		ret = kvp_list_checkpoints(c, 0, 0, &list);
+		break;
 	default:
 		ret = kvp_session_restore(p, "chat-1", &rs);
 		break;
@@ -1277,6 +1287,18 @@ static void test_admin_restore_into_another_pool(void **state)
 static void test_warmup_shares_more_than_it_indexed(void **state)
 {
 	expect_ckpt_broken(state, FAKE_WARMUP_SHARED);
+}
+
+/* Issue 13, item 10: a listing of one name, or one not asked to verify,
+ * that says otherwise is a broken daemon, not a verdict to show. */
+static void test_list_other_name(void **state)
+{
+	expect_ckpt_broken(state, FAKE_LIST_OTHER_NAME);
+}
+
+static void test_list_verified_unasked(void **state)
+{
+	expect_ckpt_broken(state, FAKE_LIST_UNASKED_VERIFY);
 }
 
 /* A restore whose page table the daemon then refuses to show: the error
@@ -1345,6 +1367,8 @@ int main(void)
 		T(test_list_foreign_on_client_socket),
 		T(test_admin_restore_into_another_pool),
 		T(test_warmup_shares_more_than_it_indexed),
+		T(test_list_other_name),
+		T(test_list_verified_unasked),
 	};
 
 	return cmocka_run_group_tests_name("fakedaemon", tests, NULL, NULL);

@@ -14,7 +14,9 @@
  * overwrite, a write failing with EFBIG (RLIMIT_FSIZE) or at the rename
  * leaves the previous checkpoint intact and no temporary behind. Listing
  * skips temporaries and reports what it cannot parse; the start-up cleanup
- * removes a crashed writer's temporary and nothing else. Each test has its
+ * removes a crashed writer's temporary and nothing else. A file names the
+ * checkpoint it holds and is refused under another name; a directory
+ * created on the way to a file has its parent fsynced. Each test has its
  * own mkdtemp directory. Single-threaded.
  */
 #include <dirent.h>
@@ -426,7 +428,7 @@ static void test_format_as_documented(void **state)
 	b = slurp(d, "fmt", &len);
 
 	assert_memory_equal(b, "KVPCKPT\0", 8);
-	assert_int_equal(le32(b + 8), 2);
+	assert_int_equal(le32(b + 8), 3);
 	assert_int_equal(le32(b + 12), 512);
 	memcpy(hdr, b, 512);
 	memset(hdr + 16, 0, 8);
@@ -461,7 +463,9 @@ static void test_format_as_documented(void **state)
 	/* The pool layout: pages stored as they are, the same. */
 	for (size_t i = 0; i < 6; i++)
 		assert_int_equal(le32(b + 280 + 4 * i), le32(b + 56 + 4 * i));
-	for (size_t i = 304; i < 512; i++)
+	/* The name it was written under, NUL-padded to 72 bytes. */
+	assert_string_equal((const char *)b + 304, "fmt");
+	for (size_t i = 304 + 3; i < 512; i++)
 		assert_int_equal(b[i], 0);
 
 	/* Token records, little-endian. */
@@ -723,12 +727,13 @@ static void test_version_1_and_pool_layout(void **state)
 	assert_non_null(b);
 	memcpy(b, orig, len);
 	set32(b + 8, 1);
-	memset(b + 280, 0, 24);
+	memset(b + 280, 0, 24 + 72); /* no pool layout, no name */
 	reseal_header(b);
 	reseal_trailer(b, len);
 	spit(d, "v1", b, len);
 	assert_int_equal(ckpt_open(d->fd, "v1", &r, why, sizeof(why)), 0);
 	assert_int_equal(r.meta.version, 1);
+	assert_string_equal(r.meta.name, "");
 	assert_memory_equal(&r.meta.pool_layout, &s.m.layout, sizeof(s.m.layout));
 	dst = pages_alloc(&r.meta);
 	assert_int_equal(ckpt_read_pages(&r, dst, why, sizeof(why)), 0);
@@ -759,6 +764,189 @@ static void test_version_1_and_pool_layout(void **state)
 	free(b);
 	free(orig);
 	sample_free(&s);
+}
+
+/* Issue 13, item 16: checkpoint A's file copied over checkpoint B's name
+ * made `restore B` serve A's content. The file records the name it was
+ * written under and is refused under any other (listing included);
+ * version 2 files, which record none, still open under their file's name
+ * (ckpt.h), and so does a version 3 file read under its own name. */
+static void test_name_recorded(void **state)
+{
+	struct dir *d = *state;
+	struct ckpt_reader r;
+	struct sample a;
+	char why[256] = "";
+	unsigned char *b;
+	size_t len;
+	void **dst;
+
+	sample_make(&a, &lay, 40, 21);
+	write_ok(d, "alpha", &a);
+	b = slurp(d, "alpha", &len);
+	spit(d, "beta", b, len); /* cp alpha beta */
+	expect_refused(d, "beta", -EBADMSG, "holds checkpoint 'alpha', not 'beta'");
+	assert_int_equal(ckpt_open(d->fd, "alpha", &r, why, sizeof(why)), 0);
+	assert_string_equal(r.meta.name, "alpha");
+	ckpt_close(&r);
+	/* A name that is no valid name, or bytes after its NUL. */
+	memcpy(b + 304, "../x", 4);
+	reseal_header(b);
+	spit(d, "gamma", b, len);
+	expect_refused(d, "gamma", -EBADMSG, "not a valid name");
+	memcpy(b + 304, "gamma\0z", 7);
+	reseal_header(b);
+	spit(d, "gamma", b, len);
+	expect_refused(d, "gamma", -EBADMSG, "NUL-padded");
+	/* The same file as version 2: no name recorded, taken as the file's. */
+	set32(b + 8, 2);
+	memset(b + 304, 0, 72);
+	reseal_header(b);
+	reseal_trailer(b, len);
+	spit(d, "beta", b, len);
+	assert_int_equal(ckpt_open(d->fd, "beta", &r, why, sizeof(why)), 0);
+	assert_int_equal(r.meta.version, 2);
+	assert_string_equal(r.meta.name, "");
+	dst = pages_alloc(&r.meta);
+	assert_int_equal(ckpt_read_pages(&r, dst, why, sizeof(why)), 0);
+	for (uint32_t p = 0; p < a.m.n_pages; p++)
+		assert_memory_equal(dst[p], a.pages[p], a.m.page_bytes);
+	pages_free(&r.meta, dst);
+	ckpt_close(&r);
+	/* A version 2 file with something in the name's place: reserved. */
+	b[304] = 'x';
+	reseal_header(b);
+	reseal_trailer(b, len);
+	spit(d, "beta", b, len);
+	expect_refused(d, "beta", -EBADMSG, "reserved");
+	free(b);
+	sample_free(&a);
+}
+
+/* A page given no destination is read into a private buffer and checked
+ * but not kept; a NULL dst checks every page (issue 13: restores share
+ * indexed pages and only verify them in the file; listings verify). */
+static void test_read_pages_check_only(void **state)
+{
+	struct dir *d = *state;
+	struct ckpt_reader r;
+	struct sample s;
+	char why[256] = "";
+	unsigned char *b;
+	size_t len;
+	void **dst;
+
+	sample_make(&s, &lay, 3 * 16 + 5, 22);
+	write_ok(d, "c", &s);
+	assert_int_equal(ckpt_open(d->fd, "c", &r, why, sizeof(why)), 0);
+	dst = pages_alloc(&r.meta);
+	free(dst[1]);
+	dst[1] = NULL;
+	assert_int_equal(ckpt_read_pages(&r, dst, why, sizeof(why)), 0);
+	assert_memory_equal(dst[0], s.pages[0], s.m.page_bytes);
+	assert_memory_equal(dst[3], s.pages[3], s.m.page_bytes);
+	pages_free(&r.meta, dst);
+	ckpt_close(&r);
+	assert_int_equal(ckpt_open(d->fd, "c", &r, why, sizeof(why)), 0);
+	assert_int_equal(ckpt_read_pages(&r, NULL, why, sizeof(why)), 0);
+	ckpt_close(&r);
+	/* A flipped byte in a page nobody keeps is still refused. */
+	b = slurp(d, "c", &len);
+	b[4096 + 16384 + 100] ^= 1;
+	spit(d, "c", b, len);
+	assert_int_equal(ckpt_open(d->fd, "c", &r, why, sizeof(why)), 0);
+	assert_int_equal(ckpt_read_pages(&r, NULL, why, sizeof(why)), -EBADMSG);
+	assert_non_null(strstr(why, "page 1 of 4: checksum mismatch"));
+	ckpt_close(&r);
+	free(b);
+	sample_free(&s);
+}
+
+static unsigned int dirsyncs;
+
+static int count_dirsyncs(enum ckpt_io op, size_t *max_bytes)
+{
+	(void)max_bytes;
+	dirsyncs += op == CKPT_IO_DIRSYNC;
+	return 0;
+}
+
+/* Issue 13, item 17: creating checkpoints/<uid>/ was not followed by an
+ * fsync of checkpoints/, so a power loss could take a tenant's first
+ * checkpoint, reported durable, away with its directory. ckpt_dir_open
+ * fsyncs the parent of a directory it creates, and only then; when that
+ * fsync fails the directory is removed again, so the next call creates
+ * and fsyncs it anew. */
+static void test_dir_open(void **state)
+{
+	struct dir *d = *state;
+	int created = -1, fd;
+
+	ckpt_inject = count_dirsyncs;
+	dirsyncs = 0;
+	fd = ckpt_dir_open(d->fd, "1000", 0, 0700, &created);
+	assert_int_equal(fd, -ENOENT);
+	fd = ckpt_dir_open(d->fd, "1000", 1, 0700, &created);
+	assert_true(fd >= 0);
+	assert_int_equal(created, 1);
+	assert_int_equal(dirsyncs, 1);
+	close(fd);
+	fd = ckpt_dir_open(d->fd, "1000", 1, 0700, &created);
+	assert_true(fd >= 0);
+	assert_int_equal(created, 0);
+	assert_int_equal(dirsyncs, 1); /* there already: nothing to sync */
+	close(fd);
+	assert_int_equal(ckpt_dir_open(d->fd, "..", 1, 0700, NULL), -EINVAL);
+	assert_int_equal(ckpt_dir_open(d->fd, "a/b", 1, 0700, NULL), -EINVAL);
+	ckpt_inject = NULL;
+	assert_int_equal(unlinkat(d->fd, "1000", AT_REMOVEDIR), 0);
+}
+
+/* The state directory's missing ancestors too: one fsync per directory
+ * created, none for what exists. */
+static void test_mkdir_p(void **state)
+{
+	struct dir *d = *state;
+	char path[200];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/a/b/./c/", d->path);
+	ckpt_inject = count_dirsyncs;
+	dirsyncs = 0;
+	fd = ckpt_mkdir_p(path, 0700);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(dirsyncs, 3);
+	fd = ckpt_mkdir_p(path, 0700);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(dirsyncs, 3);
+	ckpt_inject = NULL;
+	snprintf(path, sizeof(path), "%s/a/b/c", d->path);
+	assert_int_equal(rmdir(path), 0);
+	snprintf(path, sizeof(path), "%s/a/b", d->path);
+	assert_int_equal(rmdir(path), 0);
+	snprintf(path, sizeof(path), "%s/a", d->path);
+	assert_int_equal(rmdir(path), 0);
+}
+
+static int fail_dirsync(enum ckpt_io op, size_t *max_bytes)
+{
+	(void)max_bytes;
+	return op == CKPT_IO_DIRSYNC ? -EIO : 0;
+}
+
+static void test_dir_open_fsync_fails(void **state)
+{
+	struct dir *d = *state;
+	struct stat st;
+
+	ckpt_inject = fail_dirsync;
+	assert_int_equal(ckpt_dir_open(d->fd, "1000", 1, 0700, NULL), -EIO);
+	ckpt_inject = NULL;
+	/* Gone again: the next call creates it and syncs its parent. */
+	assert_int_equal(fstatat(d->fd, "1000", &st, 0), -1);
+	assert_int_equal(errno, ENOENT);
 }
 
 static void test_newer_version(void **state)
@@ -1123,6 +1311,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_version_1_and_pool_layout, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_name_recorded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_read_pages_check_only, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_open, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_open_fsync_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_mkdir_p, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_newer_version, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_huge_counts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
