@@ -4,7 +4,8 @@
  * and llama.cpp scenarios). Pools of 4 KiB pages:
  *  - LMCache: a spill at the high mark writes and frees only what reaches
  *    the low mark, from the chain's end; the chain's parents stay in the
- *    host tier and match without a disk read;
+ *    host tier and match without a disk read; a crash right after leaves
+ *    nothing that cannot be matched whole, a clean stop keeps everything;
  *  - vLLM: an Append that fails with -ENOSPC evicts nobody's cache, with a
  *    disk tier and without;
  *  - the watermark is a page count: 0.57 of 100 pages is 57, reached
@@ -15,6 +16,7 @@
  *    the host tier, and the write finishing keeps the leased page there.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -145,6 +147,56 @@ static void test_spill_reaches_low_mark_and_keeps_parents(void **state)
 	assert_int_equal(ps.promoted_pages, promoted + 2);
 	assert_int_equal(ps.verify_failures, 0);
 	kvp_disconnect(c);
+}
+
+/* The spill above, then a crash (SIGKILL): the two pages on disk have
+ * their parents only in memory, which a crash loses, so the restarted
+ * daemon discards them (a child is useless without its parent) and lists
+ * nothing it could not match whole; what it serves is right. A clean stop
+ * instead writes the parents too, and everything comes back. */
+static void crash_after_partial_spill(struct harness *h, int sig)
+{
+	uint32_t a[10 * BT], more[BT];
+	struct kvp_pool_stats ps;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *w;
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	cache_conv(p, a, 10, 1);
+	w = hold_pages(p, 28, 2);
+	harness_tokens(more, BT, 3, 0);
+	assert_int_equal(kvp_append(w, more, BT), 0);
+	assert_int_equal(wait_spilled(c, p, 2).spilled_pages, 2);
+	kvp_disconnect(c);
+	assert_int_equal(harness_restart(h, sig, disk40), 0);
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	ps = stats(c, p);
+	if (sig == SIGKILL) {
+		/* Whatever is listed matches whole, with the right bytes. */
+		assert_int_equal(ps.restored_pages, ps.indexed_pages);
+		assert_int_equal(matched(p, a, 10 * BT), (uint64_t)ps.indexed_pages * BT);
+	} else {
+		/* The chain (and the session's pages if its close came first). */
+		assert_true(ps.restored_pages >= 10);
+		assert_int_equal(matched(p, a, 10 * BT), 10 * BT);
+	}
+	ps = stats(c, p);
+	assert_int_equal(ps.verify_failures, 0);
+	kvp_disconnect(c);
+}
+
+static void test_crash_after_partial_spill(void **state)
+{
+	crash_after_partial_spill(*state, SIGKILL);
+}
+
+static void test_stop_after_partial_spill(void **state)
+{
+	crash_after_partial_spill(*state, SIGTERM);
 }
 
 /* vLLM: an Append that ended in -ENOSPC left holders, reservations and
@@ -378,6 +430,10 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_spill_reaches_low_mark_and_keeps_parents,
 						setup_disk40, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_crash_after_partial_spill, setup_disk40,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_stop_after_partial_spill, setup_disk40,
+						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_failed_append_evicts_nothing, setup_host40,
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_failed_append_evicts_nothing_disk,
