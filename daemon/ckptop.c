@@ -72,7 +72,7 @@ struct job {
 	uint32_t n_shared, n_missing;
 	struct tier_waiter waiter; /* restore: parked until its pool's writes finish */
 	struct pool *park_on;	   /* the pool waited on (take_room) */
-	unsigned int tries;	   /* times parked */
+	uint64_t parked_ns;	   /* when it first waited for room, 0: never */
 	struct ckpt_reader rd;
 	int ret;
 	char why[REASON_MAX];
@@ -536,7 +536,7 @@ static int take_pool(struct job *j)
 /* Takes a host slot for every page the index did not have. Returns 0;
  * -EAGAIN when room comes once the pool's disk writes in flight finish
  * (j->park_on is the pool to wait on), which the caller waits for at
- * most CONN_MAX_PARK_TRIES times, as a match does; or -ENOSPC with
+ * most CONN_MAX_PARK_NS, as a match does; or -ENOSPC with
  * j->why set. */
 static int take_room(struct job *j, int may_wait)
 {
@@ -545,7 +545,8 @@ static int take_room(struct job *j, int may_wait)
 	struct pool *saved_on = c->park_on;
 	int saved = c->no_park, ret;
 
-	c->no_park = !may_wait || j->tries >= CONN_MAX_PARK_TRIES;
+	c->no_park =
+		!may_wait || (j->parked_ns && cache_now_ns() - j->parked_ns >= CONN_MAX_PARK_NS);
 	c->park_on = NULL;
 	ret = evict_make_room(c, p, j->n_missing);
 	c->no_park = saved;
@@ -692,8 +693,10 @@ static int restore_room(struct job *j)
 	int ret = take_room(j, 1);
 
 	if (ret == -EAGAIN) {
-		if (!j->tries++)
+		if (!j->parked_ns) {
+			j->parked_ns = cache_now_ns();
 			cache_count(j->c, j->uid, restore_waits, 1); /* once per restore */
+		}
 		j->waiter.wake = on_wake;
 		tier_wait(j->park_on, &j->waiter);
 		return 1;

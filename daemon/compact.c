@@ -272,7 +272,7 @@ void compact_place(struct session *s, uint32_t n_hashes)
 				rest = layer[(uint64_t)i * bt + t] == LAYER_REST;
 			e = rest ? prefix_index_find(&p->ix, s->hashes[i]) : NULL;
 			if (e)
-				prefix_index_demote(&p->ix, e);
+				prefix_index_demote(&p->ix, &p->pa, e);
 		}
 	}
 	free(keep);

@@ -26,7 +26,7 @@ struct conn_out {
 struct conn_held {
 	struct conn_held *next;
 	uint64_t batch;
-	unsigned int tries; /* times it was parked */
+	uint64_t parked_ns; /* when it was first parked (cache_now_ns), 0: never */
 	size_t len;
 	uint8_t payload[];
 };
@@ -500,10 +500,11 @@ static void fail_conn(struct conn *c, uint64_t id, int err, const char *why)
 	queue_reply(c, &resp, -1, 0);
 }
 
-/* Unpacks, dispatches and answers one frame's payload, tried times
- * parked before. Returns 1 when it was parked again (no reply yet). */
+/* Unpacks, dispatches and answers one frame's payload, first parked at
+ * parked_ns (0: never). Returns 1 when it was parked again (no reply
+ * yet). */
 static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_t batch,
-		     unsigned int tries)
+		     uint64_t parked_ns)
 {
 	struct server *srv = c->srv;
 	Kvpalace__V1__Request *req;
@@ -527,7 +528,10 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_
 		queue_reply(c, &resp, -1, batch);
 		return 0;
 	}
-	srv->cache.no_park = tries >= CONN_MAX_PARK_TRIES;
+	/* Bounded by time, not by wake-ups: a pool busy with other clients'
+	 * I/O wakes its waiters often, while a request's own reads are still
+	 * coming (issue 13: a match gave up after 64 wake-ups). */
+	srv->cache.no_park = parked_ns && cache_now_ns() - parked_ns >= CONN_MAX_PARK_NS;
 	c->cur_batch = batch;
 	switch (dispatch(&srv->cache, c, req, &r)) {
 	case 1:
@@ -559,7 +563,7 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_
 /* Keeps a copy of a frame to run later: at the tail behind a parked
  * request, or at the head when it is the parked one. */
 static void hold(struct conn *c, const uint8_t *payload, size_t len, uint64_t batch,
-		 unsigned int tries, int at_head)
+		 uint64_t parked_ns, int at_head)
 {
 	struct conn_held *h = malloc(sizeof(*h) + len);
 
@@ -570,7 +574,7 @@ static void hold(struct conn *c, const uint8_t *payload, size_t len, uint64_t ba
 	memcpy(h->payload, payload, len);
 	h->len = len;
 	h->batch = batch;
-	h->tries = tries;
+	h->parked_ns = parked_ns;
 	h->next = NULL;
 	if (at_head) {
 		h->next = c->held_head;
@@ -599,7 +603,7 @@ static void handle_frame(struct conn *c, const uint8_t *payload, size_t len, uin
 		return;
 	}
 	if (run_frame(c, payload, len, batch, 0) == 1)
-		hold(c, payload, len, batch, 1, 1);
+		hold(c, payload, len, batch, cache_now_ns(), 1);
 }
 
 /* Runs held frames in order until one parks again or none is left. */
@@ -607,10 +611,13 @@ static void run_held(struct conn *c)
 {
 	while (c->held_head && !c->parked && !c->draining && !c->closed) {
 		struct conn_held *h = c->held_head;
-		int ret = run_frame(c, h->payload, h->len, h->batch, h->tries);
+		/* Held behind a parked one, it never parked itself yet: its
+		 * wait starts when it does. */
+		int ret = run_frame(c, h->payload, h->len, h->batch, h->parked_ns);
 
 		if (ret == 1) {
-			h->tries++;
+			if (!h->parked_ns)
+				h->parked_ns = cache_now_ns();
 			break;
 		}
 		c->held_head = h->next;
@@ -648,6 +655,32 @@ static void unpark(struct conn *c)
 static void on_wake(struct tier_waiter *w)
 {
 	unpark((struct conn *)((char *)w - offsetof(struct conn, waiter)));
+}
+
+void conn_park_tick(struct server *srv)
+{
+	uint64_t now = cache_now_ns();
+
+	/* A pool whose I/O never completes wakes nobody: its requests past
+	 * CONN_MAX_PARK_NS run again here and take their miss. */
+	for (struct list *it = srv->cache.pool_list.next; it != &srv->cache.pool_list;
+	     it = it->next) {
+		struct pool *p = list_entry(it, struct pool, link);
+		int expired = 0;
+
+		for (struct list *w = p->waiters.next; w != &p->waiters && !expired; w = w->next) {
+			struct tier_waiter *tw = list_entry(w, struct tier_waiter, link);
+			struct conn *c;
+
+			if (tw->wake != on_wake)
+				continue;
+			c = (struct conn *)((char *)tw - offsetof(struct conn, waiter));
+			expired = c->held_head && c->held_head->parked_ns &&
+				  now - c->held_head->parked_ns >= CONN_MAX_PARK_NS;
+		}
+		if (expired)
+			tier_wake_all(p);
+	}
 }
 
 void conn_ticket_start(struct conn *c, struct conn_ticket *t, uint64_t id)

@@ -44,8 +44,11 @@
 #include "session.h"
 #include "tier.h"
 
-/* How often a request waits for disk I/O before it takes a miss instead. */
-#define CONN_MAX_PARK_TRIES 64u
+/* How long a request waits for disk I/O before it takes a miss (or a drop
+ * of cached pages) instead: long past any disk's normal answer, so only a
+ * stuck one ends a wait (conn_park_tick wakes waits that nothing else
+ * does). */
+#define CONN_MAX_PARK_NS (10ull * 1000000000ull)
 /* Connections on the admin socket at once (not counted as clients). */
 #define CONN_MAX_ADMIN 16u
 /* Refused connections logged per second; the rest are counted. */
@@ -161,5 +164,10 @@ void conn_deliver(struct conn_ticket *t, struct reply *r);
 /* Closes the connection now: releases leases and reservations and frees it
  * once no operation is in flight. bad counts it as a misbehaving client. */
 void conn_close(struct conn *c, int bad);
+
+/* Once a second (the server's tick): wakes the requests parked on a pool
+ * that have waited CONN_MAX_PARK_NS, so they answer (a miss, or a drop of
+ * cached pages for room) even when the pool's I/O never completes. */
+void conn_park_tick(struct server *srv);
 
 #endif

@@ -55,7 +55,7 @@ struct reply {
 
 /* Returns 0 with the reply in r; 1 when the request must wait for the
  * disk I/O of pool r->park: nothing changed, no reply; run it again (with
- * cache->no_park set when it has waited often enough: it then takes a
+ * cache->no_park set when it has waited long enough, conn.h: it then takes a
  * miss or an error instead of waiting); or 2 when a worker does it and
  * the reply comes later through the connection's ticket (conn.h). */
 int dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,

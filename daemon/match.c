@@ -42,8 +42,14 @@ static int walk(struct lease *l, const uint32_t *tokens, size_t n, struct match_
 			at += bt;
 		}
 		h = prefix_index_hash_page(l->chain, toks, bt);
+		/* A page whose write to disk is in flight is still in its
+		 * host slot, which the write's reference keeps: served like
+		 * any other (issue 13: pages on their way to disk were
+		 * misses). The lease's pin keeps the slot after the write:
+		 * the page then stays in the host tier (tier.c, on_written).
+		 * Pages being read in have no host slot yet (e->slot). */
 		e = prefix_index_find_host(&p->ix, h);
-		if (!e || e->io != PINDEX_IO_NONE) {
+		if (!e) {
 			l->complete = 1;
 			break;
 		}
@@ -109,7 +115,7 @@ uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, co
 		e = prefix_index_find(&p->ix, chain);
 		if (!e)
 			break;
-		prefix_index_touch(&p->ix, e);
+		prefix_index_touch(&p->ix, &p->pa, e);
 		ret = tier_promote(c, p, e);
 		if (ret == 1 || ret == -EAGAIN)
 			waiting++;

@@ -9,7 +9,8 @@
  * keeps the chain hash reached and the tokens of a page cut by a chunk
  * boundary. Pages of the chain that are on disk only are a miss to the
  * walk: match_prefetch starts bringing them in first, and the request
- * waits for them (daemon/tier.h). Event-loop thread only.
+ * waits for them (daemon/tier.h). A page being written to disk is still
+ * in the host tier and is matched. Event-loop thread only.
  */
 #ifndef KVPD_MATCH_H
 #define KVPD_MATCH_H

@@ -92,6 +92,19 @@ struct pindex_entry *prefix_index_find_host(const struct prefix_index *ix, XXH12
 	return e && e->slot != PINDEX_NONE ? e : NULL;
 }
 
+/* Only the index holds e's host copy, and a write to disk in flight. */
+static int is_idle(const struct pagealloc *pa, const struct pindex_entry *e)
+{
+	return e->slot != PINDEX_NONE && pa->pins[e->slot] == 0 &&
+	       pa->refs[e->slot] == 1u + (e->io == PINDEX_IO_WRITE);
+}
+
+/* e's host copy stays in the host tier: it counts as its parent's. */
+static int stays(const struct pindex_entry *e)
+{
+	return e->slot != PINDEX_NONE && !e->leaving;
+}
+
 /* The list e belongs on now. */
 static enum pindex_list belongs(const struct prefix_index *ix, const struct pagealloc *pa,
 				const struct pindex_entry *e)
@@ -102,7 +115,13 @@ static enum pindex_list belongs(const struct prefix_index *ix, const struct page
 		return e->n_children == 0 ? PINDEX_LIST_DISK : PINDEX_LIST_NONE;
 	if (pa->refs[e->slot] != 1 || pa->pins[e->slot] != 0)
 		return PINDEX_LIST_NONE;
-	return ix->disk || e->n_children == 0 ? PINDEX_LIST_HOST : PINDEX_LIST_NONE;
+	/* Leaves first, with or without a disk tier: a child whose host
+	 * copy stays keeps its parent's (without a disk tier every child
+	 * has one, so these are the leaves of the index). A page a policy
+	 * demoted (the hierarchy's rest layer) may go to disk before its
+	 * children: that placement is the policy's point. */
+	return e->n_host_children == 0 || (e->demoted && ix->disk) ? PINDEX_LIST_HOST
+								   : PINDEX_LIST_NONE;
 }
 
 /* Moves e to the list it belongs on; at_lru places it at the cold end. */
@@ -110,8 +129,17 @@ static void place(struct prefix_index *ix, const struct pagealloc *pa, struct pi
 		  int at_lru)
 {
 	enum pindex_list want = belongs(ix, pa, e);
+	int idle = is_idle(pa, e), busy = idle && e->io != PINDEX_IO_NONE;
 	struct list *head;
 
+	if (idle != e->idle) {
+		ix->n_idle += idle ? 1u : -1u;
+		e->idle = (uint8_t)idle;
+	}
+	if (busy != e->idle_busy) {
+		ix->n_idle_busy += busy ? 1u : -1u;
+		e->idle_busy = (uint8_t)busy;
+	}
 	if (want == e->list)
 		return;
 	if (e->list == PINDEX_LIST_HOST)
@@ -143,6 +171,43 @@ static void place(struct prefix_index *ix, const struct pagealloc *pa, struct pi
 	}
 }
 
+/* Tells e's parent that e's host copy started or stopped staying (stayed:
+ * what stays(e) was before). A parent that lost its last staying child
+ * is as cold as that child: the next to leave. */
+static void host_changed(struct prefix_index *ix, const struct pagealloc *pa,
+			 struct pindex_entry *e, int stayed)
+{
+	int now = stays(e);
+
+	if (!e->parent || now == stayed)
+		return;
+	if (now)
+		e->parent->n_host_children++;
+	else
+		e->parent->n_host_children--;
+	place(ix, pa, e->parent, !now);
+}
+
+void prefix_index_reconsider_cold(struct prefix_index *ix, const struct pagealloc *pa,
+				  struct pindex_entry *e)
+{
+	place(ix, pa, e, 1);
+}
+
+void prefix_index_set_leaving(struct prefix_index *ix, const struct pagealloc *pa,
+			      struct pindex_entry *e, int leaving)
+{
+	int stayed = stays(e);
+
+	kvp_assert(!leaving || e->io == PINDEX_IO_WRITE);
+	if (e->leaving == !!leaving)
+		return;
+	e->leaving = (uint8_t) !!leaving;
+	ix->n_leaving += leaving ? 1u : -1u;
+	host_changed(ix, pa, e, stayed);
+	place(ix, pa, e, 0);
+}
+
 void prefix_index_reconsider(struct prefix_index *ix, const struct pagealloc *pa,
 			     struct pindex_entry *e)
 {
@@ -157,10 +222,16 @@ static struct list *list_of(struct prefix_index *ix, const struct pindex_entry *
 	return e->list == PINDEX_LIST_DISK ? &ix->disk_lru : NULL;
 }
 
-void prefix_index_touch(struct prefix_index *ix, struct pindex_entry *e)
+void prefix_index_touch(struct prefix_index *ix, const struct pagealloc *pa, struct pindex_entry *e)
 {
-	struct list *head = list_of(ix, e);
+	struct list *head;
 
+	if (e->demoted) {
+		/* Used again: back in the ordinary order. */
+		e->demoted = 0;
+		place(ix, pa, e, 0);
+	}
+	head = list_of(ix, e);
 	if (!head)
 		return;
 	list_del(&e->lru_link);
@@ -168,10 +239,14 @@ void prefix_index_touch(struct prefix_index *ix, struct pindex_entry *e)
 	e->used = ++ix->clock;
 }
 
-void prefix_index_demote(struct prefix_index *ix, struct pindex_entry *e)
+void prefix_index_demote(struct prefix_index *ix, const struct pagealloc *pa,
+			 struct pindex_entry *e)
 {
-	struct list *head = list_of(ix, e);
+	struct list *head;
 
+	e->demoted = 1;
+	place(ix, pa, e, 1); /* a parent may join the host list now */
+	head = list_of(ix, e);
 	if (!head)
 		return;
 	list_del(&e->lru_link);
@@ -303,12 +378,14 @@ void prefix_index_attach_host(struct prefix_index *ix, struct pagealloc *pa, str
 	e->slot = slot;
 	ix->by_slot[slot] = e;
 	ix->n_host++;
+	host_changed(ix, pa, e, 0);
 	place(ix, pa, e, 0);
 }
 
 void prefix_index_detach_host(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e)
 {
 	uint32_t slot = e->slot;
+	int stayed = stays(e);
 
 	kvp_assert(slot != PINDEX_NONE);
 	ix->by_slot[slot] = NULL;
@@ -316,6 +393,7 @@ void prefix_index_detach_host(struct prefix_index *ix, struct pagealloc *pa, str
 	ix->n_host--;
 	pagealloc_unref(pa, slot);
 	place(ix, pa, e, 0);
+	host_changed(ix, pa, e, stayed);
 }
 
 void prefix_index_drop(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e,
@@ -323,7 +401,10 @@ void prefix_index_drop(struct prefix_index *ix, struct pagealloc *pa, struct pin
 {
 	struct pindex_entry *parent = e->parent;
 
-	kvp_assert(e->n_children == 0 && e->io == PINDEX_IO_NONE);
+	kvp_assert(e->n_children == 0 && e->io == PINDEX_IO_NONE && !e->leaving);
+	if (parent && stays(e))
+		parent->n_host_children--;
+	ix->n_idle -= e->idle;
 	if (e->list == PINDEX_LIST_HOST)
 		ix->n_evictable--;
 	else if (e->list == PINDEX_LIST_DISK)
@@ -378,8 +459,10 @@ uint32_t prefix_index_evict(struct prefix_index *ix, struct pagealloc *pa, uint3
 
 int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa, uint32_t *refs)
 {
-	struct idmap children = {0}; /* parent key → children counted */
+	struct idmap children = {0};	  /* parent key → children counted */
+	struct idmap host_children = {0}; /* parent key → staying host children */
 	uint32_t n = 0, n_host = 0, n_disk = 0, n_perm = 0, n_list[3] = {0}, on_list[3] = {0};
+	uint32_t n_leaving = 0, n_idle = 0, n_busy = 0;
 	const struct list *heads[3] = {NULL, &ix->host_lru, &ix->disk_lru};
 	int ret = -EUCLEAN;
 
@@ -399,6 +482,14 @@ int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa
 		n_disk += e->extent != PINDEX_NONE;
 		n_perm += e->permanent;
 		n_list[e->list]++;
+		if (e->leaving && (e->io != PINDEX_IO_WRITE || e->slot == PINDEX_NONE))
+			goto out;
+		if (e->idle != is_idle(pa, e) ||
+		    e->idle_busy != (e->idle && e->io != PINDEX_IO_NONE))
+			goto out;
+		n_leaving += e->leaving;
+		n_idle += e->idle;
+		n_busy += e->idle_busy;
 		if (e->parent) {
 			uint64_t k = key_of(e->parent->hash);
 			uintptr_t c = (uintptr_t)idmap_get(&children, k);
@@ -411,6 +502,15 @@ int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa
 				ret = -ENOMEM;
 				goto out;
 			}
+			if (stays(e)) {
+				c = (uintptr_t)idmap_get(&host_children, k);
+				if (c)
+					idmap_del(&host_children, k);
+				if (idmap_put(&host_children, k, (void *)(c + 1)) < 0) {
+					ret = -ENOMEM;
+					goto out;
+				}
+			}
 		}
 		n++;
 	}
@@ -418,7 +518,8 @@ int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa
 		const struct pindex_entry *e = ix->by_hash.slots[i].ptr;
 
 		if (ix->by_hash.slots[i].id &&
-		    e->n_children != (uintptr_t)idmap_get(&children, key_of(e->hash)))
+		    (e->n_children != (uintptr_t)idmap_get(&children, key_of(e->hash)) ||
+		     e->n_host_children != (uintptr_t)idmap_get(&host_children, key_of(e->hash))))
 			goto out;
 	}
 	for (uint32_t s = 0; s < ix->n_pages; s++)
@@ -445,10 +546,12 @@ int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa
 	    n_list[PINDEX_LIST_HOST] != ix->n_evictable ||
 	    on_list[PINDEX_LIST_HOST] != ix->n_evictable ||
 	    n_list[PINDEX_LIST_DISK] != ix->n_droppable ||
-	    on_list[PINDEX_LIST_DISK] != ix->n_droppable)
+	    on_list[PINDEX_LIST_DISK] != ix->n_droppable || n_leaving != ix->n_leaving ||
+	    n_idle != ix->n_idle || n_busy != ix->n_idle_busy)
 		goto out;
 	ret = 0;
 out:
 	idmap_fini(&children);
+	idmap_fini(&host_children);
 	return ret;
 }

@@ -17,9 +17,15 @@
  *
  * Two LRU lists, least recently used first:
  *   - host: entries whose host copy nothing but the index holds (no
- *     session, no lease, no I/O). They can leave the host tier. Without a
- *     disk tier leaving means dropping, so only leaves (no children in the
- *     index) are listed: a child is useless without its parent. Entries
+ *     session, no lease, no I/O) and none of whose children keeps a host
+ *     copy. They can leave the host tier. A child is useless without its
+ *     parent, so a chain leaves the host tier from its end, leaves first,
+ *     with a disk tier (where leaving means being written to disk) as
+ *     without one (where it means being dropped): whatever stays in the
+ *     host tier is whole prefixes, matched without a disk read. A
+ *     parent whose last child left is as cold as that child: it goes to
+ *     the cold end, next in line (issue 13: spilling took parents while
+ *     their children stayed). Entries
  *     marked permanent (pages of spans a client tagged permanent: system
  *     prompts, profiles, summaries; the hierarchy's top layer) sit on a
  *     second host list that is only reached once the first is used up, so
@@ -85,6 +91,11 @@ struct pindex_entry {
 	uint8_t permanent;	     /* leaves the host tier last (prefix_index_mark_permanent) */
 	uint64_t used;		     /* the use clock when last used, 0: never this run */
 	uint64_t disk_used;	     /* the stamp the disk copy's header carries */
+	uint8_t leaving;	     /* host copy goes once its write to disk is done */
+	uint8_t demoted;	     /* prefix_index_demote: may leave before its children */
+	uint8_t idle;		     /* counted in n_idle */
+	uint8_t idle_busy;	     /* counted in n_idle_busy */
+	uint32_t n_host_children;    /* children whose host copy stays (not leaving) */
 	struct pindex_entry *parent; /* NULL for a first page */
 	struct list lru_link;
 };
@@ -104,6 +115,9 @@ struct prefix_index {
 	uint32_t n_droppable; /* on the disk list */
 	uint32_t n_permanent; /* entries marked permanent */
 	uint64_t clock;	      /* the use clock: last stamp handed out */
+	uint32_t n_leaving;   /* entries whose host copy goes once written */
+	uint32_t n_idle;      /* host copies only the index (and a write) holds */
+	uint32_t n_idle_busy; /* of those, with disk I/O in flight */
 	uint64_t evictions;   /* entries dropped (host or disk), not demoted */
 	uint64_t dedup_pages;
 };
@@ -160,12 +174,18 @@ void prefix_index_update(struct prefix_index *ix, const struct pagealloc *pa, ui
 void prefix_index_reconsider(struct prefix_index *ix, const struct pagealloc *pa,
 			     struct pindex_entry *e);
 
-/* Marks e recently used: to the warm end of the list it is on. */
-void prefix_index_touch(struct prefix_index *ix, struct pindex_entry *e);
+/* Marks e recently used: to the warm end of the list it is on; a demoted
+ * entry is demoted no more. */
+void prefix_index_touch(struct prefix_index *ix, const struct pagealloc *pa,
+			struct pindex_entry *e);
 
 /* Moves e to the cold end of its list: the first to leave the host tier
- * (or to be dropped from disk) next. */
-void prefix_index_demote(struct prefix_index *ix, struct pindex_entry *e);
+ * (or to be dropped from disk) next. With a disk tier a demoted entry may
+ * leave the host tier before its children (a policy's tier placement:
+ * the hierarchy sends its rest layer to disk while later turns stay),
+ * until it is touched. */
+void prefix_index_demote(struct prefix_index *ix, const struct pagealloc *pa,
+			 struct pindex_entry *e);
 
 /* Marks e permanent (for good): it moves to the host list that leaves the
  * host tier last. */
@@ -177,6 +197,19 @@ void prefix_index_mark_permanent(struct prefix_index *ix, const struct pagealloc
  * then permanent ones least recently used first; NULL at the end. */
 struct pindex_entry *prefix_index_host_next(const struct prefix_index *ix,
 					    const struct pindex_entry *e);
+
+/* Moves e to the list it belongs on, at the cold end when it joins one:
+ * for a page written to disk while its children left the host tier, which
+ * makes it next in line. */
+void prefix_index_reconsider_cold(struct prefix_index *ix, const struct pagealloc *pa,
+				  struct pindex_entry *e);
+
+/* Marks e, whose host copy is being written to disk (e->io is
+ * PINDEX_IO_WRITE), as leaving the host tier once written (leaving 1), or
+ * as staying after all (0). A leaving page no longer counts as its
+ * parent's host child, so the parent may be next. */
+void prefix_index_set_leaving(struct prefix_index *ix, const struct pagealloc *pa,
+			      struct pindex_entry *e, int leaving);
 
 /* Gives e (which has no host copy) the held page slot as its host copy,
  * taking a reference on it. */
@@ -192,16 +225,17 @@ void prefix_index_detach_host(struct prefix_index *ix, struct pagealloc *pa,
 void prefix_index_drop(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e,
 		       uint32_t *ret_extent);
 
-/* Frees host slots synchronously, least recently used first, until pa has
- * want_free free pages or nothing more can go: entries with a disk copy
- * lose their host copy and, when may_drop, leaves without one are
- * dropped; the others stay (the disk tier writes them, daemon/tier.h).
- * Returns the slots freed. */
+/* Frees host slots synchronously, in the order of the host list (leaves
+ * first, least recently used first), until pa has want_free free pages or
+ * nothing more can go: entries with a disk copy lose their host copy and,
+ * when may_drop, leaves without one are dropped; the others stay (the
+ * disk tier writes them, daemon/tier.h). Returns the slots freed. */
 uint32_t prefix_index_evict(struct prefix_index *ix, struct pagealloc *pa, uint32_t want_free,
 			    int may_drop);
 
-/* Checks entries against pa: by_slot and by_hash agree, child counts are
- * right, each LRU list holds exactly the entries that belong on it. Adds
+/* Checks entries against pa: by_slot and by_hash agree, child counts (and
+ * host child counts) are right, each LRU list holds exactly the entries
+ * that belong on it, the idle and leaving counts agree. Adds
  * each entry's reference to refs[slot]. Returns 0 or -EUCLEAN. */
 int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa, uint32_t *refs);
 

@@ -230,6 +230,7 @@ static void on_timer(struct loop_op *op, int res, unsigned int flags)
 		arm_accept(&s->admin);
 	notify_status(&s->notify, &s->cache, 0);
 	conn_census_tick(&s->census);
+	conn_park_tick(s);
 	if (s->ticks % 60 == 0)
 		log_debug("%llu connections, %llu requests, %llu errors",
 			  (unsigned long long)s->cache.ctr.connections,

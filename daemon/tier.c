@@ -166,8 +166,8 @@ static void on_written(struct aio_req *r, int res)
 	struct tier_io *io = (struct tier_io *)((char *)r - offsetof(struct tier_io, data));
 	struct pool *p = io->p;
 	struct pindex_entry *e = io->e;
+	int gone = 0;
 
-	e->io = PINDEX_IO_NONE;
 	p->writes_inflight--;
 	if (res == (int)io->len) {
 		struct spill_page_hdr h = {
@@ -209,14 +209,27 @@ static void on_written(struct aio_req *r, int res)
 			io_error(p, res, "page write");
 		spill_free(p->spill, io->extent);
 	}
-	/* The write's own reference; the page leaves the host tier when only
-	 * the index holds it now (a match may have pinned it meanwhile). */
+	/* The write's own reference. A page written to leave the host tier
+	 * leaves now unless a match leased it meanwhile (its host copy was
+	 * served while in flight: the lease's pin keeps the slot). */
 	io->holds_slot = 0;
 	pagealloc_unref(&p->pa, io->slot);
-	if (e->extent != PINDEX_NONE && p->pa.refs[io->slot] == 1 && p->pa.pins[io->slot] == 0)
-		prefix_index_detach_host(&p->ix, &p->pa, e);
+	if (e->leaving) {
+		gone = e->extent != PINDEX_NONE && p->pa.refs[io->slot] == 1 &&
+		       p->pa.pins[io->slot] == 0;
+		if (gone)
+			prefix_index_detach_host(&p->ix, &p->pa, e);
+		prefix_index_set_leaving(&p->ix, &p->pa, e, 0);
+	}
+	e->io = PINDEX_IO_NONE;
+	if (gone)
+		prefix_index_reconsider(&p->ix, &p->pa, e); /* the newest on disk */
 	else
-		prefix_index_reconsider(&p->ix, &p->pa, e);
+		/* Back at the cold end: a page that was to leave and could not
+		 * (its write failed, or a lease holds it now) is still the
+		 * next when nothing holds it; a page written at a stop
+		 * (tier_flush) goes nowhere anyway. */
+		prefix_index_reconsider_cold(&p->ix, &p->pa, e);
 	io_done(io);
 	/* Waiters retry once the batch of writes is out, not per page. */
 	if (p->writes_inflight == 0)
@@ -239,7 +252,10 @@ static int drop_one_disk_page(struct pool *p)
 	return 0;
 }
 
-static int start_write(struct cache *c, struct pool *p, struct pindex_entry *e)
+/* Starts writing e's host copy to a free extent; leaving: the host copy
+ * goes once written (else it stays, clean). Returns 0, -ENOSPC (no extent
+ * to be had) or -ENOMEM. */
+static int start_write(struct cache *c, struct pool *p, struct pindex_entry *e, int leaving)
 {
 	struct tier_io *io;
 	uint32_t extent;
@@ -288,6 +304,8 @@ static int start_write(struct cache *c, struct pool *p, struct pindex_entry *e)
 	list_add_tail(&p->ios, &io->link);
 	e->io = PINDEX_IO_WRITE;
 	prefix_index_reconsider(&p->ix, &p->pa, e);
+	if (leaving)
+		prefix_index_set_leaving(&p->ix, &p->pa, e, 1);
 	io->data = (struct aio_req){
 		.op = AIO_WRITE,
 		.file = p->spill_data,
@@ -302,36 +320,65 @@ static int start_write(struct cache *c, struct pool *p, struct pindex_entry *e)
 	return 0;
 }
 
-/* True when e's host copy can be written out now. */
-static int spillable(const struct pindex_entry *e)
+/* A host copy without a disk copy and no write in flight. */
+static int unwritten(const struct pindex_entry *e)
 {
-	return e->list == PINDEX_LIST_HOST && e->extent == PINDEX_NONE;
+	return e->slot != PINDEX_NONE && e->extent == PINDEX_NONE && e->io == PINDEX_IO_NONE;
+}
+
+/* Starts writing e after its ancestors that have a host copy but no disk
+ * copy, from the top, so a stop killed half way leaves whole prefixes on
+ * disk. Everything stays in the host tier. Returns as start_write. */
+static int write_chain(struct cache *c, struct pool *p, struct pindex_entry *e)
+{
+	struct pindex_entry *a, **up = NULL;
+	size_t n = 0, i;
+	int ret = 0;
+
+	for (a = e->parent; a && a->slot != PINDEX_NONE && a->extent == PINDEX_NONE; a = a->parent)
+		n++;
+	if (n && !(up = malloc(n * sizeof(*up))))
+		return -ENOMEM;
+	for (i = 0, a = e->parent; i < n; i++, a = a->parent)
+		up[i] = a;
+	for (i = n; ret == 0 && i-- > 0;)
+		if (unwritten(up[i]))
+			ret = start_write(c, p, up[i], 0);
+	free(up);
+	return ret < 0 ? ret : start_write(c, p, e, 0);
 }
 
 uint32_t tier_spill(struct cache *c, struct pool *p, uint32_t want_free)
 {
-	if (!p->spill || p->disk_errors_in_row >= TIER_MAX_ERRORS_IN_ROW)
-		return p->writes_inflight;
-	while (p->pa.n_free + p->writes_inflight < want_free) {
-		struct pindex_entry *e, *top;
+	struct prefix_index *ix = &p->ix;
+	int may_write;
 
-		/* The least recently used page without a disk copy (clean
-		 * ones leave without I/O, evict.c); permanent ones last. */
-		for (e = prefix_index_host_next(&p->ix, NULL); e && !spillable(e);
-		     e = prefix_index_host_next(&p->ix, e))
-			;
+	if (!p->spill)
+		return 0;
+	may_write = p->disk_errors_in_row < TIER_MAX_ERRORS_IN_ROW;
+	/* The victims of eviction, in its order (prefix_index.h: leaves
+	 * first, least recently used first, permanent ones last; a parent
+	 * whose last child is leaving is next), until the free pages and
+	 * those leaving reach want_free, the low mark: a page with a disk
+	 * copy leaves at once, one without is written and leaves once
+	 * written. Only the victims are written: what stays in the host tier
+	 * needs no disk copy, and a child written while its parent stays is
+	 * still whole after a clean stop (tier_flush writes the parent) and a
+	 * miss after a crash (the start-up scan frees a page whose parent is
+	 * not on disk), never a wrong page. */
+	while (p->pa.n_free + ix->n_leaving < want_free) {
+		struct pindex_entry *e = prefix_index_host_next(ix, NULL);
+
 		if (!e)
 			break;
-		/* Its unwritten ancestors first, from the top: a child on disk
-		 * is useless without its parent, after a crash too. */
-		do {
-			for (top = e; top->parent && spillable(top->parent); top = top->parent)
-				;
-			if (start_write(c, p, top) < 0)
-				return p->writes_inflight;
-		} while (top != e);
+		if (e->extent != PINDEX_NONE) {
+			prefix_index_detach_host(ix, &p->pa, e);
+			continue;
+		}
+		if (!may_write || start_write(c, p, e, 1) < 0)
+			break;
 	}
-	return p->writes_inflight;
+	return ix->n_leaving;
 }
 
 uint32_t tier_flush(struct cache *c, struct pool *p)
@@ -340,8 +387,14 @@ uint32_t tier_flush(struct cache *c, struct pool *p)
 
 	if (!p->spill)
 		return 0;
-	/* Every page only the index holds: want every slot free. */
-	tier_spill(c, p, p->pa.n_pages + p->writes_inflight + 1);
+	/* Every page only the index holds, each after its ancestors; they
+	 * stay in the host tier (the daemon is stopping). */
+	for (uint32_t slot = 0; slot < p->pa.n_pages; slot++) {
+		struct pindex_entry *e = prefix_index_of_slot(&p->ix, slot);
+
+		if (e && e->idle && unwritten(e) && write_chain(c, p, e) < 0)
+			break;
+	}
 	return p->writes_inflight - before;
 }
 

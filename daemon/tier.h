@@ -79,14 +79,17 @@ int tier_pool_busy(const struct pool *p);
  * -EINVAL. */
 int tier_page_unquantize(const struct shm_layout *l, void *page, const struct shm_layout *stored);
 
-/* Starts writing least recently used host pages without a disk copy
- * (each after its unwritten ancestors) until the free pages plus those
- * being written reach want_free. Returns the writes now in flight for p. */
+/* Frees host slots in eviction's order (prefix_index.h: leaves first,
+ * least recently used first) until the free pages plus those leaving
+ * reach want_free: a page with a disk copy leaves at once, one without is
+ * written to disk and leaves once written, unless a lease took it
+ * meanwhile. Returns the pages of p leaving (writes in flight for them). */
 uint32_t tier_spill(struct cache *c, struct pool *p, uint32_t want_free);
 
 /* Starts writing every page only the index holds that has no disk copy
- * yet (at a clean stop, so a restart finds them). Returns the writes
- * started. */
+ * yet, each after its unwritten ancestors (at a clean stop, so a restart
+ * finds them, whole prefixes even if the stop is cut short). Returns the
+ * writes started. */
 uint32_t tier_flush(struct cache *c, struct pool *p);
 
 /* Brings e's page into a host slot. Returns 0 when it is there already,

@@ -660,7 +660,8 @@ static uint32_t spilled_of_a(struct fixture *f, int hier, uint64_t *ret_spilled)
  * spill (a batch down to the low watermark, 7 pages) takes only A's
  * oldest pages — had it taken a later page of A, that page's unwritten
  * ancestors would have gone with it. Without the hierarchy A's pages
- * leave newest first, and the newest drags all its ancestors: all 32. */
+ * leave from the chain's end, and only down to the low mark (issue 13:
+ * the newest page dragged all its ancestors, all 32, to disk). */
 static void test_hierarchy_placement(void **state)
 {
 	uint64_t spilled;
@@ -670,7 +671,10 @@ static void test_hierarchy_placement(void **state)
 	assert_true(a > 0 && a < 24);
 	assert_true(a <= spilled);
 	a = spilled_of_a(*state, 0, &spilled);
-	assert_true(a >= 25);
+	fprintf(stderr, "without the hierarchy: %u of A's pages spilled, %llu in all\n", a,
+		(unsigned long long)spilled);
+	assert_true(a > 0 && a < 24);
+	assert_true(a <= spilled);
 }
 
 int main(void)

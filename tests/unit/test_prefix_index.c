@@ -256,7 +256,9 @@ static void test_evict_lru_leaves_first(void **state)
 
 /* The host list's order: ordinary entries LRU first, then permanent ones
  * (which leave last), and a demoted entry goes to the cold end of its
- * list. A disk tier makes every host copy listed (children too). */
+ * list. With a disk tier as without, only pages none of whose children
+ * keeps a host copy are listed: a chain leaves the host tier from its end
+ * (issue 13: spilling took parents whose children stayed). */
 static void test_host_order_permanent_and_demoted(void **state)
 {
 	struct fix *f = calloc(1, sizeof(*f));
@@ -274,28 +276,33 @@ static void test_host_order_permanent_and_demoted(void **state)
 	commit_chain(f, root, 1, 2, a, ha);
 	commit_chain(f, root, 2, 2, b, hb);
 	commit_chain(f, root, 3, 2, c, hc);
-	/* A's first page is a system prompt: permanent. */
+	/* A is a system prompt: permanent. */
 	prefix_index_mark_permanent(&f->ix, &f->pa, prefix_index_find(&f->ix, ha[0]));
-	close_chain(f, a, 2); /* joins: a1, a0 (kept list) */
-	close_chain(f, b, 2); /* b1, b0 */
-	close_chain(f, c, 2); /* c1, c0 */
-	assert_int_equal(f->ix.n_permanent, 1);
-	/* C's first page was the least useful: demoted. */
-	prefix_index_demote(&f->ix, prefix_index_find(&f->ix, hc[0]));
-	want[n++] = prefix_index_find(&f->ix, hc[0]);
-	want[n++] = prefix_index_find(&f->ix, ha[1]);
-	want[n++] = prefix_index_find(&f->ix, hb[1]);
-	want[n++] = prefix_index_find(&f->ix, hb[0]);
+	prefix_index_mark_permanent(&f->ix, &f->pa, prefix_index_find(&f->ix, ha[1]));
+	close_chain(f, a, 2); /* joins: a1 (kept list) */
+	close_chain(f, b, 2); /* b1 */
+	close_chain(f, c, 2); /* c1 */
+	assert_int_equal(f->ix.n_permanent, 2);
+	/* C's last page was the least useful: demoted. */
+	prefix_index_demote(&f->ix, &f->pa, prefix_index_find(&f->ix, hc[1]));
 	want[n++] = prefix_index_find(&f->ix, hc[1]);
-	want[n++] = prefix_index_find(&f->ix, ha[0]);
+	want[n++] = prefix_index_find(&f->ix, hb[1]);
+	want[n++] = prefix_index_find(&f->ix, ha[1]);
 	e = prefix_index_host_next(&f->ix, NULL);
 	for (int i = 0; i < n; i++, e = prefix_index_host_next(&f->ix, e))
 		assert_ptr_equal(e, want[i]);
 	assert_null(e);
 	check(f);
 	/* Touching a permanent entry keeps it on its own list. */
-	prefix_index_touch(&f->ix, want[5]);
-	assert_true(want[5]->permanent);
+	prefix_index_touch(&f->ix, &f->pa, want[2]);
+	assert_true(want[2]->permanent);
+	check(f);
+	/* C's last page leaves the host tier (it has a disk copy): its
+	 * parent is a leaf now, as cold as it was, the next to go. */
+	want[0]->extent = 7;
+	f->ix.n_disk++;
+	prefix_index_detach_host(&f->ix, &f->pa, want[0]);
+	assert_ptr_equal(prefix_index_host_next(&f->ix, NULL), prefix_index_find(&f->ix, hc[0]));
 	check(f);
 	prefix_index_fini(&f->ix, &f->pa);
 	pagealloc_fini(&f->pa);
