@@ -407,3 +407,22 @@ void spill_full(struct spill *sp, uint32_t extent)
 			sp->free[keep++] = sp->free[i];
 	sp->n_free = keep;
 }
+
+int spill_forget(const struct spill *sp, const uint32_t *extents, uint32_t n)
+{
+	static const unsigned char zero[SPILL_PAGE_HDR];
+	int ret = 0;
+
+	for (uint32_t i = 0; i < n && ret == 0; i++) {
+		ssize_t w =
+			pwrite(sp->fd_meta, zero, sizeof(zero), (off_t)spill_hdr_off(extents[i]));
+
+		if (w != (ssize_t)sizeof(zero))
+			ret = w < 0 ? -errno : -EIO;
+	}
+	/* Never retried: after a failed sync the page cache may say
+	 * anything about what reached the disk. */
+	if (ret == 0 && n && fdatasync(sp->fd_meta) < 0)
+		ret = -errno;
+	return ret;
+}

@@ -115,4 +115,14 @@ void spill_hdr_encode(struct spill *sp, struct spill_page_hdr *h, unsigned char 
 /* Decodes and checks a page header of sp's pool. Returns 0 or -EBADMSG. */
 int spill_hdr_decode(const struct spill *sp, const unsigned char *in, struct spill_page_hdr *h);
 
+/* Forgets extents for good (an admin's purge or drop): overwrites each
+ * one's page header with zeros, which no scan accepts, then fdatasyncs the
+ * file, so no later start finds their pages, whatever the data left in
+ * them. The extents stay allocated: the caller frees them (spill_free)
+ * once this returned 0; after a failure their headers may survive, and
+ * the caller keeps them out of use. Blocking, and thread-safe against the
+ * event loop: it touches only sp->fd_meta, which stays open while the
+ * spill file does. Returns 0 or -errno (the first write or sync error). */
+int spill_forget(const struct spill *sp, const uint32_t *extents, uint32_t n);
+
 #endif
