@@ -31,6 +31,8 @@ struct cache_counters {
 	uint64_t checkpoints_refused;  /* corrupt, truncated, newer or foreign files */
 	uint64_t checkpoint_failures;  /* writes that failed */
 	uint64_t warmed_up_pages;
+	uint64_t purges;       /* Purge requests served */
+	uint64_t purged_pages; /* index pages purges and admin drops forgot */
 };
 
 struct aio;

@@ -88,6 +88,9 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	out->checkpoints_refused = c->ctr.checkpoints_refused;
 	out->checkpoint_failures = c->ctr.checkpoint_failures;
 	out->warmed_up_pages = c->ctr.warmed_up_pages;
+	out->has_purges = out->has_purged_pages = 1;
+	out->purges = c->ctr.purges;
+	out->purged_pages = c->ctr.purged_pages;
 	if (c->aio && c->cfg->disk_pool_bytes) {
 		out->disk_io = (char *)aio_mode_name(c->aio);
 		out->has_spilled_pages = out->has_promoted_pages = 1;
@@ -125,6 +128,8 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 		ps->evictable_pages = p->ix.n_evictable;
 		ps->evictions = p->ix.evictions;
 		ps->dedup_pages = p->ix.dedup_pages;
+		ps->has_purged_pages = 1;
+		ps->purged_pages = p->ix.forgotten;
 		if (p->dev.on) {
 			ps->has_device_pages = ps->has_device_used_pages = 1;
 			ps->has_device_copied_pages = ps->has_device_dropped_pages = 1;
