@@ -16,9 +16,11 @@
  *    either; pages a reader's lease shares stay;
  *  - purge --salt: a tenant's leaked salt — its chains go from host and
  *    disk at once, a reader's lease keeps its bytes, the other salt's
- *    chains stay; after SIGKILL and a restart nothing of the purged salt
- *    comes back; then purge --unused-since takes the pages found on disk
- *    and never used since the restart, and leaves a fresh one.
+ *    chains stay, and a session that held purged pages puts nothing it
+ *    computes after them into the index; after SIGKILL and a restart
+ *    nothing of the purged salt comes back; then purge --unused-since
+ *    takes the pages found on disk and never used since the restart, and
+ *    leaves a fresh one.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -322,9 +324,11 @@ static void test_purge_salt_and_age(void **state)
 	struct kvp_purge_result pr;
 	struct kvp_purge_spec spec = {0};
 	struct kvp_pool_stats ps;
+	uint32_t ext[CONV + BT];
 	kvp_client *ca, *cb, *admin;
+	kvp_session *held;
 	kvp_pool *pa, *pb;
-	kvp_lease *l;
+	kvp_lease *l, *l2;
 
 	assert_int_equal(kvp_connect(h->sock, &ca), 0);
 	assert_int_equal(kvp_connect(h->sock, &cb), 0);
@@ -342,31 +346,52 @@ static void test_purge_salt_and_age(void **state)
 	assert_int_equal(kvp_admin_evict(admin, KVP_TIER_HOST, 0, KVP_EVICT_ALL, 0, &r), 0);
 	free(r);
 	write_conv(pa, all, 4);
-	/* A reader of salt A holds conversation 0 (read back from disk). */
+	/* A reader of salt A holds conversation 0 (read back from disk); a
+	 * writer of salt A has conversation 3 open, about to go on. */
 	assert_int_equal(kvp_match_prefix(pa, conv(all, 0), CONV, &l), 0);
 	assert_int_equal(kvp_lease_tokens(l), CONV);
+	memcpy(ext, conv(all, 3), CONV * sizeof(uint32_t));
+	harness_tokens(ext + CONV, BT, 777, 0);
+	assert_int_equal(harness_pkv_commit_session(pa, ext, CONV, &held), 0);
 
 	CTL_EXPECT(0, h->admin_sock, "purge", "--salt", "leaked-salt");
 	expect_out("purge --salt",
-		   "purged 80 pages from 1 pool: 32 in the host tier, 64 on disk (invalidated "
+		   "purged 80 pages from 1 pool: 48 in the host tier, 64 on disk (invalidated "
 		   "and synced), 0 GPU copies");
-	expect_out("purge --salt", "16 pages still held by sessions or leases");
+	expect_out("purge --salt",
+		   "32 pages still held by sessions or leases, freed when they end; 1 session "
+		   "will index nothing more");
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(matched(pa, all, i), 0);
+	/* The writer goes on from its purged pages: what it computes on them
+	 * must not be matched either, not even once a clean client has
+	 * recomputed conversation 3 under the same salt. */
+	write_conv(pa, all, 3);
+	assert_int_equal(kvp_append(held, ext + CONV, BT), 0);
+	assert_int_equal(harness_pkv_write_session(pa, held, ext, CONV, CONV + BT), 0);
+	assert_int_equal(kvp_commit(held, BT), 0);
+	assert_int_equal(kvp_match_prefix(pa, ext, CONV + BT, &l2), 0);
+	assert_int_equal(kvp_lease_tokens(l2), CONV);
+	assert_int_equal(kvp_lease_release(l2), 0);
+	assert_int_equal(kvp_session_close(held), 0);
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(matched(pb, all, i), CONV);
 	assert_int_equal(harness_pkv_check_lease(l, pa, conv(all, 0), CONV), 0);
 	assert_int_equal(kvp_lease_release(l), 0);
+	/* B's 4 conversations, and A's conversation 3 as recomputed. */
 	ps = stats_of(cb, pb);
-	assert_int_equal(ps.indexed_pages, 4 * CONV_PAGES);
+	assert_int_equal(ps.indexed_pages, 5 * CONV_PAGES);
 	assert_int_equal(ps.purged_pages, 80);
-	/* The library call: nothing more of that salt. */
+	/* The library call: what of that salt came since (the recomputed
+	 * conversation 3), and not the writer's page after it. */
 	spec.flags = KVP_PURGE_SALT | KVP_PURGE_MODEL;
 	spec.salt = "leaked-salt";
 	spec.salt_len = 11;
 	spec.model_id = MODEL;
 	assert_int_equal(kvp_admin_purge(admin, &spec, &pr), 0);
-	assert_int_equal(pr.pages, 0);
+	assert_int_equal(pr.pages, CONV_PAGES);
+	assert_int_equal(pr.pools, 1);
+	assert_int_equal(matched(pa, all, 3), 0);
 	spec.flags = 0;
 	assert_int_equal(kvp_admin_purge(admin, &spec, &pr), -EINVAL);
 	kvp_disconnect(admin);
