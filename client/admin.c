@@ -1,5 +1,5 @@
 /* client/admin.c — the admin socket's operations: one session in detail,
- * dropping sessions and pools, eviction, the configuration.
+ * dropping sessions and pools, eviction, purges, the configuration.
  *
  * Each call is one request and one reply, copied into one caller-owned
  * allocation (free() it) so nothing points into the connection's buffers.
@@ -181,17 +181,27 @@ KVP_PUBLIC int kvp_admin_drop_pool(kvp_client *c, uint64_t pool_id, unsigned int
 KVP_PUBLIC int kvp_admin_evict(kvp_client *c, uint32_t tier, uint64_t pool_id, uint64_t max_bytes,
 			       uint32_t max_pages, struct kvp_evict_result **ret_result)
 {
+	return kvp_admin_evict_flags(c, tier, pool_id, max_bytes, max_pages, 0, ret_result);
+}
+
+KVP_PUBLIC int kvp_admin_evict_flags(kvp_client *c, uint32_t tier, uint64_t pool_id,
+				     uint64_t max_bytes, uint32_t max_pages, unsigned int flags,
+				     struct kvp_evict_result **ret_result)
+{
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__EvictRequest op = KVPALACE__V1__EVICT_REQUEST__INIT;
 	const Kvpalace__V1__EvictResponse *r;
 	Kvpalace__V1__Response *resp;
 	struct kvp_evict_result *out;
 	uint64_t pages = 0, bytes = 0;
+	int demoting = tier == KVP_TIER_HOST && !(flags & KVP_EVICT_DISCARD);
 	int ret;
 
-	if (!c || !ret_result || max_bytes == 0)
+	if (!c || !ret_result || max_bytes == 0 || (flags & ~KVP_EVICT_DISCARD) ||
+	    ((flags & KVP_EVICT_DISCARD) && tier != KVP_TIER_HOST))
 		return -EINVAL;
 	op.tier = (Kvpalace__V1__Tier)tier;
+	op.has_discard = op.discard = (flags & KVP_EVICT_DISCARD) != 0;
 	op.has_pool_id = pool_id != 0;
 	op.pool_id = pool_id;
 	op.has_max_bytes = max_bytes != KVP_EVICT_ALL;
@@ -213,8 +223,13 @@ KVP_PUBLIC int kvp_admin_evict(kvp_client *c, uint32_t tier, uint64_t pool_id, u
 		pages += ep->pages;
 		bytes += ep->bytes;
 	}
-	if (pages != r->pages || bytes != r->bytes || (max_pages && r->pages > max_pages) ||
-	    (max_bytes != KVP_EVICT_ALL && r->bytes > max_bytes))
+	/* Demoting from the host tier may take a page's parent along (the
+	 * disk tier writes parents first): only then may it exceed what was
+	 * asked for. */
+	if (pages != r->pages || bytes != r->bytes ||
+	    (!demoting && max_pages && r->pages > max_pages) ||
+	    (!demoting && max_bytes != KVP_EVICT_ALL && r->bytes > max_bytes) ||
+	    r->demoted + r->dropped > r->pages)
 		return conn_break(c, -EPROTO,
 				  "kvpalaced reported an eviction whose pools do not add up to "
 				  "its total, or that exceeds what was asked for");
@@ -225,6 +240,8 @@ KVP_PUBLIC int kvp_admin_evict(kvp_client *c, uint32_t tier, uint64_t pool_id, u
 	out->pages = r->pages;
 	out->bytes = r->bytes;
 	out->more = !!r->more;
+	out->demoted = r->demoted;
+	out->dropped = r->dropped;
 	out->n_pools = r->n_pools;
 	for (size_t i = 0; i < r->n_pools; i++) {
 		out->pools[i].pool_id = r->pools[i]->pool_id;
@@ -232,6 +249,57 @@ KVP_PUBLIC int kvp_admin_evict(kvp_client *c, uint32_t tier, uint64_t pool_id, u
 		out->pools[i].bytes = r->pools[i]->bytes;
 	}
 	*ret_result = out;
+	return 0;
+}
+
+KVP_PUBLIC int kvp_admin_purge(kvp_client *c, const struct kvp_purge_spec *spec,
+			       struct kvp_purge_result *ret)
+{
+	const unsigned int all = KVP_PURGE_POOL | KVP_PURGE_UID | KVP_PURGE_MODEL | KVP_PURGE_SALT |
+				 KVP_PURGE_UNUSED_SINCE;
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__PurgeRequest op = KVPALACE__V1__PURGE_REQUEST__INIT;
+	const Kvpalace__V1__PurgeResponse *r;
+	Kvpalace__V1__Response *resp;
+	int err;
+
+	if (!c || !spec || !(spec->flags & all) || (spec->flags & ~all) ||
+	    ((spec->flags & KVP_PURGE_POOL) && !spec->pool_id) ||
+	    ((spec->flags & KVP_PURGE_MODEL) && !spec->model_id) ||
+	    ((spec->flags & KVP_PURGE_SALT) &&
+	     (spec->salt_len > 64 || (spec->salt_len && !spec->salt))))
+		return -EINVAL;
+	op.has_pool_id = (spec->flags & KVP_PURGE_POOL) != 0;
+	op.pool_id = spec->pool_id;
+	op.has_uid = (spec->flags & KVP_PURGE_UID) != 0;
+	op.uid = spec->uid;
+	if (spec->flags & KVP_PURGE_MODEL)
+		op.model_id = (char *)spec->model_id;
+	op.has_cache_salt = (spec->flags & KVP_PURGE_SALT) != 0;
+	op.cache_salt.data = (uint8_t *)spec->salt;
+	op.cache_salt.len = spec->salt_len;
+	op.has_unused_since_unix_s = (spec->flags & KVP_PURGE_UNUSED_SINCE) != 0;
+	op.unused_since_unix_s = spec->unused_since > 0 ? (uint64_t)spec->unused_since : 0;
+	req.op_case = KVPALACE__V1__REQUEST__OP_PURGE;
+	req.purge = &op;
+	err = call(c, &req, KVPALACE__V1__RESPONSE__OP_PURGE, &resp);
+	if (err < 0)
+		return err;
+	r = resp->purge;
+	if (r->host_pages > r->pages || r->held_pages > r->host_pages || r->disk_pages > r->pages ||
+	    (r->pages && !r->pools))
+		return conn_break(c, -EPROTO,
+				  "kvpalaced reported a purge whose parts exceed its total");
+	if (ret) {
+		memset(ret, 0, sizeof(*ret));
+		ret->pages = r->pages;
+		ret->pools = r->pools;
+		ret->host_pages = r->host_pages;
+		ret->disk_pages = r->disk_pages;
+		ret->device_pages = r->device_pages;
+		ret->held_pages = r->held_pages;
+		ret->sessions_marked = r->sessions_marked;
+	}
 	return 0;
 }
 

@@ -523,6 +523,7 @@ struct kvp_pool_stats {
 					* (the file was cut short): misses, not I/O errors */
 	uint64_t lossy_replaced_pages; /* lossy disk copies (spill-dtype) replaced by an exact
 					* commit of the same tokens */
+	uint64_t purged_pages;	       /* index pages an admin purged or dropped since start */
 };
 
 struct kvp_stats {
@@ -559,6 +560,8 @@ struct kvp_stats {
 	/* Restores and warm-ups that waited for the host tier to write cached
 	 * pages to the disk tier before there was room for theirs. */
 	uint64_t restore_waits;
+	uint64_t purges;       /* kvp_admin_purge() calls served, every tenant */
+	uint64_t purged_pages; /* index pages purges and admin drops forgot */
 };
 
 /* Counters and pools of the caller's tenant (its uid): its requests,
@@ -753,12 +756,19 @@ struct kvp_drop_session_result {
 	int was_writing;      /* a client's uncommitted tokens were rolled back */
 };
 
-/* Closes a session of any user, as kvp_session_close() would: pages still
- * pinned by read leases or held by the prefix index stay. A session a
- * client is writing (uncommitted tokens) is refused with -EBUSY unless
- * flags has KVP_DROP_FORCE; then its reservation is rolled back, and the
- * writer's later calls on it fail with -ENOENT. *ret (may be NULL) says
- * what went. Errors: -ENOENT, -EBUSY, -EPERM. */
+/* Closes a session of any user, as kvp_session_close() would, and
+ * forgets in every tier the prefix-index pages of its prefix that no other
+ * session or read lease holds, with every cached page continuing them: no
+ * later match finds them, after a restart either (the daemon invalidates
+ * their disk copies and syncs before it answers). Pages another holder
+ * shares stay indexed (they are that holder's too: kvp_admin_purge()
+ * removes them). A session a client is writing (uncommitted tokens) is
+ * refused with -EBUSY unless flags has KVP_DROP_FORCE; then its
+ * reservation is rolled back, and the writer's later calls on it fail
+ * with -ENOENT. *ret (may be NULL) says what went. Errors: -ENOENT,
+ * -EBUSY (also: disk I/O of the pool would not finish: try again), -EIO
+ * (dropped, but the disk copies could not be invalidated: a restart may
+ * find them), -EPERM. */
 KVP_PUBLIC int kvp_admin_drop_session(kvp_client *c, uint64_t session_id, unsigned int flags,
 				      struct kvp_drop_session_result *ret);
 
@@ -771,12 +781,16 @@ struct kvp_drop_pool_result {
 	uint64_t arena_bytes; /* host tier bytes given back */
 };
 
-/* Frees a pool of any user: its arena, prefix index and pages. Refused
- * with -EBUSY while it has sessions or read leases, unless flags has
- * KVP_DROP_FORCE: then its sessions are closed and the leases on it
- * released first, and their owners' later calls on them fail with
- * -ENOENT. Processes that mapped the arena keep a valid mapping of memory
- * nobody else uses. Errors: -ENOENT, -EBUSY, -EPERM. */
+/* Frees a pool of any user: its arena, prefix index, pages and spill file
+ * (removed, and the removal synced, before the call returns: a pool of the
+ * same identity starts empty, after a restart too). Refused with -EBUSY
+ * while it has sessions or read leases, unless flags has KVP_DROP_FORCE:
+ * then its sessions are closed and the leases on it released first, and
+ * their owners' later calls on them fail with -ENOENT. Processes that
+ * mapped the arena keep a valid mapping of memory nobody else uses.
+ * Errors: -ENOENT, -EBUSY (also: disk I/O or a checkpoint in flight),
+ * -EIO and others from removing the spill file (nothing dropped; or, for
+ * -EIO, dropped but the removal may not survive a crash), -EPERM. */
 KVP_PUBLIC int kvp_admin_drop_pool(kvp_client *c, uint64_t pool_id, unsigned int flags,
 				   struct kvp_drop_pool_result *ret);
 
@@ -790,24 +804,99 @@ struct kvp_evicted_pool {
 };
 
 struct kvp_evict_result {
-	uint64_t pages; /* evicted by this request, every pool */
+	uint64_t pages; /* left the tier in this request, every pool */
 	uint64_t bytes;
-	int more; /* stopped at max_pages (or the daemon's limit): ask again */
+	int more; /* stopped at a limit of the request: ask again */
 	size_t n_pools;
 	struct kvp_evicted_pool *pools; /* [n_pools] pools that lost pages */
+	uint64_t demoted;		/* of pages: still cached in a lower tier */
+	uint64_t dropped;		/* of pages: gone from the cache */
 };
 
-/* One eviction request: drops cached pages that nothing but the prefix
- * index holds (leaves first, least recently used first) from tier, pool
- * by pool, oldest pool first (pool_id only, when not 0), until max_bytes
- * (whole pages; KVP_EVICT_ALL for no limit) or max_pages (0: the daemon's
- * limit, 65536) is reached. A large eviction is several calls: go on while
- * result->more, taking what went off max_bytes. From KVP_TIER_GPU it drops
- * device copies that no lease holds (their pages stay in the host or disk
- * tier). Errors: -EOPNOTSUPP the daemon has no such tier; -ENOENT no such
- * pool; -EINVAL max_bytes 0 or an unknown tier; -EPERM. */
+/* kvp_admin_evict_flags(): drop pages leaving the host tier instead of
+ * writing them to the disk tier. */
+#define KVP_EVICT_DISCARD 1u
+
+/* One eviction request: moves cached pages that nothing but the prefix
+ * index holds (least recently used first) out of tier, pool by pool,
+ * oldest pool first (pool_id only, when not 0), until max_bytes (whole
+ * pages; KVP_EVICT_ALL for no limit) or max_pages (0: the daemon's limit,
+ * 65536) is reached. A large eviction is several calls: go on while
+ * result->more, taking what went off max_bytes.
+ *  - KVP_TIER_HOST: pages go down to the disk tier, as the watermarks move
+ *    them: those with a disk copy at once, the others once written (the
+ *    call returns when they are; one call writes in one pool at most).
+ *    A page whose parent in the hash chain is not on disk yet takes the
+ *    parent along (a child on disk is useless without it), so a call may
+ *    move a few pages more than max_bytes or max_pages.
+ *    With KVP_EVICT_DISCARD, or in a pool without a disk tier, pages
+ *    without a disk copy are dropped instead, leaves of the hash chain
+ *    first.
+ *  - KVP_TIER_DISK: disk copies go (a page in the host tier keeps its host
+ *    copy; a disk-only page leaves the cache, leaves first), for good: the
+ *    daemon invalidates their headers and syncs before it answers.
+ *  - KVP_TIER_GPU: device copies that no lease holds (their pages stay in
+ *    the host or disk tier).
+ * kvp_admin_evict() is kvp_admin_evict_flags() with flags 0. Errors:
+ * -EOPNOTSUPP the daemon has no such tier; -ENOENT no such pool; -EINVAL
+ * max_bytes 0, an unknown tier or flag, KVP_EVICT_DISCARD with another
+ * tier than the host's; -EIO disk headers could not be invalidated;
+ * -EPERM. */
 KVP_PUBLIC int kvp_admin_evict(kvp_client *c, uint32_t tier, uint64_t pool_id, uint64_t max_bytes,
 			       uint32_t max_pages, struct kvp_evict_result **ret_result);
+KVP_PUBLIC int kvp_admin_evict_flags(kvp_client *c, uint32_t tier, uint64_t pool_id,
+				     uint64_t max_bytes, uint32_t max_pages, unsigned int flags,
+				     struct kvp_evict_result **ret_result);
+
+/* What kvp_admin_purge() removes: the pages matching every criterion that
+ * flags names (at least one). */
+#define KVP_PURGE_POOL	       1u  /* of pool pool_id */
+#define KVP_PURGE_UID	       2u  /* of pools of user uid */
+#define KVP_PURGE_MODEL	       4u  /* of pools of model id model_id */
+#define KVP_PURGE_SALT	       8u  /* committed under cache salt salt[0..salt_len) (0: none) */
+#define KVP_PURGE_UNUSED_SINCE 16u /* not used since unused_since (time(2) seconds) */
+
+struct kvp_purge_spec {
+	unsigned int flags; /* KVP_PURGE_* */
+	uint64_t pool_id;
+	uint32_t uid;
+	const char *model_id;
+	const void *salt; /* the bytes a client gave kvp_pool_set_salt() */
+	size_t salt_len;  /* 0..64 */
+	int64_t unused_since;
+};
+
+struct kvp_purge_result {
+	uint64_t pages;		  /* prefix-index pages forgotten, in every tier */
+	uint32_t pools;		  /* pools that lost pages */
+	uint64_t host_pages;	  /* of pages: with a copy in the host tier */
+	uint64_t disk_pages;	  /* of pages: with a copy in the disk tier */
+	uint64_t device_pages;	  /* cached GPU copies forgotten */
+	uint64_t held_pages;	  /* host copies sessions or leases still hold */
+	uint32_t sessions_marked; /* sessions holding purged pages */
+};
+
+/* Purges what may be poisoned (a bad engine build, a leaked salt): forgets
+ * for good the prefix-index pages that match spec, with every cached page
+ * that continues them in the hash chain (a child is the continuation of
+ * its parent's tokens), from every tier at once: no match finds them
+ * afterwards, also after a restart (the daemon invalidates their disk
+ * copies and syncs before it answers). What counts: a page is one entry
+ * of a pool's prefix index (a full page of block_tokens tokens), counted
+ * once whatever its copies. A page a session or read lease holds stays
+ * with its holder until that ends (held_pages), and is matched no more;
+ * such a session (sessions_marked) and forks of such a lease put nothing
+ * more into the index, since what they compute rests on the purged page.
+ * Pages found on disk at start count as unused since the start unless
+ * used since, and as matching every salt when their spill file was written
+ * by a daemon that did not record salts. Checkpoint files are left alone.
+ * *ret (may be NULL) says what went. Errors: -EINVAL no criterion, an
+ * unknown flag, a salt over 64 bytes or a bad model id; -ENOENT no such
+ * pool; -EBUSY a pool's disk I/O would not finish (nothing purged: try
+ * again); -EIO purged, but the disk copies could not be invalidated (a
+ * restart may find them); -EPERM not the admin socket. */
+KVP_PUBLIC int kvp_admin_purge(kvp_client *c, const struct kvp_purge_spec *spec,
+			       struct kvp_purge_result *ret);
 
 struct kvp_config_entry {
 	const char *key;

@@ -7,7 +7,7 @@
  * else kvp_default_admin_socket_path()) through the public client library
  * only. Views: `status`, `ping`, `stats`, `pools`, `sessions`, `metrics`,
  * `session show ID` and `checkpoints`; steering: `drop session ID`, `drop
- * pool ID`, `evict --tier host --bytes SIZE`, `config show`, `config
+ * pool ID`, `evict --tier TIER --bytes SIZE`, `purge ...`, `config show`, `config
  * reload`, `checkpoint SESSION_ID NAME`, `checkpoint rm NAME`, `restore
  * NAME`, `warmup NAME`.
  * Every command is described once, in the command table below, which
@@ -26,6 +26,7 @@
  * protocol error (a reply that does not decode).
  * Single-threaded, but for the spinner's drawing thread (progress.c).
  */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -290,6 +291,8 @@ static void print_stats_text(const char *path, int admin, const struct kvp_stats
 	printf("  %-18s %" PRIu64 "\n", "committed tokens", st->committed_tokens);
 	printf("  %-18s %" PRIu64 "\n", "evicted pages", st->evictions);
 	printf("  %-18s %" PRIu64 "\n", "dedup saved pages", st->dedup_pages);
+	printf("  %-18s %" PRIu64 " (%" PRIu64 " purges)\n", "purged pages", st->purged_pages,
+	       st->purges);
 	printf("  %-18s %" PRIu64 "\n", "bad disconnects", st->disconnects_bad);
 	printf("  %-18s %" PRIu64 " written, %" PRIu64 " restored, %" PRIu64 " refused, %" PRIu64
 	       " failed, %" PRIu64 " removed; %" PRIu64 " pages warmed up; %" PRIu64
@@ -479,6 +482,8 @@ static void print_stats_json(const char *path, int admin, const struct kvp_stats
 	json_u64(f, "committed_tokens", st->committed_tokens, 1);
 	json_u64(f, "evictions", st->evictions, 1);
 	json_u64(f, "dedup_pages", st->dedup_pages, 1);
+	json_u64(f, "purges", st->purges, 1);
+	json_u64(f, "purged_pages", st->purged_pages, 1);
 	json_u64(f, "disconnects_bad", st->disconnects_bad, 1);
 	json_checkpoint_counters(f, st, 1);
 	json_bool(f, "gpu", st->gpu, 1);
@@ -644,6 +649,11 @@ static void print_metrics(FILE *f, const char *path, int json, const struct kvp_
 		 offsetof(struct kvp_stats, evictions)},
 		{"dedup_pages_total", "counter", "Committed pages replaced by an indexed copy.",
 		 offsetof(struct kvp_stats, dedup_pages)},
+		{"purges_total", "counter", "Admin purges served.",
+		 offsetof(struct kvp_stats, purges)},
+		{"purged_pages_total", "counter",
+		 "Index pages admin purges and drops forgot, in every tier.",
+		 offsetof(struct kvp_stats, purged_pages)},
 		{"bad_disconnects_total", "counter", "Connections closed for misbehaviour.",
 		 offsetof(struct kvp_stats, disconnects_bad)},
 		{"checkpoints_written_total", "counter", "Checkpoints written.",
@@ -770,22 +780,30 @@ enum {
 	OPT_PAGES = 1u << 4,
 	OPT_UID = 1u << 5,
 	OPT_VERIFY = 1u << 6,
-	OPT_LAST = OPT_VERIFY,
+	OPT_DISCARD = 1u << 7,
+	OPT_MODEL = 1u << 8,
+	OPT_SALT = 1u << 9,
+	OPT_UNUSED = 1u << 10,
+	OPT_LAST = OPT_UNUSED,
 };
 
 /* The command line, parsed. */
 struct args {
 	const char *path; /* the admin socket */
 	int json;
-	unsigned int given; /* OPT_* seen */
-	uint64_t pool_id;   /* --pool */
-	uint32_t tier;	    /* --tier, enum kvp_tier */
-	uint64_t bytes;	    /* --bytes; KVP_EVICT_ALL for "all" */
-	uint32_t pages;	    /* --pages */
-	uint32_t uid;	    /* --uid */
-	uint64_t id;	    /* the ID operand */
-	const char *ckpt;   /* the NAME operand: a checkpoint name */
-	const char *name;   /* the command's name */
+	unsigned int given;	/* OPT_* seen */
+	uint64_t pool_id;	/* --pool */
+	uint32_t tier;		/* --tier, enum kvp_tier */
+	uint64_t bytes;		/* --bytes; KVP_EVICT_ALL for "all" */
+	uint32_t pages;		/* --pages */
+	uint32_t uid;		/* --uid */
+	const char *model;	/* --model */
+	unsigned char salt[64]; /* --salt, --salt-hex */
+	size_t salt_len;
+	int64_t unused_since; /* --unused-since, time(2) seconds */
+	uint64_t id;	      /* the ID operand */
+	const char *ckpt;     /* the NAME operand: a checkpoint name */
+	const char *name;     /* the command's name */
 };
 
 /* Says why a call failed and picks the exit status: 3 when the daemon
@@ -801,6 +819,8 @@ static int fail(kvp_client *c, const char *what, int err)
 		return EXIT_PROTO;
 	return EXIT_DAEMON;
 }
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static int cmd_ping(kvp_client *c, const struct args *a)
 {
@@ -1003,7 +1023,8 @@ static int cmd_drop_session(kvp_client *c, const struct args *a)
 		return 0;
 	}
 	printf("dropped session %" PRIu64 " of pool %" PRIu64 ": %" PRIu64 " tokens (%" PRIu64
-	       " committed), %u page%s freed%s\n",
+	       " committed), %u page%s freed%s; its cached pages no other session or lease "
+	       "holds are forgotten in every tier\n",
 	       r.session_id, r.pool_id, r.n_tokens, r.committed_tokens, r.freed_pages,
 	       plural(r.freed_pages),
 	       r.was_writing ? "; a writer's uncommitted tokens were rolled back" : "");
@@ -1034,7 +1055,7 @@ static int cmd_drop_pool(kvp_client *c, const struct args *a)
 	}
 	size_text(r.arena_bytes, size, sizeof(size));
 	printf("dropped pool %" PRIu64 " (uid %u, model %s): %u session%s closed, %u lease%s "
-	       "released, %s of host tier freed\n",
+	       "released, %s of host tier freed, its spill file (if any) removed\n",
 	       r.pool_id, r.uid, printable(r.model_id, model, sizeof(model)), r.sessions_closed,
 	       plural(r.sessions_closed), r.leases_released, plural(r.leases_released), size);
 	return 0;
@@ -1103,11 +1124,13 @@ static int cmd_evict(kvp_client *c, const struct args *a)
 {
 	struct kvp_evicted_pool *sum = NULL;
 	size_t n = 0, cap = 0;
-	uint64_t left = a->bytes, pages = 0, bytes = 0, total;
+	uint64_t left = a->bytes, pages = 0, bytes = 0, demoted = 0, dropped = 0, total;
 	struct progress pg;
 	char size[32], asked[32];
 	int ret = 0;
 
+	if ((a->given & OPT_DISCARD) && a->tier != KVP_TIER_HOST)
+		return usage_error("--discard goes with --tier host only");
 	/* The bar's 100 %: what was asked, or what the index holds if less. */
 	total = a->tier == KVP_TIER_HOST ? indexed_bytes(c, a->pool_id) : 0;
 	if (a->bytes != KVP_EVICT_ALL && (!total || a->bytes < total))
@@ -1116,14 +1139,17 @@ static int cmd_evict(kvp_client *c, const struct args *a)
 	for (;;) {
 		struct kvp_evict_result *r;
 
-		ret = kvp_admin_evict(c, a->tier, a->pool_id, left, EVICT_CHUNK_PAGES, &r);
+		ret = kvp_admin_evict_flags(c, a->tier, a->pool_id, left, EVICT_CHUNK_PAGES,
+					    a->given & OPT_DISCARD ? KVP_EVICT_DISCARD : 0, &r);
 		if (ret < 0)
 			break;
 		ret = evict_add(&sum, &n, &cap, r);
 		pages += r->pages;
 		bytes += r->bytes;
+		demoted += r->demoted;
+		dropped += r->dropped;
 		if (left != KVP_EVICT_ALL)
-			left -= r->bytes;
+			left -= r->bytes < left ? r->bytes : left;
 		progress_update(&pg, bytes);
 		if (ret < 0 || !r->more || !r->pages || !left) {
 			free(r);
@@ -1157,6 +1183,10 @@ static int cmd_evict(kvp_client *c, const struct args *a)
 			fputs("null,", stdout);
 		json_u64(stdout, "pages", pages, 1);
 		json_u64(stdout, "bytes", bytes, 1);
+		if (a->tier != KVP_TIER_GPU) {
+			json_u64(stdout, "demoted", demoted, 1);
+			json_u64(stdout, "dropped", dropped, 1);
+		}
 		json_key(stdout, "pools");
 		fputc('[', stdout);
 		for (size_t i = 0; i < n; i++) {
@@ -1171,11 +1201,18 @@ static int cmd_evict(kvp_client *c, const struct args *a)
 		size_text(bytes, size, sizeof(size));
 		if (a->bytes != KVP_EVICT_ALL)
 			size_text(a->bytes, asked, sizeof(asked));
-		printf("evicted %" PRIu64 " page%s (%s) from the %s tier%s%s%s\n", pages,
+		printf("evicted %" PRIu64 " page%s (%s) from the %s tier%s%s%s", pages,
 		       plural(pages), size, tier_name(a->tier),
 		       a->bytes != KVP_EVICT_ALL ? " (at most " : "",
 		       a->bytes != KVP_EVICT_ALL ? asked : "",
 		       a->bytes != KVP_EVICT_ALL ? " asked)" : "");
+		if (a->tier == KVP_TIER_HOST)
+			printf(": %" PRIu64 " demoted to the disk tier, %" PRIu64 " dropped",
+			       demoted, dropped);
+		else if (a->tier == KVP_TIER_DISK)
+			printf(": %" PRIu64 " kept in the host tier, %" PRIu64 " dropped",
+			       pages - dropped, dropped);
+		printf("\n");
 		for (size_t i = 0; i < n; i++) {
 			size_text(sum[i].bytes, size, sizeof(size));
 			printf("  pool %-6" PRIu64 " %8" PRIu64 " page%s %12s\n", sum[i].pool_id,
@@ -1183,6 +1220,67 @@ static int cmd_evict(kvp_client *c, const struct args *a)
 		}
 	}
 	free(sum);
+	return 0;
+}
+
+static int cmd_purge(kvp_client *c, const struct args *a)
+{
+	struct kvp_purge_spec spec = {0};
+	struct kvp_purge_result r;
+	int ret;
+
+	if (a->given & OPT_POOL) {
+		spec.flags |= KVP_PURGE_POOL;
+		spec.pool_id = a->pool_id;
+	}
+	if (a->given & OPT_UID) {
+		spec.flags |= KVP_PURGE_UID;
+		spec.uid = a->uid;
+	}
+	if (a->given & OPT_MODEL) {
+		spec.flags |= KVP_PURGE_MODEL;
+		spec.model_id = a->model;
+	}
+	if (a->given & OPT_SALT) {
+		spec.flags |= KVP_PURGE_SALT;
+		spec.salt = a->salt;
+		spec.salt_len = a->salt_len;
+	}
+	if (a->given & OPT_UNUSED) {
+		spec.flags |= KVP_PURGE_UNUSED_SINCE;
+		spec.unused_since = a->unused_since;
+	}
+	if (!spec.flags) {
+		fprintf(stderr, "kvpalacectl: purge wants at least one of --pool, --uid, --model, "
+				"--salt, --salt-hex, --unused-since\n");
+		return EXIT_USAGE;
+	}
+	ret = kvp_admin_purge(c, &spec, &r);
+	if (ret < 0)
+		return fail(c, a->name, ret);
+	if (a->json) {
+		fputc('{', stdout);
+		json_string(stdout, "socket", a->path, 1);
+		json_u64(stdout, "pages", r.pages, 1);
+		json_u64(stdout, "pools", r.pools, 1);
+		json_u64(stdout, "host_pages", r.host_pages, 1);
+		json_u64(stdout, "disk_pages", r.disk_pages, 1);
+		json_u64(stdout, "device_pages", r.device_pages, 1);
+		json_u64(stdout, "held_pages", r.held_pages, 1);
+		json_u64(stdout, "sessions_marked", r.sessions_marked, 0);
+		fputs("}\n", stdout);
+		return 0;
+	}
+	printf("purged %" PRIu64 " page%s from %u pool%s: %" PRIu64 " in the host tier, %" PRIu64
+	       " on disk (invalidated and synced), %" PRIu64 " GPU cop%s\n",
+	       r.pages, plural(r.pages), r.pools, plural(r.pools), r.host_pages, r.disk_pages,
+	       r.device_pages, r.device_pages == 1 ? "y" : "ies");
+	if (r.held_pages)
+		printf("  %" PRIu64
+		       " page%s still held by sessions or leases, freed when they end; "
+		       "%u session%s will index nothing more\n",
+		       r.held_pages, plural(r.held_pages), r.sessions_marked,
+		       plural(r.sessions_marked));
 	return 0;
 }
 
@@ -1648,17 +1746,22 @@ static const struct command commands[] = {
 	 "  --pages N           list the slots of the first N pages (0..4096,\n"
 	 "                      default 16)\n",
 	 cmd_session_show},
-	{"drop session", "ID", OPT_FORCE, 0, " [--force]", "close a session",
-	 "Close a session of any user, as its owner's CloseSession would: pages a\n"
-	 "read lease pins or the prefix index holds stay cached. A session a client\n"
-	 "is writing (it holds uncommitted tokens) is refused unless --force; then\n"
-	 "the writer's reservation is rolled back and its next request on the\n"
+	{"drop session", "ID", OPT_FORCE, 0, " [--force]", "close a session, forget its pages",
+	 "Close a session of any user, as its owner's CloseSession would, and forget\n"
+	 "in every tier the cached pages of its prefix that no other session or read\n"
+	 "lease holds, with every cached page continuing them: no match finds them\n"
+	 "again, after a restart either (disk copies are invalidated and synced\n"
+	 "first). Pages another holder shares stay cached (see purge). A session a\n"
+	 "client is writing (it holds uncommitted tokens) is refused unless --force;\n"
+	 "then the writer's reservation is rolled back and its next request on the\n"
 	 "session fails (the session is gone).\n"
 	 "\n"
 	 "  -f, --force         drop it even while a client is writing it\n",
 	 cmd_drop_session},
 	{"drop pool", "ID", OPT_FORCE, 0, " [--force]", "free a pool and its arena",
-	 "Free a pool of any user: its arena, its prefix index, every page. Refused\n"
+	 "Free a pool of any user: its arena, its prefix index, every page, and its\n"
+	 "spill file in the disk tier (removed and synced first, so a pool of the same\n"
+	 "model and layout starts empty, after a restart too). Refused\n"
 	 "while the pool has sessions or read leases unless --force; then its\n"
 	 "sessions are closed and the leases on it released first, and their\n"
 	 "owners' next requests on them fail (not found). Processes that mapped the\n"
@@ -1666,21 +1769,52 @@ static const struct command commands[] = {
 	 "\n"
 	 "  -f, --force         drop it even with sessions and leases\n",
 	 cmd_drop_pool},
-	{"evict", NULL, OPT_TIER | OPT_BYTES | OPT_POOL, OPT_TIER | OPT_BYTES,
-	 " --tier TIER --bytes SIZE [--pool ID]", "drop cached pages from a tier",
+	{"evict", NULL, OPT_TIER | OPT_BYTES | OPT_POOL | OPT_DISCARD, OPT_TIER | OPT_BYTES,
+	 " --tier TIER --bytes SIZE [--pool ID] [--discard]", "move cached pages out of a tier",
 	 "Evict cached pages that nothing but the prefix index holds (no session,\n"
-	 "no lease), leaves of the hash chain first, least recently used first,\n"
-	 "pool by pool (oldest pool first), until SIZE bytes are freed (whole\n"
-	 "pages, never more than SIZE) or nothing is left to evict. Prints the\n"
-	 "pages and bytes evicted, per pool. Runs as many short requests; a bar\n"
-	 "shows progress when standard output is a terminal.\n"
+	 "no lease), least recently used first, pool by pool (oldest pool first),\n"
+	 "until SIZE bytes are freed (whole pages, never more than SIZE) or nothing\n"
+	 "is left to evict. From the host tier pages go down to the disk tier, as\n"
+	 "the watermarks move them (written first where they have no disk copy);\n"
+	 "with --discard, or without a disk tier, they are dropped instead, leaves\n"
+	 "of the hash chain first. From the disk tier their disk copies go for good\n"
+	 "(a page in the host tier stays there). From the GPU tier, device copies\n"
+	 "no lease holds. Prints the pages and bytes evicted, how many were demoted\n"
+	 "or dropped, per pool. Runs as many short requests; a bar shows progress\n"
+	 "when standard output is a terminal.\n"
 	 "\n"
-	 "  -t, --tier TIER     host (the shared-memory arenas); gpu and disk are\n"
-	 "                      refused by a daemon without those tiers\n"
+	 "  -t, --tier TIER     host, disk or gpu; a daemon without that tier\n"
+	 "                      refuses it\n"
+	 "  -d, --discard       host: drop pages instead of writing them to disk\n"
 	 "  -b, --bytes SIZE    at most SIZE bytes: 4096, 64K, 512M, 2G (powers of\n"
 	 "                      1024), or all\n"
 	 "  -p, --pool ID       only from pool ID\n",
 	 cmd_evict},
+	{"purge", NULL, OPT_POOL | OPT_UID | OPT_MODEL | OPT_SALT | OPT_UNUSED, 0,
+	 " [--pool ID] [--uid UID] [--model ID] [--salt TEXT|--salt-hex HEX]"
+	 " [--unused-since TIME]",
+	 "forget suspect cached pages in every tier",
+	 "Forget for good the cached pages (prefix-index pages) that match every\n"
+	 "option given, with every cached page continuing them in the hash chain,\n"
+	 "from every tier at once: no match finds them afterwards, after a restart\n"
+	 "either (their disk copies are invalidated and synced before the answer).\n"
+	 "For a cache a client poisoned: a bad engine build (--model), a leaked\n"
+	 "salt (--salt), a pool or a user. A page a session or read lease holds\n"
+	 "stays with it until it ends, but is matched no more, and that session\n"
+	 "puts nothing more into the cache. Pages found on disk at start count as\n"
+	 "unused since the start unless used since. Checkpoints are left alone.\n"
+	 "Prints the pages forgotten: in all, in the host tier, on disk, on the GPU,\n"
+	 "still held.\n"
+	 "\n"
+	 "  -p, --pool ID       pages of pool ID\n"
+	 "  -u, --uid UID       pages of user UID's pools\n"
+	 "  -m, --model ID      pages of pools of model id ID\n"
+	 "  --salt TEXT         pages committed under the cache salt TEXT (its\n"
+	 "                      bytes; \"\" for no salt)\n"
+	 "  --salt-hex HEX      the same, the salt given in hexadecimal\n"
+	 "  --unused-since TIME pages not used since TIME: @SECONDS since the epoch,\n"
+	 "                      or a duration ago such as 90s, 30m, 12h, 7d\n",
+	 cmd_purge},
 	{"config show", NULL, 0, 0, "", "the effective configuration",
 	 "The daemon's effective configuration, each key with its value and where it\n"
 	 "came from (default, preset, file, command line), as kvpalaced\n"
@@ -1971,6 +2105,75 @@ static int parse_count(const char *s, uint32_t max, uint32_t *ret)
 	return 0;
 }
 
+/* Parses up to cap bytes of hexadecimal (two digits a byte). Returns 0
+ * or -EINVAL. */
+static int parse_hex(const char *s, unsigned char *buf, size_t cap, size_t *ret_len)
+{
+	size_t n = strlen(s);
+
+	if (n % 2 || n / 2 > cap)
+		return -EINVAL;
+	for (size_t i = 0; i < n / 2; i++) {
+		unsigned int v;
+		char two[3] = {s[2 * i], s[2 * i + 1], '\0'};
+		char *end;
+
+		if (!isxdigit((unsigned char)two[0]) || !isxdigit((unsigned char)two[1]))
+			return -EINVAL;
+		v = (unsigned int)strtoul(two, &end, 16);
+		buf[i] = (unsigned char)v;
+	}
+	*ret_len = n / 2;
+	return 0;
+}
+
+/* Parses "@SECONDS" (since the epoch) or a duration ago: N followed by s,
+ * m, h or d. Returns 0 and the time(2) seconds, or -EINVAL. */
+static int parse_since(const char *s, int64_t *ret)
+{
+	unsigned long long v;
+	uint64_t mult;
+	char *end;
+
+	if (*s == '@') {
+		s++;
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		errno = 0;
+		v = strtoull(s, &end, 10);
+		if (errno || *end || v > INT64_MAX)
+			return -EINVAL;
+		*ret = (int64_t)v;
+		return 0;
+	}
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end[0] == '\0' || end[1] != '\0')
+		return -EINVAL;
+	switch (*end) {
+	case 's':
+		mult = 1;
+		break;
+	case 'm':
+		mult = 60;
+		break;
+	case 'h':
+		mult = 3600;
+		break;
+	case 'd':
+		mult = 86400;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (v > (uint64_t)time(NULL) / mult)
+		v = (uint64_t)time(NULL) / mult; /* before the epoch: since the epoch */
+	*ret = (int64_t)time(NULL) - (int64_t)(v * mult);
+	return 0;
+}
+
 static int parse_tier(const char *s, uint32_t *ret)
 {
 	if (!strcmp(s, "host"))
@@ -2001,6 +2204,14 @@ static const char *opt_name(unsigned int opt)
 		return "--uid";
 	case OPT_VERIFY:
 		return "--verify";
+	case OPT_DISCARD:
+		return "--discard";
+	case OPT_MODEL:
+		return "--model";
+	case OPT_SALT:
+		return "--salt";
+	case OPT_UNUSED:
+		return "--unused-since";
 	default:
 		return "?";
 	}
@@ -2048,12 +2259,23 @@ static int parse_operands(const struct command *cmd, char *const *words, int n, 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"socket", required_argument, NULL, 's'}, {"pool", required_argument, NULL, 'p'},
-		{"json", no_argument, NULL, 'j'},	  {"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},	  {"tier", required_argument, NULL, 't'},
-		{"bytes", required_argument, NULL, 'b'},  {"force", no_argument, NULL, 'f'},
-		{"pages", required_argument, NULL, 'P'},  {"uid", required_argument, NULL, 'u'},
-		{"verify", no_argument, NULL, 'v'},	  {NULL, 0, NULL, 0},
+		{"socket", required_argument, NULL, 's'},
+		{"pool", required_argument, NULL, 'p'},
+		{"json", no_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{"tier", required_argument, NULL, 't'},
+		{"bytes", required_argument, NULL, 'b'},
+		{"force", no_argument, NULL, 'f'},
+		{"pages", required_argument, NULL, 'P'},
+		{"uid", required_argument, NULL, 'u'},
+		{"verify", no_argument, NULL, 'v'},
+		{"discard", no_argument, NULL, 'd'},
+		{"model", required_argument, NULL, 'm'},
+		{"salt", required_argument, NULL, 'S'},
+		{"salt-hex", required_argument, NULL, 'X'},
+		{"unused-since", required_argument, NULL, 'U'},
+		{NULL, 0, NULL, 0},
 	};
 	struct args a = {0};
 	const struct command *cmd;
@@ -2062,7 +2284,7 @@ int main(int argc, char **argv)
 	int help = 0, n_words, used, opt, ret;
 	kvp_client *c;
 
-	while ((opt = getopt_long(argc, argv, "s:p:jhVt:b:fu:v", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "s:p:jhVt:b:fu:vdm:", opts, NULL)) != -1) {
 		switch (opt) {
 		case 's':
 			a.path = optarg;
@@ -2101,6 +2323,37 @@ int main(int argc, char **argv)
 			break;
 		case 'v':
 			a.given |= OPT_VERIFY;
+			break;
+		case 'd':
+			a.given |= OPT_DISCARD;
+			break;
+		case 'm':
+			if (!*optarg || strlen(optarg) > 127)
+				return usage_error("--model wants a model id of 1..127 characters");
+			a.model = optarg;
+			a.given |= OPT_MODEL;
+			break;
+		case 'S':
+			if (strlen(optarg) > sizeof(a.salt))
+				return usage_error("--salt wants at most 64 bytes");
+			a.salt_len = strlen(optarg);
+			memcpy(a.salt, optarg, a.salt_len);
+			a.given |= OPT_SALT;
+			break;
+		case 'X':
+			if (parse_hex(optarg, a.salt, sizeof(a.salt), &a.salt_len) < 0)
+				return usage_error("--salt-hex wants up to 64 bytes in hexadecimal "
+						   "(two digits each), not '%s'",
+						   optarg);
+			a.given |= OPT_SALT;
+			break;
+		case 'U':
+			if (parse_since(optarg, &a.unused_since) < 0)
+				return usage_error(
+					"--unused-since wants @SECONDS since the epoch or "
+					"a duration such as 90s, 30m, 12h, 7d, not '%s'",
+					optarg);
+			a.given |= OPT_UNUSED;
 			break;
 		case 'u':
 			if (parse_count(optarg, UINT32_MAX, &a.uid) < 0)

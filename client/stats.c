@@ -102,6 +102,8 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 	st->warmed_up_pages = r->warmed_up_pages;
 	st->checkpoints_removed = r->has_checkpoints_removed ? r->checkpoints_removed : 0;
 	st->restore_waits = r->has_restore_waits ? r->restore_waits : 0;
+	st->purges = r->purges;
+	st->purged_pages = r->purged_pages;
 	for (size_t i = 0; i < r->n_pools; i++) {
 		const Kvpalace__V1__PoolStats *in = r->pools[i];
 		struct kvp_pool_stats *out = &st->pools[i];
@@ -127,6 +129,7 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 		out->device_dropped_pages = in->device_dropped_pages;
 		out->device_copied_back_pages = in->device_copied_back_pages;
 		out->device_copy_errors = in->device_copy_errors;
+		out->purged_pages = in->purged_pages;
 		out->host_indexed_pages = in->host_indexed_pages;
 		out->permanent_pages = in->has_permanent_pages ? in->permanent_pages : 0;
 		out->quantized_pages = in->has_quantized_pages ? in->quantized_pages : 0;

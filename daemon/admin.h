@@ -1,9 +1,13 @@
 /* daemon/admin.h — the operations only the admin socket serves.
  *
  * kvpalacectl's steering commands: one session in detail (ShowSession),
- * dropping a session or a whole pool (DropSession, DropPool), evicting
- * cached pages from a tier (Evict), and the configuration (ConfigShow,
- * ConfigReload). Ids here name any tenant's pools and sessions: the
+ * dropping a session or a whole pool (DropSession, DropPool: what is
+ * dropped is forgotten in every tier, durably, daemon/purge.h), evicting
+ * cached pages from a tier (Evict: from the host tier down to the disk
+ * tier through its spill path, or dropped; from the disk tier for good),
+ * purging suspect pages (Purge, daemon/purge.h), and the configuration
+ * (ConfigShow, ConfigReload). Replies that wait for disk work (header
+ * invalidations, demotion writes) go out later through a ticket. Ids here name any tenant's pools and sessions: the
  * admin socket is the admin group's only (its file mode), and dispatch
  * refuses these operations on the client socket with -EPERM before they
  * get here. Everything that destroys state is logged with who asked.

@@ -34,6 +34,8 @@ struct cache_counters {
 	uint64_t warmed_up_pages;
 	uint64_t checkpoints_removed;
 	uint64_t restore_waits; /* restores that waited for room (host tier draining) */
+	uint64_t purges;	/* Purge requests served */
+	uint64_t purged_pages;	/* index pages purges and admin drops forgot */
 };
 
 /* One tenant's share of the counters: the client socket's Stats shows a

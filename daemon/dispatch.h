@@ -34,6 +34,7 @@ struct reply {
 		Kvpalace__V1__EvictResponse evict;
 		Kvpalace__V1__ConfigShowResponse config_show;
 		Kvpalace__V1__ConfigReloadResponse config_reload;
+		Kvpalace__V1__PurgeResponse purge;
 		Kvpalace__V1__CheckpointResponse checkpoint;
 		Kvpalace__V1__RestoreResponse restore;
 		Kvpalace__V1__ListCheckpointsResponse list_checkpoints;

@@ -1333,3 +1333,14 @@ void gpu_session_free(struct session *s)
 	s->dev_ranges = NULL;
 	s->dev_cap = s->n_dev_ranges = s->cap_dev_ranges = 0;
 }
+
+int gpu_pool_forget(struct pool *p, XXH128_hash_t h)
+{
+	struct gpu_pool *d = &p->dev;
+	int64_t s;
+
+	if (!d->on || (s = cache_find(d, h)) < 0)
+		return 0;
+	cache_forget(d, (uint32_t)s);
+	return 1;
+}

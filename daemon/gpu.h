@@ -171,6 +171,12 @@ void gpu_session_free(struct session *s);
 uint32_t gpu_evictable(const struct pool *p);
 uint32_t gpu_evict(struct pool *p, uint32_t max_pages, uint64_t *budget);
 
+/* An admin purged the page of chain hash h (daemon/purge.c): the device
+ * cache forgets its copy, so no later lease of a page with that hash is
+ * given it (leases holding it keep it until they end). Returns 1 when a
+ * cached copy was forgotten, else 0. */
+int gpu_pool_forget(struct pool *p, XXH128_hash_t h);
+
 /* Adds the host-slot references of p's copies in flight to refs[]. */
 int gpu_check(const struct pool *p, uint32_t *refs);
 

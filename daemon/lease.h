@@ -30,6 +30,9 @@ struct lease {
 	int complete;
 	int counted;
 	/* counted as a hit or a miss */ /* the match stopped; later chunks add nothing */
+	/* An admin purged some of its pages (daemon/purge.c): the match
+	 * stopped, and a session forked from it indexes nothing. */
+	int purged;
 	uint32_t *tokens;      /* [cap_pages * block_tokens] tokens of the matched pages */
 	XXH128_hash_t *hashes; /* [cap_pages] chain hash of each matched page */
 	uint32_t *pages;       /* [cap_pages] pinned slots, n_pages used */

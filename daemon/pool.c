@@ -124,7 +124,7 @@ void pool_free(struct cache *c, struct pool *p)
 	if (!p)
 		return;
 	kvp_assert(list_empty(&p->sessions) && !tier_pool_busy(p) && list_empty(&p->waiters) &&
-		   !p->n_jobs && !gpu_pool_busy(p));
+		   !p->n_jobs && !p->n_forgets && !gpu_pool_busy(p));
 	gpu_pool_close(c, p);
 	tier_pool_close(c, p);
 	idmap_del(&c->pools, p->id);

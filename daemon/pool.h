@@ -42,8 +42,9 @@ struct pool {
 	uint32_t writes_inflight;
 	uint32_t reads_inflight;
 	uint32_t disk_errors_in_row;
-	uint32_t n_jobs;  /* checkpoint jobs working on this pool */
-	struct list jobs; /* their links (daemon/ckptop.c) */
+	uint32_t n_jobs;    /* checkpoint jobs working on this pool */
+	uint32_t n_forgets; /* admin purges making its forgotten extents durable (purge.c) */
+	struct list jobs;   /* their links (daemon/ckptop.c) */
 	struct tier_counters tier;
 	struct gpu_pool dev;  /* the device arena (dev.on), daemon/gpu.h */
 	struct list waiters;  /* struct tier_waiter.link: requests parked on I/O */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 #include "prefix_index.h"
@@ -15,6 +16,17 @@
 static uint64_t key_of(XXH128_hash_t h)
 {
 	return h.low64 | 1; /* idmap ids are never 0 */
+}
+
+uint64_t prefix_index_now_ns(void)
+{
+	struct timespec ts;
+
+	/* The coarse clock costs a memory read, not a counter read: it is
+	 * taken on every holder change of an indexed page, and an age purge
+	 * counts in seconds. */
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 int prefix_index_init(struct prefix_index *ix, uint32_t n_pages)
@@ -232,6 +244,7 @@ void prefix_index_touch(struct prefix_index *ix, const struct pagealloc *pa, str
 		place(ix, pa, e, 0);
 	}
 	head = list_of(ix, e);
+	e->used_ns = prefix_index_now_ns();
 	if (!head)
 		return;
 	list_del(&e->lru_link);
@@ -307,6 +320,9 @@ static struct pindex_entry *new_entry(struct prefix_index *ix, XXH128_hash_t has
 	e->slot = PINDEX_NONE;
 	e->extent = PINDEX_NONE;
 	e->parent = parent;
+	if (parent)
+		e->root = parent->root;
+	e->used_ns = prefix_index_now_ns();
 	list_init(&e->lru_link);
 	if (idmap_put(&ix->by_hash, key_of(hash), e) < 0) {
 		free(e);
@@ -346,6 +362,7 @@ int prefix_index_insert_disk(struct prefix_index *ix, XXH128_hash_t hash,
 	e = new_entry(ix, hash, parent);
 	if (!e)
 		return -ENOMEM;
+	e->used_ns = 0; /* not used since this start */
 	e->extent = extent;
 	e->disk_sum = sum;
 	e->disk_dtype = dtype;
@@ -366,8 +383,11 @@ void prefix_index_update(struct prefix_index *ix, const struct pagealloc *pa, ui
 {
 	struct pindex_entry *e = ix->by_slot[slot];
 
-	if (e)
+	if (e) {
+		/* A session, lease or job took or let go of the page: a use. */
+		e->used_ns = prefix_index_now_ns();
 		place(ix, pa, e, 0);
+	}
 }
 
 void prefix_index_attach_host(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e,
@@ -379,6 +399,7 @@ void prefix_index_attach_host(struct prefix_index *ix, struct pagealloc *pa, str
 	ix->by_slot[slot] = e;
 	ix->n_host++;
 	host_changed(ix, pa, e, 0);
+	e->used_ns = prefix_index_now_ns(); /* committed, or read back for a match */
 	place(ix, pa, e, 0);
 }
 
@@ -396,8 +417,10 @@ void prefix_index_detach_host(struct prefix_index *ix, struct pagealloc *pa, str
 	host_changed(ix, pa, e, stayed);
 }
 
-void prefix_index_drop(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e,
-		       uint32_t *ret_extent)
+/* Takes e (no children, no I/O) out of the index and frees it; its host
+ * reference goes, its extent is returned. */
+static void unlink_entry(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e,
+			 uint32_t *ret_extent)
 {
 	struct pindex_entry *parent = e->parent;
 
@@ -420,7 +443,6 @@ void prefix_index_drop(struct prefix_index *ix, struct pagealloc *pa, struct pin
 	*ret_extent = e->extent;
 	idmap_del(&ix->by_hash, key_of(e->hash));
 	ix->n_entries--;
-	ix->evictions++;
 	ix->n_permanent -= e->permanent;
 	free(e);
 	if (parent) {
@@ -428,6 +450,112 @@ void prefix_index_drop(struct prefix_index *ix, struct pagealloc *pa, struct pin
 		parent->n_children--;
 		place(ix, pa, parent, 1);
 	}
+}
+
+void prefix_index_drop(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e,
+		       uint32_t *ret_extent)
+{
+	unlink_entry(ix, pa, e, ret_extent);
+	ix->evictions++;
+}
+
+void prefix_index_detach_disk(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e,
+			      uint32_t *ret_extent)
+{
+	kvp_assert(e->extent != PINDEX_NONE && e->io == PINDEX_IO_NONE);
+	if (e->slot == PINDEX_NONE && e->n_children == 0) {
+		prefix_index_drop(ix, pa, e, ret_extent);
+		return;
+	}
+	*ret_extent = e->extent;
+	e->extent = PINDEX_NONE;
+	ix->n_disk--;
+	place(ix, pa, e, 0);
+}
+
+enum { MARK_NONE, MARK_KEEP, MARK_DOOMED };
+
+/* Marks e and the unmarked entries above it: doomed when pick accepts it
+ * or an ancestor. Two walks up, each stopping at the first marked entry,
+ * so every entry is walked over a bounded number of times: O(n) for the
+ * whole index. */
+static void mark_chain(struct pindex_entry *e, int (*pick)(void *, const struct pindex_entry *),
+		       void *arg)
+{
+	struct pindex_entry *x, *top_pick = NULL;
+	int above;
+
+	for (x = e; x && x->mark == MARK_NONE; x = x->parent)
+		if (pick(arg, x))
+			top_pick = x;
+	/* x: the first marked ancestor, or NULL past the first page. */
+	above = x && x->mark == MARK_DOOMED;
+	for (struct pindex_entry *y = e; y != x; y = y->parent) {
+		/* Below the topmost pick: doomed; above it, as the marked
+		 * ancestor is. */
+		y->mark = top_pick || above ? MARK_DOOMED : MARK_KEEP;
+		if (y == top_pick)
+			top_pick = NULL;
+	}
+}
+
+int prefix_index_forget(struct prefix_index *ix, struct pagealloc *pa,
+			int (*pick)(void *arg, const struct pindex_entry *e),
+			void (*gone)(void *arg, const struct pindex_entry *e), void *arg,
+			int dry_run)
+{
+	struct pindex_entry **doomed = NULL;
+	uint32_t n = 0, k = 0, extent;
+	int busy = 0;
+
+	for (size_t i = 0; i < ix->by_hash.cap; i++)
+		if (ix->by_hash.slots[i].id)
+			mark_chain(ix->by_hash.slots[i].ptr, pick, arg);
+	for (size_t i = 0; i < ix->by_hash.cap; i++) {
+		struct pindex_entry *e = ix->by_hash.slots[i].ptr;
+
+		if (ix->by_hash.slots[i].id && e->mark == MARK_DOOMED) {
+			n++;
+			busy |= e->io != PINDEX_IO_NONE;
+		}
+	}
+	if (n && !busy && !dry_run) {
+		doomed = malloc(n * sizeof(*doomed));
+		if (!doomed)
+			busy = -ENOMEM;
+	}
+	if (n && !busy && !dry_run) {
+		/* The doomed leaves, collected first: removing entries
+		 * reshapes the map. Every other doomed entry goes when the
+		 * walk up from its last child reaches it (all its children
+		 * are doomed too), so each is freed exactly once. */
+		for (size_t i = 0; i < ix->by_hash.cap; i++) {
+			struct pindex_entry *e = ix->by_hash.slots[i].ptr;
+
+			if (ix->by_hash.slots[i].id && e->mark == MARK_DOOMED && e->n_children == 0)
+				doomed[k++] = e;
+		}
+		for (uint32_t i = 0; i < k; i++) {
+			struct pindex_entry *e = doomed[i];
+
+			while (e && e->mark == MARK_DOOMED && e->n_children == 0) {
+				struct pindex_entry *up = e->parent;
+
+				gone(arg, e);
+				unlink_entry(ix, pa, e, &extent);
+				ix->forgotten++;
+				e = up;
+			}
+		}
+		free(doomed);
+	}
+	/* The marks are scratch: cleared on whatever is left. */
+	for (size_t i = 0; i < ix->by_hash.cap; i++)
+		if (ix->by_hash.slots[i].id)
+			((struct pindex_entry *)ix->by_hash.slots[i].ptr)->mark = MARK_NONE;
+	if (busy)
+		return busy < 0 ? busy : -EBUSY;
+	return (int)n;
 }
 
 uint32_t prefix_index_evict(struct prefix_index *ix, struct pagealloc *pa, uint32_t want_free,

@@ -96,7 +96,13 @@ struct pindex_entry {
 	uint8_t idle;		     /* counted in n_idle */
 	uint8_t idle_busy;	     /* counted in n_idle_busy */
 	uint32_t n_host_children;    /* children whose host copy stays (not leaving) */
+	uint8_t mark;		     /* scratch of prefix_index_forget, 0 between calls */
 	struct pindex_entry *parent; /* NULL for a first page */
+	/* The root its chain starts from (pool identity + cache salt), so an
+	 * admin can purge one salt's pages; {0, 0} when unknown (a page found
+	 * in a spill file written before roots were recorded there). */
+	XXH128_hash_t root;
+	uint64_t used_ns; /* last use (CLOCK_MONOTONIC), 0: not since the daemon started */
 	struct list lru_link;
 };
 
@@ -119,6 +125,7 @@ struct prefix_index {
 	uint32_t n_idle;      /* host copies only the index (and a write) holds */
 	uint32_t n_idle_busy; /* of those, with disk I/O in flight */
 	uint64_t evictions;   /* entries dropped (host or disk), not demoted */
+	uint64_t forgotten;   /* entries an admin purged or dropped (prefix_index_forget) */
 	uint64_t dedup_pages;
 };
 
@@ -154,14 +161,16 @@ static inline struct pindex_entry *prefix_index_of_slot(const struct prefix_inde
 }
 
 /* Lists slot (a held page) under hash, child of parent (may be NULL),
- * taking a reference on it. Returns 0, -EEXIST when hash or its 64-bit key
- * is taken (the page simply stays unindexed), or -ENOMEM. */
+ * taking a reference on it. A child inherits its parent's root; a first
+ * page's root is the caller's to set. Returns 0, -EEXIST when hash or its
+ * 64-bit key is taken (the page simply stays unindexed), or -ENOMEM. */
 int prefix_index_insert(struct prefix_index *ix, struct pagealloc *pa, XXH128_hash_t hash,
 			struct pindex_entry *parent, uint32_t slot);
 
 /* Lists a page that is only on disk (warm restart): extent holds bytes
- * in format dtype (as disk_dtype) whose XXH3-64 is sum. Returns 0,
- * -EEXIST or -ENOMEM. */
+ * in format dtype (as disk_dtype) whose XXH3-64 is sum; root as for
+ * prefix_index_insert. Its last use is unknown (0). Returns 0, -EEXIST or
+ * -ENOMEM. */
 int prefix_index_insert_disk(struct prefix_index *ix, XXH128_hash_t hash,
 			     struct pindex_entry *parent, uint32_t extent, uint64_t sum,
 			     uint8_t dtype);
@@ -233,10 +242,37 @@ void prefix_index_drop(struct prefix_index *ix, struct pagealloc *pa, struct pin
 uint32_t prefix_index_evict(struct prefix_index *ix, struct pagealloc *pa, uint32_t want_free,
 			    int may_drop);
 
+/* Forgets entries for good, in every copy the index knows: every entry
+ * pick(arg, e) accepts and all their descendants (a child is useless, and
+ * would still name the forgotten tokens, without its parent). Each is
+ * removed from the index — no lookup finds it any more — after gone(arg,
+ * e) was called for it (children before parents), where the caller takes
+ * what outlives the entry: its extent (which the index does not free),
+ * its hash for device copies. Its host reference goes; a slot that a
+ * session or lease also holds stays theirs until they let it go. With
+ * dry_run nothing changes and gone is not called. Returns the entries
+ * forgotten (or that would be), or -EBUSY when one of them has disk I/O in
+ * flight (nothing changed: try again once the pool's I/O is done). O(n). */
+int prefix_index_forget(struct prefix_index *ix, struct pagealloc *pa,
+			int (*pick)(void *arg, const struct pindex_entry *e),
+			void (*gone)(void *arg, const struct pindex_entry *e), void *arg,
+			int dry_run);
+
+/* Takes e's disk copy away (admin eviction from the disk tier): its
+ * extent goes to *ret_extent for the caller to forget and free; an entry
+ * left with no copy and no children is dropped. e must have a disk copy
+ * and no I/O in flight. */
+void prefix_index_detach_disk(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e,
+			      uint32_t *ret_extent);
+
+/* The CLOCK_MONOTONIC time entries' used_ns are stamped with (coarse:
+ * a few milliseconds late at most). */
+uint64_t prefix_index_now_ns(void);
+
 /* Checks entries against pa: by_slot and by_hash agree, child counts (and
  * host child counts) are right, each LRU list holds exactly the entries
- * that belong on it, the idle and leaving counts agree. Adds
- * each entry's reference to refs[slot]. Returns 0 or -EUCLEAN. */
+ * that belong on it, the idle and leaving counts agree. Adds each entry's
+ * reference to refs[slot]. Returns 0 or -EUCLEAN. */
 int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa, uint32_t *refs);
 
 #endif

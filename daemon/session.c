@@ -275,8 +275,12 @@ static void index_page(struct pool *p, struct session *s, uint32_t i)
 		struct pindex_entry *pe = i ? prefix_index_find(&p->ix, parent) : NULL;
 
 		/* -EEXIST (a 64-bit key collision) or -ENOMEM leave the page
-		 * private: never indexed, never matched, still correct. */
-		(void)prefix_index_insert(&p->ix, &p->pa, h, pe, s->pages[i]);
+		 * private: never indexed, never matched, still correct. So
+		 * does a parent that is not indexed (it was never, or an
+		 * admin purged it): no match could reach the page. */
+		if ((!i || pe) && prefix_index_insert(&p->ix, &p->pa, h, pe, s->pages[i]) == 0 &&
+		    !i)
+			prefix_index_find(&p->ix, h)->root = s->root; /* for a purge by salt */
 	}
 	/* A page of a permanent span (system prompt, profile, summary)
 	 * leaves the host tier last. */
@@ -445,10 +449,16 @@ int session_fork(struct cache *c, struct session *s, uint64_t n, struct session 
 int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n,
 		       struct session **ret_session)
 {
+	int ret;
+
 	if (n > l->n_tokens)
 		return -ERANGE;
-	return fork_from(c, l->pool, l->root, l->tokens, NULL, l->pages, l->hashes, l->n_pages, n,
-			 ret_session);
+	ret = fork_from(c, l->pool, l->root, l->tokens, NULL, l->pages, l->hashes, l->n_pages, n,
+			ret_session);
+	/* What is computed on purged pages must not enter the index either. */
+	if (ret == 0)
+		(*ret_session)->unindexed = l->purged;
+	return ret;
 }
 
 uint32_t session_reserved_pages(const struct session *s)

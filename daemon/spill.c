@@ -464,18 +464,6 @@ int spill_set_used(struct spill *sp, uint32_t extent, XXH128_hash_t hash, uint64
 	return 0;
 }
 
-int spill_forget(struct spill *sp, uint32_t extent)
-{
-	static const unsigned char zero[SPILL_PAGE_HDR];
-
-	if (extent >= sp->hwm)
-		return 0; /* never handed out since the scan: nothing to find */
-	if (pwrite(sp->fd_meta, zero, sizeof(zero), (off_t)spill_hdr_off(extent)) !=
-	    (ssize_t)sizeof(zero))
-		return errno ? -errno : -EIO;
-	return 0;
-}
-
 /* ---- reclaiming junk at start ------------------------------------------- */
 
 static int count_page(void *arg, uint32_t extent, const struct spill_page_hdr *h)
@@ -592,4 +580,23 @@ int spill_reclaim(const char *dir, uint64_t *ret_bytes, uint32_t *ret_files)
 	*ret_bytes = bytes;
 	*ret_files = files;
 	return 0;
+}
+
+int spill_forget(const struct spill *sp, const uint32_t *extents, uint32_t n)
+{
+	static const unsigned char zero[SPILL_PAGE_HDR];
+	int ret = 0;
+
+	for (uint32_t i = 0; i < n && ret == 0; i++) {
+		ssize_t w =
+			pwrite(sp->fd_meta, zero, sizeof(zero), (off_t)spill_hdr_off(extents[i]));
+
+		if (w != (ssize_t)sizeof(zero))
+			ret = w < 0 ? -errno : -EIO;
+	}
+	/* Never retried: after a failed sync the page cache may say
+	 * anything about what reached the disk. */
+	if (ret == 0 && n && fdatasync(sp->fd_meta) < 0)
+		ret = -errno;
+	return ret;
 }

@@ -134,12 +134,6 @@ static inline uint64_t spill_hdr_off(uint32_t extent)
  * -errno. */
 int spill_set_used(struct spill *sp, uint32_t extent, XXH128_hash_t hash, uint64_t used);
 
-/* Makes the page header of extent name nothing (blocking, 128 bytes of
- * zeros), so no restart finds the page it held: for a page that must not
- * come back (a lossy copy replaced by an exact one; an admin's drop).
- * The extent itself is the caller's to free. Returns 0 or -errno. */
-int spill_forget(struct spill *sp, uint32_t extent);
-
 /* At daemon start, before any pool opens: removes from dir every file
  * named like a spill file (spill-<uid>-<32 hex>.kvs) that is junk — no
  * valid file header (too short, another magic, a bad checksum, an unknown
@@ -157,5 +151,15 @@ void spill_hdr_encode(struct spill *sp, struct spill_page_hdr *h, unsigned char 
 /* Decodes and checks a page header of sp's pool; h->used is 0 when the
  * stamp's seal does not verify. Returns 0 or -EBADMSG. */
 int spill_hdr_decode(const struct spill *sp, const unsigned char *in, struct spill_page_hdr *h);
+
+/* Forgets extents for good (an admin's purge or drop): overwrites each
+ * one's page header with zeros, which no scan accepts, then fdatasyncs the
+ * file, so no later start finds their pages, whatever the data left in
+ * them. The extents stay allocated: the caller frees them (spill_free)
+ * once this returned 0; after a failure their headers may survive, and
+ * the caller keeps them out of use. Blocking, and thread-safe against the
+ * event loop: it touches only sp->fd_meta, which stays open while the
+ * spill file does. Returns 0 or -errno (the first write or sync error). */
+int spill_forget(const struct spill *sp, const uint32_t *extents, uint32_t n);
 
 #endif

@@ -98,6 +98,9 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	out->has_checkpoints_removed = out->has_restore_waits = 1;
 	out->checkpoints_removed = ctr->checkpoints_removed;
 	out->restore_waits = ctr->restore_waits;
+	out->has_purges = out->has_purged_pages = 1;
+	out->purges = ctr->purges;
+	out->purged_pages = ctr->purged_pages;
 	if (c->aio && c->cfg->disk_pool_bytes) {
 		out->disk_io = (char *)aio_mode_name(c->aio);
 		out->has_spilled_pages = out->has_promoted_pages = 1;
@@ -135,6 +138,8 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 		ps->evictable_pages = p->ix.n_evictable;
 		ps->evictions = p->ix.evictions;
 		ps->dedup_pages = p->ix.dedup_pages;
+		ps->has_purged_pages = 1;
+		ps->purged_pages = p->ix.forgotten;
 		if (p->dev.on) {
 			ps->has_device_pages = ps->has_device_used_pages = 1;
 			ps->has_device_copied_pages = ps->has_device_dropped_pages = 1;

@@ -154,11 +154,18 @@ static void on_meta_written(struct aio_req *r, int res)
 	/* A success ends a run of errors here as well as for data: the
 	 * header writes of a batch complete together, and counting only
 	 * their failures would stop a pool's spilling on scattered errors. */
+	struct pool *p = io->p;
+
 	if (res < 0)
-		io_error(io->p, res, "header write");
+		io_error(p, res, "header write");
 	else
-		io->p->disk_errors_in_row = 0;
+		p->disk_errors_in_row = 0;
 	io_done(io);
+	/* An admin's purge waits for the pool's header writes too (one that
+	 * landed after its invalidation would bring a page back): tell the
+	 * waiters when the last one is done. */
+	if (p->io_inflight == 0)
+		tier_wake_all(p);
 }
 
 static void on_written(struct aio_req *r, int res)
@@ -172,7 +179,9 @@ static void on_written(struct aio_req *r, int res)
 	if (res == (int)io->len) {
 		struct spill_page_hdr h = {
 			.hash = e->hash,
-			.parent = e->parent ? e->parent->hash : (XXH128_hash_t){0, 0},
+			/* A first page names its chain root (salt included), so
+			 * a purge by salt knows it after a restart too. */
+			.parent = e->parent ? e->parent->hash : e->root,
 			.sum = io->sum,
 			.flags = e->parent ? 0 : SPILL_PAGE_FIRST,
 			.dtype = io->dtype,
@@ -615,6 +624,9 @@ static void list_found(struct pool *p, struct scan *s)
 				if (ret < 0)
 					state = ret == -ENOMEM ? -2 : -1;
 			}
+			/* A first page's header names its chain root. */
+			if (state > 0 && (f->h.flags & SPILL_PAGE_FIRST))
+				prefix_index_find(&p->ix, f->h.hash)->root = f->h.parent;
 			f->state = state;
 			if (state == -1) {
 				spill_free(p->spill, f->extent);

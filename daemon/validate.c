@@ -91,6 +91,21 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 			REJECT(-EINVAL, "evict of zero pages");
 		break;
 	}
+	case KVPALACE__V1__REQUEST__OP_PURGE: {
+		const Kvpalace__V1__PurgeRequest *pg = req->purge;
+
+		if (!pg->has_pool_id && !pg->has_uid && !pg->model_id && !pg->has_cache_salt &&
+		    !pg->has_unused_since_unix_s)
+			REJECT(-EINVAL, "a purge names what to purge: a pool, a uid, a model, a "
+					"salt or an age");
+		if (pg->has_pool_id && pg->pool_id == 0)
+			REJECT(-EINVAL, "pool id 0 does not exist");
+		if (pg->model_id && validate_model_id(pg->model_id) < 0)
+			REJECT(-EINVAL, "model id must be 1..127 printable ASCII characters");
+		if (pg->has_cache_salt && pg->cache_salt.len > PREFIX_INDEX_MAX_SALT)
+			REJECT(-EINVAL, "cache salt longer than 64 bytes");
+		break;
+	}
 	case KVPALACE__V1__REQUEST__OP_CREATE_SESSION:
 		if (req->create_session->has_cache_salt &&
 		    req->create_session->cache_salt.len > PREFIX_INDEX_MAX_SALT)

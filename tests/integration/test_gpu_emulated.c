@@ -761,6 +761,45 @@ static int setup_no_cache(void **state)
 	return harness_setup_args(state, extra);
 }
 
+/* Issue 13, item 18: a purge forgets the device cache's copies too. A
+ * cached copy is found by the chain hash: left behind, it would be given
+ * to the next lease of a recomputed page with the same tokens, the
+ * purged bytes instead of the new ones. */
+static void test_purge_device_copies(void **state)
+{
+	struct harness *h = *state;
+	struct kvp_purge_spec spec = {.flags = KVP_PURGE_MODEL, .model_id = MODEL};
+	struct kvp_purge_result res;
+	struct kvp_pool_stats ps;
+	kvp_client *c, *admin;
+	kvp_pool *p;
+	kvp_lease *l;
+
+	commit_prefix(h, prefix_b, 4 * BT);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &layout, &p), 0);
+	assert_int_equal(kvp_match_prefix_tier(p, prefix_b, 4 * BT, KVP_TIER_GPU, 0, &l), 0);
+	assert_int_equal(kvp_lease_tier(l), KVP_TIER_GPU);
+	assert_int_equal(kvp_lease_release(l), 0);
+	ps = stats_of_pool(h);
+	assert_int_equal(ps.device_used_pages, 4); /* cached, unleased */
+
+	assert_int_equal(kvp_connect(h->admin_sock, &admin), 0);
+	assert_int_equal(kvp_admin_purge(admin, &spec, &res), 0);
+	assert_int_equal(res.pages, 4);
+	assert_int_equal(res.device_pages, 4);
+	assert_int_equal(res.pools, 1);
+	ps = stats_of_pool(h);
+	assert_int_equal(ps.device_used_pages, 0);
+	assert_int_equal(ps.indexed_pages, 0);
+	assert_int_equal(ps.purged_pages, 4);
+	assert_int_equal(kvp_match_prefix(p, prefix_b, 4 * BT, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+	kvp_disconnect(admin);
+	kvp_disconnect(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -775,6 +814,8 @@ int main(void)
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_raw_abandon, setup_small, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_tier_size, setup_tier_cap, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_purge_device_copies, setup_small,
+						harness_teardown),
 	};
 
 	/* The daemons this test starts play a GPU in host memory. */

@@ -254,6 +254,91 @@ static void test_evict_lru_leaves_first(void **state)
 	free(f);
 }
 
+struct forget_arg {
+	XXH128_hash_t pick; /* the entry chosen */
+	int gone;	    /* entries gone() saw */
+	int order_ok;	    /* each gone before its parent */
+	XXH128_hash_t seen[16];
+};
+
+static int pick_one(void *arg, const struct pindex_entry *e)
+{
+	return XXH128_isEqual(e->hash, ((struct forget_arg *)arg)->pick);
+}
+
+static void saw_gone(void *arg, const struct pindex_entry *e)
+{
+	struct forget_arg *x = arg;
+
+	/* Children first: none of those seen so far is e's parent. */
+	for (int i = 0; i < x->gone; i++)
+		if (e->parent && XXH128_isEqual(x->seen[i], e->parent->hash))
+			x->order_ok = 0;
+	if (x->gone < 16)
+		x->seen[x->gone] = e->hash;
+	x->gone++;
+}
+
+/* An admin's purge (daemon/purge.c): forgetting a page takes every page
+ * continuing it, children first, leaves its parent and the other chains;
+ * a page a session still holds stays allocated for it; a dry run changes
+ * nothing; I/O in flight refuses the whole call. */
+static void test_forget_takes_descendants(void **state)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+	XXH128_hash_t root = prefix_index_root("m", &lay, NULL, 0);
+	uint32_t a[4], b[2];
+	XXH128_hash_t ha[4], hb[2];
+	struct forget_arg x = {.order_ok = 1};
+	struct pindex_entry *e;
+
+	(void)state;
+	assert_non_null(f);
+	assert_int_equal(pagealloc_init(&f->pa, 64), 0);
+	assert_int_equal(prefix_index_init(&f->ix, 64), 0);
+	commit_chain(f, root, 1, 4, a, ha);
+	commit_chain(f, root, 2, 2, b, hb);
+	close_chain(f, a + 2, 2); /* the session keeps a[0], a[1] */
+	close_chain(f, b, 2);
+	x.pick = ha[1];
+	assert_int_equal(prefix_index_forget(&f->ix, &f->pa, pick_one, saw_gone, &x, 1), 3);
+	assert_int_equal(x.gone, 0);
+	assert_int_equal(f->ix.n_entries, 6);
+	check(f);
+	/* I/O in flight on one of them: nothing happens. */
+	e = prefix_index_find(&f->ix, ha[3]);
+	e->io = PINDEX_IO_WRITE;
+	prefix_index_reconsider(&f->ix, &f->pa, e);
+	assert_int_equal(prefix_index_forget(&f->ix, &f->pa, pick_one, saw_gone, &x, 0), -EBUSY);
+	assert_int_equal(f->ix.n_entries, 6);
+	e->io = PINDEX_IO_NONE;
+	prefix_index_reconsider(&f->ix, &f->pa, e);
+	check(f);
+
+	assert_int_equal(prefix_index_forget(&f->ix, &f->pa, pick_one, saw_gone, &x, 0), 3);
+	assert_int_equal(x.gone, 3);
+	assert_true(x.order_ok);
+	assert_null(prefix_index_find(&f->ix, ha[1]));
+	assert_null(prefix_index_find(&f->ix, ha[2]));
+	assert_null(prefix_index_find(&f->ix, ha[3]));
+	assert_non_null(prefix_index_find(&f->ix, ha[0]));
+	assert_non_null(prefix_index_find(&f->ix, hb[1]));
+	assert_int_equal(f->ix.forgotten, 3);
+	assert_int_equal(f->ix.evictions, 0);
+	/* a[1] is the session's still; a[2], a[3] went back to the pool. */
+	assert_int_equal(f->pa.refs[a[1]], 1);
+	assert_null(prefix_index_of_slot(&f->ix, a[1]));
+	assert_int_equal(f->pa.refs[a[2]], 0);
+	check(f);
+	assert_int_equal(pagealloc_unref(&f->pa, a[1]), 0);
+	assert_int_equal(pagealloc_unref(&f->pa, a[0]), 1);
+	prefix_index_update(&f->ix, &f->pa, a[0]);
+	check(f);
+	prefix_index_fini(&f->ix, &f->pa);
+	pagealloc_fini(&f->pa);
+	free(f);
+}
+
 /* The host list's order: ordinary entries LRU first, then permanent ones
  * (which leave last), and a demoted entry goes to the cold end of its
  * list. With a disk tier as without, only pages none of whose children
@@ -352,6 +437,7 @@ int main(void)
 		cmocka_unit_test(test_known_answers),
 		cmocka_unit_test(test_root_separates_identities),
 		cmocka_unit_test(test_evict_lru_leaves_first),
+		cmocka_unit_test(test_forget_takes_descendants),
 		cmocka_unit_test(test_host_order_permanent_and_demoted),
 		cmocka_unit_test(test_evict_reuse_is_recent),
 	};

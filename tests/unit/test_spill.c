@@ -237,7 +237,7 @@ static void test_forget(void **state)
 	put_page(&sp, 0, 0x50, 0, 1);
 	put_page(&sp, 1, 0x51, 0, 1);
 	assert_int_equal(spill_scan(&sp, collect, &f), 2);
-	assert_int_equal(spill_forget(&sp, 0), 0);
+	assert_int_equal(spill_forget(&sp, (const uint32_t[]){0}, 1), 0);
 	spill_close(&sp);
 	open_sp(&sp);
 	memset(&f, 0, sizeof(f));
