@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "guard.h"
 #include "kernels.h"
 
 #define HDR_BYTES     512u
@@ -402,6 +403,30 @@ static void encode_token(unsigned char *p, const struct ckpt_token *t)
 	put16(p + 14, t->flags);
 }
 
+/* A page copied (or quantized) into the writer's bounce buffer. */
+struct to_bounce {
+	void *bounce;
+	const void *page;
+	const struct ckpt_meta *m;
+	const struct shm_layout *pool_layout;
+	int quantize;
+};
+
+static int copy_to_bounce(void *arg)
+{
+	struct to_bounce *t = arg;
+
+	if (t->quantize) {
+		/* Fresh zeros for the padding, then the kernels' codes. */
+		memset(t->bounce, 0, t->m->page_bytes);
+		kref_convert_pages(&t->m->layout, (void *const *)&t->bounce, t->pool_layout,
+				   &t->page, 1, 0, t->m->layout.block_tokens);
+	} else {
+		memcpy(t->bounce, t->page, t->m->page_bytes);
+	}
+	return 0;
+}
+
 int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 	       const struct ckpt_token *tokens, const void *const *pages, uint64_t *ret_bytes,
 	       char *why, size_t whylen)
@@ -491,13 +516,14 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 		goto fail;
 	step = "writing pages";
 	for (uint32_t i = 0; i < m->n_pages; i++) {
-		if (quantize) {
-			/* Fresh zeros for the padding, then the kernels' codes. */
-			memset(bounce, 0, m->page_bytes);
-			kref_convert_pages(&m->layout, (void *const *)&bounce, &mm.pool_layout,
-					   &pages[i], 1, 0, m->layout.block_tokens);
-		} else {
-			memcpy(bounce, pages[i], m->page_bytes);
+		struct to_bounce tb = {bounce, pages[i], m, &mm.pool_layout, quantize};
+
+		/* The arena is the clients': memory they took away is a
+		 * failed checkpoint, not a dead daemon (guard.h). */
+		ret = guard_run(copy_to_bounce, &tb);
+		if (ret < 0) {
+			step = "reading a page (its memory is gone from the arena)";
+			goto fail;
 		}
 		put64(tail + (uint64_t)i * SUM_BYTES, XXH3_64bits(bounce, m->page_bytes));
 		XXH3_128bits_update(xs, bounce, m->page_bytes);
@@ -846,6 +872,23 @@ fail:
 	return ret;
 }
 
+/* Hashes a page read into the arena, under the guard (guard.h). */
+struct page_hash {
+	const void *page;
+	size_t n;
+	uint64_t sum;
+	XXH3_state_t *xs;
+};
+
+static int hash_page(void *arg)
+{
+	struct page_hash *h = arg;
+
+	h->sum = XXH3_64bits(h->page, h->n);
+	XXH3_128bits_update(h->xs, h->page, h->n);
+	return 0;
+}
+
 int ckpt_read_pages(struct ckpt_reader *r, void *const *dst, char *why, size_t whylen)
 {
 	const struct ckpt_meta *m = &r->meta;
@@ -899,12 +942,18 @@ int ckpt_read_pages(struct ckpt_reader *r, void *const *dst, char *why, size_t w
 		ret = pread_full(r->fd, to, m->page_bytes, r->pages_off + i * m->page_bytes);
 		if (ret < 0)
 			goto io;
-		if (XXH3_64bits(to, m->page_bytes) != get64(sums + (uint64_t)i * SUM_BYTES)) {
+		struct page_hash ph = {to, m->page_bytes, 0, r->file_xxh};
+
+		if (guard_run(hash_page, &ph) < 0) {
+			say(why, whylen, "page %u of %u: its arena memory is gone", i, m->n_pages);
+			ret = -EFAULT;
+			goto out;
+		}
+		if (ph.sum != get64(sums + (uint64_t)i * SUM_BYTES)) {
 			say(why, whylen, "page %u of %u: checksum mismatch", i, m->n_pages);
 			ret = -EBADMSG;
 			goto out;
 		}
-		XXH3_128bits_update(r->file_xxh, to, m->page_bytes);
 	}
 	XXH3_128bits_update(r->file_xxh, sums, sums_bytes);
 	file_xxh = XXH3_128bits_digest(r->file_xxh);

@@ -13,6 +13,7 @@
 #include "ckpt.h"
 #include "ckptop.h"
 #include "evict.h"
+#include "guard.h"
 #include "log.h"
 #include "pool.h"
 #include "session.h"
@@ -173,6 +174,18 @@ static void run_restore_open(struct job *j)
 		j->meta = j->rd.meta;
 }
 
+struct unquantize {
+	const struct shm_layout *pool_layout, *stored;
+	void *page;
+};
+
+static int do_unquantize(void *arg)
+{
+	struct unquantize *u = arg;
+
+	return tier_page_unquantize(u->pool_layout, u->page, u->stored);
+}
+
 static void run_restore_read(struct job *j)
 {
 	char why[REASON_MAX - 32];
@@ -186,12 +199,17 @@ static void run_restore_read(struct job *j)
 	/* Pages stored quantized go back to the pool's format (none of
 	 * them is shared: lossy pages stay out of the prefix index). */
 	if (memcmp(&j->meta.layout, &j->meta.pool_layout, sizeof(j->meta.layout)))
-		for (uint32_t i = 0; i < j->meta.n_pages && j->ret == 0; i++)
+		for (uint32_t i = 0; i < j->meta.n_pages && j->ret == 0; i++) {
+			struct unquantize u = {&j->meta.pool_layout, &j->meta.layout, j->dst[i]};
+
+			/* Into the clients' arena: see guard.h. */
 			if (j->dst[i])
-				j->ret = tier_page_unquantize(&j->meta.pool_layout, j->dst[i],
-							      &j->meta.layout);
+				j->ret = guard_run(do_unquantize, &u);
+		}
 	if (j->ret < 0)
-		set_why(j, "%s", "out of memory converting the pages");
+		set_why(j, "%s",
+			j->ret == -EFAULT ? "the arena's memory is gone (a hole in it)"
+					  : "out of memory converting the pages");
 }
 
 /* Reads and checks every page of dir/name (after its header was read):

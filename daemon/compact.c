@@ -8,6 +8,7 @@
 #include "compact.h"
 #include "evict.h"
 #include "gpu.h"
+#include "guard.h"
 #include "kernels.h"
 #include "log.h"
 #include "prefix_index.h"
@@ -57,6 +58,43 @@ int compact_add_mass(struct session *s, uint64_t first, const float *mass, size_
 		return -ERANGE;
 	policy_add_mass(s->meta, s->n_tokens, s->pol.decay, first, mass, n);
 	return 0;
+}
+
+/* The reference kernels over the clients' arena, under the guard: a page
+ * whose memory a client took away is -EFAULT for this request, never a
+ * dead daemon (guard.h). */
+struct kcall {
+	const struct shm_layout *l;
+	const void *const *src;
+	void **dst;
+	uint32_t layer, head, n_q_heads;
+	uint64_t n;
+	const uint32_t *keep;
+	size_t k;
+	const float *q;
+	float scale, *out, *weights;
+};
+
+static int do_attn(void *arg)
+{
+	struct kcall *a = arg;
+
+	return kref_attn_decode(a->l, a->layer, a->src, a->n, a->q, a->n_q_heads, a->scale, a->out,
+				a->weights);
+}
+
+static int do_gather_rows(void *arg)
+{
+	struct kcall *a = arg;
+
+	return kref_gather_rows_f32(a->l, a->src, a->layer, 0, a->head, 0, a->n, a->out);
+}
+
+static int do_gather_tokens(void *arg)
+{
+	struct kcall *a = arg;
+
+	return kref_gather_tokens(a->l, a->dst, 0, a->src, a->n, a->keep, a->k);
 }
 
 /* The page table of s as pointers into its pool's arena. */
@@ -125,10 +163,22 @@ int compact_score_query(struct session *s, uint32_t layer, uint32_t n_q_heads, c
 	}
 	/* The bytes are the clients': garbage gives garbage weights, which
 	 * policy_add_mass reads as 0 where they are not finite. */
-	ret = kref_attn_decode(l, layer, (const void *const *)pages, n, q, n_q_heads,
-			       1.0f / sqrtf((float)l->head_dim), out, weights);
+	{
+		struct kcall a = {.l = l,
+				  .src = (const void *const *)pages,
+				  .layer = layer,
+				  .n = n,
+				  .q = q,
+				  .n_q_heads = n_q_heads,
+				  .scale = 1.0f / sqrtf((float)l->head_dim),
+				  .out = out,
+				  .weights = weights};
+
+		ret = guard_run(do_attn, &a);
+	}
 	if (ret < 0) {
-		*why = "attention failed";
+		*why = ret == -EFAULT ? "the session's pages are gone from the arena"
+				      : "attention failed";
 		goto done;
 	}
 	for (uint32_t h = 0; h < n_q_heads; h++)
@@ -207,7 +257,18 @@ int compact_score_topic(struct session *s, uint32_t layer, uint32_t n_q_heads, c
 	/* Each span's mean key, head by head (the bytes are the clients':
 	 * garbage gives a garbage score, never anything worse). */
 	for (uint32_t h = 0; h < nkv; h++) {
-		ret = kref_gather_rows_f32(l, (const void *const *)pages, layer, 0, h, 0, n, rows);
+		struct kcall a = {.l = l,
+				  .src = (const void *const *)pages,
+				  .layer = layer,
+				  .head = h,
+				  .n = n,
+				  .out = rows};
+
+		ret = guard_run(do_gather_rows, &a);
+		if (ret == -EFAULT) {
+			*why = "the session's pages are gone from the arena";
+			goto done;
+		}
 		kvp_assert(ret == 0); /* committed positions of a valid layer */
 		for (uint64_t t = 0; t < n; t++) {
 			float *e = emb + (size_t)turn_index(turns, n_turns, s->meta[t].turn) * dim +
@@ -297,8 +358,20 @@ static int rebuild(struct session *s, const uint32_t *keep, size_t k, uint32_t n
 		dst[i] = (char *)p->arena + (uint64_t)slots[i] * p->page_bytes;
 	}
 	if (k) {
-		ret = kref_gather_tokens(&p->layout, dst, 0, (const void *const *)src, s->n_tokens,
-					 keep, k);
+		struct kcall a = {.l = &p->layout,
+				  .dst = dst,
+				  .src = (const void *const *)src,
+				  .n = s->n_tokens,
+				  .keep = keep,
+				  .k = k};
+
+		ret = guard_run(do_gather_tokens, &a);
+		if (ret == -EFAULT) {
+			/* Nothing changed yet: the fresh pages go back. */
+			for (uint32_t i = 0; i < n_new; i++)
+				pagealloc_unref(&p->pa, slots[i]);
+			goto done;
+		}
 		kvp_assert(ret == 0); /* keep[] lies inside the session */
 	}
 	/* keep[] ascends and keep[i] >= i: in place, front to back. */

@@ -14,6 +14,7 @@
 #include "confview.h"
 #include "conn.h"
 #include "faults.h"
+#include "guard.h"
 #include "listen.h"
 #include "log.h"
 #include "pool.h"
@@ -300,6 +301,11 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 	list_init(&s->conns);
 	cache_init(&s->cache, cfg);
 	fd_limits(s);
+	ret = guard_init();
+	if (ret < 0) {
+		log_err("cannot install the SIGBUS guard: %s", strerror(-ret));
+		return ret;
+	}
 	notify_init(&s->notify);
 	s->arena_buf = malloc(frame_arena_bytes(cfg->max_message_bytes));
 	if (!s->arena_buf)

@@ -6,6 +6,7 @@
 
 #include "compact.h"
 #include "evict.h"
+#include "guard.h"
 #include "lease.h"
 #include "log.h"
 #include "session.h"
@@ -334,8 +335,13 @@ static int copy_page(struct cache *c, struct session *s, uint32_t i)
 		return ret;
 	ret = pagealloc_get(&p->pa, &slot);
 	kvp_assert(ret == 0);
-	memcpy((char *)p->arena + (uint64_t)slot * p->page_bytes,
-	       (char *)p->arena + (uint64_t)s->pages[i] * p->page_bytes, p->page_bytes);
+	/* A client may have taken the memory away (guard.h). */
+	ret = guard_memcpy((char *)p->arena + (uint64_t)slot * p->page_bytes,
+			   (char *)p->arena + (uint64_t)s->pages[i] * p->page_bytes, p->page_bytes);
+	if (ret < 0) {
+		pagealloc_unref(&p->pa, slot);
+		return ret;
+	}
 	unref_page(p, s->pages[i]);
 	s->pages[i] = slot;
 	return 0;

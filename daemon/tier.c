@@ -5,6 +5,7 @@
 
 #include "aio.h"
 #include "evict.h"
+#include "guard.h"
 #include "kernels.h"
 #include "log.h"
 #include "pool.h"
@@ -261,6 +262,39 @@ static int drop_one_disk_page(struct pool *p)
 	return 0;
 }
 
+/* What start_write reads of a host page, under the guard (guard.h): the
+ * clients' arena may have lost the memory. */
+struct prepare {
+	const struct shm_layout *ql, *layout; /* ql: the spill-dtype layout, or NULL */
+	void *bounce;
+	const void *src;
+	size_t len;
+	uint64_t sum;
+};
+
+static int prepare_page(void *arg)
+{
+	struct prepare *w = arg;
+
+	if (w->ql) {
+		memset(w->bounce, 0, w->len);
+		kvp_assert(kref_convert_pages(w->ql, &w->bounce, w->layout, &w->src, 1, 0,
+					      w->layout->block_tokens) == 0);
+	}
+	/* Checksummed as written: a client scribbling on an indexed page
+	 * during the write only makes its disk copy fail verification. */
+	w->sum = XXH3_64bits(w->ql ? w->bounce : w->src, w->len);
+	return 0;
+}
+
+static int sum_page(void *arg)
+{
+	struct prepare *w = arg;
+
+	w->sum = XXH3_64bits(w->src, w->len);
+	return 0;
+}
+
 /* Starts writing e's host copy to a free extent; leaving: the host copy
  * goes once written (else it stays, clean). Returns 0, -ENOSPC (no extent
  * to be had) or -ENOMEM. */
@@ -288,26 +322,35 @@ static int start_write(struct cache *c, struct pool *p, struct pindex_entry *e, 
 	/* Mixed precision: cold pages go down in spill-dtype, converted by
 	 * the kernels; pages of permanent spans, the important ones, keep
 	 * their own format. */
-	if (p->spill_dtype && !e->permanent) {
+	{
 		struct shm_layout ql;
-		void *src = page_addr(p, e->slot);
+		struct prepare w = {
+			.layout = &p->layout, .src = page_addr(p, e->slot), .len = p->page_bytes};
 
-		kvp_assert(stored_layout(p, p->spill_dtype, &ql) == 0);
-		io->len = shm_page_bytes(&ql);
-		if (posix_memalign(&io->bounce, 4096, io->len) == 0) {
-			memset(io->bounce, 0, io->len);
-			kvp_assert(kref_convert_pages(&ql, &io->bounce, &p->layout,
-						      (const void *const *)&src, 1, 0,
-						      p->layout.block_tokens) == 0);
-			io->dtype = p->spill_dtype;
-		} else {
-			io->bounce = NULL; /* no memory: written as it is */
-			io->len = p->page_bytes;
+		if (p->spill_dtype && !e->permanent) {
+			kvp_assert(stored_layout(p, p->spill_dtype, &ql) == 0);
+			io->len = shm_page_bytes(&ql);
+			if (posix_memalign(&io->bounce, 4096, io->len) == 0) {
+				io->dtype = p->spill_dtype;
+				w.ql = &ql;
+				w.bounce = io->bounce;
+				w.len = io->len;
+			} else {
+				io->bounce = NULL; /* no memory: written as it is */
+				io->len = p->page_bytes;
+			}
 		}
+		ret = guard_run(prepare_page, &w);
+		if (ret < 0) {
+			/* The page's memory is gone from the arena: nothing to
+			 * write. */
+			free(io->bounce);
+			free(io);
+			spill_free(p->spill, extent);
+			return ret;
+		}
+		io->sum = w.sum;
 	}
-	/* Checksummed as written: a client scribbling on an indexed page
-	 * during the write only makes its disk copy fail verification. */
-	io->sum = XXH3_64bits(io->bounce ? io->bounce : page_addr(p, e->slot), io->len);
 	pagealloc_ref(&p->pa, e->slot);
 	io->holds_slot = 1;
 	list_add_tail(&p->ios, &io->link);
@@ -412,6 +455,7 @@ static void on_read(struct aio_req *r, int res)
 	struct tier_io *io = (struct tier_io *)((char *)r - offsetof(struct tier_io, data));
 	struct pool *p = io->p;
 	struct pindex_entry *e = io->e;
+	struct prepare check = {.src = page_addr(p, io->slot), .len = io->len};
 	int ok = res == (int)io->len;
 
 	e->io = PINDEX_IO_NONE;
@@ -426,7 +470,8 @@ static void on_read(struct aio_req *r, int res)
 				 (unsigned long long)p->id, p->spill->path, io->extent);
 	} else if (!ok) {
 		io_error(p, res, "page read");
-	} else if (XXH3_64bits(page_addr(p, io->slot), io->len) != e->disk_sum) {
+	} else if (guard_run(sum_page, &check) < 0 || check.sum != e->disk_sum) {
+		/* Read back wrong, or into memory a client took away. */
 		p->tier.verify_failures++;
 		log_warn("pool %llu: page in extent %u of %s failed verification; dropped",
 			 (unsigned long long)p->id, io->extent, p->spill->path);

@@ -142,8 +142,14 @@ int worker_init(struct worker *w, struct loop *l, unsigned int n_threads)
 		goto fail_mu;
 
 	/* Threads inherit the creator's mask: block everything while
-	 * creating them, so no signal is ever delivered to a worker. */
+	 * creating them, so no signal is ever delivered to a worker, but
+	 * for the faults of its own accesses: a blocked SIGBUS would kill
+	 * the daemon where guard.h turns one into -EFAULT. */
 	sigfillset(&all);
+	sigdelset(&all, SIGBUS);
+	sigdelset(&all, SIGSEGV);
+	sigdelset(&all, SIGFPE);
+	sigdelset(&all, SIGILL);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	for (; w->n_threads < n_threads; w->n_threads++) {
 		ret = -pthread_create(&w->threads[w->n_threads], NULL, thread_main, w);

@@ -1113,6 +1113,148 @@ static void test_connection_limits(void **state)
 	close(go[1]);
 }
 
+/* ---- hugetlb arenas ------------------------------------------------------- */
+
+static long read_long(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	long v = -1;
+
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+static int write_long(const char *path, long v)
+{
+	FILE *f = fopen(path, "w");
+	int ok;
+
+	if (!f)
+		return -1;
+	ok = fprintf(f, "%ld\n", v) > 0;
+	return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* Huge pages free now, from /proc/meminfo. */
+static long hugepages_free(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[128];
+	long v = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "HugePages_Free: %ld", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
+/* Scenario: issue 14's tenant that kills the daemon through shared memory.
+ * With huge pages reserved, a pool's arena is a hugetlb memfd; its client
+ * punches a hole in it (the seals allow that), takes every free huge page
+ * for itself, and asks for work that makes the daemon touch the hole: a
+ * Fork that copies a partial page, a checkpoint that reads the pages. The
+ * daemon died of SIGBUS; now each such request fails with an error and
+ * everyone is served on. Needs root to reserve huge pages; skips where
+ * they cannot be reserved, runs where they can. */
+static const char nr_path[] = "/proc/sys/vm/nr_hugepages";
+static long nr_saved = -1; /* restored by the teardown, whatever failed */
+
+static int restore_hugepages(void **state)
+{
+	(void)state;
+	if (nr_saved >= 0)
+		write_long(nr_path, nr_saved);
+	nr_saved = -1;
+	return 0;
+}
+
+static void test_hugetlb_hole(void **state)
+{
+	static const char *const args[] = {"--host-pool-size", "2M", "--disk-pool-size", "0", NULL};
+	long old = read_long(nr_path), hog_pages;
+	uint32_t tokens[40];
+	struct raw r;
+	struct stat st;
+	struct harness h;
+	uint64_t pool_id, bytes;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s, *f = NULL;
+	void *hog = MAP_FAILED;
+	size_t hog_bytes = 0;
+	int fd, ret;
+
+	(void)state;
+	nr_saved = old;
+	if (geteuid() != 0 || old < 0 || write_long(nr_path, old + 2) < 0 ||
+	    read_long(nr_path) < old + 2) {
+		if (old >= 0)
+			write_long(nr_path, old);
+		skip();
+	}
+	assert_int_equal(harness_start(&h, args), 0);
+	assert_int_equal(raw_open(&r, h.sock), 0);
+	assert_int_equal(raw_pool_with_fd(&r, "hostile-huge", &pool_id, &bytes, &fd), 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	if (st.st_blksize != 2 << 20) {
+		/* Another process took the huge pages first. */
+		close(fd);
+		raw_close(&r);
+		assert_int_equal(harness_stop(&h), 0);
+		write_long(nr_path, old);
+		skip();
+	}
+	/* A session of 2.5 pages, its K/V written and committed. */
+	assert_int_equal(kvp_connect(h.sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, "hostile-huge", &harness_layout, &p), 0);
+	harness_tokens(tokens, 40, 77, 0);
+	assert_int_equal(harness_pkv_commit_session(p, tokens, 40, &s), 0);
+
+	/* The hole, then every free huge page taken. */
+	assert_int_equal(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes),
+			 0);
+	hog_pages = hugepages_free();
+	if (hog_pages > 0) {
+		hog_bytes = (size_t)hog_pages << 21;
+		hog = mmap(NULL, hog_bytes, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0);
+	}
+	assert_int_equal(hugepages_free(), 0);
+
+	/* A fork copies the partial third page: the memory is gone. */
+	ret = kvp_session_fork(s, 36, &f);
+	assert_true(ret < 0);
+	assert_true(harness_daemon_alive(&h));
+	/* A checkpoint reads every page. */
+	ret = kvp_session_checkpoint(s, "hostile-huge", NULL);
+	assert_true(ret < 0);
+	assert_true(harness_daemon_alive(&h));
+	/* Everyone else is served on. */
+	assert_int_equal(kvp_ping(c), 0);
+	{
+		kvp_client *other;
+
+		assert_int_equal(kvp_connect(h.sock, &other), 0);
+		assert_int_equal(kvp_ping(other), 0);
+		kvp_disconnect(other);
+	}
+
+	if (hog != MAP_FAILED)
+		munmap(hog, hog_bytes);
+	kvp_disconnect(c);
+	close(fd);
+	raw_close(&r);
+	assert_int_equal(harness_stop(&h), 0);
+	write_long(nr_path, old);
+}
+
 /* ---- file descriptors ------------------------------------------------------ */
 
 /* Scenario: issue 14's tenant that runs the daemon out of descriptors.
@@ -1448,6 +1590,7 @@ int main(void)
 		T(test_unread_replies, start_unread),
 		T(test_connection_limits, start_conns),
 		cmocka_unit_test(test_descriptor_limit),
+		cmocka_unit_test_teardown(test_hugetlb_hole, restore_hugepages),
 		T(test_reserved_pages, start_reserved),
 		cmocka_unit_test_setup_teardown(test_limits_reload, start_conf, stop_conf),
 		T(test_fd_passing, start),
