@@ -524,6 +524,11 @@ struct kvp_pool_stats {
 	uint64_t lossy_replaced_pages; /* lossy disk copies (spill-dtype) replaced by an exact
 					* commit of the same tokens */
 	uint64_t purged_pages;	       /* index pages an admin purged or dropped since start */
+	/* Spill writes refused because the user's disk share (disk-tenant-size)
+	 * or the tier's (disk-tier-size) was used up by other pools, or the
+	 * cache file system reached disk-reserve: those pages were dropped,
+	 * not written. */
+	uint64_t disk_refused_pages;
 };
 
 struct kvp_stats {

@@ -27,6 +27,7 @@ void cache_init(struct cache *c, const struct config *cfg)
 	c->ckpt_dir_fd = -1;
 	c->start_ns = cache_now_ns();
 	c->next_tag = 1; /* the sink has tag 0 */
+	c->disk_avail_bytes = UINT64_MAX;
 }
 
 /* A tenant's ids: its tag above bit 40, its own counter below; a tenant

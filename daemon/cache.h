@@ -71,6 +71,9 @@ struct cache {
 	 * less what the admin socket and the daemon itself keep), 0 for no
 	 * limit: a client may never take the admin's. */
 	uint64_t fd_room;
+	/* Free bytes of the cache directory's file system (statvfs, every
+	 * second, less what spills took since), UINT64_MAX when unknown. */
+	uint64_t disk_avail_bytes;
 	struct cache_counters ctr;
 	uint64_t start_ns;
 	/* The request being handled: whether it may wait for disk I/O, and

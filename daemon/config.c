@@ -56,6 +56,9 @@ void config_defaults(struct config *c)
 	c->host_low_watermark = 0.90;
 	/* A sparse file: disk is used only as pages spill. */
 	c->disk_pool_bytes = 8ull << 30;
+	c->disk_tier_bytes = 0;
+	c->disk_tenant_bytes = 32ull << 30;
+	c->disk_reserve_bytes = 2ull << 30;
 	c->max_message_bytes = FRAME_DEFAULT_MAX_BYTES;
 	c->max_pools_per_tenant = 16;
 	c->max_sessions_per_pool = 65536;
@@ -238,6 +241,9 @@ enum key_id {
 	K_GPU_HIGH_MARK,
 	K_GPU_LOW_MARK,
 	K_GPU_TIER,
+	K_DISK_TIER,
+	K_DISK_TENANT,
+	K_DISK_RESERVE,
 	K_COUNT,
 };
 _Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
@@ -275,6 +281,9 @@ static const char *const key_names[K_COUNT] = {
 	[K_GPU_HIGH_MARK] = "gpu-high-watermark",
 	[K_GPU_LOW_MARK] = "gpu-low-watermark",
 	[K_GPU_TIER] = "gpu-tier-size",
+	[K_DISK_TIER] = "disk-tier-size",
+	[K_DISK_TENANT] = "disk-tenant-size",
+	[K_DISK_RESERVE] = "disk-reserve",
 };
 
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
@@ -355,6 +364,12 @@ static int set_key(struct config *c, int k, const char *v)
 		return 0;
 	case K_DISK_POOL:
 		return config_parse_size(v, &c->disk_pool_bytes) < 0 ? -EINVAL : 0;
+	case K_DISK_TIER:
+		return config_parse_size(v, &c->disk_tier_bytes) < 0 ? -EINVAL : 0;
+	case K_DISK_TENANT:
+		return config_parse_size(v, &c->disk_tenant_bytes) < 0 ? -EINVAL : 0;
+	case K_DISK_RESERVE:
+		return config_parse_size(v, &c->disk_reserve_bytes) < 0 ? -EINVAL : 0;
 	case K_WARMUP_DIR:
 		return set_path(c->warmup_dir, sizeof(c->warmup_dir), v);
 	case K_GPU_POOL:
@@ -468,6 +483,15 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		break;
 	case K_DISK_POOL:
 		snprintf(buf, n, "%lluM", (unsigned long long)(c->disk_pool_bytes >> 20));
+		break;
+	case K_DISK_TIER:
+		snprintf(buf, n, "%lluM", (unsigned long long)(c->disk_tier_bytes >> 20));
+		break;
+	case K_DISK_TENANT:
+		snprintf(buf, n, "%lluM", (unsigned long long)(c->disk_tenant_bytes >> 20));
+		break;
+	case K_DISK_RESERVE:
+		snprintf(buf, n, "%lluM", (unsigned long long)(c->disk_reserve_bytes >> 20));
 		break;
 	case K_IO_BACKEND:
 		snprintf(buf, n, "%s", io_backends[c->io_backend]);
@@ -771,7 +795,8 @@ int config_reload(struct config *live, int argc, char **argv, char *err, size_t 
 		K_MAX_CONNS,	  K_MAX_CONNS_USER, K_MAX_IN_FLIGHT,
 		K_MAX_RESERVED,	  K_MAX_LEASED,	    K_MAX_TOKENS,
 		K_SESSION_POLICY, K_SESSION_BUDGET, K_SESSION_AUTO_COMPACT,
-		K_GPU_HIGH_MARK,  K_GPU_LOW_MARK,
+		K_GPU_HIGH_MARK,  K_GPU_LOW_MARK,   K_DISK_TIER,
+		K_DISK_TENANT,	  K_DISK_RESERVE,
 	};
 	enum config_action act;
 	struct config next;
@@ -798,6 +823,9 @@ int config_reload(struct config *live, int argc, char **argv, char *err, size_t 
 	live->session_auto_compact = next.session_auto_compact;
 	live->gpu_high_watermark = next.gpu_high_watermark;
 	live->gpu_low_watermark = next.gpu_low_watermark;
+	live->disk_tier_bytes = next.disk_tier_bytes;
+	live->disk_tenant_bytes = next.disk_tenant_bytes;
+	live->disk_reserve_bytes = next.disk_reserve_bytes;
 	for (size_t i = 0; i < sizeof(live_keys) / sizeof(live_keys[0]); i++)
 		live->src[live_keys[i]] = next.src[live_keys[i]];
 	return 0;
@@ -874,6 +902,12 @@ void config_usage(const char *argv0)
 	       "  --log-level LEVEL         err, warning, notice, info or debug (default info)\n"
 	       "  --disk-pool-size SIZE     spill file of one pool in the cache directory; 0\n"
 	       "                            turns the disk tier off (default 8G)\n"
+	       "  --disk-tier-size SIZE     the spill files of every pool together; 0: no cap\n"
+	       "                            but disk-reserve (default 0)\n"
+	       "  --disk-tenant-size SIZE   the spill files of one user's pools together\n"
+	       "                            (default 32G)\n"
+	       "  --disk-reserve SIZE       free space spilling leaves on the cache file\n"
+	       "                            system, for checkpoints and others (default 2G)\n"
 	       "  --io-backend NAME         disk I/O: auto, io_uring or threads (pread/pwrite)\n"
 	       "                            (default auto)\n"
 	       "  --warmup-dir DIR          checkpoints loaded into the prefix index before the\n"

@@ -21,7 +21,7 @@
 
 #define CONFIG_PATH_MAX	       4096
 #define CONFIG_SOCKET_PATH_MAX 108 /* sizeof(sun_path) */
-#define CONFIG_MAX_KEYS	       32
+#define CONFIG_MAX_KEYS	       48
 #define CONFIG_DEFAULT_FILE    "/etc/kvpalace/kvpalaced.conf"
 /* The largest max-requests-in-flight: a connection that stops reading
  * holds about that many replies of up to max-message-bytes each. */
@@ -50,6 +50,13 @@ struct config {
 	uint32_t admin_socket_mode; /* admin socket permissions */
 	int log_level;
 	uint64_t disk_pool_bytes; /* one pool's spill file; 0: no disk tier */
+	/* Disk tier shares (tier_disk_room): of every pool together (0: no
+	 * cap but the reserve), of one tenant's pools, and the free space
+	 * spilling leaves on the cache file system (checkpoints and everyone
+	 * else keep it). */
+	uint64_t disk_tier_bytes;
+	uint64_t disk_tenant_bytes;
+	uint64_t disk_reserve_bytes;
 	int io_backend;
 	/* The policy new sessions start with (daemon/policy.h); clients may
 	 * set their own per session. */

@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "ckptop.h"
@@ -215,6 +216,19 @@ static void arm_timer(struct server *s)
 	loop_sqe_set_op(sqe, &s->timer_op);
 }
 
+/* The cache file system's free space, for disk-reserve (tier.c). */
+static void disk_refresh(struct server *s)
+{
+	struct statvfs sv;
+
+	if (!s->cfg->disk_pool_bytes)
+		return;
+	if (statvfs(s->cfg->cache_dir, &sv) == 0)
+		s->cache.disk_avail_bytes = (uint64_t)sv.f_bavail * sv.f_frsize;
+	else
+		s->cache.disk_avail_bytes = UINT64_MAX;
+}
+
 static void on_timer(struct loop_op *op, int res, unsigned int flags)
 {
 	struct server *s = (struct server *)((char *)op - offsetof(struct server, timer_op));
@@ -232,6 +246,7 @@ static void on_timer(struct loop_op *op, int res, unsigned int flags)
 	notify_status(&s->notify, &s->cache, 0);
 	conn_census_tick(&s->census);
 	conn_park_tick(s);
+	disk_refresh(s);
 	if (s->ticks % 60 == 0)
 		log_debug("%llu connections, %llu requests, %llu errors",
 			  (unsigned long long)s->cache.ctr.connections,
@@ -301,6 +316,7 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 	list_init(&s->conns);
 	cache_init(&s->cache, cfg);
 	fd_limits(s);
+	disk_refresh(s);
 	ret = guard_init();
 	if (ret < 0) {
 		log_err("cannot install the SIGBUS guard: %s", strerror(-ret));

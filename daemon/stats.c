@@ -171,6 +171,8 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 			ps->has_disk_gone_pages = ps->has_lossy_replaced_pages = 1;
 			ps->disk_gone_pages = p->tier.gone;
 			ps->lossy_replaced_pages = p->tier.lossy_replaced;
+			ps->has_disk_refused_pages = 1;
+			ps->disk_refused_pages = p->tier.refused;
 		}
 		sz = kvpalace__v1__pool_stats__get_packed_size(ps) + 8;
 		if (sz > budget) {

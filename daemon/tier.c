@@ -295,6 +295,58 @@ static int sum_page(void *arg)
 	return 0;
 }
 
+/* Whether p may take one more extent of disk: 0, or -EDQUOT when its
+ * tenant's pools hold disk-tenant-size, -ENOSPC when all pools hold
+ * disk-tier-size or a file that must grow would take the cache file
+ * system's free space below disk-reserve. A tenant at its share takes
+ * nothing from another: start_write then drops its own coldest disk
+ * page. O(pools). */
+static int disk_room(struct cache *c, const struct pool *p)
+{
+	const struct config *cfg = c->cfg;
+	uint64_t pb = p->page_bytes, tenant = 0, all = 0;
+	const struct list *it;
+
+	if (!p->spill->n_free && c->disk_avail_bytes != UINT64_MAX) {
+		/* A new extent grows the file. */
+		if (c->disk_avail_bytes < cfg->disk_reserve_bytes + pb)
+			return -ENOSPC;
+	}
+	for (it = c->pool_list.next; it != &c->pool_list; it = it->next) {
+		const struct pool *q = list_entry(it, struct pool, link);
+		uint64_t used;
+
+		if (!q->spill)
+			continue;
+		used = (uint64_t)q->spill->n_used * q->page_bytes;
+		all += used;
+		if (q->uid == p->uid)
+			tenant += used;
+	}
+	if (cfg->disk_tenant_bytes && tenant + pb > cfg->disk_tenant_bytes)
+		return -EDQUOT;
+	if (cfg->disk_tier_bytes && all + pb > cfg->disk_tier_bytes)
+		return -ENOSPC;
+	return 0;
+}
+
+/* The pool of p's tenant whose spill file holds the most pages (p when
+ * none holds more): where a tenant at its share makes room. */
+static struct pool *largest_of_tenant(struct cache *c, struct pool *p)
+{
+	struct pool *best = p;
+	struct list *it;
+
+	for (it = c->pool_list.next; it != &c->pool_list; it = it->next) {
+		struct pool *q = list_entry(it, struct pool, link);
+
+		if (q->uid == p->uid && q->spill && q->spill->n_used > best->spill->n_used &&
+		    !list_empty(&q->ix.disk_lru))
+			best = q;
+	}
+	return best;
+}
+
 /* Starts writing e's host copy to a free extent; leaving: the host copy
  * goes once written (else it stays, clean). Returns 0, -ENOSPC (no extent
  * to be had) or -ENOMEM. */
@@ -304,9 +356,20 @@ static int start_write(struct cache *c, struct pool *p, struct pindex_entry *e, 
 	uint32_t extent;
 	int ret;
 
+	/* A share used up makes room in the disk pages of this tenant's
+	 * pool that holds the most, never another tenant's. */
+	while (disk_room(c, p) < 0)
+		if (drop_one_disk_page(largest_of_tenant(c, p)) < 0) {
+			p->tier.refused++;
+			return -ENOSPC;
+		}
 	while ((ret = spill_alloc(p->spill, &extent)) == -ENOSPC)
 		if (drop_one_disk_page(p) < 0)
 			return -ENOSPC;
+	if (extent >= p->spill->hwm - 1 && c->disk_avail_bytes != UINT64_MAX)
+		/* Grown: counted until the next statvfs. */
+		c->disk_avail_bytes -=
+			c->disk_avail_bytes > p->page_bytes ? p->page_bytes : c->disk_avail_bytes;
 	io = calloc(1, sizeof(*io));
 	if (!io) {
 		spill_free(p->spill, extent);

@@ -49,6 +49,8 @@ struct tier_counters {
 	uint64_t quantized;	  /* pages written in spill-dtype rather than as they are */
 	uint64_t gone;		  /* disk copies whose data the file no longer held */
 	uint64_t lossy_replaced;  /* lossy disk copies replaced by an exact commit */
+	uint64_t refused;	  /* writes refused: the tenant's or the tier's disk share
+				   * was used up, or the reserve reached (tier_disk_room) */
 };
 
 /* A request parked until its pool's I/O makes progress. */

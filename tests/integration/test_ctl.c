@@ -973,7 +973,10 @@ static void test_config(void **state)
 		"\"gpu-pool-size\":{\"value\":\"1024M\",\"source\":\"default\"},"
 		"\"gpu-high-watermark\":{\"value\":\"0.90\",\"source\":\"default\"},"
 		"\"gpu-low-watermark\":{\"value\":\"0.80\",\"source\":\"default\"},"
-		"\"gpu-tier-size\":{\"value\":\"8192M\",\"source\":\"default\"}}}");
+		"\"gpu-tier-size\":{\"value\":\"8192M\",\"source\":\"default\"},"
+		"\"disk-tier-size\":{\"value\":\"0M\",\"source\":\"default\"},"
+		"\"disk-tenant-size\":{\"value\":\"32768M\",\"source\":\"default\"},"
+		"\"disk-reserve\":{\"value\":\"2048M\",\"source\":\"default\"}}}");
 
 	/* A reload says what changed and what waits for a restart. */
 	write_conf("log-level = notice\nmax-sessions-per-pool = 100\nmax-message-bytes = 8192\n");

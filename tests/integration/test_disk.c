@@ -694,6 +694,116 @@ static int setup_threads(void **state)
 	return harness_setup_args(state, thread_args);
 }
 
+/* Issue 14 item 5: one user's spill files filled the file system that
+ * holds the state directory, and another user's checkpoints then failed.
+ * The disk tier has a share per tenant (disk-tenant-size) and leaves
+ * disk-reserve free. Two pools of one user, each spilling three times
+ * what the share holds, together never hold more than the share; what
+ * they still match is right. */
+static int setup_share(void **state)
+{
+	static const char *const extra[] = {"--host-pool-size",
+					    "1M",
+					    "--disk-pool-size",
+					    "16M",
+					    "--disk-tenant-size",
+					    "2M",
+					    NULL};
+
+	return harness_setup_args(state, extra);
+}
+
+static uint64_t newest_rows_wrong(kvp_pool *p, const uint32_t *all, int from, int to,
+				  int *ret_whole)
+{
+	uint64_t bad = 0;
+
+	*ret_whole = 0;
+	for (int i = from; i < to; i++) {
+		const uint32_t *t = all + (size_t)i * CONV;
+		kvp_lease *l;
+
+		assert_int_equal(kvp_match_prefix(p, t, CONV, &l), 0);
+		bad += harness_pkv_check_lease(l, p, t, kvp_lease_tokens(l));
+		*ret_whole += kvp_lease_tokens(l) == CONV;
+		assert_int_equal(kvp_lease_release(l), 0);
+	}
+	return bad;
+}
+
+static void test_tenant_disk_share(void **state)
+{
+	struct harness *h = *state;
+	uint32_t *all = conv_tokens();
+	struct kvp_pool_stats a, b;
+	kvp_client *c;
+	kvp_pool *pa, *pb;
+	int whole;
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &pa), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL "-b", &page4k, &pb), 0);
+	write_convs(pa, all, 0, N_CONV);
+	write_convs(pb, all, 0, N_CONV);
+	a = pool_stats(c, pa);
+	b = pool_stats(c, pb);
+	print_message("tenant share 2 MiB (512 pages): pool a %u disk pages, pool b %u; refused "
+		      "%llu + %llu\n",
+		      a.disk_pages, b.disk_pages, (unsigned long long)a.disk_refused_pages,
+		      (unsigned long long)b.disk_refused_pages);
+	assert_true(a.disk_pages + b.disk_pages <= 512);
+	assert_true(a.disk_pages > 0 && b.disk_pages > 0);
+	assert_true(a.disk_refused_pages + b.disk_refused_pages + a.disk_dropped + b.disk_dropped >
+		    0);
+	assert_int_equal(newest_rows_wrong(pa, all, N_CONV - 8, N_CONV, &whole), 0);
+	assert_int_equal(newest_rows_wrong(pb, all, N_CONV - 8, N_CONV, &whole), 0);
+	assert_true(whole > 0);
+	kvp_disconnect(c);
+	free(all);
+}
+
+/* A file system at its reserve takes no spill at all; pages leave the
+ * host tier by eviction instead, and a checkpoint (the state directory is
+ * on the same file system here) is still written. */
+static int setup_reserve(void **state)
+{
+	static const char *const extra[] = {"--host-pool-size",
+					    "1M",
+					    "--disk-pool-size",
+					    "16M",
+					    "--disk-reserve",
+					    "1000T",
+					    NULL};
+
+	return harness_setup_args(state, extra);
+}
+
+static void test_disk_reserve(void **state)
+{
+	struct harness *h = *state;
+	uint32_t *all = conv_tokens();
+	struct kvp_pool_stats ps;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	int whole;
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	write_convs(p, all, 0, N_CONV);
+	ps = pool_stats(c, p);
+	assert_int_equal(ps.spilled_pages, 0);
+	assert_int_equal(ps.disk_pages, 0);
+	assert_true(ps.disk_refused_pages > 0);
+	assert_true(ps.evictions > 0);
+	assert_int_equal(newest_rows_wrong(p, all, N_CONV - 4, N_CONV, &whole), 0);
+	assert_int_equal(whole, 4);
+	assert_int_equal(harness_pkv_commit_session(p, all, CONV, &s), 0);
+	assert_int_equal(kvp_session_checkpoint(s, "reserve-kept", NULL), 0);
+	kvp_disconnect(c);
+	free(all);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -714,6 +824,9 @@ int main(void)
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_truncated_file, setup_disk, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_junk_reclaimed, setup_disk, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_tenant_disk_share, setup_share,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_disk_reserve, setup_reserve, harness_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
