@@ -57,6 +57,7 @@ void config_defaults(struct config *c)
 	/* A sparse file: disk is used only as pages spill. */
 	c->disk_pool_bytes = 8ull << 30;
 	c->disk_tier_bytes = 0;
+	c->host_tenant_bytes = 0;
 	c->disk_tenant_bytes = 32ull << 30;
 	c->disk_reserve_bytes = 2ull << 30;
 	c->max_message_bytes = FRAME_DEFAULT_MAX_BYTES;
@@ -244,6 +245,7 @@ enum key_id {
 	K_DISK_TIER,
 	K_DISK_TENANT,
 	K_DISK_RESERVE,
+	K_HOST_TENANT,
 	K_COUNT,
 };
 _Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
@@ -284,6 +286,7 @@ static const char *const key_names[K_COUNT] = {
 	[K_DISK_TIER] = "disk-tier-size",
 	[K_DISK_TENANT] = "disk-tenant-size",
 	[K_DISK_RESERVE] = "disk-reserve",
+	[K_HOST_TENANT] = "host-tenant-size",
 };
 
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
@@ -370,6 +373,8 @@ static int set_key(struct config *c, int k, const char *v)
 		return config_parse_size(v, &c->disk_tenant_bytes) < 0 ? -EINVAL : 0;
 	case K_DISK_RESERVE:
 		return config_parse_size(v, &c->disk_reserve_bytes) < 0 ? -EINVAL : 0;
+	case K_HOST_TENANT:
+		return config_parse_size(v, &c->host_tenant_bytes) < 0 ? -EINVAL : 0;
 	case K_WARMUP_DIR:
 		return set_path(c->warmup_dir, sizeof(c->warmup_dir), v);
 	case K_GPU_POOL:
@@ -492,6 +497,9 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		break;
 	case K_DISK_RESERVE:
 		snprintf(buf, n, "%lluM", (unsigned long long)(c->disk_reserve_bytes >> 20));
+		break;
+	case K_HOST_TENANT:
+		snprintf(buf, n, "%lluM", (unsigned long long)(c->host_tenant_bytes >> 20));
 		break;
 	case K_IO_BACKEND:
 		snprintf(buf, n, "%s", io_backends[c->io_backend]);
@@ -796,7 +804,7 @@ int config_reload(struct config *live, int argc, char **argv, char *err, size_t 
 		K_MAX_RESERVED,	  K_MAX_LEASED,	    K_MAX_TOKENS,
 		K_SESSION_POLICY, K_SESSION_BUDGET, K_SESSION_AUTO_COMPACT,
 		K_GPU_HIGH_MARK,  K_GPU_LOW_MARK,   K_DISK_TIER,
-		K_DISK_TENANT,	  K_DISK_RESERVE,
+		K_DISK_TENANT,	  K_DISK_RESERVE,   K_HOST_TENANT,
 	};
 	enum config_action act;
 	struct config next;
@@ -826,6 +834,7 @@ int config_reload(struct config *live, int argc, char **argv, char *err, size_t 
 	live->disk_tier_bytes = next.disk_tier_bytes;
 	live->disk_tenant_bytes = next.disk_tenant_bytes;
 	live->disk_reserve_bytes = next.disk_reserve_bytes;
+	live->host_tenant_bytes = next.host_tenant_bytes;
 	for (size_t i = 0; i < sizeof(live_keys) / sizeof(live_keys[0]); i++)
 		live->src[live_keys[i]] = next.src[live_keys[i]];
 	return 0;
@@ -871,7 +880,11 @@ void config_usage(const char *argv0)
 	       "  --state-dir DIR           durable state: checkpoints (default /var/lib/kvpalace\n"
 	       "                            as root)\n"
 	       "  --cache-dir DIR           spill files (default /var/cache/kvpalace as root)\n"
-	       "  --host-tier-size SIZE     host memory for all pools (default 25%%)\n"
+	       "  --host-tier-size SIZE     host pages all pools may hold (default 25%%); a\n"
+	       "                            user under its fair share takes room from those\n"
+	       "                            over theirs\n"
+	       "  --host-tenant-size SIZE   host pages one user's pools may hold; 0: no cap but\n"
+	       "                            the fair share when the tier is full (default 0)\n"
 	       "  --host-pool-size SIZE     host arena of one pool (default min(1G, host tier))\n"
 	       "  --host-high-watermark F   a request that would take a pool above this fraction\n"
 	       "                            evicts cached pages first (default 0.95)...\n"

@@ -55,6 +55,9 @@ struct config {
 	 * spilling leaves on the cache file system (checkpoints and everyone
 	 * else keep it). */
 	uint64_t disk_tier_bytes;
+	/* Host pages one tenant's pools may hold together; 0: no cap but its
+	 * fair share when the tier is full (evict.c). */
+	uint64_t host_tenant_bytes;
 	uint64_t disk_tenant_bytes;
 	uint64_t disk_reserve_bytes;
 	int io_backend;

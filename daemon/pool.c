@@ -61,8 +61,10 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	if (arena_bytes >= 4 * SHM_HUGEPAGE_BYTES)
 		arena_bytes = (arena_bytes + SHM_HUGEPAGE_BYTES - 1) / SHM_HUGEPAGE_BYTES *
 			      SHM_HUGEPAGE_BYTES;
-	if (c->host_bytes + arena_bytes > cfg->host_tier_bytes)
-		return -ENOSPC;
+	/* An arena costs what it holds, not what it could: host-tier-size
+	 * bounds held pages (evict_make_room), so opening a pool takes
+	 * nothing from anyone (issue 14: five pools of one user used to book
+	 * the whole tier). */
 
 	p = calloc(1, sizeof(*p));
 	if (!p)

@@ -1035,6 +1035,116 @@ static void test_counters_and_ids_per_tenant(void **state)
 	iso_free(k);
 }
 
+/* ---- host tier shares ------------------------------------------------------ */
+
+/* A host tier of 1 MiB, pools of 512 KiB (64 pages of 8 KiB). */
+static int setup_small_tier(void **state)
+{
+	static const char *const extra[] = {"--host-tier-size",
+					    "1M",
+					    "--host-pool-size",
+					    "512K",
+					    "--disk-pool-size",
+					    "0",
+					    NULL};
+
+	if (geteuid() != 0) {
+		*state = NULL;
+		return 0;
+	}
+	return harness_setup_args(state, extra);
+}
+
+#define SHARE_TOKENS (60u * 16u) /* 60 pages */
+
+/* A opens four pools (each arena could hold half the tier) and fills two
+ * with cached pages, the whole tier. */
+static int a_fills_tier(struct iso *k)
+{
+	uint32_t *t = calloc(SHARE_TOKENS, sizeof(*t));
+	kvp_client *c;
+	kvp_pool *p[4];
+
+	CHILD_CHECK(t != NULL);
+	CHILD_CHECK_EQ(kvp_connect(k->h->sock, &c), 0);
+	for (int i = 0; i < 4; i++) {
+		char model[32];
+
+		snprintf(model, sizeof(model), "share-a-%d", i);
+		CHILD_CHECK_EQ(kvp_pool_open(c, model, &harness_layout, &p[i]), 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		kvp_session *s;
+
+		harness_tokens(t, SHARE_TOKENS, 600 + (uint32_t)i, 0);
+		CHILD_CHECK_EQ(harness_pkv_commit_session(p[i], t, SHARE_TOKENS, &s), 0);
+		CHILD_CHECK_EQ(kvp_session_close(s), 0);
+	}
+	kvp_disconnect(c);
+	free(t);
+	return 0;
+}
+
+/* B opens a pool in the full tier and commits 40 pages: it is under its
+ * fair share, so A's cached pages make room. */
+static int b_gets_room(struct iso *k)
+{
+	uint32_t t[40 * 16];
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	kvp_lease *l;
+
+	harness_tokens(t, 40 * 16, 700, 0);
+	CHILD_CHECK_EQ(kvp_connect(k->h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(c, "share-b", &harness_layout, &p), 0);
+	CHILD_CHECK_EQ(harness_pkv_commit_session(p, t, 40 * 16, &s), 0);
+	CHILD_CHECK_EQ(kvp_session_close(s), 0);
+	CHILD_CHECK_EQ(kvp_match_prefix(p, t, 40 * 16, &l), 0);
+	CHILD_CHECK_EQ(kvp_lease_tokens(l), 40 * 16);
+	CHILD_CHECK_EQ(harness_pkv_check_lease(l, p, t, 40 * 16), 0);
+	CHILD_CHECK_EQ(kvp_lease_release(l), 0);
+	kvp_disconnect(c);
+	return 0;
+}
+
+/* Scenario: issue 14's tenant that took the host tier from everyone: each
+ * pool booked its whole arena when it opened, so with one user's pools
+ * open every other user got ENOSPC on the first OpenPool. Arenas now cost
+ * the pages they hold, and a tenant under its fair share of a full tier
+ * takes room from one over its share (A's cached pages), never the
+ * reverse. */
+static void test_host_tier_shares(void **state)
+{
+	struct harness *h = *state;
+	struct kvp_stats *st;
+	kvp_client *adm;
+	uint64_t a_pages = 0, b_pages = 0;
+	struct iso *k;
+
+	NEED_ROOT();
+	k = iso_new(h);
+	assert_int_equal(run_as(UID_A, a_fills_tier, k), 0);
+	assert_int_equal(run_as(UID_B, b_gets_room, k), 0);
+	assert_int_equal(kvp_connect(h->admin_sock, &adm), 0);
+	assert_int_equal(kvp_stats(adm, &st), 0);
+	for (size_t i = 0; i < st->n_pools; i++) {
+		uint64_t held = st->pools[i].n_pages - st->pools[i].free_pages;
+
+		if (st->pools[i].uid == UID_A)
+			a_pages += held;
+		else if (st->pools[i].uid == UID_B)
+			b_pages += held;
+	}
+	print_message("host tier 128 pages: A holds %llu, B %llu\n", (unsigned long long)a_pages,
+		      (unsigned long long)b_pages);
+	assert_true(a_pages + b_pages <= 128);
+	assert_int_equal(b_pages, 40);
+	kvp_stats_free(st);
+	kvp_disconnect(adm);
+	iso_free(k);
+}
+
 /* ---- per-tenant limits ---------------------------------------------------- */
 
 static int two_pools_then_limit(struct iso *k)
@@ -1075,6 +1185,7 @@ int main(void)
 		T(test_admin_ops_refused),
 		T(test_counters_and_ids_per_tenant),
 		cmocka_unit_test_setup_teardown(test_pool_limit_per_tenant, setup_pools2, teardown),
+		cmocka_unit_test_setup_teardown(test_host_tier_shares, setup_small_tier, teardown),
 	};
 
 	return cmocka_run_group_tests_name("isolation", tests, NULL, NULL);
