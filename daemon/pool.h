@@ -31,6 +31,7 @@ struct pool {
 	int arena_fd;
 	void *arena; /* the daemon's own mapping */
 	int huge;    /* arena uses hugepages */
+	int pinned;  /* its arena is registered with io_uring (tier.c): pinned */
 	struct pagealloc pa;
 	struct prefix_index ix;
 	XXH128_hash_t root;  /* chain root without a salt */

@@ -759,6 +759,28 @@ static void list_found(struct pool *p, struct scan *s)
 	idmap_fini(&by_hash);
 }
 
+/* Whether p's arena may be registered with io_uring: registering pins the
+ * whole arena, so the registered arenas stay within host-tier-size, and
+ * one tenant's within host-tenant-size (half the tier when unset); past
+ * that a pool's disk I/O goes without fixed buffers (the kernel pins per
+ * request), and an arena costs the memory it holds. */
+static int may_pin(const struct cache *c, const struct pool *p)
+{
+	const struct config *cfg = c->cfg;
+	uint64_t mine = p->arena_bytes;
+	uint64_t cap = cfg->host_tenant_bytes ? cfg->host_tenant_bytes : cfg->host_tier_bytes / 2;
+
+	if (c->pinned_bytes + p->arena_bytes > cfg->host_tier_bytes)
+		return 0;
+	for (const struct list *it = c->pool_list.next; it != &c->pool_list; it = it->next) {
+		const struct pool *q = list_entry(it, struct pool, link);
+
+		if (q->uid == p->uid && q->pinned)
+			mine += q->arena_bytes;
+	}
+	return mine <= cap;
+}
+
 void tier_pool_open(struct cache *c, struct pool *p)
 {
 	const struct config *cfg = c->cfg;
@@ -817,7 +839,10 @@ void tier_pool_open(struct cache *c, struct pool *p)
 				 shm_dtype_name(cfg->spill_dtype));
 		}
 	}
-	aio_buffer_add(c->aio, p->arena, p->arena_bytes, p->page_bytes);
+	if (may_pin(c, p) && aio_buffer_add(c->aio, p->arena, p->arena_bytes, p->page_bytes) > 0) {
+		p->pinned = 1;
+		c->pinned_bytes += p->arena_bytes;
+	}
 	log_info("pool %llu: disk tier %s, %u pages%s, %llu found from an earlier run",
 		 (unsigned long long)p->id, p->spill->path, p->spill->cap,
 		 p->spill->direct ? " (O_DIRECT)" : " (no O_DIRECT on this file system)",
@@ -888,6 +913,9 @@ void tier_pool_close(struct cache *c, struct pool *p)
 		/* Before the arena goes: a later arena mapped at the same
 		 * address must not reach these pinned pages. */
 		aio_buffer_remove(c->aio, p->arena);
+		if (p->pinned)
+			c->pinned_bytes -= p->arena_bytes;
+		p->pinned = 0;
 		if (p->spill_data >= 0)
 			aio_file_remove(c->aio, p->spill_data);
 		if (p->spill_meta >= 0)
