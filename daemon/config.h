@@ -21,7 +21,7 @@
 
 #define CONFIG_PATH_MAX	       4096
 #define CONFIG_SOCKET_PATH_MAX 108 /* sizeof(sun_path) */
-#define CONFIG_MAX_KEYS	       32
+#define CONFIG_MAX_KEYS	       48
 #define CONFIG_DEFAULT_FILE    "/etc/kvpalace/kvpalaced.conf"
 /* The largest max-requests-in-flight: a connection that stops reading
  * holds about that many replies of up to max-message-bytes each. */
@@ -49,6 +49,9 @@ struct config {
 	uint32_t socket_mode;	    /* client socket permissions */
 	uint32_t admin_socket_mode; /* admin socket permissions */
 	int log_level;
+	/* A persistent session no connection owns is closed after this long
+	 * unused; 0: never. */
+	uint64_t session_idle_timeout_s;
 	uint64_t disk_pool_bytes; /* one pool's spill file; 0: no disk tier */
 	int io_backend;
 	/* The policy new sessions start with (daemon/policy.h); clients may

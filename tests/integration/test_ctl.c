@@ -973,7 +973,8 @@ static void test_config(void **state)
 		"\"gpu-pool-size\":{\"value\":\"1024M\",\"source\":\"default\"},"
 		"\"gpu-high-watermark\":{\"value\":\"0.90\",\"source\":\"default\"},"
 		"\"gpu-low-watermark\":{\"value\":\"0.80\",\"source\":\"default\"},"
-		"\"gpu-tier-size\":{\"value\":\"8192M\",\"source\":\"default\"}}}");
+		"\"gpu-tier-size\":{\"value\":\"8192M\",\"source\":\"default\"},"
+		"\"session-idle-timeout\":{\"value\":\"1h\",\"source\":\"default\"}}}");
 
 	/* A reload says what changed and what waits for a restart. */
 	write_conf("log-level = notice\nmax-sessions-per-pool = 100\nmax-message-bytes = 8192\n");
