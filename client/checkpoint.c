@@ -162,7 +162,7 @@ KVP_PUBLIC int kvp_session_restore(kvp_pool *p, const char *name, kvp_session **
 		goto fail;
 	}
 	ret = session_adopt(p, s, r->session_id, r->n_tokens, r->page_slots, r->n_page_slots,
-			    "restore");
+			    "restore", 1);
 	if (ret < 0)
 		goto fail;
 	*ret_session = s;
@@ -179,6 +179,7 @@ KVP_PUBLIC int kvp_admin_restore(kvp_client *c, const char *name, int has_uid, u
 	Kvpalace__V1__RestoreRequest op = KVPALACE__V1__RESTORE_REQUEST__INIT;
 	const Kvpalace__V1__RestoreResponse *r;
 	Kvpalace__V1__Response *resp;
+	struct kvp_restore_info info;
 	int err;
 
 	if (!c)
@@ -206,14 +207,24 @@ KVP_PUBLIC int kvp_admin_restore(kvp_client *c, const char *name, int has_uid, u
 				  (unsigned long long)r->n_tokens, r->n_pages, r->shared_pages,
 				  (unsigned long long)r->pool_id,
 				  pool_id ? ", not the pool asked for" : "");
-	if (ret) {
-		memset(ret, 0, sizeof(*ret));
-		ret->session_id = r->session_id;
-		ret->pool_id = r->pool_id;
-		ret->n_tokens = r->n_tokens;
-		ret->n_pages = r->n_pages;
-		ret->shared_pages = r->shared_pages;
+	/* No handle comes back, so the session must outlive this
+	 * connection: the admin socket's restores are persistent already,
+	 * a client's is made so (were the connection to go first, the
+	 * session would go with it, as the call failed). */
+	memset(&info, 0, sizeof(info));
+	info.session_id = r->session_id;
+	info.pool_id = r->pool_id;
+	info.n_tokens = r->n_tokens;
+	info.n_pages = r->n_pages;
+	info.shared_pages = r->shared_pages;
+	if (!c->admin) {
+		/* r is gone after this call. */
+		err = session_own_call(c, info.pool_id, info.session_id, 1, 1);
+		if (err < 0)
+			return err;
 	}
+	if (ret)
+		*ret = info;
 	return 0;
 }
 

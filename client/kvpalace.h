@@ -42,9 +42,20 @@
  * for parallelism. Different clients are independent.
  *
  * Lifetime: closing the client (kvp_disconnect) ends every lease and every
- * uncommitted reservation it holds, and unmaps its arenas; committed
- * sessions stay in the daemon until closed. A process that dies has the
- * same effect: the daemon notices the connection close.
+ * uncommitted reservation it holds, closes every session it created
+ * (kvp_session_create, kvp_session_fork, kvp_lease_fork,
+ * kvp_session_restore) or adopted that is not persistent, and unmaps its
+ * arenas. A process that dies has the same effect: the daemon notices the
+ * connection close, and logs what the client left behind. What a session
+ * committed is not lost with it: its full pages stay in the pool's prefix
+ * index, where any process of the pool matches them (kvp_match_prefix,
+ * kvp_lease_fork) — sharing between processes goes through the index, not
+ * through a session. A persistent session (kvp_session_create_persistent,
+ * kvp_session_set_persistent) outlives its client: it stays in the daemon,
+ * reachable by its id (kvp_session_adopt, kvp_admin_checkpoint, the admin
+ * socket), until it is closed or, once no open connection owns it, until
+ * it has gone unused for the daemon's session-idle-timeout (default one
+ * hour; kvpalaced.conf(5)).
  */
 #ifndef KVPALACE_H
 #define KVPALACE_H
@@ -104,8 +115,10 @@ struct kvp_layout {
 KVP_PUBLIC int kvp_connect(const char *path, kvp_client **ret_client);
 
 /* Closes the connection: ends the client's leases and uncommitted
- * reservations in the daemon and frees every pool, session and lease handle
- * opened through it (they must not be used afterwards). NULL is accepted. */
+ * reservations in the daemon, closes its sessions that are not persistent
+ * (their committed full pages stay in the prefix index), and frees every
+ * pool, session and lease handle opened through it (they must not be used
+ * afterwards). NULL is accepted. */
 KVP_PUBLIC void kvp_disconnect(kvp_client *c);
 
 /* The default client socket path: $XDG_RUNTIME_DIR/kvpalace/kvpalace.sock,
@@ -139,7 +152,8 @@ KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id, const struct k
 			     kvp_pool **ret_pool);
 
 /* Frees the pool handle and unmaps the arena. Sessions and leases opened
- * through it must be closed first (they are freed with it otherwise).
+ * through it must be closed first (their handles are freed with it
+ * otherwise, and the daemon keeps them until the connection closes).
  * The pool itself stays in the daemon. NULL is accepted. */
 KVP_PUBLIC void kvp_pool_close(kvp_pool *p);
 
@@ -159,9 +173,41 @@ KVP_PUBLIC const struct kvp_layout *kvp_pool_layout(const kvp_pool *p);
 
 /* ---- sessions (writing) ------------------------------------------------- */
 
-/* Creates an empty exact session in the pool.
+/* Creates an empty exact session in the pool. It belongs to this client's
+ * connection and is closed when the connection closes (kvp_disconnect, or
+ * the process dying); its committed full pages stay in the prefix index.
  * Errors: -EDQUOT too many sessions in the pool. */
 KVP_PUBLIC int kvp_session_create(kvp_pool *p, kvp_session **ret_session);
+
+/* kvp_session_create of a persistent session: one that outlives this
+ * connection (a conversation a later process goes on with). Once no open
+ * connection owns it, it is closed after the daemon's session-idle-timeout
+ * without use (a client's request naming it is a use); until then its id
+ * (kvp_session_id) reaches it: kvp_session_adopt by any process of the
+ * same user, kvp_admin_checkpoint, the admin socket's listing and drop.
+ * Errors as kvp_session_create. */
+KVP_PUBLIC int kvp_session_create_persistent(kvp_pool *p, kvp_session **ret_session);
+
+/* Makes s persistent (persistent 1: it outlives this connection, as
+ * kvp_session_create_persistent's) or not (0: it is closed when this
+ * connection closes), whoever made it; either way it now belongs to this
+ * connection. A fork, a lease fork and a restored checkpoint start out
+ * not persistent. Errors: -ENOENT the session was closed; -EBUSY another
+ * client holds uncommitted tokens of it; -EOPNOTSUPP a daemon too old to
+ * know persistent sessions. */
+KVP_PUBLIC int kvp_session_set_persistent(kvp_session *s, int persistent);
+
+/* A handle for session session_id of this user in pool p, made by another
+ * connection: a persistent session a previous process left, or one an
+ * admin restored. This connection takes it over: it is closed with this
+ * connection unless persistent (it stays as persistent as it was; see
+ * kvp_session_set_persistent). The handle holds all its tokens, committed,
+ * as a fork's does. On failure the session stays in the daemon (it may
+ * belong to this connection now). Errors: -ENOENT no such session of this
+ * user in p; -EBUSY another client holds uncommitted tokens of it;
+ * -EEXIST p already has a handle of it; -EOPNOTSUPP a daemon too old to
+ * adopt sessions. */
+KVP_PUBLIC int kvp_session_adopt(kvp_pool *p, uint64_t session_id, kvp_session **ret_session);
 
 /* Closes the session in the daemon (its pages return to the pool unless a
  * lease still pins them) and frees the handle. NULL is accepted and
@@ -207,8 +253,10 @@ KVP_PUBLIC int kvp_commit(kvp_session *s, uint64_t n);
 /* Creates a new session sharing the first n_tokens committed tokens of s
  * (copy-on-write: full pages are shared, the partial last page is copied;
  * neither session can change what the other sees). The new session has the
- * salt of s and no writer. Errors: -ERANGE n_tokens exceeds the committed
- * tokens; -ENOSPC no free page for the copy; -EDQUOT session limit. */
+ * salt of s and no writer, and belongs to this connection (closed with it,
+ * not persistent, whatever s is). Errors: -ERANGE n_tokens exceeds the
+ * committed tokens; -ENOSPC no free page for the copy; -EDQUOT session
+ * limit. */
 KVP_PUBLIC int kvp_session_fork(kvp_session *s, uint64_t n_tokens, kvp_session **ret_session);
 
 /* Drops every token of s after the first n_tokens, committed or not
@@ -377,8 +425,9 @@ KVP_PUBLIC const void *kvp_lease_kv(const kvp_lease *l, uint64_t pos, uint32_t l
  * (n_tokens <= kvp_lease_tokens()), sharing its pages copy-on-write as
  * kvp_session_fork does, under the salt the match used: how a process
  * continues from a prefix another process computed, then appends its own
- * tokens. The lease stays valid. Errors: -ERANGE n_tokens exceeds the
- * lease; -ENOENT the lease is a miss (holds no pages); -ENOSPC, -EDQUOT as
+ * tokens. The lease stays valid; the session belongs to this connection
+ * as a created one does. Errors: -ERANGE n_tokens exceeds the lease;
+ * -ENOENT the lease is a miss (holds no pages); -ENOSPC, -EDQUOT as
  * kvp_session_fork. */
 KVP_PUBLIC int kvp_lease_fork(kvp_lease *l, uint64_t n_tokens, kvp_session **ret_session);
 
@@ -529,6 +578,9 @@ struct kvp_pool_stats {
 	 * cache file system reached disk-reserve: those pages were dropped,
 	 * not written. */
 	uint64_t disk_refused_pages;
+	uint32_t persistent_sessions; /* of n_sessions, persistent (kvp_session_set_persistent) */
+	uint32_t unowned_sessions;    /* of those, owned by no open connection: they close
+					* after the daemon's session-idle-timeout unused */
 };
 
 struct kvp_stats {
@@ -567,6 +619,10 @@ struct kvp_stats {
 	uint64_t restore_waits;
 	uint64_t purges;       /* kvp_admin_purge() calls served, every tenant */
 	uint64_t purged_pages; /* index pages purges and admin drops forgot */
+	/* Session lifetime since the daemon started (kvp_session_create). */
+	uint64_t sessions_closed_with_connection; /* closed because their connection closed */
+	uint64_t sessions_expired; /* persistent, closed after session-idle-timeout unused */
+	uint64_t unowned_sessions; /* persistent sessions no open connection owns, now */
 };
 
 /* Counters and pools of the caller's tenant (its uid): its requests,
@@ -646,8 +702,11 @@ KVP_PUBLIC int kvp_session_checkpoint_as(kvp_session *s, const char *name, uint3
  * index where the index holds the same content, and enter it otherwise,
  * so later matches find them. The handle works as a fork's
  * (kvp_session_kv, kvp_append, kvp_session_fork, ...) and is freed with
- * the pool or by kvp_session_close. Nothing is restored when the call
- * fails. Errors: -ENOENT no checkpoint of that name; -EBADMSG the file is
+ * the pool or by kvp_session_close; the session belongs to this
+ * connection as a created one does (kvp_session_set_persistent keeps it
+ * longer). Nothing is restored when the call fails; a client that goes
+ * away before the daemon has finished gets no session either (the daemon
+ * closes the one it built; its full pages stay in the prefix index). Errors: -ENOENT no checkpoint of that name; -EBADMSG the file is
  * corrupt or truncated (it failed verification), or it is another
  * checkpoint's file (it records another name or owner: copied or renamed
  * over this name); -EPROTONOSUPPORT it was
@@ -953,9 +1012,11 @@ struct kvp_restore_info {
 /* Restores checkpoint `name` of uid's tenant (the caller's when !has_uid)
  * into pool pool_id, which must be that tenant's, or, when pool_id is 0,
  * into the pool of the checkpoint's own model id and layout under that
- * tenant (created if needed). The session stays in the daemon until
- * closed (kvp_admin_drop_session(), or by its tenant); no handle comes
- * back, *ret (may be NULL) says what was made. Errors as
+ * tenant (created if needed). No handle comes back, so the session is
+ * persistent and belongs to no connection: it stays in the daemon until
+ * closed (kvp_admin_drop_session(), or by its tenant, who may
+ * kvp_session_adopt it by id) or until it has gone unused for the
+ * daemon's session-idle-timeout; *ret (may be NULL) says what was made. Errors as
  * kvp_session_restore(), and -ENOENT no such pool. On the client socket
  * only the caller's own pools and checkpoints can be named: has_uid is
  * refused with -EPERM and a pool_id of 0 with -EINVAL. */

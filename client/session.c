@@ -36,7 +36,8 @@ void session_free(struct kvp_session *s)
 	free(s);
 }
 
-KVP_PUBLIC int kvp_session_create(kvp_pool *p, kvp_session **ret_session)
+/* CreateSession of a new session, persistent or not. */
+static int create(kvp_pool *p, int persistent, kvp_session **ret_session)
 {
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__CreateSessionRequest cs = KVPALACE__V1__CREATE_SESSION_REQUEST__INIT;
@@ -57,6 +58,7 @@ KVP_PUBLIC int kvp_session_create(kvp_pool *p, kvp_session **ret_session)
 		return -ENOMEM;
 	cs.pool_id = p->id;
 	pool_salt_field(p, &cs.has_cache_salt, &cs.cache_salt);
+	cs.has_persistent = cs.persistent = !!persistent;
 	req.op_case = KVPALACE__V1__REQUEST__OP_CREATE_SESSION;
 	req.create_session = &cs;
 	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_CREATE_SESSION, &resp, NULL);
@@ -69,6 +71,16 @@ KVP_PUBLIC int kvp_session_create(kvp_pool *p, kvp_session **ret_session)
 	list_add_tail(&p->sessions, &s->link);
 	*ret_session = s;
 	return 0;
+}
+
+KVP_PUBLIC int kvp_session_create(kvp_pool *p, kvp_session **ret_session)
+{
+	return create(p, 0, ret_session);
+}
+
+KVP_PUBLIC int kvp_session_create_persistent(kvp_pool *p, kvp_session **ret_session)
+{
+	return create(p, 1, ret_session);
 }
 
 KVP_PUBLIC int kvp_session_close(kvp_session *s)
@@ -408,6 +420,52 @@ static void session_send_close(struct kvp_client *c, uint64_t id)
 	memcpy(c->err_msg, msg, sizeof(msg));
 }
 
+int session_own_call(struct kvp_client *c, uint64_t pool_id, uint64_t id, int has_persistent,
+		     int persistent)
+{
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__CreateSessionRequest cs = KVPALACE__V1__CREATE_SESSION_REQUEST__INIT;
+	Kvpalace__V1__Response *resp;
+	int ret;
+
+	cs.pool_id = pool_id;
+	cs.has_session_id = 1;
+	cs.session_id = id;
+	cs.has_persistent = !!has_persistent;
+	cs.persistent = !!persistent;
+	req.op_case = KVPALACE__V1__REQUEST__OP_CREATE_SESSION;
+	req.create_session = &cs;
+	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_CREATE_SESSION, &resp, NULL);
+	if (ret < 0)
+		return ret;
+	if (resp->create_session->session_id != id) {
+		/* A daemon that predates adoption ignored session_id and made
+		 * a new session: give it back. */
+		uint64_t made = resp->create_session->session_id;
+
+		ret = conn_error(c, -EOPNOTSUPP,
+				 "this kvpalaced cannot adopt sessions or make them persistent");
+		session_send_close(c, made);
+		return ret;
+	}
+	return 0;
+}
+
+KVP_PUBLIC int kvp_session_set_persistent(kvp_session *s, int persistent)
+{
+	struct kvp_client *c;
+	int ret;
+
+	if (!s)
+		return -EINVAL;
+	c = s->pool->client;
+	conn_clear_error(c);
+	ret = conn_usable(c);
+	if (ret < 0)
+		return ret;
+	return session_own_call(c, s->pool->id, s->id, 1, persistent);
+}
+
 /* Reads the page table of the session s (which must hold s->n_tokens
  * tokens, all committed) with SessionPages requests into s->slots (big
  * enough). Returns 0 or a negative errno. */
@@ -464,7 +522,7 @@ int session_reload(struct kvp_session *s, uint64_t n_tokens)
 }
 
 int session_adopt(struct kvp_pool *p, struct kvp_session *s, uint64_t id, uint64_t n_tokens,
-		  const uint32_t *slots, size_t n_slots, const char *what)
+		  const uint32_t *slots, size_t n_slots, const char *what, int close_on_fail)
 {
 	struct kvp_client *c = p->client;
 	uint64_t pages = pool_pages_for(p, n_tokens);
@@ -491,7 +549,8 @@ int session_adopt(struct kvp_pool *p, struct kvp_session *s, uint64_t id, uint64
 	}
 	if (pool_table_reserve(&s->slots, &s->cap, pages) < 0) {
 		ret = conn_error(c, -ENOMEM, "no memory for the page table of a %s", what);
-		session_send_close(c, id);
+		if (close_on_fail)
+			session_send_close(c, id);
 		goto fail;
 	}
 	if (n_slots)
@@ -501,8 +560,10 @@ int session_adopt(struct kvp_pool *p, struct kvp_session *s, uint64_t id, uint64
 	/* The reply starts the page table; SessionPages brings the rest. */
 	ret = session_fetch_pages(s, n_slots);
 	if (ret < 0) {
-		/* The session exists in the daemon: give it back. */
-		session_send_close(c, id);
+		/* The session exists in the daemon: give it back (one just
+		 * made for us; an adopted one is not ours to end). */
+		if (close_on_fail)
+			session_send_close(c, id);
 		goto fail;
 	}
 	list_add_tail(&p->sessions, &s->link);
@@ -511,6 +572,71 @@ fail:
 	free(s->slots);
 	s->slots = NULL;
 	s->cap = 0;
+	return ret;
+}
+
+KVP_PUBLIC int kvp_session_adopt(kvp_pool *p, uint64_t session_id, kvp_session **ret_session)
+{
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__SessionPagesRequest sp = KVPALACE__V1__SESSION_PAGES_REQUEST__INIT;
+	const Kvpalace__V1__SessionPagesResponse *r;
+	Kvpalace__V1__Response *resp;
+	struct kvp_client *c;
+	struct kvp_session *s;
+	int ret;
+
+	if (!p || !ret_session || !session_id)
+		return -EINVAL;
+	c = p->client;
+	conn_clear_error(c);
+	ret = conn_usable(c);
+	if (ret < 0)
+		return ret;
+	/* A second handle of one session would keep a second page table
+	 * that the first one's calls do not update. */
+	for (struct list *it = p->sessions.next; it != &p->sessions; it = it->next)
+		if (list_entry(it, struct kvp_session, link)->id == session_id)
+			return conn_error(c, -EEXIST, "this pool handle holds session %llu already",
+					  (unsigned long long)session_id);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	ret = session_own_call(c, p->id, session_id, 0, 0);
+	if (ret < 0)
+		goto fail;
+	/* Its length and the start of its table. */
+	sp.session_id = session_id;
+	sp.first_page = 0;
+	req.op_case = KVPALACE__V1__REQUEST__OP_SESSION_PAGES;
+	req.session_pages = &sp;
+	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_SESSION_PAGES, &resp, NULL);
+	if (ret < 0)
+		goto fail;
+	r = resp->session_pages;
+	if (r->first_page != 0 || r->committed_tokens > r->n_tokens) {
+		ret = conn_break(c, -EPROTO,
+				 "kvpalaced answered SessionPages from page 0 with page %llu, "
+				 "%llu tokens of which %llu committed",
+				 (unsigned long long)r->first_page, (unsigned long long)r->n_tokens,
+				 (unsigned long long)r->committed_tokens);
+		goto fail;
+	}
+	if (r->committed_tokens != r->n_tokens) {
+		/* The daemon refuses to give it while another client writes;
+		 * one that started since cannot be followed from here. */
+		ret = conn_error(c, -EBUSY,
+				 "another client holds uncommitted tokens of session %llu",
+				 (unsigned long long)session_id);
+		goto fail;
+	}
+	ret = session_adopt(p, s, session_id, r->n_tokens, r->page_slots, r->n_page_slots,
+			    "adopted session", 0);
+	if (ret < 0)
+		goto fail;
+	*ret_session = s;
+	return 0;
+fail:
+	free(s);
 	return ret;
 }
 
@@ -543,7 +669,7 @@ static int fork_common(struct kvp_pool *p, Kvpalace__V1__Request *req, int resp_
 		goto fail;
 	}
 	ret = session_adopt(p, f, fr->session_id, n_tokens, fr->page_slots, fr->n_page_slots,
-			    "fork");
+			    "fork", 1);
 	if (ret < 0) {
 		free(f);
 		return ret;

@@ -51,9 +51,17 @@ void session_free(struct kvp_session *s);
  * cannot be the session's (more pages than the arena, a slot outside it)
  * breaks the client (-EPROTO); when anything else fails (-ENOMEM, a
  * refused SessionPages) the session is closed in the daemon. what ("fork",
- * "restore") names the reply in error messages. Returns 0 with s on p's
- * list, or a negative errno with s's table freed (the caller frees s). */
+ * "restore") names the reply in error messages; close_on_fail 0 leaves
+ * the session in the daemon when building the handle fails (one adopted,
+ * not made for us). Returns 0 with s on p's list, or a negative errno
+ * with s's table freed (the caller frees s). */
 int session_adopt(struct kvp_pool *p, struct kvp_session *s, uint64_t id, uint64_t n_tokens,
-		  const uint32_t *slots, size_t n_slots, const char *what);
+		  const uint32_t *slots, size_t n_slots, const char *what, int close_on_fail);
+
+/* Has this connection take over session id of pool pool_id (CreateSession
+ * with session_id) and, when has_persistent, makes it persistent or not.
+ * Returns 0 or a negative errno (-EOPNOTSUPP: a daemon that cannot). */
+int session_own_call(struct kvp_client *c, uint64_t pool_id, uint64_t id, int has_persistent,
+		     int persistent);
 
 #endif

@@ -104,6 +104,9 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 	st->restore_waits = r->has_restore_waits ? r->restore_waits : 0;
 	st->purges = r->purges;
 	st->purged_pages = r->purged_pages;
+	st->sessions_closed_with_connection = r->sessions_closed_with_connection;
+	st->sessions_expired = r->sessions_expired;
+	st->unowned_sessions = r->unowned_sessions;
 	for (size_t i = 0; i < r->n_pools; i++) {
 		const Kvpalace__V1__PoolStats *in = r->pools[i];
 		struct kvp_pool_stats *out = &st->pools[i];
@@ -130,6 +133,8 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 		out->device_copied_back_pages = in->device_copied_back_pages;
 		out->device_copy_errors = in->device_copy_errors;
 		out->purged_pages = in->purged_pages;
+		out->persistent_sessions = in->persistent_sessions;
+		out->unowned_sessions = in->unowned_sessions;
 		out->host_indexed_pages = in->host_indexed_pages;
 		out->permanent_pages = in->has_permanent_pages ? in->permanent_pages : 0;
 		out->quantized_pages = in->has_quantized_pages ? in->quantized_pages : 0;

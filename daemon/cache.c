@@ -24,6 +24,7 @@ void cache_init(struct cache *c, const struct config *cfg)
 	memset(c, 0, sizeof(*c));
 	c->cfg = cfg;
 	list_init(&c->pool_list);
+	list_init(&c->unowned);
 	c->ckpt_dir_fd = -1;
 	c->start_ns = cache_now_ns();
 	c->next_tag = 1; /* the sink has tag 0 */
@@ -120,6 +121,7 @@ static int check_pool(const struct cache *c, const struct pool *p)
 	uint32_t *refs = calloc(p->pa.n_pages ? p->pa.n_pages : 1, sizeof(uint32_t));
 	uint32_t *pins = calloc(p->pa.n_pages ? p->pa.n_pages : 1, sizeof(uint32_t));
 	const struct list *it;
+	uint32_t persistent = 0, unowned = 0;
 	int ret = -EUCLEAN;
 
 	if (!refs || !pins) {
@@ -139,12 +141,16 @@ static int check_pool(const struct cache *c, const struct pool *p)
 		if (s->n_committed > s->n_tokens || s->n_pages != (s->n_tokens + bt - 1) / bt ||
 		    (!s->writer && s->n_committed != s->n_tokens))
 			goto out;
+		persistent += s->persistent;
+		unowned += s->persistent && !s->owner;
 		for (uint32_t i = 0; i < s->n_pages; i++) {
 			if (s->pages[i] >= p->pa.n_pages)
 				goto out;
 			refs[s->pages[i]]++;
 		}
 	}
+	if (persistent != p->n_persistent || unowned != p->n_unowned)
+		goto out;
 	for (size_t i = 0; i < c->leases.cap; i++) {
 		const struct lease *l = c->leases.slots[i].ptr;
 

@@ -36,6 +36,10 @@ struct cache_counters {
 	uint64_t restore_waits; /* restores that waited for room (host tier draining) */
 	uint64_t purges;	/* Purge requests served */
 	uint64_t purged_pages;	/* index pages purges and admin drops forgot */
+	/* Sessions closed because their connection closed, and persistent
+	 * ones closed after session-idle-timeout unused. */
+	uint64_t sessions_closed_with_conn;
+	uint64_t sessions_expired;
 };
 
 /* One tenant's share of the counters: the client socket's Stats shows a
@@ -81,6 +85,10 @@ struct cache {
 	 * the pool whose I/O it waits for when a handler returned -EAGAIN. */
 	int no_park;
 	struct pool *park_on;
+	/* Persistent sessions no open connection owns (struct
+	 * session.owner_link): what the idle sweep (session_expire_idle)
+	 * looks at. */
+	struct list unowned;
 };
 
 void cache_init(struct cache *c, const struct config *cfg);

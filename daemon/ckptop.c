@@ -56,6 +56,7 @@ struct job {
 	int all_uids;	   /* list: every tenant's directory */
 	int verify;	   /* list: read and check every page too */
 	int only_name;	   /* list: name only */
+	int admin;	   /* restore: asked on the admin socket (persistent, nobody's) */
 	int list_dir;	   /* list: the directory being listed (run_list's) */
 	struct pool *pool; /* the pool worked on (p->n_jobs holds it) */
 	struct list link;  /* pool.jobs while pool is set */
@@ -696,6 +697,30 @@ static void restore_failed(struct job *j, int err)
 
 static void restore_finish(struct job *j, int ret);
 
+/* Gives the session a restore built to whoever asked: the client's
+ * connection owns it (it dies with it, as a created one does); an admin's
+ * restore has no handle to come back to, so it is persistent and nobody's
+ * (reached by id; session-idle-timeout ends it). A client that went while
+ * the restore ran left nobody to own it: closed, its full pages stay in
+ * the prefix index as a warm-up's do. Returns 1, or 0 when it was closed. */
+static int restore_owner(struct job *j, struct session *s)
+{
+	if (j->admin) {
+		session_own(j->c, s, NULL, 1);
+		return 1;
+	}
+	if (j->t.conn) {
+		session_own(j->c, s, &j->t.conn->sessions, 0);
+		return 1;
+	}
+	log_info("restore of checkpoint '%s' of uid %u finished after its client disconnected: "
+		 "session %llu closed (%llu tokens); its full pages stay indexed",
+		 j->name, j->uid, (unsigned long long)s->id, (unsigned long long)s->n_tokens);
+	cache_count(j->c, j->uid, sessions_closed_with_conn, 1);
+	session_close(j->c, s);
+	return 0;
+}
+
 /* The pool a parked restore waits on finished its writes: try again. */
 static void on_wake(struct tier_waiter *w)
 {
@@ -759,7 +784,9 @@ static void restore_finish(struct job *j, int ret)
 		log_info("%s checkpoint '%s' of uid %u: %llu tokens, %u pages already indexed",
 			 j->op == OP_WARMUP ? "warmed up" : "restored", j->name, j->uid,
 			 (unsigned long long)j->meta.n_tokens, shared);
-		deliver_restored(j, s, shared);
+		/* A restore nobody is left to answer closed its session. */
+		if (j->op == OP_WARMUP || restore_owner(j, s))
+			deliver_restored(j, s, shared);
 	}
 	cache_debug_check(j->c);
 	job_free(j);
@@ -1011,6 +1038,7 @@ int ckptop_restore(struct cache *cache, struct conn *c, uint64_t req_id,
 	}
 	j->uid_dir = 1;
 	j->pool = p;
+	j->admin = c->admin;
 	j->uid = p ? (uint32_t)p->uid : in->has_uid ? in->uid : (uint32_t)c->uid;
 	return start(j);
 }

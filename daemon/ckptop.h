@@ -22,7 +22,10 @@
  *    shared ones only checked), then builds the session on the loop. Any
  *    refusal (missing, corrupt, truncated, newer format, another model,
  *    layout, name or owner, no room) frees what was taken: nothing is
- *    half-restored.
+ *    half-restored. The session belongs to the asking connection (closed
+ *    with it, daemon/session.h); one that closed while the restore ran
+ *    gets its session closed when it is built; an admin's restore is
+ *    persistent and owned by no connection.
  *  - ListCheckpoints reads each file's header (and with verify every
  *    page); DeleteCheckpoint unlinks a file of the caller's own
  *    directory and fsyncs it, answered once the removal is durable.

@@ -87,6 +87,9 @@ void config_defaults(struct config *c)
 	c->gpu_tier_bytes = 8ull << 30;
 	c->gpu_high_watermark = 0.90;
 	c->gpu_low_watermark = 0.80;
+	/* Long enough for a client to restart and adopt what it left,
+	 * short enough that forgotten ones do not pile up for days. */
+	c->session_idle_timeout_s = 3600;
 }
 
 int config_parse_size(const char *s, uint64_t *ret_bytes)
@@ -201,6 +204,49 @@ static int parse_device_size(const char *s, uint64_t *ret)
 	return config_parse_size(s, ret) < 0 ? -EINVAL : 0;
 }
 
+/* A duration such as "90", "90s", "30m", "1h" or "7d", at most 366 days;
+ * "0" is 0. */
+static int parse_duration(const char *s, uint64_t *ret_s)
+{
+	static const struct {
+		char suffix;
+		uint64_t s;
+	} units[] = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}};
+	uint64_t mult = 1, v;
+	char num[24];
+	size_t n = strlen(s);
+
+	if (n == 0 || n >= sizeof(num))
+		return -EINVAL;
+	memcpy(num, s, n + 1);
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (n > 1 && num[n - 1] == units[i].suffix) {
+			mult = units[i].s;
+			num[n - 1] = '\0';
+			break;
+		}
+	}
+	if (parse_u64(num, 0, 366ull * 86400 / mult, 10, &v) < 0)
+		return -EINVAL;
+	*ret_s = v * mult;
+	return 0;
+}
+
+/* A duration in the largest unit that shows it exactly. */
+static void show_duration(uint64_t s, char *buf, size_t n)
+{
+	if (s && s % 86400 == 0)
+		snprintf(buf, n, "%llud", (unsigned long long)(s / 86400));
+	else if (s && s % 3600 == 0)
+		snprintf(buf, n, "%lluh", (unsigned long long)(s / 3600));
+	else if (s && s % 60 == 0)
+		snprintf(buf, n, "%llum", (unsigned long long)(s / 60));
+	else if (s)
+		snprintf(buf, n, "%llus", (unsigned long long)s);
+	else
+		snprintf(buf, n, "0");
+}
+
 static int set_path(char *dst, size_t cap, const char *src)
 {
 	if (!*src || strlen(src) >= cap)
@@ -246,6 +292,7 @@ enum key_id {
 	K_DISK_TENANT,
 	K_DISK_RESERVE,
 	K_HOST_TENANT,
+	K_SESSION_IDLE_TIMEOUT,
 	K_COUNT,
 };
 _Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
@@ -287,6 +334,7 @@ static const char *const key_names[K_COUNT] = {
 	[K_DISK_TENANT] = "disk-tenant-size",
 	[K_DISK_RESERVE] = "disk-reserve",
 	[K_HOST_TENANT] = "host-tenant-size",
+	[K_SESSION_IDLE_TIMEOUT] = "session-idle-timeout",
 };
 
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
@@ -385,6 +433,8 @@ static int set_key(struct config *c, int k, const char *v)
 		return parse_fraction(v, &c->gpu_low_watermark);
 	case K_GPU_TIER:
 		return parse_device_size(v, &c->gpu_tier_bytes);
+	case K_SESSION_IDLE_TIMEOUT:
+		return parse_duration(v, &c->session_idle_timeout_s);
 	case K_IO_BACKEND:
 		for (int i = 0; i < 3; i++)
 			if (!strcmp(v, io_backends[i])) {
@@ -515,6 +565,9 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		break;
 	case K_GPU_TIER:
 		snprintf(buf, n, "%lluM", (unsigned long long)(c->gpu_tier_bytes >> 20));
+		break;
+	case K_SESSION_IDLE_TIMEOUT:
+		show_duration(c->session_idle_timeout_s, buf, n);
 		break;
 	case K_WARMUP_DIR:
 		if (c->warmup_dir[0])
@@ -798,13 +851,28 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 int config_reload(struct config *live, int argc, char **argv, char *err, size_t errlen)
 {
 	static const int live_keys[] = {
-		K_LOG_LEVEL,	  K_HIGH_MARK,	    K_LOW_MARK,
-		K_MAX_POOLS,	  K_MAX_SESSIONS,   K_MAX_LEASES,
-		K_MAX_CONNS,	  K_MAX_CONNS_USER, K_MAX_IN_FLIGHT,
-		K_MAX_RESERVED,	  K_MAX_LEASED,	    K_MAX_TOKENS,
-		K_SESSION_POLICY, K_SESSION_BUDGET, K_SESSION_AUTO_COMPACT,
-		K_GPU_HIGH_MARK,  K_GPU_LOW_MARK,   K_DISK_TIER,
-		K_DISK_TENANT,	  K_DISK_RESERVE,   K_HOST_TENANT,
+		K_LOG_LEVEL,
+		K_HIGH_MARK,
+		K_LOW_MARK,
+		K_MAX_POOLS,
+		K_MAX_SESSIONS,
+		K_MAX_LEASES,
+		K_MAX_CONNS,
+		K_MAX_CONNS_USER,
+		K_MAX_IN_FLIGHT,
+		K_MAX_RESERVED,
+		K_MAX_LEASED,
+		K_MAX_TOKENS,
+		K_SESSION_POLICY,
+		K_SESSION_BUDGET,
+		K_SESSION_AUTO_COMPACT,
+		K_GPU_HIGH_MARK,
+		K_GPU_LOW_MARK,
+		K_DISK_TIER,
+		K_DISK_TENANT,
+		K_DISK_RESERVE,
+		K_HOST_TENANT,
+		K_SESSION_IDLE_TIMEOUT,
 	};
 	enum config_action act;
 	struct config next;
@@ -835,6 +903,7 @@ int config_reload(struct config *live, int argc, char **argv, char *err, size_t 
 	live->disk_tenant_bytes = next.disk_tenant_bytes;
 	live->disk_reserve_bytes = next.disk_reserve_bytes;
 	live->host_tenant_bytes = next.host_tenant_bytes;
+	live->session_idle_timeout_s = next.session_idle_timeout_s;
 	for (size_t i = 0; i < sizeof(live_keys) / sizeof(live_keys[0]); i++)
 		live->src[live_keys[i]] = next.src[live_keys[i]];
 	return 0;
@@ -945,10 +1014,17 @@ void config_usage(const char *argv0)
 	       "  --gpu-high-watermark F    drop cached device copies when a device arena is\n"
 	       "                            fuller than this fraction (default 0.90)...\n"
 	       "  --gpu-low-watermark F     ...down to this fraction (default 0.80)\n"
+	       "  --session-idle-timeout DURATION\n"
+	       "                            a persistent session that no connection owns is\n"
+	       "                            closed after this long unused (its full pages stay\n"
+	       "                            in the prefix index); 0 keeps it until closed.\n"
+	       "                            Sessions that are not persistent close with the\n"
+	       "                            connection that made them (default 1h)\n"
 
 	       "  -h, --help                show this help\n"
 	       "  -V, --version             show the version\n"
 	       "\n"
-	       "SIZE accepts K, M, G, T suffixes (powers of 1024) or a percentage of RAM.\n",
+	       "SIZE accepts K, M, G, T suffixes (powers of 1024) or a percentage of RAM;\n"
+	       "DURATION seconds, or s, m, h, d suffixes (at most 366d).\n",
 	       argv0, CONFIG_DEFAULT_FILE, FRAME_DEFAULT_MAX_BYTES, CONFIG_MAX_IN_FLIGHT);
 }

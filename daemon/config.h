@@ -49,6 +49,9 @@ struct config {
 	uint32_t socket_mode;	    /* client socket permissions */
 	uint32_t admin_socket_mode; /* admin socket permissions */
 	int log_level;
+	/* A persistent session no connection owns is closed after this long
+	 * unused; 0: never. */
+	uint64_t session_idle_timeout_s;
 	uint64_t disk_pool_bytes; /* one pool's spill file; 0: no disk tier */
 	/* Disk tier shares (tier_disk_room): of every pool together (0: no
 	 * cap but the reserve), of one tenant's pools, and the free space

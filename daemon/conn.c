@@ -61,19 +61,44 @@ static void conn_maybe_free(struct conn *c)
 	free(c);
 }
 
-static void release_client_state(struct conn *c)
+/* Releases what a closing connection held and logs it, once: a client
+ * that died (or just went) leaves sessions, leases and reservations, and
+ * an administrator wondering where pages went should find who left what. */
+static void release_client_state(struct conn *c, int bad)
 {
 	struct cache *cache = &c->srv->cache;
+	struct session_left left = {0};
+	uint64_t leased = c->n_leased_pages, rolled_back = 0;
+	uint32_t leases = c->n_leases;
 	struct list *it, *tmp;
 
 	list_for_each_safe (it, tmp, &c->leases)
 		lease_release(cache, list_entry(it, struct lease, owner_link));
 	c->n_leases = 0;
 	c->n_leased_pages = 0;
-	list_for_each_safe (it, tmp, &c->writing.sessions)
-		session_rollback(cache, list_entry(it, struct session, writer_link));
+	list_for_each_safe (it, tmp, &c->writing.sessions) {
+		struct session *s = list_entry(it, struct session, writer_link);
+
+		rolled_back += s->n_tokens - s->n_committed;
+		session_rollback(cache, s);
+	}
 	kvp_assert(c->writing.reserved_pages == 0);
+	/* Its sessions die with it unless persistent; their committed full
+	 * pages stay in the prefix index. */
+	session_owner_release(cache, &c->sessions, &left);
 	cache_debug_check(cache);
+	if (!left.closed && !left.persistent && !leases && !rolled_back) {
+		log_debug("connection %llu (pid %d uid %u) closed%s", (unsigned long long)c->id,
+			  (int)c->pid, (unsigned)c->uid, bad ? " for misbehaviour" : "");
+		return;
+	}
+	log_info("connection %llu (pid %d uid %u) closed%s: %u sessions closed with it (%llu "
+		 "tokens, %llu pages, %llu freed), %u persistent kept; %u leases released (%llu "
+		 "pages); %llu uncommitted tokens rolled back",
+		 (unsigned long long)c->id, (int)c->pid, (unsigned)c->uid,
+		 bad ? " for misbehaviour" : "", left.closed, (unsigned long long)left.tokens,
+		 (unsigned long long)left.pages, (unsigned long long)left.freed, left.persistent,
+		 leases, (unsigned long long)leased, (unsigned long long)rolled_back);
 }
 
 #ifdef KVP_DEBUG_CHECKS
@@ -85,7 +110,8 @@ static void check_accounts(const struct server *srv)
 	for (const struct list *it = srv->conns.next; it != &srv->conns; it = it->next) {
 		const struct conn *c = list_entry(it, struct conn, link);
 		const struct list *w = &c->writing.sessions, *l = &c->leases;
-		uint32_t reserved = 0, leases = 0;
+		const struct list *o = &c->sessions.sessions;
+		uint32_t reserved = 0, leases = 0, owned = 0;
 		uint64_t leased = 0;
 
 		for (const struct list *s = w->next; s != w; s = s->next)
@@ -95,6 +121,12 @@ static void check_accounts(const struct server *srv)
 			leases++;
 			leased += list_entry(s, struct lease, owner_link)->n_pages;
 		}
+		for (const struct list *s = o->next; s != o; s = s->next) {
+			kvp_assert(list_entry(s, struct session, owner_link)->owner ==
+				   &c->sessions);
+			owned++;
+		}
+		kvp_assert(owned == c->sessions.n_sessions);
 		kvp_assert(reserved == c->writing.reserved_pages);
 		kvp_assert(leases == c->n_leases);
 		kvp_assert(leased == c->n_leased_pages);
@@ -287,10 +319,8 @@ void conn_close(struct conn *c, int bad)
 		cache_count(&c->srv->cache, c->uid, disconnects_bad, 1);
 	cache_count(&c->srv->cache, c->uid, connections, -1);
 	census_count(&c->srv->census, c, 0);
-	release_client_state(c);
+	release_client_state(c, bad);
 	list_del(&c->link);
-	log_debug("connection %llu (pid %d uid %u) closed%s", (unsigned long long)c->id,
-		  (int)c->pid, (unsigned)c->uid, bad ? " for misbehaviour" : "");
 	/* Wakes a pending receive or send so their completions let us free. */
 	if (c->receiving || c->sending)
 		shutdown(c->fd, SHUT_RDWR);
@@ -932,6 +962,7 @@ int conn_start(struct server *srv, int fd, int admin)
 	list_init(&c->waiter.link);
 	list_init(&c->leases);
 	session_writer_init(&c->writing);
+	session_owner_init(&c->sessions);
 	list_add_tail(&srv->conns, &c->link);
 	cache_count(&srv->cache, c->uid, connections, 1);
 	log_debug("connection %llu from pid %d uid %u%s", (unsigned long long)c->id, (int)c->pid,

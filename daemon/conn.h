@@ -16,9 +16,12 @@
  * closed after it is sent. A request that must wait for pages from disk is
  * parked (a copy of its frame is kept and it runs again when the pool's
  * I/O completes); the connection's later frames wait behind it, so each
- * client sees its requests answered in order while others are served. Closing releases the client's leases and rolls
- * back its uncommitted reservations at once; the memory goes when the last
- * in-flight operation completes.
+ * client sees its requests answered in order while others are served.
+ * Closing releases the client's leases, rolls back its uncommitted
+ * reservations and closes the sessions it owns (made or adopted on it)
+ * that are not persistent, at once, and gives its persistent ones to
+ * nobody (daemon/session.h); what it left behind is logged in one line.
+ * The memory goes when the last in-flight operation completes.
  *
  * Admission: a connection on the client socket is refused past
  * max-connections (all users) or max-connections-per-user (its uid, from
@@ -145,6 +148,7 @@ struct conn {
 	uint32_t n_leases;
 	uint64_t n_leased_pages;       /* pages those leases pin, together */
 	struct session_writer writing; /* sessions with our uncommitted tokens */
+	struct session_owner sessions; /* sessions we own: closed with us unless persistent */
 	struct list link;	       /* server.conns */
 };
 
@@ -161,8 +165,10 @@ void conn_ticket_start(struct conn *c, struct conn_ticket *t, uint64_t id);
  * open) and lets the connection's next requests run. Takes r's fd. */
 void conn_deliver(struct conn_ticket *t, struct reply *r);
 
-/* Closes the connection now: releases leases and reservations and frees it
- * once no operation is in flight. bad counts it as a misbehaving client. */
+/* Closes the connection now: releases leases and reservations, closes the
+ * sessions it owns that are not persistent, logs what it left behind, and
+ * frees it once no operation is in flight. bad counts it as a misbehaving
+ * client. */
 void conn_close(struct conn *c, int bad);
 
 /* Once a second (the server's tick): wakes the requests parked on a pool

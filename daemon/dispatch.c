@@ -171,6 +171,32 @@ static int do_lease_device(struct cache *cache, struct conn *c,
 	return gpu_lease_device(cache, c, l, in->has_first_page ? in->first_page : 0, id, r, why);
 }
 
+/* CreateSession with a session_id: this connection takes over an
+ * existing session of its tenant in pool p (a persistent one a dead
+ * client left, one an admin restored, or its own to change whether it is
+ * persistent). */
+static int adopt_session(struct cache *cache, struct conn *c, struct pool *p,
+			 const Kvpalace__V1__CreateSessionRequest *in, struct reply *r,
+			 const char **why)
+{
+	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+
+	if (!s || s->pool != p) {
+		*why = "no such session in this pool";
+		return -ENOENT;
+	}
+	if (s->writer && s->writer != c) {
+		*why = "another client holds uncommitted tokens of this session";
+		return -EBUSY;
+	}
+	session_own(cache, s, &c->sessions, in->has_persistent ? in->persistent : s->persistent);
+	kvpalace__v1__create_session_response__init(&r->u.create_session);
+	r->u.create_session.session_id = s->id;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_CREATE_SESSION;
+	r->resp.create_session = &r->u.create_session;
+	return 0;
+}
+
 static int do_create_session(struct cache *cache, struct conn *c,
 			     const Kvpalace__V1__CreateSessionRequest *in, struct reply *r,
 			     const char **why)
@@ -183,6 +209,8 @@ static int do_create_session(struct cache *cache, struct conn *c,
 		*why = "no such pool";
 		return -ENOENT;
 	}
+	if (in->has_session_id)
+		return adopt_session(cache, c, p, in, r, why);
 	ret = session_create(cache, p,
 			     in->has_cache_salt
 				     ? prefix_index_root(p->model_id, &p->layout,
@@ -193,6 +221,8 @@ static int do_create_session(struct cache *cache, struct conn *c,
 		*why = ret == -EDQUOT ? "too many sessions in this pool" : "cannot create session";
 		return ret;
 	}
+	/* Closed with this connection unless the client keeps it. */
+	session_own(cache, s, &c->sessions, in->has_persistent && in->persistent);
 	kvpalace__v1__create_session_response__init(&r->u.create_session);
 	r->u.create_session.session_id = s->id;
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_CREATE_SESSION;
@@ -388,6 +418,8 @@ static int do_fork(struct cache *cache, struct conn *c, const Kvpalace__V1__Fork
 		return -ENOENT;
 	}
 	ret = session_fork(cache, s, in->n_tokens, &f);
+	if (ret == 0)
+		session_own(cache, f, &c->sessions, 0); /* the forker's, not the source's */
 	return fork_done(cache, ret, f, 0, r, why);
 }
 
@@ -404,6 +436,8 @@ static int do_fork_lease(struct cache *cache, struct conn *c,
 		return -ENOENT;
 	}
 	ret = session_fork_lease(cache, l, in->n_tokens, &f);
+	if (ret == 0)
+		session_own(cache, f, &c->sessions, 0);
 	return fork_done(cache, ret, f, 1, r, why);
 }
 

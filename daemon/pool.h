@@ -52,6 +52,10 @@ struct pool {
 	struct list ios;      /* struct tier_io.link: disk I/O in flight */
 	struct list sessions; /* struct session.pool_link */
 	uint32_t n_sessions;
+	/* Of them the persistent ones (session_own), and of those the ones
+	 * no open connection owns. */
+	uint32_t n_persistent;
+	uint32_t n_unowned;
 	struct list link; /* cache.pool_list */
 };
 

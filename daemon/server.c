@@ -20,6 +20,7 @@
 #include "log.h"
 #include "pool.h"
 #include "server.h"
+#include "session.h"
 
 #define SERVER_TICK_S	      1
 #define SERVER_RING_ENTRIES   1024
@@ -247,6 +248,10 @@ static void on_timer(struct loop_op *op, int res, unsigned int flags)
 	conn_census_tick(&s->census);
 	conn_park_tick(s);
 	disk_refresh(s);
+	/* Persistent sessions their clients left behind and forgot. */
+	if (s->cfg->session_idle_timeout_s)
+		session_expire_idle(&s->cache, cache_now_ns(),
+				    s->cfg->session_idle_timeout_s * 1000000000ull);
 	if (s->ticks % 60 == 0)
 		log_debug("%llu connections, %llu requests, %llu errors",
 			  (unsigned long long)s->cache.ctr.connections,

@@ -1,5 +1,5 @@
 /* daemon/session.c — page tables, two-phase append, commit with dedup,
- * fork and truncate (see session.h). */
+ * fork and truncate, and who owns a session until when (see session.h). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +67,7 @@ int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
 	s->root = root;
 	s->last_use_ns = cache_now_ns();
 	list_init(&s->writer_link);
+	list_init(&s->owner_link);
 	/* The configured policy; a client may set its own (compact.h). */
 	policy_defaults(&s->pol, (enum policy_kind)c->cfg->session_policy);
 	s->pol.budget = c->cfg->session_budget;
@@ -99,12 +100,44 @@ void session_rollback(struct cache *c, struct session *s)
 	end_writer(s);
 }
 
+/* s leaves its owner's list (or the unowned one): owned by nobody, and
+ * listed nowhere. */
+static void disown(struct session *s)
+{
+	if (s->owner)
+		s->owner->n_sessions--;
+	else if (s->persistent)
+		s->pool->n_unowned--;
+	list_del(&s->owner_link);
+	s->owner = NULL;
+}
+
+void session_own(struct cache *c, struct session *s, struct session_owner *o, int persistent)
+{
+	disown(s);
+	if (s->persistent != !!persistent) {
+		s->pool->n_persistent += persistent ? 1 : (uint32_t)-1;
+		s->persistent = !!persistent;
+	}
+	s->owner = o;
+	if (o) {
+		list_add_tail(&o->sessions, &s->owner_link);
+		o->n_sessions++;
+	} else if (s->persistent) {
+		list_add_tail(&c->unowned, &s->owner_link);
+		s->pool->n_unowned++;
+	}
+}
+
 void session_close(struct cache *c, struct session *s)
 {
 	uint32_t n_hashes;
 
 	if (!s)
 		return;
+	disown(s);
+	if (s->persistent)
+		s->pool->n_persistent--;
 	session_rollback(c, s);
 	n_hashes = s->n_hashes;
 	drop_pages_from(s, 0);
@@ -126,7 +159,75 @@ struct session *session_get(struct cache *c, uint64_t id, uid_t uid, int admin)
 
 	if (!s || (!admin && s->pool->uid != uid))
 		return NULL;
+	/* A client asked for it: in use (an admin's look is not). */
+	if (!admin)
+		s->last_use_ns = cache_now_ns();
 	return s;
+}
+
+void session_owner_release(struct cache *c, struct session_owner *o, struct session_left *ret)
+{
+	struct list *it, *tmp;
+
+	list_for_each_safe (it, tmp, &o->sessions) {
+		struct session *s = list_entry(it, struct session, owner_link);
+		struct pool *p = s->pool;
+		uint32_t free_before = p->pa.n_free;
+
+		if (s->persistent) {
+			session_own(c, s, NULL, 1);
+			ret->persistent++;
+			continue;
+		}
+		ret->closed++;
+		ret->tokens += s->n_tokens;
+		ret->pages += s->n_pages;
+		cache_count(c, p->uid, sessions_closed_with_conn, 1);
+		session_close(c, s);
+		ret->freed += p->pa.n_free - free_before;
+	}
+	kvp_assert(o->n_sessions == 0);
+}
+
+/* Expiries logged one by one per sweep; the rest in one line. */
+#define EXPIRED_LOGGED_PER_SWEEP 16u
+
+uint32_t session_expire_idle(struct cache *c, uint64_t now_ns, uint64_t timeout_ns)
+{
+	uint64_t tokens = 0, pages = 0;
+	uint32_t n = 0;
+	struct list *it, *tmp;
+
+	list_for_each_safe (it, tmp, &c->unowned) {
+		struct session *s = list_entry(it, struct session, owner_link);
+		uint64_t idle = now_ns > s->last_use_ns ? now_ns - s->last_use_ns : 0;
+
+		/* A live connection holding uncommitted tokens is using it. */
+		if (s->writer || idle < timeout_ns)
+			continue;
+		if (n < EXPIRED_LOGGED_PER_SWEEP)
+			log_notice("session %llu of pool %llu (uid %u): persistent, owned by no "
+				   "connection and unused for %llu s (session-idle-timeout "
+				   "%llu s): closed, %llu tokens in %u pages",
+				   (unsigned long long)s->id, (unsigned long long)s->pool->id,
+				   (unsigned)s->pool->uid,
+				   (unsigned long long)(idle / 1000000000ull),
+				   (unsigned long long)(timeout_ns / 1000000000ull),
+				   (unsigned long long)s->n_tokens, s->n_pages);
+		else {
+			tokens += s->n_tokens;
+			pages += s->n_pages;
+		}
+		cache_count(c, s->pool->uid, sessions_expired, 1);
+		session_close(c, s);
+		n++;
+	}
+	if (n > EXPIRED_LOGGED_PER_SWEEP)
+		log_notice("%u more idle persistent sessions closed (session-idle-timeout): %llu "
+			   "tokens in %llu pages",
+			   n - EXPIRED_LOGGED_PER_SWEEP, (unsigned long long)tokens,
+			   (unsigned long long)pages);
+	return n;
 }
 
 static int grow(void **arr, uint64_t *cap, uint64_t need, size_t elem)

@@ -13,8 +13,19 @@
  * Pages may be shared (index, forks, leases); a session only ever writes
  * positions at or after its committed length, and those live in pages
  * nobody else holds: full pages are never written again, fork copies the
- * partial last page, truncate copies a shared new last page. A session
- * outlives the connection that created it, until CloseSession.
+ * partial last page, truncate copies a shared new last page.
+ *
+ * Lifetime: a session has an owner — the connection that made it (or
+ * adopted it), which keeps a struct session_owner as it keeps its leases —
+ * or none. When the owner goes (session_owner_release) its sessions are
+ * closed unless persistent; persistent ones then belong to nobody and sit
+ * in cache.unowned until a connection adopts them, someone closes them,
+ * or they go unused for session-idle-timeout (session_expire_idle, from
+ * the server's timer). Their committed full pages stay in the prefix index
+ * in every case: sharing between processes goes through the index, not
+ * through a session. A session made inside the daemon (a warm-up's) owned
+ * by nobody and not persistent lives until it is closed. This file never
+ * calls the connection layer: the owner is only a list it links into.
  * Event-loop thread only.
  */
 #ifndef KVPD_SESSION_H
@@ -46,6 +57,19 @@ static inline void session_writer_init(struct session_writer *w)
 	w->reserved_pages = 0;
 }
 
+/* The sessions one owner (a connection) holds, linked through
+ * struct session.owner_link. */
+struct session_owner {
+	struct list sessions;
+	uint32_t n_sessions;
+};
+
+static inline void session_owner_init(struct session_owner *o)
+{
+	list_init(&o->sessions);
+	o->n_sessions = 0;
+}
+
 /* Tokens [from, to) appended on the GPU tier and not yet copied back to
  * their host pages (daemon/gpu.c). */
 struct session_dev_range {
@@ -72,6 +96,9 @@ struct session {
 	uint32_t reserved_counted;	/* reserved pages counted in it */
 	struct list pool_link;		/* pool.sessions */
 	struct list writer_link;	/* the writer's list of sessions it reserved in */
+	struct session_owner *owner;	/* the owning connection's list, or NULL */
+	struct list owner_link;		/* in owner, or in cache.unowned (persistent) */
+	uint8_t persistent;		/* outlives its owner (session_own) */
 	/* Context-cache policy (daemon/compact.h). A compacted session holds
 	 * kept tokens whose meta[].pos are their original positions, in
 	 * private pages that never enter the prefix index (n_hashes is 0). */
@@ -110,8 +137,34 @@ int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
  * session. Pages pinned by leases or listed in the index stay. */
 void session_close(struct cache *c, struct session *s);
 
-/* The session with this id in a pool of uid (any when admin), or NULL. */
+/* The session with this id in a pool of uid (any when admin), or NULL.
+ * A client's lookup (not admin) counts as a use: the idle clock of a
+ * persistent session restarts. */
 struct session *session_get(struct cache *c, uint64_t id, uid_t uid, int admin);
+
+/* Gives s to owner o (NULL: nobody) and sets whether it is persistent. A
+ * persistent session nobody owns is listed in c->unowned, where
+ * session_expire_idle finds it. */
+void session_own(struct cache *c, struct session *s, struct session_owner *o, int persistent);
+
+/* What an owner left behind when it went (session_owner_release). */
+struct session_left {
+	uint32_t closed;     /* sessions closed with it */
+	uint64_t tokens;     /* tokens they held */
+	uint64_t pages;	     /* pages they held (shared ones included) */
+	uint64_t freed;	     /* pages that went back to the free lists */
+	uint32_t persistent; /* persistent sessions kept, now owned by nobody */
+};
+
+/* The owner o is going away: closes its sessions that are not persistent
+ * (counted as sessions_closed_with_conn) and gives the persistent ones to
+ * nobody; adds what it did to *ret. O(its sessions). */
+void session_owner_release(struct cache *c, struct session_owner *o, struct session_left *ret);
+
+/* Closes the persistent sessions nobody owns that nobody is writing and
+ * that were last used timeout_ns or more before now_ns, logging each
+ * (counted as sessions_expired). Returns how many. O(unowned sessions). */
+uint32_t session_expire_idle(struct cache *c, uint64_t now_ns, uint64_t timeout_ns);
 
 /* Reserves slots for n tokens after the last reserved one on behalf of
  * writer, whose account is w; evicts cold indexed pages when the pool is

@@ -85,6 +85,7 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 			out->promoted_pages += p->tier.promoted;
 			out->verify_failures += p->tier.verify_failures;
 			out->io_errors += p->tier.io_errors;
+			out->unowned_sessions += p->n_unowned;
 		}
 	}
 	out->has_checkpoints_written = out->has_checkpoints_restored = 1;
@@ -101,6 +102,10 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	out->has_purges = out->has_purged_pages = 1;
 	out->purges = ctr->purges;
 	out->purged_pages = ctr->purged_pages;
+	out->has_sessions_closed_with_connection = out->has_sessions_expired = 1;
+	out->has_unowned_sessions = 1;
+	out->sessions_closed_with_connection = ctr->sessions_closed_with_conn;
+	out->sessions_expired = ctr->sessions_expired;
 	if (c->aio && c->cfg->disk_pool_bytes) {
 		out->disk_io = (char *)aio_mode_name(c->aio);
 		out->has_spilled_pages = out->has_promoted_pages = 1;
@@ -132,6 +137,9 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 		ps->reserved_pages = pool_reserved_pages(p);
 		ps->leased_pages = pagealloc_n_pinned(&p->pa);
 		ps->n_sessions = p->n_sessions;
+		ps->has_persistent_sessions = ps->has_unowned_sessions = 1;
+		ps->persistent_sessions = p->n_persistent;
+		ps->unowned_sessions = p->n_unowned;
 		ps->has_indexed_pages = ps->has_evictable_pages = 1;
 		ps->has_evictions = ps->has_dedup_pages = 1;
 		ps->indexed_pages = p->ix.n_entries;

@@ -6,8 +6,10 @@
  * the conversation in demo_kv.h: reserves slots for the turn's tokens
  * (kvp_append), writes every token's K and V for every layer and head
  * straight into the shared pages (kvp_session_kv), and publishes the turn
- * (kvp_commit). It then disconnects without closing the session, so
- * another process — kvp-read-conversation — can match and read it.
+ * (kvp_commit). It then disconnects without closing the session: the
+ * daemon closes it with the connection, but its full pages stay in the
+ * pool's prefix index, where another process — kvp-read-conversation —
+ * matches and reads them.
  * Single-threaded.
  */
 #include <errno.h>
@@ -80,7 +82,8 @@ int main(int argc, char **argv)
 	       DEMO_N_TURNS, pos,
 	       (uint64_t)(pos + d.layout.block_tokens - 1) / d.layout.block_tokens, bytes,
 	       kvp_session_id(s));
-	/* The session stays in the daemon for the reader; only handles go. */
+	/* The session goes with the connection; its full pages stay indexed
+	 * for the reader. */
 	demo_end(&d);
 	return 0;
 fail:

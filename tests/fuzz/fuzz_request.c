@@ -112,15 +112,17 @@ static void conn_open(int i)
 	list_init(&c->waiter.link);
 	list_init(&c->leases);
 	session_writer_init(&c->writing);
+	session_owner_init(&c->sessions);
 	list_init(&c->link);
 }
 
 /* What conn_close does to the daemon's state: leases released,
- * reservations rolled back. */
+ * reservations rolled back, sessions closed unless persistent. */
 static void conn_drop(int i)
 {
 	struct cache *cache = &st.srv.cache;
 	struct conn *c = &st.conns[i];
+	struct session_left left = {0};
 	struct list *it, *tmp;
 
 	list_for_each_safe (it, tmp, &c->leases)
@@ -130,6 +132,7 @@ static void conn_drop(int i)
 		session_rollback(cache, list_entry(it, struct session, writer_link));
 	if (c->writing.reserved_pages)
 		die("%u reserved pages left after a disconnect", c->writing.reserved_pages);
+	session_owner_release(cache, &c->sessions, &left);
 	check_cache("a disconnect");
 }
 

@@ -427,7 +427,8 @@ static int proc_gpu_writer(void *arg)
 
 	CHILD_CHECK_EQ(kvp_connect(h->sock, &c), 0);
 	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &layout, &p), 0);
-	CHILD_CHECK_EQ(kvp_session_create(p, &s), 0);
+	/* Persistent: it outlives this process, for the check after it. */
+	CHILD_CHECK_EQ(kvp_session_create_persistent(p, &s), 0);
 	CHILD_CHECK_EQ(kvp_append_tier(s, t, 40, KVP_TIER_GPU, 0), 0);
 	CHILD_CHECK(kvp_session_device_kv(s, 39, 0, 0, 0) != NULL);
 	CHILD_CHECK_EQ(write_rows(s, t, 0, 40, 1), 0);

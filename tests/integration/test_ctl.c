@@ -977,7 +977,8 @@ static void test_config(void **state)
 		"\"disk-tier-size\":{\"value\":\"0M\",\"source\":\"default\"},"
 		"\"disk-tenant-size\":{\"value\":\"32768M\",\"source\":\"default\"},"
 		"\"disk-reserve\":{\"value\":\"2048M\",\"source\":\"default\"},"
-		"\"host-tenant-size\":{\"value\":\"0M\",\"source\":\"default\"}}}");
+		"\"host-tenant-size\":{\"value\":\"0M\",\"source\":\"default\"},"
+		"\"session-idle-timeout\":{\"value\":\"1h\",\"source\":\"default\"}}}");
 
 	/* A reload says what changed and what waits for a restart. */
 	write_conf("log-level = notice\nmax-sessions-per-pool = 100\nmax-message-bytes = 8192\n");

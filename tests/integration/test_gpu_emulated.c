@@ -385,7 +385,8 @@ static int proc_gpu_writer(void *arg)
 
 	CHILD_CHECK_EQ(kvp_connect(h->sock, &c), 0);
 	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &layout, &p), 0);
-	CHILD_CHECK_EQ(kvp_session_create(p, &s), 0);
+	/* Persistent: it outlives this process, for the checks after it. */
+	CHILD_CHECK_EQ(kvp_session_create_persistent(p, &s), 0);
 	/* 0..40 on the GPU, 40..48 on the host (page 2 has a device slot
 	 * all the same), 48..56 on the GPU again. */
 	CHILD_CHECK_EQ(kvp_append_tier(s, t, 40, KVP_TIER_GPU, 0), 0);
@@ -405,7 +406,7 @@ static int proc_gpu_writer(void *arg)
 	CHILD_CHECK(harness_pkv_check_session(p, s, t, 20, 40) > 0);
 	CHILD_CHECK_EQ(kvp_commit(s, APPEND_TOKENS - 20), 0);
 	CHILD_CHECK_EQ(harness_pkv_check_session(p, s, t, 0, APPEND_TOKENS), 0);
-	kvp_disconnect(c); /* the session stays, committed */
+	kvp_disconnect(c); /* the session stays, committed: it is persistent */
 	return 0;
 }
 

@@ -469,6 +469,8 @@ static void test_commit_unreserved(void **state)
 	Kvpalace__V1__AppendRequest app;
 	Kvpalace__V1__CommitRequest cm;
 	Kvpalace__V1__TruncateRequest tr;
+	Kvpalace__V1__CreateSessionRequest cs;
+	Kvpalace__V1__Response *resp;
 	struct harness_pool_info info;
 	uint32_t tokens[40];
 	uint64_t pool_id, sid;
@@ -479,7 +481,13 @@ static void test_commit_unreserved(void **state)
 	assert_int_equal(raw_open(&b, h->sock), 0);
 	assert_int_equal(raw_open_pool(&a, MODEL, &harness_layout, &pool_id), 0);
 	assert_int_equal(raw_open_pool(&b, MODEL, &harness_layout, &pool_id), 0);
-	assert_int_equal(raw_create_session(&a, pool_id, &sid), 0);
+	/* Persistent: the session outlives A, so B meets A's rolled-back
+	 * reservation rather than no session at all. */
+	raw_req_create_session(&req, &cs, pool_id);
+	cs.has_persistent = cs.persistent = 1;
+	assert_int_equal(raw_call(&a, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(OK));
+	sid = resp->create_session->session_id;
 	raw_req_append(&req, &app, sid, tokens, 40);
 	assert_int_equal(raw_status(&a, &req), ST(OK));
 	assert_int_equal(raw_pool_info(&b, pool_id, &info), 0);

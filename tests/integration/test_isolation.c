@@ -247,9 +247,12 @@ static int a_commits(struct iso *k)
 	CHILD_CHECK_EQ(kvp_connect(k->h->sock, &c), 0);
 	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
 	CHILD_CHECK_EQ(harness_pkv_commit_session(p, k->tokens, N_TOKENS, &s), 0);
+	/* Kept past this connection, so that the other tenants' tries below
+	 * aim at a session that exists. */
+	CHILD_CHECK_EQ(kvp_session_set_persistent(s, 1), 0);
 	k->pool_a = kvp_pool_id(p);
 	k->session_a = kvp_session_id(s);
-	kvp_disconnect(c); /* a committed session outlives its connection */
+	kvp_disconnect(c);
 	return 0;
 }
 
@@ -689,7 +692,10 @@ static int a_two_sessions(struct iso *k)
 	CHILD_CHECK_EQ(kvp_connect(k->h->sock, &c), 0);
 	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
 	CHILD_CHECK_EQ(harness_pkv_commit_session(p, k->tokens, N_TOKENS, &s1), 0);
-	CHILD_CHECK_EQ(kvp_session_create(p, &s2), 0);
+	/* Both outlive this connection (what the other tenants must not
+	 * reach has to exist). */
+	CHILD_CHECK_EQ(kvp_session_set_persistent(s1, 1), 0);
+	CHILD_CHECK_EQ(kvp_session_create_persistent(p, &s2), 0);
 	k->pool_a = kvp_pool_id(p);
 	k->session_a = kvp_session_id(s1);
 	kvp_disconnect(c);
@@ -707,7 +713,8 @@ static int b_lists(struct iso *k)
 
 	CHILD_CHECK_EQ(kvp_connect(k->h->sock, &c), 0);
 	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
-	CHILD_CHECK_EQ(kvp_session_create(p, &s), 0);
+	/* Listed by the admin after this process is gone. */
+	CHILD_CHECK_EQ(kvp_session_create_persistent(p, &s), 0);
 	CHILD_CHECK_EQ(kvp_list_sessions(c, 0, &si, &n), 0);
 	CHILD_CHECK_EQ(n, 1);
 	CHILD_CHECK_EQ(si[0].session_id, kvp_session_id(s));

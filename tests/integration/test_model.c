@@ -5,8 +5,8 @@
  * process and one forked process (commands go to it over a socketpair) —
  * Create, Append (K/V written right away), Commit, Match (released at once
  * or held), Release, Fork, Truncate, Close, graceful disconnects, a SIGKILL
- * of the forked process, and closing the sessions a lost client left
- * behind through a raw connection. Sessions use four cache salts (none,
+ * of the forked process, and closing the persistent sessions a lost client
+ * left behind through a raw connection (its other sessions die with it). Sessions use four cache salts (none,
  * "a", "a\0" and 64 bytes) and grow from a few shared stems, so prefixes
  * are shared, deduplicated, forked and diverge at every page offset.
  *
@@ -171,7 +171,9 @@ static void exec_run(struct exec *x, const struct cmd *c, struct res *r)
 		exec_drop(x);
 		return;
 	case X_CREATE:
-		r->ret = kvp_session_create(p, &x->s[c->slot]);
+		/* n: persistent (it outlives the connection). */
+		r->ret = c->n ? kvp_session_create_persistent(p, &x->s[c->slot])
+			      : kvp_session_create(p, &x->s[c->slot]);
 		if (r->ret == 0)
 			r->val = kvp_session_id(x->s[c->slot]);
 		return;
@@ -303,7 +305,7 @@ struct mnode {
 };
 
 struct msess {
-	uint8_t alive, orphan;
+	uint8_t alive, orphan, persistent;
 	int client, salt, stem;
 	uint64_t id;
 	uint32_t n, committed, n_pages;
@@ -628,8 +630,11 @@ static void model_commit(struct msess *s, uint32_t k)
 	}
 }
 
+static void model_close(struct msess *s);
+
 /* The client lost its connection: its leases end, its reservations roll
- * back, its sessions stay (orphans) until someone closes them. */
+ * back, its sessions close, but for the persistent ones: they stay
+ * (orphans) until someone closes them. */
 static void model_disconnect(int ci)
 {
 	for (int i = 0; i < MAX_LEASE; i++) {
@@ -650,7 +655,10 @@ static void model_disconnect(int ci)
 			continue;
 		s->n = s->committed;
 		sess_drop_pages(s, pages_for(s->committed));
-		s->orphan = 1;
+		if (s->persistent)
+			s->orphan = 1;
+		else
+			model_close(s);
 	}
 }
 
@@ -970,19 +978,23 @@ static int op_create(void)
 {
 	int slot = free_session_slot(), ci = (int)below(N_CLIENTS);
 	int salt = chance(55) ? 0 : 1 + (int)below(N_SALTS - 1);
+	int persistent = chance(25);
 	struct msess *s;
 
 	if (slot < 0)
 		return 1;
 	cmd_set(M->cmd, X_CREATE, salt, slot);
+	M->cmd->n = (uint64_t)persistent;
 	call(ci, M->cmd, &M->res);
-	note("create slot %d client %d salt %d -> %d", slot, ci, salt, M->res.ret);
+	note("create slot %d client %d salt %d%s -> %d", slot, ci, salt,
+	     persistent ? " persistent" : "", M->res.ret);
 	expect_ret("create", 0);
 	s = &M->sess[slot];
 	*s = (struct msess){.alive = 1,
 			    .client = ci,
 			    .salt = salt,
 			    .stem = (int)below(N_STEMS),
+			    .persistent = (uint8_t)persistent,
 			    .id = M->res.val};
 	return 0;
 }

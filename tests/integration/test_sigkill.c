@@ -8,7 +8,8 @@
  * before the child started, with no reserved and no leased pages — and the
  * committed data the child was reading intact. Also: a lease outliving its
  * session (its pages then stay in the prefix index, not free), a client
- * killed between a partial commit and the rest, a pool handle closed with
+ * killed between a partial commit and the rest (its sessions die with it,
+ * their full pages stay indexed), a pool handle closed with
  * leases open, and the daemon stopping under a client (which then gets
  * errors, not hangs or stale pointers). Matches are whole pages: the
  * committed 100 tokens match 96.
@@ -229,8 +230,8 @@ static void test_sigkill_lease_outlives_session(void **state)
 	assert_int_equal(ps.free_pages, n_pages - 6);
 	assert_int_equal(ps.reserved_pages, 0);
 	assert_int_equal(ps.leased_pages, 0);
-	/* The child's two sessions stay, empty, until someone closes them. */
-	assert_int_equal(ps.n_sessions, 2);
+	/* The child's two sessions died with it. */
+	assert_int_equal(ps.n_sessions, 0);
 	assert_int_equal(harness_pool_info(k->h, kvp_pool_id(p), &pi), 0);
 	assert_int_equal(pi.indexed_pages, 6);
 	assert_int_equal(pi.evictable_pages, 1);
@@ -272,9 +273,10 @@ static int partial_victim(void *arg)
 		pause();
 }
 
-/* A client killed between a partial commit and the rest: the committed
- * tokens (and the page they share with uncommitted ones) stay, the rest
- * comes back, and another process reads exactly the committed part. */
+/* A client killed between a partial commit and the rest: its session dies
+ * with it, the committed full page stays in the prefix index, every other
+ * page comes back, and another process reads exactly the committed full
+ * page. */
 static void test_sigkill_after_partial_commit(void **state)
 {
 	struct partial_ctx k = {.h = *state};
@@ -314,10 +316,10 @@ static void test_sigkill_after_partial_commit(void **state)
 	wait_connections(c, conns_before);
 
 	assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &ps, NULL), 0);
-	assert_int_equal(ps.free_pages, kvp_pool_n_pages(p) - 2);
+	assert_int_equal(ps.free_pages, kvp_pool_n_pages(p) - 1);
 	assert_int_equal(ps.reserved_pages, 0);
 	assert_int_equal(ps.leased_pages, 0);
-	assert_int_equal(ps.n_sessions, 1);
+	assert_int_equal(ps.n_sessions, 0);
 	assert_int_equal(kvp_match_prefix(p, k.tokens, 40, &l), 0);
 	assert_int_equal(kvp_lease_tokens(l), 16);
 	assert_int_equal(harness_check_lease(l, p, k.tokens, 16), 0);

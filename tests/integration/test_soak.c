@@ -20,15 +20,14 @@
  * pages that sessions and leases hold, is counted, not an error).
  *
  * Meanwhile the parent SIGKILLs a random child every 0.2–1.2 s and starts
- * a new one in its place. Committed sessions outlive their connection
- * (kvpalace.h): after each death the parent, acting as the supervisor a
- * real deployment has, drops the dead child's sessions on the admin
- * socket (children record their session ids in shared memory), and any
- * unrecorded session idle for seconds (created by a child killed before
- * it could record it).
+ * a new one in its place. A session dies with the connection that made it
+ * (kvpalace.h): after each death the parent checks on the admin socket
+ * that the daemon closed the sessions the dead child recorded (children
+ * record their session ids in shared memory) — nobody drops them for it.
  *
- * At the end every child is told to stop and must exit 0; the remaining
- * orphaned sessions are dropped; then page accounting must balance: every
+ * At the end every child is told to stop and must exit 0, and no session
+ * is left, not even one a killed child made before it could record it;
+ * then page accounting must balance: every
  * page is free or held by the prefix index (free + host-indexed = total),
  * none reserved or leased, no session left, no page that failed
  * verification, no I/O error; a fresh process matches every document and
@@ -740,42 +739,38 @@ static void proc_rss(pid_t pid, uint64_t *hwm_kib, uint64_t *rss_kib)
 	fclose(f);
 }
 
-/* Drops the sessions recorded by a dead child, and sessions nobody has
- * recorded that have been idle for more than 3 s. Returns how many. */
-static int drop_orphans(kvp_client *admin, struct soak_shared *sh, int dead_slot)
+/* Waits (bounded: 20 s) until the daemon has closed every session a dead
+ * child recorded — they die with its connection — and forgets them.
+ * Returns how many there were. */
+static int gone_with_child(kvp_client *admin, struct soak_shared *sh, int dead_slot)
 {
-	struct kvp_session_info *si;
-	size_t n;
-	int dropped = 0;
+	int n_rec = 0;
 
-	if (dead_slot >= 0)
+	for (int tries = 0;; tries++) {
+		struct kvp_session_info *si;
+		size_t n;
+		int left = 0;
+
+		assert_int_equal(kvp_list_sessions(admin, 0, &si, &n), 0);
 		for (int i = 0; i < MAX_REC; i++) {
 			uint64_t id = sh->slot[dead_slot].sessions[i];
-			int ret;
 
-			if (!id)
-				continue;
-			ret = kvp_admin_drop_session(admin, id, KVP_DROP_FORCE, NULL);
-			assert_true(ret == 0 || ret == -ENOENT);
-			dropped += ret == 0;
-			sh->slot[dead_slot].sessions[i] = 0;
+			for (size_t k = 0; id && k < n; k++)
+				left += si[k].session_id == id;
 		}
-	assert_int_equal(kvp_list_sessions(admin, 0, &si, &n), 0);
-	for (size_t k = 0; k < n; k++) {
-		int known = 0, ret;
-
-		for (int s = 0; s < SOAK_CLIENTS && !known; s++)
-			for (int i = 0; i < MAX_REC && !known; i++)
-				known = __atomic_load_n(&sh->slot[s].sessions[i],
-							__ATOMIC_ACQUIRE) == si[k].session_id;
-		if (known || si[k].idle_ms < 3000)
-			continue;
-		ret = kvp_admin_drop_session(admin, si[k].session_id, KVP_DROP_FORCE, NULL);
-		assert_true(ret == 0 || ret == -ENOENT);
-		dropped += ret == 0;
+		free(si);
+		if (!left)
+			break;
+		if (tries == 2000)
+			fail_msg("%d sessions of the dead child in slot %d outlived it", left,
+				 dead_slot);
+		usleep(10000);
 	}
-	free(si);
-	return dropped;
+	for (int i = 0; i < MAX_REC; i++) {
+		n_rec += sh->slot[dead_slot].sessions[i] != 0;
+		sh->slot[dead_slot].sessions[i] = 0;
+	}
+	return n_rec;
 }
 
 /* A fresh process matches every document at full length: right bytes. */
@@ -812,7 +807,7 @@ static pid_t spawn_child(struct harness *h, struct soak_shared *sh, struct soak_
 
 /* Waits for the child of a slot; a bad exit fails the test. Returns 1
  * when our SIGKILL ended it, 2 when it had left abruptly on purpose
- * (either way its sessions are orphans), 0 when it stopped cleanly. */
+ * (either way the daemon closes its sessions), 0 when it stopped cleanly. */
 static int reap(pid_t pid, int slot, int expect_kill)
 {
 	int st = harness_wait(pid, expect_kill ? 30 : 120);
@@ -885,14 +880,14 @@ static void test_soak(void **state)
 				fprintf(stderr, "soak: child in slot %d ended with %d\n", i,
 					WEXITSTATUS(status));
 			assert_int_equal(WEXITSTATUS(status), 3);
-			orphans += drop_orphans(admin, sh, i);
+			orphans += gone_with_child(admin, sh, i);
 			pids[i] = spawn_child(h, sh, &args[i], i, seed + spawned++ * 7919u);
 			assert_true(pids[i] > 0);
 		}
 		kill(pids[victim], SIGKILL);
 		if (reap(pids[victim], victim, 1) == 1)
 			kills++;
-		orphans += drop_orphans(admin, sh, victim);
+		orphans += gone_with_child(admin, sh, victim);
 		pids[victim] = spawn_child(h, sh, &args[victim], victim, seed + spawned++ * 7919u);
 		assert_true(pids[victim] > 0);
 	}
@@ -900,11 +895,7 @@ static void test_soak(void **state)
 	__atomic_store_n(&sh->stop, 1, __ATOMIC_RELEASE);
 	for (int i = 0; i < SOAK_CLIENTS; i++)
 		if (reap(pids[i], i, 0))
-			orphans += drop_orphans(admin, sh, i);
-	sleep(1);
-	/* What killed children left: unrecorded sessions (idle now). */
-	sleep(3);
-	orphans += drop_orphans(admin, sh, -1);
+			orphans += gone_with_child(admin, sh, i);
 	for (int i = 0; i < SOAK_CLIENTS; i++)
 		for (int k = 0; k < MAX_REC; k++)
 			assert_int_equal(sh->slot[i].sessions[k], 0);
@@ -957,7 +948,7 @@ static void test_soak(void **state)
 	fprintf(stderr,
 		"soak: %.0f s, %d client processes (%u started): %llu requests served; "
 		"%llu client faults survived: %llu SIGKILLed, %llu exits without cleanup; "
-		"%llu orphaned sessions dropped\n"
+		"%llu sessions closed with their dead clients\n"
 		"soak: %llu operations: %llu matches (%llu hits), %llu forks, %llu lease forks, "
 		"%llu truncates, %llu checkpoints, %llu restores, %llu ENOSPC; %llu tokens "
 		"verified byte for byte\n"
