@@ -153,9 +153,11 @@ void compact_job_release(struct compact_job *j)
 	free(j->turns);
 	free(j->out);
 	free(j->keep);
+	free(j->meta);
 	free(j->new_slots);
 	free(j->dst);
 	j->slots = j->keep = j->new_slots = j->turns = NULL;
+	j->meta = NULL;
 	j->src = NULL;
 	j->dst = NULL;
 	j->q = j->out = NULL;
@@ -359,17 +361,33 @@ done:
 	free(sim);
 }
 
-/* The kept tokens into the fresh pages. */
+/* The choice of the kept tokens (when not made yet), then their K/V into
+ * the fresh pages. */
 static void run_gather(struct compact_job *j)
 {
-	struct kcall a = {.l = &j->layout,
-			  .dst = j->dst,
-			  .src = j->src,
-			  .n = j->n,
-			  .keep = j->keep,
-			  .k = j->k};
+	uint32_t bt = j->layout.block_tokens;
+	struct kcall a = {
+		.l = &j->layout, .dst = j->dst, .src = j->src, .n = j->n, .keep = j->keep};
 
-	j->ret = j->k ? guard_run(do_gather_tokens, &a) : 0;
+	if (j->meta) {
+		uint32_t *scratch = malloc((j->n ? j->n : 1) * sizeof(*scratch));
+
+		if (!scratch) {
+			j->ret = -ENOMEM;
+			j->why = "out of memory";
+			return;
+		}
+		j->k = policy_select(&j->pol, j->meta, j->n, j->budget, j->keep, scratch);
+		free(scratch);
+		if (j->k > (size_t)j->n_new * bt) {
+			/* policy_select keeps at most the budget: never here. */
+			j->ret = -EIO;
+			j->why = "the policy kept more tokens than its budget";
+			return;
+		}
+	}
+	a.k = j->k;
+	j->ret = j->k && j->k < j->n ? guard_run(do_gather_tokens, &a) : 0;
 	if (j->ret == -EFAULT)
 		j->why = "the session's pages are gone from the arena";
 	else
@@ -396,6 +414,7 @@ static void apply_gather(struct session *s, struct compact_job *j)
 {
 	struct pool *p = s->pool;
 	size_t k = j->k;
+	uint32_t used = (uint32_t)((k + j->layout.block_tokens - 1) / j->layout.block_tokens);
 
 	/* keep[] ascends and keep[i] >= i: in place, front to back. */
 	for (size_t i = 0; i < k; i++) {
@@ -407,12 +426,14 @@ static void apply_gather(struct session *s, struct compact_job *j)
 		prefix_index_update(&p->ix, &p->pa, s->pages[i]);
 	}
 	/* Device slots belong to the old page numbers (everything was copied
-	 * back at the commits): they go. n_new <= n_pages: the table has room;
-	 * the job's references on the fresh pages become the session's. */
+	 * back at the commits): they go. used <= n_pages: the table has room;
+	 * the job's references on the fresh pages it used become the
+	 * session's, the rest go back with the job. */
 	gpu_session_free(s);
-	memcpy(s->pages, j->new_slots, j->n_new * sizeof(*j->new_slots));
-	s->n_pages = j->n_new;
-	j->n_new = 0;
+	memcpy(s->pages, j->new_slots, used * sizeof(*j->new_slots));
+	s->n_pages = used;
+	memmove(j->new_slots, j->new_slots + used, (j->n_new - used) * sizeof(*j->new_slots));
+	j->n_new -= used;
 	s->n_hashes = 0;
 	s->dropped_tokens += s->n_tokens - k;
 	s->n_tokens = s->n_committed = k;
@@ -454,7 +475,8 @@ int compact_job_finish(struct cache *c, struct compact_job *j, uint64_t *ret_n, 
 			break;
 		case COMPACT_JOB_GATHER:
 			*ret_n = j->n - j->k;
-			apply_gather(s, j);
+			if (j->k < j->n)
+				apply_gather(s, j);
 			break;
 		}
 	}
@@ -537,10 +559,9 @@ void compact_place(struct session *s, uint32_t n_hashes)
 int compact_gather_start(struct cache *c, struct session *s, struct compact_job *j)
 {
 	struct pool *p = s->pool;
-	uint32_t bt = p->layout.block_tokens, n_new;
+	uint32_t bt = p->layout.block_tokens, n_new, budget;
 	uint64_t n = s->n_tokens;
 	uint32_t *scratch = NULL;
-	size_t k;
 	int ret;
 
 	memset(j, 0, sizeof(*j));
@@ -550,17 +571,34 @@ int compact_gather_start(struct cache *c, struct session *s, struct compact_job 
 	if (s->n_committed != s->n_tokens || s->dev_copying)
 		return -EBUSY;
 	ret = -ENOMEM;
+	budget = policy_budget(&s->pol, n);
 	j->keep = malloc((n ? n : 1) * sizeof(*j->keep));
-	scratch = malloc((n ? n : 1) * sizeof(*scratch));
-	if (!j->keep || !scratch)
+	if (!j->keep)
 		goto fail;
-	k = policy_select(&s->pol, s->meta, n, policy_budget(&s->pol, n), j->keep, scratch);
-	free(scratch);
-	scratch = NULL;
-	ret = 1;
-	if (k == n)
-		goto fail; /* everything fits */
-	n_new = (uint32_t)((k + bt - 1) / bt);
+	if (budget >= n) {
+		/* Every token may be kept: choose here, so that nothing is
+		 * taken when nothing is dropped. */
+		scratch = malloc((n ? n : 1) * sizeof(*scratch));
+		if (!scratch)
+			goto fail;
+		j->k = policy_select(&s->pol, s->meta, n, budget, j->keep, scratch);
+		free(scratch);
+		scratch = NULL;
+		ret = 1;
+		if (j->k == n)
+			goto fail; /* everything fits */
+		n_new = (uint32_t)((j->k + bt - 1) / bt);
+	} else {
+		/* At most budget tokens are kept: room for them, and the
+		 * choice on the worker, from a copy. */
+		j->meta = malloc(n * sizeof(*j->meta));
+		if (!j->meta)
+			goto fail;
+		memcpy(j->meta, s->meta, n * sizeof(*j->meta));
+		j->pol = s->pol;
+		j->budget = budget;
+		n_new = (uint32_t)((budget + bt - 1) / bt);
+	}
 	ret = evict_make_room(c, p, n_new);
 	if (ret < 0)
 		goto fail;
@@ -573,7 +611,6 @@ int compact_gather_start(struct cache *c, struct session *s, struct compact_job 
 		goto fail;
 	j->kind = COMPACT_JOB_GATHER;
 	j->n = n;
-	j->k = k;
 	hold_pages(s, s->n_pages, j);
 	for (uint32_t i = 0; i < n_new; i++) {
 		ret = pagealloc_get(&p->pa, &j->new_slots[i]);

@@ -45,11 +45,14 @@ int compact_add_mass(struct session *s, uint64_t first, const float *mass, size_
  * (COMPACT_JOB_TOPIC: each span — the tokens of one tagged turn — gets as
  * its tokens' score the cosine similarity between the span's mean key of
  * layer, its KV heads side by side, and the topic q with each KV head's
- * query heads averaged, replacing what the scores were), or the copy of a
- * compaction (COMPACT_JOB_GATHER: the kept tokens' K/V into fresh pages).
+ * query heads averaged, replacing what the scores were), or a compaction
+ * (COMPACT_JOB_GATHER: the choice of the tokens kept and the copy of their
+ * K/V into fresh pages).
  *
  * A query or topic costs up to COMPACT_MAX_QUERY_WORK multiply-adds (tens
- * of milliseconds), a compaction a copy of up to the whole session, so
+ * of milliseconds); a compaction's choice under an importance or
+ * hierarchy policy takes seconds for millions of tokens, and its copy is
+ * up to the whole session, so
  * each runs in three steps: a start on the loop checks the request and
  * takes a snapshot — the page slots read, each holding a reference so it
  * is neither freed nor reused while the job reads it, the query, each
@@ -76,11 +79,14 @@ struct compact_job {
 	uint32_t n_slots;
 	struct shm_layout layout;
 	uint32_t layer, n_q_heads;
-	float *q;	 /* [n_q_heads * head_dim], a copy */
-	uint32_t *turns; /* topic: [n] the turn of each token */
-	float *out;	 /* query, topic: [n] mass or score of each token */
-	uint32_t *keep;	 /* gather: [k] the tokens kept, ascending */
-	size_t k;
+	float *q;		 /* [n_q_heads * head_dim], a copy */
+	uint32_t *turns;	 /* topic: [n] the turn of each token */
+	float *out;		 /* query, topic: [n] mass or score of each token */
+	uint32_t *keep;		 /* gather: [n] room for the tokens kept, ascending */
+	size_t k;		 /* how many (chosen by run when meta is set) */
+	struct token_meta *meta; /* gather: [n] a copy to choose from, or NULL */
+	struct policy pol;	 /* gather: the session's, with meta */
+	uint32_t budget;
 	uint32_t *new_slots; /* gather: [n_new] fresh pages, one reference each */
 	void **dst;	     /* [n_new] the same in the arena */
 	uint32_t n_new;
@@ -95,9 +101,12 @@ struct compact_job {
 int compact_score_start(struct session *s, int topic, uint32_t layer, uint32_t n_q_heads,
 			const float *q, size_t n_q, struct compact_job *j, const char **why);
 
-/* s's policy applied now, as a job in j (zeroed first): the tokens kept
- * chosen, room made and the fresh pages taken. Returns 0 with the job to
- * run, 1 when every token fits the budget (nothing to do, nothing held),
+/* s's policy applied now, as a job in j (zeroed first): room made and
+ * fresh pages taken for as many tokens as the budget keeps, and a copy of
+ * the tokens' metadata for the job to choose from (when the budget holds
+ * every token, the choice is made here instead, so that nothing is taken
+ * when nothing is dropped). Returns 0 with the job to run, 1 when every
+ * token is kept (nothing to do, nothing held),
  * -EINVAL no policy, -EBUSY uncommitted tokens, -EAGAIN (parked: room is
  * coming from disk writes), -ENOSPC no room for the new pages, -ENOMEM;
  * nothing is held on error. */
