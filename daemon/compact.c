@@ -379,6 +379,10 @@ static void run_gather(struct compact_job *j)
 		}
 		j->k = policy_select(&j->pol, j->meta, j->n, j->budget, j->keep, scratch);
 		free(scratch);
+		if (j->late) {
+			j->ret = 0;
+			return; /* the loop takes pages and copies, if need be */
+		}
 		if (j->k > (size_t)j->n_new * bt) {
 			/* policy_select keeps at most the budget: never here. */
 			j->ret = -EIO;
@@ -440,6 +444,49 @@ static void apply_gather(struct session *s, struct compact_job *j)
 	s->compacted = s->unindexed = 1;
 }
 
+/* A choice that dropped tokens although the budget holds all of them
+ * (role limits): the fresh pages and the copy, here and now — rare, and
+ * no more than the kept tokens. The request cannot wait for disk writes
+ * any more, so room comes without them or not at all. Returns 0, -ENOSPC,
+ * -ENOMEM or -EFAULT (*why). */
+static int late_gather(struct cache *c, struct compact_job *j, const char **why)
+{
+	struct pool *p = j->pool;
+	uint32_t n_new = (uint32_t)((j->k + p->layout.block_tokens - 1) / p->layout.block_tokens);
+	int saved = c->no_park, ret;
+
+	c->no_park = 1;
+	ret = evict_make_room(c, p, n_new);
+	c->no_park = saved;
+	c->park_on = NULL;
+	if (ret < 0) {
+		*why = "host tier full: no pages for the compacted copy";
+		return -ENOSPC;
+	}
+	/* The start left room for none. */
+	free(j->new_slots);
+	free(j->dst);
+	j->new_slots = malloc((n_new ? n_new : 1) * sizeof(*j->new_slots));
+	j->dst = malloc((n_new ? n_new : 1) * sizeof(*j->dst));
+	if (!j->new_slots || !j->dst) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n_new; i++) {
+		ret = pagealloc_get(&p->pa, &j->new_slots[i]);
+		kvp_assert(ret == 0); /* evict_make_room made room */
+		j->dst[i] = (char *)p->arena + (uint64_t)j->new_slots[i] * p->page_bytes;
+		j->n_new++;
+	}
+	/* The choice is made: only the copy is left. */
+	j->late = 0;
+	free(j->meta);
+	j->meta = NULL;
+	run_gather(j);
+	*why = j->why;
+	return j->ret;
+}
+
 int compact_job_finish(struct cache *c, struct compact_job *j, uint64_t *ret_n, const char **why)
 {
 	struct pool *p = j->pool;
@@ -474,9 +521,12 @@ int compact_job_finish(struct cache *c, struct compact_job *j, uint64_t *ret_n, 
 			*ret_n = j->n;
 			break;
 		case COMPACT_JOB_GATHER:
-			*ret_n = j->n - j->k;
-			if (j->k < j->n)
+			if (j->late && j->k < j->n)
+				ret = late_gather(c, j, why);
+			if (ret == 0 && j->k < j->n)
 				apply_gather(s, j);
+			if (ret == 0)
+				*ret_n = j->n - j->k;
 			break;
 		}
 	}
@@ -561,7 +611,6 @@ int compact_gather_start(struct cache *c, struct session *s, struct compact_job 
 	struct pool *p = s->pool;
 	uint32_t bt = p->layout.block_tokens, n_new, budget;
 	uint64_t n = s->n_tokens;
-	uint32_t *scratch = NULL;
 	int ret;
 
 	memset(j, 0, sizeof(*j));
@@ -575,33 +624,22 @@ int compact_gather_start(struct cache *c, struct session *s, struct compact_job 
 	j->keep = malloc((n ? n : 1) * sizeof(*j->keep));
 	if (!j->keep)
 		goto fail;
-	if (budget >= n) {
-		/* Every token may be kept: choose here, so that nothing is
-		 * taken when nothing is dropped. */
-		scratch = malloc((n ? n : 1) * sizeof(*scratch));
-		if (!scratch)
-			goto fail;
-		j->k = policy_select(&s->pol, s->meta, n, budget, j->keep, scratch);
-		free(scratch);
-		scratch = NULL;
-		ret = 1;
-		if (j->k == n)
-			goto fail; /* everything fits */
-		n_new = (uint32_t)((j->k + bt - 1) / bt);
-	} else {
-		/* At most budget tokens are kept: room for them, and the
-		 * choice on the worker, from a copy. */
-		j->meta = malloc(n * sizeof(*j->meta));
-		if (!j->meta)
-			goto fail;
-		memcpy(j->meta, s->meta, n * sizeof(*j->meta));
-		j->pol = s->pol;
-		j->budget = budget;
-		n_new = (uint32_t)((budget + bt - 1) / bt);
-	}
-	ret = evict_make_room(c, p, n_new);
-	if (ret < 0)
+	/* The choice on the worker, from a copy. At most budget tokens are
+	 * kept: room for them now, unless the budget holds every token —
+	 * then pages are taken only when the choice dropped some (late). */
+	j->meta = malloc((n ? n : 1) * sizeof(*j->meta));
+	if (!j->meta)
 		goto fail;
+	memcpy(j->meta, s->meta, n * sizeof(*j->meta));
+	j->pol = s->pol;
+	j->budget = budget;
+	j->late = budget >= n;
+	n_new = j->late ? 0 : (uint32_t)((budget + bt - 1) / bt);
+	if (n_new) {
+		ret = evict_make_room(c, p, n_new);
+		if (ret < 0)
+			goto fail;
+	}
 	ret = -ENOMEM;
 	j->slots = malloc((s->n_pages ? s->n_pages : 1) * sizeof(*j->slots));
 	j->src = malloc((s->n_pages ? s->n_pages : 1) * sizeof(*j->src));
@@ -620,7 +658,6 @@ int compact_gather_start(struct cache *c, struct session *s, struct compact_job 
 	}
 	return 0;
 fail:
-	free(scratch);
 	compact_job_release(j);
 	return ret;
 }
@@ -632,8 +669,6 @@ static int compact(struct cache *c, struct session *s, uint64_t *ret_dropped)
 	int ret = compact_gather_start(c, s, &j);
 
 	*ret_dropped = 0;
-	if (ret == 1)
-		return 0; /* everything fits */
 	if (ret < 0)
 		return ret;
 	compact_job_run(&j);

@@ -87,6 +87,7 @@ struct compact_job {
 	struct token_meta *meta; /* gather: [n] a copy to choose from, or NULL */
 	struct policy pol;	 /* gather: the session's, with meta */
 	uint32_t budget;
+	int late;	     /* gather: the budget holds every token: no pages taken yet */
 	uint32_t *new_slots; /* gather: [n_new] fresh pages, one reference each */
 	void **dst;	     /* [n_new] the same in the arena */
 	uint32_t n_new;
@@ -101,12 +102,12 @@ struct compact_job {
 int compact_score_start(struct session *s, int topic, uint32_t layer, uint32_t n_q_heads,
 			const float *q, size_t n_q, struct compact_job *j, const char **why);
 
-/* s's policy applied now, as a job in j (zeroed first): room made and
- * fresh pages taken for as many tokens as the budget keeps, and a copy of
- * the tokens' metadata for the job to choose from (when the budget holds
- * every token, the choice is made here instead, so that nothing is taken
- * when nothing is dropped). Returns 0 with the job to run, 1 when every
- * token is kept (nothing to do, nothing held),
+/* s's policy applied now, as a job in j (zeroed first): a copy of the
+ * tokens' metadata for the job to choose from, and room made and fresh
+ * pages taken for as many tokens as the budget keeps (when the budget
+ * holds every token, none: compact_job_finish takes them, without waiting
+ * for disk writes, in the rare case the choice dropped some). Returns 0
+ * with the job to run,
  * -EINVAL no policy, -EBUSY uncommitted tokens, -EAGAIN (parked: room is
  * coming from disk writes), -ENOSPC no room for the new pages, -ENOMEM;
  * nothing is held on error. */

@@ -365,17 +365,10 @@ static int do_compact(struct cache *cache, struct conn *c, uint64_t req_id,
 		return -ENOMEM;
 	}
 	ret = compact_gather_start(cache, s, &j->cj);
-	if (ret != 0)
-		free(j);
 	if (ret < 0) {
+		free(j);
 		*why = compact_why(ret);
 		return ret;
-	}
-	if (ret == 1) {
-		/* Everything fits: nothing to copy. */
-		s->last_use_ns = cache_now_ns();
-		compact_reply(r, s, 0);
-		return 0;
 	}
 	return submit(cache, c, req_id, j);
 }
