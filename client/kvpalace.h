@@ -347,9 +347,12 @@ KVP_PUBLIC int kvp_session_report_importance(kvp_session *s, uint64_t first, con
 /* One importance step computed by the daemon: the attention weights of
  * the query q ([n_q_heads][head_dim] f32, before the 1/sqrt(head_dim)
  * scale) over the committed tokens of layer, summed over heads, with the
- * reference kernels. Errors: -EINVAL layer or head count wrong for the
- * pool; -E2BIG the session is too long for the daemon to do it (report
- * the masses instead); -ERANGE nothing committed yet. */
+ * reference kernels (on a worker thread: the daemon serves others
+ * meanwhile). Errors: -EINVAL layer or head count wrong for the pool;
+ * -E2BIG the session is too long for the daemon to do it (report the
+ * masses instead); -ERANGE nothing committed yet; -EBUSY the session
+ * changed (appended, truncated, compacted) while it was scored: nothing
+ * was applied, try again; -ENOENT it was closed meanwhile. */
 KVP_PUBLIC int kvp_session_score_query(kvp_session *s, uint32_t layer, const float *q,
 				       uint32_t n_q_heads);
 
@@ -364,7 +367,8 @@ KVP_PUBLIC int kvp_session_score_topic(kvp_session *s, uint32_t layer, const flo
 
 /* Applies the session's policy now and reads back its page table;
  * *ret_dropped (may be NULL) receives the tokens dropped, 0 when all fit.
- * Errors: -EINVAL no policy set; -EBUSY the session has uncommitted tokens;
+ * Errors: -EINVAL no policy set; -EBUSY the session has uncommitted tokens,
+ * or changed while the copy ran (nothing was applied: try again);
  * -ENOSPC no free pages for the compacted copy. */
 KVP_PUBLIC int kvp_session_compact(kvp_session *s, uint64_t *ret_dropped);
 

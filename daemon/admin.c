@@ -238,8 +238,8 @@ static int drop_pool(struct cache *cache, struct conn *c, uint64_t req_id,
 		*why = "out of memory";
 		return -ENOMEM;
 	}
-	if (tier_pool_busy(p) || !list_empty(&p->waiters) || p->n_jobs || p->n_forgets ||
-	    gpu_pool_busy(p)) {
+	if (tier_pool_busy(p) || !list_empty(&p->waiters) || p->n_jobs || p->n_compact_jobs ||
+	    p->n_forgets || gpu_pool_busy(p)) {
 		free(leases);
 		*why = "the pool has disk I/O or a checkpoint in flight: try again";
 		return -EBUSY;

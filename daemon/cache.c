@@ -6,6 +6,7 @@
 
 #include "cache.h"
 #include "ckptop.h"
+#include "compact.h"
 #include "lease.h"
 #include "pool.h"
 #include "session.h"
@@ -169,7 +170,8 @@ static int check_pool(const struct cache *c, const struct pool *p)
 		goto out;
 	}
 	ret = -EUCLEAN;
-	if (tier_check(p, refs) < 0 || ckptop_check(p, refs) < 0 || gpu_check(p, refs) < 0)
+	if (tier_check(p, refs) < 0 || ckptop_check(p, refs) < 0 || compact_check(p, refs) < 0 ||
+	    gpu_check(p, refs) < 0)
 		goto out;
 	for (uint32_t i = 0; i < p->pa.n_pages; i++)
 		if (refs[i] != p->pa.refs[i] || pins[i] != p->pa.pins[i])

@@ -97,20 +97,9 @@ static int do_gather_tokens(void *arg)
 	return kref_gather_tokens(a->l, a->dst, 0, a->src, a->n, a->keep, a->k);
 }
 
-/* The page table of s as pointers into its pool's arena. */
-static const void **page_ptrs(const struct session *s)
-{
-	const struct pool *p = s->pool;
-	const void **v = malloc((s->n_pages ? s->n_pages : 1) * sizeof(*v));
-
-	for (uint32_t i = 0; v && i < s->n_pages; i++)
-		v[i] = (const char *)p->arena + (uint64_t)s->pages[i] * p->page_bytes;
-	return v;
-}
-
 /* The checks a query or a topic (n_q floats, n_q_heads heads of layer)
- * passes before it costs the loop work per committed token of s:
- * work_per_token multiply-adds each. Returns 0 or the error (*why). */
+ * passes before it costs work per committed token of s: work_per_token
+ * multiply-adds each. Returns 0 or the error (*why). */
 static int check_query(const struct session *s, uint32_t layer, uint32_t n_q_heads, size_t n_q,
 		       uint64_t work_per_token, const char **why)
 {
@@ -141,58 +130,135 @@ static int check_query(const struct session *s, uint32_t layer, uint32_t n_q_hea
 	return 0;
 }
 
-int compact_score_query(struct session *s, uint32_t layer, uint32_t n_q_heads, const float *q,
-			size_t n_q, uint64_t *ret_scored, const char **why)
+void compact_job_release(struct compact_job *j)
+{
+	struct pool *p = j->pool;
+
+	if (p) {
+		for (uint32_t i = 0; i < j->n_slots; i++) {
+			pagealloc_unref(&p->pa, j->slots[i]);
+			prefix_index_update(&p->ix, &p->pa, j->slots[i]);
+		}
+		/* Fresh pages a compaction did not hand to its session. */
+		for (uint32_t i = 0; i < j->n_new; i++)
+			pagealloc_unref(&p->pa, j->new_slots[i]);
+		p->n_compact_jobs--;
+		list_del(&j->link);
+		j->pool = NULL;
+	}
+	j->n_slots = j->n_new = 0;
+	free(j->slots);
+	free(j->src);
+	free(j->q);
+	free(j->turns);
+	free(j->out);
+	free(j->keep);
+	free(j->meta);
+	free(j->new_slots);
+	free(j->dst);
+	j->slots = j->keep = j->new_slots = j->turns = NULL;
+	j->meta = NULL;
+	j->src = NULL;
+	j->dst = NULL;
+	j->q = j->out = NULL;
+}
+
+/* Takes the snapshot of s's first n_slots pages into j (whose slots and
+ * src have room) and attaches j to the pool. References keep the slots
+ * from being freed or reused while the worker reads them; committed
+ * positions are never rewritten (a truncated session copies a page
+ * someone else holds before it writes it again). */
+static void hold_pages(struct session *s, uint32_t n_slots, struct compact_job *j)
+{
+	struct pool *p = s->pool;
+
+	for (uint32_t i = 0; i < n_slots; i++) {
+		j->slots[i] = s->pages[i];
+		pagealloc_ref(&p->pa, s->pages[i]);
+		prefix_index_update(&p->ix, &p->pa, s->pages[i]);
+		j->src[i] = (const char *)p->arena + (uint64_t)s->pages[i] * p->page_bytes;
+	}
+	j->n_slots = n_slots;
+	j->session_id = s->id;
+	j->layout = p->layout;
+	j->pool = p;
+	p->n_compact_jobs++;
+	list_add_tail(&p->compact_jobs, &j->link);
+}
+
+int compact_score_start(struct session *s, int topic, uint32_t layer, uint32_t n_q_heads,
+			const float *q, size_t n_q, struct compact_job *j, const char **why)
 {
 	const struct shm_layout *l = &s->pool->layout;
 	uint64_t n = s->n_committed;
-	float *weights = NULL, *out = NULL, *mass = NULL;
-	const void **pages = NULL;
-	int ret = check_query(s, layer, n_q_heads, n_q, (uint64_t)n_q_heads * l->head_dim, why);
+	uint32_t n_slots;
+	int ret = check_query(s, layer, n_q_heads, n_q,
+			      topic ? (uint64_t)l->head_dim * l->n_kv_heads : (uint64_t)n_q, why);
 
+	memset(j, 0, sizeof(*j));
+	list_init(&j->link);
 	if (ret < 0)
 		return ret;
-	ret = -ENOMEM;
-	weights = malloc(n * n_q_heads * sizeof(float));
-	out = malloc(n_q * sizeof(float));
-	mass = calloc(n, sizeof(float));
-	pages = page_ptrs(s);
-	if (!weights || !out || !mass || !pages) {
+	n_slots = (uint32_t)((n + l->block_tokens - 1) / l->block_tokens);
+	j->slots = malloc(n_slots * sizeof(*j->slots));
+	j->src = malloc(n_slots * sizeof(*j->src));
+	j->q = malloc(n_q * sizeof(*j->q));
+	j->out = malloc(n * sizeof(*j->out));
+	j->turns = topic ? malloc(n * sizeof(*j->turns)) : NULL;
+	if (!j->slots || !j->src || !j->q || !j->out || (topic && !j->turns)) {
+		compact_job_release(j);
 		*why = "out of memory";
+		return -ENOMEM;
+	}
+	j->kind = topic ? COMPACT_JOB_TOPIC : COMPACT_JOB_QUERY;
+	j->n = n;
+	j->layer = layer;
+	j->n_q_heads = n_q_heads;
+	memcpy(j->q, q, n_q * sizeof(*q));
+	for (uint64_t t = 0; topic && t < n; t++)
+		j->turns[t] = s->meta[t].turn;
+	hold_pages(s, n_slots, j);
+	return 0;
+}
+
+/* The attention weights of the query, summed over heads, into out. */
+static void run_query(struct compact_job *j)
+{
+	const struct shm_layout *l = &j->layout;
+	uint64_t n = j->n;
+	size_t n_q = (size_t)j->n_q_heads * l->head_dim;
+	float *weights = malloc(n * j->n_q_heads * sizeof(float));
+	float *out = malloc(n_q * sizeof(float));
+	struct kcall a = {.l = l,
+			  .src = j->src,
+			  .layer = j->layer,
+			  .n = n,
+			  .q = j->q,
+			  .n_q_heads = j->n_q_heads,
+			  .scale = 1.0f / sqrtf((float)l->head_dim),
+			  .out = out,
+			  .weights = weights};
+
+	if (!weights || !out) {
+		j->ret = -ENOMEM;
+		j->why = "out of memory";
 		goto done;
 	}
 	/* The bytes are the clients': garbage gives garbage weights, which
 	 * policy_add_mass reads as 0 where they are not finite. */
-	{
-		struct kcall a = {.l = l,
-				  .src = (const void *const *)pages,
-				  .layer = layer,
-				  .n = n,
-				  .q = q,
-				  .n_q_heads = n_q_heads,
-				  .scale = 1.0f / sqrtf((float)l->head_dim),
-				  .out = out,
-				  .weights = weights};
-
-		ret = guard_run(do_attn, &a);
-	}
-	if (ret < 0) {
-		*why = ret == -EFAULT ? "the session's pages are gone from the arena"
-				      : "attention failed";
+	j->ret = guard_run(do_attn, &a);
+	if (j->ret < 0) {
+		j->why = j->ret == -EFAULT ? "the session's pages are gone from the arena"
+					   : "attention failed";
 		goto done;
 	}
-	for (uint32_t h = 0; h < n_q_heads; h++)
+	memset(j->out, 0, n * sizeof(float));
+	for (uint32_t h = 0; h < j->n_q_heads; h++)
 		for (uint64_t t = 0; t < n; t++)
-			mass[t] += weights[h * n + t];
-	policy_add_mass(s->meta, s->n_tokens, s->pol.decay, 0, mass, n);
-	*ret_scored = n;
-	ret = 0;
+			j->out[t] += weights[h * n + t];
 done:
 	free(weights);
 	free(out);
-	free(mass);
-	free(pages);
-	return ret;
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -218,31 +284,25 @@ static uint32_t turn_index(const uint32_t *turns, uint32_t n, uint32_t turn)
 	return lo;
 }
 
-int compact_score_topic(struct session *s, uint32_t layer, uint32_t n_q_heads, const float *q,
-			size_t n_q, uint64_t *ret_scored, const char **why)
+/* Each span's similarity to the topic, as every token's score, into out. */
+static void run_topic(struct compact_job *j)
 {
-	const struct shm_layout *l = &s->pool->layout;
-	uint64_t n = s->n_committed;
+	const struct shm_layout *l = &j->layout;
+	uint64_t n = j->n;
 	uint32_t hd = l->head_dim, nkv = l->n_kv_heads, dim = hd * nkv, group, n_turns = 0;
 	uint32_t *turns = NULL, *count = NULL;
 	float *rows = NULL, *emb = NULL, *topic = NULL, *sim = NULL;
-	const void **pages = NULL;
-	int ret = check_query(s, layer, n_q_heads, n_q, dim, why);
+	int ret;
 
-	if (ret < 0)
-		return ret;
-	ret = -ENOMEM;
+	j->ret = -ENOMEM;
+	j->why = "out of memory";
 	/* The spans: distinct turns, sorted. */
 	turns = malloc(n * sizeof(*turns));
 	rows = malloc(n * hd * sizeof(*rows));
 	topic = calloc(dim, sizeof(*topic));
-	pages = page_ptrs(s);
-	if (!turns || !rows || !topic || !pages) {
-		*why = "out of memory";
+	if (!turns || !rows || !topic)
 		goto done;
-	}
-	for (uint64_t t = 0; t < n; t++)
-		turns[t] = s->meta[t].turn;
+	memcpy(turns, j->turns, n * sizeof(*turns));
 	qsort(turns, n, sizeof(*turns), cmp_u32);
 	for (uint64_t t = 0; t < n; t++)
 		if (!n_turns || turns[n_turns - 1] != turns[t])
@@ -250,28 +310,23 @@ int compact_score_topic(struct session *s, uint32_t layer, uint32_t n_q_heads, c
 	emb = calloc((size_t)n_turns * dim, sizeof(*emb));
 	count = calloc(n_turns, sizeof(*count));
 	sim = malloc(n_turns * sizeof(*sim));
-	if (!emb || !count || !sim) {
-		*why = "out of memory";
+	if (!emb || !count || !sim)
 		goto done;
-	}
 	/* Each span's mean key, head by head (the bytes are the clients':
 	 * garbage gives a garbage score, never anything worse). */
 	for (uint32_t h = 0; h < nkv; h++) {
-		struct kcall a = {.l = l,
-				  .src = (const void *const *)pages,
-				  .layer = layer,
-				  .head = h,
-				  .n = n,
-				  .out = rows};
+		struct kcall a = {
+			.l = l, .src = j->src, .layer = j->layer, .head = h, .n = n, .out = rows};
 
 		ret = guard_run(do_gather_rows, &a);
 		if (ret == -EFAULT) {
-			*why = "the session's pages are gone from the arena";
+			j->ret = ret;
+			j->why = "the session's pages are gone from the arena";
 			goto done;
 		}
 		kvp_assert(ret == 0); /* committed positions of a valid layer */
 		for (uint64_t t = 0; t < n; t++) {
-			float *e = emb + (size_t)turn_index(turns, n_turns, s->meta[t].turn) * dim +
+			float *e = emb + (size_t)turn_index(turns, n_turns, j->turns[t]) * dim +
 				   (size_t)h * hd;
 
 			for (uint32_t d = 0; d < hd; d++)
@@ -279,24 +334,24 @@ int compact_score_topic(struct session *s, uint32_t layer, uint32_t n_q_heads, c
 		}
 	}
 	for (uint64_t t = 0; t < n; t++)
-		count[turn_index(turns, n_turns, s->meta[t].turn)]++;
+		count[turn_index(turns, n_turns, j->turns[t])]++;
 	for (uint32_t i = 0; i < n_turns; i++)
 		for (uint32_t d = 0; d < dim; d++)
 			emb[(size_t)i * dim + d] /= (float)count[i];
 	/* The topic: each KV head's query heads averaged. */
-	group = n_q_heads / nkv;
-	for (uint32_t qh = 0; qh < n_q_heads; qh++)
+	group = j->n_q_heads / nkv;
+	for (uint32_t qh = 0; qh < j->n_q_heads; qh++)
 		for (uint32_t d = 0; d < hd; d++)
-			topic[(qh / group) * hd + d] += q[(size_t)qh * hd + d] / (float)group;
+			topic[(qh / group) * hd + d] += j->q[(size_t)qh * hd + d] / (float)group;
 	ret = kref_score_cosine(emb, n_turns, topic, 1, dim, sim);
 	kvp_assert(ret == 0);
 	for (uint64_t t = 0; t < n; t++) {
-		float v = sim[turn_index(turns, n_turns, s->meta[t].turn)];
+		float v = sim[turn_index(turns, n_turns, j->turns[t])];
 
-		s->meta[t].score = v == v ? v : 0.0f; /* NaN from garbage: no score */
+		j->out[t] = v == v ? v : 0.0f; /* NaN from garbage: no score */
 	}
-	*ret_scored = n;
-	ret = 0;
+	j->ret = 0;
+	j->why = NULL;
 done:
 	free(turns);
 	free(count);
@@ -304,8 +359,218 @@ done:
 	free(emb);
 	free(topic);
 	free(sim);
-	free(pages);
+}
+
+/* The choice of the kept tokens (when not made yet), then their K/V into
+ * the fresh pages. */
+static void run_gather(struct compact_job *j)
+{
+	uint32_t bt = j->layout.block_tokens;
+	struct kcall a = {
+		.l = &j->layout, .dst = j->dst, .src = j->src, .n = j->n, .keep = j->keep};
+
+	if (j->meta) {
+		uint32_t *scratch = malloc((j->n ? j->n : 1) * sizeof(*scratch));
+
+		if (!scratch) {
+			j->ret = -ENOMEM;
+			j->why = "out of memory";
+			return;
+		}
+		j->k = policy_select(&j->pol, j->meta, j->n, j->budget, j->keep, scratch);
+		free(scratch);
+		if (j->late) {
+			j->ret = 0;
+			return; /* the loop takes pages and copies, if need be */
+		}
+		if (j->k > (size_t)j->n_new * bt) {
+			/* policy_select keeps at most the budget: never here. */
+			j->ret = -EIO;
+			j->why = "the policy kept more tokens than its budget";
+			return;
+		}
+	}
+	a.k = j->k;
+	j->ret = j->k && j->k < j->n ? guard_run(do_gather_tokens, &a) : 0;
+	if (j->ret == -EFAULT)
+		j->why = "the session's pages are gone from the arena";
+	else
+		kvp_assert(j->ret == 0); /* keep[] lies inside the session */
+}
+
+void compact_job_run(struct compact_job *j)
+{
+	switch (j->kind) {
+	case COMPACT_JOB_QUERY:
+		run_query(j);
+		break;
+	case COMPACT_JOB_TOPIC:
+		run_topic(j);
+		break;
+	case COMPACT_JOB_GATHER:
+		run_gather(j);
+		break;
+	}
+}
+
+/* The session takes the kept tokens in the job's fresh pages. */
+static void apply_gather(struct session *s, struct compact_job *j)
+{
+	struct pool *p = s->pool;
+	size_t k = j->k;
+	uint32_t used = (uint32_t)((k + j->layout.block_tokens - 1) / j->layout.block_tokens);
+
+	/* keep[] ascends and keep[i] >= i: in place, front to back. */
+	for (size_t i = 0; i < k; i++) {
+		s->tokens[i] = s->tokens[j->keep[i]];
+		s->meta[i] = s->meta[j->keep[i]];
+	}
+	for (uint32_t i = 0; i < s->n_pages; i++) {
+		pagealloc_unref(&p->pa, s->pages[i]);
+		prefix_index_update(&p->ix, &p->pa, s->pages[i]);
+	}
+	/* Device slots belong to the old page numbers (everything was copied
+	 * back at the commits): they go. used <= n_pages: the table has room;
+	 * the job's references on the fresh pages it used become the
+	 * session's, the rest go back with the job. */
+	gpu_session_free(s);
+	memcpy(s->pages, j->new_slots, used * sizeof(*j->new_slots));
+	s->n_pages = used;
+	memmove(j->new_slots, j->new_slots + used, (j->n_new - used) * sizeof(*j->new_slots));
+	j->n_new -= used;
+	s->n_hashes = 0;
+	s->dropped_tokens += s->n_tokens - k;
+	s->n_tokens = s->n_committed = k;
+	s->compacted = s->unindexed = 1;
+}
+
+/* A choice that dropped tokens although the budget holds all of them
+ * (role limits): the fresh pages and the copy, here and now — rare, and
+ * no more than the kept tokens. The request cannot wait for disk writes
+ * any more, so room comes without them or not at all. Returns 0, -ENOSPC,
+ * -ENOMEM or -EFAULT (*why). */
+static int late_gather(struct cache *c, struct compact_job *j, const char **why)
+{
+	struct pool *p = j->pool;
+	uint32_t n_new = (uint32_t)((j->k + p->layout.block_tokens - 1) / p->layout.block_tokens);
+	int saved = c->no_park, ret;
+
+	c->no_park = 1;
+	ret = evict_make_room(c, p, n_new);
+	c->no_park = saved;
+	c->park_on = NULL;
+	if (ret < 0) {
+		*why = "host tier full: no pages for the compacted copy";
+		return -ENOSPC;
+	}
+	/* The start left room for none. */
+	free(j->new_slots);
+	free(j->dst);
+	j->new_slots = malloc((n_new ? n_new : 1) * sizeof(*j->new_slots));
+	j->dst = malloc((n_new ? n_new : 1) * sizeof(*j->dst));
+	if (!j->new_slots || !j->dst) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n_new; i++) {
+		ret = pagealloc_get(&p->pa, &j->new_slots[i]);
+		kvp_assert(ret == 0); /* evict_make_room made room */
+		j->dst[i] = (char *)p->arena + (uint64_t)j->new_slots[i] * p->page_bytes;
+		j->n_new++;
+	}
+	/* The choice is made: only the copy is left. */
+	j->late = 0;
+	free(j->meta);
+	j->meta = NULL;
+	run_gather(j);
+	*why = j->why;
+	return j->ret;
+}
+
+int compact_job_finish(struct cache *c, struct compact_job *j, uint64_t *ret_n, const char **why)
+{
+	struct pool *p = j->pool;
+	struct session *s = p ? session_get(c, j->session_id, p->uid, 0) : NULL;
+	int gather = j->kind == COMPACT_JOB_GATHER;
+	int ret = j->ret;
+
+	if (ret < 0) {
+		*why = j->why;
+	} else if (!s || s->pool != p) {
+		ret = -ENOENT;
+		*why = gather ? "the session was closed while it was compacted"
+			      : "the session was closed while it was scored";
+	} else if (s->n_committed != j->n || s->n_pages < j->n_slots ||
+		   memcmp(s->pages, j->slots, j->n_slots * sizeof(*j->slots)) != 0 ||
+		   (gather &&
+		    (s->n_tokens != j->n || s->n_pages != j->n_slots || s->dev_copying))) {
+		/* Our references kept the slots from being reused, so the same
+		 * slots and length mean the same committed K/V. */
+		ret = -EBUSY;
+		*why = gather ? "the session changed while it was compacted: try again"
+			      : "the session changed while it was scored: try again";
+	} else {
+		switch (j->kind) {
+		case COMPACT_JOB_QUERY:
+			policy_add_mass(s->meta, s->n_tokens, s->pol.decay, 0, j->out, j->n);
+			*ret_n = j->n;
+			break;
+		case COMPACT_JOB_TOPIC:
+			for (uint64_t t = 0; t < j->n; t++)
+				s->meta[t].score = j->out[t];
+			*ret_n = j->n;
+			break;
+		case COMPACT_JOB_GATHER:
+			if (j->late && j->k < j->n)
+				ret = late_gather(c, j, why);
+			if (ret == 0 && j->k < j->n)
+				apply_gather(s, j);
+			if (ret == 0)
+				*ret_n = j->n - j->k;
+			break;
+		}
+	}
+	if (s)
+		s->last_use_ns = cache_now_ns();
+	compact_job_release(j);
 	return ret;
+}
+
+uint32_t compact_jobs(const struct cache *c, uid_t uid)
+{
+	uint32_t n = 0;
+
+	for (const struct list *it = c->pool_list.next; it != &c->pool_list; it = it->next) {
+		const struct pool *p = list_entry(it, struct pool, link);
+
+		if (p->uid == uid)
+			n += p->n_compact_jobs;
+	}
+	return n;
+}
+
+int compact_check(const struct pool *p, uint32_t *refs)
+{
+	uint32_t n = 0;
+
+	for (const struct list *it = p->compact_jobs.next; it != &p->compact_jobs; it = it->next) {
+		const struct compact_job *j = list_entry(it, struct compact_job, link);
+
+		if (j->pool != p)
+			return -EUCLEAN;
+		for (uint32_t i = 0; i < j->n_slots; i++) {
+			if (j->slots[i] >= p->pa.n_pages)
+				return -EUCLEAN;
+			refs[j->slots[i]]++;
+		}
+		for (uint32_t i = 0; i < j->n_new; i++) {
+			if (j->new_slots[i] >= p->pa.n_pages)
+				return -EUCLEAN;
+			refs[j->new_slots[i]]++;
+		}
+		n++;
+	}
+	return n == p->n_compact_jobs ? 0 : -EUCLEAN;
 }
 
 void compact_place(struct session *s, uint32_t n_hashes)
@@ -341,99 +606,73 @@ void compact_place(struct session *s, uint32_t n_hashes)
 	free(layer);
 }
 
-/* Moves the kept tokens keep[0..k) of s into n_new fresh pages. */
-static int rebuild(struct session *s, const uint32_t *keep, size_t k, uint32_t n_new)
+int compact_gather_start(struct cache *c, struct session *s, struct compact_job *j)
 {
 	struct pool *p = s->pool;
-	uint32_t *slots = malloc((n_new ? n_new : 1) * sizeof(*slots));
-	void **dst = malloc((n_new ? n_new : 1) * sizeof(*dst));
-	const void **src = page_ptrs(s);
-	int ret = -ENOMEM;
+	uint32_t bt = p->layout.block_tokens, n_new, budget;
+	uint64_t n = s->n_tokens;
+	int ret;
 
-	if (!slots || !dst || !src)
-		goto done;
+	memset(j, 0, sizeof(*j));
+	list_init(&j->link);
+	if (s->pol.kind == POLICY_NONE)
+		return -EINVAL;
+	if (s->n_committed != s->n_tokens || s->dev_copying)
+		return -EBUSY;
+	ret = -ENOMEM;
+	budget = policy_budget(&s->pol, n);
+	j->keep = malloc((n ? n : 1) * sizeof(*j->keep));
+	if (!j->keep)
+		goto fail;
+	/* The choice on the worker, from a copy. At most budget tokens are
+	 * kept: room for them now, unless the budget holds every token —
+	 * then pages are taken only when the choice dropped some (late). */
+	j->meta = malloc((n ? n : 1) * sizeof(*j->meta));
+	if (!j->meta)
+		goto fail;
+	memcpy(j->meta, s->meta, n * sizeof(*j->meta));
+	j->pol = s->pol;
+	j->budget = budget;
+	j->late = budget >= n;
+	n_new = j->late ? 0 : (uint32_t)((budget + bt - 1) / bt);
+	if (n_new) {
+		ret = evict_make_room(c, p, n_new);
+		if (ret < 0)
+			goto fail;
+	}
+	ret = -ENOMEM;
+	j->slots = malloc((s->n_pages ? s->n_pages : 1) * sizeof(*j->slots));
+	j->src = malloc((s->n_pages ? s->n_pages : 1) * sizeof(*j->src));
+	j->new_slots = malloc((n_new ? n_new : 1) * sizeof(*j->new_slots));
+	j->dst = malloc((n_new ? n_new : 1) * sizeof(*j->dst));
+	if (!j->slots || !j->src || !j->new_slots || !j->dst)
+		goto fail;
+	j->kind = COMPACT_JOB_GATHER;
+	j->n = n;
+	hold_pages(s, s->n_pages, j);
 	for (uint32_t i = 0; i < n_new; i++) {
-		ret = pagealloc_get(&p->pa, &slots[i]);
+		ret = pagealloc_get(&p->pa, &j->new_slots[i]);
 		kvp_assert(ret == 0); /* evict_make_room made room */
-		dst[i] = (char *)p->arena + (uint64_t)slots[i] * p->page_bytes;
+		j->dst[i] = (char *)p->arena + (uint64_t)j->new_slots[i] * p->page_bytes;
+		j->n_new++;
 	}
-	if (k) {
-		struct kcall a = {.l = &p->layout,
-				  .dst = dst,
-				  .src = (const void *const *)src,
-				  .n = s->n_tokens,
-				  .keep = keep,
-				  .k = k};
-
-		ret = guard_run(do_gather_tokens, &a);
-		if (ret == -EFAULT) {
-			/* Nothing changed yet: the fresh pages go back. */
-			for (uint32_t i = 0; i < n_new; i++)
-				pagealloc_unref(&p->pa, slots[i]);
-			goto done;
-		}
-		kvp_assert(ret == 0); /* keep[] lies inside the session */
-	}
-	/* keep[] ascends and keep[i] >= i: in place, front to back. */
-	for (size_t i = 0; i < k; i++) {
-		s->tokens[i] = s->tokens[keep[i]];
-		s->meta[i] = s->meta[keep[i]];
-	}
-	for (uint32_t i = 0; i < s->n_pages; i++) {
-		pagealloc_unref(&p->pa, s->pages[i]);
-		prefix_index_update(&p->ix, &p->pa, s->pages[i]);
-	}
-	/* Device slots belong to the old page numbers (everything was copied
-	 * back at the commits): they go. n_new <= n_pages: the table has room. */
-	gpu_session_free(s);
-	memcpy(s->pages, slots, n_new * sizeof(*slots));
-	s->n_pages = n_new;
-	s->n_hashes = 0;
-	s->dropped_tokens += s->n_tokens - k;
-	s->n_tokens = s->n_committed = k;
-	s->compacted = s->unindexed = 1;
-	ret = 0;
-done:
-	free(slots);
-	free(dst);
-	free(src);
+	return 0;
+fail:
+	compact_job_release(j);
 	return ret;
 }
 
 static int compact(struct cache *c, struct session *s, uint64_t *ret_dropped)
 {
-	struct pool *p = s->pool;
-	uint32_t bt = p->layout.block_tokens, n_new;
-	uint64_t n = s->n_tokens;
-	uint32_t *keep, *scratch;
-	size_t k;
-	int ret;
+	struct compact_job j;
+	const char *why;
+	int ret = compact_gather_start(c, s, &j);
 
 	*ret_dropped = 0;
-	if (s->pol.kind == POLICY_NONE)
-		return -EINVAL;
-	if (s->n_committed != s->n_tokens || s->dev_copying)
-		return -EBUSY;
-	keep = malloc((n ? n : 1) * sizeof(*keep));
-	scratch = malloc((n ? n : 1) * sizeof(*scratch));
-	if (!keep || !scratch) {
-		ret = -ENOMEM;
-		goto done;
-	}
-	k = policy_select(&s->pol, s->meta, n, policy_budget(&s->pol, n), keep, scratch);
-	ret = 0;
-	if (k == n)
-		goto done; /* everything fits */
-	n_new = (uint32_t)((k + bt - 1) / bt);
-	ret = evict_make_room(c, p, n_new);
-	if (ret == 0)
-		ret = rebuild(s, keep, k, n_new);
-	if (ret == 0)
-		*ret_dropped = n - k;
-done:
-	free(keep);
-	free(scratch);
-	return ret;
+	if (ret < 0)
+		return ret;
+	compact_job_run(&j);
+	return compact_job_finish(c, &j, ret_dropped, &why);
 }
 
 int compact_session(struct cache *c, struct session *s, uint64_t *ret_dropped)

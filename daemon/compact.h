@@ -8,7 +8,7 @@
  * and other sessions keep theirs: what others see never changes) and marks
  * the session compacted: its pages are private from then on and never
  * enter the prefix index, and each kept token keeps its original position
- * in meta[].pos. Event-loop thread only.
+ * in meta[].pos. Event-loop thread only, but for compact_job_run.
  */
 #ifndef KVPD_COMPACT_H
 #define KVPD_COMPACT_H
@@ -38,22 +38,103 @@ int compact_tag(struct session *s, uint64_t first, uint64_t n, const struct sess
  * [first, first + n) (policy_add_mass). -ERANGE past the tokens. */
 int compact_add_mass(struct session *s, uint64_t first, const float *mass, size_t n);
 
-/* One importance step computed here: the attention weights of q
- * ([n_q_heads][head_dim]) over the committed tokens of layer, summed over
- * heads. Returns 0 and the tokens scored, -EINVAL (layer, head count or
- * query size wrong; *why says), -E2BIG past COMPACT_MAX_QUERY_WORK,
- * -ENODATA nothing committed, -ENOMEM. */
-int compact_score_query(struct session *s, uint32_t layer, uint32_t n_q_heads, const float *q,
-			size_t n_q, uint64_t *ret_scored, const char **why);
+/* The work of a request that can take milliseconds, as a job for a
+ * worker thread: one importance step computed here from a query
+ * (COMPACT_JOB_QUERY: the attention weights of q, [n_q_heads][head_dim],
+ * over the committed tokens of layer, summed over heads), topic relevance
+ * (COMPACT_JOB_TOPIC: each span — the tokens of one tagged turn — gets as
+ * its tokens' score the cosine similarity between the span's mean key of
+ * layer, its KV heads side by side, and the topic q with each KV head's
+ * query heads averaged, replacing what the scores were), or a compaction
+ * (COMPACT_JOB_GATHER: the choice of the tokens kept and the copy of their
+ * K/V into fresh pages).
+ *
+ * A query or topic costs up to COMPACT_MAX_QUERY_WORK multiply-adds (tens
+ * of milliseconds); a compaction's choice under an importance or
+ * hierarchy policy takes seconds for millions of tokens, and its copy is
+ * up to the whole session, so
+ * each runs in three steps: a start on the loop checks the request and
+ * takes a snapshot — the page slots read, each holding a reference so it
+ * is neither freed nor reused while the job reads it, the query, each
+ * token's turn, the kept tokens and their fresh pages; compact_job_run on
+ * any thread reads (and writes) the arena through the guard; then
+ * compact_job_finish on the loop applies the result when the session is
+ * still the one the job saw, and releases the snapshot. The pool stays
+ * while a job holds it (pool.n_compact_jobs). The fields are private to
+ * compact.c. */
+enum compact_job_kind {
+	COMPACT_JOB_QUERY,
+	COMPACT_JOB_TOPIC,
+	COMPACT_JOB_GATHER,
+};
 
-/* Topic relevance (the hierarchy's temporary layer by similarity): each
- * span — the tokens of one tagged turn — gets as its tokens' score the
- * cosine similarity between the span's mean key of layer (its KV heads
- * side by side) and the topic q ([n_q_heads][head_dim], the query heads
- * of each KV head averaged), replacing what the scores were. Returns 0
- * and the tokens scored, or the errors of compact_score_query. */
-int compact_score_topic(struct session *s, uint32_t layer, uint32_t n_q_heads, const float *q,
-			size_t n_q, uint64_t *ret_scored, const char **why);
+struct compact_job {
+	struct pool *pool; /* held: pool.n_compact_jobs, link on pool.compact_jobs */
+	struct list link;
+	enum compact_job_kind kind;
+	uint64_t session_id;
+	uint64_t n;	  /* committed tokens read */
+	uint32_t *slots;  /* [n_slots] their pages, one reference each */
+	const void **src; /* [n_slots] the same pages in the arena */
+	uint32_t n_slots;
+	struct shm_layout layout;
+	uint32_t layer, n_q_heads;
+	float *q;		 /* [n_q_heads * head_dim], a copy */
+	uint32_t *turns;	 /* topic: [n] the turn of each token */
+	float *out;		 /* query, topic: [n] mass or score of each token */
+	uint32_t *keep;		 /* gather: [n] room for the tokens kept, ascending */
+	size_t k;		 /* how many (chosen by run when meta is set) */
+	struct token_meta *meta; /* gather: [n] a copy to choose from, or NULL */
+	struct policy pol;	 /* gather: the session's, with meta */
+	uint32_t budget;
+	int late;	     /* gather: the budget holds every token: no pages taken yet */
+	uint32_t *new_slots; /* gather: [n_new] fresh pages, one reference each */
+	void **dst;	     /* [n_new] the same in the arena */
+	uint32_t n_new;
+	int ret;	 /* of compact_job_run */
+	const char *why; /* with it */
+};
+
+/* A query (or, with topic, a topic) for s, checked and snapshot into j
+ * (zeroed first). Returns 0, -EINVAL (layer, head count or query size
+ * wrong; *why says), -E2BIG past COMPACT_MAX_QUERY_WORK, -ENODATA nothing
+ * committed, -ENOMEM; nothing is held on error. */
+int compact_score_start(struct session *s, int topic, uint32_t layer, uint32_t n_q_heads,
+			const float *q, size_t n_q, struct compact_job *j, const char **why);
+
+/* s's policy applied now, as a job in j (zeroed first): a copy of the
+ * tokens' metadata for the job to choose from, and room made and fresh
+ * pages taken for as many tokens as the budget keeps (when the budget
+ * holds every token, none: compact_job_finish takes them, without waiting
+ * for disk writes, in the rare case the choice dropped some). Returns 0
+ * with the job to run,
+ * -EINVAL no policy, -EBUSY uncommitted tokens, -EAGAIN (parked: room is
+ * coming from disk writes), -ENOSPC no room for the new pages, -ENOMEM;
+ * nothing is held on error. */
+int compact_gather_start(struct cache *c, struct session *s, struct compact_job *j);
+
+/* The work, on any thread: touches only what j owns and the arena (under
+ * the guard). */
+void compact_job_run(struct compact_job *j);
+
+/* On the loop: applies the result to the session when it still exists and
+ * still holds the same committed tokens in the same pages, then releases
+ * j (always). Returns 0 and the tokens scored (query, topic) or dropped
+ * (gather) in *ret_n, -EBUSY when the session changed meanwhile
+ * (appended, truncated, compacted), -ENOENT when it was closed, -EFAULT
+ * when its pages were gone from the arena (*why says each). */
+int compact_job_finish(struct cache *c, struct compact_job *j, uint64_t *ret_n, const char **why);
+
+/* Releases what j holds (page references, the pool) without applying
+ * anything; accepts a released or zeroed job. Loop thread only. */
+void compact_job_release(struct compact_job *j);
+
+/* Jobs of pools of uid in flight. */
+uint32_t compact_jobs(const struct cache *c, uid_t uid);
+
+/* Adds the page references the jobs of p hold to refs[] (the cache
+ * check). Returns 0 or -EUCLEAN. */
+int compact_check(const struct pool *p, uint32_t *refs);
 
 /* Tier placement by the hierarchy for an exact session that is closing:
  * of its first n_hashes full pages (indexed), those holding only tokens
@@ -63,10 +144,11 @@ int compact_score_topic(struct session *s, uint32_t layer, uint32_t n_q_heads, c
  * page references. */
 void compact_place(struct session *s, uint32_t n_hashes);
 
-/* Applies s's policy now. Returns 0 with the tokens dropped (0 when all
- * fit the budget), -EINVAL no policy, -EBUSY uncommitted tokens, -EAGAIN
- * (parked: room is coming from disk writes), -ENOSPC no room for the new
- * pages, -ENOMEM; nothing changed on error. */
+/* Applies s's policy now, on this thread (compact_gather_start, run and
+ * finish in one). Returns 0 with the tokens dropped (0 when all fit the
+ * budget), -EINVAL no policy, -EBUSY uncommitted tokens, -EAGAIN (parked:
+ * room is coming from disk writes), -ENOSPC no room for the new pages,
+ * -EFAULT pages gone from the arena, -ENOMEM; nothing changed on error. */
 int compact_session(struct cache *c, struct session *s, uint64_t *ret_dropped);
 
 /* After a commit: compacts s when its policy says auto_compact and it is

@@ -1,11 +1,38 @@
-/* daemon/polop.c — policy requests (see polop.h). */
+/* daemon/polop.c — policy requests (see polop.h).
+ *
+ * A ReportImportance with a query costs up to COMPACT_MAX_QUERY_WORK
+ * multiply-adds, tens of milliseconds, and a Compact copies up to the
+ * whole session: on the loop thread that stalled every other client
+ * (issue 14 item 7: another tenant's ping went from 0.014 ms to 20 ms).
+ * They run on a worker instead (compact.h's jobs), answered through a
+ * ticket, and a tenant has at most POLOP_JOBS_PER_TENANT of them in
+ * flight: its further requests wait in their connections, parked on a
+ * pool where one of its jobs runs, so one tenant never fills the worker
+ * queue that checkpoints and the disk fallback of everyone share.
+ */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compact.h"
+#include "log.h"
 #include "polop.h"
 #include "session.h"
+#include "status.h"
+#include "tier.h"
+#include "worker.h"
+
+/* Jobs (queries, compactions) one tenant may have queued or running on
+ * the workers. */
+#define POLOP_JOBS_PER_TENANT 1u
+
+/* A ReportImportance query or a Compact on a worker. */
+struct polop_job {
+	struct worker_job wj;
+	struct conn_ticket t;
+	struct cache *c;
+	struct compact_job cj;
+};
 
 /* Metadata entries one SessionMeta reply carries at most: a packed entry
  * takes at most 5 + 5 + 5 + 1 + 4 bytes. */
@@ -140,12 +167,149 @@ static int do_tag_span(struct cache *cache, struct conn *c, const Kvpalace__V1__
 	return 0;
 }
 
-static int do_report_importance(struct cache *cache, struct conn *c,
+static void importance_reply(struct reply *r, uint64_t scored)
+{
+	kvpalace__v1__report_importance_response__init(&r->u.report_importance);
+	r->u.report_importance.scored_tokens = scored;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_REPORT_IMPORTANCE;
+	r->resp.report_importance = &r->u.report_importance;
+}
+
+static void compact_reply(struct reply *r, const struct session *s, uint64_t dropped)
+{
+	kvpalace__v1__compact_response__init(&r->u.compact);
+	r->u.compact.n_tokens = s->n_tokens;
+	r->u.compact.dropped_tokens = dropped;
+	r->u.compact.n_pages = s->n_pages;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_COMPACT;
+	r->resp.compact = &r->u.compact;
+}
+
+static const char *compact_why(int err)
+{
+	return err == -EINVAL	? "the session has no token policy: SetPolicy first"
+	       : err == -EBUSY	? "the session has uncommitted tokens: commit first"
+	       : err == -ENOSPC ? "host tier full: no pages for the compacted copy"
+	       : err == -EFAULT ? "the session's pages are gone from the arena"
+				: "cannot compact";
+}
+
+static void job_run(struct worker_job *wj)
+{
+	struct polop_job *j = (struct polop_job *)((char *)wj - offsetof(struct polop_job, wj));
+
+	compact_job_run(&j->cj);
+}
+
+/* Back on the loop: apply, wake the tenant's requests that waited for
+ * their share, answer (a connection that closed meanwhile gets nothing). */
+static void job_done(struct worker_job *wj)
+{
+	struct polop_job *j = (struct polop_job *)((char *)wj - offsetof(struct polop_job, wj));
+	struct pool *p = j->cj.pool;
+	enum compact_job_kind kind = j->cj.kind;
+	uint64_t sid = j->cj.session_id, n = 0;
+	uid_t uid = p->uid;
+	const char *why = "failed";
+	struct reply r;
+	int ret = compact_job_finish(j->c, &j->cj, &n, &why);
+
+	memset(&r, 0, sizeof(r));
+	kvpalace__v1__response__init(&r.resp);
+	r.pass_fd = -1;
+	if (ret < 0) {
+		r.resp.status = status_from_errno(ret);
+		r.resp.error = (char *)why;
+	} else if (kind == COMPACT_JOB_GATHER) {
+		compact_reply(&r, session_get(j->c, sid, uid, 0), n); /* finish found it */
+	} else {
+		importance_reply(&r, n);
+	}
+	/* The waiters first: they had waited longer than this connection's
+	 * next request, which runs from conn_deliver. */
+	tier_wake_all(p);
+	conn_deliver(&j->t, &r);
+	cache_debug_check(j->c);
+	free(j);
+}
+
+/* Whether c's tenant has its share of jobs in flight: then the request
+ * waits in its connection (-EAGAIN, parked on a pool where one of them
+ * runs, woken when it ends). One that waited CONN_MAX_PARK_NS runs anyway
+ * (no_park). */
+static int over_share(struct cache *cache, struct conn *c, const char **why)
+{
+	if (cache->no_park || compact_jobs(cache, c->uid) < POLOP_JOBS_PER_TENANT)
+		return 0;
+	for (struct list *it = cache->pool_list.next; it != &cache->pool_list; it = it->next) {
+		struct pool *p = list_entry(it, struct pool, link);
+
+		if (p->uid == c->uid && p->n_compact_jobs) {
+			cache->park_on = p;
+			*why = "waiting for the tenant's other jobs";
+			return -EAGAIN;
+		}
+	}
+	return 0;
+}
+
+static int submit(struct cache *cache, struct conn *c, uint64_t req_id, struct polop_job *j)
+{
+	j->c = cache;
+	j->wj.run = job_run;
+	j->wj.done = job_done;
+	conn_ticket_start(c, &j->t, req_id);
+	worker_submit(cache->worker, &j->wj);
+	return -EINPROGRESS;
+}
+
+/* A query's scoring: on a worker (-EINPROGRESS, answered later), parked
+ * (-EAGAIN) while the tenant has its share of jobs in flight, or here
+ * when the cache has no workers (an in-process test's). */
+static int score(struct cache *cache, struct conn *c, uint64_t req_id, struct session *s,
+		 const Kvpalace__V1__ReportImportanceRequest *in, struct reply *r, const char **why)
+{
+	int topic = in->has_topic && in->topic;
+	struct polop_job *j;
+	uint64_t scored = 0;
+	int ret;
+
+	if (!cache->worker) {
+		struct compact_job cj;
+
+		ret = compact_score_start(s, topic, in->layer, in->n_q_heads, in->query,
+					  in->n_query, &cj, why);
+		if (ret == 0) {
+			compact_job_run(&cj);
+			ret = compact_job_finish(cache, &cj, &scored, why);
+		}
+		if (ret < 0)
+			return ret;
+		importance_reply(r, scored);
+		return 0;
+	}
+	ret = over_share(cache, c, why);
+	if (ret < 0)
+		return ret;
+	j = calloc(1, sizeof(*j));
+	if (!j) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	ret = compact_score_start(s, topic, in->layer, in->n_q_heads, in->query, in->n_query,
+				  &j->cj, why);
+	if (ret < 0) {
+		free(j);
+		return ret;
+	}
+	return submit(cache, c, req_id, j);
+}
+
+static int do_report_importance(struct cache *cache, struct conn *c, uint64_t req_id,
 				const Kvpalace__V1__ReportImportanceRequest *in, struct reply *r,
 				const char **why)
 {
 	struct session *s = own_session(cache, c, in->session_id, why);
-	uint64_t scored = 0;
 	int ret;
 
 	if (!s)
@@ -159,52 +323,54 @@ static int do_report_importance(struct cache *cache, struct conn *c,
 			*why = "a query needs its layer and n_q_heads";
 			return -EINVAL;
 		}
-		ret = in->has_topic && in->topic
-			      ? compact_score_topic(s, in->layer, in->n_q_heads, in->query,
-						    in->n_query, &scored, why)
-			      : compact_score_query(s, in->layer, in->n_q_heads, in->query,
-						    in->n_query, &scored, why);
-		if (ret < 0)
-			return ret == -ENODATA ? -ERANGE : ret;
-	} else {
-		ret = compact_add_mass(s, in->has_first ? in->first : 0, in->mass, in->n_mass);
-		if (ret < 0) {
-			*why = "masses past the session's tokens";
-			return ret;
-		}
-		scored = in->n_mass;
+		ret = score(cache, c, req_id, s, in, r, why);
+		return ret == -ENODATA ? -ERANGE : ret;
 	}
-	kvpalace__v1__report_importance_response__init(&r->u.report_importance);
-	r->u.report_importance.scored_tokens = scored;
-	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_REPORT_IMPORTANCE;
-	r->resp.report_importance = &r->u.report_importance;
+	ret = compact_add_mass(s, in->has_first ? in->first : 0, in->mass, in->n_mass);
+	if (ret < 0) {
+		*why = "masses past the session's tokens";
+		return ret;
+	}
+	importance_reply(r, in->n_mass);
 	return 0;
 }
 
-static int do_compact(struct cache *cache, struct conn *c, const Kvpalace__V1__CompactRequest *in,
-		      struct reply *r, const char **why)
+/* Compact: the copy of the kept tokens on a worker, as a query's
+ * scoring. */
+static int do_compact(struct cache *cache, struct conn *c, uint64_t req_id,
+		      const Kvpalace__V1__CompactRequest *in, struct reply *r, const char **why)
 {
 	struct session *s = own_session(cache, c, in->session_id, why);
-	uint64_t dropped;
+	struct polop_job *j;
+	uint64_t dropped = 0;
 	int ret;
 
 	if (!s)
 		return -ENOENT;
-	ret = compact_session(cache, s, &dropped);
+	if (!cache->worker) {
+		ret = compact_session(cache, s, &dropped);
+		if (ret < 0) {
+			*why = compact_why(ret);
+			return ret;
+		}
+		compact_reply(r, s, dropped);
+		return 0;
+	}
+	ret = over_share(cache, c, why);
+	if (ret < 0)
+		return ret;
+	j = calloc(1, sizeof(*j));
+	if (!j) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	ret = compact_gather_start(cache, s, &j->cj);
 	if (ret < 0) {
-		*why = ret == -EINVAL	? "the session has no token policy: SetPolicy first"
-		       : ret == -EBUSY	? "the session has uncommitted tokens: commit first"
-		       : ret == -ENOSPC ? "host tier full: no pages for the compacted copy"
-					: "cannot compact";
+		free(j);
+		*why = compact_why(ret);
 		return ret;
 	}
-	kvpalace__v1__compact_response__init(&r->u.compact);
-	r->u.compact.n_tokens = s->n_tokens;
-	r->u.compact.dropped_tokens = dropped;
-	r->u.compact.n_pages = s->n_pages;
-	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_COMPACT;
-	r->resp.compact = &r->u.compact;
-	return 0;
+	return submit(cache, c, req_id, j);
 }
 
 static int do_session_meta(struct cache *cache, struct conn *c,
@@ -270,9 +436,9 @@ int polop_run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *
 	case KVPALACE__V1__REQUEST__OP_TAG_SPAN:
 		return do_tag_span(cache, c, req->tag_span, r, why);
 	case KVPALACE__V1__REQUEST__OP_REPORT_IMPORTANCE:
-		return do_report_importance(cache, c, req->report_importance, r, why);
+		return do_report_importance(cache, c, req->id, req->report_importance, r, why);
 	case KVPALACE__V1__REQUEST__OP_COMPACT:
-		return do_compact(cache, c, req->compact, r, why);
+		return do_compact(cache, c, req->id, req->compact, r, why);
 	case KVPALACE__V1__REQUEST__OP_SESSION_META:
 		return do_session_meta(cache, c, req->session_meta, r, why);
 	default:

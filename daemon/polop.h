@@ -1,7 +1,8 @@
 /* daemon/polop.h — the requests of context-cache policies: SetPolicy,
  * TagSpan, ReportImportance, Compact and SessionMeta (proto ops 50-54),
  * on the caller's own sessions. The work is compact.h's; this file turns
- * requests into calls and results into replies. Event-loop thread only.
+ * requests into calls and results into replies; a ReportImportance query
+ * is computed on a worker thread. Event-loop thread only.
  */
 #ifndef KVPD_POLOP_H
 #define KVPD_POLOP_H
@@ -15,8 +16,10 @@
 /* True for the operations this file serves. */
 int polop_is_policy_op(Kvpalace__V1__Request__OpCase op);
 
-/* Runs one of them: 0 with the reply in r, or -errno with *why (and
- * -EAGAIN with cache->park_on set when a Compact waits for disk writes). */
+/* Runs one of them: 0 with the reply in r, or -errno with *why, or
+ * -EAGAIN with cache->park_on set when a Compact waits for disk writes or
+ * a query waits for its tenant's scoring jobs, or -EINPROGRESS when a
+ * worker scores a query (a ticket of c answers it). */
 int polop_run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
 	      struct reply *r, const char **why);
 

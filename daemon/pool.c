@@ -74,6 +74,7 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	list_init(&p->waiters);
 	list_init(&p->ios);
 	list_init(&p->jobs);
+	list_init(&p->compact_jobs);
 	list_init(&p->sessions);
 	list_init(&p->link);
 	p->id = cache_new_id(c, uid);
@@ -126,7 +127,7 @@ void pool_free(struct cache *c, struct pool *p)
 	if (!p)
 		return;
 	kvp_assert(list_empty(&p->sessions) && !tier_pool_busy(p) && list_empty(&p->waiters) &&
-		   !p->n_jobs && !p->n_forgets && !gpu_pool_busy(p));
+		   !p->n_jobs && !p->n_compact_jobs && !p->n_forgets && !gpu_pool_busy(p));
 	gpu_pool_close(c, p);
 	tier_pool_close(c, p);
 	idmap_del(&c->pools, p->id);

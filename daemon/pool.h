@@ -46,6 +46,9 @@ struct pool {
 	uint32_t n_jobs;    /* checkpoint jobs working on this pool */
 	uint32_t n_forgets; /* admin purges making its forgotten extents durable (purge.c) */
 	struct list jobs;   /* their links (daemon/ckptop.c) */
+	/* Scorings and compactions on workers (compact.h), and their links. */
+	uint32_t n_compact_jobs;
+	struct list compact_jobs;
 	struct tier_counters tier;
 	struct gpu_pool dev;  /* the device arena (dev.on), daemon/gpu.h */
 	struct list waiters;  /* struct tier_waiter.link: requests parked on I/O */

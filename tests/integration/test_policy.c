@@ -392,6 +392,38 @@ static void test_role_limit(void **state)
 	assert_int_equal(kvp_session_close(s), 0);
 }
 
+/* The same limit with a budget that holds every token: the choice (made
+ * on a worker, which takes no pages when the budget holds everything)
+ * still drops the user tokens past the limit, and the pages for the copy
+ * are taken afterwards. */
+static void test_role_limit_under_budget(void **state)
+{
+	struct fixture *f = *state;
+	struct kvp_policy pol;
+	kvp_session *s;
+	uint32_t want[128];
+	uint64_t dropped;
+	size_t n = 0;
+
+	assert_int_equal(kvp_session_create(f->p, &s), 0);
+	assert_int_equal(kvp_append_tagged(s, f->tokens, 40, KVP_ROLE_USER, 1, 0), 0);
+	assert_int_equal(kvp_append_tagged(s, f->tokens + 40, 40, KVP_ROLE_ASSISTANT, 1, 0), 0);
+	assert_int_equal(harness_write_session(f->p, s, 0, f->tokens, 80), 0);
+	assert_int_equal(kvp_commit(s, 80), 0);
+	kvp_policy_init(&pol, KVP_POLICY_WINDOW, 128);
+	pol.role_limit[KVP_ROLE_USER] = 10;
+	assert_int_equal(kvp_session_set_policy(s, &pol, NULL), 0);
+	assert_int_equal(kvp_session_compact(s, &dropped), 0);
+	assert_int_equal(dropped, 30);
+	range(want, &n, 30, 40);
+	range(want, &n, 40, 80);
+	assert_kept(f, s, want, n);
+	/* Nothing more to drop: nothing changes. */
+	assert_int_equal(kvp_session_compact(s, &dropped), 0);
+	assert_int_equal(dropped, 0);
+	assert_int_equal(kvp_session_close(s), 0);
+}
+
 /* auto_compact: a commit past the budget compacts; the session goes on
  * with positions that continue where they were, and its pages never serve
  * a match. */
@@ -687,6 +719,7 @@ int main(void)
 		cmocka_unit_test(test_hierarchy),
 		cmocka_unit_test(test_topic),
 		cmocka_unit_test(test_role_limit),
+		cmocka_unit_test(test_role_limit_under_budget),
 		cmocka_unit_test(test_auto_compact),
 		cmocka_unit_test(test_fork_and_checkpoint),
 		cmocka_unit_test(test_refusals),
