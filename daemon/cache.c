@@ -78,6 +78,11 @@ int cache_fd_room_conn(const struct cache *c, uint64_t n_client)
 	return !c->fd_room || (cache_fd_room(c, 1) && n_client + 1 <= c->fd_room / 4 * 3);
 }
 
+struct cache_tenant *cache_tenant(struct cache *c, uid_t uid)
+{
+	return tenant_get(c, uid);
+}
+
 struct cache_counters *cache_tenant_ctr(struct cache *c, uid_t uid)
 {
 	return &tenant_get(c, uid)->ctr;

@@ -49,6 +49,9 @@ struct cache_tenant {
 	uid_t uid;
 	uint64_t tag;	  /* the top bits of its ids (cache_new_id) */
 	uint64_t next_id; /* ids of this tag handed out */
+	/* Token slots (ids and metadata, about 20 bytes each) its sessions
+	 * hold allocated: what max-tenant-tokens bounds (session.c). */
+	uint64_t meta_tokens;
 	struct cache_counters ctr;
 };
 
@@ -115,6 +118,8 @@ int cache_fd_room_conn(const struct cache *c, uint64_t n_client);
  * runs out, a sink shared by such tenants (the daemon-wide counters still
  * count). Event-loop thread only. */
 struct cache_counters *cache_tenant_ctr(struct cache *c, uid_t uid);
+/* uid's tenant, made on first use (the sink when memory ran out). */
+struct cache_tenant *cache_tenant(struct cache *c, uid_t uid);
 /* The counters of uid's tenant, or NULL when it has none yet. */
 const struct cache_counters *cache_tenant_find(const struct cache *c, uid_t uid);
 /* Adds n to a counter daemon-wide and for uid's tenant. */

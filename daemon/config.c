@@ -77,6 +77,7 @@ void config_defaults(struct config *c)
 	 * 100 bytes a page): 4M tokens at 16 per page is ~25 MiB a client. */
 	c->max_leased_pages = 262144;
 	c->max_session_tokens = 4u << 20;
+	c->max_tenant_tokens = 32u << 20;
 	c->socket_mode = 0666;
 	c->admin_socket_mode = 0600;
 	c->log_level = LOG_INFO;
@@ -293,6 +294,7 @@ enum key_id {
 	K_DISK_RESERVE,
 	K_HOST_TENANT,
 	K_SESSION_IDLE_TIMEOUT,
+	K_MAX_TENANT_TOKENS,
 	K_COUNT,
 };
 _Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
@@ -335,6 +337,7 @@ static const char *const key_names[K_COUNT] = {
 	[K_DISK_RESERVE] = "disk-reserve",
 	[K_HOST_TENANT] = "host-tenant-size",
 	[K_SESSION_IDLE_TIMEOUT] = "session-idle-timeout",
+	[K_MAX_TENANT_TOKENS] = "max-tenant-tokens",
 };
 
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
@@ -403,6 +406,8 @@ static int set_key(struct config *c, int k, const char *v)
 		return parse_u32(v, 1, 1u << 30, 10, &c->max_leased_pages);
 	case K_MAX_TOKENS:
 		return parse_u64(v, 1, 1ull << 32, 10, &c->max_session_tokens);
+	case K_MAX_TENANT_TOKENS:
+		return parse_u64(v, 1, 1ull << 40, 10, &c->max_tenant_tokens);
 	case K_SOCKET_MODE:
 		return parse_u32(v, 0, 0777, 8, &c->socket_mode);
 	case K_ADMIN_MODE:
@@ -529,6 +534,9 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		break;
 	case K_MAX_TOKENS:
 		snprintf(buf, n, "%llu", (unsigned long long)c->max_session_tokens);
+		break;
+	case K_MAX_TENANT_TOKENS:
+		snprintf(buf, n, "%llu", (unsigned long long)c->max_tenant_tokens);
 		break;
 	case K_SOCKET_MODE:
 		snprintf(buf, n, "0%o", c->socket_mode);
@@ -873,6 +881,7 @@ int config_reload(struct config *live, int argc, char **argv, char *err, size_t 
 		K_DISK_RESERVE,
 		K_HOST_TENANT,
 		K_SESSION_IDLE_TIMEOUT,
+		K_MAX_TENANT_TOKENS,
 	};
 	enum config_action act;
 	struct config next;
@@ -894,6 +903,7 @@ int config_reload(struct config *live, int argc, char **argv, char *err, size_t 
 	live->max_reserved_pages = next.max_reserved_pages;
 	live->max_leased_pages = next.max_leased_pages;
 	live->max_session_tokens = next.max_session_tokens;
+	live->max_tenant_tokens = next.max_tenant_tokens;
 	live->session_policy = next.session_policy;
 	live->session_budget = next.session_budget;
 	live->session_auto_compact = next.session_auto_compact;
@@ -979,6 +989,8 @@ void config_usage(const char *argv0)
 	       "                            pages one connection's read leases may pin, all\n"
 	       "                            together (default 262144)\n"
 	       "  --max-session-tokens N    (default 4194304)\n"
+	       "  --max-tenant-tokens N     token slots of one user's sessions together, about\n"
+	       "                            20 bytes of daemon memory each (default 33554432)\n"
 	       "  --socket-mode OCTAL       client socket permissions (default 0666)\n"
 	       "  --admin-socket-mode OCTAL admin socket permissions (default 0600)\n"
 	       "  --log-level LEVEL         err, warning, notice, info or debug (default info)\n"

@@ -46,6 +46,7 @@ struct config {
 	uint32_t max_reserved_pages;	   /* one connection: appended, uncommitted pages */
 	uint32_t max_leased_pages;	   /* one connection: pages its leases pin */
 	uint64_t max_session_tokens;
+	uint64_t max_tenant_tokens; /* token slots of one tenant's sessions together */
 	uint32_t socket_mode;	    /* client socket permissions */
 	uint32_t admin_socket_mode; /* admin socket permissions */
 	int log_level;

@@ -276,7 +276,8 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 	ret = session_append(cache, s, c, &c->writing, in->tokens, in->n_tokens, &tag, &first);
 	if (ret == -EDQUOT && s->n_tokens + in->n_tokens <= cache->cfg->max_session_tokens) {
 		*why = "this client would hold more reserved (uncommitted) pages than "
-		       "max-reserved-pages-per-client: commit first";
+		       "max-reserved-pages-per-client (commit first), or this user's "
+		       "sessions more token slots than max-tenant-tokens";
 		return ret;
 	}
 	if (ret < 0) {
@@ -384,7 +385,8 @@ static int fork_done(const struct cache *cache, int ret, const struct session *f
 {
 	if (ret < 0) {
 		*why = ret == -ERANGE	? "fork past the tokens the source holds"
-		       : ret == -EDQUOT ? "too many sessions in this pool"
+		       : ret == -EDQUOT ? "too many sessions in this pool, or this user's sessions "
+					  "hold max-tenant-tokens token slots"
 		       : ret == -ENOSPC ? "host tier full: no page for the copy of the last page"
 					: "cannot fork";
 		return ret;

@@ -146,6 +146,7 @@ void session_close(struct cache *c, struct session *s)
 	idmap_del(&c->sessions, s->id);
 	list_del(&s->pool_link);
 	s->pool->n_sessions--;
+	cache_tenant(c, s->pool->uid)->meta_tokens -= s->cap_tokens;
 	free(s->tokens);
 	free(s->meta);
 	free(s->pages);
@@ -247,18 +248,29 @@ static int grow(void **arr, uint64_t *cap, uint64_t need, size_t elem)
 	return 0;
 }
 
-/* Makes room for need tokens: ids and metadata grow together. */
-static int grow_tokens(struct session *s, uint64_t need)
+/* Makes room for need tokens: ids and metadata grow together, charged to
+ * the session's tenant, whose sessions together hold at most
+ * max-tenant-tokens slots (issue 14: forks of a long session copy its
+ * metadata, about 20 bytes a token, without bound). -EDQUOT past it. */
+static int grow_tokens(struct cache *c, struct session *s, uint64_t need)
 {
-	uint64_t cap = s->cap_tokens, cap2 = s->cap_tokens;
+	uint64_t cap = s->cap_tokens, cap2 = s->cap_tokens, n = cap ? cap : 64;
+	struct cache_tenant *t = cache_tenant(c, s->pool->uid);
 	int ret;
 
+	if (need <= cap)
+		return 0;
+	while (n < need)
+		n *= 2;
+	if (t->meta_tokens + (n - cap) > c->cfg->max_tenant_tokens)
+		return -EDQUOT;
 	ret = grow((void **)&s->tokens, &cap, need, sizeof(uint32_t));
 	if (ret == 0)
 		ret = grow((void **)&s->meta, &cap2, need, sizeof(struct token_meta));
 	if (ret < 0)
 		return ret;
 	/* Both grew to the same power-of-two capacity. */
+	t->meta_tokens += (cap < cap2 ? cap : cap2) - s->cap_tokens;
 	s->cap_tokens = cap < cap2 ? cap : cap2;
 	return 0;
 }
@@ -313,7 +325,7 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 	ret = evict_make_room(c, s->pool, need - have);
 	if (ret < 0)
 		return ret;
-	ret = grow_tokens(s, end);
+	ret = grow_tokens(c, s, end);
 	if (ret == 0)
 		ret = reserve_pages(s, need);
 	if (ret < 0)
@@ -497,7 +509,7 @@ static int fork_from(struct cache *c, struct pool *p, XXH128_hash_t root, const 
 	ret = session_create(c, p, root, &f);
 	if (ret < 0)
 		return ret;
-	ret = grow_tokens(f, n ? n : 1);
+	ret = grow_tokens(c, f, n ? n : 1);
 	if (ret == 0)
 		ret = reserve_pages(f, need ? need : 1);
 	if (ret < 0)
@@ -597,7 +609,7 @@ int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const u
 	ret = session_create(c, p, root, &s);
 	if (ret < 0)
 		return ret;
-	ret = grow_tokens(s, n ? n : 1);
+	ret = grow_tokens(c, s, n ? n : 1);
 	if (ret == 0)
 		ret = reserve_pages(s, need ? need : 1);
 	if (ret < 0) {

@@ -978,7 +978,8 @@ static void test_config(void **state)
 		"\"disk-tenant-size\":{\"value\":\"32768M\",\"source\":\"default\"},"
 		"\"disk-reserve\":{\"value\":\"2048M\",\"source\":\"default\"},"
 		"\"host-tenant-size\":{\"value\":\"0M\",\"source\":\"default\"},"
-		"\"session-idle-timeout\":{\"value\":\"1h\",\"source\":\"default\"}}}");
+		"\"session-idle-timeout\":{\"value\":\"1h\",\"source\":\"default\"},"
+		"\"max-tenant-tokens\":{\"value\":\"33554432\",\"source\":\"default\"}}}");
 
 	/* A reload says what changed and what waits for a restart. */
 	write_conf("log-level = notice\nmax-sessions-per-pool = 100\nmax-message-bytes = 8192\n");

@@ -208,6 +208,42 @@ static void test_sighup_reloads_limits(void **state)
 	kvp_disconnect(c);
 }
 
+/* Issue 14 item 3: forks of a long session copy its per-token metadata
+ * (about 20 bytes a token), so 40 forks of a 1M-token session added 820
+ * MiB of daemon heap. One user's sessions together hold at most
+ * max-tenant-tokens token slots (here 4,096; slots grow in powers of
+ * two): forks of a 1,000-token session (1,024 slots each) fit three
+ * times beside it, the fourth is refused with -EDQUOT, and closing one
+ * gives its slots back. */
+static int start_tenant_tokens(void **state)
+{
+	static const char *const extra[] = {"--max-tenant-tokens", "4096", NULL};
+
+	return harness_setup_args(state, extra);
+}
+
+static void test_tenant_tokens(void **state)
+{
+	struct harness *h = *state;
+	uint32_t tokens[1000];
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s, *f[4];
+
+	harness_tokens(tokens, 1000, 82, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	assert_int_equal(harness_commit_session(p, tokens, 1000, &s), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(kvp_session_fork(s, 1000, &f[i]), 0);
+	assert_int_equal(kvp_session_fork(s, 1000, &f[3]), -EDQUOT);
+	assert_int_equal(kvp_ping(c), 0);
+	assert_int_equal(kvp_session_close(f[0]), 0);
+	assert_int_equal(kvp_session_fork(s, 1000, &f[3]), 0);
+	assert_int_equal(kvp_session_committed(f[3]), 1000);
+	kvp_disconnect(c);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, start, harness_teardown)
 
 int main(void)
@@ -219,6 +255,8 @@ int main(void)
 		T(test_session_tokens),
 		cmocka_unit_test_setup_teardown(test_sighup_reloads_limits, start_with_file,
 						stop_with_file),
+		cmocka_unit_test_setup_teardown(test_tenant_tokens, start_tenant_tokens,
+						harness_teardown),
 	};
 
 	return cmocka_run_group_tests_name("limits", tests, NULL, NULL);
