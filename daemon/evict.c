@@ -119,6 +119,10 @@ static uint32_t share_extra(struct cache *c, struct pool *p, uint32_t need)
 	uint64_t pb = p->page_bytes, add = (uint64_t)need * pb, over = 0, cap;
 	struct held h;
 
+	/* Off the Append path while no share can be passed: every arena
+	 * together fits the tier and no tenant cap is set. */
+	if (c->host_bytes <= cfg->host_tier_bytes && !cfg->host_tenant_bytes)
+		return 0;
 	count_held(c, p->uid, &h);
 	if (h.all + add > cfg->host_tier_bytes) {
 		uint64_t fair = cfg->host_tier_bytes / (h.n_tenants + (h.mine == 0));
