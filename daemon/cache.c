@@ -11,6 +11,7 @@
 #include "pool.h"
 #include "session.h"
 #include "tier.h"
+#include "tokvec.h"
 
 uint64_t cache_now_ns(void)
 {
@@ -188,13 +189,112 @@ out:
 	return ret;
 }
 
+static int cmp_ptr(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t) * (const void *const *)a,
+		  y = (uintptr_t) * (const void *const *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* What one tenant's sessions hold: token chunks and page tables. */
+struct charge {
+	const uint64_t *account;
+	uint64_t slots;
+};
+
+static struct charge *charge_of(struct charge *ch, size_t *n, const uint64_t *account)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (ch[i].account == account)
+			return &ch[i];
+	ch[*n] = (struct charge){account, 0};
+	return &ch[(*n)++];
+}
+
+/* The sessions' token chunks (tokvec.h): each held as often as its count
+ * says, covering its session's tokens; and each tenant's max-tenant-tokens
+ * count equal to what its sessions hold, shared chunks once. */
+static int check_token_slots(const struct cache *c)
+{
+	size_t n = 0, k = 0, n_charges = 0, max_charges = c->tenants.n + c->sessions.n + 1;
+	const struct tokvec_chunk **all;
+	struct charge *ch;
+	int ret = -EUCLEAN;
+
+	for (size_t i = 0; i < c->sessions.cap; i++)
+		if (c->sessions.slots[i].id)
+			n += ((const struct session *)c->sessions.slots[i].ptr)->tok.n_chunks;
+	all = malloc((n ? n : 1) * sizeof(*all));
+	ch = malloc(max_charges * sizeof(*ch));
+	if (!all || !ch) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < c->sessions.cap; i++) {
+		const struct session *s = c->sessions.slots[i].ptr;
+		const struct tokvec *v = &s->tok;
+
+		if (!c->sessions.slots[i].id)
+			continue;
+		for (uint64_t at = 0; at < s->n_tokens; at += v->per_chunk) {
+			uint64_t need =
+				s->n_tokens - at < v->per_chunk ? s->n_tokens - at : v->per_chunk;
+
+			if (at / v->per_chunk >= v->n_chunks ||
+			    v->chunks[at / v->per_chunk]->cap < need)
+				goto out;
+		}
+		for (uint32_t j = 0; j < v->n_chunks; j++)
+			all[k++] = v->chunks[j];
+		charge_of(ch, &n_charges, v->account)->slots += s->cap_pages;
+	}
+	qsort(all, n, sizeof(*all), cmp_ptr);
+	for (size_t i = 0; i < n;) {
+		size_t j = i;
+
+		while (j < n && all[j] == all[i])
+			j++;
+		if (all[i]->refs != j - i)
+			goto out;
+		charge_of(ch, &n_charges, all[i]->account)->slots += all[i]->cap;
+		i = j;
+	}
+	/* Every account is a tenant's (or the sink's) and matches. */
+	for (size_t i = 0; i < n_charges; i++) {
+		int known = ch[i].account == &c->sink.meta_tokens;
+
+		for (size_t t = 0; !known && t < c->tenants.cap; t++)
+			known = c->tenants.slots[t].id &&
+				ch[i].account ==
+					&((const struct cache_tenant *)c->tenants.slots[t].ptr)
+						 ->meta_tokens;
+		if (!known || *ch[i].account != ch[i].slots)
+			goto out;
+	}
+	for (size_t t = 0; t < c->tenants.cap; t++) {
+		const struct cache_tenant *tn = c->tenants.slots[t].ptr;
+
+		if (c->tenants.slots[t].id && tn->meta_tokens &&
+		    charge_of(ch, &n_charges, &tn->meta_tokens)->slots != tn->meta_tokens)
+			goto out;
+	}
+	ret = 0;
+out:
+	free(all);
+	free(ch);
+	return ret;
+}
+
 int cache_check(const struct cache *c)
 {
 	const struct list *it;
+	int ret = check_token_slots(c);
 
+	if (ret < 0)
+		return ret;
 	for (it = c->pool_list.next; it != &c->pool_list; it = it->next) {
-		int ret = check_pool(c, list_entry(it, struct pool, link));
-
+		ret = check_pool(c, list_entry(it, struct pool, link));
 		if (ret < 0)
 			return ret;
 	}

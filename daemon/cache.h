@@ -49,8 +49,9 @@ struct cache_tenant {
 	uid_t uid;
 	uint64_t tag;	  /* the top bits of its ids (cache_new_id) */
 	uint64_t next_id; /* ids of this tag handed out */
-	/* Token slots (ids and metadata, about 20 bytes each) its sessions
-	 * hold allocated: what max-tenant-tokens bounds (session.c). */
+	/* Slots of about 20 bytes its sessions hold allocated (token ids and
+	 * metadata, chunks shared by forks counted once: tokvec.h; page
+	 * table entries): what max-tenant-tokens bounds (session.c). */
 	uint64_t meta_tokens;
 	struct cache_counters ctr;
 };

@@ -991,11 +991,11 @@ int ckptop_checkpoint(struct cache *cache, struct conn *c, uint64_t req_id,
 	j->meta.n_pages = n_pages;
 	for (uint64_t i = 0; i < n; i++)
 		j->tokens[i] = (struct ckpt_token){
-			.id = s->tokens[i],
-			.pos = s->meta[i].pos,
-			.turn = s->meta[i].turn,
-			.role = s->meta[i].role,
-			.flags = s->meta[i].flags & CKPT_TOKEN_FLAGS,
+			.id = tokvec_id(&s->tok, i),
+			.pos = tokvec_meta(&s->tok, i)->pos,
+			.turn = tokvec_meta(&s->tok, i)->turn,
+			.role = tokvec_meta(&s->tok, i)->role,
+			.flags = tokvec_meta(&s->tok, i)->flags & CKPT_TOKEN_FLAGS,
 		};
 	/* References keep the pages' slots from being freed or reused while
 	 * the worker reads them; committed positions are never rewritten. */

@@ -25,15 +25,23 @@ int compact_set_policy(struct session *s, const struct policy *pol, uint32_t *re
 	return 0;
 }
 
-int compact_tag(struct session *s, uint64_t first, uint64_t n, const struct session_tag *tag)
+int compact_tag(struct cache *c, struct session *s, uint64_t first, uint64_t n,
+		const struct session_tag *tag)
 {
+	int ret;
+
 	if (first > s->n_tokens || n > s->n_tokens - first)
 		return -ERANGE;
+	ret = session_own_meta(c, s, first, first + n);
+	if (ret < 0)
+		return ret;
 	for (uint64_t i = first; i < first + n; i++) {
-		s->meta[i].role = tag->role;
-		s->meta[i].flags = tag->flags;
+		struct token_meta *m = tokvec_meta_w(&s->tok, i);
+
+		m->role = tag->role;
+		m->flags = tag->flags;
 		if (tag->has_turn)
-			s->meta[i].turn = tag->turn;
+			m->turn = tag->turn;
 	}
 	/* Tokens appended later without a tag belong to the last tagged turn. */
 	if (tag->has_turn && first + n == s->n_tokens)
@@ -52,11 +60,37 @@ int compact_tag(struct session *s, uint64_t first, uint64_t n, const struct sess
 	return 0;
 }
 
-int compact_add_mass(struct session *s, uint64_t first, const float *mass, size_t n)
+/* policy_add_mass over the session's metadata, chunk by chunk (it decays
+ * every score): its own, made so by the caller. */
+static void add_mass(struct session *s, uint64_t first, const float *mass, size_t n)
 {
+	uint64_t per = s->tok.per_chunk;
+
+	for (uint64_t at = 0; at < s->n_tokens; at += per) {
+		uint64_t len = s->n_tokens - at < per ? s->n_tokens - at : per;
+		uint64_t lo = first > at ? first : at;
+		uint64_t hi = first + n < at + len ? first + n : at + len;
+		struct token_meta *m = tokvec_meta_w(&s->tok, at);
+
+		if (lo < hi)
+			policy_add_mass(m, len, s->pol.decay, lo - at, mass + (lo - first),
+					hi - lo);
+		else
+			policy_add_mass(m, len, s->pol.decay, len, NULL, 0);
+	}
+}
+
+int compact_add_mass(struct cache *c, struct session *s, uint64_t first, const float *mass,
+		     size_t n)
+{
+	int ret;
+
 	if (first > s->n_tokens || n > s->n_tokens - first)
 		return -ERANGE;
-	policy_add_mass(s->meta, s->n_tokens, s->pol.decay, first, mass, n);
+	ret = session_own_meta(c, s, 0, s->n_tokens);
+	if (ret < 0)
+		return ret;
+	add_mass(s, first, mass, n);
 	return 0;
 }
 
@@ -216,7 +250,7 @@ int compact_score_start(struct session *s, int topic, uint32_t layer, uint32_t n
 	j->n_q_heads = n_q_heads;
 	memcpy(j->q, q, n_q * sizeof(*q));
 	for (uint64_t t = 0; topic && t < n; t++)
-		j->turns[t] = s->meta[t].turn;
+		j->turns[t] = tokvec_meta(&s->tok, t)->turn;
 	hold_pages(s, n_slots, j);
 	return 0;
 }
@@ -413,7 +447,8 @@ void compact_job_run(struct compact_job *j)
 	}
 }
 
-/* The session takes the kept tokens in the job's fresh pages. */
+/* The session takes the kept tokens in the job's fresh pages. Its
+ * tokens must be its own (session_own_meta). */
 static void apply_gather(struct session *s, struct compact_job *j)
 {
 	struct pool *p = s->pool;
@@ -422,8 +457,10 @@ static void apply_gather(struct session *s, struct compact_job *j)
 
 	/* keep[] ascends and keep[i] >= i: in place, front to back. */
 	for (size_t i = 0; i < k; i++) {
-		s->tokens[i] = s->tokens[j->keep[i]];
-		s->meta[i] = s->meta[j->keep[i]];
+		uint32_t id = tokvec_id(&s->tok, j->keep[i]);
+
+		*tokvec_meta_w(&s->tok, i) = *tokvec_meta(&s->tok, j->keep[i]);
+		tokvec_put(&s->tok, i, 1, &id, NULL);
 	}
 	for (uint32_t i = 0; i < s->n_pages; i++) {
 		pagealloc_unref(&p->pa, s->pages[i]);
@@ -510,14 +547,22 @@ int compact_job_finish(struct cache *c, struct compact_job *j, uint64_t *ret_n, 
 		*why = gather ? "the session changed while it was compacted: try again"
 			      : "the session changed while it was scored: try again";
 	} else {
+		/* Scores and kept tokens are written where a fork may share
+		 * them: the session's own copy first. */
+		ret = session_own_meta(c, s, 0, s->n_tokens);
+		if (ret < 0)
+			*why = "no room for the session's own copy of its tokens "
+			       "(max-tenant-tokens)";
+	}
+	if (ret == 0) {
 		switch (j->kind) {
 		case COMPACT_JOB_QUERY:
-			policy_add_mass(s->meta, s->n_tokens, s->pol.decay, 0, j->out, j->n);
+			add_mass(s, 0, j->out, j->n);
 			*ret_n = j->n;
 			break;
 		case COMPACT_JOB_TOPIC:
 			for (uint64_t t = 0; t < j->n; t++)
-				s->meta[t].score = j->out[t];
+				tokvec_meta_w(&s->tok, t)->score = j->out[t];
 			*ret_n = j->n;
 			break;
 		case COMPACT_JOB_GATHER:
@@ -578,6 +623,7 @@ void compact_place(struct session *s, uint32_t n_hashes)
 	struct pool *p = s->pool;
 	uint32_t bt = p->layout.block_tokens;
 	uint64_t n = (uint64_t)n_hashes * bt;
+	struct token_meta *meta;
 	uint32_t *keep, *scratch;
 	uint8_t *layer;
 
@@ -586,8 +632,10 @@ void compact_place(struct session *s, uint32_t n_hashes)
 	keep = malloc(n * sizeof(*keep));
 	scratch = malloc(n * sizeof(*scratch));
 	layer = malloc(n);
-	if (keep && scratch && layer) {
-		policy_layers(&s->pol, s->meta, n, policy_budget(&s->pol, s->n_tokens), layer, keep,
+	meta = malloc(n * sizeof(*meta));
+	if (keep && scratch && layer && meta) {
+		tokvec_get(&s->tok, 0, n, NULL, meta);
+		policy_layers(&s->pol, meta, n, policy_budget(&s->pol, s->n_tokens), layer, keep,
 			      scratch);
 		/* Newest first: the oldest page ends up coldest. */
 		for (uint32_t i = n_hashes; i-- > 0;) {
@@ -601,6 +649,7 @@ void compact_place(struct session *s, uint32_t n_hashes)
 				prefix_index_demote(&p->ix, &p->pa, e);
 		}
 	}
+	free(meta);
 	free(keep);
 	free(scratch);
 	free(layer);
@@ -630,7 +679,7 @@ int compact_gather_start(struct cache *c, struct session *s, struct compact_job 
 	j->meta = malloc((n ? n : 1) * sizeof(*j->meta));
 	if (!j->meta)
 		goto fail;
-	memcpy(j->meta, s->meta, n * sizeof(*j->meta));
+	tokvec_get(&s->tok, 0, n, NULL, j->meta);
 	j->pol = s->pol;
 	j->budget = budget;
 	j->late = budget >= n;

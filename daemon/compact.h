@@ -31,12 +31,17 @@ int compact_set_policy(struct session *s, const struct policy *pol, uint32_t *re
 		       const char **why);
 
 /* Tags tokens [first, first + n): role, flags and, when has_turn, turn.
- * -ERANGE past the session's tokens. */
-int compact_tag(struct session *s, uint64_t first, uint64_t n, const struct session_tag *tag);
+ * -ERANGE past the session's tokens; -ENOMEM or -EDQUOT
+ * (max-tenant-tokens) when the tags are shared with a fork and the
+ * session's own copy cannot be made. */
+int compact_tag(struct cache *c, struct session *s, uint64_t first, uint64_t n,
+		const struct session_tag *tag);
 
 /* One importance step with masses the client measured for tokens
- * [first, first + n) (policy_add_mass). -ERANGE past the tokens. */
-int compact_add_mass(struct session *s, uint64_t first, const float *mass, size_t n);
+ * [first, first + n) (policy_add_mass). -ERANGE past the tokens;
+ * -ENOMEM or -EDQUOT as compact_tag. */
+int compact_add_mass(struct cache *c, struct session *s, uint64_t first, const float *mass,
+		     size_t n);
 
 /* The work of a request that can take milliseconds, as a job for a
  * worker thread: one importance step computed here from a query

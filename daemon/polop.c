@@ -156,9 +156,11 @@ static int do_tag_span(struct cache *cache, struct conn *c, const Kvpalace__V1__
 			in->permanent, &tag, why);
 	if (ret < 0)
 		return ret;
-	ret = compact_tag(s, in->first, in->n, &tag);
+	ret = compact_tag(cache, s, in->first, in->n, &tag);
 	if (ret < 0) {
-		*why = "span past the session's tokens";
+		*why = ret == -ERANGE ? "span past the session's tokens"
+				      : "no room for the session's own copy of its tags "
+					"(max-tenant-tokens)";
 		return ret;
 	}
 	kvpalace__v1__tag_span_response__init(&r->u.tag_span);
@@ -326,9 +328,11 @@ static int do_report_importance(struct cache *cache, struct conn *c, uint64_t re
 		ret = score(cache, c, req_id, s, in, r, why);
 		return ret == -ENODATA ? -ERANGE : ret;
 	}
-	ret = compact_add_mass(s, in->has_first ? in->first : 0, in->mass, in->n_mass);
+	ret = compact_add_mass(cache, s, in->has_first ? in->first : 0, in->mass, in->n_mass);
 	if (ret < 0) {
-		*why = "masses past the session's tokens";
+		*why = ret == -ERANGE ? "masses past the session's tokens"
+				      : "no room for the session's own copy of its scores "
+					"(max-tenant-tokens)";
 		return ret;
 	}
 	importance_reply(r, in->n_mass);
@@ -414,7 +418,7 @@ static int do_session_meta(struct cache *cache, struct conn *c,
 	out->permanent = (protobuf_c_boolean *)(out->scores + n);
 	out->n_positions = out->n_roles = out->n_turns = out->n_scores = out->n_permanent = n;
 	for (uint64_t i = 0; i < n; i++) {
-		const struct token_meta *m = &s->meta[in->first + i];
+		const struct token_meta *m = tokvec_meta(&s->tok, in->first + i);
 
 		out->positions[i] = m->pos;
 		out->roles[i] = m->role;

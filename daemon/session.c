@@ -64,6 +64,7 @@ int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
 		return -ENOMEM;
 	s->id = cache_new_id(c, p->uid);
 	s->pool = p;
+	tokvec_init(&s->tok, p->layout.block_tokens, &cache_tenant(c, p->uid)->meta_tokens);
 	s->root = root;
 	s->last_use_ns = cache_now_ns();
 	list_init(&s->writer_link);
@@ -95,6 +96,7 @@ void session_rollback(struct cache *c, struct session *s)
 {
 	(void)c;
 	s->n_tokens = s->n_committed;
+	tokvec_cut(&s->tok, s->n_tokens);
 	drop_pages_from(s, pages_for(s, s->n_committed));
 	gpu_session_trim(s);
 	end_writer(s);
@@ -146,9 +148,8 @@ void session_close(struct cache *c, struct session *s)
 	idmap_del(&c->sessions, s->id);
 	list_del(&s->pool_link);
 	s->pool->n_sessions--;
-	cache_tenant(c, s->pool->uid)->meta_tokens -= s->cap_tokens;
-	free(s->tokens);
-	free(s->meta);
+	tokvec_fini(&s->tok);
+	*s->tok.account -= s->cap_pages;
 	free(s->pages);
 	free(s->hashes);
 	free(s);
@@ -248,58 +249,56 @@ static int grow(void **arr, uint64_t *cap, uint64_t need, size_t elem)
 	return 0;
 }
 
-/* Makes room for need tokens: ids and metadata grow together, charged to
- * the session's tenant, whose sessions together hold at most
- * max-tenant-tokens slots (issue 14: forks of a long session copy its
- * metadata, about 20 bytes a token, without bound). -EDQUOT past it. */
-static int grow_tokens(struct cache *c, struct session *s, uint64_t need)
+/* Makes positions [from, to) writable (to may pass n_tokens: room to
+ * append), charged to the session's tenant, whose sessions together hold
+ * at most max-tenant-tokens slots. -EDQUOT past it. */
+static int prepare_tokens(struct cache *c, struct session *s, uint64_t from, uint64_t to)
 {
-	uint64_t cap = s->cap_tokens, cap2 = s->cap_tokens, n = cap ? cap : 64;
-	struct cache_tenant *t = cache_tenant(c, s->pool->uid);
-	int ret;
-
-	if (need <= cap)
-		return 0;
-	while (n < need)
-		n *= 2;
-	if (t->meta_tokens + (n - cap) > c->cfg->max_tenant_tokens)
-		return -EDQUOT;
-	ret = grow((void **)&s->tokens, &cap, need, sizeof(uint32_t));
-	if (ret == 0)
-		ret = grow((void **)&s->meta, &cap2, need, sizeof(struct token_meta));
-	if (ret < 0)
-		return ret;
-	/* Both grew to the same power-of-two capacity. */
-	t->meta_tokens += (cap < cap2 ? cap : cap2) - s->cap_tokens;
-	s->cap_tokens = cap < cap2 ? cap : cap2;
-	return 0;
+	return tokvec_prepare(&s->tok, s->n_tokens, from, to, c->cfg->max_tenant_tokens);
 }
 
-/* Untagged metadata of tokens [from, to) at positions pos0 onwards. */
-static void default_meta(struct token_meta *m, uint64_t from, uint64_t to, uint64_t pos0,
+int session_own_meta(struct cache *c, struct session *s, uint64_t from, uint64_t to)
+{
+	kvp_assert(from <= to && to <= s->n_tokens);
+	return prepare_tokens(c, s, from, to);
+}
+
+/* Untagged metadata of tokens [from, to) (prepared) at positions pos0
+ * onwards. */
+static void default_meta(struct session *s, uint64_t from, uint64_t to, uint64_t pos0,
 			 uint32_t turn)
 {
 	for (uint64_t i = from; i < to; i++)
-		m[i] = (struct token_meta){.pos = (uint32_t)(pos0 + i - from), .turn = turn};
+		*tokvec_meta_w(&s->tok, i) =
+			(struct token_meta){.pos = (uint32_t)(pos0 + i - from), .turn = turn};
 }
 
 uint64_t session_next_pos(const struct session *s)
 {
-	return s->n_tokens ? (uint64_t)s->meta[s->n_tokens - 1].pos + 1 : 0;
+	return s->n_tokens ? (uint64_t)tokvec_meta(&s->tok, s->n_tokens - 1)->pos + 1 : 0;
 }
 
-/* Makes room in the page and hash tables for need pages. */
-static int reserve_pages(struct session *s, uint32_t need)
+/* Makes room in the page and hash tables for need pages: a slot of about
+ * 20 bytes each, charged with the tokens (-EDQUOT past
+ * max-tenant-tokens). */
+static int reserve_pages(struct cache *c, struct session *s, uint32_t need)
 {
-	uint64_t cap = s->cap_pages, cap2 = s->cap_pages;
+	uint64_t cap = s->cap_pages, cap2 = s->cap_pages, n = cap ? cap : 64;
 	int ret;
 
+	if (need <= s->cap_pages)
+		return 0;
+	while (n < need)
+		n *= 2;
+	if (*s->tok.account + (n - s->cap_pages) > c->cfg->max_tenant_tokens)
+		return -EDQUOT;
 	ret = grow((void **)&s->pages, &cap, need, sizeof(uint32_t));
 	if (ret == 0)
 		ret = grow((void **)&s->hashes, &cap2, need, sizeof(XXH128_hash_t));
 	if (ret < 0)
 		return ret;
 	/* Both grew to the same power-of-two capacity. */
+	*s->tok.account += (cap < cap2 ? cap : cap2) - s->cap_pages;
 	s->cap_pages = (uint32_t)(cap < cap2 ? cap : cap2);
 	return 0;
 }
@@ -325,24 +324,24 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 	ret = evict_make_room(c, s->pool, need - have);
 	if (ret < 0)
 		return ret;
-	ret = grow_tokens(c, s, end);
+	ret = prepare_tokens(c, s, s->n_tokens, end);
 	if (ret == 0)
-		ret = reserve_pages(s, need);
+		ret = reserve_pages(c, s, need);
 	if (ret < 0)
 		return ret;
 	if (tag && tag->has_turn)
 		s->cur_turn = tag->turn;
-	default_meta(s->meta, s->n_tokens, end, session_next_pos(s), s->cur_turn);
+	default_meta(s, s->n_tokens, end, session_next_pos(s), s->cur_turn);
 	for (uint64_t i = s->n_tokens; tag && i < end; i++) {
-		s->meta[i].role = tag->role;
-		s->meta[i].flags = tag->flags;
+		tokvec_meta_w(&s->tok, i)->role = tag->role;
+		tokvec_meta_w(&s->tok, i)->flags = tag->flags;
 	}
 	for (uint32_t i = have; i < need; i++) {
 		ret = pagealloc_get(pa, &s->pages[i]);
 		kvp_assert(ret == 0); /* evict_make_room made room */
 	}
 	s->n_pages = need;
-	memcpy(s->tokens + s->n_tokens, tokens, n * sizeof(uint32_t));
+	tokvec_put(&s->tok, s->n_tokens, n, tokens, NULL);
 	*ret_first_token = s->n_tokens;
 	s->n_tokens = end;
 	s->last_use_ns = cache_now_ns();
@@ -361,12 +360,13 @@ static void index_page(struct pool *p, struct session *s, uint32_t i)
 {
 	uint32_t bt = p->layout.block_tokens;
 	XXH128_hash_t parent = i ? s->hashes[i - 1] : s->root;
-	XXH128_hash_t h = prefix_index_hash_page(parent, s->tokens + (uint64_t)i * bt, bt);
+	XXH128_hash_t h =
+		prefix_index_hash_page(parent, tokvec_ids_at(&s->tok, (uint64_t)i * bt), bt);
 	struct pindex_entry *e = prefix_index_find(&p->ix, h);
 	int permanent = 0;
 
 	for (uint64_t t = (uint64_t)i * bt; t < (uint64_t)(i + 1) * bt; t++)
-		permanent |= s->meta[t].flags & TOKEN_PERMANENT;
+		permanent |= tokvec_meta(&s->tok, t)->flags & TOKEN_PERMANENT;
 	s->hashes[i] = h;
 	if (e && e->slot != PINDEX_NONE && e->slot != s->pages[i]) {
 		/* Someone committed the same tokens after the same prefix:
@@ -481,6 +481,7 @@ int session_truncate(struct cache *c, struct session *s, const void *writer, uin
 	}
 	drop_pages_from(s, keep);
 	s->n_tokens = n;
+	tokvec_cut(&s->tok, n);
 	gpu_session_trim(s);
 	if (s->n_committed > n)
 		s->n_committed = n;
@@ -493,13 +494,28 @@ int session_truncate(struct cache *c, struct session *s, const void *writer, uin
 	return 0;
 }
 
-/* A new session of p holding the first n of tokens, whose page i is
- * pages[i] and whose full page i has chain hash hashes[i] (n_hashes known):
- * full pages shared, the partial last page copied. */
-static int fork_from(struct cache *c, struct pool *p, XXH128_hash_t root, const uint32_t *tokens,
-		     const struct token_meta *meta, const uint32_t *pages,
-		     const XXH128_hash_t *hashes, uint32_t n_hashes, uint64_t n,
-		     struct session **ret_session)
+/* Gives empty session s the n tokens ids[0..n) with metadata meta[0..n)
+ * (NULL: positions 0..n, untagged). */
+static int set_tokens(struct cache *c, struct session *s, const uint32_t *ids,
+		      const struct token_meta *meta, uint64_t n)
+{
+	int ret = prepare_tokens(c, s, 0, n);
+
+	if (ret < 0)
+		return ret;
+	tokvec_put(&s->tok, 0, n, ids, meta);
+	if (!meta)
+		default_meta(s, 0, n, 0, 0);
+	return 0;
+}
+
+/* A new session of p holding the first n tokens of src (shared with it)
+ * or, when src is NULL, the ids[0..n) untagged, whose page i is pages[i]
+ * and whose full page i has chain hash hashes[i] (n_hashes known): full
+ * pages shared, the partial last page copied. */
+static int fork_from(struct cache *c, struct pool *p, XXH128_hash_t root, const struct tokvec *src,
+		     const uint32_t *ids, const uint32_t *pages, const XXH128_hash_t *hashes,
+		     uint32_t n_hashes, uint64_t n, struct session **ret_session)
 {
 	uint32_t bt = p->layout.block_tokens;
 	uint32_t full = (uint32_t)(n / bt), need = (uint32_t)((n + bt - 1) / bt);
@@ -509,17 +525,11 @@ static int fork_from(struct cache *c, struct pool *p, XXH128_hash_t root, const 
 	ret = session_create(c, p, root, &f);
 	if (ret < 0)
 		return ret;
-	ret = grow_tokens(c, f, n ? n : 1);
+	ret = src ? tokvec_share(&f->tok, src, n) : set_tokens(c, f, ids, NULL, n);
 	if (ret == 0)
-		ret = reserve_pages(f, need ? need : 1);
+		ret = reserve_pages(c, f, need ? need : 1);
 	if (ret < 0)
 		goto fail;
-	if (n)
-		memcpy(f->tokens, tokens, n * sizeof(uint32_t));
-	if (meta && n)
-		memcpy(f->meta, meta, n * sizeof(*meta));
-	else
-		default_meta(f->meta, 0, n, 0, 0);
 	for (uint32_t i = 0; i < full; i++) {
 		f->pages[i] = pages[i];
 		ref_page(p, f->pages[i]);
@@ -552,8 +562,8 @@ int session_fork(struct cache *c, struct session *s, uint64_t n, struct session 
 	if (n > s->n_committed)
 		return -ERANGE;
 	s->last_use_ns = cache_now_ns();
-	ret = fork_from(c, s->pool, s->root, s->tokens, s->meta, s->pages, s->hashes, s->n_hashes,
-			n, ret_session);
+	ret = fork_from(c, s->pool, s->root, &s->tok, NULL, s->pages, s->hashes, s->n_hashes, n,
+			ret_session);
 	if (ret == 0) {
 		/* The fork keeps the policy, the tags and, when compacted, the
 		 * privacy of its pages. */
@@ -572,7 +582,7 @@ int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n,
 
 	if (n > l->n_tokens)
 		return -ERANGE;
-	ret = fork_from(c, l->pool, l->root, l->tokens, NULL, l->pages, l->hashes, l->n_pages, n,
+	ret = fork_from(c, l->pool, l->root, NULL, l->tokens, l->pages, l->hashes, l->n_pages, n,
 			ret_session);
 	/* What is computed on purged pages must not enter the index either. */
 	if (ret == 0)
@@ -609,24 +619,18 @@ int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const u
 	ret = session_create(c, p, root, &s);
 	if (ret < 0)
 		return ret;
-	ret = grow_tokens(c, s, n ? n : 1);
+	ret = set_tokens(c, s, tokens, meta, n);
 	if (ret == 0)
-		ret = reserve_pages(s, need ? need : 1);
+		ret = reserve_pages(c, s, need ? need : 1);
 	if (ret < 0) {
 		session_close(c, s);
 		return ret;
 	}
-	if (n)
-		memcpy(s->tokens, tokens, n * sizeof(uint32_t));
-	if (meta && n)
-		memcpy(s->meta, meta, n * sizeof(*meta));
-	else
-		default_meta(s->meta, 0, n, 0, 0);
 	for (uint64_t i = 0; i < n; i++)
-		s->compacted |= s->meta[i].pos != i;
+		s->compacted |= tokvec_meta(&s->tok, i)->pos != i;
 	s->unindexed = s->compacted || lossy;
 	if (n)
-		s->cur_turn = s->meta[n - 1].turn;
+		s->cur_turn = tokvec_meta(&s->tok, n - 1)->turn;
 	/* The session takes over the slots' references. */
 	memcpy(s->pages, slots, need * sizeof(uint32_t));
 	s->n_pages = need;

@@ -13,7 +13,9 @@
  * Pages may be shared (index, forks, leases); a session only ever writes
  * positions at or after its committed length, and those live in pages
  * nobody else holds: full pages are never written again, fork copies the
- * partial last page, truncate copies a shared new last page.
+ * partial last page, truncate copies a shared new last page. Token ids
+ * and metadata are shared with forks the same way, in chunks copied when
+ * written (tokvec.h): a fork costs its page table, not its tokens.
  *
  * Lifetime: a session has an owner — the connection that made it (or
  * adopted it), which keeps a struct session_owner as it keeps its leases —
@@ -40,6 +42,7 @@
 #include "list.h"
 #include "policy.h"
 #include "pool.h"
+#include "tokvec.h"
 
 /* What one writer (a connection) holds: the sessions where it has
  * uncommitted tokens and, over all of them, the pages those hold reserved
@@ -79,12 +82,14 @@ struct session_dev_range {
 struct session {
 	uint64_t id;
 	struct pool *pool;
-	XXH128_hash_t root;	 /* chain root: pool identity + salt */
-	uint32_t *tokens;	 /* [cap_tokens] token ids, n_tokens used */
-	struct token_meta *meta; /* [cap_tokens] position, tags, score of each */
-	uint64_t n_tokens;	 /* reserved, committed or not */
+	XXH128_hash_t root; /* chain root: pool identity + salt */
+	/* Token ids and their position, tags and score (n_tokens used),
+	 * shared copy-on-write with forks. */
+	struct tokvec tok;
+	uint64_t n_tokens; /* reserved, committed or not */
 	uint64_t n_committed;
-	uint64_t cap_tokens;
+	/* Page slots (n_pages used) and chain hashes, charged with the
+	 * tokens to the tenant's max-tenant-tokens. */
 	uint32_t *pages; /* [cap_pages] page slots, n_pages used */
 	uint32_t n_pages;
 	uint32_t cap_pages;
@@ -180,6 +185,11 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 /* The original position the next appended token gets: one past the last
  * token's (its index in an exact session). */
 uint64_t session_next_pos(const struct session *s);
+
+/* Makes the metadata of tokens [from, to) (below n_tokens) the session's
+ * own to write (a fork shares its parent's until then: tokvec.h). Returns
+ * 0, -EDQUOT past max-tenant-tokens or -ENOMEM; nothing changed then. */
+int session_own_meta(struct cache *c, struct session *s, uint64_t from, uint64_t to);
 
 /* Publishes the next n reserved tokens and indexes the pages they fill.
  * Returns 0 and the index of the first page it filled (pages from there to
