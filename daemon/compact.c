@@ -732,18 +732,32 @@ int compact_session(struct cache *c, struct session *s, uint64_t *ret_dropped)
 	return ret;
 }
 
-int compact_after_commit(struct cache *c, struct session *s)
+int compact_due(const struct session *s)
+{
+	return s->pol.auto_compact && s->pol.kind != POLICY_NONE && s->n_committed == s->n_tokens &&
+	       s->n_tokens > policy_budget(&s->pol, s->n_tokens);
+}
+
+int compact_gather_start_now(struct cache *c, struct session *s, struct compact_job *j)
 {
 	int saved = c->no_park, ret;
-	uint64_t dropped;
 
-	if (!s->pol.auto_compact || s->pol.kind == POLICY_NONE || s->n_committed != s->n_tokens ||
-	    s->n_tokens <= policy_budget(&s->pol, s->n_tokens))
-		return 0;
-	/* The commit is done and answered either way: no parking here. */
+	/* The commit is done either way: no parking here. */
 	c->no_park = 1;
-	ret = compact(c, s, &dropped);
+	ret = compact_gather_start(c, s, j);
 	c->no_park = saved;
 	c->park_on = NULL;
-	return ret == 0 && dropped > 0;
+	return ret;
+}
+
+int compact_after_commit(struct cache *c, struct session *s)
+{
+	struct compact_job j;
+	uint64_t dropped = 0;
+	const char *why;
+
+	if (!compact_due(s) || compact_gather_start_now(c, s, &j) < 0)
+		return 0;
+	compact_job_run(&j);
+	return compact_job_finish(c, &j, &dropped, &why) == 0 && dropped > 0;
 }

@@ -156,10 +156,19 @@ void compact_place(struct session *s, uint32_t n_hashes);
  * -EFAULT pages gone from the arena, -ENOMEM; nothing changed on error. */
 int compact_session(struct cache *c, struct session *s, uint64_t *ret_dropped);
 
-/* After a commit: compacts s when its policy says auto_compact and it is
- * past its budget with nothing uncommitted, without parking (a compaction
- * that finds no room waits for the next commit). Returns 1 when it
- * compacted, else 0. */
+/* Whether a commit just done should compact s: its policy says
+ * auto_compact and it is past its budget with nothing uncommitted. */
+int compact_due(const struct session *s);
+
+/* After a commit, here on the calling thread: compacts s when
+ * compact_due, without parking (a compaction that finds no room waits
+ * for the next commit). Returns 1 when it compacted, else 0. For a cache
+ * without workers; the daemon compacts on a worker (polop.h). */
 int compact_after_commit(struct cache *c, struct session *s);
+
+/* compact_gather_start for a compaction after a commit: without parking,
+ * -EAGAIN when room is coming from disk writes (the next commit tries
+ * again). */
+int compact_gather_start_now(struct cache *c, struct session *s, struct compact_job *j);
 
 #endif

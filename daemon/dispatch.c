@@ -317,8 +317,8 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 	return 0;
 }
 
-static int do_commit(struct cache *cache, struct conn *c, const Kvpalace__V1__CommitRequest *in,
-		     struct reply *r, const char **why)
+static int do_commit(struct cache *cache, struct conn *c, uint64_t req_id,
+		     const Kvpalace__V1__CommitRequest *in, struct reply *r, const char **why)
 {
 	Kvpalace__V1__CommitResponse *out = &r->u.commit;
 	struct session *s = session_get(cache, in->session_id, c->uid, 0);
@@ -347,7 +347,10 @@ static int do_commit(struct cache *cache, struct conn *c, const Kvpalace__V1__Co
 	}
 	cache_count(cache, s->pool->uid, committed_tokens, in->n_tokens);
 	kvpalace__v1__commit_response__init(out);
-	if (compact_after_commit(cache, s)) {
+	ret = polop_compact_after_commit(cache, c, req_id, s);
+	if (ret == -EINPROGRESS)
+		return ret;
+	if (ret) {
 		/* The whole table changed: the client reads it again. */
 		out->committed_tokens = s->n_committed;
 		out->has_compacted = 1;
@@ -746,7 +749,7 @@ static int run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request 
 	case KVPALACE__V1__REQUEST__OP_APPEND:
 		return do_append(cache, c, req->append, r, why);
 	case KVPALACE__V1__REQUEST__OP_COMMIT:
-		return do_commit(cache, c, req->commit, r, why);
+		return do_commit(cache, c, req->id, req->commit, r, why);
 	case KVPALACE__V1__REQUEST__OP_MATCH_PREFIX:
 		return do_match_prefix(cache, c, req->match_prefix, r, why);
 	case KVPALACE__V1__REQUEST__OP_RELEASE:

@@ -26,12 +26,14 @@
  * the workers. */
 #define POLOP_JOBS_PER_TENANT 1u
 
-/* A ReportImportance query or a Compact on a worker. */
+/* A ReportImportance query, a Compact or a compaction after a Commit on
+ * a worker. */
 struct polop_job {
 	struct worker_job wj;
 	struct conn_ticket t;
 	struct cache *c;
 	struct compact_job cj;
+	int after_commit; /* the ticket answers a Commit */
 };
 
 /* Metadata entries one SessionMeta reply carries at most: a packed entry
@@ -219,7 +221,21 @@ static void job_done(struct worker_job *wj)
 	memset(&r, 0, sizeof(r));
 	kvpalace__v1__response__init(&r.resp);
 	r.pass_fd = -1;
-	if (ret < 0) {
+	if (j->after_commit) {
+		/* The commit was done before the job started, whatever became
+		 * of the compaction: the client reads the table again. */
+		const struct session *s = session_get(j->c, sid, uid, 0);
+
+		if (ret < 0)
+			log_debug("session %llu: compaction after a commit: %s",
+				  (unsigned long long)sid, why);
+		kvpalace__v1__commit_response__init(&r.u.commit);
+		r.u.commit.committed_tokens = s ? s->n_committed : 0;
+		r.u.commit.has_compacted = 1;
+		r.u.commit.compacted = 1;
+		r.resp.op_case = KVPALACE__V1__RESPONSE__OP_COMMIT;
+		r.resp.commit = &r.u.commit;
+	} else if (ret < 0) {
 		r.resp.status = status_from_errno(ret);
 		r.resp.error = (char *)why;
 	} else if (kind == COMPACT_JOB_GATHER) {
@@ -263,6 +279,30 @@ static int submit(struct cache *cache, struct conn *c, uint64_t req_id, struct p
 	conn_ticket_start(c, &j->t, req_id);
 	worker_submit(cache->worker, &j->wj);
 	return -EINPROGRESS;
+}
+
+int polop_compact_after_commit(struct cache *cache, struct conn *c, uint64_t req_id,
+			       struct session *s)
+{
+	struct polop_job *j;
+
+	if (!compact_due(s))
+		return 0;
+	if (!cache->worker)
+		return compact_after_commit(cache, s);
+	/* A tenant at its share of jobs compacts at a later commit: the
+	 * commit itself cannot wait, it is done. */
+	if (compact_jobs(cache, c->uid) >= POLOP_JOBS_PER_TENANT)
+		return 0;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return 0;
+	if (compact_gather_start_now(cache, s, &j->cj) < 0) {
+		free(j);
+		return 0;
+	}
+	j->after_commit = 1;
+	return submit(cache, c, req_id, j);
 }
 
 /* A query's scoring: on a worker (-EINPROGRESS, answered later), parked

@@ -23,6 +23,16 @@ int polop_is_policy_op(Kvpalace__V1__Request__OpCase op);
 int polop_run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
 	      struct reply *r, const char **why);
 
+struct session;
+/* After c's Commit (request req_id) of s: compacts s when compact_due,
+ * on a worker. Returns -EINPROGRESS when a worker compacts (a ticket of c
+ * answers the Commit then, saying compacted), 1 when it compacted here (a
+ * cache without workers), or 0 when it did not (not due; the tenant has
+ * its share of jobs in flight, or no room now: a later commit tries
+ * again) and the Commit answers as usual. */
+int polop_compact_after_commit(struct cache *cache, struct conn *c, uint64_t req_id,
+			       struct session *s);
+
 struct session_tag;
 /* The tags of a TagSpan or an Append from their protocol fields. Returns
  * 0, or -EINVAL (*why) for a role out of range. */
