@@ -627,6 +627,12 @@ struct kvp_stats {
 	uint64_t sessions_closed_with_connection; /* closed because their connection closed */
 	uint64_t sessions_expired; /* persistent, closed after session-idle-timeout unused */
 	uint64_t unowned_sessions; /* persistent sessions no open connection owns, now */
+	/* Closing sessions of the hierarchy policy whose indexed pages were
+	 * placed by their layers (those outside the budget leave the host
+	 * tier first), and long ones left where they were because the
+	 * tenant had a placement running (it takes a worker). */
+	uint64_t placed_sessions;
+	uint64_t unplaced_sessions;
 };
 
 /* Counters and pools of the caller's tenant (its uid): its requests,

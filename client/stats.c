@@ -107,6 +107,8 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 	st->sessions_closed_with_connection = r->sessions_closed_with_connection;
 	st->sessions_expired = r->sessions_expired;
 	st->unowned_sessions = r->unowned_sessions;
+	st->placed_sessions = r->placed_sessions;
+	st->unplaced_sessions = r->unplaced_sessions;
 	for (size_t i = 0; i < r->n_pools; i++) {
 		const Kvpalace__V1__PoolStats *in = r->pools[i];
 		struct kvp_pool_stats *out = &st->pools[i];

@@ -146,8 +146,10 @@ int compact_check(const struct pool *p, uint32_t *refs);
  * outside the budget (LAYER_REST) go to the cold end of the index's lists,
  * so they leave the host tier first, while pages of the permanent, hot and
  * temporary layers keep their place. Call after the session dropped its
- * page references. */
-void compact_place(struct session *s, uint32_t n_hashes);
+ * page references. A long session's layers are computed on a worker (one
+ * at a time per tenant; others are not placed) and applied when it is
+ * done, if the pool is still open. */
+void compact_place(struct cache *c, struct session *s, uint32_t n_hashes);
 
 /* Applies s's policy now, on this thread (compact_gather_start, run and
  * finish in one). Returns 0 with the tokens dropped (0 when all fit the

@@ -143,7 +143,7 @@ void session_close(struct cache *c, struct session *s)
 	session_rollback(c, s);
 	n_hashes = s->n_hashes;
 	drop_pages_from(s, 0);
-	compact_place(s, n_hashes);
+	compact_place(c, s, n_hashes);
 	gpu_session_free(s);
 	idmap_del(&c->sessions, s->id);
 	list_del(&s->pool_link);

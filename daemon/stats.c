@@ -106,6 +106,9 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	out->has_unowned_sessions = 1;
 	out->sessions_closed_with_connection = ctr->sessions_closed_with_conn;
 	out->sessions_expired = ctr->sessions_expired;
+	out->has_placed_sessions = out->has_unplaced_sessions = 1;
+	out->placed_sessions = ctr->placed_sessions;
+	out->unplaced_sessions = ctr->unplaced_sessions;
 	if (c->aio && c->cfg->disk_pool_bytes) {
 		out->disk_io = (char *)aio_mode_name(c->aio);
 		out->has_spilled_pages = out->has_promoted_pages = 1;
