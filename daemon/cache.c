@@ -233,10 +233,11 @@ static int check_token_slots(const struct cache *c)
 	}
 	for (size_t i = 0; i < c->sessions.cap; i++) {
 		const struct session *s = c->sessions.slots[i].ptr;
-		const struct tokvec *v = &s->tok;
+		const struct tokvec *v;
 
 		if (!c->sessions.slots[i].id)
 			continue;
+		v = &s->tok;
 		for (uint64_t at = 0; at < s->n_tokens; at += v->per_chunk) {
 			uint64_t need =
 				s->n_tokens - at < v->per_chunk ? s->n_tokens - at : v->per_chunk;

@@ -9,6 +9,7 @@ int pagealloc_init(struct pagealloc *pa, uint32_t n_pages)
 {
 	pa->n_pages = n_pages;
 	pa->n_free = n_pages;
+	pa->n_released = n_pages; /* nothing touched yet */
 	pa->free_stack = calloc(n_pages ? n_pages : 1, sizeof(uint32_t));
 	pa->refs = calloc(n_pages ? n_pages : 1, sizeof(uint32_t));
 	pa->pins = calloc(n_pages ? n_pages : 1, sizeof(uint32_t));
@@ -38,6 +39,8 @@ int pagealloc_get(struct pagealloc *pa, uint32_t *ret_slot)
 	if (!pa->n_free)
 		return -ENOSPC;
 	slot = pa->free_stack[--pa->n_free];
+	if (pa->n_released > pa->n_free)
+		pa->n_released = pa->n_free; /* its memory comes back on first touch */
 	kvp_assert(pa->refs[slot] == 0);
 	pa->refs[slot] = 1;
 	*ret_slot = slot;
@@ -71,6 +74,34 @@ void pagealloc_unpin(struct pagealloc *pa, uint32_t slot)
 	pagealloc_unref(pa, slot);
 }
 
+static int cmp_slot(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+uint32_t pagealloc_release(const struct pagealloc *pa, uint32_t keep, uint32_t max, uint32_t *slots)
+{
+	uint32_t n;
+
+	if (pa->n_free <= keep || pa->n_free - keep <= pa->n_released)
+		return 0;
+	n = pa->n_free - keep - pa->n_released;
+	if (n > max)
+		n = max;
+	for (uint32_t i = 0; i < n; i++)
+		slots[i] = pa->free_stack[pa->n_released + i];
+	qsort(slots, n, sizeof(*slots), cmp_slot);
+	return n;
+}
+
+void pagealloc_released(struct pagealloc *pa, uint32_t n)
+{
+	kvp_assert(pa->n_released + n <= pa->n_free);
+	pa->n_released += n;
+}
+
 uint32_t pagealloc_n_pinned(const struct pagealloc *pa)
 {
 	uint32_t n = 0;
@@ -86,7 +117,7 @@ int pagealloc_check(const struct pagealloc *pa)
 	int ret = 0;
 	unsigned char *seen;
 
-	if (pa->n_free > pa->n_pages)
+	if (pa->n_free > pa->n_pages || pa->n_released > pa->n_free)
 		return -EUCLEAN;
 	seen = calloc(pa->n_pages ? pa->n_pages : 1, 1);
 	if (!seen)

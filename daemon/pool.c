@@ -1,5 +1,6 @@
 /* daemon/pool.c — pool lookup and creation (see pool.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +139,33 @@ void pool_free(struct cache *c, struct pool *p)
 	prefix_index_fini(&p->ix, &p->pa);
 	pagealloc_fini(&p->pa);
 	free(p);
+}
+
+uint32_t pool_release_free(struct pool *p)
+{
+	uint32_t slots[256], keep = p->pa.n_pages / 32, n, done = 0;
+
+	if (p->pinned || p->release_failed)
+		return 0;
+	while (done < POOL_RELEASE_MAX &&
+	       (n = pagealloc_release(&p->pa, keep, sizeof(slots) / sizeof(*slots), slots))) {
+		/* Sorted: neighbours go in one call. */
+		for (uint32_t i = 0, j; i < n; i = j) {
+			for (j = i + 1; j < n && slots[j] == slots[j - 1] + 1;)
+				j++;
+			if (fallocate(p->arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				      (off_t)((uint64_t)slots[i] * p->page_bytes),
+				      (off_t)((uint64_t)(j - i) * p->page_bytes)) < 0) {
+				log_warn("pool %llu: cannot give free pages' memory back: %s",
+					 (unsigned long long)p->id, strerror(errno));
+				p->release_failed = 1;
+				return done;
+			}
+		}
+		pagealloc_released(&p->pa, n);
+		done += n;
+	}
+	return done;
 }
 
 uint32_t pool_reserved_pages(const struct pool *p)

@@ -29,9 +29,10 @@ struct pool {
 	uint64_t page_bytes;
 	uint64_t arena_bytes;
 	int arena_fd;
-	void *arena; /* the daemon's own mapping */
-	int huge;    /* arena uses hugepages */
-	int pinned;  /* its arena is registered with io_uring (tier.c): pinned */
+	void *arena;	    /* the daemon's own mapping */
+	int huge;	    /* arena uses hugepages */
+	int pinned;	    /* its arena is registered with io_uring (tier.c): pinned */
+	int release_failed; /* punching holes in the arena failed: not again */
 	struct pagealloc pa;
 	struct prefix_index ix;
 	XXH128_hash_t root;  /* chain root without a salt */
@@ -76,6 +77,16 @@ struct pool *pool_get(struct cache *c, uint64_t id, uid_t uid, int admin);
 
 /* Frees a pool and its arena; its sessions must be gone. */
 void pool_free(struct cache *c, struct pool *p);
+
+/* Gives the memory of p's cold free pages back to the system (a hole
+ * punched in the arena): all but the most recently freed 1/32 of the
+ * pool, at most POOL_RELEASE_MAX pages a call (the server's tick). A page
+ * given back reads as zeros and costs memory again when next written.
+ * Not for an arena registered with io_uring (pinned): the registration
+ * would keep the old memory and the disk tier would read from it.
+ * Returns the pages given back. */
+#define POOL_RELEASE_MAX 16384u
+uint32_t pool_release_free(struct pool *p);
 
 /* Pages held only by uncommitted reservations. O(sessions). */
 uint32_t pool_reserved_pages(const struct pool *p);

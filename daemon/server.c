@@ -248,6 +248,10 @@ static void on_timer(struct loop_op *op, int res, unsigned int flags)
 	conn_census_tick(&s->census);
 	conn_park_tick(s);
 	disk_refresh(s);
+	/* Free pages cost no memory (issue 14: what one tenant freed, or
+	 * had reclaimed for another, must not stay resident). */
+	for (struct list *it = s->cache.pool_list.next; it != &s->cache.pool_list; it = it->next)
+		pool_release_free(list_entry(it, struct pool, link));
 	/* Persistent sessions their clients left behind and forgot. */
 	if (s->cfg->session_idle_timeout_s)
 		session_expire_idle(&s->cache, cache_now_ns(),

@@ -185,6 +185,45 @@ static void make_mixed(struct pagealloc *pa, uint32_t *held, uint32_t *pinned)
 	assert_int_equal(pagealloc_check(pa), 0);
 }
 
+/* Released slots are the coldest free ones: a fresh allocator has
+ * touched nothing, a slot taken is resident again, and the most recently
+ * freed `keep` stay resident. */
+static void test_release(void **state)
+{
+	struct pagealloc pa;
+	uint32_t slots[16], got[16];
+
+	(void)state;
+	assert_int_equal(pagealloc_init(&pa, 16), 0);
+	assert_int_equal(pagealloc_resident(&pa), 0);
+	assert_int_equal(pagealloc_release(&pa, 0, 16, slots), 0);
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(pagealloc_get(&pa, &got[i]), 0);
+	assert_int_equal(pagealloc_resident(&pa), 10);
+	/* Freed in order 0..9: the stack's top is got[9]. */
+	for (int i = 0; i < 10; i++)
+		pagealloc_unref(&pa, got[i]);
+	assert_int_equal(pagealloc_release(&pa, 4, 16, slots), 6);
+	/* The six freed first, sorted. */
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(slots[i], got[i]);
+	pagealloc_released(&pa, 6);
+	assert_int_equal(pagealloc_resident(&pa), 4);
+	assert_int_equal(pagealloc_check(&pa), 0);
+	/* Nothing more to give while keep holds. */
+	assert_int_equal(pagealloc_release(&pa, 4, 16, slots), 0);
+	/* Taking the 4 warm ones and one more: that one is resident again. */
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(pagealloc_get(&pa, &got[i]), 0);
+	assert_int_equal(pagealloc_resident(&pa), 5);
+	assert_int_equal(pagealloc_check(&pa), 0);
+	/* max bounds one call. */
+	for (int i = 0; i < 5; i++)
+		pagealloc_unref(&pa, got[i]);
+	assert_int_equal(pagealloc_release(&pa, 0, 2, slots), 2);
+	pagealloc_fini(&pa);
+}
+
 static void test_check_detects_corruption(void **state)
 {
 	struct pagealloc pa;
@@ -323,6 +362,7 @@ int main(void)
 		cmocka_unit_test(test_ref_unref),
 		cmocka_unit_test(test_lifo_reuse),
 		cmocka_unit_test(test_pins),
+		cmocka_unit_test(test_release),
 		cmocka_unit_test(test_check_detects_corruption),
 		cmocka_unit_test(test_random_against_model),
 	};
