@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "evict.h"
 #include "match.h"
 #include "tier.h"
 
@@ -91,12 +92,23 @@ uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, co
 {
 	uint32_t bt = p->layout.block_tokens, waiting = 0;
 	uint32_t page[SHM_MAX_BLOCK_TOKENS];
+	int64_t pinned, room, need = 0;
 	size_t at = 0;
 
 	/* Only a pool with index entries outside the host tier needs the
 	 * extra walk: the common all-in-host match hashes its tokens once. */
 	if (!p->spill || p->ix.n_entries == p->ix.n_host)
 		return 0;
+	/* No more of the chain is brought in than the pool holds at its low
+	 * mark beside what others pin (sessions, leases; not reads, ours
+	 * included): past that, each read evicted a page this walk had read
+	 * before, the request parked again and read it back, a livelock until
+	 * CONN_MAX_PARK_NS (fuzz_conn: 6.7 GB read in 10 s for a 150-page
+	 * match beside a 100-page lease in a 256-page pool). The match then
+	 * serves the prefix that fits. */
+	pinned = (int64_t)p->pa.n_pages - p->pa.n_free - p->ix.n_idle - p->reads_inflight;
+	room = (int64_t)evict_mark_pages(c->cfg->host_low_watermark, p->pa.n_pages) -
+	       (pinned > 0 ? pinned : 0);
 	while (n_carry + (n - at) >= bt) {
 		const uint32_t *toks = tokens + at;
 		struct pindex_entry *e;
@@ -115,6 +127,12 @@ uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, co
 		e = prefix_index_find(&p->ix, chain);
 		if (!e)
 			break;
+		/* Pages others pin are in host and counted in pinned. */
+		if (e->slot == PINDEX_NONE || e->io == PINDEX_IO_READ || e->idle) {
+			if (need >= room)
+				break;
+			need++;
+		}
 		prefix_index_touch(&p->ix, &p->pa, e);
 		ret = tier_promote(c, p, e);
 		if (ret == 1 || ret == -EAGAIN)

@@ -27,6 +27,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FUZZ_REQ_UID_A 1000u
 #define FUZZ_REQ_UID_B 1001u
 
+/* ---- fuzz_conn: byte 0, then actions ------------------------------------ */
+
+#define FUZZ_CONN_FRESH	  0x01u /* start from a fresh daemon (state directory emptied) */
+#define FUZZ_CONN_THREADS 0x02u /* a daemon with io-backend threads, not io_uring */
+
+/* Each action is one byte, (op << 4) | mod, then its operands. k = mod & 3
+ * is one of FUZZ_CONN_SLOTS connections; an op past the last is taken
+ * modulo FUZZ_CONN_N_OPS. */
+#define FUZZ_CONN_SLOTS 4u
+enum fuzz_conn_op {
+	FUZZ_CONN_OPEN,	    /* k: connect (closing k's client end first); mod & 4: admin */
+	FUZZ_CONN_SEND,	    /* k, u16 LE length, bytes: one datagram; mod & 4: an fd with it */
+	FUZZ_CONN_READ,	    /* k: read and check every reply waiting on k */
+	FUZZ_CONN_STEP,	    /* u8 n: up to n + 1 turns of the loop, none waiting */
+	FUZZ_CONN_WAIT,	    /* the loop runs until no worker job or disk I/O is in flight */
+	FUZZ_CONN_CLOSE,    /* k: close k's client end */
+	FUZZ_CONN_SHUT_WR,  /* k: shutdown(SHUT_WR) of k's client end */
+	FUZZ_CONN_SEND_EOF, /* k: an empty datagram (the daemon reads it as the end) */
+	/* k: the last datagram sent on any connection, again on k (one byte
+	 * pipelines a request: no need for the mutator to copy its bytes) */
+	FUZZ_CONN_SEND_AGAIN,
+	FUZZ_CONN_N_OPS,
+};
+#define FUZZ_CONN_ADMIN	  0x04u /* OPEN's mod */
+#define FUZZ_CONN_WITH_FD 0x04u /* SEND's mod */
+
 /* ---- fuzz_ckpt: byte 0, then the checkpoint file -------------------------- */
 
 /* Recompute the header, token, page and whole-file checksums before the

@@ -3,17 +3,23 @@
  *   <build>/tests/fuzz/fuzz_gen_corpus tests/fuzz/corpus
  *
  * writes (overwriting files of the same names, leaving others such as
- * crash reproducers alone) corpus/fuzz_request/req-*, corpus/fuzz_ckpt/
- * ckpt-* and corpus/fuzz_spill/spill-*: valid inputs of every kind, built
+ * crash reproducers alone) corpus/fuzz_request/req-*, corpus/fuzz_conn/
+ * conn-*, corpus/fuzz_ckpt/ckpt-* and corpus/fuzz_spill/spill-*: valid
+ * inputs of every kind, built
  * with the daemon's own encoders (frame_pack_sized, ckpt_write,
  * spill_hdr_encode), and invalid ones next to them. Deterministic: the
  * same tree writes the same bytes. Input formats: fuzz.h.
  *
  * Requests: each file starts from a fresh daemon state (FUZZ_REQ_FRESH),
  * so ids are predictable: every pool, session and lease takes the next
- * of 1, 2, 3, ... in the order they are created. Scenarios are datagrams
+ * of 1, 2, 3, ... in the order they are created, under the first
+ * tenant's tag (id_of). Scenarios are datagrams
  * of many frames; FUZZ_REQUEST_VERBOSE=1 with fuzz_request_replay shows
  * what each request got back.
+ *
+ * Connections: each file is a script of client actions (fuzz.h) that
+ * starts from a fresh daemon, so the same ids hold; FUZZ_CONN_VERBOSE=1
+ * with fuzz_conn_replay shows each action and reply.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -83,6 +89,14 @@ static void dg_add(struct dgram *d, Kvpalace__V1__Request *req)
 	}
 	frame_pack_sized(&req->base, n, d->buf + d->len);
 	d->len += n;
+}
+
+/* The id of the n-th object (pool, session, lease) a fresh daemon makes
+ * for its first tenant: the tenant's tag (1) above bit 40, then its own
+ * counter (cache_new_id in daemon/cache.c). 0 stays 0: "not given". */
+static uint64_t id_of(uint64_t n)
+{
+	return n ? 1ull << 40 | n : 0;
 }
 
 static void dg_raw(struct dgram *d, const void *bytes, size_t n)
@@ -173,7 +187,7 @@ static void r_create_session(struct dgram *d, uint64_t pool, const char *salt)
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__CreateSessionRequest m = KVPALACE__V1__CREATE_SESSION_REQUEST__INIT;
 
-	m.pool_id = pool;
+	m.pool_id = id_of(pool);
 	if (salt) {
 		m.has_cache_salt = 1;
 		m.cache_salt.data = (uint8_t *)salt;
@@ -189,7 +203,7 @@ static void r_close_session(struct dgram *d, uint64_t session)
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__CloseSessionRequest m = KVPALACE__V1__CLOSE_SESSION_REQUEST__INIT;
 
-	m.session_id = session;
+	m.session_id = id_of(session);
 	q.op_case = KVPALACE__V1__REQUEST__OP_CLOSE_SESSION;
 	q.close_session = &m;
 	dg_add(d, &q);
@@ -201,7 +215,7 @@ static void r_append(struct dgram *d, uint64_t session, uint32_t seed, size_t n)
 	Kvpalace__V1__AppendRequest m = KVPALACE__V1__APPEND_REQUEST__INIT;
 
 	fill_tokens(seed, n);
-	m.session_id = session;
+	m.session_id = id_of(session);
 	m.tokens = tok;
 	m.n_tokens = n;
 	q.op_case = KVPALACE__V1__REQUEST__OP_APPEND;
@@ -214,7 +228,7 @@ static void r_commit(struct dgram *d, uint64_t session, uint64_t n)
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__CommitRequest m = KVPALACE__V1__COMMIT_REQUEST__INIT;
 
-	m.session_id = session;
+	m.session_id = id_of(session);
 	m.n_tokens = n;
 	q.op_case = KVPALACE__V1__REQUEST__OP_COMMIT;
 	q.commit = &m;
@@ -229,11 +243,11 @@ static void r_match(struct dgram *d, uint64_t pool, uint32_t seed, size_t n, uin
 	Kvpalace__V1__MatchPrefixRequest m = KVPALACE__V1__MATCH_PREFIX_REQUEST__INIT;
 
 	fill_tokens(seed, n);
-	m.pool_id = pool;
+	m.pool_id = id_of(pool);
 	m.tokens = tok;
 	m.n_tokens = n;
 	m.has_lease_id = lease != 0;
-	m.lease_id = lease;
+	m.lease_id = id_of(lease);
 	if (salt) {
 		m.has_cache_salt = 1;
 		m.cache_salt.data = (uint8_t *)salt;
@@ -252,11 +266,11 @@ static void r_match_chunk(struct dgram *d, uint64_t pool, uint32_t seed, size_t 
 	Kvpalace__V1__MatchPrefixRequest m = KVPALACE__V1__MATCH_PREFIX_REQUEST__INIT;
 
 	fill_tokens(seed, from + n);
-	m.pool_id = pool;
+	m.pool_id = id_of(pool);
 	m.tokens = tok + from;
 	m.n_tokens = n;
 	m.has_lease_id = 1;
-	m.lease_id = lease;
+	m.lease_id = id_of(lease);
 	q.op_case = KVPALACE__V1__REQUEST__OP_MATCH_PREFIX;
 	q.match_prefix = &m;
 	dg_add(d, &q);
@@ -267,7 +281,7 @@ static void r_release(struct dgram *d, uint64_t lease)
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__ReleaseRequest m = KVPALACE__V1__RELEASE_REQUEST__INIT;
 
-	m.lease_id = lease;
+	m.lease_id = id_of(lease);
 	q.op_case = KVPALACE__V1__REQUEST__OP_RELEASE;
 	q.release = &m;
 	dg_add(d, &q);
@@ -288,7 +302,7 @@ static void r_fork(struct dgram *d, uint64_t session, uint64_t n)
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__ForkRequest m = KVPALACE__V1__FORK_REQUEST__INIT;
 
-	m.session_id = session;
+	m.session_id = id_of(session);
 	m.n_tokens = n;
 	q.op_case = KVPALACE__V1__REQUEST__OP_FORK;
 	q.fork = &m;
@@ -300,7 +314,7 @@ static void r_fork_lease(struct dgram *d, uint64_t lease, uint64_t n)
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__ForkLeaseRequest m = KVPALACE__V1__FORK_LEASE_REQUEST__INIT;
 
-	m.lease_id = lease;
+	m.lease_id = id_of(lease);
 	m.n_tokens = n;
 	q.op_case = KVPALACE__V1__REQUEST__OP_FORK_LEASE;
 	q.fork_lease = &m;
@@ -312,7 +326,7 @@ static void r_truncate(struct dgram *d, uint64_t session, uint64_t n)
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__TruncateRequest m = KVPALACE__V1__TRUNCATE_REQUEST__INIT;
 
-	m.session_id = session;
+	m.session_id = id_of(session);
 	m.n_tokens = n;
 	q.op_case = KVPALACE__V1__REQUEST__OP_TRUNCATE;
 	q.truncate = &m;
@@ -324,7 +338,7 @@ static void r_session_pages(struct dgram *d, uint64_t session, uint64_t first)
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__SessionPagesRequest m = KVPALACE__V1__SESSION_PAGES_REQUEST__INIT;
 
-	m.session_id = session;
+	m.session_id = id_of(session);
 	m.first_page = first;
 	q.op_case = KVPALACE__V1__REQUEST__OP_SESSION_PAGES;
 	q.session_pages = &m;
@@ -337,7 +351,7 @@ static void r_list_sessions(struct dgram *d, uint64_t pool, uint64_t after)
 	Kvpalace__V1__ListSessionsRequest m = KVPALACE__V1__LIST_SESSIONS_REQUEST__INIT;
 
 	m.has_pool_id = pool != 0;
-	m.pool_id = pool;
+	m.pool_id = id_of(pool);
 	m.has_after_id = after != 0;
 	m.after_id = after;
 	q.op_case = KVPALACE__V1__REQUEST__OP_LIST_SESSIONS;
@@ -351,7 +365,7 @@ static void r_prefetch(struct dgram *d, uint64_t pool, uint32_t seed, size_t n)
 	Kvpalace__V1__PrefetchRequest m = KVPALACE__V1__PREFETCH_REQUEST__INIT;
 
 	fill_tokens(seed, n);
-	m.pool_id = pool;
+	m.pool_id = id_of(pool);
 	m.tokens = tok;
 	m.n_tokens = n;
 	q.op_case = KVPALACE__V1__REQUEST__OP_PREFETCH;
@@ -380,7 +394,7 @@ static void r_set_policy(struct dgram *d, uint64_t session, Kvpalace__V1__Policy
 	role.limit = 3;
 	spec.roles = roles;
 	spec.n_roles = 1;
-	m.session_id = session;
+	m.session_id = id_of(session);
 	m.policy = &spec;
 	q.op_case = KVPALACE__V1__REQUEST__OP_SET_POLICY;
 	q.set_policy = &m;
@@ -392,7 +406,7 @@ static void r_tag_span(struct dgram *d, uint64_t session, uint64_t first, uint64
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__TagSpanRequest m = KVPALACE__V1__TAG_SPAN_REQUEST__INIT;
 
-	m.session_id = session;
+	m.session_id = id_of(session);
 	m.first = first;
 	m.n = n;
 	m.has_role = m.has_turn = m.has_permanent = 1;
@@ -413,7 +427,7 @@ static void r_report(struct dgram *d, uint64_t session, uint64_t first, size_t n
 
 	for (size_t i = 0; i < 64; i++)
 		v[i] = (float)(i % 7) * 0.25f;
-	m.session_id = session;
+	m.session_id = id_of(session);
 	if (query) {
 		m.has_layer = m.has_n_q_heads = 1;
 		m.layer = 0;
@@ -438,7 +452,7 @@ static void r_compact(struct dgram *d, uint64_t session)
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__CompactRequest m = KVPALACE__V1__COMPACT_REQUEST__INIT;
 
-	m.session_id = session;
+	m.session_id = id_of(session);
 	q.op_case = KVPALACE__V1__REQUEST__OP_COMPACT;
 	q.compact = &m;
 	dg_add(d, &q);
@@ -449,7 +463,7 @@ static void r_session_meta(struct dgram *d, uint64_t session, uint64_t first)
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__SessionMetaRequest m = KVPALACE__V1__SESSION_META_REQUEST__INIT;
 
-	m.session_id = session;
+	m.session_id = id_of(session);
 	m.first = first;
 	q.op_case = KVPALACE__V1__REQUEST__OP_SESSION_META;
 	q.session_meta = &m;
@@ -464,7 +478,7 @@ static void r_match_tier(struct dgram *d, uint64_t pool, uint32_t seed, size_t n
 	Kvpalace__V1__MatchPrefixRequest m = KVPALACE__V1__MATCH_PREFIX_REQUEST__INIT;
 
 	fill_tokens(seed, n);
-	m.pool_id = pool;
+	m.pool_id = id_of(pool);
 	m.tokens = tok;
 	m.n_tokens = n;
 	m.has_tier = tier != 0;
@@ -483,7 +497,7 @@ static void r_append_tier(struct dgram *d, uint64_t session, uint32_t seed, size
 	Kvpalace__V1__AppendRequest m = KVPALACE__V1__APPEND_REQUEST__INIT;
 
 	fill_tokens(seed, n);
-	m.session_id = session;
+	m.session_id = id_of(session);
 	m.tokens = tok;
 	m.n_tokens = n;
 	m.has_tier = tier != 0;
@@ -502,7 +516,7 @@ static void r_prefetch_tier(struct dgram *d, uint64_t pool, uint32_t seed, size_
 	Kvpalace__V1__PrefetchRequest m = KVPALACE__V1__PREFETCH_REQUEST__INIT;
 
 	fill_tokens(seed, n);
-	m.pool_id = pool;
+	m.pool_id = id_of(pool);
 	m.tokens = tok;
 	m.n_tokens = n;
 	m.has_tier = tier != 0;
@@ -519,7 +533,7 @@ static void r_open_device_arena(struct dgram *d, uint64_t pool)
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__OpenDeviceArenaRequest m = KVPALACE__V1__OPEN_DEVICE_ARENA_REQUEST__INIT;
 
-	m.pool_id = pool;
+	m.pool_id = id_of(pool);
 	q.op_case = KVPALACE__V1__REQUEST__OP_OPEN_DEVICE_ARENA;
 	q.open_device_arena = &m;
 	dg_add(d, &q);
@@ -530,7 +544,7 @@ static void r_lease_device(struct dgram *d, uint64_t lease, int64_t first_page)
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__LeaseDeviceRequest m = KVPALACE__V1__LEASE_DEVICE_REQUEST__INIT;
 
-	m.lease_id = lease;
+	m.lease_id = id_of(lease);
 	m.has_first_page = first_page >= 0;
 	m.first_page = first_page >= 0 ? (uint64_t)first_page : 0;
 	q.op_case = KVPALACE__V1__REQUEST__OP_LEASE_DEVICE;
@@ -543,7 +557,7 @@ static void r_checkpoint(struct dgram *d, uint64_t session, const char *name)
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__CheckpointRequest m = KVPALACE__V1__CHECKPOINT_REQUEST__INIT;
 
-	m.session_id = session;
+	m.session_id = id_of(session);
 	m.name = (char *)name;
 	q.op_case = KVPALACE__V1__REQUEST__OP_CHECKPOINT;
 	q.checkpoint = &m;
@@ -556,7 +570,7 @@ static void r_restore(struct dgram *d, uint64_t pool, const char *name, int uid)
 	Kvpalace__V1__RestoreRequest m = KVPALACE__V1__RESTORE_REQUEST__INIT;
 
 	m.has_pool_id = pool != 0;
-	m.pool_id = pool;
+	m.pool_id = id_of(pool);
 	m.name = (char *)name;
 	m.has_uid = uid >= 0;
 	m.uid = uid >= 0 ? (uint32_t)uid : 0;
@@ -621,7 +635,7 @@ static void r_show_session(struct dgram *d, uint64_t session, int max_slots)
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__ShowSessionRequest m = KVPALACE__V1__SHOW_SESSION_REQUEST__INIT;
 
-	m.session_id = session;
+	m.session_id = id_of(session);
 	m.has_max_page_slots = max_slots >= 0;
 	m.max_page_slots = max_slots >= 0 ? (uint32_t)max_slots : 0;
 	q.op_case = KVPALACE__V1__REQUEST__OP_SHOW_SESSION;
@@ -634,7 +648,7 @@ static void r_drop_session(struct dgram *d, uint64_t session, int force)
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__DropSessionRequest m = KVPALACE__V1__DROP_SESSION_REQUEST__INIT;
 
-	m.session_id = session;
+	m.session_id = id_of(session);
 	m.has_force = 1;
 	m.force = force;
 	q.op_case = KVPALACE__V1__REQUEST__OP_DROP_SESSION;
@@ -647,7 +661,7 @@ static void r_drop_pool(struct dgram *d, uint64_t pool, int force)
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__DropPoolRequest m = KVPALACE__V1__DROP_POOL_REQUEST__INIT;
 
-	m.pool_id = pool;
+	m.pool_id = id_of(pool);
 	m.has_force = 1;
 	m.force = force;
 	q.op_case = KVPALACE__V1__REQUEST__OP_DROP_POOL;
@@ -663,7 +677,7 @@ static void r_evict(struct dgram *d, Kvpalace__V1__Tier tier, uint64_t pool, uin
 
 	m.tier = tier;
 	m.has_pool_id = pool != 0;
-	m.pool_id = pool;
+	m.pool_id = id_of(pool);
 	m.has_max_bytes = max_bytes != 0;
 	m.max_bytes = max_bytes;
 	m.has_max_pages = max_pages != 0;
@@ -1036,6 +1050,351 @@ static void gen_requests(void)
 	}
 }
 
+/* Purge: of a pool (0: every pool), cached pages unused since a time. */
+static void r_purge(struct dgram *d, uint64_t pool, uint64_t unused_since)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__PurgeRequest m = KVPALACE__V1__PURGE_REQUEST__INIT;
+
+	m.has_pool_id = pool != 0;
+	m.pool_id = id_of(pool);
+	m.has_unused_since_unix_s = unused_since != 0;
+	m.unused_since_unix_s = unused_since;
+	q.op_case = KVPALACE__V1__REQUEST__OP_PURGE;
+	q.purge = &m;
+	dg_add(d, &q);
+}
+
+/* ---- fuzz_conn ------------------------------------------------------------ */
+
+/* A sequence of actions (fuzz.h), built one at a time. */
+static struct {
+	unsigned char buf[1 << 20];
+	size_t len;
+} sc;
+
+static void sc_byte(unsigned int b)
+{
+	if (sc.len >= sizeof(sc.buf)) {
+		fprintf(stderr, "gen_corpus: script too long\n");
+		exit(1);
+	}
+	sc.buf[sc.len++] = (unsigned char)b;
+}
+
+static void sc_reset(unsigned int flags)
+{
+	sc.len = 0;
+	sc_byte(flags | FUZZ_CONN_FRESH);
+}
+
+static void sc_op(enum fuzz_conn_op op, unsigned int mod)
+{
+	sc_byte((unsigned int)op << 4 | mod);
+}
+
+static void sc_open(unsigned int k, int admin)
+{
+	sc_op(FUZZ_CONN_OPEN, k | (admin ? FUZZ_CONN_ADMIN : 0));
+}
+
+static void sc_send_fd(unsigned int k, const struct dgram *d, int with_fd)
+{
+	if (d->len > 0xffff) {
+		fprintf(stderr, "gen_corpus: datagram too long for fuzz_conn\n");
+		exit(1);
+	}
+	sc_op(FUZZ_CONN_SEND, k | (with_fd ? FUZZ_CONN_WITH_FD : 0));
+	sc_byte(d->len & 0xff);
+	sc_byte(d->len >> 8);
+	for (size_t i = 0; i < d->len; i++)
+		sc_byte(d->buf[i]);
+}
+
+static void sc_send(unsigned int k, const struct dgram *d)
+{
+	sc_send_fd(k, d, 0);
+}
+
+static void sc_step(unsigned int n)
+{
+	sc_op(FUZZ_CONN_STEP, 0);
+	sc_byte(n);
+}
+
+/* A round trip: the datagram, everything it starts finished, its replies. */
+static void sc_rt(unsigned int k, const struct dgram *d)
+{
+	sc_send(k, d);
+	sc_op(FUZZ_CONN_WAIT, 0);
+	sc_op(FUZZ_CONN_READ, k);
+}
+
+static void emit_conn(const char *name)
+{
+	emit("fuzz_conn", name, sc.buf, sc.len, NULL, 0);
+}
+
+/* Pool 1 (tiny pages), session 2 with seed's 40 tokens committed, as one
+ * datagram. */
+static void dg_session(struct dgram *d, uint32_t seed)
+{
+	dg_reset(d);
+	r_hello(d, 1);
+	r_open_pool(d, "m", layout_tiny());
+	r_create_session(d, 1, NULL);
+	r_append(d, 2, seed, 40);
+	r_commit(d, 2, 40);
+}
+
+static void gen_conns(void)
+{
+	static struct dgram d;
+
+	/* -- one request each way, then the lifecycle of fuzz_request's seed,
+	 * worker requests included (checkpoint, restore, list, delete) -- */
+	sc_reset(0);
+	sc_open(0, 0);
+	dg_reset(&d);
+	r_hello(&d, 1);
+	sc_rt(0, &d);
+	emit_conn("conn-hello");
+
+	sc_reset(0);
+	sc_open(0, 0);
+	dg_reset(&d);
+	r_hello(&d, 1);
+	r_open_pool(&d, "llama-3-8b", layout_f16());
+	r_create_session(&d, 1, NULL);
+	r_append(&d, 2, 1, 40);
+	r_commit(&d, 2, 40);
+	r_match(&d, 1, 1, 40, 0, NULL);
+	r_session_pages(&d, 2, 0);
+	r_fork(&d, 2, 20);
+	r_fork_lease(&d, 3, 32);
+	r_truncate(&d, 2, 24);
+	r_release(&d, 3);
+	r_prefetch(&d, 1, 1, 40);
+	r_list_sessions(&d, 1, 0);
+	r_stats(&d);
+	sc_rt(0, &d);
+	dg_reset(&d);
+	r_checkpoint(&d, 2, "conv-1");
+	sc_rt(0, &d);
+	dg_reset(&d);
+	r_list_checkpoints(&d, -1);
+	r_list_checkpoint(&d, "conv-1", 1);
+	r_restore(&d, 1, "conv-1", -1);
+	r_match(&d, 1, 1, 24, 0, NULL);
+	r_delete_checkpoint(&d, "conv-1", -1);
+	r_list_checkpoints(&d, -1);
+	sc_rt(0, &d);
+	emit_conn("conn-lifecycle");
+
+	/* -- policies, whose queries and compactions run on the workers -- */
+	sc_reset(0);
+	sc_open(0, 0);
+	dg_reset(&d);
+	r_open_pool(&d, "m", layout_tiny());
+	r_create_session(&d, 1, NULL);
+	r_append(&d, 2, 1, 40);
+	r_commit(&d, 2, 40);
+	r_tag_span(&d, 2, 0, 8, 1);
+	r_report(&d, 2, 0, 40, 0, 0);
+	r_report(&d, 2, 0, 8, 1, 0);
+	r_report(&d, 2, 0, 8, 1, 1);
+	r_set_policy(&d, 2, KVPALACE__V1__POLICY__POLICY_IMPORTANCE, 16, 1);
+	r_compact(&d, 2);
+	r_session_meta(&d, 2, 0);
+	r_fork(&d, 2, 10);
+	r_set_policy(&d, 3, KVPALACE__V1__POLICY__POLICY_HIERARCHY, 8, 0);
+	r_compact(&d, 3);
+	r_checkpoint(&d, 2, "compacted");
+	r_restore(&d, 1, "compacted", -1);
+	sc_rt(0, &d);
+	emit_conn("conn-policies");
+	/* the same, closed at once with all of it in flight */
+	sc.len -= 1; /* the READ */
+	sc.len -= 1; /* the WAIT */
+	sc_op(FUZZ_CONN_CLOSE, 0);
+	emit_conn("conn-policies-close-in-flight");
+
+	/* -- the disk tier: pool 1 fills, its pages spill; matching them
+	 * again parks on spill reads -- */
+	for (int threads = 0; threads < 2; threads++) {
+		sc_reset(threads ? FUZZ_CONN_THREADS : 0);
+		sc_open(0, 0);
+		dg_reset(&d);
+		r_open_pool(&d, "m", layout_tiny());
+		r_create_session(&d, 1, NULL);
+		r_append(&d, 2, 7, 900);
+		r_commit(&d, 2, 900);
+		r_close_session(&d, 2);
+		sc_rt(0, &d);
+		for (uint32_t i = 0; i < 3; i++) {
+			dg_reset(&d);
+			r_create_session(&d, 1, NULL);
+			r_append(&d, 3 + i, 8 + i, 900);
+			r_commit(&d, 3 + i, 900);
+			r_close_session(&d, 3 + i);
+			r_stats(&d);
+			sc_rt(0, &d);
+		}
+		dg_reset(&d);
+		r_match(&d, 1, 7, 400, 0, NULL);
+		r_prefetch(&d, 1, 8, 400);
+		r_match(&d, 1, 8, 200, 0, NULL);
+		r_stats(&d);
+		sc_send(0, &d);
+		sc_step(4);
+		sc_op(FUZZ_CONN_READ, 0);
+		sc_op(FUZZ_CONN_WAIT, 0);
+		sc_op(FUZZ_CONN_READ, 0);
+		/* the admin evicts and purges what is there */
+		sc_open(1, 1);
+		dg_reset(&d);
+		r_stats(&d);
+		r_evict(&d, KVPALACE__V1__TIER__TIER_HOST, 1, 0, 50);
+		r_evict(&d, KVPALACE__V1__TIER__TIER_DISK, 1, 0, 20);
+		r_show_session(&d, 2, 16);
+		r_purge(&d, 1, 0);
+		r_stats(&d);
+		sc_rt(1, &d);
+		dg_reset(&d);
+		r_match(&d, 1, 9, 400, 0, NULL);
+		sc_send(0, &d);
+		sc_step(0);
+		sc_op(FUZZ_CONN_CLOSE, 0); /* closed while parked on the disk */
+		sc_op(FUZZ_CONN_WAIT, 0);
+		emit_conn(threads ? "conn-spill-threads" : "conn-spill");
+	}
+
+	/* -- the admin socket: every operation, on what a client left -- */
+	sc_reset(0);
+	sc_open(0, 0);
+	dg_session(&d, 3);
+	r_checkpoint(&d, 2, "w");
+	sc_rt(0, &d);
+	sc_open(1, 1);
+	dg_reset(&d);
+	r_stats(&d);
+	r_list_sessions(&d, 0, 0);
+	r_show_session(&d, 2, 4096);
+	r_config_show(&d);
+	r_config_reload(&d);
+	r_list_checkpoints(&d, -1);
+	r_warmup(&d, "w", 0);
+	r_restore(&d, 1, "w", 0);
+	r_evict(&d, KVPALACE__V1__TIER__TIER_HOST, 0, 0, 0);
+	r_evict(&d, KVPALACE__V1__TIER__TIER_DISK, 0, 0, 0);
+	r_purge(&d, 1, 0);
+	r_purge(&d, 0, 4000000000ull);
+	r_drop_session(&d, 2, 0);
+	r_drop_session(&d, 2, 1);
+	r_drop_pool(&d, 1, 1);
+	r_stats(&d);
+	sc_rt(1, &d);
+	emit_conn("conn-admin-ops");
+
+	/* -- pipelined worker requests, then the client goes: the
+	 * use-after-free of issue 14 (a second job replaced the first's
+	 * ticket; the first then answered a freed connection) -- */
+	sc_reset(0);
+	sc_open(0, 0);
+	dg_reset(&d);
+	for (int i = 0; i < 6; i++)
+		r_list_checkpoints(&d, -1);
+	sc_send(0, &d);
+	sc_op(FUZZ_CONN_CLOSE, 0);
+	emit_conn("conn-pipelined-workers-close");
+	sc_reset(0);
+	sc_open(0, 0);
+	for (int i = 0; i < 3; i++) {
+		dg_reset(&d);
+		r_list_checkpoints(&d, -1);
+		r_list_checkpoints(&d, -1);
+		sc_send(0, &d);
+	}
+	sc_step(2);
+	sc_op(FUZZ_CONN_READ, 0);
+	sc_op(FUZZ_CONN_WAIT, 0);
+	emit_conn("conn-pipelined-workers-read");
+	/* a Restore sent again and again, the connection shut, then gone */
+	sc_reset(0);
+	sc_open(0, 0);
+	dg_session(&d, 6);
+	r_checkpoint(&d, 2, "r");
+	sc_rt(0, &d);
+	dg_reset(&d);
+	r_restore(&d, 1, "r", -1);
+	sc_send(0, &d);
+	sc_op(FUZZ_CONN_SEND_AGAIN, 0);
+	sc_op(FUZZ_CONN_SEND_AGAIN, 0);
+	sc_step(0);
+	sc_op(FUZZ_CONN_SHUT_WR, 0);
+	emit_conn("conn-restore-again-shut");
+	sc_reset(0);
+	sc_open(0, 0);
+	dg_session(&d, 4);
+	sc_rt(0, &d);
+	dg_reset(&d);
+	r_checkpoint(&d, 2, "a");
+	r_checkpoint(&d, 2, "b");
+	r_list_checkpoints(&d, -1);
+	r_restore(&d, 1, "a", -1);
+	r_compact(&d, 2);
+	r_report(&d, 2, 0, 8, 1, 0);
+	r_stats(&d);
+	sc_send(0, &d);
+	sc_step(1);
+	sc_op(FUZZ_CONN_SHUT_WR, 0);
+	sc_step(1);
+	sc_op(FUZZ_CONN_CLOSE, 0);
+	emit_conn("conn-mixed-workers-close");
+
+	/* -- a client that does not read: replies queue in the daemon, it
+	 * stops receiving at max-requests-in-flight -- */
+	sc_reset(0);
+	sc_open(0, 0);
+	dg_reset(&d);
+	for (int i = 0; i < 60; i++)
+		r_stats(&d);
+	for (int i = 0; i < 20; i++) {
+		sc_send(0, &d);
+		sc_step(2);
+	}
+	sc_op(FUZZ_CONN_READ, 0);
+	sc_step(8);
+	sc_op(FUZZ_CONN_READ, 0);
+	emit_conn("conn-no-reading");
+
+	/* -- several connections: a fourth client is refused; one ends with
+	 * an empty datagram, one sends a descriptor, one a bad frame -- */
+	sc_reset(0);
+	for (unsigned int k = 0; k < 4; k++)
+		sc_open(k, 0);
+	dg_session(&d, 5);
+	sc_rt(0, &d);
+	dg_reset(&d);
+	r_match(&d, 1, 5, 40, 0, NULL);
+	r_list_sessions(&d, 0, 0);
+	sc_rt(1, &d);
+	sc_op(FUZZ_CONN_READ, 3);
+	sc_send_fd(2, &d, 1);
+	sc_op(FUZZ_CONN_SEND_EOF, 1);
+	dg_reset(&d);
+	dg_raw(&d, "KVP1\x01\x00", 6);
+	sc_send(0, &d);
+	sc_op(FUZZ_CONN_WAIT, 0);
+	for (unsigned int k = 0; k < 4; k++)
+		sc_op(FUZZ_CONN_READ, k);
+	sc_open(3, 0); /* room again */
+	dg_reset(&d);
+	r_hello(&d, 1);
+	sc_rt(3, &d);
+	emit_conn("conn-several");
+}
+
 /* ---- fuzz_ckpt ------------------------------------------------------------ */
 
 static int tmp_dir_fd(char *dir, size_t len)
@@ -1387,6 +1746,7 @@ int main(int argc, char **argv)
 	if (mkdir(root_dir, 0755) < 0 && errno != EEXIST)
 		fail(root_dir);
 	gen_requests();
+	gen_conns();
 	gen_ckpts();
 	gen_spill();
 	printf("%d corpus files written under %s\n", n_written, root_dir);
