@@ -479,6 +479,7 @@ static void apply_gather(struct session *s, struct compact_job *j)
 	s->n_hashes = 0;
 	s->dropped_tokens += s->n_tokens - k;
 	s->n_tokens = s->n_committed = k;
+	tokvec_cut(&s->tok, k);
 	s->compacted = s->unindexed = 1;
 }
 

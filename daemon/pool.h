@@ -83,7 +83,8 @@ void pool_free(struct cache *c, struct pool *p);
  * pool, at most POOL_RELEASE_MAX pages a call (the server's tick). A page
  * given back reads as zeros and costs memory again when next written.
  * Not for an arena registered with io_uring (pinned): the registration
- * would keep the old memory and the disk tier would read from it.
+ * would keep the old memory and the disk tier would read from it; nor for
+ * a hugetlb one.
  * Returns the pages given back. */
 #define POOL_RELEASE_MAX 16384u
 uint32_t pool_release_free(struct pool *p);
