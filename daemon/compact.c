@@ -838,9 +838,10 @@ int compact_session(struct cache *c, struct session *s, uint64_t *ret_dropped)
 	return ret;
 }
 
-int compact_due(const struct session *s)
+int compact_due(const struct session *s, uint64_t more)
 {
-	return s->pol.auto_compact && s->pol.kind != POLICY_NONE && s->n_committed == s->n_tokens &&
+	return s->pol.auto_compact && s->pol.kind != POLICY_NONE &&
+	       s->n_committed + more == s->n_tokens &&
 	       s->n_tokens > policy_budget(&s->pol, s->n_tokens);
 }
 
@@ -862,7 +863,7 @@ int compact_after_commit(struct cache *c, struct session *s)
 	uint64_t dropped = 0;
 	const char *why;
 
-	if (!compact_due(s) || compact_gather_start_now(c, s, &j) < 0)
+	if (!compact_due(s, 0) || compact_gather_start_now(c, s, &j) < 0)
 		return 0;
 	compact_job_run(&j);
 	return compact_job_finish(c, &j, &dropped, &why) == 0 && dropped > 0;

@@ -158,9 +158,10 @@ void compact_place(struct cache *c, struct session *s, uint32_t n_hashes);
  * -EFAULT pages gone from the arena, -ENOMEM; nothing changed on error. */
 int compact_session(struct cache *c, struct session *s, uint64_t *ret_dropped);
 
-/* Whether a commit just done should compact s: its policy says
- * auto_compact and it is past its budget with nothing uncommitted. */
-int compact_due(const struct session *s);
+/* Whether s should compact once more of its tokens are committed (0: a
+ * commit just done): its policy says auto_compact and it would be past
+ * its budget with nothing uncommitted. */
+int compact_due(const struct session *s, uint64_t more);
 
 /* After a commit, here on the calling thread: compacts s when
  * compact_due, without parking (a compaction that finds no room waits

@@ -337,6 +337,13 @@ static int do_commit(struct cache *cache, struct conn *c, uint64_t req_id,
 		if (ret < 0)
 			return ret;
 	}
+	/* Nothing changed yet: the commit may wait for the worker that
+	 * would compact after it. */
+	if (s->writer == c) {
+		ret = polop_commit_wait(cache, c, s, in->n_tokens, why);
+		if (ret < 0)
+			return ret;
+	}
 	ret = session_commit(cache, s, c, in->n_tokens, &first);
 	if (ret < 0) {
 		*why = ret == -EBUSY   ? "another client holds this session's reservation"

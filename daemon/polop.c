@@ -281,17 +281,26 @@ static int submit(struct cache *cache, struct conn *c, uint64_t req_id, struct p
 	return -EINPROGRESS;
 }
 
+int polop_commit_wait(struct cache *cache, struct conn *c, const struct session *s, uint64_t n,
+		      const char **why)
+{
+	if (!cache->worker || n > s->n_tokens - s->n_committed)
+		return 0;
+	return compact_due(s, n) ? over_share(cache, c, why) : 0;
+}
+
 int polop_compact_after_commit(struct cache *cache, struct conn *c, uint64_t req_id,
 			       struct session *s)
 {
 	struct polop_job *j;
 
-	if (!compact_due(s))
+	if (!compact_due(s, 0))
 		return 0;
 	if (!cache->worker)
 		return compact_after_commit(cache, s);
-	/* A tenant at its share of jobs compacts at a later commit: the
-	 * commit itself cannot wait, it is done. */
+	/* A tenant still at its share of jobs (polop_commit_wait let a
+	 * commit that waited CONN_MAX_PARK_NS through) compacts at a later
+	 * commit: this one is done. */
 	if (compact_jobs(cache, c->uid) >= POLOP_JOBS_PER_TENANT)
 		return 0;
 	j = calloc(1, sizeof(*j));

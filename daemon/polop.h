@@ -24,6 +24,14 @@ int polop_run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *
 	      struct reply *r, const char **why);
 
 struct session;
+/* Before c's Commit of n tokens of s: -EAGAIN (cache->park_on set, *why)
+ * when the commit would make s due for compaction (compact_due) while
+ * c's tenant has its share of worker jobs in flight, so the commit waits
+ * for them; else 0. Without the wait, a tenant's sessions would grow past
+ * their budgets, commit after commit, for as long as a slow job runs. */
+int polop_commit_wait(struct cache *cache, struct conn *c, const struct session *s, uint64_t n,
+		      const char **why);
+
 /* After c's Commit (request req_id) of s: compacts s when compact_due,
  * on a worker. Returns -EINPROGRESS when a worker compacts (a ticket of c
  * answers the Commit then, saying compacted), 1 when it compacted here (a

@@ -376,11 +376,12 @@ static void test_bad_neighbour(void **state)
 		      solo50, solo99, bes50, bes99, sh->n_beside, (unsigned long long)sh->queries);
 	print_message("M's %d forks of %u tokens: daemon heap +%ld KiB; M held %d connections\n",
 		      N_FORKS, FORK_TOKENS, forks_kb, sh->conns_held);
-	assert_true(sh->queries >= 5);
-#if defined(KVP_DEBUG_CHECKS) || defined(__SANITIZE_ADDRESS__)
+	/* M was at work while V pinged. */
+	assert_true(sh->queries >= 1);
+#if defined(KVP_DEBUG_CHECKS) || defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 	/* Instrumented: a whole-cache check after every one of M's requests
-	 * runs on the loop, and ASan keeps freed memory in quarantine, so the
-	 * figures measure the instruments. */
+	 * runs on the loop, ASan keeps freed memory in quarantine, TSan
+	 * slows everything: the figures measure the instruments. */
 	print_message("instrumented build: bounds not checked\n");
 #else
 	/* The forks cost their page tables (20 bytes a page: 3.2 MiB), not a
@@ -388,6 +389,7 @@ static void test_bad_neighbour(void **state)
 	assert_true(forks_kb < (long)N_FORKS * FORK_TOKENS * 4 / 1024);
 	/* As test_fairness: the median under 10 times alone plus 2 ms, p99
 	 * under 20 ms or 4 times alone plus 2 ms. */
+	assert_true(sh->queries >= 5);
 	assert_true(bes50 < 10 * solo50 + 2);
 	assert_true(bes99 < (4 * solo99 + 2 > 20 ? 4 * solo99 + 2 : 20));
 #endif
