@@ -540,7 +540,8 @@ int compact_job_finish(struct cache *c, struct compact_job *j, uint64_t *ret_n, 
 		*why = gather ? "the session was closed while it was compacted"
 			      : "the session was closed while it was scored";
 	} else if (s->n_committed != j->n || s->n_pages < j->n_slots ||
-		   memcmp(s->pages, j->slots, j->n_slots * sizeof(*j->slots)) != 0 ||
+		   (j->n_slots &&
+		    memcmp(s->pages, j->slots, j->n_slots * sizeof(*j->slots)) != 0) ||
 		   (gather &&
 		    (s->n_tokens != j->n || s->n_pages != j->n_slots || s->dev_copying))) {
 		/* Our references kept the slots from being reused, so the same
