@@ -399,6 +399,53 @@ int harness_become_nobody(void)
 	return geteuid() == 65534 ? 0 : -1;
 }
 
+int harness_become(uid_t uid)
+{
+	pid_t parent = getppid();
+
+	if (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
+		return -1;
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+		return -1;
+	return geteuid() == uid ? 0 : -1;
+}
+
+long harness_proc_kb(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	size_t flen = strlen(field);
+	long kb = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, flen) && line[flen] == ':') {
+			kb = strtol(line + flen + 1, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return kb;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+double harness_quantile(double *v, size_t n, double q)
+{
+	size_t i;
+
+	qsort(v, n, sizeof(*v), cmp_double);
+	i = (size_t)(q * (double)(n - 1) + 0.5);
+	return v[i < n ? i : n - 1];
+}
+
 /* ---- deterministic K/V -------------------------------------------------- */
 
 uint32_t harness_token(uint32_t seq, uint64_t pos)

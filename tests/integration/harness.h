@@ -102,6 +102,15 @@ int harness_run_capture(char *const argv[], char *const env[], char *out, size_t
 /* Drops root to uid/gid 65534 (nobody) in a child. Returns 0, or -1 when
  * not root or the switch failed. */
 int harness_become_nobody(void);
+/* Switches a child (of harness_fork) to uid and gid uid, asking again for
+ * the signal that kills it with the test (a change of credentials clears
+ * it). Returns 0, or -1 when the switch failed or the test is gone. */
+int harness_become(uid_t uid);
+
+/* A field of /proc/<pid>/status in kB (VmRSS, RssAnon, ...), or -1. */
+long harness_proc_kb(pid_t pid, const char *field);
+/* The q-quantile (0..1) of v[0..n), n > 0, sorting v in place. */
+double harness_quantile(double *v, size_t n, double q);
 
 /* ---- deterministic K/V ------------------------------------------------- */
 

@@ -15,12 +15,10 @@
  * leave no page held once the job is done, and the daemon alive.
  */
 #include <errno.h>
-#include <grp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,19 +71,6 @@ struct shared {
 static int as_root(void)
 {
 	return geteuid() == 0;
-}
-
-/* Switches a child to uid (as test_isolation.c), keeping the signal that
- * kills it with the test. */
-static int become(uid_t uid)
-{
-	pid_t parent = getppid();
-
-	if (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
-		return -1;
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
-		return -1;
-	return geteuid() == uid ? 0 : -1;
 }
 
 static double now_ms(void)
@@ -173,7 +158,7 @@ static int heavy_main(void *arg)
 
 	CHILD_CHECK(tokens && q);
 	if (as_root())
-		CHILD_CHECK(become(UID_HEAVY) == 0);
+		CHILD_CHECK(harness_become(UID_HEAVY) == 0);
 	harness_tokens(tokens, n, 3 + (uint32_t)a->idx, 0);
 	CHILD_CHECK(kvp_connect(a->h->sock, &c) == 0);
 	CHILD_CHECK(kvp_pool_open(c, MODEL_HEAVY, &harness_layout, &p) == 0);
@@ -227,7 +212,7 @@ static int light_main(void *arg)
 	uint32_t n = 0;
 
 	if (as_root())
-		CHILD_CHECK(become(UID_LIGHT) == 0);
+		CHILD_CHECK(harness_become(UID_LIGHT) == 0);
 	CHILD_CHECK(kvp_connect(a->h->sock, &c) == 0);
 	CHILD_CHECK(kvp_pool_open(c, MODEL_LIGHT, &harness_layout, &p) == 0);
 	for (int i = 0; i < 200; i++) /* warm up */
@@ -262,23 +247,6 @@ static int light_main(void *arg)
 	sh->scored_after = total_scored(sh);
 	kvp_disconnect(c);
 	return 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* The q-quantile of v[0..n) (sorted in place). */
-static double quantile(double *v, size_t n, double q)
-{
-	size_t i;
-
-	qsort(v, n, sizeof(*v), cmp_double);
-	i = (size_t)(q * (double)(n - 1) + 0.5);
-	return v[i < n ? i : n - 1];
 }
 
 /* A heavy tenant loops on ReportImportance queries at the work cap (or
@@ -321,10 +289,10 @@ static void ping_beside_heavy(struct harness *h, enum heavy_mode mode)
 
 	n = sh->n_beside;
 	assert_true(n > 0);
-	solo50 = quantile(sh->solo, N_SOLO, 0.5);
-	solo99 = quantile(sh->solo, N_SOLO, 0.99);
-	bes50 = quantile(sh->beside, n, 0.5);
-	bes99 = quantile(sh->beside, n, 0.99);
+	solo50 = harness_quantile(sh->solo, N_SOLO, 0.5);
+	solo99 = harness_quantile(sh->solo, N_SOLO, 0.99);
+	bes50 = harness_quantile(sh->beside, n, 0.5);
+	bes99 = harness_quantile(sh->beside, n, 0.99);
 	rate = (double)(sh->scored_after - sh->scored_before);
 	print_message("ping alone: p50 %.3f ms p99 %.3f ms (%u pings)\n", solo50, solo99, N_SOLO);
 	print_message("ping beside the heavy tenant: p50 %.3f ms p99 %.3f ms (%u pings, %.0f "
@@ -559,7 +527,7 @@ static int share_main(void *arg)
 	kvp_session *s;
 
 	CHILD_CHECK(tokens && q);
-	CHILD_CHECK(become(a->greedy ? UID_HEAVY : UID_LIGHT) == 0);
+	CHILD_CHECK(harness_become(a->greedy ? UID_HEAVY : UID_LIGHT) == 0);
 	harness_tokens(tokens, N_TOKENS, a->greedy ? 4 : 5, 0);
 	CHILD_CHECK(kvp_connect(a->h->sock, &c) == 0);
 	CHILD_CHECK(kvp_pool_open(c, a->greedy ? MODEL_HEAVY : MODEL_LIGHT, &harness_layout, &p) ==
@@ -630,7 +598,7 @@ static void test_worker_share(void **state)
 		assert_int_equal(sh->status[i], KVPALACE__V1__STATUS__STATUS_OK);
 	for (int i = 0; i < N_GREEDY; i++)
 		sorted[i] = sh->greedy[i];
-	qsort(sorted, N_GREEDY, sizeof(double), cmp_double);
+	(void)harness_quantile(sorted, N_GREEDY, 0.0); /* sorts them */
 	print_message("greedy tenant's answers at +%.1f +%.1f +%.1f +%.1f ms, the other's at "
 		      "+%.1f ms\n",
 		      0.0, sorted[1] - sorted[0], sorted[2] - sorted[0], sorted[3] - sorted[0],

@@ -128,27 +128,6 @@ static int raw_pool_with_fd(struct raw *r, const char *model, uint64_t *ret_pool
 	return 0;
 }
 
-/* A field of /proc/<pid>/status in kB (VmRSS, RssAnon), or -1. */
-static long proc_status_kb(pid_t pid, const char *field)
-{
-	char path[64], line[256];
-	size_t flen = strlen(field);
-	long kb = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, field, flen) && line[flen] == ':') {
-			kb = strtol(line + flen + 1, NULL, 10);
-			break;
-		}
-	fclose(f);
-	return kb;
-}
-
 /* Descriptors the daemon has open. */
 static int daemon_fds(pid_t pid)
 {
@@ -931,7 +910,7 @@ static void test_unread_replies(void **state)
 	assert_int_equal(kvp_commit(s, n_tokens), 0);
 	f.session_id = kvp_session_id(s);
 
-	before_kb = proc_status_kb(h->pid, "RssAnon");
+	before_kb = harness_proc_kb(h->pid, "RssAnon");
 	assert_true(before_kb > 0);
 	sent = start_flooders(&f, 1, &pid, &go);
 	assert_true(sent > 0);
@@ -942,7 +921,7 @@ static void test_unread_replies(void **state)
 	bound_kb = 32 * 1024;
 	took = round_trips(h, 100);
 	for (int i = 0; i < 20; i++) {
-		long kb = proc_status_kb(h->pid, "RssAnon");
+		long kb = harness_proc_kb(h->pid, "RssAnon");
 
 		if (kb > peak_kb)
 			peak_kb = kb;
@@ -1028,7 +1007,7 @@ static void test_forks_share_metadata(void **state)
 		assert_int_equal(kvp_append(s, tokens + at, 16384), 0);
 		assert_int_equal(kvp_commit(s, 16384), 0);
 	}
-	before_kb = proc_status_kb(h->pid, "RssAnon");
+	before_kb = harness_proc_kb(h->pid, "RssAnon");
 	assert_true(before_kb > 0);
 	for (int i = 0; i < N_FORKS; i++)
 		assert_int_equal(kvp_session_fork(s, FORK_TOKENS, &f[i]), 0);
@@ -1039,11 +1018,11 @@ static void test_forks_share_metadata(void **state)
 		assert_int_equal(kvp_commit(f[i], 8), 0);
 		assert_int_equal(kvp_session_committed(f[i]), FORK_TOKENS + 8);
 	}
-	forked_kb = proc_status_kb(h->pid, "RssAnon");
+	forked_kb = harness_proc_kb(h->pid, "RssAnon");
 	for (int i = 0; i < N_FORKS; i++)
 		assert_int_equal(kvp_session_close(f[i]), 0);
 	assert_int_equal(kvp_ping(c), 0);
-	closed_kb = proc_status_kb(h->pid, "RssAnon");
+	closed_kb = harness_proc_kb(h->pid, "RssAnon");
 	print_message("%d forks of a %u-token session: daemon anonymous memory %ld -> %ld KiB "
 		      "(+%ld KiB, %.2f bytes a token a fork), %ld KiB after they closed\n",
 		      N_FORKS, FORK_TOKENS, before_kb, forked_kb, forked_kb - before_kb,

@@ -43,13 +43,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -106,20 +104,6 @@ static void iso_free(struct iso *k)
 	munmap(k, sizeof(*k));
 }
 
-/* Switches a child to uid. A change of credentials clears the signal the
- * harness asked for when the test process dies: asked for again, so a
- * child left waiting by a failed test never outlives it. */
-static int become(uid_t uid)
-{
-	pid_t parent = getppid();
-
-	if (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
-		return -1;
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
-		return -1;
-	return geteuid() == uid ? 0 : -1;
-}
-
 struct as_call {
 	uid_t uid;
 	int (*fn)(struct iso *);
@@ -130,7 +114,7 @@ static int as_user(void *arg)
 {
 	const struct as_call *a = arg;
 
-	CHILD_CHECK_EQ(become(a->uid), 0);
+	CHILD_CHECK_EQ(harness_become(a->uid), 0);
 	return a->fn(a->k);
 }
 

@@ -15,13 +15,11 @@
  * does) and skips otherwise.
  */
 #include <errno.h>
-#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -88,40 +86,6 @@ static void sleep_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
-/* A field of /proc/<pid>/status in kB, or -1. */
-static long status_kb(pid_t pid, const char *field)
-{
-	char path[64], line[256];
-	size_t flen = strlen(field);
-	long kb = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, field, flen) && line[flen] == ':') {
-			kb = strtol(line + flen + 1, NULL, 10);
-			break;
-		}
-	fclose(f);
-	return kb;
-}
-
-/* Switches a child to uid, keeping the signal that kills it with the
- * test (as test_isolation.c). */
-static int become(uid_t uid)
-{
-	pid_t parent = getppid();
-
-	if (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
-		return -1;
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
-		return -1;
-	return geteuid() == uid ? 0 : -1;
-}
-
 /* Fills pool p with committed sessions closed again: its pages stay
  * cached in the index, held against the tier. */
 static int fill_pool(kvp_pool *p, uint32_t seed, uint32_t pages)
@@ -152,7 +116,7 @@ static int m_main(void *arg)
 	uint32_t *tokens;
 	int n = 0;
 
-	CHILD_CHECK(become(UID_M) == 0);
+	CHILD_CHECK(harness_become(UID_M) == 0);
 	while (!sh->go)
 		sleep_ms(1);
 	if (a->role == 2) {
@@ -199,10 +163,10 @@ static int m_main(void *arg)
 		CHILD_CHECK_EQ(kvp_append(s, tokens + at, 8192), 0);
 		CHILD_CHECK_EQ(kvp_commit(s, 8192), 0);
 	}
-	sh->heap_before_kb = status_kb(a->h->pid, "RssAnon");
+	sh->heap_before_kb = harness_proc_kb(a->h->pid, "RssAnon");
 	for (int i = 0; i < N_FORKS; i++)
 		CHILD_CHECK_EQ(kvp_session_fork(s, FORK_TOKENS, &f[i]), 0);
-	sh->heap_forked_kb = status_kb(a->h->pid, "RssAnon");
+	sh->heap_forked_kb = harness_proc_kb(a->h->pid, "RssAnon");
 	for (int i = 1; i < N_POOLS_M; i++) {
 		char model[64];
 
@@ -254,7 +218,7 @@ static int v_main(void *arg)
 	double t0;
 	uint32_t n = 0;
 
-	CHILD_CHECK(become(UID_V) == 0);
+	CHILD_CHECK(harness_become(UID_V) == 0);
 	CHILD_CHECK(kvp_connect(a->h->sock, &c) == 0);
 	for (int i = 0; i < 200; i++)
 		CHILD_CHECK(kvp_ping(c) == 0);
@@ -281,22 +245,6 @@ static int v_main(void *arg)
 	sh->n_beside = n;
 	kvp_disconnect(c);
 	return 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double quantile(double *v, size_t n, double q)
-{
-	size_t i;
-
-	qsort(v, n, sizeof(*v), cmp_double);
-	i = (size_t)(q * (double)(n - 1) + 0.5);
-	return v[i < n ? i : n - 1];
 }
 
 static int setup(void **state)
@@ -366,11 +314,11 @@ static void test_bad_neighbour(void **state)
 	assert_true(sh->v_served);
 
 	forks_kb = sh->heap_forked_kb - sh->heap_before_kb;
-	solo50 = quantile(sh->solo, N_SOLO, 0.5);
-	solo99 = quantile(sh->solo, N_SOLO, 0.99);
+	solo50 = harness_quantile(sh->solo, N_SOLO, 0.5);
+	solo99 = harness_quantile(sh->solo, N_SOLO, 0.99);
 	assert_true(sh->n_beside > 20);
-	bes50 = quantile(sh->beside, sh->n_beside, 0.5);
-	bes99 = quantile(sh->beside, sh->n_beside, 0.99);
+	bes50 = harness_quantile(sh->beside, sh->n_beside, 0.5);
+	bes99 = harness_quantile(sh->beside, sh->n_beside, 0.99);
 	print_message("V's ping alone p50 %.3f ms p99 %.3f ms; beside M p50 %.3f ms p99 %.3f ms "
 		      "(%u pings, %llu of M's queries at the cap meanwhile)\n",
 		      solo50, solo99, bes50, bes99, sh->n_beside, (unsigned long long)sh->queries);
