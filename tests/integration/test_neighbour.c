@@ -58,6 +58,7 @@ struct shared {
 	volatile int failed;
 	volatile uint64_t queries; /* M's queries answered */
 	volatile long heap_before_kb, heap_forked_kb;
+	volatile int forked;	 /* M's forks measured: its queries may start */
 	volatile int conns_held; /* M's connections open */
 	double solo[N_SOLO];
 	double beside[N_BESIDE];
@@ -139,6 +140,10 @@ static int m_main(void *arg)
 		for (size_t i = 0; i < (size_t)N_Q_HEADS * harness_layout.head_dim; i++)
 			q[i] = (float)((i % 7) + 1) * 0.01f;
 		harness_tokens(tokens, Q_TOKENS, 2, 0);
+		/* A query's job holds 8 MiB of attention weights: not while
+		 * the forks' memory is measured. */
+		while (!sh->forked && !sh->stop)
+			sleep_ms(1);
 		CHILD_CHECK(kvp_pool_open(c, MODEL_M "-q", &harness_layout, &p[0]) == 0);
 		CHILD_CHECK(harness_commit_session(p[0], tokens, Q_TOKENS, &s) == 0);
 		CHILD_CHECK_EQ(kvp_session_score_query(s, 1, q, N_Q_HEADS), 0);
@@ -167,6 +172,7 @@ static int m_main(void *arg)
 	for (int i = 0; i < N_FORKS; i++)
 		CHILD_CHECK_EQ(kvp_session_fork(s, FORK_TOKENS, &f[i]), 0);
 	sh->heap_forked_kb = harness_proc_kb(a->h->pid, "RssAnon");
+	sh->forked = 1;
 	for (int i = 1; i < N_POOLS_M; i++) {
 		char model[64];
 
