@@ -1,4 +1,4 @@
-/* bench/policy_bench.c — what each token policy (daemon/policy.h) costs in
+/* bench/policy_bench.c — what each token policy (daemon/base/policy.h) costs in
  * attention error, against keeping a random subset of the same size.
  *
  * tinylm (default config, --seed) reads a synthetic conversation of

@@ -24,7 +24,7 @@
  *    anywhere, an interior page of a chain included (its descendants stay
  *    cached but cannot be matched until it is written again);
  *  - LEAF_LRU: kvpalaced's host-tier policy without a disk tier
- *    (daemon/evict.c, daemon/prefix_index.c), run sequentially: a page a
+ *    (daemon/core/evict.c, daemon/store/prefix_index.c), run sequentially: a page a
  *    request holds (matched or being written) cannot leave; only leaves
  *    (cached pages with no cached child) are candidates, least recently
  *    released first; a leaf's parent that becomes a leaf is next in line.

@@ -2,7 +2,7 @@
  *
  *   kvp-ckpt-inspect [--verify] FILE...
  *
- * Reads each FILE with the daemon's own reader (daemon/ckpt.h) under its
+ * Reads each FILE with the daemon's own reader (daemon/store/ckpt.h) under its
  * own name, as a restore of that name would: the header (format version,
  * the name and owner it records, model, layouts, counts, sizes, when it
  * was written) and, with --verify, every page against its checksum and

@@ -1,6 +1,6 @@
 /* tests/faults/test_iofaults.c — I/O faults in spill and checkpoint I/O.
  *
- * kvpalaced runs with $KVPALACED_FAULTS (daemon/faults.h, kvpalaced(8)
+ * kvpalaced runs with $KVPALACED_FAULTS (daemon/server/faults.h, kvpalaced(8)
  * TESTING): EIO, ENOSPC, ECANCELED, EINTR/EAGAIN and short transfers are
  * injected at aio's completion layer (spill reads and writes, on the
  * io_uring and on the threads backend) and into ckpt.c's reads, writes

@@ -84,7 +84,7 @@ enum fuzz_conn_op {
 			     .dtype = SHM_DTYPE_F16,                                               \
 			     .quant_group = 0})
 
-/* The page header fields of daemon/spill.c (little-endian): magic, chain
+/* The page header fields of daemon/store/spill.c (little-endian): magic, chain
  * hash, parent hash, data sum, sequence, flags, dtype, stored bytes, then
  * the XXH3-64 of the bytes before it seeded with the pool root's low half;
  * then (format 3) the last-use stamp and its seal, the XXH3-64 of the

@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_ckpt.c — fuzz target: a checkpoint file through the
- * reader of daemon/ckpt.h.
+ * reader of daemon/store/ckpt.h.
  *
  * Byte 0 of the input holds flags (FUZZ_CKPT_* in fuzz.h); the rest is
  * written as the file "c" of a private temporary directory, then read as

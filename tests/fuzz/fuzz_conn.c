@@ -213,7 +213,7 @@ static unsigned int turn(int wait)
 
 		ret = io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, NULL);
 #ifdef RUNNING_ON_VALGRIND
-		/* As daemon/loop.c: valgrind runs one thread at a time, and
+		/* As daemon/io/loop.c: valgrind runs one thread at a time, and
 		 * the worker threads need a turn. */
 		if (RUNNING_ON_VALGRIND)
 			sched_yield();

@@ -3,7 +3,7 @@
  *
  * Byte 0 of the input picks the connection and what happens around the
  * datagram (FUZZ_REQ_* in fuzz.h); the rest is the datagram, handled as
- * daemon/conn.c handles a received one: frame_next over at most
+ * daemon/server/conn.c handles a received one: frame_next over at most
  * FRAME_MAX_BATCH frames, each unpacked with the server's byte-budgeted
  * arena and dispatched (dispatch runs validate_request first) against an
  * in-process daemon: the struct cache of a struct server configured with a
@@ -220,7 +220,7 @@ static void check_reply(const struct reply *r, const Kvpalace__V1__Request *req)
 			r->resp.error ? r->resp.error : "");
 }
 
-/* run_frame of daemon/conn.c. Returns 0, or -1 when the daemon would
+/* run_frame of daemon/server/conn.c. Returns 0, or -1 when the daemon would
  * close the connection. */
 static int run_frame(struct conn *c, const uint8_t *payload, size_t len)
 {
@@ -262,7 +262,7 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len)
 	return 0;
 }
 
-/* handle_message of daemon/conn.c for n bytes in buf. Returns 0, or -1
+/* handle_message of daemon/server/conn.c for n bytes in buf. Returns 0, or -1
  * when the daemon would close the connection. */
 static int handle_datagram(struct conn *c, const uint8_t *buf, size_t n)
 {

@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_spill.c — fuzz target: spill-file page headers through
- * spill_hdr_decode and spill_scan (daemon/spill.h).
+ * spill_hdr_decode and spill_scan (daemon/store/spill.h).
  *
  * The input (FUZZ_SPILL_* in fuzz.h) chooses a capacity, a first extent
  * and flags, then gives page headers. Its first 128 header bytes go to

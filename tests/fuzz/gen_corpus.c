@@ -93,7 +93,7 @@ static void dg_add(struct dgram *d, Kvpalace__V1__Request *req)
 
 /* The id of the n-th object (pool, session, lease) a fresh daemon makes
  * for its first tenant: the tenant's tag (1) above bit 40, then its own
- * counter (cache_new_id in daemon/cache.c). 0 stays 0: "not given". */
+ * counter (cache_new_id in daemon/core/cache.c). 0 stays 0: "not given". */
 static uint64_t id_of(uint64_t n)
 {
 	return n ? 1ull << 40 | n : 0;

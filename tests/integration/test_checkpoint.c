@@ -283,7 +283,7 @@ static void test_refusals(void **state)
 	kvp_pool *p, *p2;
 	kvp_session *s;
 	/* Offsets inside the file: the header's uid field, a token record,
-	 * the middle of the first page (daemon/ckpt.h has the layout). */
+	 * the middle of the first page (daemon/store/ckpt.h has the layout). */
 	static const off_t flips[] = {24, 512 + 16 * 5, 4096 + 1000};
 	char names[3][16];
 

@@ -1168,7 +1168,7 @@ static void test_client_socket_refuses_admin_ops(void **state)
 /* ---- checkpoints -------------------------------------------------------- */
 
 /* The size of a checkpoint of 40 tokens in 3 pages of 8 KiB, as
- * daemon/ckpt.h lays it out: header and token records padded to 4096,
+ * daemon/store/ckpt.h lays it out: header and token records padded to 4096,
  * the pages, 8 bytes of checksum per page, a 32-byte trailer. */
 #define CKPT_40_BYTES 28728
 

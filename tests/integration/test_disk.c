@@ -55,7 +55,7 @@
 #define CONV	   (CONV_PAGES * BT)
 #define N_CONV	   64
 #define DISK_BYTES (16u << 20)
-/* The spill file's layout (daemon/spill.h): a 4096-byte file header, 128
+/* The spill file's layout (daemon/store/spill.h): a 4096-byte file header, 128
  * bytes of page header per extent, then 4096-aligned extents. */
 #define PAGE_BYTES 4096u
 #define N_EXTENTS  (DISK_BYTES / PAGE_BYTES)

@@ -2,7 +2,7 @@
  * machine without a GPU.
  *
  * kvpalaced started with KVPALACED_EMULATE_GPU=1 plays a GPU in host
- * memory (daemon/gpu.c): device arenas are memfds, copies are memcpy, and
+ * memory (daemon/core/gpu.c): device arenas are memfds, copies are memcpy, and
  * everything else is the real tier — OpenDeviceArena with the arena passed
  * over SCM_RIGHTS, LeaseDevice answered through a ticket once the
  * completion came back through the eventfd, device slots owned by leases

@@ -9,7 +9,7 @@
  * original position kvp_session_meta reports for i: a token copied from the
  * wrong place, or a wrong position, reads wrong. Every expectation of which
  * tokens are kept is computed here by hand from the rules in
- * daemon/policy.h, not by calling the daemon's code.
+ * daemon/base/policy.h, not by calling the daemon's code.
  */
 #include <errno.h>
 #include <math.h>

@@ -1,5 +1,5 @@
-/* tests/unit/test_aio.c — the worker pool (daemon/worker.h) and
- * asynchronous file I/O (daemon/aio.h), on both backends.
+/* tests/unit/test_aio.c — the worker pool (daemon/io/worker.h) and
+ * asynchronous file I/O (daemon/io/aio.h), on both backends.
  *
  * Every aio case runs twice, once on io_uring and once on worker threads,
  * against a file in a fresh mkdtemp directory opened with O_DIRECT where

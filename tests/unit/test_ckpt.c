@@ -1,4 +1,4 @@
-/* tests/unit/test_ckpt.c — the checkpoint file of daemon/ckpt.h.
+/* tests/unit/test_ckpt.c — the checkpoint file of daemon/store/ckpt.h.
  *
  * A checkpoint must come back byte for byte or not at all. Round trips
  * with real layouts (a partial last page, a quantized layout, an empty

@@ -1,4 +1,4 @@
-/* tests/unit/test_confview.c — the configuration as data (daemon/confview.h).
+/* tests/unit/test_confview.c — the configuration as data (daemon/base/confview.h).
  *
  * config_print's text of a real configuration splits into one entry per
  * key with the value and source --print-config shows; a value holding

@@ -1,4 +1,4 @@
-/* tests/unit/test_pagealloc.c — the page-slot allocator of daemon/pagealloc.h.
+/* tests/unit/test_pagealloc.c — the page-slot allocator of daemon/store/pagealloc.h.
  *
  * Slots come out distinct until -ENOSPC, references and pins keep a slot
  * held until the last one goes, freed slots are reused last-in first-out,

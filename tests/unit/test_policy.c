@@ -1,4 +1,4 @@
-/* tests/unit/test_policy.c — token policies and layers of daemon/policy.h.
+/* tests/unit/test_policy.c — token policies and layers of daemon/base/policy.h.
  *
  * Every kind on small sessions whose answer is worked out by hand in the
  * comments (window, sinks, importance with ties and weights, hierarchy

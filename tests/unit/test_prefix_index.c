@@ -1,4 +1,4 @@
-/* tests/unit/test_prefix_index.c — the prefix index of daemon/prefix_index.h.
+/* tests/unit/test_prefix_index.c — the prefix index of daemon/store/prefix_index.h.
  *
  * The hash chain is what spilled pages and checkpoints will be found by
  * after a restart, so its format is pinned: h_i is XXH3-128 of the
@@ -279,7 +279,7 @@ static void saw_gone(void *arg, const struct pindex_entry *e)
 	x->gone++;
 }
 
-/* An admin's purge (daemon/purge.c): forgetting a page takes every page
+/* An admin's purge (daemon/service/purge.c): forgetting a page takes every page
  * continuing it, children first, leaves its parent and the other chains;
  * a page a session still holds stays allocated for it; a dry run changes
  * nothing; I/O in flight refuses the whole call. */

@@ -1,4 +1,4 @@
-/* tests/unit/test_spill.c — the spill file format alone (daemon/spill.h),
+/* tests/unit/test_spill.c — the spill file format alone (daemon/store/spill.h),
  * on real files in a private temporary directory:
  *  - last-use stamps: they survive encode/decode, a stamp whose seal does
  *    not verify (a flipped byte, one left over from an earlier page of the
@@ -40,7 +40,7 @@ static const XXH128_hash_t root = {.low64 = 0x1111222233334444ull, .high64 = 0x5
 #define CAP	16u
 #define PAGE	4096u
 #define UID	1000u
-#define FH_FMT	8u   /* daemon/spill.c: the file header's format field */
+#define FH_FMT	8u   /* daemon/store/spill.c: the file header's format field */
 #define FH_SUM	196u /* ... and its checksum */
 #define PH_USED 76u  /* the page header's stamp */
 

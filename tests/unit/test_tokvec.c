@@ -1,5 +1,5 @@
 /* tests/unit/test_tokvec.c — a session's tokens shared copy-on-write
- * (daemon/tokvec.h).
+ * (daemon/store/tokvec.h).
  *
  * What a fork relies on: sharing copies nothing and charges nothing;
  * writing where another vector shares gives the writer its own copy with

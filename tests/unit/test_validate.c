@@ -1,4 +1,4 @@
-/* tests/unit/test_validate.c — request validation of daemon/validate.h.
+/* tests/unit/test_validate.c — request validation of daemon/service/validate.h.
  *
  * Every decoded request passes validate_request before dispatch. These
  * tests build requests the way a hostile or careless client could (no

@@ -1,0 +1,44 @@
+/* daemon/base/confview.h — the effective configuration as data.
+ *
+ * config_print (config.c) is the one place that knows how each key is
+ * shown and where its value came from; --print-config writes it to
+ * stdout. The admin socket needs the same view as data (kvpalacectl config
+ * show) and the reload path needs to know which keys a reload changed, so
+ * this file captures config_print's text in memory (open_memstream) and
+ * splits its lines, `key = value # source`, into entries, instead of
+ * keeping a second copy of the key table. Event-loop thread only (it
+ * reads the live configuration).
+ */
+#ifndef KVPD_CONFVIEW_H
+#define KVPD_CONFVIEW_H
+
+#include <stddef.h>
+
+#include "config.h"
+
+struct confview_entry {
+	char *key;
+	char *value;
+	char *source; /* "default", "preset", "file", "command line" */
+};
+
+/* What config_print writes for c, NUL-terminated, in *ret_text (free()
+ * it) with its length in *ret_len. Returns 0 or -ENOMEM. */
+int confview_text(const struct config *c, char **ret_text, size_t *ret_len);
+
+/* Splits one line of that text (without its newline) in place into *ret.
+ * Returns 0, or -EINVAL for the heading comment, an empty line or a line
+ * of another shape. A value is what lies between " = " and the last
+ * " # ", trailing blanks removed. */
+int confview_split(char *line, struct confview_entry *ret);
+
+/* Lines of text: the number of '\n'-terminated or final pieces. */
+size_t confview_lines(const char *text);
+
+/* Calls fn(arg, key) for each key of text a whose value (and, when
+ * with_source, source) differs in text b or that b lacks. The texts are
+ * left unchanged. Returns 0 or -ENOMEM. */
+int confview_diff(const char *a, const char *b, int with_source,
+		  void (*fn)(void *arg, const char *key), void *arg);
+
+#endif

@@ -1,0 +1,99 @@
+/* daemon/base/idmap.c — id → pointer hash map (see idmap.h). */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "idmap.h"
+#include "log.h"
+
+static size_t slot_of(uint64_t id, size_t cap)
+{
+	/* Fibonacci hashing spreads sequential ids across the table. */
+	return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 17) & (cap - 1);
+}
+
+void idmap_fini(struct idmap *m)
+{
+	free(m->slots);
+	m->slots = NULL;
+	m->cap = m->n = 0;
+}
+
+void *idmap_get(const struct idmap *m, uint64_t id)
+{
+	if (!m->cap || !id)
+		return NULL;
+	for (size_t i = slot_of(id, m->cap);; i = (i + 1) & (m->cap - 1)) {
+		if (m->slots[i].id == id)
+			return m->slots[i].ptr;
+		if (!m->slots[i].id)
+			return NULL;
+	}
+}
+
+static int grow(struct idmap *m)
+{
+	size_t cap = m->cap ? m->cap * 2 : 64;
+	struct idmap_entry *s = calloc(cap, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	for (size_t i = 0; i < m->cap; i++) {
+		size_t j;
+
+		if (!m->slots[i].id)
+			continue;
+		for (j = slot_of(m->slots[i].id, cap); s[j].id; j = (j + 1) & (cap - 1))
+			;
+		s[j] = m->slots[i];
+	}
+	free(m->slots);
+	m->slots = s;
+	m->cap = cap;
+	return 0;
+}
+
+int idmap_put(struct idmap *m, uint64_t id, void *ptr)
+{
+	size_t i;
+
+	kvp_assert(id != 0);
+	if ((m->n + 1) * 4 > m->cap * 3) {
+		int ret = grow(m);
+
+		if (ret < 0)
+			return ret;
+	}
+	for (i = slot_of(id, m->cap); m->slots[i].id; i = (i + 1) & (m->cap - 1))
+		kvp_assert(m->slots[i].id != id);
+	m->slots[i].id = id;
+	m->slots[i].ptr = ptr;
+	m->n++;
+	return 0;
+}
+
+void *idmap_del(struct idmap *m, uint64_t id)
+{
+	size_t i, j;
+	void *ptr;
+
+	if (!m->cap || !id)
+		return NULL;
+	for (i = slot_of(id, m->cap); m->slots[i].id != id; i = (i + 1) & (m->cap - 1))
+		if (!m->slots[i].id)
+			return NULL;
+	ptr = m->slots[i].ptr;
+	/* Backward-shift deletion keeps probe chains intact without tombstones. */
+	for (j = (i + 1) & (m->cap - 1); m->slots[j].id; j = (j + 1) & (m->cap - 1)) {
+		size_t home = slot_of(m->slots[j].id, m->cap);
+
+		/* Move j back into the hole at i unless its home lies in (i, j]. */
+		if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
+			m->slots[i] = m->slots[j];
+			i = j;
+		}
+	}
+	m->slots[i].id = 0;
+	m->slots[i].ptr = NULL;
+	m->n--;
+	return ptr;
+}

@@ -1,0 +1,33 @@
+/* daemon/base/idmap.h — a hash map from 64-bit ids to pointers.
+ *
+ * Open addressing with linear probing and backward-shift deletion; ids are
+ * never 0 (0 marks an empty slot). Lookups of client-supplied ids are O(1)
+ * on average whatever the ids. Event-loop thread only.
+ */
+#ifndef KVPD_IDMAP_H
+#define KVPD_IDMAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct idmap_entry {
+	uint64_t id;
+	void *ptr;
+};
+
+struct idmap {
+	struct idmap_entry *slots; /* [cap], cap a power of two */
+	size_t cap;
+	size_t n;
+};
+
+/* A zeroed struct idmap is a valid empty map. */
+void idmap_fini(struct idmap *m);
+/* Returns the pointer stored for id, or NULL. */
+void *idmap_get(const struct idmap *m, uint64_t id);
+/* Stores ptr under id (must be absent, non-zero). Returns 0 or -ENOMEM. */
+int idmap_put(struct idmap *m, uint64_t id, void *ptr);
+/* Removes id; returns the pointer it held or NULL. */
+void *idmap_del(struct idmap *m, uint64_t id);
+
+#endif

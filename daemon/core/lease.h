@@ -1,0 +1,70 @@
+/* daemon/core/lease.h — read leases: a client's pins on matched pages.
+ *
+ * MatchPrefix pins the pages of the matched prefix under a lease; they
+ * stay allocated and unchanged until Release or until the owning
+ * connection closes, whatever happens to the session they came from. A
+ * lease remembers what it matched so a token list split over several
+ * requests extends one lease. Only the owner may use or release a lease;
+ * another connection presenting its id gets "not found". Event-loop thread
+ * only.
+ */
+#ifndef KVPD_LEASE_H
+#define KVPD_LEASE_H
+
+#include <stdint.h>
+#include <xxhash.h>
+
+#include "cache.h"
+#include "list.h"
+#include "pool.h"
+
+struct lease {
+	uint64_t id;
+	struct pool *pool;
+	const void *owner;
+	XXH128_hash_t root;  /* chain root: pool identity + salt */
+	XXH128_hash_t chain; /* hash of the last matched page (the root at first) */
+	uint32_t *carry;     /* tokens of a page cut by a chunk boundary */
+	uint32_t n_carry;
+	uint64_t n_tokens; /* matched so far */
+	int complete;
+	int counted;
+	/* counted as a hit or a miss */ /* the match stopped; later chunks add nothing */
+	/* An admin purged some of its pages (daemon/service/purge.c): the match
+	 * stopped, and a session forked from it indexes nothing. */
+	int purged;
+	uint32_t *tokens;      /* [cap_pages * block_tokens] tokens of the matched pages */
+	XXH128_hash_t *hashes; /* [cap_pages] chain hash of each matched page */
+	uint32_t *pages;       /* [cap_pages] pinned slots, n_pages used */
+	uint32_t n_pages;
+	uint32_t cap_pages;
+	/* Device copies (LeaseDevice, daemon/core/gpu.c): dev_slots[i] is the
+	 * device slot of pages[i] for i < n_dev; held until release. */
+	uint32_t *dev_slots;
+	uint32_t n_dev;
+	uint32_t cap_dev;
+	struct list owner_link; /* the owner's list of leases */
+};
+
+/* Creates an empty lease on p for owner, linked into owner_list. Returns
+ * 0, or -ENOMEM. The caller enforces the per-client lease limit. */
+int lease_create(struct cache *c, struct pool *p, const void *owner, struct list *owner_list,
+		 struct lease **ret_lease);
+
+/* Pins slot, the next page of the match, whose chain hash is hash and
+ * whose block_tokens tokens are tokens, and appends it to the lease.
+ * Returns 0 or -ENOMEM (nothing pinned then). */
+int lease_add_page(struct lease *l, uint32_t slot, XXH128_hash_t hash, const uint32_t *tokens);
+
+/* Unpins the pages after the first keep, newest first, and forgets them
+ * (a chunk of a match that failed half-way), with their device slots. */
+void lease_drop_pages(struct lease *l, uint32_t keep);
+
+/* Unpins every page, gives back its device slots and frees the lease.
+ * NULL is accepted. */
+void lease_release(struct cache *c, struct lease *l);
+
+/* The lease with this id if owner holds it, else NULL. */
+struct lease *lease_get(struct cache *c, uint64_t id, const void *owner);
+
+#endif

@@ -1,0 +1,171 @@
+/* daemon/core/match.c — prefix matching through the index (see match.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evict.h"
+#include "match.h"
+#include "tier.h"
+
+/* Walks the pages of carry ‖ tokens from the lease's chain hash, pinning
+ * each page found; keeps an incomplete last page's tokens as the new carry.
+ * Sets l->complete at the first miss. */
+static int walk(struct lease *l, const uint32_t *tokens, size_t n, struct match_result *ret)
+{
+	struct pool *p = l->pool;
+	uint32_t bt = p->layout.block_tokens;
+	uint32_t first = l->n_pages, n_carry = l->n_carry;
+	uint64_t n_tokens = l->n_tokens;
+	XXH128_hash_t chain = l->chain;
+	uint32_t *page = NULL;
+	size_t at = 0;
+	int err = 0;
+
+	*ret = (struct match_result){.first_page = first};
+	if (l->complete)
+		return 0;
+	while (!l->complete && l->n_carry + (n - at) >= bt) {
+		const uint32_t *toks = tokens + at;
+		struct pindex_entry *e;
+		XXH128_hash_t h;
+
+		if (l->n_carry) {
+			/* A page cut by the previous chunk's end. */
+			if (!page && !(page = malloc((size_t)bt * sizeof(uint32_t))))
+				return -ENOMEM;
+			memcpy(page, l->carry, l->n_carry * sizeof(uint32_t));
+			memcpy(page + l->n_carry, tokens + at,
+			       (bt - l->n_carry) * sizeof(uint32_t));
+			at += bt - l->n_carry;
+			l->n_carry = 0;
+			toks = page;
+		} else {
+			at += bt;
+		}
+		h = prefix_index_hash_page(l->chain, toks, bt);
+		/* A page whose write to disk is in flight is still in its
+		 * host slot, which the write's reference keeps: served like
+		 * any other (issue 13: pages on their way to disk were
+		 * misses). The lease's pin keeps the slot after the write:
+		 * the page then stays in the host tier (tier.c, on_written).
+		 * Pages being read in have no host slot yet (e->slot). */
+		e = prefix_index_find_host(&p->ix, h);
+		if (!e) {
+			l->complete = 1;
+			break;
+		}
+		err = lease_add_page(l, e->slot, h, toks);
+		if (err < 0)
+			break;
+		l->chain = h;
+		l->n_tokens += bt;
+	}
+	free(page);
+	if (err == 0 && !l->complete && at < n) {
+		/* Fewer than bt tokens left: keep them for the next chunk. */
+		if (!l->carry && !(l->carry = malloc((size_t)bt * sizeof(uint32_t))))
+			err = -ENOMEM;
+		else
+			memcpy(l->carry + l->n_carry, tokens + at, (n - at) * sizeof(uint32_t));
+		if (err == 0)
+			l->n_carry += (uint32_t)(n - at);
+	}
+	if (err < 0) {
+		/* A chunk that failed leaves the lease as it was (the carried
+		 * tokens were only read), so the same chunk sent again
+		 * matches what it would have: never tokens out of step. */
+		lease_drop_pages(l, first);
+		l->n_carry = n_carry;
+		l->n_tokens = n_tokens;
+		l->chain = chain;
+		l->complete = 0;
+		return err;
+	}
+	/* No page yet: pages may be NULL, and NULL + 0 is undefined. */
+	ret->slots = l->n_pages > first ? l->pages + first : NULL;
+	ret->n_slots = l->n_pages - first;
+	return 0;
+}
+
+uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, const uint32_t *carry,
+			uint32_t n_carry, const uint32_t *tokens, size_t n)
+{
+	uint32_t bt = p->layout.block_tokens, waiting = 0;
+	uint32_t page[SHM_MAX_BLOCK_TOKENS];
+	int64_t pinned, room, need = 0;
+	size_t at = 0;
+
+	/* Only a pool with index entries outside the host tier needs the
+	 * extra walk: the common all-in-host match hashes its tokens once. */
+	if (!p->spill || p->ix.n_entries == p->ix.n_host)
+		return 0;
+	/* No more of the chain is brought in than the pool holds at its low
+	 * mark beside what others pin (sessions, leases; not reads, ours
+	 * included): past that, each read evicted a page this walk had read
+	 * before, the request parked again and read it back, a livelock until
+	 * CONN_MAX_PARK_NS (fuzz_conn: 6.7 GB read in 10 s for a 150-page
+	 * match beside a 100-page lease in a 256-page pool). The match then
+	 * serves the prefix that fits. */
+	pinned = (int64_t)p->pa.n_pages - p->pa.n_free - p->ix.n_idle - p->reads_inflight;
+	room = (int64_t)evict_mark_pages(c->cfg->host_low_watermark, p->pa.n_pages) -
+	       (pinned > 0 ? pinned : 0);
+	while (n_carry + (n - at) >= bt) {
+		const uint32_t *toks = tokens + at;
+		struct pindex_entry *e;
+		int ret;
+
+		if (n_carry) {
+			memcpy(page, carry, n_carry * sizeof(uint32_t));
+			memcpy(page + n_carry, tokens + at, (bt - n_carry) * sizeof(uint32_t));
+			at += bt - n_carry;
+			n_carry = 0;
+			toks = page;
+		} else {
+			at += bt;
+		}
+		chain = prefix_index_hash_page(chain, toks, bt);
+		e = prefix_index_find(&p->ix, chain);
+		if (!e)
+			break;
+		/* Pages others pin are in host and counted in pinned. */
+		if (e->slot == PINDEX_NONE || e->io == PINDEX_IO_READ || e->idle) {
+			if (need >= room)
+				break;
+			need++;
+		}
+		prefix_index_touch(&p->ix, &p->pa, e);
+		ret = tier_promote(c, p, e);
+		if (ret == 1 || ret == -EAGAIN)
+			waiting++;
+		else if (ret < 0)
+			break; /* no copy, or no room: the walk stops here */
+	}
+	return waiting;
+}
+
+int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void *owner,
+		struct list *owner_list, const uint32_t *tokens, size_t n, struct lease **ret_lease,
+		struct match_result *ret)
+{
+	struct lease *l;
+	int err;
+
+	err = lease_create(c, p, owner, owner_list, &l);
+	if (err < 0)
+		return err;
+	l->root = l->chain = root;
+	err = walk(l, tokens, n, ret);
+	if (err < 0 || (l->complete && l->n_tokens == 0)) {
+		lease_release(c, l);
+		return err < 0 ? err : 0;
+	}
+	*ret_lease = l;
+	return 1;
+}
+
+int match_extend(struct cache *c, struct lease *l, const uint32_t *tokens, size_t n,
+		 struct match_result *ret)
+{
+	(void)c;
+	return walk(l, tokens, n, ret);
+}

@@ -1,0 +1,182 @@
+/* daemon/core/pool.c — pool lookup and creation (see pool.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "log.h"
+#include "pool.h"
+#include "session.h"
+
+static int same_layout(const struct shm_layout *a, const struct shm_layout *b)
+{
+	return !memcmp(a, b, sizeof(*a));
+}
+
+struct pool *pool_get(struct cache *c, uint64_t id, uid_t uid, int admin)
+{
+	struct pool *p = idmap_get(&c->pools, id);
+
+	if (!p || (!admin && p->uid != uid))
+		return NULL;
+	return p;
+}
+
+int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm_layout *layout,
+	      struct pool **ret_pool)
+{
+	const struct config *cfg = c->cfg;
+	uint32_t n_mine = 0;
+	uint64_t page_bytes, n_pages, arena_bytes;
+	struct list *it, *tmp;
+	struct pool *p;
+	char name[64];
+	int ret;
+
+	list_for_each_safe (it, tmp, &c->pool_list) {
+		p = list_entry(it, struct pool, link);
+		if (p->uid != uid)
+			continue;
+		if (!strcmp(p->model_id, model_id) && same_layout(&p->layout, layout)) {
+			*ret_pool = p;
+			return 0;
+		}
+		n_mine++;
+	}
+	if (n_mine >= cfg->max_pools_per_tenant)
+		return -EDQUOT;
+	if (!cache_fd_room(c, CACHE_POOL_FDS))
+		return -EMFILE; /* what is left is the admin's */
+
+	page_bytes = shm_page_bytes(layout);
+	n_pages = cfg->host_pool_bytes / page_bytes;
+	if (n_pages == 0)
+		return -ENOSPC;
+	if (n_pages > UINT32_MAX)
+		n_pages = UINT32_MAX;
+	arena_bytes = n_pages * page_bytes;
+	/* Round to whole hugepages so the arena can use them when reserved. */
+	if (arena_bytes >= 4 * SHM_HUGEPAGE_BYTES)
+		arena_bytes = (arena_bytes + SHM_HUGEPAGE_BYTES - 1) / SHM_HUGEPAGE_BYTES *
+			      SHM_HUGEPAGE_BYTES;
+	/* An arena costs what it holds, not what it could: host-tier-size
+	 * bounds held pages (evict_make_room), so opening a pool takes
+	 * nothing from anyone (issue 14: five pools of one user used to book
+	 * the whole tier). */
+
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->arena_fd = -1;
+	p->spill_data = p->spill_meta = -1;
+	list_init(&p->waiters);
+	list_init(&p->ios);
+	list_init(&p->jobs);
+	list_init(&p->compact_jobs);
+	list_init(&p->sessions);
+	list_init(&p->link);
+	p->id = cache_new_id(c, uid);
+	p->uid = uid;
+	snprintf(p->model_id, sizeof(p->model_id), "%s", model_id);
+	p->layout = *layout;
+	p->page_bytes = page_bytes;
+	p->arena_bytes = arena_bytes;
+	ret = pagealloc_init(&p->pa, (uint32_t)n_pages);
+	if (ret == 0)
+		ret = prefix_index_init(&p->ix, (uint32_t)n_pages);
+	if (ret < 0)
+		goto fail;
+	p->root = prefix_index_root(model_id, layout, NULL, 0);
+	snprintf(name, sizeof(name), "kvpalace-pool-%llu", (unsigned long long)p->id);
+	ret = shm_arena_create(name, arena_bytes, &p->arena_fd, &p->huge);
+	if (ret < 0)
+		goto fail;
+	ret = shm_arena_map(p->arena_fd, arena_bytes, &p->arena);
+	if (ret < 0)
+		goto fail;
+	ret = idmap_put(&c->pools, p->id, p);
+	if (ret < 0)
+		goto fail;
+	list_add_tail(&c->pool_list, &p->link);
+	c->host_bytes += arena_bytes;
+	tier_pool_open(c, p);
+	gpu_pool_open(c, p);
+	log_info("pool %llu: uid %u model '%s' %uL %uH %uD %uT %s, %llu pages of %llu bytes%s",
+		 (unsigned long long)p->id, (unsigned)uid, model_id, layout->n_layers,
+		 layout->n_kv_heads, layout->head_dim, layout->block_tokens,
+		 shm_dtype_name(layout->dtype), (unsigned long long)n_pages,
+		 (unsigned long long)page_bytes, p->huge ? ", hugepages" : "");
+	*ret_pool = p;
+	return 0;
+fail:
+	log_err("pool for uid %u model '%s': cannot create arena of %llu bytes: %s", (unsigned)uid,
+		model_id, (unsigned long long)arena_bytes, strerror(-ret));
+	shm_arena_unmap(p->arena, p->arena_bytes);
+	if (p->arena_fd >= 0)
+		close(p->arena_fd);
+	prefix_index_fini(&p->ix, &p->pa);
+	pagealloc_fini(&p->pa);
+	free(p);
+	return ret == -ENOMEM ? -ENOMEM : -ENOSPC;
+}
+
+void pool_free(struct cache *c, struct pool *p)
+{
+	if (!p)
+		return;
+	kvp_assert(list_empty(&p->sessions) && !tier_pool_busy(p) && list_empty(&p->waiters) &&
+		   !p->n_jobs && !p->n_compact_jobs && !p->n_forgets && !gpu_pool_busy(p));
+	gpu_pool_close(c, p);
+	tier_pool_close(c, p);
+	idmap_del(&c->pools, p->id);
+	list_del(&p->link);
+	c->host_bytes -= p->arena_bytes;
+	shm_arena_unmap(p->arena, p->arena_bytes);
+	close(p->arena_fd);
+	prefix_index_fini(&p->ix, &p->pa);
+	pagealloc_fini(&p->pa);
+	free(p);
+}
+
+uint32_t pool_release_free(struct pool *p)
+{
+	uint32_t slots[256], keep = p->pa.n_pages / 32, n, done = 0;
+
+	/* Nor for hugetlb: the huge pages would go back to the reserved
+	 * pool, not to the system, and should another process take them the
+	 * client writing the slot next would die of SIGBUS. */
+	if (p->pinned || p->huge || p->release_failed)
+		return 0;
+	while (done < POOL_RELEASE_MAX &&
+	       (n = pagealloc_release(&p->pa, keep, sizeof(slots) / sizeof(*slots), slots))) {
+		/* Sorted: neighbours go in one call. */
+		for (uint32_t i = 0, j; i < n; i = j) {
+			for (j = i + 1; j < n && slots[j] == slots[j - 1] + 1;)
+				j++;
+			if (fallocate(p->arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				      (off_t)((uint64_t)slots[i] * p->page_bytes),
+				      (off_t)((uint64_t)(j - i) * p->page_bytes)) < 0) {
+				log_warn("pool %llu: cannot give free pages' memory back: %s",
+					 (unsigned long long)p->id, strerror(errno));
+				p->release_failed = 1;
+				return done;
+			}
+		}
+		pagealloc_released(&p->pa, n);
+		done += n;
+	}
+	return done;
+}
+
+uint32_t pool_reserved_pages(const struct pool *p)
+{
+	const struct list *it;
+	uint32_t n = 0;
+
+	for (it = p->sessions.next; it != &p->sessions; it = it->next)
+		n += session_reserved_pages(list_entry(it, struct session, pool_link));
+	return n;
+}

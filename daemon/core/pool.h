@@ -1,0 +1,95 @@
+/* daemon/core/pool.h — pools: all pages of one (tenant, model id, layout).
+ *
+ * Each pool owns its host arena (a sealed memfd, shm/arena.h) and the
+ * page-slot allocator over it, so mapping one pool's arena never exposes
+ * another tenant's data. Pools are found by (uid, model id, layout) on
+ * OpenPool and by id afterwards; a pool id presented by another uid is
+ * "not found", never "forbidden", so ids reveal nothing across tenants.
+ * Pools live until the daemon stops. Event-loop thread only.
+ */
+#ifndef KVPD_POOL_H
+#define KVPD_POOL_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cache.h"
+#include "gpu.h"
+#include "layout.h"
+#include "list.h"
+#include "pagealloc.h"
+#include "prefix_index.h"
+#include "tier.h"
+
+struct pool {
+	uint64_t id;
+	uid_t uid;
+	char model_id[128];
+	struct shm_layout layout;
+	uint64_t page_bytes;
+	uint64_t arena_bytes;
+	int arena_fd;
+	void *arena;	    /* the daemon's own mapping */
+	int huge;	    /* arena uses hugepages */
+	int pinned;	    /* its arena is registered with io_uring (tier.c): pinned */
+	int release_failed; /* punching holes in the arena failed: not again */
+	struct pagealloc pa;
+	struct prefix_index ix;
+	XXH128_hash_t root;  /* chain root without a salt */
+	struct spill *spill; /* the disk tier's file, or NULL */
+	int spill_data;	     /* its aio handles */
+	int spill_meta;
+	uint32_t spill_dtype; /* quantized format cold pages are written in, or 0 */
+	uint32_t io_inflight; /* disk reads and writes */
+	uint32_t writes_inflight;
+	uint32_t reads_inflight;
+	uint32_t disk_errors_in_row;
+	uint32_t n_jobs;    /* checkpoint jobs working on this pool */
+	uint32_t n_forgets; /* admin purges making its forgotten extents durable (purge.c) */
+	struct list jobs;   /* their links (daemon/service/ckptop.c) */
+	/* Scorings and compactions on workers (compact.h), and their links. */
+	uint32_t n_compact_jobs;
+	struct list compact_jobs;
+	struct tier_counters tier;
+	struct gpu_pool dev;  /* the device arena (dev.on), daemon/core/gpu.h */
+	struct list waiters;  /* struct tier_waiter.link: requests parked on I/O */
+	struct list ios;      /* struct tier_io.link: disk I/O in flight */
+	struct list sessions; /* struct session.pool_link */
+	uint32_t n_sessions;
+	/* Of them the persistent ones (session_own), and of those the ones
+	 * no open connection owns. */
+	uint32_t n_persistent;
+	uint32_t n_unowned;
+	struct list link; /* cache.pool_list */
+};
+
+/* Finds the pool of (uid, model_id, layout) or creates it with a fresh
+ * arena. model_id and layout must have been validated. Returns 0 and the
+ * pool, -EDQUOT when the tenant has max_pools_per_tenant pools, -ENOSPC
+ * when the host tier has no room for another arena or a page does not fit
+ * in a pool arena, or -ENOMEM. */
+int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm_layout *layout,
+	      struct pool **ret_pool);
+
+/* The pool with this id if it belongs to uid (any uid when admin), else
+ * NULL. */
+struct pool *pool_get(struct cache *c, uint64_t id, uid_t uid, int admin);
+
+/* Frees a pool and its arena; its sessions must be gone. */
+void pool_free(struct cache *c, struct pool *p);
+
+/* Gives the memory of p's cold free pages back to the system (a hole
+ * punched in the arena): all but the most recently freed 1/32 of the
+ * pool, at most POOL_RELEASE_MAX pages a call (the server's tick). A page
+ * given back reads as zeros and costs memory again when next written.
+ * Not for an arena registered with io_uring (pinned): the registration
+ * would keep the old memory and the disk tier would read from it; nor for
+ * a hugetlb one.
+ * Returns the pages given back. */
+#define POOL_RELEASE_MAX 16384u
+uint32_t pool_release_free(struct pool *p);
+
+/* Pages held only by uncommitted reservations. O(sessions). */
+uint32_t pool_reserved_pages(const struct pool *p);
+
+#endif

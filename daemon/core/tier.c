@@ -1,0 +1,928 @@
+/* daemon/core/tier.c — host ⇄ disk movement of index pages (see tier.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aio.h"
+#include "evict.h"
+#include "guard.h"
+#include "kernels.h"
+#include "log.h"
+#include "pool.h"
+#include "spill.h"
+#include "tier.h"
+
+/* After this many I/O errors in a row a pool stops spilling (reads of what
+ * is on disk still go on, and fail into misses). */
+#define TIER_MAX_ERRORS_IN_ROW 8
+
+struct tier_io {
+	struct aio_req data;
+	struct aio_req meta;
+	struct cache *c;
+	struct pool *p;
+	struct pindex_entry *e;
+	uint32_t slot, extent;
+	uint64_t sum;
+	uint64_t len;	  /* bytes moved: the page, or its quantized form */
+	uint32_t dtype;	  /* that form: 0 the pool's own */
+	void *bounce;	  /* a quantized page on its way to disk */
+	int pending;	  /* requests not yet completed */
+	int holds_slot;	  /* the data request holds a reference on slot */
+	struct list link; /* pool.ios */
+	unsigned char hdr[SPILL_PAGE_HDR];
+};
+
+static void *page_addr(const struct pool *p, uint32_t slot)
+{
+	return (char *)p->arena + (uint64_t)slot * p->page_bytes;
+}
+
+void tier_wait(struct pool *p, struct tier_waiter *w)
+{
+	list_del(&w->link);
+	list_add_tail(&p->waiters, &w->link);
+}
+
+void tier_unwait(struct tier_waiter *w)
+{
+	list_del(&w->link);
+}
+
+void tier_wake_all(struct pool *p)
+{
+	struct list woken, *it;
+
+	/* Move them off first: a woken request may park again. */
+	list_init(&woken);
+	if (list_empty(&p->waiters))
+		return;
+	woken.next = p->waiters.next;
+	woken.prev = p->waiters.prev;
+	woken.next->prev = &woken;
+	woken.prev->next = &woken;
+	list_init(&p->waiters);
+	while ((it = woken.next) != &woken) {
+		struct tier_waiter *w = list_entry(it, struct tier_waiter, link);
+
+		list_del(it);
+		w->wake(w);
+	}
+}
+
+int tier_check(const struct pool *p, uint32_t *refs)
+{
+	uint32_t n = 0, reads = 0, writes = 0;
+
+	for (const struct list *it = p->ios.next; it != &p->ios; it = it->next) {
+		const struct tier_io *io = list_entry(it, struct tier_io, link);
+
+		n++;
+		if (io->holds_slot) {
+			if (io->slot >= p->pa.n_pages || !p->spill || io->extent >= p->spill->hwm)
+				return -EUCLEAN;
+			refs[io->slot]++;
+			reads += io->e->io == PINDEX_IO_READ;
+			writes += io->e->io == PINDEX_IO_WRITE;
+		}
+	}
+	if (n != p->io_inflight || reads != p->reads_inflight || writes != p->writes_inflight)
+		return -EUCLEAN;
+	return 0;
+}
+
+int tier_pool_busy(const struct pool *p)
+{
+	return p->io_inflight != 0;
+}
+
+static void io_done(struct tier_io *io)
+{
+	struct pool *p = io->p;
+
+	if (--io->pending)
+		return;
+	p->io_inflight--;
+	list_del(&io->link);
+	free(io->bounce);
+	free(io);
+}
+
+/* The layout p's pages have on disk when stored as dtype. */
+static int stored_layout(const struct pool *p, uint32_t dtype, struct shm_layout *ret)
+{
+	return shm_layout_quantized(&p->layout, dtype, ret);
+}
+
+/* Bytes of a page of p stored as dtype (0: as it is). */
+static uint64_t stored_bytes(const struct pool *p, uint32_t dtype)
+{
+	struct shm_layout l;
+
+	return dtype && stored_layout(p, dtype, &l) == 0 ? shm_page_bytes(&l) : p->page_bytes;
+}
+
+int tier_page_unquantize(const struct shm_layout *l, void *page, const struct shm_layout *stored)
+{
+	uint64_t len = shm_page_bytes(stored),
+		 used = shm_page_data_bytes(l) + shm_page_scale_bytes(l);
+	void *q = malloc(len);
+	int ret;
+
+	if (!q)
+		return -ENOMEM;
+	memcpy(q, page, len);
+	ret = kref_convert_pages(l, &page, stored, (const void *const *)&q, 1, 0, l->block_tokens);
+	/* The padding as a page written here has it. */
+	if (ret == 0)
+		memset((char *)page + used, 0, shm_page_bytes(l) - used);
+	free(q);
+	return ret;
+}
+
+static void io_error(struct pool *p, int res, const char *what)
+{
+	p->tier.io_errors++;
+	if (++p->disk_errors_in_row == TIER_MAX_ERRORS_IN_ROW)
+		log_err("pool %llu: %d disk errors in a row (last: %s %s); no more spilling",
+			(unsigned long long)p->id, TIER_MAX_ERRORS_IN_ROW, what, strerror(-res));
+}
+
+static void on_meta_written(struct aio_req *r, int res)
+{
+	struct tier_io *io = (struct tier_io *)((char *)r - offsetof(struct tier_io, meta));
+
+	/* A success ends a run of errors here as well as for data: the
+	 * header writes of a batch complete together, and counting only
+	 * their failures would stop a pool's spilling on scattered errors. */
+	struct pool *p = io->p;
+
+	if (res < 0)
+		io_error(p, res, "header write");
+	else
+		p->disk_errors_in_row = 0;
+	io_done(io);
+	/* An admin's purge waits for the pool's header writes too (one that
+	 * landed after its invalidation would bring a page back): tell the
+	 * waiters when the last one is done. */
+	if (p->io_inflight == 0)
+		tier_wake_all(p);
+}
+
+static void on_written(struct aio_req *r, int res)
+{
+	struct tier_io *io = (struct tier_io *)((char *)r - offsetof(struct tier_io, data));
+	struct pool *p = io->p;
+	struct pindex_entry *e = io->e;
+	int gone = 0;
+
+	p->writes_inflight--;
+	if (res == (int)io->len) {
+		struct spill_page_hdr h = {
+			.hash = e->hash,
+			/* A first page names its chain root (salt included), so
+			 * a purge by salt knows it after a restart too. */
+			.parent = e->parent ? e->parent->hash : e->root,
+			.sum = io->sum,
+			.flags = e->parent ? 0 : SPILL_PAGE_FIRST,
+			.dtype = io->dtype,
+			.stored_bytes = (uint32_t)io->len,
+			.used = e->used,
+		};
+
+		p->disk_errors_in_row = 0;
+		e->extent = io->extent;
+		e->disk_sum = io->sum;
+		e->disk_dtype = (uint8_t)io->dtype;
+		e->disk_used = e->used;
+		p->ix.n_disk++;
+		p->tier.spilled++;
+		p->tier.quantized += io->dtype != 0;
+		/* The header goes after the data: a crash between the two
+		 * leaves an old header whose sum fails, never a new header
+		 * over old data that verifies. */
+		spill_hdr_encode(p->spill, &h, io->hdr);
+		io->meta = (struct aio_req){
+			.op = AIO_WRITE,
+			.file = p->spill_meta,
+			.buf = io->hdr,
+			.len = SPILL_PAGE_HDR,
+			.off = spill_hdr_off(io->extent),
+			.done = on_meta_written,
+		};
+		io->pending++;
+		aio_submit(io->c->aio, &io->meta);
+	} else {
+		if (res == -ENOSPC || res == -EFBIG)
+			spill_full(p->spill, io->extent);
+		else
+			io_error(p, res, "page write");
+		spill_free(p->spill, io->extent);
+	}
+	/* The write's own reference. A page written to leave the host tier
+	 * leaves now unless a match leased it meanwhile (its host copy was
+	 * served while in flight: the lease's pin keeps the slot). */
+	io->holds_slot = 0;
+	pagealloc_unref(&p->pa, io->slot);
+	if (e->leaving) {
+		gone = e->extent != PINDEX_NONE && p->pa.refs[io->slot] == 1 &&
+		       p->pa.pins[io->slot] == 0;
+		if (gone)
+			prefix_index_detach_host(&p->ix, &p->pa, e);
+		prefix_index_set_leaving(&p->ix, &p->pa, e, 0);
+	}
+	e->io = PINDEX_IO_NONE;
+	if (gone)
+		prefix_index_reconsider(&p->ix, &p->pa, e); /* the newest on disk */
+	else
+		/* Back at the cold end: a page that was to leave and could not
+		 * (its write failed, or a lease holds it now) is still the
+		 * next when nothing holds it; a page written at a stop
+		 * (tier_flush) goes nowhere anyway. */
+		prefix_index_reconsider_cold(&p->ix, &p->pa, e);
+	io_done(io);
+	/* Waiters retry once the batch of writes is out, not per page. */
+	if (p->writes_inflight == 0)
+		tier_wake_all(p);
+}
+
+/* Frees an extent by dropping the least recently used disk-only leaf. */
+static int drop_one_disk_page(struct pool *p)
+{
+	struct pindex_entry *e;
+	uint32_t extent;
+
+	if (list_empty(&p->ix.disk_lru))
+		return -ENOSPC;
+	e = list_entry(p->ix.disk_lru.next, struct pindex_entry, lru_link);
+	prefix_index_drop(&p->ix, &p->pa, e, &extent);
+	if (extent != PINDEX_NONE)
+		spill_free(p->spill, extent);
+	p->tier.dropped++;
+	return 0;
+}
+
+/* What start_write reads of a host page, under the guard (guard.h): the
+ * clients' arena may have lost the memory. */
+struct prepare {
+	const struct shm_layout *ql, *layout; /* ql: the spill-dtype layout, or NULL */
+	void *bounce;
+	const void *src;
+	size_t len;
+	uint64_t sum;
+};
+
+static int prepare_page(void *arg)
+{
+	struct prepare *w = arg;
+
+	if (w->ql) {
+		memset(w->bounce, 0, w->len);
+		kvp_assert(kref_convert_pages(w->ql, &w->bounce, w->layout, &w->src, 1, 0,
+					      w->layout->block_tokens) == 0);
+	}
+	/* Checksummed as written: a client scribbling on an indexed page
+	 * during the write only makes its disk copy fail verification. */
+	w->sum = XXH3_64bits(w->ql ? w->bounce : w->src, w->len);
+	return 0;
+}
+
+static int sum_page(void *arg)
+{
+	struct prepare *w = arg;
+
+	w->sum = XXH3_64bits(w->src, w->len);
+	return 0;
+}
+
+/* Whether p may take one more extent of disk: 0, or -EDQUOT when its
+ * tenant's pools hold disk-tenant-size, -ENOSPC when all pools hold
+ * disk-tier-size or a file that must grow would take the cache file
+ * system's free space below disk-reserve. A tenant at its share takes
+ * nothing from another: start_write then drops its own coldest disk
+ * page. O(pools). */
+static int disk_room(struct cache *c, const struct pool *p)
+{
+	const struct config *cfg = c->cfg;
+	uint64_t pb = p->page_bytes, tenant = 0, all = 0;
+	const struct list *it;
+
+	if (!p->spill->n_free && c->disk_avail_bytes != UINT64_MAX) {
+		/* A new extent grows the file. */
+		if (c->disk_avail_bytes < cfg->disk_reserve_bytes + pb)
+			return -ENOSPC;
+	}
+	for (it = c->pool_list.next; it != &c->pool_list; it = it->next) {
+		const struct pool *q = list_entry(it, struct pool, link);
+		uint64_t used;
+
+		if (!q->spill)
+			continue;
+		used = (uint64_t)q->spill->n_used * q->page_bytes;
+		all += used;
+		if (q->uid == p->uid)
+			tenant += used;
+	}
+	if (cfg->disk_tenant_bytes && tenant + pb > cfg->disk_tenant_bytes)
+		return -EDQUOT;
+	if (cfg->disk_tier_bytes && all + pb > cfg->disk_tier_bytes)
+		return -ENOSPC;
+	return 0;
+}
+
+/* The pool of p's tenant whose spill file holds the most pages (p when
+ * none holds more): where a tenant at its share makes room. */
+static struct pool *largest_of_tenant(struct cache *c, struct pool *p)
+{
+	struct pool *best = p;
+	struct list *it;
+
+	for (it = c->pool_list.next; it != &c->pool_list; it = it->next) {
+		struct pool *q = list_entry(it, struct pool, link);
+
+		if (q->uid == p->uid && q->spill && q->spill->n_used > best->spill->n_used &&
+		    !list_empty(&q->ix.disk_lru))
+			best = q;
+	}
+	return best;
+}
+
+/* Starts writing e's host copy to a free extent; leaving: the host copy
+ * goes once written (else it stays, clean). Returns 0, -ENOSPC (no extent
+ * to be had) or -ENOMEM. */
+static int start_write(struct cache *c, struct pool *p, struct pindex_entry *e, int leaving)
+{
+	struct tier_io *io;
+	uint32_t extent;
+	int ret;
+
+	/* A share used up makes room in the disk pages of this tenant's
+	 * pool that holds the most, never another tenant's. */
+	while (disk_room(c, p) < 0)
+		if (drop_one_disk_page(largest_of_tenant(c, p)) < 0) {
+			p->tier.refused++;
+			return -ENOSPC;
+		}
+	while ((ret = spill_alloc(p->spill, &extent)) == -ENOSPC)
+		if (drop_one_disk_page(p) < 0)
+			return -ENOSPC;
+	if (extent >= p->spill->hwm - 1 && c->disk_avail_bytes != UINT64_MAX)
+		/* Grown: counted until the next statvfs. */
+		c->disk_avail_bytes -=
+			c->disk_avail_bytes > p->page_bytes ? p->page_bytes : c->disk_avail_bytes;
+	io = calloc(1, sizeof(*io));
+	if (!io) {
+		spill_free(p->spill, extent);
+		return -ENOMEM;
+	}
+	io->c = c;
+	io->p = p;
+	io->e = e;
+	io->slot = e->slot;
+	io->extent = extent;
+	io->pending = 1;
+	io->len = p->page_bytes;
+	/* Mixed precision: cold pages go down in spill-dtype, converted by
+	 * the kernels; pages of permanent spans, the important ones, keep
+	 * their own format. */
+	{
+		struct shm_layout ql;
+		struct prepare w = {
+			.layout = &p->layout, .src = page_addr(p, e->slot), .len = p->page_bytes};
+
+		if (p->spill_dtype && !e->permanent) {
+			kvp_assert(stored_layout(p, p->spill_dtype, &ql) == 0);
+			io->len = shm_page_bytes(&ql);
+			if (posix_memalign(&io->bounce, 4096, io->len) == 0) {
+				io->dtype = p->spill_dtype;
+				w.ql = &ql;
+				w.bounce = io->bounce;
+				w.len = io->len;
+			} else {
+				io->bounce = NULL; /* no memory: written as it is */
+				io->len = p->page_bytes;
+			}
+		}
+		ret = guard_run(prepare_page, &w);
+		if (ret < 0) {
+			/* The page's memory is gone from the arena: nothing to
+			 * write. */
+			free(io->bounce);
+			free(io);
+			spill_free(p->spill, extent);
+			return ret;
+		}
+		io->sum = w.sum;
+	}
+	pagealloc_ref(&p->pa, e->slot);
+	io->holds_slot = 1;
+	list_add_tail(&p->ios, &io->link);
+	e->io = PINDEX_IO_WRITE;
+	prefix_index_reconsider(&p->ix, &p->pa, e);
+	if (leaving)
+		prefix_index_set_leaving(&p->ix, &p->pa, e, 1);
+	io->data = (struct aio_req){
+		.op = AIO_WRITE,
+		.file = p->spill_data,
+		.buf = io->bounce ? io->bounce : page_addr(p, e->slot),
+		.len = io->len,
+		.off = spill_data_off(p->spill, extent),
+		.done = on_written,
+	};
+	p->io_inflight++;
+	p->writes_inflight++;
+	aio_submit(c->aio, &io->data);
+	return 0;
+}
+
+/* A host copy without a disk copy and no write in flight. */
+static int unwritten(const struct pindex_entry *e)
+{
+	return e->slot != PINDEX_NONE && e->extent == PINDEX_NONE && e->io == PINDEX_IO_NONE;
+}
+
+/* Starts writing e after its ancestors that have a host copy but no disk
+ * copy, from the top, so a stop killed half way leaves whole prefixes on
+ * disk. Everything stays in the host tier. Returns as start_write. */
+static int write_chain(struct cache *c, struct pool *p, struct pindex_entry *e)
+{
+	struct pindex_entry *a, **up = NULL;
+	size_t n = 0, i;
+	int ret = 0;
+
+	for (a = e->parent; a && a->slot != PINDEX_NONE && a->extent == PINDEX_NONE; a = a->parent)
+		n++;
+	if (n && !(up = malloc(n * sizeof(*up))))
+		return -ENOMEM;
+	for (i = 0, a = e->parent; i < n; i++, a = a->parent)
+		up[i] = a;
+	for (i = n; ret == 0 && i-- > 0;)
+		if (unwritten(up[i]))
+			ret = start_write(c, p, up[i], 0);
+	free(up);
+	return ret < 0 ? ret : start_write(c, p, e, 0);
+}
+
+uint32_t tier_spill(struct cache *c, struct pool *p, uint32_t want_free)
+{
+	struct prefix_index *ix = &p->ix;
+	int may_write;
+
+	if (!p->spill)
+		return 0;
+	may_write = p->disk_errors_in_row < TIER_MAX_ERRORS_IN_ROW;
+	/* The victims of eviction, in its order (prefix_index.h: leaves
+	 * first, least recently used first, permanent ones last; a parent
+	 * whose last child is leaving is next), until the free pages and
+	 * those leaving reach want_free, the low mark: a page with a disk
+	 * copy leaves at once, one without is written and leaves once
+	 * written. Only the victims are written: what stays in the host tier
+	 * needs no disk copy, and a child written while its parent stays is
+	 * still whole after a clean stop (tier_flush writes the parent) and a
+	 * miss after a crash (the start-up scan frees a page whose parent is
+	 * not on disk), never a wrong page. */
+	while (p->pa.n_free + ix->n_leaving < want_free) {
+		struct pindex_entry *e = prefix_index_host_next(ix, NULL);
+
+		if (!e)
+			break;
+		if (e->extent != PINDEX_NONE) {
+			prefix_index_detach_host(ix, &p->pa, e);
+			continue;
+		}
+		if (!may_write || start_write(c, p, e, 1) < 0)
+			break;
+	}
+	return ix->n_leaving;
+}
+
+uint32_t tier_flush(struct cache *c, struct pool *p)
+{
+	uint32_t before = p->writes_inflight;
+
+	if (!p->spill)
+		return 0;
+	/* Every page only the index holds, each after its ancestors; they
+	 * stay in the host tier (the daemon is stopping). */
+	for (uint32_t slot = 0; slot < p->pa.n_pages; slot++) {
+		struct pindex_entry *e = prefix_index_of_slot(&p->ix, slot);
+
+		if (e && e->idle && unwritten(e) && write_chain(c, p, e) < 0)
+			break;
+	}
+	return p->writes_inflight - before;
+}
+
+static void on_read(struct aio_req *r, int res)
+{
+	struct tier_io *io = (struct tier_io *)((char *)r - offsetof(struct tier_io, data));
+	struct pool *p = io->p;
+	struct pindex_entry *e = io->e;
+	struct prepare check = {.src = page_addr(p, io->slot), .len = io->len};
+	int ok = res == (int)io->len;
+
+	e->io = PINDEX_IO_NONE;
+	if (!ok && (res >= 0 || res == -ENODATA)) {
+		/* Short, or end of file (daemon/io/aio.c): the file ends inside
+		 * the extent (cut under the daemon). The page is gone, the
+		 * disk is not failing: a miss, not an error that could turn
+		 * spilling off. */
+		if (p->tier.gone++ == 0)
+			log_warn("pool %llu: %s ends inside extent %u (cut short?); pages past "
+				 "its end are dropped",
+				 (unsigned long long)p->id, p->spill->path, io->extent);
+	} else if (!ok) {
+		io_error(p, res, "page read");
+	} else if (guard_run(sum_page, &check) < 0 || check.sum != e->disk_sum) {
+		/* Read back wrong, or into memory a client took away. */
+		p->tier.verify_failures++;
+		log_warn("pool %llu: page in extent %u of %s failed verification; dropped",
+			 (unsigned long long)p->id, io->extent, p->spill->path);
+		ok = 0;
+	}
+	if (ok) {
+		p->tier.promoted++;
+		p->disk_errors_in_row = 0;
+		prefix_index_attach_host(&p->ix, &p->pa, e, io->slot);
+	} else {
+		/* Any doubt is a miss: the entry loses its disk copy. */
+		uint32_t extent;
+
+		spill_free(p->spill, e->extent);
+		e->extent = PINDEX_NONE;
+		p->ix.n_disk--;
+		if (e->n_children == 0)
+			prefix_index_drop(&p->ix, &p->pa, e, &extent);
+		else
+			prefix_index_reconsider(&p->ix, &p->pa, e);
+	}
+	io->holds_slot = 0;
+	pagealloc_unref(&p->pa, io->slot); /* the read's own reference */
+	if (ok)
+		prefix_index_reconsider(&p->ix, &p->pa, e); /* only the index holds it now */
+	io_done(io);
+	if (--p->reads_inflight == 0)
+		tier_wake_all(p);
+}
+
+int tier_promote(struct cache *c, struct pool *p, struct pindex_entry *e)
+{
+	struct tier_io *io;
+	uint32_t slot;
+	int ret;
+
+	if (e->slot != PINDEX_NONE && e->io != PINDEX_IO_READ)
+		return 0;
+	if (e->io == PINDEX_IO_READ)
+		return 1;
+	/* A lossy copy is not the page that was written: never brought
+	 * back as if it were (a commit of the same tokens replaces it). */
+	if (e->extent == PINDEX_NONE || !p->spill || e->disk_dtype != 0)
+		return -ENOENT;
+	/* Off the lists first: making room may drop disk-only leaves. */
+	e->io = PINDEX_IO_READ;
+	prefix_index_reconsider(&p->ix, &p->pa, e);
+	ret = evict_make_room(c, p, 1);
+	io = ret < 0 ? NULL : calloc(1, sizeof(*io));
+	if (!io) {
+		e->io = PINDEX_IO_NONE;
+		prefix_index_reconsider(&p->ix, &p->pa, e);
+		return ret < 0 ? ret : -ENOSPC;
+	}
+	ret = pagealloc_get(&p->pa, &slot);
+	kvp_assert(ret == 0); /* evict_make_room made room */
+	io->c = c;
+	io->p = p;
+	io->e = e;
+	io->slot = slot;
+	io->extent = e->extent;
+	io->pending = 1;
+	io->holds_slot = 1;
+	io->len = p->page_bytes;
+	list_add_tail(&p->ios, &io->link);
+	io->data = (struct aio_req){
+		.op = AIO_READ,
+		.file = p->spill_data,
+		.buf = page_addr(p, slot),
+		.len = io->len,
+		.off = spill_data_off(p->spill, e->extent),
+		.done = on_read,
+	};
+	p->io_inflight++;
+	p->reads_inflight++;
+	aio_submit(c->aio, &io->data);
+	return 1;
+}
+
+/* ---- warm restart --------------------------------------------------------- */
+
+struct found {
+	struct spill_page_hdr h;
+	uint32_t extent;
+	int state; /* 0 not yet, 1 listed, -1 useless (parent missing...), -2 kept unlisted */
+};
+
+struct scan {
+	struct found *v;
+	size_t n, cap;
+};
+
+static int collect(void *arg, uint32_t extent, const struct spill_page_hdr *h)
+{
+	struct scan *s = arg;
+
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 256;
+		struct found *v = realloc(s->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		s->v = v;
+		s->cap = cap;
+	}
+	s->v[s->n++] = (struct found){.h = *h, .extent = extent};
+	return 0;
+}
+
+/* Least recently used first: by last-use stamp, pages without one (a
+ * format 2 file) before the stamped ones, in write order. */
+static int by_last_use(const void *a, const void *b)
+{
+	const struct found *x = a, *y = b;
+
+	if (x->h.used != y->h.used)
+		return x->h.used < y->h.used ? -1 : 1;
+	return x->h.seq < y->h.seq ? -1 : x->h.seq > y->h.seq;
+}
+
+/* Lists the scanned pages, least recently used first (the order disk_lru
+ * takes), parents before children; a page whose parent is not there can
+ * never be matched, so its extent is freed. A page that memory ran short
+ * for (and its descendants) stays unlisted but keeps its extent for this
+ * run: handing the extent out would overwrite a page the next start can
+ * still find. */
+static void list_found(struct pool *p, struct scan *s)
+{
+	struct idmap by_hash = {0}; /* hash.low64 | 1 → index + 1 */
+	size_t *path = malloc(sizeof(size_t) * (s->n ? s->n : 1));
+	uint32_t kept = 0;
+	int short_of_memory = !path;
+
+	if (s->n) /* qsort wants a non-null base even for none */
+		qsort(s->v, s->n, sizeof(*s->v), by_last_use);
+	/* Stamps handed out from now on come after every one found. */
+	for (size_t i = 0; i < s->n; i++)
+		if (s->v[i].h.used > p->ix.clock)
+			p->ix.clock = s->v[i].h.used;
+
+	for (size_t i = 0; i < s->n; i++)
+		if (idmap_put(&by_hash, s->v[i].h.hash.low64 | 1, (void *)(uintptr_t)(i + 1)) < 0) {
+			s->v[i].state = -2;
+			short_of_memory = 1;
+		}
+	for (size_t i = 0; path && i < s->n; i++) {
+		size_t depth = 0, j = i;
+		int state;
+
+		if (s->v[i].state)
+			continue;
+		/* Climb to a listed page, a first page or a missing parent. */
+		while (s->v[j].state == 0) {
+			uintptr_t k;
+
+			if (depth == s->n) { /* a cycle: hashes cannot form one */
+				j = SIZE_MAX;
+				break;
+			}
+			path[depth++] = j;
+			if (s->v[j].h.flags & SPILL_PAGE_FIRST)
+				break;
+			k = (uintptr_t)idmap_get(&by_hash, s->v[j].h.parent.low64 | 1);
+			if (!k) {
+				j = SIZE_MAX;
+				break;
+			}
+			j = k - 1;
+		}
+		/* A parent missing from a map that ran short may be there. */
+		if (j == SIZE_MAX)
+			state = short_of_memory ? -2 : -1;
+		else if (j != path[depth - 1] && s->v[j].state < 0)
+			state = s->v[j].state;
+		else
+			state = 1;
+		while (depth--) {
+			struct found *f = &s->v[path[depth]];
+			struct pindex_entry *parent = NULL;
+
+			if (state > 0 && !(f->h.flags & SPILL_PAGE_FIRST)) {
+				parent = prefix_index_find(&p->ix, f->h.parent);
+				if (!parent)
+					state = -1;
+			}
+			/* A quantized page this pool cannot turn back is a miss. */
+			if (state > 0 && f->h.dtype &&
+			    stored_bytes(p, f->h.dtype) != f->h.stored_bytes)
+				state = -1;
+			if (state > 0) {
+				int ret = prefix_index_insert_disk(&p->ix, f->h.hash, parent,
+								   f->extent, f->h.sum,
+								   (uint8_t)f->h.dtype);
+
+				if (ret < 0)
+					state = ret == -ENOMEM ? -2 : -1;
+			}
+			/* A first page's header names its chain root. */
+			if (state > 0 && (f->h.flags & SPILL_PAGE_FIRST))
+				prefix_index_find(&p->ix, f->h.hash)->root = f->h.parent;
+			f->state = state;
+			if (state == -1) {
+				spill_free(p->spill, f->extent);
+			} else if (state == -2) {
+				kept++; /* in use until the next start */
+			} else {
+				/* Its own stamp, not the tick of listing it. */
+				struct pindex_entry *e = prefix_index_find(&p->ix, f->h.hash);
+
+				e->used = e->disk_used = f->h.used;
+				p->tier.restored++;
+			}
+		}
+	}
+	if (!path) /* out of memory: nothing listed, everything kept */
+		kept = (uint32_t)s->n;
+	if (kept)
+		log_warn("pool %llu: out of memory listing %u pages of %s; kept on disk for the "
+			 "next start",
+			 (unsigned long long)p->id, kept, p->spill->path);
+	free(path);
+	idmap_fini(&by_hash);
+}
+
+/* Whether p's arena may be registered with io_uring: registering pins the
+ * whole arena, so the registered arenas stay within host-tier-size, and
+ * one tenant's within host-tenant-size (half the tier when unset); past
+ * that a pool's disk I/O goes without fixed buffers (the kernel pins per
+ * request), and an arena costs the memory it holds. */
+static int may_pin(const struct cache *c, const struct pool *p)
+{
+	const struct config *cfg = c->cfg;
+	uint64_t mine = p->arena_bytes;
+	uint64_t cap = cfg->host_tenant_bytes ? cfg->host_tenant_bytes : cfg->host_tier_bytes / 2;
+
+	if (c->pinned_bytes + p->arena_bytes > cfg->host_tier_bytes)
+		return 0;
+	for (const struct list *it = c->pool_list.next; it != &c->pool_list; it = it->next) {
+		const struct pool *q = list_entry(it, struct pool, link);
+
+		if (q->uid == p->uid && q->pinned)
+			mine += q->arena_bytes;
+	}
+	return mine <= cap;
+}
+
+void tier_pool_open(struct cache *c, struct pool *p)
+{
+	const struct config *cfg = c->cfg;
+	struct scan s = {0};
+	char why[4400];
+	int ret;
+
+	if (cfg->disk_pool_bytes == 0 || !c->aio)
+		return;
+	p->spill = calloc(1, sizeof(*p->spill));
+	if (!p->spill)
+		return;
+	ret = spill_open(p->spill, cfg->cache_dir, p->uid, p->model_id, &p->layout, p->root,
+			 cfg->disk_pool_bytes, why, sizeof(why));
+	if (ret == 0) {
+		p->spill_data = aio_file_add(c->aio, p->spill->fd_data);
+		p->spill_meta = aio_file_add(c->aio, p->spill->fd_meta);
+		if (p->spill_data < 0 || p->spill_meta < 0)
+			ret = p->spill_data < 0 ? p->spill_data : p->spill_meta;
+		snprintf(why, sizeof(why), "cannot use %s: %s", p->spill->path, strerror(-ret));
+	}
+	if (ret == 0) {
+		ret = spill_scan(p->spill, collect, &s);
+		if (ret < 0)
+			snprintf(why, sizeof(why), "cannot read the page headers of %s: %s",
+				 p->spill->path, strerror(-ret));
+	}
+	if (ret < 0) {
+		log_err("pool %llu: no disk tier: %s", (unsigned long long)p->id, why);
+		tier_pool_close(c, p);
+		free(s.v);
+		return;
+	}
+	list_found(p, &s);
+	free(s.v);
+	if (p->spill->n_gone)
+		log_warn("pool %llu: %u pages of %s lie past its end (the file was cut short): "
+			 "not found",
+			 (unsigned long long)p->id, p->spill->n_gone, p->spill->path);
+	p->tier.gone += p->spill->n_gone;
+	p->ix.disk = 1;
+	if (cfg->spill_dtype) {
+		struct shm_layout ql;
+
+		if (stored_layout(p, cfg->spill_dtype, &ql) == 0) {
+			p->spill_dtype = cfg->spill_dtype;
+			log_info("pool %llu: cold pages go to disk as %s (%llu of %llu bytes)",
+				 (unsigned long long)p->id, shm_dtype_name(ql.dtype),
+				 (unsigned long long)shm_page_bytes(&ql),
+				 (unsigned long long)p->page_bytes);
+		} else {
+			log_info("pool %llu: pages go to disk as they are: %s pages of %llu "
+				 "bytes gain nothing as %s",
+				 (unsigned long long)p->id, shm_dtype_name(p->layout.dtype),
+				 (unsigned long long)p->page_bytes,
+				 shm_dtype_name(cfg->spill_dtype));
+		}
+	}
+	if (may_pin(c, p) && aio_buffer_add(c->aio, p->arena, p->arena_bytes, p->page_bytes) > 0) {
+		p->pinned = 1;
+		c->pinned_bytes += p->arena_bytes;
+	}
+	log_info("pool %llu: disk tier %s, %u pages%s, %llu found from an earlier run",
+		 (unsigned long long)p->id, p->spill->path, p->spill->cap,
+		 p->spill->direct ? " (O_DIRECT)" : " (no O_DIRECT on this file system)",
+		 (unsigned long long)p->tier.restored);
+}
+
+void tier_reclaim(struct cache *c)
+{
+	uint64_t bytes;
+	uint32_t files;
+	int ret;
+
+	if (c->cfg->disk_pool_bytes == 0)
+		return; /* no disk tier now: its files wait for one */
+	ret = spill_reclaim(c->cfg->cache_dir, &bytes, &files);
+	if (ret < 0)
+		log_warn("%s: cannot look for spill files to reclaim: %s", c->cfg->cache_dir,
+			 strerror(-ret));
+}
+
+void tier_replace_lossy(struct pool *p, struct pindex_entry *e)
+{
+	kvp_assert(prefix_index_lossy(e) && e->io == PINDEX_IO_NONE && p->spill);
+	/* Its header stays (no blocking write on the loop): a restart that
+	 * finds it lists a lossy copy again, which is never matched, and a
+	 * newer write of the page wins over it. */
+	spill_free(p->spill, e->extent);
+	e->extent = PINDEX_NONE;
+	e->disk_dtype = 0;
+	p->ix.n_disk--;
+	p->tier.lossy_replaced++;
+	prefix_index_reconsider(&p->ix, &p->pa, e);
+}
+
+/* Writes the last-use stamps that moved since their headers were written:
+ * the recency a restart rebuilds disk_lru from. */
+static void write_stamps(struct pool *p)
+{
+	const struct idmap *m = &p->ix.by_hash;
+	uint32_t n = 0, failed = 0;
+
+	for (size_t i = 0; m->slots && i < m->cap; i++) {
+		struct pindex_entry *e = m->slots[i].ptr;
+
+		if (!m->slots[i].id || e->extent == PINDEX_NONE || e->io != PINDEX_IO_NONE ||
+		    e->used <= e->disk_used)
+			continue;
+		if (spill_set_used(p->spill, e->extent, e->hash, e->used) == 0) {
+			e->disk_used = e->used;
+			n++;
+		} else {
+			failed++;
+		}
+	}
+	if (n || failed)
+		log_info("pool %llu: last use of %u disk pages written to %s%s",
+			 (unsigned long long)p->id, n, p->spill->path,
+			 failed ? " (some could not be)" : "");
+}
+
+void tier_pool_close(struct cache *c, struct pool *p)
+{
+	if (!p->spill)
+		return;
+	kvp_assert(!tier_pool_busy(p));
+	write_stamps(p);
+	if (c->aio) {
+		/* Before the arena goes: a later arena mapped at the same
+		 * address must not reach these pinned pages. */
+		aio_buffer_remove(c->aio, p->arena);
+		if (p->pinned)
+			c->pinned_bytes -= p->arena_bytes;
+		p->pinned = 0;
+		if (p->spill_data >= 0)
+			aio_file_remove(c->aio, p->spill_data);
+		if (p->spill_meta >= 0)
+			aio_file_remove(c->aio, p->spill_meta);
+	}
+	spill_close(p->spill);
+	free(p->spill);
+	p->spill = NULL;
+	p->ix.disk = 0;
+}

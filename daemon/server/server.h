@@ -1,0 +1,99 @@
+/* daemon/server/server.h — the daemon's top level: listeners, connections,
+ * signals and the periodic timer, all on one event loop.
+ *
+ * The server owns the loop, the metadata cache and the one unpacking arena
+ * every connection shares (messages are handled one at a time, so one
+ * arena suffices). Event-loop thread only.
+ */
+#ifndef KVPD_SERVER_H
+#define KVPD_SERVER_H
+
+#include <linux/time_types.h>
+#include <stdint.h>
+
+#include "aio.h"
+#include "cache.h"
+#include "config.h"
+#include "conn.h"
+#include "frame.h"
+#include "list.h"
+#include "loop.h"
+#include "notify.h"
+#include "worker.h"
+
+struct listener {
+	struct server *srv;
+	struct loop_op op;
+	int fd;
+	int admin;
+	int armed;     /* an accept is in flight */
+	int activated; /* passed by systemd: never unlinked */
+	char path[CONFIG_SOCKET_PATH_MAX];
+};
+
+struct server {
+	struct config *cfg; /* SIGHUP updates what may change live */
+	int argc;	    /* the command line, for reloads */
+	char **argv;
+	struct loop loop;
+	struct worker worker; /* blocking work: checkpoints, pread/pwrite I/O */
+	struct aio aio;	      /* disk I/O of the spill files */
+	int have_aio;
+	struct cache cache;
+	struct frame_arena arena;
+	void *arena_buf;
+	struct conn_rx rx;
+	struct listener client, admin;
+	struct list conns;	   /* struct conn.link */
+	struct conn_census census; /* for admission (conn.h) */
+	uint64_t next_conn_id;
+
+	int sigfd;
+	struct loop_op sig_op;
+	unsigned char siginfo[128];
+
+	struct loop_op timer_op;
+	struct __kernel_timespec tick;
+	uint64_t ticks;
+
+	struct notify notify;
+	struct loop_op watchdog_op; /* armed only under a watchdog */
+	struct __kernel_timespec watchdog_tick;
+};
+
+#define SERVER_KEY_NAME_MAX 48
+
+/* What a reload did: keys whose running value (or its source) changed, and
+ * keys whose value in the re-read configuration differs from the running
+ * one but can change only at a restart (sockets, directories, sizes). */
+struct server_reload {
+	uint32_t n_changed;
+	uint32_t n_restart_needed;
+	char changed[CONFIG_MAX_KEYS][SERVER_KEY_NAME_MAX];
+	char restart_needed[CONFIG_MAX_KEYS][SERVER_KEY_NAME_MAX];
+};
+
+/* Takes the sockets systemd passed (named "client" and "admin"), creates
+ * the others itself (removing stale ones), sets up the loop and starts
+ * accepting. Returns 0 or a negative errno (logged). */
+int server_init(struct server *s, struct config *cfg, int argc, char **argv);
+/* Tells the service manager READY=1 and serves until SIGINT or SIGTERM
+ * (STOPPING=1); SIGHUP reloads (RELOADING=1, then READY=1). Returns 0 or a
+ * negative errno. */
+int server_run(struct server *s);
+/* Re-reads the configuration as at start (file, preset, command line)
+ * and applies what may change while serving (config_reload), for SIGHUP
+ * and for the admin socket's ConfigReload alike: tells the service
+ * manager RELOADING=1 then READY=1, sets the log level, logs the outcome
+ * naming who asked (e.g. "SIGHUP"). Returns 0 and, when ret is not NULL,
+ * what changed (short of memory, the lists may be incomplete; the reload
+ * still took effect); or -EINVAL with the reason in err (errlen bytes) and
+ * the running configuration unchanged, or -ENOMEM before anything was
+ * read. */
+int server_reload_config(struct server *s, const char *who, struct server_reload *ret, char *err,
+			 size_t errlen);
+/* Closes every connection, frees the cache and removes the socket files
+ * the daemon created (not those systemd passed). */
+void server_fini(struct server *s);
+
+#endif

@@ -1,0 +1,826 @@
+/* daemon/service/dispatch.c — one request in, one reply out (see dispatch.h).
+ *
+ * Every id a client presents is looked up in its own tenant's scope: an id
+ * of another tenant is "not found". Each handler returns a negative errno
+ * and sets a reason on failure; dispatch() turns that into the reply's
+ * Status.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "admin.h"
+#include "ckptop.h"
+#include "compact.h"
+#include "dispatch.h"
+#include "gpu.h"
+#include "lease.h"
+#include "match.h"
+#include "polop.h"
+#include "pool.h"
+#include "prefix_index.h"
+#include "session.h"
+#include "stats.h"
+#include "status.h"
+#include "validate.h"
+
+#define KVPD_VERSION_STRING "kvpalaced " KVP_VERSION
+
+static uint32_t pages_for(const struct pool *p, uint64_t n_tokens)
+{
+	return (uint32_t)((n_tokens + p->layout.block_tokens - 1) / p->layout.block_tokens);
+}
+
+/* The tier a request asking for tier `want` (when has_want; host
+ * otherwise) is served from in pool p: the GPU when p has a device arena,
+ * the host when it asked for the host or allowed falling back to it
+ * (or_host). Returns the tier, or -EOPNOTSUPP with the reason in *why:
+ * the GPU was asked for and there is none to give. */
+static int serve_tier(const struct cache *cache, const struct pool *p, int has_want,
+		      Kvpalace__V1__Tier want, int or_host, const char **why)
+{
+	if (!has_want || want == KVPALACE__V1__TIER__TIER_HOST)
+		return KVPALACE__V1__TIER__TIER_HOST;
+	if (p->dev.on)
+		return KVPALACE__V1__TIER__TIER_GPU;
+	if (or_host)
+		return KVPALACE__V1__TIER__TIER_HOST;
+	*why = gpu_available(cache->gpu) ? "the GPU tier was asked for and this pool has no device "
+					   "arena (gpu-pool-size is 0 or too small)"
+					 : gpu_status(cache->gpu);
+	return -EOPNOTSUPP;
+}
+
+static int do_hello(struct cache *cache, struct conn *c, const Kvpalace__V1__HelloRequest *in,
+		    struct reply *r, const char **why)
+{
+	Kvpalace__V1__HelloResponse *out = &r->u.hello;
+
+	if (in->protocol_version != 1) {
+		*why = "this daemon speaks protocol version 1";
+		return -EPROTONOSUPPORT;
+	}
+	kvpalace__v1__hello_response__init(out);
+	out->protocol_version = 1;
+	out->server_version = KVPD_VERSION_STRING;
+	out->max_message_bytes = cache->cfg->max_message_bytes;
+	out->max_tokens_per_request = config_max_tokens_per_request(cache->cfg);
+	out->admin = c->admin;
+	out->uid = (uint32_t)c->uid;
+	out->has_gpu = 1;
+	out->gpu = gpu_available(cache->gpu);
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_HELLO;
+	r->resp.hello = out;
+	return 0;
+}
+
+static int do_open_pool(struct cache *cache, struct conn *c,
+			const Kvpalace__V1__OpenPoolRequest *in, struct reply *r, const char **why)
+{
+	Kvpalace__V1__OpenPoolResponse *out = &r->u.open_pool;
+	struct shm_layout layout;
+	struct pool *p;
+	int ret;
+
+	ret = validate_layout(in->layout, &layout);
+	if (ret < 0)
+		return ret; /* validate_request checked it already */
+	ret = pool_open(cache, c->uid, in->model_id, &layout, &p);
+	if (ret < 0) {
+		*why = ret == -EDQUOT	? "too many pools for this user"
+		       : ret == -ENOSPC ? "no room for another pool arena in the host tier"
+		       : ret == -EMFILE ? "the daemon has no file descriptors left for another pool"
+					: "cannot create the pool";
+		return ret == -EMFILE ? -EDQUOT : ret;
+	}
+	r->pass_fd = fcntl(p->arena_fd, F_DUPFD_CLOEXEC, 3);
+	if (r->pass_fd < 0) {
+		*why = "cannot duplicate the arena descriptor";
+		return -EMFILE;
+	}
+	kvpalace__v1__open_pool_response__init(out);
+	out->pool_id = p->id;
+	out->page_bytes = p->page_bytes;
+	out->n_pages = p->pa.n_pages;
+	out->arena_bytes = p->arena_bytes;
+	out->arena_offset = 0;
+	if (p->dev.on) {
+		out->has_device_arena = out->has_device_arena_bytes = out->has_device_n_pages = 1;
+		out->device_arena = 1;
+		out->device_arena_bytes = p->dev.bytes;
+		out->device_n_pages = p->dev.n_pages;
+	}
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_OPEN_POOL;
+	r->resp.open_pool = out;
+	return 0;
+}
+
+static int do_open_device_arena(struct cache *cache, struct conn *c,
+				const Kvpalace__V1__OpenDeviceArenaRequest *in, struct reply *r,
+				const char **why)
+{
+	Kvpalace__V1__OpenDeviceArenaResponse *out = &r->u.open_device_arena;
+	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
+	int ret;
+
+	if (!p) {
+		*why = "no such pool";
+		return -ENOENT;
+	}
+	ret = serve_tier(cache, p, 1, KVPALACE__V1__TIER__TIER_GPU, 0, why);
+	if (ret < 0)
+		return ret;
+	kvpalace__v1__open_device_arena_response__init(out);
+	out->pool_id = p->id;
+	out->arena_bytes = p->dev.bytes;
+	out->page_bytes = p->page_bytes;
+	out->n_pages = p->dev.n_pages;
+	out->handle_type = (Kvpalace__V1__DeviceHandle)gpu_handle_type(cache->gpu);
+	out->has_device_uuid = 1;
+	out->device_uuid.data = (uint8_t *)gpu_uuid(cache->gpu);
+	out->device_uuid.len = GPU_UUID_BYTES;
+	if (out->handle_type == KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_POSIX_FD ||
+	    out->handle_type == KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_HOST_EMULATED) {
+		r->pass_fd = fcntl(p->dev.fd, F_DUPFD_CLOEXEC, 3);
+		if (r->pass_fd < 0) {
+			*why = "cannot duplicate the device arena descriptor";
+			return -EMFILE;
+		}
+	} else {
+		out->has_ipc_handle = 1;
+		out->ipc_handle.data = p->dev.ipc;
+		out->ipc_handle.len = GPU_IPC_BYTES;
+	}
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_OPEN_DEVICE_ARENA;
+	r->resp.open_device_arena = out;
+	return 0;
+}
+
+static int do_lease_device(struct cache *cache, struct conn *c,
+			   const Kvpalace__V1__LeaseDeviceRequest *in, uint64_t id, struct reply *r,
+			   const char **why)
+{
+	struct lease *l = lease_get(cache, in->lease_id, c);
+
+	if (!l) {
+		*why = "no such lease";
+		return -ENOENT;
+	}
+	return gpu_lease_device(cache, c, l, in->has_first_page ? in->first_page : 0, id, r, why);
+}
+
+/* CreateSession with a session_id: this connection takes over an
+ * existing session of its tenant in pool p (a persistent one a dead
+ * client left, one an admin restored, or its own to change whether it is
+ * persistent). */
+static int adopt_session(struct cache *cache, struct conn *c, struct pool *p,
+			 const Kvpalace__V1__CreateSessionRequest *in, struct reply *r,
+			 const char **why)
+{
+	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+
+	if (!s || s->pool != p) {
+		*why = "no such session in this pool";
+		return -ENOENT;
+	}
+	if (s->writer && s->writer != c) {
+		*why = "another client holds uncommitted tokens of this session";
+		return -EBUSY;
+	}
+	session_own(cache, s, &c->sessions, in->has_persistent ? in->persistent : s->persistent);
+	kvpalace__v1__create_session_response__init(&r->u.create_session);
+	r->u.create_session.session_id = s->id;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_CREATE_SESSION;
+	r->resp.create_session = &r->u.create_session;
+	return 0;
+}
+
+static int do_create_session(struct cache *cache, struct conn *c,
+			     const Kvpalace__V1__CreateSessionRequest *in, struct reply *r,
+			     const char **why)
+{
+	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
+	struct session *s;
+	int ret;
+
+	if (!p) {
+		*why = "no such pool";
+		return -ENOENT;
+	}
+	if (in->has_session_id)
+		return adopt_session(cache, c, p, in, r, why);
+	ret = session_create(cache, p,
+			     in->has_cache_salt
+				     ? prefix_index_root(p->model_id, &p->layout,
+							 in->cache_salt.data, in->cache_salt.len)
+				     : p->root,
+			     &s);
+	if (ret < 0) {
+		*why = ret == -EDQUOT ? "too many sessions in this pool" : "cannot create session";
+		return ret;
+	}
+	/* Closed with this connection unless the client keeps it. */
+	session_own(cache, s, &c->sessions, in->has_persistent && in->persistent);
+	kvpalace__v1__create_session_response__init(&r->u.create_session);
+	r->u.create_session.session_id = s->id;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_CREATE_SESSION;
+	r->resp.create_session = &r->u.create_session;
+	return 0;
+}
+
+static int do_close_session(struct cache *cache, struct conn *c,
+			    const Kvpalace__V1__CloseSessionRequest *in, struct reply *r,
+			    const char **why)
+{
+	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+
+	if (!s) {
+		*why = "no such session";
+		return -ENOENT;
+	}
+	if (s->writer && s->writer != c) {
+		*why = "another client is writing this session";
+		return -EBUSY;
+	}
+	session_close(cache, s);
+	kvpalace__v1__close_session_response__init(&r->u.close_session);
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_CLOSE_SESSION;
+	r->resp.close_session = &r->u.close_session;
+	return 0;
+}
+
+static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__AppendRequest *in,
+		     struct reply *r, const char **why)
+{
+	Kvpalace__V1__AppendResponse *out = &r->u.append;
+	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+	struct session_tag tag;
+	uint64_t first, before;
+	uint32_t first_page;
+	int tier, ret;
+
+	if (!s) {
+		*why = "no such session";
+		return -ENOENT;
+	}
+	ret = polop_tag(in->has_role, in->role, in->has_turn, in->turn, in->has_permanent,
+			in->permanent, &tag, why);
+	if (ret < 0)
+		return ret;
+	tier = serve_tier(cache, s->pool, in->has_tier, in->tier, in->or_host, why);
+	if (tier < 0)
+		return tier;
+	before = s->n_tokens;
+	ret = session_append(cache, s, c, &c->writing, in->tokens, in->n_tokens, &tag, &first);
+	if (ret == -EDQUOT && s->n_tokens + in->n_tokens <= cache->cfg->max_session_tokens) {
+		*why = "this client would hold more reserved (uncommitted) pages than "
+		       "max-reserved-pages-per-client (commit first), or this user's "
+		       "sessions more token slots than max-tenant-tokens";
+		return ret;
+	}
+	if (ret < 0) {
+		*why = ret == -EBUSY	? "another client holds uncommitted tokens of this session"
+		       : ret == -EDQUOT ? "session would exceed max_session_tokens"
+		       : ret == -ENOSPC ? "host tier full: no free pages in this pool"
+					: "cannot reserve";
+		return ret;
+	}
+	if (tier == KVPALACE__V1__TIER__TIER_GPU) {
+		ret = gpu_session_append(cache, s, first, in->n_tokens, why);
+		if (ret < 0 && in->or_host) {
+			tier = KVPALACE__V1__TIER__TIER_HOST; /* host slots will do */
+		} else if (ret < 0) {
+			int copied;
+
+			/* Undo the host reservation: the append fails whole. */
+			(void)session_truncate(cache, s, c, before, &copied);
+			return ret;
+		}
+	}
+	cache_count(cache, s->pool->uid, appended_tokens, in->n_tokens);
+	first_page = (uint32_t)(first / s->pool->layout.block_tokens);
+	kvpalace__v1__append_response__init(out);
+	out->first_token = first;
+	out->first_page = first_page;
+	out->page_slots = s->pages + first_page;
+	out->n_page_slots = pages_for(s->pool, s->n_tokens) - first_page;
+	out->has_tier = 1;
+	out->tier = (Kvpalace__V1__Tier)tier;
+	if (tier == KVPALACE__V1__TIER__TIER_GPU) {
+		out->device_slots = s->dev_pages + first_page;
+		out->n_device_slots = out->n_page_slots;
+	}
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_APPEND;
+	r->resp.append = out;
+	return 0;
+}
+
+static int do_commit(struct cache *cache, struct conn *c, uint64_t req_id,
+		     const Kvpalace__V1__CommitRequest *in, struct reply *r, const char **why)
+{
+	Kvpalace__V1__CommitResponse *out = &r->u.commit;
+	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+	uint32_t first, full;
+	int ret;
+
+	if (!s) {
+		*why = "no such session";
+		return -ENOENT;
+	}
+	/* Tokens appended on the GPU come back to their host pages first
+	 * (the commit parks until they have; session_commit refuses what
+	 * is not this writer's to commit, so only then). */
+	if (s->writer == c && in->n_tokens <= s->n_tokens - s->n_committed) {
+		ret = gpu_session_sync(cache, s, in->n_tokens, why);
+		if (ret < 0)
+			return ret;
+	}
+	/* Nothing changed yet: the commit may wait for the worker that
+	 * would compact after it. */
+	if (s->writer == c) {
+		ret = polop_commit_wait(cache, c, s, in->n_tokens, why);
+		if (ret < 0)
+			return ret;
+	}
+	ret = session_commit(cache, s, c, in->n_tokens, &first);
+	if (ret < 0) {
+		*why = ret == -EBUSY   ? "another client holds this session's reservation"
+		       : ret == -E2BIG ? "commit fills more pages than one reply can list: "
+					 "commit in smaller steps"
+				       : "commit of more tokens than this client reserved";
+		return ret == -E2BIG ? -EINVAL : ret;
+	}
+	cache_count(cache, s->pool->uid, committed_tokens, in->n_tokens);
+	kvpalace__v1__commit_response__init(out);
+	ret = polop_compact_after_commit(cache, c, req_id, s);
+	if (ret == -EINPROGRESS)
+		return ret;
+	if (ret) {
+		/* The whole table changed: the client reads it again. */
+		out->committed_tokens = s->n_committed;
+		out->has_compacted = 1;
+		out->compacted = 1;
+		r->resp.op_case = KVPALACE__V1__RESPONSE__OP_COMMIT;
+		r->resp.commit = out;
+		return 0;
+	}
+	out->committed_tokens = s->n_committed;
+	full = (uint32_t)(s->n_committed / s->pool->layout.block_tokens);
+	if (full > first) {
+		/* The pages this commit filled, with their slots after dedup. */
+		out->has_first_page = 1;
+		out->first_page = first;
+		out->page_slots = s->pages + first;
+		out->n_page_slots = full - first;
+	}
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_COMMIT;
+	r->resp.commit = out;
+	return 0;
+}
+
+/* Slots of a page table that fit in one reply beside a few small fields
+ * (a packed slot takes at most 5 bytes). */
+static uint64_t slots_that_fit(const struct cache *cache)
+{
+	return (cache->cfg->max_message_bytes - FRAME_HEADER_BYTES - 256) / 5;
+}
+
+/* Answers a Fork (or a ForkLease when lease) whose work returned ret and,
+ * on success, made session f: the reply carries the start of its page
+ * table, so a small fork takes one round trip. */
+static int fork_done(const struct cache *cache, int ret, const struct session *f, int lease,
+		     struct reply *r, const char **why)
+{
+	if (ret < 0) {
+		*why = ret == -ERANGE	? "fork past the tokens the source holds"
+		       : ret == -EDQUOT ? "too many sessions in this pool, or this user's sessions "
+					  "hold max-tenant-tokens token slots"
+		       : ret == -ENOSPC ? "host tier full: no page for the copy of the last page"
+					: "cannot fork";
+		return ret;
+	}
+	kvpalace__v1__fork_response__init(&r->u.fork);
+	r->u.fork.session_id = f->id;
+	r->u.fork.n_tokens = f->n_tokens;
+	r->u.fork.page_slots = f->pages;
+	r->u.fork.n_page_slots = f->n_pages;
+	if (r->u.fork.n_page_slots > slots_that_fit(cache))
+		r->u.fork.n_page_slots = slots_that_fit(cache);
+	if (lease) {
+		r->resp.op_case = KVPALACE__V1__RESPONSE__OP_FORK_LEASE;
+		r->resp.fork_lease = &r->u.fork;
+	} else {
+		r->resp.op_case = KVPALACE__V1__RESPONSE__OP_FORK;
+		r->resp.fork = &r->u.fork;
+	}
+	return 0;
+}
+
+static int do_fork(struct cache *cache, struct conn *c, const Kvpalace__V1__ForkRequest *in,
+		   struct reply *r, const char **why)
+{
+	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+	struct session *f = NULL;
+	int ret;
+
+	if (!s) {
+		*why = "no such session";
+		return -ENOENT;
+	}
+	ret = session_fork(cache, s, in->n_tokens, &f);
+	if (ret == 0)
+		session_own(cache, f, &c->sessions, 0); /* the forker's, not the source's */
+	return fork_done(cache, ret, f, 0, r, why);
+}
+
+static int do_fork_lease(struct cache *cache, struct conn *c,
+			 const Kvpalace__V1__ForkLeaseRequest *in, struct reply *r,
+			 const char **why)
+{
+	struct lease *l = lease_get(cache, in->lease_id, c);
+	struct session *f = NULL;
+	int ret;
+
+	if (!l) {
+		*why = "no such lease";
+		return -ENOENT;
+	}
+	ret = session_fork_lease(cache, l, in->n_tokens, &f);
+	if (ret == 0)
+		session_own(cache, f, &c->sessions, 0);
+	return fork_done(cache, ret, f, 1, r, why);
+}
+
+static int do_truncate(struct cache *cache, struct conn *c, const Kvpalace__V1__TruncateRequest *in,
+		       struct reply *r, const char **why)
+{
+	Kvpalace__V1__TruncateResponse *out = &r->u.truncate;
+	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+	int copied, ret;
+
+	if (!s) {
+		*why = "no such session";
+		return -ENOENT;
+	}
+	ret = session_truncate(cache, s, c, in->n_tokens, &copied);
+	if (ret < 0) {
+		*why = ret == -EBUSY	? "another client holds uncommitted tokens of this session"
+		       : ret == -ERANGE ? "truncate past the session's tokens"
+		       : ret == -ENOSPC ? "host tier full: no page for the copy of the last page"
+					: "cannot truncate";
+		return ret;
+	}
+	kvpalace__v1__truncate_response__init(out);
+	out->n_tokens = s->n_tokens;
+	out->committed_tokens = s->n_committed;
+	if (copied) {
+		out->has_first_page = 1;
+		out->first_page = s->n_pages - 1;
+		out->page_slots = s->pages + s->n_pages - 1;
+		out->n_page_slots = 1;
+	}
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_TRUNCATE;
+	r->resp.truncate = out;
+	return 0;
+}
+
+static int do_session_pages(struct cache *cache, struct conn *c,
+			    const Kvpalace__V1__SessionPagesRequest *in, struct reply *r,
+			    const char **why)
+{
+	Kvpalace__V1__SessionPagesResponse *out = &r->u.session_pages;
+	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+	uint64_t fit = slots_that_fit(cache);
+
+	if (!s) {
+		*why = "no such session";
+		return -ENOENT;
+	}
+	if (in->first_page > s->n_pages) {
+		*why = "first page past the session's pages";
+		return -ERANGE;
+	}
+	kvpalace__v1__session_pages_response__init(out);
+	out->first_page = in->first_page;
+	/* An empty session may have no table: NULL + 0 is undefined. */
+	out->page_slots = s->n_pages > in->first_page ? s->pages + in->first_page : NULL;
+	out->n_page_slots = s->n_pages - in->first_page;
+	if (out->n_page_slots > fit)
+		out->n_page_slots = fit;
+	out->n_tokens = s->n_tokens;
+	out->committed_tokens = s->n_committed;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_SESSION_PAGES;
+	r->resp.session_pages = out;
+	return 0;
+}
+
+#define LEASED_PAGES_WHY                                                                           \
+	"this client's leases pin max-leased-pages-per-client pages: release some first"
+
+static int do_match_prefix(struct cache *cache, struct conn *c,
+			   const Kvpalace__V1__MatchPrefixRequest *in, struct reply *r,
+			   const char **why)
+{
+	Kvpalace__V1__MatchPrefixResponse *out = &r->u.match_prefix;
+	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
+	struct match_result mr;
+	struct lease *l = NULL;
+	uint64_t before = 0;
+	uint32_t pages_before = 0;
+	int tier, ret;
+
+	if (!p) {
+		*why = "no such pool";
+		return -ENOENT;
+	}
+	/* Before anything is pinned: a GPU match without a GPU is refused
+	 * whole unless the host will do. */
+	tier = serve_tier(cache, p, in->has_tier, in->tier, in->or_host, why);
+	if (tier < 0)
+		return tier;
+	if (in->has_lease_id) {
+		/* A later chunk of a long token list. */
+		l = lease_get(cache, in->lease_id, c);
+		if (!l || l->pool != p) {
+			*why = "no such lease in this pool";
+			return -ENOENT;
+		}
+		if (!l->complete && c->n_leased_pages >= cache->cfg->max_leased_pages) {
+			*why = LEASED_PAGES_WHY;
+			return -EDQUOT;
+		}
+		if (!cache->no_park && !l->complete &&
+		    match_prefetch(cache, p, l->chain, l->carry, l->n_carry, in->tokens,
+				   in->n_tokens)) {
+			cache->park_on = p; /* pages are coming from disk */
+			return -EAGAIN;
+		}
+		before = l->n_tokens;
+		pages_before = l->n_pages;
+		ret = match_extend(cache, l, in->tokens, in->n_tokens, &mr);
+	} else {
+		XXH128_hash_t root = p->root;
+
+		if (in->has_cache_salt)
+			root = prefix_index_root(p->model_id, &p->layout, in->cache_salt.data,
+						 in->cache_salt.len);
+		if (c->n_leases >= cache->cfg->max_leases_per_conn) {
+			*why = "too many leases held by this client";
+			return -EDQUOT;
+		}
+		/* Checked before the walk: one request may pass the limit by
+		 * the pages it matches, at most max-tokens-per-request. */
+		if (c->n_leased_pages >= cache->cfg->max_leased_pages) {
+			*why = LEASED_PAGES_WHY;
+			return -EDQUOT;
+		}
+		if (!cache->no_park &&
+		    match_prefetch(cache, p, root, NULL, 0, in->tokens, in->n_tokens)) {
+			cache->park_on = p; /* pages are coming from disk */
+			return -EAGAIN;
+		}
+		ret = match_start(cache, p, root, c, &c->leases, in->tokens, in->n_tokens, &l, &mr);
+		if (ret == 1)
+			c->n_leases++;
+		if (ret == 0)
+			cache_count(cache, p->uid, match_misses, 1); /* no page at all: no lease */
+	}
+	if (ret >= 0 && l && !l->counted && (l->n_tokens || l->complete)) {
+		/* A match counts once, when its first page is found or when
+		 * it is known to have found none. */
+		l->counted = 1;
+		cache_count(cache, l->pool->uid, match_hits, l->n_tokens > 0);
+		cache_count(cache, l->pool->uid, match_misses, l->n_tokens == 0);
+	}
+	if (ret < 0) {
+		*why = "cannot pin the matched pages";
+		return ret;
+	}
+	if (l)
+		c->n_leased_pages += l->n_pages - pages_before;
+	kvpalace__v1__match_prefix_response__init(out);
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_MATCH_PREFIX;
+	r->resp.match_prefix = out;
+	out->has_tier = 1;
+	out->tier = (Kvpalace__V1__Tier)tier;
+	if (!l) {
+		out->complete = 1; /* a miss: no lease */
+		return 0;
+	}
+	cache_count(cache, l->pool->uid, matched_tokens, l->n_tokens - before);
+	out->lease_id = l->id;
+	out->matched_tokens = l->n_tokens;
+	out->first_page = mr.first_page;
+	out->page_slots = (uint32_t *)mr.slots;
+	out->n_page_slots = mr.n_slots;
+	out->complete = l->complete;
+	return 0;
+}
+
+static int do_prefetch(struct cache *cache, struct conn *c, const Kvpalace__V1__PrefetchRequest *in,
+		       struct reply *r, const char **why)
+{
+	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
+	XXH128_hash_t root;
+	int tier;
+
+	if (!p) {
+		*why = "no such pool";
+		return -ENOENT;
+	}
+	/* Pages come to the host tier; a GPU prefetch leaves the device copy
+	 * to the LeaseDevice after the match (it needs a lease to hold it). */
+	tier = serve_tier(cache, p, in->has_tier, in->tier, in->or_host, why);
+	if (tier < 0)
+		return tier;
+	root = in->has_cache_salt ? prefix_index_root(p->model_id, &p->layout, in->cache_salt.data,
+						      in->cache_salt.len)
+				  : p->root;
+	kvpalace__v1__prefetch_response__init(&r->u.prefetch);
+	r->u.prefetch.pages_coming =
+		match_prefetch(cache, p, root, NULL, 0, in->tokens, in->n_tokens);
+	r->u.prefetch.has_tier = 1;
+	r->u.prefetch.tier = KVPALACE__V1__TIER__TIER_HOST;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_PREFETCH;
+	r->resp.prefetch = &r->u.prefetch;
+	return 0;
+}
+
+static int do_release(struct cache *cache, struct conn *c, const Kvpalace__V1__ReleaseRequest *in,
+		      struct reply *r, const char **why)
+{
+	struct lease *l = lease_get(cache, in->lease_id, c);
+
+	if (!l) {
+		*why = "no such lease";
+		return -ENOENT;
+	}
+	c->n_leased_pages -= l->n_pages;
+	lease_release(cache, l);
+	c->n_leases--;
+	kvpalace__v1__release_response__init(&r->u.release);
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_RELEASE;
+	r->resp.release = &r->u.release;
+	return 0;
+}
+
+static int do_list_sessions(struct cache *cache, struct conn *c,
+			    const Kvpalace__V1__ListSessionsRequest *in, struct reply *r,
+			    const char **why)
+{
+	int ret;
+
+	kvpalace__v1__list_sessions_response__init(&r->u.list_sessions);
+	ret = stats_list_sessions(cache, c->uid, c->admin, in->has_pool_id ? in->pool_id : 0,
+				  in->has_after_id ? in->after_id : 0,
+				  cache->cfg->max_message_bytes, &r->u.list_sessions, &r->heap);
+	if (ret < 0) {
+		*why = "cannot list sessions";
+		return ret;
+	}
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_LIST_SESSIONS;
+	r->resp.list_sessions = &r->u.list_sessions;
+	return 0;
+}
+
+static int do_stats(struct cache *cache, struct conn *c, struct reply *r, const char **why)
+{
+	int ret;
+
+	kvpalace__v1__stats_response__init(&r->u.stats);
+	ret = stats_fill(cache, c->uid, c->admin, cache->cfg->max_message_bytes, &r->u.stats,
+			 &r->heap);
+	if (ret < 0) {
+		*why = "cannot gather statistics";
+		return ret;
+	}
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_STATS;
+	r->resp.stats = &r->u.stats;
+	return 0;
+}
+
+static int run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
+	       struct reply *r, const char **why)
+{
+	struct validate_limits lim = {
+		.max_tokens_per_request = config_max_tokens_per_request(cache->cfg),
+	};
+	int ret = validate_request(req, &lim, why);
+
+	if (ret < 0)
+		return ret;
+	switch (req->op_case) {
+	case KVPALACE__V1__REQUEST__OP_CHECKPOINT:
+		return ckptop_checkpoint(cache, c, req->id, req->checkpoint, why);
+	case KVPALACE__V1__REQUEST__OP_RESTORE:
+		return ckptop_restore(cache, c, req->id, req->restore, why);
+	case KVPALACE__V1__REQUEST__OP_LIST_CHECKPOINTS:
+		return ckptop_list(cache, c, req->id, req->list_checkpoints, why);
+	case KVPALACE__V1__REQUEST__OP_DELETE_CHECKPOINT:
+		return ckptop_remove(cache, c, req->id, req->delete_checkpoint, why);
+	case KVPALACE__V1__REQUEST__OP_WARMUP:
+		if (!c->admin) {
+			*why = "an admin operation: only the admin socket serves it";
+			return -EPERM;
+		}
+		return ckptop_warmup(cache, c, req->id, req->warmup, why);
+	default:
+		break;
+	}
+	if (polop_is_policy_op(req->op_case) && !c->admin)
+		return polop_run(cache, c, req, r, why);
+	if (admin_is_admin_op(req->op_case)) {
+		if (!c->admin) {
+			*why = "an admin operation: only the admin socket serves it";
+			return -EPERM;
+		}
+		return admin_run(cache, c, req, r, why);
+	}
+	if (c->admin && req->op_case != KVPALACE__V1__REQUEST__OP_HELLO &&
+	    req->op_case != KVPALACE__V1__REQUEST__OP_STATS &&
+	    req->op_case != KVPALACE__V1__REQUEST__OP_LIST_SESSIONS) {
+		*why = "the admin socket serves admin operations only";
+		return -EPERM;
+	}
+	switch (req->op_case) {
+	case KVPALACE__V1__REQUEST__OP_HELLO:
+		return do_hello(cache, c, req->hello, r, why);
+	case KVPALACE__V1__REQUEST__OP_OPEN_POOL:
+		return do_open_pool(cache, c, req->open_pool, r, why);
+	case KVPALACE__V1__REQUEST__OP_CREATE_SESSION:
+		return do_create_session(cache, c, req->create_session, r, why);
+	case KVPALACE__V1__REQUEST__OP_CLOSE_SESSION:
+		return do_close_session(cache, c, req->close_session, r, why);
+	case KVPALACE__V1__REQUEST__OP_APPEND:
+		return do_append(cache, c, req->append, r, why);
+	case KVPALACE__V1__REQUEST__OP_COMMIT:
+		return do_commit(cache, c, req->id, req->commit, r, why);
+	case KVPALACE__V1__REQUEST__OP_MATCH_PREFIX:
+		return do_match_prefix(cache, c, req->match_prefix, r, why);
+	case KVPALACE__V1__REQUEST__OP_RELEASE:
+		return do_release(cache, c, req->release, r, why);
+	case KVPALACE__V1__REQUEST__OP_PREFETCH:
+		return do_prefetch(cache, c, req->prefetch, r, why);
+	case KVPALACE__V1__REQUEST__OP_STATS:
+		return do_stats(cache, c, r, why);
+	case KVPALACE__V1__REQUEST__OP_FORK:
+		return do_fork(cache, c, req->fork, r, why);
+	case KVPALACE__V1__REQUEST__OP_FORK_LEASE:
+		return do_fork_lease(cache, c, req->fork_lease, r, why);
+	case KVPALACE__V1__REQUEST__OP_TRUNCATE:
+		return do_truncate(cache, c, req->truncate, r, why);
+	case KVPALACE__V1__REQUEST__OP_SESSION_PAGES:
+		return do_session_pages(cache, c, req->session_pages, r, why);
+	case KVPALACE__V1__REQUEST__OP_LIST_SESSIONS:
+		return do_list_sessions(cache, c, req->list_sessions, r, why);
+	case KVPALACE__V1__REQUEST__OP_OPEN_DEVICE_ARENA:
+		return do_open_device_arena(cache, c, req->open_device_arena, r, why);
+	case KVPALACE__V1__REQUEST__OP_LEASE_DEVICE:
+		return do_lease_device(cache, c, req->lease_device, req->id, r, why);
+	default:
+		*why = "unknown operation";
+		return -EPROTO;
+	}
+}
+
+int dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req, struct reply *r)
+{
+	const char *why = "failed";
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	kvpalace__v1__response__init(&r->resp);
+	r->pass_fd = -1;
+	r->resp.id = req->id;
+	cache->park_on = NULL;
+	ret = run(cache, c, req, r, &why);
+	if (ret == -EINPROGRESS)
+		return 2; /* a worker does it; the reply comes through a ticket */
+	if (ret == -EAGAIN && cache->park_on) {
+		/* Nothing changed: the request runs again once the pool's
+		 * disk I/O made progress. */
+		r->park = cache->park_on;
+		if (r->pass_fd >= 0)
+			close(r->pass_fd);
+		r->pass_fd = -1;
+		return 1;
+	}
+	if (ret < 0) {
+		/* A failed handler may have set a partial op: send none. */
+		r->resp.op_case = KVPALACE__V1__RESPONSE__OP__NOT_SET;
+		r->resp.status = status_from_errno(ret);
+		r->resp.error = (char *)why;
+		if (r->pass_fd >= 0)
+			close(r->pass_fd);
+		r->pass_fd = -1;
+	}
+	return 0;
+}
+
+void reply_fini(struct reply *r)
+{
+	free(r->heap);
+	r->heap = NULL;
+}

@@ -1,0 +1,265 @@
+/* daemon/service/stats.c — the Stats reply (see stats.h). */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "aio.h"
+#include "frame.h"
+#include "pool.h"
+#include "session.h"
+#include "spill.h"
+#include "stats.h"
+
+struct pool_entry {
+	Kvpalace__V1__PoolStats ps;
+	Kvpalace__V1__Layout layout;
+};
+
+void stats_layout(const struct shm_layout *in, Kvpalace__V1__Layout *out)
+{
+	kvpalace__v1__layout__init(out);
+	out->n_layers = in->n_layers;
+	out->n_kv_heads = in->n_kv_heads;
+	out->head_dim = in->head_dim;
+	out->block_tokens = in->block_tokens;
+	out->dtype = (Kvpalace__V1__DType)in->dtype;
+	out->has_quant_group = in->quant_group != 0;
+	out->quant_group = in->quant_group;
+}
+
+void stats_session_info(const struct session *s, uint64_t now_ns, Kvpalace__V1__SessionInfo *out)
+{
+	kvpalace__v1__session_info__init(out);
+	out->session_id = s->id;
+	out->pool_id = s->pool->id;
+	out->uid = (uint32_t)s->pool->uid;
+	out->n_tokens = s->n_tokens;
+	out->committed_tokens = s->n_committed;
+	out->n_pages = s->n_pages;
+	out->shared_pages = session_shared_pages(s);
+	out->idle_ms = (now_ns - s->last_use_ns) / 1000000;
+	out->writing = s->writer != NULL;
+}
+
+int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
+	       Kvpalace__V1__StatsResponse *out, void **ret_heap)
+{
+	const struct list *it;
+	size_t n = 0, i = 0, budget;
+	static const struct cache_counters none;
+	const struct cache_counters *ctr;
+	struct pool_entry *e;
+	Kvpalace__V1__PoolStats **ptrs;
+	void *heap;
+
+	for (it = c->pool_list.next; it != &c->pool_list; it = it->next)
+		n += admin || list_entry(it, struct pool, link)->uid == uid;
+	heap = calloc(n ? n : 1, sizeof(*e) + sizeof(*ptrs));
+	if (!heap)
+		return -ENOMEM;
+	e = heap;
+	ptrs = (Kvpalace__V1__PoolStats **)(e + (n ? n : 1));
+
+	/* The admin sees the daemon's counters, a user its tenant's own. */
+	if (admin)
+		ctr = &c->ctr;
+	else if (!(ctr = cache_tenant_find(c, uid)))
+		ctr = &none;
+	out->uptime_ms = (cache_now_ns() - c->start_ns) / 1000000;
+	out->connections = ctr->connections;
+	out->requests = ctr->requests;
+	out->errors = ctr->errors;
+	out->match_hits = ctr->match_hits;
+	out->match_misses = ctr->match_misses;
+	out->matched_tokens = ctr->matched_tokens;
+	out->appended_tokens = ctr->appended_tokens;
+	out->committed_tokens = ctr->committed_tokens;
+	out->disconnects_bad = ctr->disconnects_bad;
+	out->has_evictions = out->has_dedup_pages = 1;
+	for (it = c->pool_list.next; it != &c->pool_list; it = it->next) {
+		const struct pool *p = list_entry(it, struct pool, link);
+
+		if (admin || p->uid == uid) {
+			out->evictions += p->ix.evictions;
+			out->dedup_pages += p->ix.dedup_pages;
+			out->spilled_pages += p->tier.spilled;
+			out->promoted_pages += p->tier.promoted;
+			out->verify_failures += p->tier.verify_failures;
+			out->io_errors += p->tier.io_errors;
+			out->unowned_sessions += p->n_unowned;
+		}
+	}
+	out->has_checkpoints_written = out->has_checkpoints_restored = 1;
+	out->has_checkpoints_refused = out->has_checkpoint_failures = 1;
+	out->has_warmed_up_pages = 1;
+	out->checkpoints_written = ctr->checkpoints_written;
+	out->checkpoints_restored = ctr->checkpoints_restored;
+	out->checkpoints_refused = ctr->checkpoints_refused;
+	out->checkpoint_failures = ctr->checkpoint_failures;
+	out->warmed_up_pages = ctr->warmed_up_pages;
+	out->has_checkpoints_removed = out->has_restore_waits = 1;
+	out->checkpoints_removed = ctr->checkpoints_removed;
+	out->restore_waits = ctr->restore_waits;
+	out->has_purges = out->has_purged_pages = 1;
+	out->purges = ctr->purges;
+	out->purged_pages = ctr->purged_pages;
+	out->has_sessions_closed_with_connection = out->has_sessions_expired = 1;
+	out->has_unowned_sessions = 1;
+	out->sessions_closed_with_connection = ctr->sessions_closed_with_conn;
+	out->sessions_expired = ctr->sessions_expired;
+	out->has_placed_sessions = out->has_unplaced_sessions = 1;
+	out->placed_sessions = ctr->placed_sessions;
+	out->unplaced_sessions = ctr->unplaced_sessions;
+	if (c->aio && c->cfg->disk_pool_bytes) {
+		out->disk_io = (char *)aio_mode_name(c->aio);
+		out->has_spilled_pages = out->has_promoted_pages = 1;
+		out->has_verify_failures = out->has_io_errors = 1;
+	}
+	out->gpu = gpu_available(c->gpu);
+	out->gpu_status = (char *)gpu_status(c->gpu);
+
+	/* Room for the envelope and the counters above; each pool entry is
+	 * measured as it is added. */
+	budget = max_bytes - FRAME_HEADER_BYTES - 512;
+	for (it = c->pool_list.next; it != &c->pool_list && i < n; it = it->next) {
+		const struct pool *p = list_entry(it, struct pool, link);
+		Kvpalace__V1__PoolStats *ps = &e[i].ps;
+		Kvpalace__V1__Layout *l = &e[i].layout;
+		size_t sz;
+
+		if (!admin && p->uid != uid)
+			continue;
+		kvpalace__v1__pool_stats__init(ps);
+		stats_layout(&p->layout, l);
+		ps->pool_id = p->id;
+		ps->uid = (uint32_t)p->uid;
+		ps->model_id = (char *)p->model_id;
+		ps->layout = l;
+		ps->page_bytes = p->page_bytes;
+		ps->n_pages = p->pa.n_pages;
+		ps->free_pages = p->pa.n_free;
+		ps->reserved_pages = pool_reserved_pages(p);
+		ps->leased_pages = pagealloc_n_pinned(&p->pa);
+		ps->n_sessions = p->n_sessions;
+		ps->has_persistent_sessions = ps->has_unowned_sessions = 1;
+		ps->persistent_sessions = p->n_persistent;
+		ps->unowned_sessions = p->n_unowned;
+		ps->has_indexed_pages = ps->has_evictable_pages = 1;
+		ps->has_evictions = ps->has_dedup_pages = 1;
+		ps->indexed_pages = p->ix.n_entries;
+		ps->evictable_pages = p->ix.n_evictable;
+		ps->evictions = p->ix.evictions;
+		ps->dedup_pages = p->ix.dedup_pages;
+		ps->has_purged_pages = 1;
+		ps->purged_pages = p->ix.forgotten;
+		if (p->dev.on) {
+			ps->has_device_pages = ps->has_device_used_pages = 1;
+			ps->has_device_copied_pages = ps->has_device_dropped_pages = 1;
+			ps->device_pages = p->dev.n_pages;
+			ps->device_used_pages = p->dev.n_pages - p->dev.pa.n_free;
+			ps->device_copied_pages = p->dev.copied;
+			ps->device_dropped_pages = p->dev.dropped;
+			ps->has_device_copied_back_pages = ps->has_device_copy_errors = 1;
+			ps->device_copied_back_pages = p->dev.copied_back;
+			ps->device_copy_errors = p->dev.copy_errors;
+		}
+		ps->has_host_indexed_pages = ps->has_permanent_pages = 1;
+		ps->host_indexed_pages = p->ix.n_host;
+		ps->permanent_pages = p->ix.n_permanent;
+		ps->has_quantized_pages = 1;
+		ps->quantized_pages = p->tier.quantized;
+		if (p->spill) {
+			ps->has_disk_pages = ps->has_disk_capacity = ps->has_spilled_pages = 1;
+			ps->has_promoted_pages = ps->has_verify_failures = ps->has_io_errors = 1;
+			ps->has_disk_dropped = ps->has_restored_pages = 1;
+			ps->disk_pages = p->ix.n_disk;
+			ps->disk_capacity = p->spill->cap;
+			ps->spilled_pages = p->tier.spilled;
+			ps->promoted_pages = p->tier.promoted;
+			ps->verify_failures = p->tier.verify_failures;
+			ps->io_errors = p->tier.io_errors;
+			ps->disk_dropped = p->tier.dropped;
+			ps->restored_pages = p->tier.restored;
+			ps->has_disk_gone_pages = ps->has_lossy_replaced_pages = 1;
+			ps->disk_gone_pages = p->tier.gone;
+			ps->lossy_replaced_pages = p->tier.lossy_replaced;
+			ps->has_disk_refused_pages = 1;
+			ps->disk_refused_pages = p->tier.refused;
+		}
+		sz = kvpalace__v1__pool_stats__get_packed_size(ps) + 8;
+		if (sz > budget) {
+			out->has_pools_truncated = 1;
+			out->pools_truncated = 1;
+			break;
+		}
+		budget -= sz;
+		ptrs[i] = ps;
+		i++;
+	}
+	out->n_pools = i;
+	out->pools = ptrs;
+	*ret_heap = heap;
+	return 0;
+}
+
+struct session_entry {
+	Kvpalace__V1__SessionInfo si;
+};
+
+static int by_id(const void *a, const void *b)
+{
+	const struct session *x = *(struct session *const *)a;
+	const struct session *y = *(struct session *const *)b;
+
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+int stats_list_sessions(const struct cache *c, uid_t uid, int admin, uint64_t pool_id,
+			uint64_t after_id, uint32_t max_bytes,
+			Kvpalace__V1__ListSessionsResponse *out, void **ret_heap)
+{
+	size_t n = 0, i, budget = max_bytes - FRAME_HEADER_BYTES - 64;
+	uint64_t now = cache_now_ns();
+	struct session **all;
+	struct session_entry *e;
+	Kvpalace__V1__SessionInfo **ptrs;
+	void *heap;
+
+	for (i = 0; i < c->sessions.cap; i++)
+		n += c->sessions.slots[i].id != 0;
+	heap = calloc(n ? n : 1, sizeof(*all) + sizeof(*e) + sizeof(*ptrs));
+	if (!heap)
+		return -ENOMEM;
+	all = heap;
+	e = (struct session_entry *)(all + (n ? n : 1));
+	ptrs = (Kvpalace__V1__SessionInfo **)(e + (n ? n : 1));
+	n = 0;
+	for (i = 0; i < c->sessions.cap; i++) {
+		struct session *s = c->sessions.slots[i].ptr;
+
+		if (!c->sessions.slots[i].id || s->id <= after_id)
+			continue;
+		if ((!admin && s->pool->uid != uid) || (pool_id && s->pool->id != pool_id))
+			continue;
+		all[n++] = s;
+	}
+	qsort(all, n, sizeof(*all), by_id);
+	out->more = 0;
+	for (i = 0; i < n; i++) {
+		const struct session *s = all[i];
+		Kvpalace__V1__SessionInfo *si = &e[i].si;
+		size_t sz;
+
+		stats_session_info(s, now, si);
+		sz = kvpalace__v1__session_info__get_packed_size(si) + 8;
+		if (sz > budget) {
+			out->more = 1;
+			break;
+		}
+		budget -= sz;
+		ptrs[i] = si;
+	}
+	out->n_sessions = i;
+	out->sessions = ptrs;
+	*ret_heap = heap;
+	return 0;
+}

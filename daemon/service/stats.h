@@ -1,0 +1,38 @@
+/* daemon/service/stats.h — fills the Stats reply from the cache's counters and
+ * pools: a client sees its own pools, an admin connection every pool.
+ * Event-loop thread only.
+ */
+#ifndef KVPD_STATS_H
+#define KVPD_STATS_H
+
+#include <sys/types.h>
+
+#include "cache.h"
+#include "kvpalace.pb-c.h"
+#include "layout.h"
+
+struct session;
+
+/* The wire form of a layout (out is initialized here). */
+void stats_layout(const struct shm_layout *in, Kvpalace__V1__Layout *out);
+
+/* One session's row of ListSessions (out is initialized here); now_ns is
+ * cache_now_ns(), idle times are counted from it. */
+void stats_session_info(const struct session *s, uint64_t now_ns, Kvpalace__V1__SessionInfo *out);
+
+/* Fills out (initialized by the caller) and allocates what it points to
+ * in one block returned in *ret_heap (free() it after packing). Keeps the
+ * packed message under max_bytes by leaving out pools (pools_truncated).
+ * Returns 0 or -ENOMEM. */
+int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
+	       Kvpalace__V1__StatsResponse *out, void **ret_heap);
+
+/* Fills out with sessions of uid's pools (every pool when admin; pool_id
+ * only when not 0) whose id is above after_id, in id order, as many as fit
+ * in max_bytes; sets more when others follow. Storage in *ret_heap (free()
+ * it after packing). Returns 0 or -ENOMEM. */
+int stats_list_sessions(const struct cache *c, uid_t uid, int admin, uint64_t pool_id,
+			uint64_t after_id, uint32_t max_bytes,
+			Kvpalace__V1__ListSessionsResponse *out, void **ret_heap);
+
+#endif

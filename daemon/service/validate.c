@@ -1,0 +1,198 @@
+/* daemon/service/validate.c — field checks of decoded requests (see validate.h). */
+#include <errno.h>
+#include <string.h>
+
+#include "ckpt.h"
+#include "prefix_index.h"
+#include "validate.h"
+
+int validate_model_id(const char *s)
+{
+	size_t n;
+
+	if (!s)
+		return -EINVAL;
+	n = strlen(s);
+	if (n == 0 || n > VALIDATE_MODEL_ID_MAX)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (s[i] < 0x20 || s[i] > 0x7e)
+			return -EINVAL;
+	return 0;
+}
+
+/* A tier a client may ask to read or write from: GPU or host (the disk
+ * tier is the daemon's own). */
+static int validate_read_tier(Kvpalace__V1__Tier t)
+{
+	return t == KVPALACE__V1__TIER__TIER_GPU || t == KVPALACE__V1__TIER__TIER_HOST;
+}
+
+int validate_layout(const Kvpalace__V1__Layout *in, struct shm_layout *ret)
+{
+	struct shm_layout l = {
+		.n_layers = in->n_layers,
+		.n_kv_heads = in->n_kv_heads,
+		.head_dim = in->head_dim,
+		.block_tokens = in->block_tokens,
+		.dtype = (uint32_t)in->dtype,
+		.quant_group = in->has_quant_group ? in->quant_group : 0,
+	};
+
+	if (shm_layout_check(&l) < 0)
+		return -EINVAL;
+	*ret = l;
+	return 0;
+}
+
+#define REJECT(err, why)                                                                           \
+	do {                                                                                       \
+		*ret_reason = (why);                                                               \
+		return (err);                                                                      \
+	} while (0)
+
+int validate_request(const Kvpalace__V1__Request *req, const struct validate_limits *lim,
+		     const char **ret_reason)
+{
+	struct shm_layout l;
+
+	switch (req->op_case) {
+	case KVPALACE__V1__REQUEST__OP_HELLO:
+	case KVPALACE__V1__REQUEST__OP_CLOSE_SESSION:
+	case KVPALACE__V1__REQUEST__OP_RELEASE:
+	case KVPALACE__V1__REQUEST__OP_STATS:
+	case KVPALACE__V1__REQUEST__OP_FORK:
+	case KVPALACE__V1__REQUEST__OP_FORK_LEASE:
+	case KVPALACE__V1__REQUEST__OP_TRUNCATE:
+	case KVPALACE__V1__REQUEST__OP_SESSION_PAGES:
+	case KVPALACE__V1__REQUEST__OP_LIST_SESSIONS:
+	case KVPALACE__V1__REQUEST__OP_DROP_SESSION:
+	case KVPALACE__V1__REQUEST__OP_DROP_POOL:
+	case KVPALACE__V1__REQUEST__OP_CONFIG_SHOW:
+	case KVPALACE__V1__REQUEST__OP_CONFIG_RELOAD:
+		break;
+	case KVPALACE__V1__REQUEST__OP_SHOW_SESSION:
+		if (req->show_session->has_max_page_slots &&
+		    req->show_session->max_page_slots > VALIDATE_SHOW_SLOTS_MAX)
+			REJECT(-EINVAL, "more than 4096 page slots asked for");
+		break;
+	case KVPALACE__V1__REQUEST__OP_EVICT: {
+		const Kvpalace__V1__EvictRequest *e = req->evict;
+
+		if (e->tier != KVPALACE__V1__TIER__TIER_GPU &&
+		    e->tier != KVPALACE__V1__TIER__TIER_HOST &&
+		    e->tier != KVPALACE__V1__TIER__TIER_DISK)
+			REJECT(-EINVAL, "unknown tier");
+		if (e->has_pool_id && e->pool_id == 0)
+			REJECT(-EINVAL, "pool id 0 does not exist");
+		if (e->has_max_bytes && e->max_bytes == 0)
+			REJECT(-EINVAL, "evict of zero bytes");
+		if (e->has_max_pages && e->max_pages == 0)
+			REJECT(-EINVAL, "evict of zero pages");
+		break;
+	}
+	case KVPALACE__V1__REQUEST__OP_PURGE: {
+		const Kvpalace__V1__PurgeRequest *pg = req->purge;
+
+		if (!pg->has_pool_id && !pg->has_uid && !pg->model_id && !pg->has_cache_salt &&
+		    !pg->has_unused_since_unix_s)
+			REJECT(-EINVAL, "a purge names what to purge: a pool, a uid, a model, a "
+					"salt or an age");
+		if (pg->has_pool_id && pg->pool_id == 0)
+			REJECT(-EINVAL, "pool id 0 does not exist");
+		if (pg->model_id && validate_model_id(pg->model_id) < 0)
+			REJECT(-EINVAL, "model id must be 1..127 printable ASCII characters");
+		if (pg->has_cache_salt && pg->cache_salt.len > PREFIX_INDEX_MAX_SALT)
+			REJECT(-EINVAL, "cache salt longer than 64 bytes");
+		break;
+	}
+	case KVPALACE__V1__REQUEST__OP_CREATE_SESSION:
+		if (req->create_session->has_cache_salt &&
+		    req->create_session->cache_salt.len > PREFIX_INDEX_MAX_SALT)
+			REJECT(-EINVAL, "cache salt longer than 64 bytes");
+		break;
+	case KVPALACE__V1__REQUEST__OP_OPEN_POOL:
+		if (validate_model_id(req->open_pool->model_id) < 0)
+			REJECT(-EINVAL, "model id must be 1..127 printable ASCII characters");
+		if (validate_layout(req->open_pool->layout, &l) < 0)
+			REJECT(-EINVAL, "layout out of range (dimensions, dtype, quant_group)");
+		break;
+	case KVPALACE__V1__REQUEST__OP_APPEND:
+		if (req->append->has_tier && !validate_read_tier(req->append->tier))
+			REJECT(-EINVAL, "append into an unknown tier or the disk tier");
+		if (req->append->n_tokens == 0)
+			REJECT(-EINVAL, "append of zero tokens");
+		if (req->append->n_tokens > lim->max_tokens_per_request)
+			REJECT(-EMSGSIZE, "too many tokens in one request");
+		break;
+	case KVPALACE__V1__REQUEST__OP_COMMIT:
+		if (req->commit->n_tokens == 0)
+			REJECT(-EINVAL, "commit of zero tokens");
+		break;
+	case KVPALACE__V1__REQUEST__OP_MATCH_PREFIX:
+		if (req->match_prefix->has_tier && !validate_read_tier(req->match_prefix->tier))
+			REJECT(-EINVAL, "match into an unknown tier or the disk tier");
+		if (req->match_prefix->n_tokens > lim->max_tokens_per_request)
+			REJECT(-EMSGSIZE, "too many tokens in one request");
+		if (req->match_prefix->has_lease_id && req->match_prefix->lease_id == 0)
+			REJECT(-EINVAL, "lease id 0 does not exist");
+		if (req->match_prefix->has_cache_salt &&
+		    req->match_prefix->cache_salt.len > PREFIX_INDEX_MAX_SALT)
+			REJECT(-EINVAL, "cache salt longer than 64 bytes");
+		break;
+	case KVPALACE__V1__REQUEST__OP_CHECKPOINT:
+		if (!ckpt_name_valid(req->checkpoint->name))
+			REJECT(-EINVAL, "checkpoint names are 1..64 of A-Z a-z 0-9 . _ -, "
+					"starting with a letter, digit or _");
+		break;
+	case KVPALACE__V1__REQUEST__OP_RESTORE:
+		if (!ckpt_name_valid(req->restore->name))
+			REJECT(-EINVAL, "checkpoint names are 1..64 of A-Z a-z 0-9 . _ -, "
+					"starting with a letter, digit or _");
+		if (req->restore->has_pool_id && req->restore->pool_id == 0)
+			REJECT(-EINVAL, "pool id 0 does not exist");
+		break;
+	case KVPALACE__V1__REQUEST__OP_LIST_CHECKPOINTS:
+		if (req->list_checkpoints->name && !ckpt_name_valid(req->list_checkpoints->name))
+			REJECT(-EINVAL, "checkpoint names are 1..64 of A-Z a-z 0-9 . _ -, "
+					"starting with a letter, digit or _");
+		break;
+	case KVPALACE__V1__REQUEST__OP_DELETE_CHECKPOINT:
+		if (!ckpt_name_valid(req->delete_checkpoint->name))
+			REJECT(-EINVAL, "checkpoint names are 1..64 of A-Z a-z 0-9 . _ -, "
+					"starting with a letter, digit or _");
+		break;
+	case KVPALACE__V1__REQUEST__OP_OPEN_DEVICE_ARENA:
+		break;
+	case KVPALACE__V1__REQUEST__OP_LEASE_DEVICE:
+		if (req->lease_device->lease_id == 0)
+			REJECT(-EINVAL, "lease id 0 does not exist");
+		break;
+	case KVPALACE__V1__REQUEST__OP_PREFETCH:
+		if (req->prefetch->has_tier && !validate_read_tier(req->prefetch->tier))
+			REJECT(-EINVAL, "prefetch into an unknown tier or the disk tier");
+		if (req->prefetch->n_tokens > lim->max_tokens_per_request)
+			REJECT(-EMSGSIZE, "too many tokens in one request");
+		if (req->prefetch->has_cache_salt &&
+		    req->prefetch->cache_salt.len > PREFIX_INDEX_MAX_SALT)
+			REJECT(-EINVAL, "cache salt longer than 64 bytes");
+		break;
+	case KVPALACE__V1__REQUEST__OP_SET_POLICY:
+	case KVPALACE__V1__REQUEST__OP_TAG_SPAN:
+	case KVPALACE__V1__REQUEST__OP_COMPACT:
+	case KVPALACE__V1__REQUEST__OP_SESSION_META:
+		break;
+	case KVPALACE__V1__REQUEST__OP_REPORT_IMPORTANCE:
+		if (req->report_importance->n_mass > lim->max_tokens_per_request)
+			REJECT(-EMSGSIZE, "too many masses in one request");
+		break;
+	case KVPALACE__V1__REQUEST__OP_WARMUP:
+		if (!ckpt_name_valid(req->warmup->name))
+			REJECT(-EINVAL, "checkpoint names are 1..64 of A-Z a-z 0-9 . _ -, "
+					"starting with a letter, digit or _");
+		break;
+	default:
+		REJECT(-EPROTO, "request carries no known operation");
+	}
+	return 0;
+}

@@ -1,0 +1,38 @@
+/* daemon/service/validate.h — checks every field of a decoded request before use.
+ *
+ * protobuf-c has already checked the wire format and required fields; this
+ * checks what the schema cannot: which operation is set, counts against the
+ * configured limits, model ids, layouts. Pure functions: no state, no
+ * logging, thread-safe.
+ */
+#ifndef KVPD_VALIDATE_H
+#define KVPD_VALIDATE_H
+
+#include <stdint.h>
+
+#include "kvpalace.pb-c.h"
+#include "layout.h"
+
+#define VALIDATE_MODEL_ID_MAX 127u
+/* Page slots one ShowSession may ask for (admin.h). */
+#define VALIDATE_SHOW_SLOTS_MAX 4096u
+
+struct validate_limits {
+	uint32_t max_tokens_per_request; /* tokens in one Append/MatchPrefix */
+};
+
+/* Returns 0 when req may be dispatched, else a negative errno (-EPROTO no
+ * operation set, -EINVAL a field out of range (an unknown tier, a zero
+ * count or id), -EMSGSIZE too many tokens)
+ * and a static reason in *ret_reason. */
+int validate_request(const Kvpalace__V1__Request *req, const struct validate_limits *lim,
+		     const char **ret_reason);
+
+/* Converts and checks a wire layout. Returns 0 and fills *ret, or -EINVAL. */
+int validate_layout(const Kvpalace__V1__Layout *in, struct shm_layout *ret);
+
+/* Returns 0 for 1..VALIDATE_MODEL_ID_MAX bytes of printable ASCII (0x20..0x7e), else
+ * -EINVAL. */
+int validate_model_id(const char *s);
+
+#endif

@@ -1,0 +1,602 @@
+/* daemon/store/spill.c — spill file format and extents (see spill.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "idmap.h"
+#include "log.h"
+#include "spill.h"
+
+static const char file_magic[8] = {'K', 'V', 'P', 'S', 'P', 'I', 'L', 'L'};
+static const char page_magic[8] = {'K', 'V', 'P', 'P', 'A', 'G', 'E', '1'};
+
+/* Little-endian fixed-width fields, independent of struct padding. */
+static void put32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 0; i < 4; i++)
+		v |= (uint32_t)p[i] << (8 * i);
+	return v;
+}
+static uint64_t get64(const unsigned char *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+static void put128(unsigned char *p, XXH128_hash_t h)
+{
+	put64(p, h.low64);
+	put64(p + 8, h.high64);
+}
+static XXH128_hash_t get128(const unsigned char *p)
+{
+	XXH128_hash_t h = {.low64 = get64(p), .high64 = get64(p + 8)};
+
+	return h;
+}
+
+void spill_file_name(uid_t uid, XXH128_hash_t root, char *buf, size_t len)
+{
+	snprintf(buf, len, "spill-%u-%016" PRIx64 "%016" PRIx64 ".kvs", (unsigned)uid, root.high64,
+		 root.low64);
+}
+
+/* File header: magic, format, uid, page bytes, capacity, layout (6 × u32),
+ * root, model id, then the XXH3-64 of all that. */
+enum {
+	FH_MAGIC = 0,
+	FH_FORMAT = 8,
+	FH_UID = 12,
+	FH_PAGE_BYTES = 16,
+	FH_CAP = 24,
+	FH_LAYOUT = 28,
+	FH_ROOT = 52,
+	FH_MODEL = 68,
+	FH_SUM = FH_MODEL + SPILL_MODEL_ID_MAX,
+	FH_END = FH_SUM + 8,
+};
+
+static void file_hdr_encode(const struct spill *sp, const char *model_id,
+			    const struct shm_layout *l, uint32_t format, unsigned char *b)
+{
+	memset(b, 0, SPILL_FILE_HDR);
+	memcpy(b + FH_MAGIC, file_magic, 8);
+	put32(b + FH_FORMAT, format);
+	put32(b + FH_UID, (uint32_t)sp->uid);
+	put64(b + FH_PAGE_BYTES, sp->page_bytes);
+	put32(b + FH_CAP, sp->cap);
+	put32(b + FH_LAYOUT, l->n_layers);
+	put32(b + FH_LAYOUT + 4, l->n_kv_heads);
+	put32(b + FH_LAYOUT + 8, l->head_dim);
+	put32(b + FH_LAYOUT + 12, l->block_tokens);
+	put32(b + FH_LAYOUT + 16, l->dtype);
+	put32(b + FH_LAYOUT + 20, l->quant_group);
+	put128(b + FH_ROOT, sp->root);
+	snprintf((char *)b + FH_MODEL, SPILL_MODEL_ID_MAX, "%s", model_id);
+	put64(b + FH_SUM, XXH3_64bits(b, FH_SUM));
+}
+
+/* Page header: magic, hash, parent, data sum, sequence, flags, then the
+ * XXH3-64 of all that seeded with the pool root, so a header copied from
+ * another pool's file does not verify here. Format 3: then the last-use
+ * stamp and its seal, the XXH3-64 of the stamp seeded with that checksum
+ * (outside it, so the stamp can be rewritten alone). */
+enum {
+	PH_MAGIC = 0,
+	PH_HASH = 8,
+	PH_PARENT = 24,
+	PH_SUM = 40,
+	PH_SEQ = 48,
+	PH_FLAGS = 56,
+	PH_DTYPE = 60,
+	PH_STORED = 64,
+	PH_CHECK = 68,
+	PH_USED = 76,
+	PH_USED_SEAL = 84,
+	PH_END = 92,
+};
+_Static_assert(PH_END <= SPILL_PAGE_HDR, "page header fits its slot");
+_Static_assert(FH_END <= SPILL_FILE_HDR, "file header fits its block");
+
+void spill_hdr_encode(struct spill *sp, struct spill_page_hdr *h, unsigned char *b)
+{
+	h->seq = ++sp->seq;
+	memset(b, 0, SPILL_PAGE_HDR);
+	memcpy(b + PH_MAGIC, page_magic, 8);
+	put128(b + PH_HASH, h->hash);
+	put128(b + PH_PARENT, h->parent);
+	put64(b + PH_SUM, h->sum);
+	put64(b + PH_SEQ, h->seq);
+	put32(b + PH_FLAGS, h->flags);
+	put32(b + PH_DTYPE, h->dtype);
+	put32(b + PH_STORED, h->stored_bytes);
+	put64(b + PH_CHECK, XXH3_64bits_withSeed(b, PH_CHECK, sp->root.low64));
+	put64(b + PH_USED, h->used);
+	put64(b + PH_USED_SEAL, XXH3_64bits_withSeed(b + PH_USED, 8, get64(b + PH_CHECK)));
+}
+
+int spill_hdr_decode(const struct spill *sp, const unsigned char *b, struct spill_page_hdr *h)
+{
+	if (memcmp(b + PH_MAGIC, page_magic, 8) ||
+	    get64(b + PH_CHECK) != XXH3_64bits_withSeed(b, PH_CHECK, sp->root.low64))
+		return -EBADMSG;
+	h->hash = get128(b + PH_HASH);
+	h->parent = get128(b + PH_PARENT);
+	h->sum = get64(b + PH_SUM);
+	h->seq = get64(b + PH_SEQ);
+	h->flags = get32(b + PH_FLAGS);
+	h->dtype = get32(b + PH_DTYPE);
+	h->stored_bytes = get32(b + PH_STORED);
+	/* A format 2 header has zeros here, which do not verify. */
+	h->used =
+		get64(b + PH_USED_SEAL) == XXH3_64bits_withSeed(b + PH_USED, 8, get64(b + PH_CHECK))
+			? get64(b + PH_USED)
+			: 0;
+	/* Data in the pool's own format fills the extent; a quantized page
+	 * is smaller, a whole number of 4 KiB blocks (daemon/core/tier.c checks
+	 * the format itself). */
+	if (h->dtype == 0 ? h->stored_bytes != sp->page_bytes
+			  : h->stored_bytes == 0 || h->stored_bytes % 4096 ||
+				    h->stored_bytes >= sp->page_bytes)
+		return -EBADMSG;
+	return 0;
+}
+
+static int fail(char *why, size_t whylen, int err, const char *what, const char *path)
+{
+	snprintf(why, whylen, "%s %s: %s", what, path, strerror(-err));
+	return err;
+}
+
+int spill_open(struct spill *sp, const char *dir, uid_t uid, const char *model_id,
+	       const struct shm_layout *layout, XXH128_hash_t root, uint64_t cap_bytes, char *why,
+	       size_t whylen)
+{
+	unsigned char want[SPILL_FILE_HDR], have[SPILL_FILE_HDR];
+	uint64_t page_bytes = shm_page_bytes(layout), cap = cap_bytes / page_bytes;
+	char name[96];
+	ssize_t n;
+	int ret;
+
+	memset(sp, 0, sizeof(*sp));
+	sp->fd_data = sp->fd_meta = -1;
+	if (cap == 0)
+		return fail(why, whylen, -EINVAL, "no room for one page in", dir);
+	if (cap > UINT32_MAX - 1)
+		cap = UINT32_MAX - 1;
+	sp->uid = uid;
+	sp->root = root;
+	sp->page_bytes = page_bytes;
+	sp->cap = (uint32_t)cap;
+	sp->data_off = (SPILL_FILE_HDR + cap * SPILL_PAGE_HDR + 4095) / 4096 * 4096;
+	sp->free = malloc(sizeof(uint32_t) * 64);
+	if (!sp->free)
+		return fail(why, whylen, -ENOMEM, "out of memory opening the spill file in", dir);
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+		return fail(why, whylen, -errno, "cannot create", dir);
+	spill_file_name(uid, root, name, sizeof(name));
+	snprintf(sp->path, sizeof(sp->path), "%s/%s", dir, name);
+	sp->fd_meta = open(sp->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (sp->fd_meta < 0) {
+		ret = fail(why, whylen, -errno, "cannot open", sp->path);
+		goto err;
+	}
+	/* A daemon killed a moment ago holds the lock until the kernel has
+	 * torn its io_uring down: give it two seconds. */
+	for (int tries = 0;
+	     flock(sp->fd_meta, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK && tries < 20;
+	     tries++)
+		usleep(100 * 1000);
+	if (flock(sp->fd_meta, LOCK_EX | LOCK_NB) < 0) {
+		ret = fail(why, whylen, errno == EWOULDBLOCK ? -EBUSY : -errno,
+			   "another process holds", sp->path);
+		goto err;
+	}
+	sp->fd_data = open(sp->path, O_RDWR | O_DIRECT | O_CLOEXEC);
+	sp->direct = sp->fd_data >= 0;
+	if (sp->fd_data < 0 && errno == EINVAL)
+		sp->fd_data = open(sp->path, O_RDWR | O_CLOEXEC);
+	if (sp->fd_data < 0) {
+		ret = fail(why, whylen, -errno, "cannot open", sp->path);
+		goto err;
+	}
+	file_hdr_encode(sp, model_id, layout, SPILL_FORMAT_OLD, want);
+	n = pread(sp->fd_meta, have, sizeof(have), 0);
+	if (n == (ssize_t)sizeof(have) && !memcmp(have, want, sizeof(have))) {
+		/* Format 2: the same pages, without last-use stamps; from now on
+		 * headers carry them, so the file says format 3. */
+		file_hdr_encode(sp, model_id, layout, SPILL_FORMAT, want);
+		if (pwrite(sp->fd_meta, want, sizeof(want), 0) != (ssize_t)sizeof(want)) {
+			ret = fail(why, whylen, errno ? -errno : -EIO, "cannot update", sp->path);
+			goto err;
+		}
+		log_info("%s: format %u file read as it is (pages without last-use stamps)",
+			 sp->path, SPILL_FORMAT_OLD);
+		return 0;
+	}
+	file_hdr_encode(sp, model_id, layout, SPILL_FORMAT, want);
+	if (n == (ssize_t)sizeof(have) && !memcmp(have, want, sizeof(have)))
+		return 0;
+	if (n > 0)
+		log_notice("%s: another identity, capacity or format; starting it afresh",
+			   sp->path);
+	/* Fresh file: a zero header region, so no stale page header survives. */
+	if (ftruncate(sp->fd_meta, 0) < 0 || ftruncate(sp->fd_meta, (off_t)sp->data_off) < 0 ||
+	    pwrite(sp->fd_meta, want, sizeof(want), 0) != (ssize_t)sizeof(want)) {
+		ret = fail(why, whylen, -errno, "cannot initialise", sp->path);
+		goto err;
+	}
+	return 0;
+err:
+	spill_close(sp);
+	return ret;
+}
+
+void spill_close(struct spill *sp)
+{
+	if (sp->fd_data >= 0)
+		close(sp->fd_data);
+	if (sp->fd_meta >= 0)
+		close(sp->fd_meta);
+	free(sp->free);
+	sp->free = NULL;
+	sp->fd_data = sp->fd_meta = -1;
+}
+
+static int push_free(struct spill *sp, uint32_t extent)
+{
+	/* The stack grows by doubling; at most hwm entries. */
+	if ((sp->n_free & (sp->n_free - 1)) == 0 && sp->n_free >= 64) {
+		uint32_t *f = realloc(sp->free, sizeof(uint32_t) * 2 * sp->n_free);
+
+		if (!f)
+			return -ENOMEM;
+		sp->free = f;
+	}
+	sp->free[sp->n_free++] = extent;
+	return 0;
+}
+
+int spill_scan(struct spill *sp,
+	       int (*fn)(void *arg, uint32_t extent, const struct spill_page_hdr *h), void *arg)
+{
+	const size_t chunk = 4096 * SPILL_PAGE_HDR; /* headers per read */
+	struct spill_page_hdr *hdrs = NULL;
+	unsigned char *buf = malloc(chunk);
+	struct idmap seen = {0}; /* hash → extent + 1 of the newest header */
+	uint32_t n_hdrs = 0, cap_hdrs = 0, *keep = NULL;
+	int accepted = 0, ret = 0;
+	struct stat st;
+
+	if (!buf)
+		return -ENOMEM;
+	/* What the file holds now: a file cut short while the daemon was
+	 * down keeps headers of pages whose data is gone. */
+	if (fstat(sp->fd_meta, &st) < 0) {
+		free(buf);
+		return -errno;
+	}
+	sp->n_gone = 0;
+	for (uint64_t e0 = 0; e0 < sp->cap; e0 += chunk / SPILL_PAGE_HDR) {
+		uint64_t want = (sp->cap - e0) * SPILL_PAGE_HDR;
+		ssize_t n;
+
+		if (want > chunk)
+			want = chunk;
+		/* Skip holes: a fresh or lightly used file is mostly one. */
+		{
+			off_t at = (off_t)spill_hdr_off((uint32_t)e0);
+			off_t data = lseek(sp->fd_meta, at, SEEK_DATA);
+
+			if (data < 0 || (uint64_t)data >= sp->data_off)
+				break; /* no header written from here on */
+			if (data >= at + (off_t)want)
+				continue;
+		}
+		n = pread(sp->fd_meta, buf, want, (off_t)spill_hdr_off((uint32_t)e0));
+		if (n < 0) {
+			ret = -errno;
+			goto out;
+		}
+		for (size_t i = 0; i + SPILL_PAGE_HDR <= (size_t)n; i += SPILL_PAGE_HDR) {
+			uint32_t extent = (uint32_t)(e0 + i / SPILL_PAGE_HDR);
+			struct spill_page_hdr h;
+			uintptr_t prev;
+
+			if (spill_hdr_decode(sp, buf + i, &h) < 0)
+				continue;
+			if (h.seq > sp->seq)
+				sp->seq = h.seq;
+			if (spill_data_off(sp, extent) + h.stored_bytes > (uint64_t)st.st_size) {
+				sp->n_gone++; /* its data is not in the file: not found */
+				continue;
+			}
+			if (n_hdrs == cap_hdrs) {
+				uint32_t c = cap_hdrs ? cap_hdrs * 2 : 256;
+				void *a = realloc(hdrs, c * sizeof(*hdrs)), *b;
+
+				if (a)
+					hdrs = a;
+				b = realloc(keep, c * sizeof(*keep));
+				if (b)
+					keep = b;
+				if (!a || !b) {
+					ret = -ENOMEM;
+					goto out;
+				}
+				cap_hdrs = c;
+			}
+			prev = (uintptr_t)idmap_get(&seen, h.hash.low64 | 1);
+			if (prev && hdrs[prev - 1].seq >= h.seq)
+				continue; /* an older copy of the same page */
+			if (prev) {
+				keep[prev - 1] = UINT32_MAX;
+				idmap_del(&seen, h.hash.low64 | 1);
+			}
+			hdrs[n_hdrs] = h;
+			keep[n_hdrs] = extent;
+			if (idmap_put(&seen, h.hash.low64 | 1, (void *)(uintptr_t)(n_hdrs + 1)) <
+			    0) {
+				ret = -ENOMEM;
+				goto out;
+			}
+			n_hdrs++;
+		}
+		if ((uint64_t)n < want)
+			break; /* the file ends: the rest was never written */
+	}
+	/* Parents before children is the caller's business (it sees them all
+	 * first); here every extent is either accepted or free. */
+	sp->hwm = 0;
+	for (uint32_t i = 0; i < n_hdrs; i++)
+		if (keep[i] != UINT32_MAX && keep[i] + 1 > sp->hwm)
+			sp->hwm = keep[i] + 1;
+	{
+		unsigned char *used = calloc(sp->hwm ? sp->hwm : 1, 1);
+
+		if (!used) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		for (uint32_t i = 0; i < n_hdrs; i++) {
+			if (keep[i] == UINT32_MAX || fn(arg, keep[i], &hdrs[i]) < 0)
+				continue;
+			used[keep[i]] = 1;
+			accepted++;
+		}
+		sp->n_used = 0;
+		sp->n_free = 0;
+		for (uint32_t e = sp->hwm; e-- > 0;) {
+			if (used[e])
+				sp->n_used++;
+			else if (push_free(sp, e) < 0)
+				ret = -ENOMEM;
+		}
+		free(used);
+	}
+	if (ret == 0)
+		ret = accepted;
+out:
+	idmap_fini(&seen);
+	free(hdrs);
+	free(keep);
+	free(buf);
+	return ret;
+}
+
+int spill_alloc(struct spill *sp, uint32_t *ret_extent)
+{
+	if (sp->n_free) {
+		*ret_extent = sp->free[--sp->n_free];
+	} else if (sp->hwm < sp->cap) {
+		*ret_extent = sp->hwm++;
+	} else {
+		return -ENOSPC;
+	}
+	sp->n_used++;
+	return 0;
+}
+
+void spill_free(struct spill *sp, uint32_t extent)
+{
+	sp->n_used--;
+	if (extent >= sp->cap)
+		return; /* beyond a capacity lowered by ENOSPC: never again */
+	if (push_free(sp, extent) < 0) {
+		/* Lost until restart; the scan finds it free again. */
+		log_warn("%s: extent %u leaked: out of memory", sp->path, extent);
+	}
+}
+
+void spill_full(struct spill *sp, uint32_t extent)
+{
+	uint32_t keep = 0, cap = extent < sp->hwm ? extent : sp->hwm;
+
+	if (cap >= sp->cap)
+		return; /* capped there already */
+	log_warn("%s: file system full at %u pages; disk tier capped there", sp->path, cap);
+	/* Extents at or above the one that failed were never written; drop
+	 * them from the free stack and stop handing out new ones. */
+	sp->cap = cap;
+	for (uint32_t i = 0; i < sp->n_free; i++)
+		if (sp->free[i] < sp->cap)
+			sp->free[keep++] = sp->free[i];
+	sp->n_free = keep;
+}
+
+int spill_set_used(struct spill *sp, uint32_t extent, XXH128_hash_t hash, uint64_t used)
+{
+	unsigned char b[SPILL_PAGE_HDR];
+	struct spill_page_hdr h;
+	off_t at = (off_t)spill_hdr_off(extent);
+
+	if (extent >= sp->hwm)
+		return -ESTALE;
+	if (pread(sp->fd_meta, b, sizeof(b), at) != (ssize_t)sizeof(b))
+		return -ESTALE;
+	if (spill_hdr_decode(sp, b, &h) < 0 || !XXH128_isEqual(h.hash, hash))
+		return -ESTALE;
+	put64(b + PH_USED, used);
+	put64(b + PH_USED_SEAL, XXH3_64bits_withSeed(b + PH_USED, 8, get64(b + PH_CHECK)));
+	if (pwrite(sp->fd_meta, b + PH_USED, PH_END - PH_USED, at + PH_USED) != PH_END - PH_USED)
+		return errno ? -errno : -EIO;
+	return 0;
+}
+
+/* ---- reclaiming junk at start ------------------------------------------- */
+
+static int count_page(void *arg, uint32_t extent, const struct spill_page_hdr *h)
+{
+	(void)extent;
+	(void)h;
+	++*(uint32_t *)arg;
+	return -1; /* counted, not kept: the scan frees everything */
+}
+
+/* Why the spill file open as fd, named for (uid, root), is not worth
+ * keeping, or NULL when it holds pages a restart can find. */
+static const char *junk_reason(int fd, uid_t uid, XXH128_hash_t root, const struct stat *st)
+{
+	unsigned char b[SPILL_FILE_HDR];
+	struct spill sp = {.fd_meta = fd, .fd_data = -1, .uid = uid, .root = root};
+	uint32_t format, found = 0;
+	uint64_t cap;
+	int ret;
+
+	if (st->st_size < (off_t)SPILL_FILE_HDR ||
+	    pread(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b) || memcmp(b, file_magic, 8) ||
+	    get64(b + FH_SUM) != XXH3_64bits(b, FH_SUM))
+		return "no valid file header";
+	format = get32(b + FH_FORMAT);
+	if (format != SPILL_FORMAT && format != SPILL_FORMAT_OLD)
+		return "an unknown format";
+	if (get32(b + FH_UID) != (uint32_t)uid || !XXH128_isEqual(get128(b + FH_ROOT), root))
+		return "a header of another pool than its name";
+	sp.page_bytes = get64(b + FH_PAGE_BYTES);
+	cap = get32(b + FH_CAP);
+	if (sp.page_bytes == 0 || sp.page_bytes % 4096 || sp.page_bytes > (1ull << 40) ||
+	    cap == 0 || cap > UINT32_MAX - 1)
+		return "a header with impossible sizes";
+	sp.cap = (uint32_t)cap;
+	sp.data_off = (SPILL_FILE_HDR + cap * SPILL_PAGE_HDR + 4095) / 4096 * 4096;
+	sp.free = malloc(sizeof(uint32_t) * 64);
+	if (!sp.free)
+		return NULL; /* out of memory: keep it, decide next time */
+	ret = spill_scan(&sp, count_page, &found);
+	free(sp.free);
+	if (ret < 0)
+		return NULL; /* unreadable now: not proof of junk */
+	return found ? NULL : "no page a restart could find";
+}
+
+int spill_reclaim(const char *dir, uint64_t *ret_bytes, uint32_t *ret_files)
+{
+	uint64_t bytes = 0;
+	uint32_t files = 0;
+	struct dirent *d;
+	DIR *dp;
+	int dfd, waits = 20; /* 100 ms each, for all files together */
+
+	*ret_bytes = 0;
+	*ret_files = 0;
+	dp = opendir(dir);
+	if (!dp)
+		return errno == ENOENT ? 0 : -errno;
+	dfd = dirfd(dp);
+	while ((d = readdir(dp))) {
+		char want[96], hex[33];
+		unsigned int uid;
+		XXH128_hash_t root;
+		const char *why;
+		struct stat st;
+		int fd, len = 0;
+
+		/* Exactly the names spill_file_name gives, nothing else. */
+		if (sscanf(d->d_name, "spill-%u-%32[0-9a-f].kvs%n", &uid, hex, &len) != 2 ||
+		    d->d_name[len] != '\0' || strlen(hex) != 32)
+			continue;
+		{
+			char hi[17], lo[17];
+
+			memcpy(hi, hex, 16);
+			hi[16] = '\0';
+			memcpy(lo, hex + 16, 17);
+			root.high64 = strtoull(hi, NULL, 16);
+			root.low64 = strtoull(lo, NULL, 16);
+		}
+		spill_file_name((uid_t)uid, root, want, sizeof(want));
+		if (strcmp(want, d->d_name))
+			continue; /* spelled another way (leading zeros): not ours */
+		fd = openat(dfd, d->d_name, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+		if (fd < 0)
+			continue;
+		/* A file another daemon holds is that daemon's business; one
+		 * killed a moment ago holds its files until the kernel has torn
+		 * its io_uring down (as in spill_open). */
+		while (flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK && waits > 0) {
+			waits--;
+			usleep(100 * 1000);
+		}
+		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+		    flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			close(fd);
+			continue;
+		}
+		why = junk_reason(fd, (uid_t)uid, root, &st);
+		if (why && unlinkat(dfd, d->d_name, 0) == 0) {
+			log_notice("%s/%s: %s; removed, %llu bytes reclaimed", dir, d->d_name, why,
+				   (unsigned long long)st.st_blocks * 512);
+			bytes += (uint64_t)st.st_blocks * 512;
+			files++;
+		}
+		close(fd);
+	}
+	closedir(dp);
+	if (files)
+		log_notice("%s: %u spill files without pages to restart from removed, %llu bytes "
+			   "reclaimed",
+			   dir, files, (unsigned long long)bytes);
+	*ret_bytes = bytes;
+	*ret_files = files;
+	return 0;
+}
+
+int spill_forget(const struct spill *sp, const uint32_t *extents, uint32_t n)
+{
+	static const unsigned char zero[SPILL_PAGE_HDR];
+	int ret = 0;
+
+	for (uint32_t i = 0; i < n && ret == 0; i++) {
+		ssize_t w =
+			pwrite(sp->fd_meta, zero, sizeof(zero), (off_t)spill_hdr_off(extents[i]));
+
+		if (w != (ssize_t)sizeof(zero))
+			ret = w < 0 ? -errno : -EIO;
+	}
+	/* Never retried: after a failed sync the page cache may say
+	 * anything about what reached the disk. */
+	if (ret == 0 && n && fdatasync(sp->fd_meta) < 0)
+		ret = -errno;
+	return ret;
+}

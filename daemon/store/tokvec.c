@@ -1,0 +1,226 @@
+/* daemon/store/tokvec.c — chunked copy-on-write token ids and metadata (see
+ * tokvec.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "tokvec.h"
+
+/* The smallest chunk: a short session costs little. */
+#define TOKVEC_MIN_CAP 64u
+
+void tokvec_init(struct tokvec *v, uint32_t block_tokens, uint64_t *account)
+{
+	uint32_t bt = block_tokens ? block_tokens : 1;
+
+	memset(v, 0, sizeof(*v));
+	v->per_chunk = (TOKVEC_CHUNK_TOKENS + bt - 1) / bt * bt;
+	v->account = account;
+}
+
+static void chunk_free(struct tokvec_chunk *k)
+{
+	free(k->ids);
+	free(k->meta);
+	free(k);
+}
+
+static void chunk_unref(struct tokvec *v, struct tokvec_chunk *k)
+{
+	if (--k->refs)
+		return;
+	*k->account -= k->cap;
+	chunk_free(k);
+}
+
+void tokvec_fini(struct tokvec *v)
+{
+	tokvec_cut(v, 0);
+	free(v->chunks);
+	v->chunks = NULL;
+	v->cap_chunks = 0;
+}
+
+void tokvec_cut(struct tokvec *v, uint64_t n)
+{
+	uint32_t keep = (uint32_t)((n + v->per_chunk - 1) / v->per_chunk);
+
+	while (v->n_chunks > keep)
+		chunk_unref(v, v->chunks[--v->n_chunks]);
+}
+
+/* Room for n chunk pointers. */
+static int table_room(struct tokvec *v, uint32_t n)
+{
+	uint32_t cap = v->cap_chunks ? v->cap_chunks : 4;
+	struct tokvec_chunk **t;
+
+	if (n <= v->cap_chunks)
+		return 0;
+	while (cap < n)
+		cap *= 2;
+	t = realloc(v->chunks, cap * sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	v->chunks = t;
+	v->cap_chunks = cap;
+	return 0;
+}
+
+/* A private chunk of cap tokens holding the first keep of old (NULL:
+ * none). */
+static struct tokvec_chunk *chunk_new(uint32_t cap, const struct tokvec_chunk *old, uint32_t keep)
+{
+	struct tokvec_chunk *k = calloc(1, sizeof(*k));
+
+	if (!k)
+		return NULL;
+	k->refs = 1;
+	k->cap = cap;
+	k->ids = malloc(cap * sizeof(*k->ids));
+	k->meta = malloc(cap * sizeof(*k->meta));
+	if (!k->ids || !k->meta) {
+		chunk_free(k);
+		return NULL;
+	}
+	if (old && keep) {
+		memcpy(k->ids, old->ids, keep * sizeof(*k->ids));
+		memcpy(k->meta, old->meta, keep * sizeof(*k->meta));
+	}
+	return k;
+}
+
+/* The capacity chunk ci needs to hold positions below to: whole chunks
+ * but the last, which grows by doubling. */
+static uint32_t cap_for(const struct tokvec *v, uint32_t ci, uint64_t to)
+{
+	uint64_t start = (uint64_t)ci * v->per_chunk, need, cap = TOKVEC_MIN_CAP;
+
+	if (to - start >= v->per_chunk)
+		return v->per_chunk;
+	need = to - start;
+	while (cap < need)
+		cap *= 2;
+	return cap < v->per_chunk ? (uint32_t)cap : v->per_chunk;
+}
+
+int tokvec_prepare(struct tokvec *v, uint64_t len, uint64_t from, uint64_t to, uint64_t limit)
+{
+	uint32_t first, last, n_new;
+	struct tokvec_chunk **made;
+	uint64_t charge = 0;
+	int ret = -ENOMEM;
+
+	if (from >= to)
+		return 0;
+	first = (uint32_t)(from / v->per_chunk);
+	last = (uint32_t)((to - 1) / v->per_chunk);
+	n_new = last - first + 1;
+	/* Positions are prepared at or below the length, so no chunk below
+	 * first is missing. */
+	kvp_assert(first <= v->n_chunks);
+	/* Everything is allocated before anything changes, so a failure
+	 * leaves v as it was. */
+	if (table_room(v, last + 1) < 0)
+		return -ENOMEM;
+	made = calloc(n_new, sizeof(*made));
+	if (!made)
+		return -ENOMEM;
+	for (uint32_t ci = first; ci <= last; ci++) {
+		struct tokvec_chunk *old = ci < v->n_chunks ? v->chunks[ci] : NULL;
+		uint64_t start = (uint64_t)ci * v->per_chunk;
+		uint32_t cap = cap_for(v, ci, to), keep = 0;
+
+		if (old && old->refs == 1 && old->cap >= cap)
+			continue; /* ours, with room */
+		if (old && old->cap > cap)
+			cap = old->cap;
+		if (old && len > start)
+			keep = (uint32_t)(len - start < old->cap ? len - start : old->cap);
+		if (!old || old->refs > 1)
+			charge += cap;
+		else
+			charge += cap - old->cap;
+		made[ci - first] = chunk_new(cap, old, keep);
+		if (!made[ci - first])
+			goto fail;
+	}
+	/* A limit lowered by a reload refuses growth, not writes in place. */
+	if (charge && *v->account + charge > limit) {
+		ret = -EDQUOT;
+		goto fail;
+	}
+	for (uint32_t ci = first; ci <= last; ci++) {
+		struct tokvec_chunk *k = made[ci - first];
+
+		if (!k)
+			continue;
+		if (ci < v->n_chunks)
+			chunk_unref(v, v->chunks[ci]);
+		k->account = v->account;
+		*k->account += k->cap;
+		v->chunks[ci] = k;
+	}
+	if (v->n_chunks < last + 1)
+		v->n_chunks = last + 1;
+	free(made);
+	return 0;
+fail:
+	for (uint32_t i = 0; i < n_new; i++)
+		if (made[i])
+			chunk_free(made[i]);
+	free(made);
+	return ret;
+}
+
+int tokvec_share(struct tokvec *dst, const struct tokvec *src, uint64_t n)
+{
+	uint32_t k = (uint32_t)((n + src->per_chunk - 1) / src->per_chunk);
+
+	kvp_assert(dst->n_chunks == 0 && dst->per_chunk == src->per_chunk && k <= src->n_chunks);
+	if (table_room(dst, k) < 0)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < k; i++) {
+		dst->chunks[i] = src->chunks[i];
+		dst->chunks[i]->refs++;
+	}
+	dst->n_chunks = k;
+	return 0;
+}
+
+void tokvec_get(const struct tokvec *v, uint64_t from, uint64_t n, uint32_t *ids,
+		struct token_meta *meta)
+{
+	uint64_t done = 0;
+
+	while (done < n) {
+		uint64_t i = from + done, off = i % v->per_chunk;
+		const struct tokvec_chunk *k = v->chunks[i / v->per_chunk];
+		uint64_t span = v->per_chunk - off < n - done ? v->per_chunk - off : n - done;
+
+		if (ids)
+			memcpy(ids + done, k->ids + off, span * sizeof(*ids));
+		if (meta)
+			memcpy(meta + done, k->meta + off, span * sizeof(*meta));
+		done += span;
+	}
+}
+
+void tokvec_put(struct tokvec *v, uint64_t from, uint64_t n, const uint32_t *ids,
+		const struct token_meta *meta)
+{
+	uint64_t done = 0;
+
+	while (done < n) {
+		uint64_t i = from + done, off = i % v->per_chunk;
+		struct tokvec_chunk *k = v->chunks[i / v->per_chunk];
+		uint64_t span = v->per_chunk - off < n - done ? v->per_chunk - off : n - done;
+
+		kvp_assert(k->refs == 1 && off + span <= k->cap);
+		memcpy(k->ids + off, ids + done, span * sizeof(*ids));
+		if (meta)
+			memcpy(k->meta + off, meta + done, span * sizeof(*meta));
+		done += span;
+	}
+}
