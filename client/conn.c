@@ -82,7 +82,7 @@ static int default_path(char *buf, size_t n, const char *name)
 {
 	const char *xdg = secure_getenv("XDG_RUNTIME_DIR");
 
-	/* Same rule as the daemon's embedded default (daemon/config.c). */
+	/* Same rule as the daemon's embedded default (daemon/base/config.c). */
 	if (geteuid() != 0 && xdg && xdg[0] == '/')
 		return snprintf(buf, n, "%s/kvpalace/%s", xdg, name);
 	return snprintf(buf, n, "/run/kvpalace/%s", name);

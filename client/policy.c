@@ -17,7 +17,7 @@
 #include "rpc.h"
 #include "session.h"
 
-/* The daemon's defaults (daemon/policy.c, policy_defaults). */
+/* The daemon's defaults (daemon/base/policy.c, policy_defaults). */
 KVP_PUBLIC void kvp_policy_init(struct kvp_policy *pol, uint32_t kind, uint32_t budget)
 {
 	if (!pol)

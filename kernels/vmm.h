@@ -3,7 +3,7 @@
  * cudaGetDriverEntryPointByVersion, with the legacy CUDA IPC handle as a
  * fallback.
  *
- * Why here: the daemon's device tier (daemon/gpu.c) creates and exports
+ * Why here: the daemon's device tier (daemon/core/gpu.c) creates and exports
  * one allocation per pool, the client library imports it, and both must
  * agree on every step (granularity, access flags, handle type). Nothing
  * links libcuda: a binary that does fails to load where no driver is
