@@ -2,24 +2,16 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cache.h"
 #include "ckptop.h"
+#include "clock.h"
 #include "compact.h"
 #include "lease.h"
 #include "pool.h"
 #include "session.h"
 #include "tier.h"
 #include "tokvec.h"
-
-uint64_t cache_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void cache_init(struct cache *c, const struct config *cfg)
 {
@@ -28,7 +20,7 @@ void cache_init(struct cache *c, const struct config *cfg)
 	list_init(&c->pool_list);
 	list_init(&c->unowned);
 	c->ckpt_dir_fd = -1;
-	c->start_ns = cache_now_ns();
+	c->start_ns = clock_now_ns();
 	c->next_tag = 1; /* the sink has tag 0 */
 	c->disk_avail_bytes = UINT64_MAX;
 }

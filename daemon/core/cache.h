@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "clock.h"
 #include "config.h"
 #include "idmap.h"
 #include "list.h"
@@ -149,7 +150,5 @@ int cache_check(const struct cache *c);
 #else
 #define cache_debug_check(c) ((void)(c))
 #endif
-
-uint64_t cache_now_ns(void);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "compact.h"
 #include "evict.h"
 #include "gpu.h"
@@ -579,7 +580,7 @@ int compact_job_finish(struct cache *c, struct compact_job *j, uint64_t *ret_n, 
 		}
 	}
 	if (s)
-		s->last_use_ns = cache_now_ns();
+		s->last_use_ns = clock_now_ns();
 	compact_job_release(j);
 	return ret;
 }
@@ -835,7 +836,7 @@ int compact_session(struct cache *c, struct session *s, uint64_t *ret_dropped)
 {
 	int ret = compact(c, s, ret_dropped);
 
-	s->last_use_ns = cache_now_ns();
+	s->last_use_ns = clock_now_ns();
 	return ret;
 }
 

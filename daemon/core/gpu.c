@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "arena.h"
+#include "clock.h"
 #include "config.h"
 #include "conn.h"
 #include "dispatch.h"
@@ -935,7 +936,7 @@ int gpu_lease_device(struct cache *c, struct conn *conn, struct lease *l, uint64
 	struct gpu_job *j = NULL;
 	uint32_t start = l->n_dev, n_copies = 0;
 	int wait = 0; /* a cached slot's copy is still in flight */
-	uint64_t now = cache_now_ns();
+	uint64_t now = clock_now_ns();
 	int ret;
 
 	if (!d->on) {
@@ -1129,7 +1130,7 @@ int gpu_session_append(struct cache *c, struct session *s, uint64_t from, uint64
 	struct gpu_pool *d = &p->dev;
 	uint32_t bt = p->layout.block_tokens;
 	uint32_t first = (uint32_t)(from / bt), last = (uint32_t)((from + n - 1) / bt);
-	uint64_t now = cache_now_ns();
+	uint64_t now = clock_now_ns();
 	int first_had;
 
 	if (!d->on) {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "compact.h"
 #include "evict.h"
 #include "guard.h"
@@ -66,7 +67,7 @@ int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
 	s->pool = p;
 	tokvec_init(&s->tok, p->layout.block_tokens, &cache_tenant(c, p->uid)->meta_tokens);
 	s->root = root;
-	s->last_use_ns = cache_now_ns();
+	s->last_use_ns = clock_now_ns();
 	list_init(&s->writer_link);
 	list_init(&s->owner_link);
 	/* The configured policy; a client may set its own (compact.h). */
@@ -163,7 +164,7 @@ struct session *session_get(struct cache *c, uint64_t id, uid_t uid, int admin)
 		return NULL;
 	/* A client asked for it: in use (an admin's look is not). */
 	if (!admin)
-		s->last_use_ns = cache_now_ns();
+		s->last_use_ns = clock_now_ns();
 	return s;
 }
 
@@ -344,7 +345,7 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 	tokvec_put(&s->tok, s->n_tokens, n, tokens, NULL);
 	*ret_first_token = s->n_tokens;
 	s->n_tokens = end;
-	s->last_use_ns = cache_now_ns();
+	s->last_use_ns = clock_now_ns();
 	if (!s->writer) {
 		s->writer = writer;
 		s->account = w;
@@ -424,7 +425,7 @@ int session_commit(struct cache *c, struct session *s, const void *writer, uint6
 	 * fill without entering the index, so not n_hashes. */
 	*ret_first_filled = (uint32_t)(s->n_committed / bt);
 	s->n_committed += n;
-	s->last_use_ns = cache_now_ns();
+	s->last_use_ns = clock_now_ns();
 	full = (uint32_t)(s->n_committed / bt);
 	/* A compacted session's pages hold kept tokens, not a prefix: they
 	 * never enter the index. */
@@ -490,7 +491,7 @@ int session_truncate(struct cache *c, struct session *s, const void *writer, uin
 	account_reserved(s);
 	if (s->writer && s->n_committed == s->n_tokens)
 		end_writer(s);
-	s->last_use_ns = cache_now_ns();
+	s->last_use_ns = clock_now_ns();
 	return 0;
 }
 
@@ -561,7 +562,7 @@ int session_fork(struct cache *c, struct session *s, uint64_t n, struct session 
 
 	if (n > s->n_committed)
 		return -ERANGE;
-	s->last_use_ns = cache_now_ns();
+	s->last_use_ns = clock_now_ns();
 	ret = fork_from(c, s->pool, s->root, &s->tok, NULL, s->pages, s->hashes, s->n_hashes, n,
 			ret_session);
 	if (ret == 0) {

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "conn.h"
 #include "dispatch.h"
 #include "lease.h"
@@ -26,7 +27,7 @@ struct conn_out {
 struct conn_held {
 	struct conn_held *next;
 	uint64_t batch;
-	uint64_t parked_ns; /* when it was first parked (cache_now_ns), 0: never */
+	uint64_t parked_ns; /* when it was first parked (clock_now_ns), 0: never */
 	size_t len;
 	uint8_t payload[];
 };
@@ -561,7 +562,7 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_
 	/* Bounded by time, not by wake-ups: a pool busy with other clients'
 	 * I/O wakes its waiters often, while a request's own reads are still
 	 * coming (issue 13: a match gave up after 64 wake-ups). */
-	srv->cache.no_park = parked_ns && cache_now_ns() - parked_ns >= CONN_MAX_PARK_NS;
+	srv->cache.no_park = parked_ns && clock_now_ns() - parked_ns >= CONN_MAX_PARK_NS;
 	c->cur_batch = batch;
 	switch (dispatch(&srv->cache, c, req, &r)) {
 	case 1:
@@ -633,7 +634,7 @@ static void handle_frame(struct conn *c, const uint8_t *payload, size_t len, uin
 		return;
 	}
 	if (run_frame(c, payload, len, batch, 0) == 1)
-		hold(c, payload, len, batch, cache_now_ns(), 1);
+		hold(c, payload, len, batch, clock_now_ns(), 1);
 }
 
 /* Runs held frames in order until one parks again or none is left. */
@@ -647,7 +648,7 @@ static void run_held(struct conn *c)
 
 		if (ret == 1) {
 			if (!h->parked_ns)
-				h->parked_ns = cache_now_ns();
+				h->parked_ns = clock_now_ns();
 			break;
 		}
 		c->held_head = h->next;
@@ -689,7 +690,7 @@ static void on_wake(struct tier_waiter *w)
 
 void conn_park_tick(struct server *srv)
 {
-	uint64_t now = cache_now_ns();
+	uint64_t now = clock_now_ns();
 
 	/* A pool whose I/O never completes wakes nobody: its requests past
 	 * CONN_MAX_PARK_NS run again here and take their miss. */

@@ -10,6 +10,7 @@
 
 #include <systemd/sd-daemon.h>
 
+#include "clock.h"
 #include "log.h"
 #include "notify.h"
 
@@ -64,7 +65,7 @@ static void send_status(struct notify *n, const char *prefix, const struct cache
 
 	notify_format_status(c, msg + len, sizeof(msg) - (size_t)len);
 	send_state(n, msg);
-	n->last_status_ns = cache_now_ns();
+	n->last_status_ns = clock_now_ns();
 }
 
 void notify_ready(struct notify *n, const struct cache *c)
@@ -74,7 +75,7 @@ void notify_ready(struct notify *n, const struct cache *c)
 
 void notify_status(struct notify *n, const struct cache *c, int force)
 {
-	if (!force && cache_now_ns() - n->last_status_ns < NOTIFY_STATUS_INTERVAL_NS)
+	if (!force && clock_now_ns() - n->last_status_ns < NOTIFY_STATUS_INTERVAL_NS)
 		return;
 	send_status(n, "", c);
 }

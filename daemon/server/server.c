@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ckptop.h"
+#include "clock.h"
 #include "confview.h"
 #include "conn.h"
 #include "faults.h"
@@ -254,7 +255,7 @@ static void on_timer(struct loop_op *op, int res, unsigned int flags)
 		pool_release_free(list_entry(it, struct pool, link));
 	/* Persistent sessions their clients left behind and forgot. */
 	if (s->cfg->session_idle_timeout_s)
-		session_expire_idle(&s->cache, cache_now_ns(),
+		session_expire_idle(&s->cache, clock_now_ns(),
 				    s->cfg->session_idle_timeout_s * 1000000000ull);
 	if (s->ticks % 60 == 0)
 		log_debug("%llu connections, %llu requests, %llu errors",

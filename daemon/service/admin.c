@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "admin.h"
+#include "clock.h"
 #include "confview.h"
 #include "frame.h"
 #include "lease.h"
@@ -79,7 +80,7 @@ static int show_session(struct cache *cache, const Kvpalace__V1__ShowSessionRequ
 		return -ENOMEM;
 	}
 	r->heap = h;
-	stats_session_info(s, cache_now_ns(), &h->info);
+	stats_session_info(s, clock_now_ns(), &h->info);
 	stats_layout(&s->pool->layout, &h->layout);
 	for (uint32_t i = 0; i < n; i++)
 		h->holders[i] = s->pool->pa.refs[s->pages[i]];

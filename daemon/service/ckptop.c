@@ -12,6 +12,7 @@
 
 #include "ckpt.h"
 #include "ckptop.h"
+#include "clock.h"
 #include "evict.h"
 #include "guard.h"
 #include "log.h"
@@ -565,7 +566,7 @@ static int take_room(struct job *j, int may_wait)
 	int saved = c->no_park, ret;
 
 	c->no_park =
-		!may_wait || (j->parked_ns && cache_now_ns() - j->parked_ns >= CONN_MAX_PARK_NS);
+		!may_wait || (j->parked_ns && clock_now_ns() - j->parked_ns >= CONN_MAX_PARK_NS);
 	c->park_on = NULL;
 	ret = evict_make_room(c, p, j->n_missing);
 	c->no_park = saved;
@@ -737,7 +738,7 @@ static int restore_room(struct job *j)
 
 	if (ret == -EAGAIN) {
 		if (!j->parked_ns) {
-			j->parked_ns = cache_now_ns();
+			j->parked_ns = clock_now_ns();
 			cache_count(j->c, j->uid, restore_waits, 1); /* once per restore */
 		}
 		j->waiter.wake = on_wake;

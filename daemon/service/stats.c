@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "aio.h"
+#include "clock.h"
 #include "frame.h"
 #include "pool.h"
 #include "session.h"
@@ -64,7 +65,7 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 		ctr = &c->ctr;
 	else if (!(ctr = cache_tenant_find(c, uid)))
 		ctr = &none;
-	out->uptime_ms = (cache_now_ns() - c->start_ns) / 1000000;
+	out->uptime_ms = (clock_now_ns() - c->start_ns) / 1000000;
 	out->connections = ctr->connections;
 	out->requests = ctr->requests;
 	out->errors = ctr->errors;
@@ -218,7 +219,7 @@ int stats_list_sessions(const struct cache *c, uid_t uid, int admin, uint64_t po
 			Kvpalace__V1__ListSessionsResponse *out, void **ret_heap)
 {
 	size_t n = 0, i, budget = max_bytes - FRAME_HEADER_BYTES - 64;
-	uint64_t now = cache_now_ns();
+	uint64_t now = clock_now_ns();
 	struct session **all;
 	struct session_entry *e;
 	Kvpalace__V1__SessionInfo **ptrs;

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "cache.h"
+#include "clock.h"
 #include "kvpalace.pb-c.h"
 #include "layout.h"
 
@@ -17,7 +18,7 @@ struct session;
 void stats_layout(const struct shm_layout *in, Kvpalace__V1__Layout *out);
 
 /* One session's row of ListSessions (out is initialized here); now_ns is
- * cache_now_ns(), idle times are counted from it. */
+ * clock_now_ns(), idle times are counted from it. */
 void stats_session_info(const struct session *s, uint64_t now_ns, Kvpalace__V1__SessionInfo *out);
 
 /* Fills out (initialized by the caller) and allocates what it points to

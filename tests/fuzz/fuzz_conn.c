@@ -62,6 +62,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "clock.h"
 #include "config.h"
 #include "conn.h"
 #include "frame.h"
@@ -259,10 +260,10 @@ static void check_cache(const char *after)
  * no_conns, no connection is left) and nothing more completes at once. */
 static void settle(int no_conns, const char *after)
 {
-	uint64_t start = cache_now_ns();
+	uint64_t start = clock_now_ns();
 
 	while (work_in_flight() || (no_conns && n_conns() > 0) || turn(0) > 0) {
-		if (cache_now_ns() - start > FUZZ_CONN_SETTLE_NS)
+		if (clock_now_ns() - start > FUZZ_CONN_SETTLE_NS)
 			die("hang after %s: the daemon did not settle in %llu s: %u worker "
 			    "jobs, %llu disk I/Os in flight (%llu done), %u connections open",
 			    after, FUZZ_CONN_SETTLE_NS / 1000000000ull, st.srv.worker.n_pending,
