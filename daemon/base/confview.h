@@ -41,4 +41,16 @@ size_t confview_lines(const char *text);
 int confview_diff(const char *a, const char *b, int with_source,
 		  void (*fn)(void *arg, const char *key), void *arg);
 
+#define CONFVIEW_KEY_NAME_MAX 48
+
+/* What a reload did: keys whose running value (or its source) changed, and
+ * keys whose value in the re-read configuration differs from the running
+ * one but can change only at a restart (sockets, directories, sizes). */
+struct confview_reload {
+	uint32_t n_changed;
+	uint32_t n_restart_needed;
+	char changed[CONFIG_MAX_KEYS][CONFVIEW_KEY_NAME_MAX];
+	char restart_needed[CONFIG_MAX_KEYS][CONFVIEW_KEY_NAME_MAX];
+};
+
 #endif

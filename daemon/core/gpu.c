@@ -24,9 +24,6 @@
 #include "arena.h"
 #include "clock.h"
 #include "config.h"
-#include "conn.h"
-#include "dispatch.h"
-#include "frame.h"
 #include "gpu.h"
 #include "lease.h"
 #include "log.h"
@@ -58,9 +55,7 @@ struct gpu_job {
 	struct gpu *g;
 	struct cache *c;
 	struct pool *p;
-	struct conn_ticket t;
 	uint64_t lease_id;
-	uint64_t first_page; /* of the reply */
 	uint32_t n_copies;
 	uint32_t *dev;	 /* [n_copies] device slots being written */
 	uint32_t *host;	 /* [n_copies] host slots read (referenced) */
@@ -291,21 +286,6 @@ static void pool_tables_free(struct gpu_pool *d)
 	d->sum = d->used_ns = NULL;
 }
 
-static void fill_reply(struct reply *r, const struct cache *c, uint64_t lease_id,
-		       uint64_t first_page, uint32_t *slots, uint32_t n, uint32_t copied)
-{
-	uint64_t fit = (c->cfg->max_message_bytes - FRAME_HEADER_BYTES - 256) / 5;
-
-	kvpalace__v1__lease_device_response__init(&r->u.lease_device);
-	r->u.lease_device.lease_id = lease_id;
-	r->u.lease_device.first_page = first_page;
-	r->u.lease_device.device_slots = n ? slots : NULL;
-	r->u.lease_device.n_device_slots = n > fit ? fit : n;
-	r->u.lease_device.copied_pages = copied;
-	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_LEASE_DEVICE;
-	r->resp.lease_device = &r->u.lease_device;
-}
-
 /* Drops what a job holds: the copies' device slots and host pages. */
 static void job_free(struct gpu_job *j)
 {
@@ -360,9 +340,8 @@ static void sync_done(struct gpu_job *j);
 
 static void job_done(struct gpu_job *j)
 {
-	struct gpu_pool *d = &j->p->dev;
-	struct conn *conn = j->t.conn;
-	struct reply r;
+	struct pool *p = j->p;
+	struct gpu_pool *d = &p->dev;
 	uint32_t first_bad = UINT32_MAX;
 
 #ifdef KVP_HAVE_CUDA
@@ -392,32 +371,20 @@ static void job_done(struct gpu_job *j)
 			d->copied++;
 		}
 	}
-	memset(&r, 0, sizeof(r));
-	kvpalace__v1__response__init(&r.resp);
-	r.pass_fd = -1;
-	if (conn) {
-		/* The connection is open, so the lease is too: its later
-		 * requests (a Release) wait for this reply. */
-		struct lease *l = lease_get(j->c, j->lease_id, conn);
+	if (j->error) {
+		/* The lease keeps the slots copied before the first failure;
+		 * its LeaseDevice, run again, answers the error once. */
+		struct lease *l = idmap_get(&j->c->leases, j->lease_id);
 
-		if (l && j->error) {
+		log_err("pool %llu: host→device copy failed", (unsigned long long)p->id);
+		if (l) {
 			lease_trim(l, first_bad);
-			log_err("pool %llu: host→device copy failed", (unsigned long long)j->p->id);
-			r.resp.status = KVPALACE__V1__STATUS__STATUS_INTERNAL;
-			r.resp.error = "a host→device copy failed";
-		} else if (l) {
-			fill_reply(&r, j->c, l->id, j->first_page,
-				   l->dev_slots + (j->first_page < l->n_dev ? j->first_page : 0),
-				   j->first_page < l->n_dev ? l->n_dev - (uint32_t)j->first_page
-							    : 0,
-				   j->n_copies);
-		} else {
-			r.resp.status = KVPALACE__V1__STATUS__STATUS_NOT_FOUND;
-			r.resp.error = "no such lease";
+			l->dev_error = j->error;
 		}
-		conn_deliver(&j->t, &r);
 	}
 	job_free(j);
+	/* The LeaseDevice that waits for these copies runs again. */
+	tier_wake_all(p);
 }
 
 static void on_eventfd(struct loop_op *op, int res, unsigned int flags)
@@ -927,8 +894,17 @@ void gpu_pool_close(struct cache *c, struct pool *p)
 	d->on = 0;
 }
 
-int gpu_lease_device(struct cache *c, struct conn *conn, struct lease *l, uint64_t first_page,
-		     uint64_t id, struct reply *r, const char **why)
+/* Whether a slot of l from first_page on is still being copied. */
+static int lease_copying(const struct lease *l, uint64_t first_page)
+{
+	for (uint64_t i = first_page; i < l->n_dev; i++)
+		if (l->pool->dev.copying[l->dev_slots[i]])
+			return 1;
+	return 0;
+}
+
+int gpu_lease_device(struct cache *c, struct lease *l, uint64_t first_page,
+		     struct gpu_lease_slots *out, const char **why)
 {
 	struct gpu *g = c->gpu;
 	struct pool *p = l->pool;
@@ -947,6 +923,14 @@ int gpu_lease_device(struct cache *c, struct conn *conn, struct lease *l, uint64
 	if (first_page > l->n_pages) {
 		*why = "first page past the lease's pages";
 		return -ERANGE;
+	}
+	if (l->dev_error) {
+		/* Copies it waited for failed (job_done): answered once. */
+		ret = l->dev_error;
+		l->dev_error = 0;
+		l->dev_copied = 0;
+		*why = "a host→device copy failed";
+		return ret;
 	}
 	if (l->n_pages > l->cap_dev) {
 		uint32_t *s = realloc(l->dev_slots, (size_t)l->n_pages * sizeof(*s));
@@ -1034,20 +1018,23 @@ int gpu_lease_device(struct cache *c, struct conn *conn, struct lease *l, uint64
 		d->used_ns[slot] = now;
 		l->dev_slots[l->n_dev++] = slot;
 	}
-	if (n_copies == 0 && !wait) {
+	if (n_copies == 0) {
 		free(j ? j->dev : NULL);
 		free(j ? j->host : NULL);
 		free(j ? j->lpage : NULL);
 		free(j);
-		fill_reply(r, c, l->id, first_page, l->dev_slots + first_page,
-			   l->n_dev - (uint32_t)first_page, 0);
+		if (wait || lease_copying(l, first_page))
+			goto park;
+		out->slots = l->dev_slots + first_page;
+		out->n_slots = l->n_dev - (uint32_t)first_page;
+		out->copied = l->dev_copied;
+		l->dev_copied = 0;
 		return 0;
 	}
 	j->g = g;
 	j->c = c;
 	j->p = p;
 	j->lease_id = l->id;
-	j->first_page = first_page;
 	j->n_copies = n_copies;
 	d->n_jobs++;
 	g->n_jobs++;
@@ -1065,8 +1052,16 @@ int gpu_lease_device(struct cache *c, struct conn *conn, struct lease *l, uint64
 		*why = "cannot queue the completion of host→device copies";
 		return ret;
 	}
-	conn_ticket_start(conn, &j->t, id);
-	return -EINPROGRESS;
+	l->dev_copied += n_copies;
+park:
+	/* Like a disk read: the request waits on the pool and runs again
+	 * when the copies are done (job_done wakes it). */
+	if (c->no_park) {
+		*why = "host→device copies of this lease are still in flight";
+		return -EBUSY;
+	}
+	c->park_on = p;
+	return -EAGAIN;
 fail:
 	/* Copies already enqueued finish into slots nobody will find: wait
 	 * for them, then undo this call's slots. */

@@ -50,7 +50,6 @@
 
 struct cache;
 struct config;
-struct conn;
 struct lease;
 struct loop;
 struct pool;
@@ -127,15 +126,26 @@ void gpu_pool_open(struct cache *c, struct pool *p);
 void gpu_pool_close(struct cache *c, struct pool *p);
 int gpu_pool_busy(const struct pool *p);
 
-/* Answers LeaseDevice for lease l of connection conn: gives every page of
- * l without one a device slot (cached or copied) and, when copies were
- * needed, starts a ticket for request id and returns -EINPROGRESS (the
- * reply comes when they are done); else fills the reply now and returns
- * 0. Errors: -EOPNOTSUPP no device arena, -ENOSPC no free device slot,
- * -ENOMEM, -EIO a copy could not be started; *why says so. */
-struct reply;
-int gpu_lease_device(struct cache *c, struct conn *conn, struct lease *l, uint64_t first_page,
-		     uint64_t id, struct reply *r, const char **why);
+/* The device slots a LeaseDevice answers with: of the lease's pages from
+ * first_page on, and how many of them were copied for it since its last
+ * answer. slots points into the lease. */
+struct gpu_lease_slots {
+	const uint32_t *slots;
+	uint32_t n_slots;
+	uint32_t copied;
+};
+
+/* LeaseDevice for lease l: gives every page of l without one a device
+ * slot (cached or copied). Returns 0 with the slots in *out once none of
+ * them is still being copied; -EAGAIN while copies are in flight, with
+ * c->park_on set: like a disk read, the request waits on the pool and
+ * runs again when they are done (-EBUSY instead when c->no_park). Errors:
+ * -EOPNOTSUPP no device arena, -ERANGE first_page past the lease,
+ * -ENOSPC no free device slot, -ENOMEM, -EIO a copy could not be started
+ * or failed (answered once; the lease keeps the slots copied before);
+ * *why says so. */
+int gpu_lease_device(struct cache *c, struct lease *l, uint64_t first_page,
+		     struct gpu_lease_slots *out, const char **why);
 /* Gives back the device slots of l (lease_release calls it). */
 void gpu_lease_release(struct lease *l);
 

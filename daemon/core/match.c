@@ -103,7 +103,7 @@ uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, co
 	 * mark beside what others pin (sessions, leases; not reads, ours
 	 * included): past that, each read evicted a page this walk had read
 	 * before, the request parked again and read it back, a livelock until
-	 * CONN_MAX_PARK_NS (fuzz_conn: 6.7 GB read in 10 s for a 150-page
+	 * PEER_MAX_PARK_NS (fuzz_conn: 6.7 GB read in 10 s for a 150-page
 	 * match beside a 100-page lease in a 256-page pool). The match then
 	 * serves the prefix that fits. */
 	pinned = (int64_t)p->pa.n_pages - p->pa.n_free - p->ix.n_idle - p->reads_inflight;

@@ -69,34 +69,34 @@ static void release_client_state(struct conn *c, int bad)
 {
 	struct cache *cache = &c->srv->cache;
 	struct session_left left = {0};
-	uint64_t leased = c->n_leased_pages, rolled_back = 0;
-	uint32_t leases = c->n_leases;
+	uint64_t leased = c->peer.n_leased_pages, rolled_back = 0;
+	uint32_t leases = c->peer.n_leases;
 	struct list *it, *tmp;
 
-	list_for_each_safe (it, tmp, &c->leases)
+	list_for_each_safe (it, tmp, &c->peer.leases)
 		lease_release(cache, list_entry(it, struct lease, owner_link));
-	c->n_leases = 0;
-	c->n_leased_pages = 0;
-	list_for_each_safe (it, tmp, &c->writing.sessions) {
+	c->peer.n_leases = 0;
+	c->peer.n_leased_pages = 0;
+	list_for_each_safe (it, tmp, &c->peer.writing.sessions) {
 		struct session *s = list_entry(it, struct session, writer_link);
 
 		rolled_back += s->n_tokens - s->n_committed;
 		session_rollback(cache, s);
 	}
-	kvp_assert(c->writing.reserved_pages == 0);
+	kvp_assert(c->peer.writing.reserved_pages == 0);
 	/* Its sessions die with it unless persistent; their committed full
 	 * pages stay in the prefix index. */
-	session_owner_release(cache, &c->sessions, &left);
+	session_owner_release(cache, &c->peer.sessions, &left);
 	cache_debug_check(cache);
 	if (!left.closed && !left.persistent && !leases && !rolled_back) {
 		log_debug("connection %llu (pid %d uid %u) closed%s", (unsigned long long)c->id,
-			  (int)c->pid, (unsigned)c->uid, bad ? " for misbehaviour" : "");
+			  (int)c->peer.pid, (unsigned)c->peer.uid, bad ? " for misbehaviour" : "");
 		return;
 	}
 	log_info("connection %llu (pid %d uid %u) closed%s: %u sessions closed with it (%llu "
 		 "tokens, %llu pages, %llu freed), %u persistent kept; %u leases released (%llu "
 		 "pages); %llu uncommitted tokens rolled back",
-		 (unsigned long long)c->id, (int)c->pid, (unsigned)c->uid,
+		 (unsigned long long)c->id, (int)c->peer.pid, (unsigned)c->peer.uid,
 		 bad ? " for misbehaviour" : "", left.closed, (unsigned long long)left.tokens,
 		 (unsigned long long)left.pages, (unsigned long long)left.freed, left.persistent,
 		 leases, (unsigned long long)leased, (unsigned long long)rolled_back);
@@ -110,8 +110,8 @@ static void check_accounts(const struct server *srv)
 {
 	for (const struct list *it = srv->conns.next; it != &srv->conns; it = it->next) {
 		const struct conn *c = list_entry(it, struct conn, link);
-		const struct list *w = &c->writing.sessions, *l = &c->leases;
-		const struct list *o = &c->sessions.sessions;
+		const struct list *w = &c->peer.writing.sessions, *l = &c->peer.leases;
+		const struct list *o = &c->peer.sessions.sessions;
 		uint32_t reserved = 0, leases = 0, owned = 0;
 		uint64_t leased = 0;
 
@@ -124,13 +124,13 @@ static void check_accounts(const struct server *srv)
 		}
 		for (const struct list *s = o->next; s != o; s = s->next) {
 			kvp_assert(list_entry(s, struct session, owner_link)->owner ==
-				   &c->sessions);
+				   &c->peer.sessions);
 			owned++;
 		}
-		kvp_assert(owned == c->sessions.n_sessions);
-		kvp_assert(reserved == c->writing.reserved_pages);
-		kvp_assert(leases == c->n_leases);
-		kvp_assert(leased == c->n_leased_pages);
+		kvp_assert(owned == c->peer.sessions.n_sessions);
+		kvp_assert(reserved == c->peer.writing.reserved_pages);
+		kvp_assert(leases == c->peer.n_leases);
+		kvp_assert(leased == c->peer.n_leased_pages);
 	}
 }
 #define conn_debug_check(srv) check_accounts(srv)
@@ -164,18 +164,18 @@ static int census_count(struct conn_census *cs, const struct conn *c, int add)
 {
 	struct conn_uid_count *u;
 
-	if (c->admin) {
+	if (c->peer.admin) {
 		if (add)
 			cs->n_admin++;
 		else
 			cs->n_admin--;
 		return 0;
 	}
-	u = uid_count(cs, c->uid);
+	u = uid_count(cs, c->peer.uid);
 	if (add) {
 		if (!u) {
 			u = calloc(1, sizeof(*u));
-			if (!u || idmap_put(&cs->per_uid, (uint64_t)c->uid + 1, u) < 0) {
+			if (!u || idmap_put(&cs->per_uid, (uint64_t)c->peer.uid + 1, u) < 0) {
 				free(u);
 				return -ENOMEM;
 			}
@@ -187,7 +187,7 @@ static int census_count(struct conn_census *cs, const struct conn *c, int add)
 	kvp_assert(u && u->n > 0 && cs->n_client > 0);
 	cs->n_client--;
 	if (--u->n == 0)
-		free(idmap_del(&cs->per_uid, (uint64_t)c->uid + 1));
+		free(idmap_del(&cs->per_uid, (uint64_t)c->peer.uid + 1));
 	return 0;
 }
 
@@ -312,13 +312,13 @@ void conn_close(struct conn *c, int bad)
 	c->closed = 1;
 	tier_unwait(&c->waiter);
 	if (c->ticket)
-		c->ticket->conn = NULL;
+		c->ticket->peer = NULL;
 	c->ticket = NULL;
 	c->parked = 0;
 	free_held(c);
 	if (bad)
-		cache_count(&c->srv->cache, c->uid, disconnects_bad, 1);
-	cache_count(&c->srv->cache, c->uid, connections, -1);
+		cache_count(&c->srv->cache, c->peer.uid, disconnects_bad, 1);
+	cache_count(&c->srv->cache, c->peer.uid, connections, -1);
 	census_count(&c->srv->census, c, 0);
 	release_client_state(c, bad);
 	list_del(&c->link);
@@ -521,9 +521,9 @@ static void fail_conn(struct conn *c, uint64_t id, int err, const char *why)
 	Kvpalace__V1__Response resp = KVPALACE__V1__RESPONSE__INIT;
 
 	log_info("connection %llu (pid %d uid %u): %s; disconnecting", (unsigned long long)c->id,
-		 (int)c->pid, (unsigned)c->uid, why);
-	cache_count(&c->srv->cache, c->uid, errors, 1);
-	cache_count(&c->srv->cache, c->uid, disconnects_bad, 1);
+		 (int)c->peer.pid, (unsigned)c->peer.uid, why);
+	cache_count(&c->srv->cache, c->peer.uid, errors, 1);
+	cache_count(&c->srv->cache, c->peer.uid, disconnects_bad, 1);
 	resp.id = id;
 	resp.status = status_from_errno(err);
 	resp.error = (char *)why;
@@ -532,8 +532,8 @@ static void fail_conn(struct conn *c, uint64_t id, int err, const char *why)
 }
 
 /* Unpacks, dispatches and answers one frame's payload, first parked at
- * parked_ns (0: never). Returns 1 when it was parked again (no reply
- * yet). */
+ * parked_ns (0: never). Returns 0 when answered, -EAGAIN when it was
+ * parked again or -EINPROGRESS when a worker answers it (no reply yet). */
 static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_t batch,
 		     uint64_t parked_ns)
 {
@@ -554,36 +554,36 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_
 		resp.id = req->id;
 		resp.status = KVPALACE__V1__STATUS__STATUS_INVALID;
 		resp.error = "a string field holds a NUL byte";
-		cache_count(&srv->cache, c->uid, requests, 1);
-		cache_count(&srv->cache, c->uid, errors, 1);
+		cache_count(&srv->cache, c->peer.uid, requests, 1);
+		cache_count(&srv->cache, c->peer.uid, errors, 1);
 		queue_reply(c, &resp, -1, batch);
 		return 0;
 	}
 	/* Bounded by time, not by wake-ups: a pool busy with other clients'
 	 * I/O wakes its waiters often, while a request's own reads are still
 	 * coming (issue 13: a match gave up after 64 wake-ups). */
-	srv->cache.no_park = parked_ns && clock_now_ns() - parked_ns >= CONN_MAX_PARK_NS;
+	srv->cache.no_park = parked_ns && clock_now_ns() - parked_ns >= PEER_MAX_PARK_NS;
 	c->cur_batch = batch;
-	switch (dispatch(&srv->cache, c, req, &r)) {
-	case 1:
+	switch (dispatch(&srv->cache, &c->peer, req, &r)) {
+	case -EAGAIN:
 		tier_wait(r.park, &c->waiter);
 		c->parked = 1;
 		reply_fini(&r);
 		cache_debug_check(&srv->cache);
 		conn_debug_check(srv);
-		return 1;
-	case 2:
-		/* Answered later (conn_deliver); what follows waits. */
-		cache_count(&srv->cache, c->uid, requests, 1);
+		return -EAGAIN;
+	case -EINPROGRESS:
+		/* Answered later (deliver); what follows waits. */
+		cache_count(&srv->cache, c->peer.uid, requests, 1);
 		c->parked = 1;
 		reply_fini(&r);
 		cache_debug_check(&srv->cache);
 		conn_debug_check(srv);
-		return 2;
+		return -EINPROGRESS;
 	}
-	cache_count(&srv->cache, c->uid, requests, 1);
+	cache_count(&srv->cache, c->peer.uid, requests, 1);
 	if (r.resp.status != KVPALACE__V1__STATUS__STATUS_OK)
-		cache_count(&srv->cache, c->uid, errors, 1);
+		cache_count(&srv->cache, c->peer.uid, errors, 1);
 	queue_reply(c, &r.resp, r.pass_fd, batch);
 	reply_fini(&r);
 	cache_debug_check(&srv->cache);
@@ -633,7 +633,7 @@ static void handle_frame(struct conn *c, const uint8_t *payload, size_t len, uin
 		hold(c, payload, len, batch, 0, 0);
 		return;
 	}
-	if (run_frame(c, payload, len, batch, 0) == 1)
+	if (run_frame(c, payload, len, batch, 0) == -EAGAIN)
 		hold(c, payload, len, batch, clock_now_ns(), 1);
 }
 
@@ -646,7 +646,7 @@ static void run_held(struct conn *c)
 		 * wait starts when it does. */
 		int ret = run_frame(c, h->payload, h->len, h->batch, h->parked_ns);
 
-		if (ret == 1) {
+		if (ret == -EAGAIN) {
 			if (!h->parked_ns)
 				h->parked_ns = clock_now_ns();
 			break;
@@ -693,7 +693,7 @@ void conn_park_tick(struct server *srv)
 	uint64_t now = clock_now_ns();
 
 	/* A pool whose I/O never completes wakes nobody: its requests past
-	 * CONN_MAX_PARK_NS run again here and take their miss. */
+	 * PEER_MAX_PARK_NS run again here and take their miss. */
 	for (struct list *it = srv->cache.pool_list.next; it != &srv->cache.pool_list;
 	     it = it->next) {
 		struct pool *p = list_entry(it, struct pool, link);
@@ -707,42 +707,59 @@ void conn_park_tick(struct server *srv)
 				continue;
 			c = (struct conn *)((char *)tw - offsetof(struct conn, waiter));
 			expired = c->held_head && c->held_head->parked_ns &&
-				  now - c->held_head->parked_ns >= CONN_MAX_PARK_NS;
+				  now - c->held_head->parked_ns >= PEER_MAX_PARK_NS;
 		}
 		if (expired)
 			tier_wake_all(p);
 	}
 }
 
-void conn_ticket_start(struct conn *c, struct conn_ticket *t, uint64_t id)
+static struct conn *conn_of(struct peer *p)
 {
+	return (struct conn *)((char *)p - offsetof(struct conn, peer));
+}
+
+static void ticket_start_op(struct peer *p, struct ticket *t, uint64_t id)
+{
+	struct conn *c = conn_of(p);
+
 	/* One request at a time is answered later (handle_frame holds the
 	 * rest): a second ticket would be forgotten by conn_close. */
 	kvp_assert(!c->ticket);
-	t->conn = c;
+	t->peer = p;
 	t->id = id;
 	t->batch = c->cur_batch;
 	c->ticket = t;
 }
 
-void conn_deliver(struct conn_ticket *t, struct reply *r)
+static void deliver_op(struct ticket *t, struct reply *r)
 {
-	struct conn *c = t->conn;
+	struct conn *c = conn_of(t->peer);
 
-	if (!c) {
-		if (r->pass_fd >= 0)
-			close(r->pass_fd);
-		return;
-	}
-	t->conn = NULL;
+	t->peer = NULL;
 	c->ticket = NULL;
 	r->resp.id = t->id;
 	if (r->resp.status != KVPALACE__V1__STATUS__STATUS_OK)
-		cache_count(&c->srv->cache, c->uid, errors, 1);
+		cache_count(&c->srv->cache, c->peer.uid, errors, 1);
 	queue_reply(c, &r->resp, r->pass_fd, t->batch);
 	r->pass_fd = -1;
 	unpark(c);
 }
+
+static int reload_config_op(struct peer *p, const char *who, struct confview_reload *ret, char *err,
+			    size_t errlen)
+{
+	struct server *srv = conn_of(p)->srv;
+
+	return srv->reload(srv, who, ret, err, errlen);
+}
+
+/* What the service layer may ask of a connection (service/peer.h). */
+static const struct peer_ops conn_peer_ops = {
+	.ticket_start = ticket_start_op,
+	.deliver = deliver_op,
+	.reload_config = reload_config_op,
+};
 
 /* Handles one received datagram of n bytes in buf, received with msg: one
  * frame, or up to FRAME_MAX_BATCH frames back to back. */
@@ -939,10 +956,8 @@ int conn_start(struct server *srv, int fd, int admin)
 	c = calloc(1, sizeof(*c));
 	if (c)
 		c->rbuf = malloc(srv->cfg->max_message_bytes + 1);
-	if (c) {
-		c->uid = cred.uid;
-		c->admin = admin;
-	}
+	if (c)
+		peer_init(&c->peer, &conn_peer_ops, cred.uid, cred.gid, cred.pid, admin);
 	if (!c || !c->rbuf || census_count(&srv->census, c, 1) < 0) {
 		if (c)
 			free(c->rbuf);
@@ -953,21 +968,14 @@ int conn_start(struct server *srv, int fd, int admin)
 	c->srv = srv;
 	c->id = ++srv->next_conn_id;
 	c->fd = fd;
-	c->uid = cred.uid;
-	c->gid = cred.gid;
-	c->pid = cred.pid;
-	c->admin = admin;
 	c->recv_op.cb = on_recv;
 	c->send_op.cb = on_send;
 	c->waiter.wake = on_wake;
 	list_init(&c->waiter.link);
-	list_init(&c->leases);
-	session_writer_init(&c->writing);
-	session_owner_init(&c->sessions);
 	list_add_tail(&srv->conns, &c->link);
-	cache_count(&srv->cache, c->uid, connections, 1);
-	log_debug("connection %llu from pid %d uid %u%s", (unsigned long long)c->id, (int)c->pid,
-		  (unsigned)c->uid, admin ? " (admin)" : "");
+	cache_count(&srv->cache, c->peer.uid, connections, 1);
+	log_debug("connection %llu from pid %d uid %u%s", (unsigned long long)c->id,
+		  (int)c->peer.pid, (unsigned)c->peer.uid, admin ? " (admin)" : "");
 	submit_recv(c);
 	return 0;
 }

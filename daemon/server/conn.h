@@ -44,14 +44,10 @@
 #include "idmap.h"
 #include "list.h"
 #include "loop.h"
+#include "peer.h"
 #include "session.h"
 #include "tier.h"
 
-/* How long a request waits for disk I/O before it takes a miss (or a drop
- * of cached pages) instead: long past any disk's normal answer, so only a
- * stuck one ends a wait (conn_park_tick wakes waits that nothing else
- * does). */
-#define CONN_MAX_PARK_NS (10ull * 1000000000ull)
 /* Connections on the admin socket at once (not counted as clients). */
 #define CONN_MAX_ADMIN 16u
 /* Refused connections logged per second; the rest are counted. */
@@ -65,15 +61,6 @@ struct server;
 struct conn_out;
 struct conn_held;
 struct reply;
-
-/* A request answered later, when work off the event loop (a worker job)
- * is done. The connection forgets it if it closes first (conn becomes
- * NULL): the work still finishes, its answer goes nowhere. */
-struct conn_ticket {
-	struct conn *conn;
-	uint64_t id;	/* the request's id */
-	uint64_t batch; /* the datagram it came in */
-};
 
 /* Receive buffers for recvmmsg, shared by every connection: messages are
  * handled one at a time on the loop thread, straight after they arrive. */
@@ -111,10 +98,9 @@ struct conn {
 	struct server *srv;
 	uint64_t id;
 	int fd;
-	uid_t uid;
-	gid_t gid;
-	pid_t pid;
-	int admin; /* accepted on the admin socket */
+	/* Who it is and what it holds, as the service layer sees it
+	 * (peer.admin: accepted on the admin socket). */
+	struct peer peer;
 
 	struct loop_op recv_op;
 	struct msghdr rmsg;
@@ -138,18 +124,13 @@ struct conn {
 	unsigned int n_held;
 	int parked; /* a request waits: for disk I/O or a ticket */
 	struct tier_waiter waiter;
-	struct conn_ticket *ticket; /* the request answered later, or NULL */
-	uint64_t cur_batch;	    /* the datagram of the request being handled */
+	struct ticket *ticket; /* the request answered later, or NULL */
+	uint64_t cur_batch;    /* the datagram of the request being handled */
 
 	int draining; /* send what is queued, then close */
 	int closed;   /* resources released; waiting for in-flight ops */
 
-	struct list leases; /* struct lease.owner_link */
-	uint32_t n_leases;
-	uint64_t n_leased_pages;       /* pages those leases pin, together */
-	struct session_writer writing; /* sessions with our uncommitted tokens */
-	struct session_owner sessions; /* sessions we own: closed with us unless persistent */
-	struct list link;	       /* server.conns */
+	struct list link; /* server.conns */
 };
 
 /* Takes over an accepted socket: reads the peer's credentials, admits it
@@ -158,13 +139,6 @@ struct conn {
  * is closed then). */
 int conn_start(struct server *srv, int fd, int admin);
 
-/* Starts a ticket for the request being handled (its id is id), to be
- * answered later with conn_deliver; dispatch then returns 2. */
-void conn_ticket_start(struct conn *c, struct conn_ticket *t, uint64_t id);
-/* Sends the reply of a ticket's request (when its connection is still
- * open) and lets the connection's next requests run. Takes r's fd. */
-void conn_deliver(struct conn_ticket *t, struct reply *r);
-
 /* Closes the connection now: releases leases and reservations, closes the
  * sessions it owns that are not persistent, logs what it left behind, and
  * frees it once no operation is in flight. bad counts it as a misbehaving
@@ -172,7 +146,7 @@ void conn_deliver(struct conn_ticket *t, struct reply *r);
 void conn_close(struct conn *c, int bad);
 
 /* Once a second (the server's tick): wakes the requests parked on a pool
- * that have waited CONN_MAX_PARK_NS, so they answer (a miss, or a drop of
+ * that have waited PEER_MAX_PARK_NS, so they answer (a miss, or a drop of
  * cached pages for room) even when the pool's I/O never completes. */
 void conn_park_tick(struct server *srv);
 

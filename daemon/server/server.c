@@ -129,7 +129,7 @@ static void on_signal(struct loop_op *op, int res, unsigned int flags)
 
 struct key_list {
 	uint32_t *n;
-	char (*names)[SERVER_KEY_NAME_MAX];
+	char (*names)[CONFVIEW_KEY_NAME_MAX];
 };
 
 static void add_key(void *arg, const char *key)
@@ -137,11 +137,11 @@ static void add_key(void *arg, const char *key)
 	struct key_list *l = arg;
 
 	if (*l->n < CONFIG_MAX_KEYS)
-		snprintf(l->names[(*l->n)++], SERVER_KEY_NAME_MAX, "%s", key);
+		snprintf(l->names[(*l->n)++], CONFVIEW_KEY_NAME_MAX, "%s", key);
 }
 
 /* "a, b, c" of n names into buf. */
-static void join_keys(char (*names)[SERVER_KEY_NAME_MAX], uint32_t n, char *buf, size_t cap)
+static void join_keys(char (*names)[CONFVIEW_KEY_NAME_MAX], uint32_t n, char *buf, size_t cap)
 {
 	size_t at = 0;
 
@@ -155,11 +155,11 @@ static void join_keys(char (*names)[SERVER_KEY_NAME_MAX], uint32_t n, char *buf,
 	}
 }
 
-int server_reload_config(struct server *s, const char *who, struct server_reload *ret, char *err,
+int server_reload_config(struct server *s, const char *who, struct confview_reload *ret, char *err,
 			 size_t errlen)
 {
-	struct server_reload local;
-	struct server_reload *r = ret ? ret : &local;
+	struct confview_reload local;
+	struct confview_reload *r = ret ? ret : &local;
 	char *before = NULL, *after = NULL, *file = NULL;
 	struct key_list changed = {&r->n_changed, r->changed};
 	struct key_list restart = {&r->n_restart_needed, r->restart_needed};
@@ -320,6 +320,7 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 
 	memset(s, 0, sizeof(*s));
 	s->cfg = cfg;
+	s->reload = server_reload_config;
 	s->argc = argc;
 	s->argv = argv;
 	s->client.fd = s->admin.fd = s->sigfd = -1;

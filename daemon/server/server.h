@@ -14,6 +14,7 @@
 #include "aio.h"
 #include "cache.h"
 #include "config.h"
+#include "confview.h"
 #include "conn.h"
 #include "frame.h"
 #include "list.h"
@@ -35,6 +36,10 @@ struct server {
 	struct config *cfg; /* SIGHUP updates what may change live */
 	int argc;	    /* the command line, for reloads */
 	char **argv;
+	/* server_reload_config, handed to the connections (conn.c) for the
+	 * admin socket's ConfigReload: they are below this file. */
+	int (*reload)(struct server *s, const char *who, struct confview_reload *ret, char *err,
+		      size_t errlen);
 	struct loop loop;
 	struct worker worker; /* blocking work: checkpoints, pread/pwrite I/O */
 	struct aio aio;	      /* disk I/O of the spill files */
@@ -61,18 +66,6 @@ struct server {
 	struct __kernel_timespec watchdog_tick;
 };
 
-#define SERVER_KEY_NAME_MAX 48
-
-/* What a reload did: keys whose running value (or its source) changed, and
- * keys whose value in the re-read configuration differs from the running
- * one but can change only at a restart (sockets, directories, sizes). */
-struct server_reload {
-	uint32_t n_changed;
-	uint32_t n_restart_needed;
-	char changed[CONFIG_MAX_KEYS][SERVER_KEY_NAME_MAX];
-	char restart_needed[CONFIG_MAX_KEYS][SERVER_KEY_NAME_MAX];
-};
-
 /* Takes the sockets systemd passed (named "client" and "admin"), creates
  * the others itself (removing stale ones), sets up the loop and starts
  * accepting. Returns 0 or a negative errno (logged). */
@@ -90,7 +83,7 @@ int server_run(struct server *s);
  * still took effect); or -EINVAL with the reason in err (errlen bytes) and
  * the running configuration unchanged, or -ENOMEM before anything was
  * read. */
-int server_reload_config(struct server *s, const char *who, struct server_reload *ret, char *err,
+int server_reload_config(struct server *s, const char *who, struct confview_reload *ret, char *err,
 			 size_t errlen);
 /* Closes every connection, frees the cache and removes the socket files
  * the daemon created (not those systemd passed). */

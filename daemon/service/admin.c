@@ -3,7 +3,7 @@
  * Replies point into daemon tables where those outlive the reply (a
  * session's page table) and into one malloc'd block in r->heap otherwise;
  * a reply is sized against max_message_bytes before it is filled, so none
- * can exceed the cap. Leases belong to connections (struct conn), which
+ * can exceed the cap. Leases belong to connections (struct peer), which
  * count them: releasing another connection's lease when its pool is
  * dropped keeps that count right.
  */
@@ -21,7 +21,6 @@
 #include "log.h"
 #include "pool.h"
 #include "purge.h"
-#include "server.h"
 #include "session.h"
 #include "spill.h"
 #include "stats.h"
@@ -91,9 +90,9 @@ static int show_session(struct cache *cache, const Kvpalace__V1__ShowSessionRequ
 	out->salted = !XXH128_isEqual(s->root, s->pool->root);
 	out->reserved_pages = session_reserved_pages(s);
 	if (s->writer) {
-		/* Only connections write (dispatch passes its struct conn). */
+		/* Only connections write (dispatch passes its struct peer). */
 		out->has_writer_pid = 1;
-		out->writer_pid = (uint32_t)((const struct conn *)s->writer)->pid;
+		out->writer_pid = (uint32_t)((const struct peer *)s->writer)->pid;
 	}
 	out->has_policy = out->has_budget = out->has_compacted = out->has_dropped_tokens = 1;
 	out->policy = (Kvpalace__V1__Policy)s->pol.kind;
@@ -120,7 +119,7 @@ static int busy(struct cache *cache, const char **why)
 	return -EBUSY;
 }
 
-static int drop_session(struct cache *cache, struct conn *c, uint64_t req_id,
+static int drop_session(struct cache *cache, struct peer *c, uint64_t req_id,
 			const Kvpalace__V1__DropSessionRequest *in, struct reply *r,
 			const char **why)
 {
@@ -218,7 +217,7 @@ struct drop_heap {
 	char why[4400];
 };
 
-static int drop_pool(struct cache *cache, struct conn *c, uint64_t req_id,
+static int drop_pool(struct cache *cache, struct peer *c, uint64_t req_id,
 		     const Kvpalace__V1__DropPoolRequest *in, struct reply *r, const char **why)
 {
 	Kvpalace__V1__DropPoolResponse *out = &r->u.drop_pool;
@@ -288,7 +287,7 @@ static int drop_pool(struct cache *cache, struct conn *c, uint64_t req_id,
 		session_close(cache, list_entry(p->sessions.next, struct session, pool_link));
 	for (size_t i = 0; i < n_leases; i++) {
 		/* Every lease is owned by a connection, which counts it. */
-		struct conn *owner = (struct conn *)leases[i]->owner;
+		struct peer *owner = (struct peer *)leases[i]->owner;
 
 		owner->n_leases--;
 		owner->n_leased_pages -= leases[i]->n_pages;
@@ -413,7 +412,7 @@ static struct evict_got evict_disk(struct pool *p, uint32_t max_pages, uint64_t 
 /* An Evict that waits for the disk writes it started in one pool. */
 struct evict_wait {
 	struct tier_waiter w;
-	struct conn_ticket t;
+	struct ticket t;
 	struct pool *p;
 	uint64_t spilled_before; /* p->tier.spilled when the writes started */
 	uint32_t started;
@@ -444,12 +443,12 @@ static void evict_woken(struct tier_waiter *w)
 	out->demoted -= lost;
 	ew->ep->pages -= lost;
 	ew->ep->bytes -= lost * p->page_bytes;
-	conn_deliver(&ew->t, &ew->r);
+	ticket_deliver(&ew->t, &ew->r);
 	reply_fini(&ew->r);
 	free(ew);
 }
 
-static int evict(struct cache *cache, struct conn *c, uint64_t req_id,
+static int evict(struct cache *cache, struct peer *c, uint64_t req_id,
 		 const Kvpalace__V1__EvictRequest *in, struct reply *r, const char **why)
 {
 	Kvpalace__V1__EvictResponse *out = &r->u.evict;
@@ -633,7 +632,7 @@ static int evict(struct cache *cache, struct conn *c, uint64_t req_id,
 		ew->spilled_before = spilled_before;
 		ew->ep = &e[n - 1].ep; /* the waiting pool is the last listed */
 		forget_move_reply(&ew->r, r);
-		conn_ticket_start(c, &ew->t, req_id);
+		ticket_start(c, &ew->t, req_id);
 		tier_wait(wait_on, &ew->w);
 		return -EINPROGRESS;
 	}
@@ -710,13 +709,13 @@ static int do_config_show(struct cache *cache, struct reply *r, const char **why
 }
 
 struct reload_heap {
-	struct server_reload rl;
+	struct confview_reload rl;
 	char *changed[CONFIG_MAX_KEYS];
 	char *restart_needed[CONFIG_MAX_KEYS];
 	char err[256];
 };
 
-static int do_config_reload(struct conn *c, struct reply *r, const char **why)
+static int do_config_reload(struct peer *c, struct reply *r, const char **why)
 {
 	Kvpalace__V1__ConfigReloadResponse *out = &r->u.config_reload;
 	struct reload_heap *h = calloc(1, sizeof(*h));
@@ -729,7 +728,7 @@ static int do_config_reload(struct conn *c, struct reply *r, const char **why)
 	}
 	r->heap = h;
 	snprintf(who, sizeof(who), "admin (pid %d uid %u)", (int)c->pid, (unsigned)c->uid);
-	ret = server_reload_config(c->srv, who, &h->rl, h->err, sizeof(h->err));
+	ret = c->ops->reload_config(c, who, &h->rl, h->err, sizeof(h->err));
 	if (ret < 0) {
 		*why = h->err;
 		return ret;
@@ -748,7 +747,7 @@ static int do_config_reload(struct conn *c, struct reply *r, const char **why)
 	return 0;
 }
 
-int admin_run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
+int admin_run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req,
 	      struct reply *r, const char **why)
 {
 	switch (req->op_case) {

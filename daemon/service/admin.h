@@ -17,9 +17,9 @@
 #define KVPD_ADMIN_H
 
 #include "cache.h"
-#include "conn.h"
-#include "dispatch.h"
 #include "kvpalace.pb-c.h"
+#include "peer.h"
+#include "reply.h"
 #include "validate.h"
 
 /* Page slots ShowSession lists when the request does not say, and the
@@ -36,7 +36,7 @@ int admin_is_admin_op(Kvpalace__V1__Request__OpCase op);
 /* Executes admin operation req (validated, on an admin connection c) into
  * r as dispatch does. Returns 0, or a negative errno with a reason in
  * *why (valid until reply_fini(r)). */
-int admin_run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
+int admin_run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req,
 	      struct reply *r, const char **why);
 
 #endif

@@ -14,6 +14,7 @@
 #include "ckptop.h"
 #include "clock.h"
 #include "evict.h"
+#include "frame.h"
 #include "guard.h"
 #include "log.h"
 #include "pool.h"
@@ -47,7 +48,9 @@ struct list_item {
 
 struct job {
 	struct worker_job wj;
-	struct conn_ticket t;
+	struct ticket t;
+	struct peer *asker; /* until started: who asks, for the ticket */
+	uint64_t req_id;
 	struct cache *c;
 	enum job_op op;
 	int stage; /* restore: 0 open, 1 read pages */
@@ -426,7 +429,7 @@ static void deliver_error(struct job *j, int err)
 	reply_init(&r);
 	r.resp.status = status_from_errno(err);
 	r.resp.error = j->why[0] ? j->why : (char *)"failed";
-	conn_deliver(&j->t, &r);
+	ticket_deliver(&j->t, &r);
 }
 
 static void done_checkpoint(struct job *j)
@@ -450,7 +453,7 @@ static void done_checkpoint(struct job *j)
 	r.u.checkpoint.n_pages = j->meta.n_pages;
 	r.resp.op_case = KVPALACE__V1__RESPONSE__OP_CHECKPOINT;
 	r.resp.checkpoint = &r.u.checkpoint;
-	conn_deliver(&j->t, &r);
+	ticket_deliver(&j->t, &r);
 }
 
 static int same_identity(const struct pool *p, const struct ckpt_meta *m)
@@ -556,7 +559,7 @@ static int take_pool(struct job *j)
 /* Takes a host slot for every page the index did not have. Returns 0;
  * -EAGAIN when room comes once the pool's disk writes in flight finish
  * (j->park_on is the pool to wait on), which the caller waits for at
- * most CONN_MAX_PARK_NS, as a match does; or -ENOSPC with
+ * most PEER_MAX_PARK_NS, as a match does; or -ENOSPC with
  * j->why set. */
 static int take_room(struct job *j, int may_wait)
 {
@@ -566,7 +569,7 @@ static int take_room(struct job *j, int may_wait)
 	int saved = c->no_park, ret;
 
 	c->no_park =
-		!may_wait || (j->parked_ns && clock_now_ns() - j->parked_ns >= CONN_MAX_PARK_NS);
+		!may_wait || (j->parked_ns && clock_now_ns() - j->parked_ns >= PEER_MAX_PARK_NS);
 	c->park_on = NULL;
 	ret = evict_make_room(c, p, j->n_missing);
 	c->no_park = saved;
@@ -668,7 +671,7 @@ static void deliver_restored(struct job *j, struct session *s, uint32_t shared)
 		w->shared_pages = shared;
 		r.resp.op_case = KVPALACE__V1__RESPONSE__OP_WARMUP;
 		r.resp.warmup = w;
-		conn_deliver(&j->t, &r);
+		ticket_deliver(&j->t, &r);
 		return;
 	}
 	out = &r.u.restore;
@@ -684,7 +687,7 @@ static void deliver_restored(struct job *j, struct session *s, uint32_t shared)
 	out->n_page_slots = s->n_pages < fit ? s->n_pages : fit;
 	r.resp.op_case = KVPALACE__V1__RESPONSE__OP_RESTORE;
 	r.resp.restore = out;
-	conn_deliver(&j->t, &r);
+	ticket_deliver(&j->t, &r);
 }
 
 /* Counts and logs a refused or failed restore. */
@@ -710,8 +713,8 @@ static int restore_owner(struct job *j, struct session *s)
 		session_own(j->c, s, NULL, 1);
 		return 1;
 	}
-	if (j->t.conn) {
-		session_own(j->c, s, &j->t.conn->sessions, 0);
+	if (j->t.peer) {
+		session_own(j->c, s, &j->t.peer->sessions, 0);
 		return 1;
 	}
 	log_info("restore of checkpoint '%s' of uid %u finished after its client disconnected: "
@@ -848,7 +851,7 @@ static void done_list(struct job *j)
 	out->n_checkpoints = n;
 	r.resp.op_case = KVPALACE__V1__RESPONSE__OP_LIST_CHECKPOINTS;
 	r.resp.list_checkpoints = out;
-	conn_deliver(&j->t, &r);
+	ticket_deliver(&j->t, &r);
 	free(r.heap);
 }
 
@@ -869,7 +872,7 @@ static void done_remove(struct job *j)
 	r.u.delete_checkpoint.bytes = j->bytes;
 	r.resp.op_case = KVPALACE__V1__RESPONSE__OP_DELETE_CHECKPOINT;
 	r.resp.delete_checkpoint = &r.u.delete_checkpoint;
-	conn_deliver(&j->t, &r);
+	ticket_deliver(&j->t, &r);
 }
 
 static void job_done(struct worker_job *wj)
@@ -895,7 +898,7 @@ static void job_done(struct worker_job *wj)
 	job_free(j);
 }
 
-static struct job *job_new(struct cache *cache, struct conn *c, uint64_t req_id, enum job_op op,
+static struct job *job_new(struct cache *cache, struct peer *c, uint64_t req_id, enum job_op op,
 			   const char *name)
 {
 	struct job *j = calloc(1, sizeof(*j));
@@ -911,7 +914,8 @@ static struct job *job_new(struct cache *cache, struct conn *c, uint64_t req_id,
 	j->rd.fd = -1;
 	if (name)
 		snprintf(j->name, sizeof(j->name), "%s", name);
-	conn_ticket_start(c, &j->t, req_id);
+	j->asker = c;
+	j->req_id = req_id;
 	return j;
 }
 
@@ -930,11 +934,12 @@ static int start(struct job *j)
 		j->pool->n_jobs++;
 		list_add_tail(&j->pool->jobs, &j->link);
 	}
+	ticket_start(j->asker, &j->t, j->req_id);
 	worker_submit(j->c->worker, &j->wj);
 	return -EINPROGRESS;
 }
 
-int ckptop_checkpoint(struct cache *cache, struct conn *c, uint64_t req_id,
+int ckptop_checkpoint(struct cache *cache, struct peer *c, uint64_t req_id,
 		      const Kvpalace__V1__CheckpointRequest *in, const char **why)
 {
 	struct session *s = session_get(cache, in->session_id, c->uid, c->admin);
@@ -972,10 +977,8 @@ int ckptop_checkpoint(struct cache *cache, struct conn *c, uint64_t req_id,
 		j->slots = calloc(n_pages ? n_pages : 1, sizeof(*j->slots));
 	}
 	if (!j || !j->tokens || !j->src || !j->slots) {
-		if (j) {
-			c->ticket = NULL;
+		if (j)
 			job_free(j);
-		}
 		*why = "out of memory";
 		return -ENOMEM;
 	}
@@ -1010,7 +1013,7 @@ int ckptop_checkpoint(struct cache *cache, struct conn *c, uint64_t req_id,
 	return start(j);
 }
 
-int ckptop_restore(struct cache *cache, struct conn *c, uint64_t req_id,
+int ckptop_restore(struct cache *cache, struct peer *c, uint64_t req_id,
 		   const Kvpalace__V1__RestoreRequest *in, const char **why)
 {
 	struct pool *p = NULL;
@@ -1044,7 +1047,7 @@ int ckptop_restore(struct cache *cache, struct conn *c, uint64_t req_id,
 	return start(j);
 }
 
-int ckptop_warmup(struct cache *cache, struct conn *c, uint64_t req_id,
+int ckptop_warmup(struct cache *cache, struct peer *c, uint64_t req_id,
 		  const Kvpalace__V1__WarmupRequest *in, const char **why)
 {
 	struct job *j;
@@ -1061,7 +1064,7 @@ int ckptop_warmup(struct cache *cache, struct conn *c, uint64_t req_id,
 	return start(j);
 }
 
-int ckptop_list(struct cache *cache, struct conn *c, uint64_t req_id,
+int ckptop_list(struct cache *cache, struct peer *c, uint64_t req_id,
 		const Kvpalace__V1__ListCheckpointsRequest *in, const char **why)
 {
 	struct job *j;
@@ -1088,7 +1091,7 @@ int ckptop_list(struct cache *cache, struct conn *c, uint64_t req_id,
 	return start(j);
 }
 
-int ckptop_remove(struct cache *cache, struct conn *c, uint64_t req_id,
+int ckptop_remove(struct cache *cache, struct peer *c, uint64_t req_id,
 		  const Kvpalace__V1__DeleteCheckpointRequest *in, const char **why)
 {
 	struct job *j;

@@ -39,9 +39,9 @@
 #define KVPD_CKPTOP_H
 
 #include "cache.h"
-#include "conn.h"
-#include "dispatch.h"
 #include "kvpalace.pb-c.h"
+#include "peer.h"
+#include "reply.h"
 
 /* Opens (creating) <state-dir>/checkpoints and removes the temporaries a
  * crash left in it. Returns 0 or -errno (logged; checkpoints then fail
@@ -62,15 +62,15 @@ int ckptop_check(const struct pool *p, uint32_t *refs);
 /* The handlers: each returns -EINPROGRESS when the request was handed to
  * a worker (the reply follows through a ticket), or a negative errno with
  * a reason in *why. */
-int ckptop_checkpoint(struct cache *cache, struct conn *c, uint64_t req_id,
+int ckptop_checkpoint(struct cache *cache, struct peer *c, uint64_t req_id,
 		      const Kvpalace__V1__CheckpointRequest *in, const char **why);
-int ckptop_restore(struct cache *cache, struct conn *c, uint64_t req_id,
+int ckptop_restore(struct cache *cache, struct peer *c, uint64_t req_id,
 		   const Kvpalace__V1__RestoreRequest *in, const char **why);
-int ckptop_list(struct cache *cache, struct conn *c, uint64_t req_id,
+int ckptop_list(struct cache *cache, struct peer *c, uint64_t req_id,
 		const Kvpalace__V1__ListCheckpointsRequest *in, const char **why);
-int ckptop_warmup(struct cache *cache, struct conn *c, uint64_t req_id,
+int ckptop_warmup(struct cache *cache, struct peer *c, uint64_t req_id,
 		  const Kvpalace__V1__WarmupRequest *in, const char **why);
-int ckptop_remove(struct cache *cache, struct conn *c, uint64_t req_id,
+int ckptop_remove(struct cache *cache, struct peer *c, uint64_t req_id,
 		  const Kvpalace__V1__DeleteCheckpointRequest *in, const char **why);
 
 #endif

@@ -15,6 +15,7 @@
 #include "ckptop.h"
 #include "compact.h"
 #include "dispatch.h"
+#include "frame.h"
 #include "gpu.h"
 #include "lease.h"
 #include "match.h"
@@ -53,7 +54,7 @@ static int serve_tier(const struct cache *cache, const struct pool *p, int has_w
 	return -EOPNOTSUPP;
 }
 
-static int do_hello(struct cache *cache, struct conn *c, const Kvpalace__V1__HelloRequest *in,
+static int do_hello(struct cache *cache, struct peer *c, const Kvpalace__V1__HelloRequest *in,
 		    struct reply *r, const char **why)
 {
 	Kvpalace__V1__HelloResponse *out = &r->u.hello;
@@ -76,7 +77,7 @@ static int do_hello(struct cache *cache, struct conn *c, const Kvpalace__V1__Hel
 	return 0;
 }
 
-static int do_open_pool(struct cache *cache, struct conn *c,
+static int do_open_pool(struct cache *cache, struct peer *c,
 			const Kvpalace__V1__OpenPoolRequest *in, struct reply *r, const char **why)
 {
 	Kvpalace__V1__OpenPoolResponse *out = &r->u.open_pool;
@@ -117,7 +118,7 @@ static int do_open_pool(struct cache *cache, struct conn *c,
 	return 0;
 }
 
-static int do_open_device_arena(struct cache *cache, struct conn *c,
+static int do_open_device_arena(struct cache *cache, struct peer *c,
 				const Kvpalace__V1__OpenDeviceArenaRequest *in, struct reply *r,
 				const char **why)
 {
@@ -158,24 +159,43 @@ static int do_open_device_arena(struct cache *cache, struct conn *c,
 	return 0;
 }
 
-static int do_lease_device(struct cache *cache, struct conn *c,
-			   const Kvpalace__V1__LeaseDeviceRequest *in, uint64_t id, struct reply *r,
+static int do_lease_device(struct cache *cache, struct peer *c,
+			   const Kvpalace__V1__LeaseDeviceRequest *in, struct reply *r,
 			   const char **why)
 {
+	/* Slots of 5 bytes at most each on the wire. */
+	uint64_t fit = (cache->cfg->max_message_bytes - FRAME_HEADER_BYTES - 256) / 5;
 	struct lease *l = lease_get(cache, in->lease_id, c);
+	Kvpalace__V1__LeaseDeviceResponse *out;
+	struct gpu_lease_slots got;
+	uint64_t first_page;
+	int ret;
 
 	if (!l) {
 		*why = "no such lease";
 		return -ENOENT;
 	}
-	return gpu_lease_device(cache, c, l, in->has_first_page ? in->first_page : 0, id, r, why);
+	first_page = in->has_first_page ? in->first_page : 0;
+	ret = gpu_lease_device(cache, l, first_page, &got, why);
+	if (ret < 0)
+		return ret;
+	out = &r->u.lease_device;
+	kvpalace__v1__lease_device_response__init(out);
+	out->lease_id = l->id;
+	out->first_page = first_page;
+	out->device_slots = got.n_slots ? (uint32_t *)got.slots : NULL;
+	out->n_device_slots = got.n_slots > fit ? fit : got.n_slots;
+	out->copied_pages = got.copied;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_LEASE_DEVICE;
+	r->resp.lease_device = out;
+	return 0;
 }
 
 /* CreateSession with a session_id: this connection takes over an
  * existing session of its tenant in pool p (a persistent one a dead
  * client left, one an admin restored, or its own to change whether it is
  * persistent). */
-static int adopt_session(struct cache *cache, struct conn *c, struct pool *p,
+static int adopt_session(struct cache *cache, struct peer *c, struct pool *p,
 			 const Kvpalace__V1__CreateSessionRequest *in, struct reply *r,
 			 const char **why)
 {
@@ -197,7 +217,7 @@ static int adopt_session(struct cache *cache, struct conn *c, struct pool *p,
 	return 0;
 }
 
-static int do_create_session(struct cache *cache, struct conn *c,
+static int do_create_session(struct cache *cache, struct peer *c,
 			     const Kvpalace__V1__CreateSessionRequest *in, struct reply *r,
 			     const char **why)
 {
@@ -230,7 +250,7 @@ static int do_create_session(struct cache *cache, struct conn *c,
 	return 0;
 }
 
-static int do_close_session(struct cache *cache, struct conn *c,
+static int do_close_session(struct cache *cache, struct peer *c,
 			    const Kvpalace__V1__CloseSessionRequest *in, struct reply *r,
 			    const char **why)
 {
@@ -251,7 +271,7 @@ static int do_close_session(struct cache *cache, struct conn *c,
 	return 0;
 }
 
-static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__AppendRequest *in,
+static int do_append(struct cache *cache, struct peer *c, const Kvpalace__V1__AppendRequest *in,
 		     struct reply *r, const char **why)
 {
 	Kvpalace__V1__AppendResponse *out = &r->u.append;
@@ -317,7 +337,7 @@ static int do_append(struct cache *cache, struct conn *c, const Kvpalace__V1__Ap
 	return 0;
 }
 
-static int do_commit(struct cache *cache, struct conn *c, uint64_t req_id,
+static int do_commit(struct cache *cache, struct peer *c, uint64_t req_id,
 		     const Kvpalace__V1__CommitRequest *in, struct reply *r, const char **why)
 {
 	Kvpalace__V1__CommitResponse *out = &r->u.commit;
@@ -418,7 +438,7 @@ static int fork_done(const struct cache *cache, int ret, const struct session *f
 	return 0;
 }
 
-static int do_fork(struct cache *cache, struct conn *c, const Kvpalace__V1__ForkRequest *in,
+static int do_fork(struct cache *cache, struct peer *c, const Kvpalace__V1__ForkRequest *in,
 		   struct reply *r, const char **why)
 {
 	struct session *s = session_get(cache, in->session_id, c->uid, 0);
@@ -435,7 +455,7 @@ static int do_fork(struct cache *cache, struct conn *c, const Kvpalace__V1__Fork
 	return fork_done(cache, ret, f, 0, r, why);
 }
 
-static int do_fork_lease(struct cache *cache, struct conn *c,
+static int do_fork_lease(struct cache *cache, struct peer *c,
 			 const Kvpalace__V1__ForkLeaseRequest *in, struct reply *r,
 			 const char **why)
 {
@@ -453,7 +473,7 @@ static int do_fork_lease(struct cache *cache, struct conn *c,
 	return fork_done(cache, ret, f, 1, r, why);
 }
 
-static int do_truncate(struct cache *cache, struct conn *c, const Kvpalace__V1__TruncateRequest *in,
+static int do_truncate(struct cache *cache, struct peer *c, const Kvpalace__V1__TruncateRequest *in,
 		       struct reply *r, const char **why)
 {
 	Kvpalace__V1__TruncateResponse *out = &r->u.truncate;
@@ -486,7 +506,7 @@ static int do_truncate(struct cache *cache, struct conn *c, const Kvpalace__V1__
 	return 0;
 }
 
-static int do_session_pages(struct cache *cache, struct conn *c,
+static int do_session_pages(struct cache *cache, struct peer *c,
 			    const Kvpalace__V1__SessionPagesRequest *in, struct reply *r,
 			    const char **why)
 {
@@ -519,7 +539,7 @@ static int do_session_pages(struct cache *cache, struct conn *c,
 #define LEASED_PAGES_WHY                                                                           \
 	"this client's leases pin max-leased-pages-per-client pages: release some first"
 
-static int do_match_prefix(struct cache *cache, struct conn *c,
+static int do_match_prefix(struct cache *cache, struct peer *c,
 			   const Kvpalace__V1__MatchPrefixRequest *in, struct reply *r,
 			   const char **why)
 {
@@ -619,7 +639,7 @@ static int do_match_prefix(struct cache *cache, struct conn *c,
 	return 0;
 }
 
-static int do_prefetch(struct cache *cache, struct conn *c, const Kvpalace__V1__PrefetchRequest *in,
+static int do_prefetch(struct cache *cache, struct peer *c, const Kvpalace__V1__PrefetchRequest *in,
 		       struct reply *r, const char **why)
 {
 	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
@@ -648,7 +668,7 @@ static int do_prefetch(struct cache *cache, struct conn *c, const Kvpalace__V1__
 	return 0;
 }
 
-static int do_release(struct cache *cache, struct conn *c, const Kvpalace__V1__ReleaseRequest *in,
+static int do_release(struct cache *cache, struct peer *c, const Kvpalace__V1__ReleaseRequest *in,
 		      struct reply *r, const char **why)
 {
 	struct lease *l = lease_get(cache, in->lease_id, c);
@@ -666,7 +686,7 @@ static int do_release(struct cache *cache, struct conn *c, const Kvpalace__V1__R
 	return 0;
 }
 
-static int do_list_sessions(struct cache *cache, struct conn *c,
+static int do_list_sessions(struct cache *cache, struct peer *c,
 			    const Kvpalace__V1__ListSessionsRequest *in, struct reply *r,
 			    const char **why)
 {
@@ -685,7 +705,7 @@ static int do_list_sessions(struct cache *cache, struct conn *c,
 	return 0;
 }
 
-static int do_stats(struct cache *cache, struct conn *c, struct reply *r, const char **why)
+static int do_stats(struct cache *cache, struct peer *c, struct reply *r, const char **why)
 {
 	int ret;
 
@@ -701,7 +721,7 @@ static int do_stats(struct cache *cache, struct conn *c, struct reply *r, const 
 	return 0;
 }
 
-static int run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
+static int run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req,
 	       struct reply *r, const char **why)
 {
 	struct validate_limits lim = {
@@ -778,14 +798,14 @@ static int run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request 
 	case KVPALACE__V1__REQUEST__OP_OPEN_DEVICE_ARENA:
 		return do_open_device_arena(cache, c, req->open_device_arena, r, why);
 	case KVPALACE__V1__REQUEST__OP_LEASE_DEVICE:
-		return do_lease_device(cache, c, req->lease_device, req->id, r, why);
+		return do_lease_device(cache, c, req->lease_device, r, why);
 	default:
 		*why = "unknown operation";
 		return -EPROTO;
 	}
 }
 
-int dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req, struct reply *r)
+int dispatch(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req, struct reply *r)
 {
 	const char *why = "failed";
 	int ret;
@@ -797,7 +817,7 @@ int dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *r
 	cache->park_on = NULL;
 	ret = run(cache, c, req, r, &why);
 	if (ret == -EINPROGRESS)
-		return 2; /* a worker does it; the reply comes through a ticket */
+		return ret; /* a worker does it; the reply comes through a ticket */
 	if (ret == -EAGAIN && cache->park_on) {
 		/* Nothing changed: the request runs again once the pool's
 		 * disk I/O made progress. */
@@ -805,7 +825,7 @@ int dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *r
 		if (r->pass_fd >= 0)
 			close(r->pass_fd);
 		r->pass_fd = -1;
-		return 1;
+		return -EAGAIN;
 	}
 	if (ret < 0) {
 		/* A failed handler may have set a partial op: send none. */
@@ -817,10 +837,4 @@ int dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *r
 		r->pass_fd = -1;
 	}
 	return 0;
-}
-
-void reply_fini(struct reply *r)
-{
-	free(r->heap);
-	r->heap = NULL;
 }

@@ -1,4 +1,4 @@
-/* daemon/service/dispatch.h — executes one validated request for a connection.
+/* daemon/service/dispatch.h — executes one validated request for a peer.
  *
  * Builds the reply in a struct reply whose storage outlives the call until
  * reply_fini, so repeated fields can point straight into daemon tables
@@ -9,58 +9,17 @@
 #define KVPD_DISPATCH_H
 
 #include "cache.h"
-#include "conn.h"
 #include "kvpalace.pb-c.h"
+#include "peer.h"
+#include "reply.h"
 
-struct reply {
-	Kvpalace__V1__Response resp;
-	union {
-		Kvpalace__V1__HelloResponse hello;
-		Kvpalace__V1__OpenPoolResponse open_pool;
-		Kvpalace__V1__CreateSessionResponse create_session;
-		Kvpalace__V1__CloseSessionResponse close_session;
-		Kvpalace__V1__AppendResponse append;
-		Kvpalace__V1__CommitResponse commit;
-		Kvpalace__V1__MatchPrefixResponse match_prefix;
-		Kvpalace__V1__ReleaseResponse release;
-		Kvpalace__V1__StatsResponse stats;
-		Kvpalace__V1__ForkResponse fork;
-		Kvpalace__V1__TruncateResponse truncate;
-		Kvpalace__V1__SessionPagesResponse session_pages;
-		Kvpalace__V1__ListSessionsResponse list_sessions;
-		Kvpalace__V1__ShowSessionResponse show_session;
-		Kvpalace__V1__DropSessionResponse drop_session;
-		Kvpalace__V1__DropPoolResponse drop_pool;
-		Kvpalace__V1__EvictResponse evict;
-		Kvpalace__V1__ConfigShowResponse config_show;
-		Kvpalace__V1__ConfigReloadResponse config_reload;
-		Kvpalace__V1__PurgeResponse purge;
-		Kvpalace__V1__CheckpointResponse checkpoint;
-		Kvpalace__V1__RestoreResponse restore;
-		Kvpalace__V1__ListCheckpointsResponse list_checkpoints;
-		Kvpalace__V1__WarmupResponse warmup;
-		Kvpalace__V1__DeleteCheckpointResponse delete_checkpoint;
-		Kvpalace__V1__PrefetchResponse prefetch;
-		Kvpalace__V1__SetPolicyResponse set_policy;
-		Kvpalace__V1__TagSpanResponse tag_span;
-		Kvpalace__V1__ReportImportanceResponse report_importance;
-		Kvpalace__V1__CompactResponse compact;
-		Kvpalace__V1__SessionMetaResponse session_meta;
-		Kvpalace__V1__OpenDeviceArenaResponse open_device_arena;
-		Kvpalace__V1__LeaseDeviceResponse lease_device;
-	} u;
-	struct pool *park; /* parked: the pool whose disk I/O it waits for */
-	void *heap;	   /* freed by reply_fini */
-	int pass_fd;	   /* fd to send with the reply (owned), or -1 */
-};
-
-/* Returns 0 with the reply in r; 1 when the request must wait for the
- * disk I/O of pool r->park: nothing changed, no reply; run it again (with
- * cache->no_park set when it has waited long enough, conn.h: it then takes a
- * miss or an error instead of waiting); or 2 when a worker does it and
- * the reply comes later through the connection's ticket (conn.h). */
-int dispatch(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
+/* Returns 0 with the reply in r (an error becomes its Status); -EAGAIN
+ * when the request must wait for the disk I/O or device copies of pool
+ * r->park: nothing changed, no reply; run it again (with cache->no_park
+ * set when it has waited long enough, PEER_MAX_PARK_NS: it then takes a
+ * miss or an error instead of waiting); or -EINPROGRESS when a worker
+ * does it and the reply comes later through the peer's ticket (peer.h). */
+int dispatch(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req,
 	     struct reply *r);
-void reply_fini(struct reply *r);
 
 #endif

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "compact.h"
+#include "frame.h"
 #include "log.h"
 #include "polop.h"
 #include "session.h"
@@ -30,7 +31,7 @@
  * a worker. */
 struct polop_job {
 	struct worker_job wj;
-	struct conn_ticket t;
+	struct ticket t;
 	struct cache *c;
 	struct compact_job cj;
 	int after_commit; /* the ticket answers a Commit */
@@ -93,7 +94,7 @@ void polop_from_spec(const Kvpalace__V1__PolicySpec *in, struct policy *pol)
 	}
 }
 
-static struct session *own_session(struct cache *cache, struct conn *c, uint64_t id,
+static struct session *own_session(struct cache *cache, struct peer *c, uint64_t id,
 				   const char **why)
 {
 	struct session *s = session_get(cache, id, c->uid, 0);
@@ -118,7 +119,7 @@ int polop_tag(int has_role, Kvpalace__V1__Role role, int has_turn, uint32_t turn
 	return 0;
 }
 
-static int do_set_policy(struct cache *cache, struct conn *c,
+static int do_set_policy(struct cache *cache, struct peer *c,
 			 const Kvpalace__V1__SetPolicyRequest *in, struct reply *r,
 			 const char **why)
 {
@@ -145,7 +146,7 @@ static int do_set_policy(struct cache *cache, struct conn *c,
 	return 0;
 }
 
-static int do_tag_span(struct cache *cache, struct conn *c, const Kvpalace__V1__TagSpanRequest *in,
+static int do_tag_span(struct cache *cache, struct peer *c, const Kvpalace__V1__TagSpanRequest *in,
 		       struct reply *r, const char **why)
 {
 	struct session *s = own_session(cache, c, in->session_id, why);
@@ -246,16 +247,16 @@ static void job_done(struct worker_job *wj)
 	/* The waiters first: they had waited longer than this connection's
 	 * next request, which runs from conn_deliver. */
 	tier_wake_all(p);
-	conn_deliver(&j->t, &r);
+	ticket_deliver(&j->t, &r);
 	cache_debug_check(j->c);
 	free(j);
 }
 
 /* Whether c's tenant has its share of jobs in flight: then the request
  * waits in its connection (-EAGAIN, parked on a pool where one of them
- * runs, woken when it ends). One that waited CONN_MAX_PARK_NS runs anyway
+ * runs, woken when it ends). One that waited PEER_MAX_PARK_NS runs anyway
  * (no_park). */
-static int over_share(struct cache *cache, struct conn *c, const char **why)
+static int over_share(struct cache *cache, struct peer *c, const char **why)
 {
 	if (cache->no_park || compact_jobs(cache, c->uid) < POLOP_JOBS_PER_TENANT)
 		return 0;
@@ -271,17 +272,17 @@ static int over_share(struct cache *cache, struct conn *c, const char **why)
 	return 0;
 }
 
-static int submit(struct cache *cache, struct conn *c, uint64_t req_id, struct polop_job *j)
+static int submit(struct cache *cache, struct peer *c, uint64_t req_id, struct polop_job *j)
 {
 	j->c = cache;
 	j->wj.run = job_run;
 	j->wj.done = job_done;
-	conn_ticket_start(c, &j->t, req_id);
+	ticket_start(c, &j->t, req_id);
 	worker_submit(cache->worker, &j->wj);
 	return -EINPROGRESS;
 }
 
-int polop_commit_wait(struct cache *cache, struct conn *c, const struct session *s, uint64_t n,
+int polop_commit_wait(struct cache *cache, struct peer *c, const struct session *s, uint64_t n,
 		      const char **why)
 {
 	if (!cache->worker || n > s->n_tokens - s->n_committed)
@@ -289,7 +290,7 @@ int polop_commit_wait(struct cache *cache, struct conn *c, const struct session 
 	return compact_due(s, n) ? over_share(cache, c, why) : 0;
 }
 
-int polop_compact_after_commit(struct cache *cache, struct conn *c, uint64_t req_id,
+int polop_compact_after_commit(struct cache *cache, struct peer *c, uint64_t req_id,
 			       struct session *s)
 {
 	struct polop_job *j;
@@ -299,7 +300,7 @@ int polop_compact_after_commit(struct cache *cache, struct conn *c, uint64_t req
 	if (!cache->worker)
 		return compact_after_commit(cache, s);
 	/* A tenant still at its share of jobs (polop_commit_wait let a
-	 * commit that waited CONN_MAX_PARK_NS through) compacts at a later
+	 * commit that waited PEER_MAX_PARK_NS through) compacts at a later
 	 * commit: this one is done. */
 	if (compact_jobs(cache, c->uid) >= POLOP_JOBS_PER_TENANT)
 		return 0;
@@ -317,7 +318,7 @@ int polop_compact_after_commit(struct cache *cache, struct conn *c, uint64_t req
 /* A query's scoring: on a worker (-EINPROGRESS, answered later), parked
  * (-EAGAIN) while the tenant has its share of jobs in flight, or here
  * when the cache has no workers (an in-process test's). */
-static int score(struct cache *cache, struct conn *c, uint64_t req_id, struct session *s,
+static int score(struct cache *cache, struct peer *c, uint64_t req_id, struct session *s,
 		 const Kvpalace__V1__ReportImportanceRequest *in, struct reply *r, const char **why)
 {
 	int topic = in->has_topic && in->topic;
@@ -356,7 +357,7 @@ static int score(struct cache *cache, struct conn *c, uint64_t req_id, struct se
 	return submit(cache, c, req_id, j);
 }
 
-static int do_report_importance(struct cache *cache, struct conn *c, uint64_t req_id,
+static int do_report_importance(struct cache *cache, struct peer *c, uint64_t req_id,
 				const Kvpalace__V1__ReportImportanceRequest *in, struct reply *r,
 				const char **why)
 {
@@ -390,7 +391,7 @@ static int do_report_importance(struct cache *cache, struct conn *c, uint64_t re
 
 /* Compact: the copy of the kept tokens on a worker, as a query's
  * scoring. */
-static int do_compact(struct cache *cache, struct conn *c, uint64_t req_id,
+static int do_compact(struct cache *cache, struct peer *c, uint64_t req_id,
 		      const Kvpalace__V1__CompactRequest *in, struct reply *r, const char **why)
 {
 	struct session *s = own_session(cache, c, in->session_id, why);
@@ -426,7 +427,7 @@ static int do_compact(struct cache *cache, struct conn *c, uint64_t req_id,
 	return submit(cache, c, req_id, j);
 }
 
-static int do_session_meta(struct cache *cache, struct conn *c,
+static int do_session_meta(struct cache *cache, struct peer *c,
 			   const Kvpalace__V1__SessionMetaRequest *in, struct reply *r,
 			   const char **why)
 {
@@ -480,7 +481,7 @@ static int do_session_meta(struct cache *cache, struct conn *c,
 	return 0;
 }
 
-int polop_run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
+int polop_run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req,
 	      struct reply *r, const char **why)
 {
 	switch (req->op_case) {

@@ -8,10 +8,10 @@
 #define KVPD_POLOP_H
 
 #include "cache.h"
-#include "conn.h"
-#include "dispatch.h"
 #include "kvpalace.pb-c.h"
+#include "peer.h"
 #include "policy.h"
+#include "reply.h"
 
 /* True for the operations this file serves. */
 int polop_is_policy_op(Kvpalace__V1__Request__OpCase op);
@@ -20,7 +20,7 @@ int polop_is_policy_op(Kvpalace__V1__Request__OpCase op);
  * -EAGAIN with cache->park_on set when a Compact waits for disk writes or
  * a query waits for its tenant's scoring jobs, or -EINPROGRESS when a
  * worker scores a query (a ticket of c answers it). */
-int polop_run(struct cache *cache, struct conn *c, const Kvpalace__V1__Request *req,
+int polop_run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req,
 	      struct reply *r, const char **why);
 
 struct session;
@@ -29,7 +29,7 @@ struct session;
  * c's tenant has its share of worker jobs in flight, so the commit waits
  * for them; else 0. Without the wait, a tenant's sessions would grow past
  * their budgets, commit after commit, for as long as a slow job runs. */
-int polop_commit_wait(struct cache *cache, struct conn *c, const struct session *s, uint64_t n,
+int polop_commit_wait(struct cache *cache, struct peer *c, const struct session *s, uint64_t n,
 		      const char **why);
 
 /* After c's Commit (request req_id) of s: compacts s when compact_due,
@@ -38,7 +38,7 @@ int polop_commit_wait(struct cache *cache, struct conn *c, const struct session 
  * cache without workers), or 0 when it did not (not due; the tenant has
  * its share of jobs in flight, or no room now: a later commit tries
  * again) and the Commit answers as usual. */
-int polop_compact_after_commit(struct cache *cache, struct conn *c, uint64_t req_id,
+int polop_compact_after_commit(struct cache *cache, struct peer *c, uint64_t req_id,
 			       struct session *s);
 
 struct session_tag;

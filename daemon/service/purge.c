@@ -27,7 +27,7 @@ struct forget_pool {
 
 struct forget {
 	struct worker_job wj;
-	struct conn_ticket t;
+	struct ticket t;
 	struct cache *c;
 	struct forget_pool *pools;
 	uint32_t n_pools, cap_pools;
@@ -197,11 +197,11 @@ static void forget_done(struct worker_job *j)
 
 	if (err < 0)
 		fail_reply(f, err);
-	conn_deliver(&f->t, &f->r);
+	ticket_deliver(&f->t, &f->r);
 	forget_free(f);
 }
 
-int forget_finish(struct forget *f, struct cache *c, struct conn *conn, uint64_t req_id,
+int forget_finish(struct forget *f, struct cache *c, struct peer *conn, uint64_t req_id,
 		  struct reply *r)
 {
 	int err;
@@ -225,7 +225,7 @@ int forget_finish(struct forget *f, struct cache *c, struct conn *conn, uint64_t
 	forget_move_reply(&f->r, r);
 	f->wj.run = forget_run;
 	f->wj.done = forget_done;
-	conn_ticket_start(conn, &f->t, req_id);
+	ticket_start(conn, &f->t, req_id);
 	worker_submit(c->worker, &f->wj);
 	return -EINPROGRESS;
 }
@@ -400,7 +400,7 @@ static int pool_chosen(const struct pool *p, const Kvpalace__V1__PurgeRequest *i
 	       (!in->model_id || !strcmp(p->model_id, in->model_id));
 }
 
-int purge_run(struct cache *c, struct conn *conn, uint64_t req_id,
+int purge_run(struct cache *c, struct peer *conn, uint64_t req_id,
 	      const Kvpalace__V1__PurgeRequest *in, struct reply *r, const char **why)
 {
 	Kvpalace__V1__PurgeResponse *out = &r->u.purge;

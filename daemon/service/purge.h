@@ -29,9 +29,9 @@
 #include <sys/types.h>
 
 #include "cache.h"
-#include "conn.h"
-#include "dispatch.h"
 #include "kvpalace.pb-c.h"
+#include "peer.h"
+#include "reply.h"
 #include "session.h"
 
 /* What a request forgot that must be made durable before it is answered:
@@ -57,7 +57,7 @@ int forget_pending(const struct forget *f);
  * -EINPROGRESS. Should the writes or the sync fail, the reply becomes
  * -EIO with the reason (the extents stay out of use until a restart). A
  * cache without worker threads does the work here, blocking. */
-int forget_finish(struct forget *f, struct cache *c, struct conn *conn, uint64_t req_id,
+int forget_finish(struct forget *f, struct cache *c, struct peer *conn, uint64_t req_id,
 		  struct reply *r);
 
 /* Moves the reply in src to dst (src is left empty), repointing the
@@ -88,7 +88,7 @@ int purge_session(struct cache *c, struct session *s, struct forget *f, int dry_
  * later) or -EAGAIN with c->park_on set (nothing changed: run it again
  * once that pool's disk I/O is done). Errors: -ENOENT no such pool,
  * -EBUSY disk I/O that could not be waited for, -ENOMEM. */
-int purge_run(struct cache *c, struct conn *conn, uint64_t req_id,
+int purge_run(struct cache *c, struct peer *conn, uint64_t req_id,
 	      const Kvpalace__V1__PurgeRequest *in, struct reply *r, const char **why);
 
 #endif

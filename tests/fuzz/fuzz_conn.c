@@ -34,7 +34,7 @@
  * of it does not decode or lacks a required field; when the daemon does
  * not settle (connections, jobs or I/O still there) within
  * FUZZ_CONN_SETTLE_NS, the one time bound (half the daemon's own
- * CONN_MAX_PARK_NS); when descriptors are left open once the server is
+ * PEER_MAX_PARK_NS); when descriptors are left open once the server is
  * torn down (server_fini, before a rebuild); and on anything the
  * sanitizers or the daemon's own assertions catch.
  *
@@ -74,13 +74,13 @@
 #define FUZZ_CONN_RESET_EVERY 256u
 /* A wait of the loop for one completion, in milliseconds, and how long
  * the daemon gets to settle. A request waits for disk I/O at most
- * CONN_MAX_PARK_NS (10 s, then it takes a miss); this daemon's I/O is a
+ * PEER_MAX_PARK_NS (10 s, then it takes a miss); this daemon's I/O is a
  * few MiB on a tmpfs, done in milliseconds, so half of that is already a
  * hang or a livelock (one was: a match reading the same pages back for
  * 10 s, crash-match-reread-livelock). The one time bound here; libFuzzer's
  * -timeout (tests/fuzz/run: 20 s) is above it. */
 #define FUZZ_CONN_WAIT_MS   10
-#define FUZZ_CONN_SETTLE_NS (CONN_MAX_PARK_NS / 2)
+#define FUZZ_CONN_SETTLE_NS (PEER_MAX_PARK_NS / 2)
 
 /* Loop turns a send gets for the daemon to make room before the datagram
  * is dropped (a daemon that stopped reading a client that floods it). */

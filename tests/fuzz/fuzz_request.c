@@ -33,12 +33,12 @@
 
 #include "cache.h"
 #include "config.h"
-#include "conn.h"
 #include "dispatch.h"
 #include "frame.h"
 #include "fuzz.h"
 #include "lease.h"
 #include "log.h"
+#include "peer.h"
 #include "server.h"
 #include "session.h"
 
@@ -69,10 +69,9 @@ static struct {
 	int ready;
 	int verbose;
 	unsigned long inputs;
-	uint64_t next_conn_id;
 	struct config cfg;
 	struct server srv;
-	struct conn conns[N_CONNS];
+	struct peer peers[N_CONNS];
 	void *arena_buf;
 	struct frame_arena check_arena; /* decodes replies */
 	void *check_buf;
@@ -96,24 +95,41 @@ static void check_cache(const char *after)
 		die("cache_check failed after %s", after);
 }
 
-/* A new connection in slot i, as conn_start makes one. */
+/* What the server does for the service layer (service/peer.h): no
+ * request may be answered later, since the cache has no workers. */
+static void fuzz_ticket_start(struct peer *p, struct ticket *t, uint64_t id)
+{
+	(void)p;
+	(void)t;
+	die("request %llu was handed to a worker, and the cache has none", (unsigned long long)id);
+}
+
+static void fuzz_deliver(struct ticket *t, struct reply *r)
+{
+	(void)t;
+	(void)r;
+	die("a ticket was delivered, and none was started");
+}
+
+static int fuzz_reload(struct peer *p, const char *who, struct confview_reload *ret, char *err,
+		       size_t errlen)
+{
+	(void)p;
+	return server_reload_config(&st.srv, who, ret, err, errlen);
+}
+
+static const struct peer_ops fuzz_ops = {
+	.ticket_start = fuzz_ticket_start,
+	.deliver = fuzz_deliver,
+	.reload_config = fuzz_reload,
+};
+
+/* A new client in slot i, as conn_start makes one. */
 static void conn_open(int i)
 {
-	struct conn *c = &st.conns[i];
+	uid_t uid = i == CONN_ADMIN ? 0 : i == CONN_B ? FUZZ_REQ_UID_B : FUZZ_REQ_UID_A;
 
-	memset(c, 0, sizeof(*c));
-	c->srv = &st.srv;
-	c->id = ++st.next_conn_id;
-	c->fd = -1;
-	c->uid = i == CONN_ADMIN ? 0 : i == CONN_B ? FUZZ_REQ_UID_B : FUZZ_REQ_UID_A;
-	c->gid = c->uid;
-	c->pid = getpid();
-	c->admin = i == CONN_ADMIN;
-	list_init(&c->waiter.link);
-	list_init(&c->leases);
-	session_writer_init(&c->writing);
-	session_owner_init(&c->sessions);
-	list_init(&c->link);
+	peer_init(&st.peers[i], &fuzz_ops, uid, uid, getpid(), i == CONN_ADMIN);
 }
 
 /* What conn_close does to the daemon's state: leases released,
@@ -121,7 +137,7 @@ static void conn_open(int i)
 static void conn_drop(int i)
 {
 	struct cache *cache = &st.srv.cache;
-	struct conn *c = &st.conns[i];
+	struct peer *c = &st.peers[i];
 	struct session_left left = {0};
 	struct list *it, *tmp;
 
@@ -222,7 +238,7 @@ static void check_reply(const struct reply *r, const Kvpalace__V1__Request *req)
 
 /* run_frame of daemon/server/conn.c. Returns 0, or -1 when the daemon would
  * close the connection. */
-static int run_frame(struct conn *c, const uint8_t *payload, size_t len)
+static int run_frame(struct peer *c, const uint8_t *payload, size_t len)
 {
 	struct cache *cache = &st.srv.cache;
 	Kvpalace__V1__Request *req;
@@ -238,7 +254,7 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len)
 	}
 	cache->no_park = 0;
 	ret = dispatch(cache, c, req, &r);
-	if (ret == 1) {
+	if (ret == -EAGAIN) {
 		/* Waits for disk I/O; without a disk tier nothing should.
 		 * The daemon retries, in the end with no_park set. */
 		reply_fini(&r);
@@ -246,10 +262,10 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len)
 		cache->no_park = 1;
 		ret = dispatch(cache, c, req, &r);
 		cache->no_park = 0;
-		if (ret == 1)
+		if (ret == -EAGAIN)
 			die("op %d parked with no_park set", (int)req->op_case);
 	}
-	if (ret == 2)
+	if (ret == -EINPROGRESS)
 		die("op %d was handed to a worker, and the cache has none", (int)req->op_case);
 	cache->ctr.requests++;
 	if (r.resp.status != KVPALACE__V1__STATUS__STATUS_OK)
@@ -264,7 +280,7 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len)
 
 /* handle_message of daemon/server/conn.c for n bytes in buf. Returns 0, or -1
  * when the daemon would close the connection. */
-static int handle_datagram(struct conn *c, const uint8_t *buf, size_t n)
+static int handle_datagram(struct peer *c, const uint8_t *buf, size_t n)
 {
 	uint32_t max_bytes = st.cfg.max_message_bytes;
 	unsigned int frames = 0;
@@ -298,7 +314,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		state_new();
 	}
 	i = flags & FUZZ_REQ_ADMIN ? CONN_ADMIN : flags & FUZZ_REQ_TENANT_B ? CONN_B : CONN_A;
-	if (handle_datagram(&st.conns[i], data + 1, size - 1) < 0 || (flags & FUZZ_REQ_CLOSE)) {
+	if (handle_datagram(&st.peers[i], data + 1, size - 1) < 0 || (flags & FUZZ_REQ_CLOSE)) {
 		conn_drop(i);
 		conn_open(i); /* the client connects again */
 	}

@@ -304,7 +304,7 @@ static void ping_beside_heavy(struct harness *h, enum heavy_mode mode)
 	/* A commit due for compaction waits while the tenant's other one
 	 * compacts (it used to go through and leave its session past the
 	 * budget, commit after commit): none goes uncompacted unless it
-	 * waited CONN_MAX_PARK_NS, which only an instrumented daemon does. */
+	 * waited PEER_MAX_PARK_NS, which only an instrumented daemon does. */
 	print_message("commits that left a session past its budget: %llu\n",
 		      (unsigned long long)sh->uncompacted);
 	if (!INSTRUMENTED)

@@ -1,0 +1,85 @@
+/* daemon/service/peer.h — the client a request came from, as the service
+ * layer sees it.
+ *
+ * Handlers need to know who asks (uid, gid and pid from SO_PEERCRED,
+ * whether on the admin socket) and what the asker holds (its leases, the
+ * sessions it writes in and owns: for its limits, and for what goes when
+ * it goes), and need a few things only the server layer above can do:
+ * answer a request later, once work off the event loop is done (a
+ * ticket), and reload the configuration. The server embeds a struct peer
+ * in each connection and hands down what it does as a table of
+ * operations; nothing in this layer knows what a connection is.
+ * Event-loop thread only.
+ */
+#ifndef KVPD_PEER_H
+#define KVPD_PEER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "confview.h"
+#include "list.h"
+#include "session.h"
+
+/* How long a request waits for disk I/O before it takes a miss (or a drop
+ * of cached pages) instead: long past any disk's normal answer, so only a
+ * stuck one ends a wait (the server's conn_park_tick wakes waits that nothing else
+ * does). */
+#define PEER_MAX_PARK_NS (10ull * 1000000000ull)
+
+struct peer;
+struct reply;
+
+/* A request answered later, when work off the event loop (a worker job)
+ * is done. Its peer forgets it if it goes first (peer becomes NULL): the
+ * work still finishes, its answer goes nowhere. */
+struct ticket {
+	struct peer *peer;
+	uint64_t id;	/* the request's id */
+	uint64_t batch; /* the datagram it came in (the server's) */
+};
+
+/* What the server layer does for the service layer. */
+struct peer_ops {
+	/* Starts t for p's request being handled, whose id is id; the
+	 * handler then returns -EINPROGRESS and p's next requests wait. */
+	void (*ticket_start)(struct peer *p, struct ticket *t, uint64_t id);
+	/* Sends the reply of t's request (t->peer is set) and lets its
+	 * peer's next requests run. Takes r's fd. */
+	void (*deliver)(struct ticket *t, struct reply *r);
+	/* Re-reads and applies the configuration (server_reload_config),
+	 * naming who asked in the log. */
+	int (*reload_config)(struct peer *p, const char *who, struct confview_reload *ret,
+			     char *err, size_t errlen);
+};
+
+struct peer {
+	const struct peer_ops *ops;
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	int admin; /* came in on the admin socket */
+
+	struct list leases; /* struct lease.owner_link */
+	uint32_t n_leases;
+	uint64_t n_leased_pages;       /* pages those leases pin, together */
+	struct session_writer writing; /* sessions with its uncommitted tokens */
+	struct session_owner sessions; /* sessions it owns: closed with it unless persistent */
+};
+
+/* An empty peer of these credentials, served through ops. */
+void peer_init(struct peer *p, const struct peer_ops *ops, uid_t uid, gid_t gid, pid_t pid,
+	       int admin);
+
+/* Starts a ticket for p's request id (see peer_ops.ticket_start). */
+static inline void ticket_start(struct peer *p, struct ticket *t, uint64_t id)
+{
+	p->ops->ticket_start(p, t, id);
+}
+
+/* Answers t's request with r when its peer is still there; else closes
+ * r's fd. Takes r's fd either way. */
+void ticket_deliver(struct ticket *t, struct reply *r);
+
+#endif
