@@ -1,4 +1,4 @@
-/* client/lease.h — a read lease handle: the page table of a matched prefix.
+/* client/api/lease.h — a read lease handle: the page table of a matched prefix.
  *
  * slots[i] is the arena slot of page i of the match; the daemon keeps those
  * pages pinned until the lease is released or the connection closes. A

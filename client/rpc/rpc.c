@@ -1,4 +1,4 @@
-/* client/rpc.c — sending requests and receiving replies (see rpc.h).
+/* client/rpc/rpc.c — sending requests and receiving replies (see rpc.h).
  *
  * One outgoing and one incoming frame buffer per client; a reply is
  * unpacked into the client's arena with a budget that fits any valid reply

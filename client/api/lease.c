@@ -1,4 +1,4 @@
-/* client/lease.c — longest-prefix matching (MatchPrefix) and read leases.
+/* client/api/lease.c — longest-prefix matching (MatchPrefix) and read leases.
  *
  * The daemon matches whole pages through the pool's prefix index, under the
  * cache salt that the first request carries. A token list longer than one

@@ -1,4 +1,4 @@
-/* client/stats.c — what the daemon holds: its counters, per-pool
+/* client/api/stats.c — what the daemon holds: its counters, per-pool
  * statistics and the list of sessions.
  *
  * kvp_stats() copies a Stats reply into one caller-owned struct kvp_stats

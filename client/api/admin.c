@@ -1,4 +1,4 @@
-/* client/admin.c — the admin socket's operations: one session in detail,
+/* client/api/admin.c — the admin socket's operations: one session in detail,
  * dropping sessions and pools, eviction, purges, the configuration.
  *
  * Each call is one request and one reply, copied into one caller-owned

@@ -1,4 +1,4 @@
-/* client/kvpalacectl.c — the control CLI of kvpalaced.
+/* client/ctl/kvpalacectl.c — the control CLI of kvpalaced.
  *
  *   kvpalacectl [--socket PATH] [--json] COMMAND [ARGS] [OPTIONS]
  *   kvpalacectl help [COMMAND]          kvpalacectl COMMAND --help

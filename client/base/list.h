@@ -1,4 +1,4 @@
-/* client/list.h — the intrusive doubly linked list of libkvpalace.
+/* client/base/list.h — the intrusive doubly linked list of libkvpalace.
  *
  * A client keeps its pools on one, a pool its sessions and leases, so that
  * closing a parent frees every handle opened through it. Header only; no

@@ -1,4 +1,4 @@
-/* client/pool.h — a pool handle: the pool's identity, its layout, the
+/* client/handle/pool.h — a pool handle: the pool's identity, its layout, the
  * mapping of its host arena and the cache salt of the handle.
  *
  * A pool handle belongs to one client (on its `pools` list) and owns the

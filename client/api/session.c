@@ -1,4 +1,4 @@
-/* client/session.c — creating sessions, reserving slots (Append), writing
+/* client/api/session.c — creating sessions, reserving slots (Append), writing
  * K/V in place, publishing it (Commit), forking and truncating sessions.
  *
  * A token list longer than one request allows is sent as several Append

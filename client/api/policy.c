@@ -1,4 +1,4 @@
-/* client/policy.c — a session's context-cache policy: SetPolicy, tags,
+/* client/api/policy.c — a session's context-cache policy: SetPolicy, tags,
  * importance reports, Compact and per-token metadata (kvpalace.h,
  * "context-cache policies").
  *

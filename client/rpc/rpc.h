@@ -1,4 +1,4 @@
-/* client/rpc.h — requests and replies on a client's socket.
+/* client/rpc/rpc.h — requests and replies on a client's socket.
  *
  * Each request is one SOCK_SEQPACKET datagram (frame header + Request with a
  * fresh id); each reply names the id it answers and replies may come in any

@@ -1,4 +1,4 @@
-/* client/conn.h — one connection to kvpalaced and its error state.
+/* client/base/conn.h — one connection to kvpalaced and its error state.
  *
  * struct kvp_client holds the socket, what the Hello handshake told us
  * (message cap, tokens per request, admin), the send/receive buffers and

@@ -1,4 +1,4 @@
-/* client/session.h — a session handle: the client's copy of a session's
+/* client/api/session.h — a session handle: the client's copy of a session's
  * page table.
  *
  * slots[i] is the arena slot of page i of the session (positions

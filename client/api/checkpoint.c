@@ -1,4 +1,4 @@
-/* client/checkpoint.c — checkpoints: writing a session to the daemon's
+/* client/api/checkpoint.c — checkpoints: writing a session to the daemon's
  * disk under a name, restoring it into a pool, listing a tenant's
  * checkpoints (their headers, or every page), removing one, and the admin
  * socket's checkpoint, restore and warm-up.

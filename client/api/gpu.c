@@ -1,4 +1,4 @@
-/* client/gpu.c — the GPU tier in the client library: mapping a pool's
+/* client/api/gpu.c — the GPU tier in the client library: mapping a pool's
  * device arena, device copies of read leases, and GPU-tier matches.
  *
  * A pool whose OpenPool reply says it has a device arena is mapped into

@@ -1,4 +1,4 @@
-/* client/pool.c — opening pools and mapping their host arenas.
+/* client/api/pool.c — opening pools and mapping their host arenas.
  *
  * kvp_pool_open() checks the model id and layout here (so a bad argument
  * costs no round trip), sends OpenPool, checks that the daemon's geometry

@@ -1,4 +1,4 @@
-/* client/progress.h — a one-line progress bar for long kvpalacectl
+/* client/ctl/progress.h — a one-line progress bar for long kvpalacectl
  * operations (evict), and a spinner with the time waited for those the
  * daemon answers in one go (checkpoint, restore, warm-up).
  *

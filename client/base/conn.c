@@ -1,4 +1,4 @@
-/* client/conn.c — connecting to kvpalaced, the Hello handshake, default
+/* client/base/conn.c — connecting to kvpalaced, the Hello handshake, default
  * socket paths and error text.
  *
  * kvp_connect() opens a SOCK_SEQPACKET socket (O_CLOEXEC), connects, and

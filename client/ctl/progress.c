@@ -1,4 +1,4 @@
-/* client/progress.c — the terminal progress bar and the spinner of a wait
+/* client/ctl/progress.c — the terminal progress bar and the spinner of a wait
  * (see progress.h). A wait is the one place with a second thread: it
  * sleeps on a condition variable between redraws so progress_wait_end
  * wakes it at once. */
