@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "conn.h"
-#include "pool.h"
+#include "handle.h"
 #include "rpc.h"
 #include "session.h"
 

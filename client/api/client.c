@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "conn.h"
-#include "pool.h"
+#include "handle.h"
 #include "rpc.h"
 
 /* Bytes of a request besides its packed tokens: frame header, request id,
@@ -107,7 +107,7 @@ KVP_PUBLIC void kvp_disconnect(kvp_client *c)
 	 * reservations; the handles then need no round trips. */
 	conn_close(c);
 	while (!list_empty(&c->pools))
-		pool_free(list_entry(c->pools.next, struct kvp_pool, link));
+		handle_pool_free(list_entry(c->pools.next, struct kvp_pool, link));
 	conn_free(c);
 }
 

@@ -49,14 +49,6 @@ struct match_chunk {
 	char msg[CONN_ERR_MSG_BYTES]; /* the daemon's text when err */
 };
 
-void lease_free(struct kvp_lease *l)
-{
-	list_del(&l->link);
-	free(l->slots);
-	free(l->dev_slots);
-	free(l);
-}
-
 static int lease_send_release(struct kvp_client *c, uint64_t id)
 {
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
@@ -357,7 +349,7 @@ int lease_match_tier(struct kvp_pool *p, const uint32_t *tokens, size_t n, uint3
 	l->tier = KVP_TIER_HOST;
 	list_init(&l->link);
 	if (n) {
-		ret = pool_table_reserve(&l->slots, &l->cap, pool_pages_for(p, n));
+		ret = handle_table_reserve(&l->slots, &l->cap, pool_pages_for(p, n));
 		if (ret < 0)
 			goto fail;
 		ret = lease_match(l, tokens, n);
@@ -417,6 +409,6 @@ KVP_PUBLIC int kvp_lease_release(kvp_lease *l)
 		if (ret == 0)
 			ret = lease_send_release(c, l->id);
 	}
-	lease_free(l);
+	handle_lease_free(l);
 	return ret;
 }
