@@ -13,6 +13,9 @@
  * their replies into caller-owned memory; a reply that contradicts its request (another pool than asked
  * for, more slots or shared pages than pages) breaks the client, as in
  * admin.c. Not thread-safe: one thread at a time per client.
+ *
+ * Layer: api, the top of libkvpalace (client/README.md): uses handle/,
+ * rpc/ and base/, and session.c of its own folder.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -16,6 +16,9 @@
  * ignored: whatever the daemon did with them, the lease handle covers only
  * the pages matched up to that reply. On any error the lease is released
  * before returning. Not thread-safe: one thread at a time per client.
+ *
+ * Layer: api, the top of libkvpalace (client/README.md): uses handle/,
+ * rpc/ and base/; gpu.c and pool.c of its own folder call it.
  */
 #include <errno.h>
 #include <stdio.h>

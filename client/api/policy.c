@@ -9,6 +9,9 @@
  * SessionMeta reply for other tokens, or a Compact that claims to keep
  * more than the session had, breaks the client (-EPROTO).
  * Not thread-safe: one thread at a time per client.
+ *
+ * Layer: api, the top of libkvpalace (client/README.md): uses rpc/ and
+ * base/, and session.c of its own folder.
  */
 #include <errno.h>
 #include <string.h>

@@ -8,6 +8,10 @@
  * and leases, and keeps the cache salt that kvp_pool_set_salt() gives it
  * (purely local: it travels with later CreateSession and MatchPrefix
  * requests). Not thread-safe: one thread at a time per client.
+ *
+ * Layer: api, the top of libkvpalace (client/README.md): uses handle/
+ * (the pool handle and its teardown), rpc/ and base/, and lease.c of its
+ * own folder.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -19,6 +19,10 @@
  * does not fit what we asked for breaks the client (-EPROTO):
  * a wrong slot would hand out pointers into someone else's page.
  * Not thread-safe: one thread at a time per client.
+ *
+ * Layer: api, the top of libkvpalace (client/README.md): uses handle/
+ * (the session handle and its page table), rpc/ and base/, and gpu.c of
+ * its own folder.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -10,6 +10,9 @@
  * a confused daemon cannot keep us looping. Counters a daemon of the
  * foundation release does not send read as 0.
  * Not thread-safe: one thread at a time per client.
+ *
+ * Layer: api, the top of libkvpalace (client/README.md): uses rpc/ and
+ * base/.
  */
 #include <errno.h>
 #include <stdio.h>

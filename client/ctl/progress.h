@@ -27,6 +27,8 @@
  * library. Not thread-safe: between progress_wait_start and
  * progress_wait_end only that thread touches p and writes to f, so the
  * caller must not write to f meanwhile.
+ *
+ * Layer: ctl, the control CLI (client/README.md).
  */
 #ifndef KVPC_PROGRESS_H
 #define KVPC_PROGRESS_H

@@ -6,6 +6,8 @@
  * id comes back. Pipelining callers use rpc_send()/rpc_recv() and match ids
  * themselves. Any transport failure, malformed reply or reply to an id we
  * are not waiting for breaks the client (conn_break). Not thread-safe.
+ *
+ * Layer: rpc (client/README.md): above base/, below handle/ and api/.
  */
 #ifndef KVPC_RPC_H
 #define KVPC_RPC_H
