@@ -1,4 +1,4 @@
-/* tests/unit/test_progress.c — kvpalacectl's progress bar (client/progress.h).
+/* tests/unit/test_progress.c — kvpalacectl's progress bar (client/ctl/progress.h).
  *
  * The line it draws for known and unknown totals, byte and plain counts,
  * and a total near 2^64 (no overflow, no 100 % before the end); nothing

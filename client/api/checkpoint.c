@@ -1,4 +1,4 @@
-/* client/checkpoint.c — checkpoints: writing a session to the daemon's
+/* client/api/checkpoint.c — checkpoints: writing a session to the daemon's
  * disk under a name, restoring it into a pool, listing a tenant's
  * checkpoints (their headers, or every page), removing one, and the admin
  * socket's checkpoint, restore and warm-up.
@@ -13,13 +13,16 @@
  * their replies into caller-owned memory; a reply that contradicts its request (another pool than asked
  * for, more slots or shared pages than pages) breaks the client, as in
  * admin.c. Not thread-safe: one thread at a time per client.
+ *
+ * Layer: api, the top of libkvpalace (client/README.md): uses handle/,
+ * rpc/ and base/, and session.c of its own folder.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "conn.h"
-#include "pool.h"
+#include "handle.h"
 #include "rpc.h"
 #include "session.h"
 

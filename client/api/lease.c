@@ -1,4 +1,4 @@
-/* client/lease.c — longest-prefix matching (MatchPrefix) and read leases.
+/* client/api/lease.c — longest-prefix matching (MatchPrefix) and read leases.
  *
  * The daemon matches whole pages through the pool's prefix index, under the
  * cache salt that the first request carries. A token list longer than one
@@ -16,6 +16,9 @@
  * ignored: whatever the daemon did with them, the lease handle covers only
  * the pages matched up to that reply. On any error the lease is released
  * before returning. Not thread-safe: one thread at a time per client.
+ *
+ * Layer: api, the top of libkvpalace (client/README.md): uses handle/,
+ * rpc/ and base/; gpu.c and pool.c of its own folder call it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -48,14 +51,6 @@ struct match_chunk {
 	size_t n_slots;
 	char msg[CONN_ERR_MSG_BYTES]; /* the daemon's text when err */
 };
-
-void lease_free(struct kvp_lease *l)
-{
-	list_del(&l->link);
-	free(l->slots);
-	free(l->dev_slots);
-	free(l);
-}
 
 static int lease_send_release(struct kvp_client *c, uint64_t id)
 {
@@ -357,7 +352,7 @@ int lease_match_tier(struct kvp_pool *p, const uint32_t *tokens, size_t n, uint3
 	l->tier = KVP_TIER_HOST;
 	list_init(&l->link);
 	if (n) {
-		ret = pool_table_reserve(&l->slots, &l->cap, pool_pages_for(p, n));
+		ret = handle_table_reserve(&l->slots, &l->cap, pool_pages_for(p, n));
 		if (ret < 0)
 			goto fail;
 		ret = lease_match(l, tokens, n);
@@ -417,6 +412,6 @@ KVP_PUBLIC int kvp_lease_release(kvp_lease *l)
 		if (ret == 0)
 			ret = lease_send_release(c, l->id);
 	}
-	lease_free(l);
+	handle_lease_free(l);
 	return ret;
 }

@@ -1,7 +1,11 @@
-/* client/progress.c — the terminal progress bar and the spinner of a wait
+/* client/ctl/progress.c — the terminal progress bar and the spinner of a wait
  * (see progress.h). A wait is the one place with a second thread: it
  * sleeps on a condition variable between redraws so progress_wait_end
- * wakes it at once. */
+ * wakes it at once.
+ *
+ * Layer: ctl, the control CLI (client/README.md); calls no other file of
+ * ctl/ and nothing of the library.
+ */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>

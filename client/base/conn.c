@@ -1,14 +1,15 @@
-/* client/conn.c — connecting to kvpalaced, the Hello handshake, default
- * socket paths and error text.
+/* client/base/conn.c — a client's socket and its error state: opening
+ * and closing the connection, default socket paths and error text.
  *
- * kvp_connect() opens a SOCK_SEQPACKET socket (O_CLOEXEC), connects, and
- * performs the Hello handshake, which tells the client the daemon's message
- * cap and how many tokens one request may carry; the library then splits
- * long token lists by that number. kvp_disconnect() closes the socket
- * first (the daemon then frees every lease and reservation of the
- * connection) and frees every handle opened through the client. Library
- * code: never logs, never touches the global errno contract of its callers.
- * Not thread-safe: one thread at a time per client.
+ * Layer: base, the bottom of libkvpalace (client/README.md). It calls no
+ * other folder of client/; rpc/ and everything above build on it.
+ *
+ * conn_open() opens a SOCK_SEQPACKET socket (O_CLOEXEC) and connects; the
+ * Hello handshake that follows is api/client.c's. Closing the socket
+ * (conn_close, conn_break) makes the daemon free every lease and
+ * reservation of the connection. Library code: never logs, never touches
+ * the global errno contract of its callers. Not thread-safe: one thread at
+ * a time per client.
  */
 #include <errno.h>
 #include <poll.h>
@@ -21,16 +22,6 @@
 #include <unistd.h>
 
 #include "conn.h"
-#include "pool.h"
-#include "rpc.h"
-
-/* Bytes of a request besides its packed tokens: frame header, request id,
- * operation tag and length, pool/session/lease ids, the tokens' tag and
- * length. Generous on purpose. */
-#define CONN_REQUEST_OVERHEAD_BYTES 128u
-/* A packed uint32 (token id or page slot) takes at most five bytes on the
- * wire. */
-#define CONN_TOKEN_WIRE_BYTES 5u
 
 void conn_clear_error(struct kvp_client *c)
 {
@@ -64,10 +55,7 @@ int conn_break(struct kvp_client *c, int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	conn_verror(c, err, fmt, ap);
 	va_end(ap);
-	if (c->fd >= 0)
-		close(c->fd);
-	c->fd = -1;
-	c->dead = 1;
+	conn_close(c);
 	return err;
 }
 
@@ -118,57 +106,6 @@ static int connect_unix(int fd, const struct sockaddr_un *sa)
 	return -soerr;
 }
 
-/* Sends a Hello and checks the reply; on the first one also learns the
- * daemon's limits. */
-static int conn_hello(struct kvp_client *c, int first)
-{
-	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
-	Kvpalace__V1__HelloRequest hello = KVPALACE__V1__HELLO_REQUEST__INIT;
-	Kvpalace__V1__Response *resp;
-	const Kvpalace__V1__HelloResponse *h;
-	uint32_t fit;
-	int ret;
-
-	hello.protocol_version = KVP_PROTOCOL_VERSION;
-	hello.client_name = program_invocation_short_name;
-	req.op_case = KVPALACE__V1__REQUEST__OP_HELLO;
-	req.hello = &hello;
-	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_HELLO, &resp, NULL);
-	if (ret == -EOPNOTSUPP && first) {
-		char why[CONN_ERR_MSG_BYTES];
-
-		memcpy(why, c->err_msg, sizeof(why));
-		return conn_break(c, -EPROTONOSUPPORT, "kvpalaced refused protocol version %u: %s",
-				  KVP_PROTOCOL_VERSION, why);
-	}
-	if (ret < 0)
-		return ret;
-	h = resp->hello;
-	if (h->protocol_version != KVP_PROTOCOL_VERSION)
-		return conn_break(c, -EPROTONOSUPPORT,
-				  "kvpalaced speaks protocol version %u, this library %u",
-				  h->protocol_version, KVP_PROTOCOL_VERSION);
-	if (!first)
-		return 0;
-	if (h->max_message_bytes < FRAME_MIN_MAX_BYTES ||
-	    h->max_message_bytes > FRAME_MAX_MAX_BYTES || !h->max_tokens_per_request)
-		return conn_break(c, -EPROTO,
-				  "kvpalaced announced unusable limits (%u bytes, %u tokens)",
-				  h->max_message_bytes, h->max_tokens_per_request);
-	c->max_message_bytes = h->max_message_bytes;
-	fit = (h->max_message_bytes - CONN_REQUEST_OVERHEAD_BYTES) / CONN_TOKEN_WIRE_BYTES;
-	c->chunk_tokens = h->max_tokens_per_request < fit ? h->max_tokens_per_request : fit;
-	/* A reply's fixed fields are no bigger than a request's, so a reply
-	 * has room for as many page slots as a request for tokens; a daemon
-	 * that bounds a commit's pages would bound them by its per-request
-	 * count too. */
-	c->reply_pages = c->chunk_tokens;
-	c->admin = !!h->admin;
-	c->uid = h->uid;
-	c->gpu = h->has_gpu && h->gpu;
-	return 0;
-}
-
 static struct kvp_client *conn_new(void)
 {
 	struct kvp_client *c = calloc(1, sizeof(*c));
@@ -196,7 +133,7 @@ static struct kvp_client *conn_new(void)
 	return c;
 }
 
-static void conn_free(struct kvp_client *c)
+void conn_free(struct kvp_client *c)
 {
 	if (c->fd >= 0)
 		close(c->fd);
@@ -207,15 +144,13 @@ static void conn_free(struct kvp_client *c)
 	free(c);
 }
 
-KVP_PUBLIC int kvp_connect(const char *path, kvp_client **ret_client)
+int conn_open(const char *path, struct kvp_client **ret_client)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	char def[sizeof(sa.sun_path)];
 	struct kvp_client *c;
 	int ret;
 
-	if (!ret_client)
-		return -EINVAL;
 	if (!path || !*path)
 		path = secure_getenv("KVPALACE_SOCKET");
 	if (!path || !*path) {
@@ -241,9 +176,6 @@ KVP_PUBLIC int kvp_connect(const char *path, kvp_client **ret_client)
 	ret = connect_unix(c->fd, &sa);
 	if (ret < 0)
 		goto fail;
-	ret = conn_hello(c, 1);
-	if (ret < 0)
-		goto fail;
 	*ret_client = c;
 	return 0;
 fail:
@@ -251,37 +183,12 @@ fail:
 	return ret;
 }
 
-KVP_PUBLIC void kvp_disconnect(kvp_client *c)
+void conn_close(struct kvp_client *c)
 {
-	if (!c)
-		return;
-	/* Closing the socket first makes the daemon drop our leases and
-	 * reservations; the handles then need no round trips. */
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = -1;
 	c->dead = 1;
-	while (!list_empty(&c->pools))
-		pool_free(list_entry(c->pools.next, struct kvp_pool, link));
-	conn_free(c);
-}
-
-KVP_PUBLIC int kvp_ping(kvp_client *c)
-{
-	int ret;
-
-	if (!c)
-		return -EINVAL;
-	conn_clear_error(c);
-	ret = conn_usable(c);
-	if (ret < 0)
-		return ret;
-	return conn_hello(c, 0);
-}
-
-KVP_PUBLIC int kvp_is_admin(const kvp_client *c)
-{
-	return c ? c->admin : 0;
 }
 
 KVP_PUBLIC const char *kvp_strerror(const kvp_client *c, int err)

@@ -1,16 +1,15 @@
-/* client/gpu.c — the GPU tier in the client library: mapping a pool's
- * device arena, device copies of read leases, and GPU-tier matches.
+/* client/api/gpu.c — the GPU tier in the client library: a pool's device
+ * arena, device copies of read leases, and GPU-tier matches.
+ *
+ * Layer: api (client/README.md): the public calls, above handle/, rpc/
+ * and base/.
  *
  * A pool whose OpenPool reply says it has a device arena is mapped into
  * this process on first use (kvp_pool_gpu_open): OpenDeviceArena returns
  * the arena's POSIX fd over SCM_RIGHTS (or a legacy CUDA IPC handle) and
- * the device's UUID; the library finds that device among its own (the
- * ordinals may differ under CUDA_VISIBLE_DEVICES) and imports the
- * allocation through kernels/vmm.h (cuMemImportFromShareableHandle,
- * cuMemAddressReserve, cuMemMap, cuMemSetAccess via the driver entry
- * points). In a build without CUDA, or where this process sees no such
- * device, the pool stays host-only: kvp_pool_gpu_open says why and every
- * host call keeps working.
+ * the device's UUID, which handle/devmap.c imports. In a build without
+ * CUDA, or where this process sees no such device, the pool stays
+ * host-only: kvp_pool_gpu_open says why and every host call keeps working.
  *
  * A GPU-tier match is an ordinary match (the daemon pins host pages) that
  * asked for TIER_GPU, followed by LeaseDevice, which the daemon answers
@@ -22,102 +21,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "arena.h"
+#include "devmap.h"
+#include "handle.h"
 #include "lease.h"
-#include "pool.h"
 #include "rpc.h"
-#include "session.h"
-
-#ifdef KVP_HAVE_CUDA
-#include "vmm.h"
-#endif
-
-/* A daemon that plays a GPU in host memory (KVPALACED_EMULATE_GPU, for
- * tests without a GPU) passes its "device arena" as a sealed memfd:
- * device addresses are then addresses of that mapping. */
-static int map_emulated(struct kvp_pool *p, const Kvpalace__V1__OpenDeviceArenaResponse *r, int fd)
-{
-	void *addr;
-	int ret;
-
-	if (fd < 0)
-		return -EPROTO;
-	ret = shm_arena_map(fd, r->arena_bytes, &addr);
-	if (ret == -EINVAL || ret == -EBADF)
-		return -EPROTO;
-	if (ret < 0)
-		return ret;
-	p->dev_emulated = 1;
-	p->dev_arena_bytes = r->arena_bytes; /* what unmap_emulated unmaps */
-	p->dev_base = (uint64_t)(uintptr_t)addr;
-	return 0;
-}
-
-static void unmap_emulated(struct kvp_pool *p)
-{
-	shm_arena_unmap((void *)(uintptr_t)p->dev_base, p->dev_arena_bytes);
-	p->dev_emulated = 0;
-	p->dev_base = 0;
-}
-
-#ifdef KVP_HAVE_CUDA
-static int import_arena(struct kvp_pool *p, const Kvpalace__V1__OpenDeviceArenaResponse *r, int fd)
-{
-	struct vmm_map *m;
-	int dev, ret;
-
-	if (r->handle_type == KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_HOST_EMULATED)
-		return map_emulated(p, r, fd);
-	if (!r->has_device_uuid || r->device_uuid.len != VMM_UUID_BYTES)
-		return -EPROTO;
-	dev = vmm_find_device(r->device_uuid.data);
-	if (dev < 0)
-		return -ENODEV;
-	m = calloc(1, sizeof(*m));
-	if (!m)
-		return -ENOMEM;
-	if (r->handle_type == KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_POSIX_FD)
-		ret = fd >= 0 ? vmm_import_fd(dev, fd, r->arena_bytes, m) : -EPROTO;
-	else if (r->handle_type == KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_CUDA_IPC &&
-		 r->has_ipc_handle && r->ipc_handle.len == VMM_IPC_BYTES)
-		ret = vmm_import_ipc(dev, r->ipc_handle.data, r->arena_bytes, m);
-	else
-		ret = -EPROTO;
-	if (ret < 0) {
-		free(m);
-		return ret;
-	}
-	p->dev_map = m;
-	p->dev_base = m->d_base;
-	return 0;
-}
-
-void pool_gpu_unmap(struct kvp_pool *p)
-{
-	if (p->dev_emulated)
-		unmap_emulated(p);
-	if (p->dev_map) {
-		vmm_destroy(p->dev_map);
-		free(p->dev_map);
-		p->dev_map = NULL;
-	}
-	p->dev_base = 0;
-}
-#else
-static int import_arena(struct kvp_pool *p, const Kvpalace__V1__OpenDeviceArenaResponse *r, int fd)
-{
-	if (r->handle_type == KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_HOST_EMULATED)
-		return map_emulated(p, r, fd);
-	return -EOPNOTSUPP; /* a real GPU needs a build with CUDA */
-}
-
-void pool_gpu_unmap(struct kvp_pool *p)
-{
-	if (p->dev_emulated)
-		unmap_emulated(p);
-	p->dev_base = 0;
-}
-#endif
 
 KVP_PUBLIC int kvp_pool_has_gpu(const kvp_pool *p)
 {
@@ -164,7 +71,7 @@ KVP_PUBLIC int kvp_pool_gpu_open(kvp_pool *p)
 			close(fd);
 		return conn_break(c, -EPROTO, "kvpalaced sent a device arena that does not fit");
 	}
-	ret = import_arena(p, r, fd);
+	ret = devmap_import(p, r, fd);
 	/* The mapping holds the allocation; the fd is not needed any more. */
 	if (fd >= 0)
 		close(fd);
@@ -180,7 +87,9 @@ KVP_PUBLIC int kvp_pool_gpu_open(kvp_pool *p)
 	return 0;
 }
 
-int lease_device(struct kvp_lease *l)
+/* Asks the daemon for device copies of every page of l (LeaseDevice) and
+ * records their device slots. Returns 0 or a negative errno. */
+static int lease_device(struct kvp_lease *l)
 {
 	struct kvp_pool *p = l->pool;
 	struct kvp_client *c = p->client;
@@ -189,7 +98,7 @@ int lease_device(struct kvp_lease *l)
 
 	if (!l->id || !n_pages)
 		return 0;
-	ret = pool_table_reserve(&l->dev_slots, &l->dev_cap, n_pages);
+	ret = handle_table_reserve(&l->dev_slots, &l->dev_cap, n_pages);
 	if (ret < 0)
 		return conn_error(c, ret, "out of memory");
 	while (l->n_dev < n_pages) {

@@ -1,4 +1,4 @@
-/* client/session.c — creating sessions, reserving slots (Append), writing
+/* client/api/session.c — creating sessions, reserving slots (Append), writing
  * K/V in place, publishing it (Commit), forking and truncating sessions.
  *
  * A token list longer than one request allows is sent as several Append
@@ -19,22 +19,18 @@
  * does not fit what we asked for breaks the client (-EPROTO):
  * a wrong slot would hand out pointers into someone else's page.
  * Not thread-safe: one thread at a time per client.
+ *
+ * Layer: api, the top of libkvpalace (client/README.md): uses handle/
+ * (the session handle and its page table), rpc/ and base/, and gpu.c of
+ * its own folder.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "lease.h"
+#include "handle.h"
 #include "rpc.h"
 #include "session.h"
-
-void session_free(struct kvp_session *s)
-{
-	list_del(&s->link);
-	free(s->slots);
-	free(s->dev_slots);
-	free(s);
-}
 
 /* CreateSession of a new session, persistent or not. */
 static int create(kvp_pool *p, int persistent, kvp_session **ret_session)
@@ -102,7 +98,7 @@ KVP_PUBLIC int kvp_session_close(kvp_session *s)
 		req.close_session = &cs;
 		ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_CLOSE_SESSION, &resp, NULL);
 	}
-	session_free(s);
+	handle_session_free(s);
 	return ret;
 }
 
@@ -158,7 +154,7 @@ static int session_apply_dev(struct kvp_session *s, const Kvpalace__V1__AppendRe
 		return r->n_device_slots ? -EPROTO : 0;
 	if (gpu && (r->n_device_slots != r->n_page_slots || !p->dev_base))
 		return -EPROTO;
-	if (pool_table_reserve(&s->dev_slots, &s->dev_cap, pages) < 0)
+	if (handle_table_reserve(&s->dev_slots, &s->dev_cap, pages) < 0)
 		return -ENOMEM;
 	for (uint64_t i = known_pages; i < pages; i++)
 		s->dev_slots[i] = SESSION_NO_DEV;
@@ -199,7 +195,7 @@ static int append(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tie
 		return 0;
 	if (n > UINT64_MAX - s->n_tokens)
 		return conn_error(c, -EDQUOT, "too many tokens");
-	if (pool_table_reserve(&s->slots, &s->cap, pool_pages_for(s->pool, s->n_tokens + n)) < 0)
+	if (handle_table_reserve(&s->slots, &s->cap, pool_pages_for(s->pool, s->n_tokens + n)) < 0)
 		return -ENOMEM;
 	if (tier == KVP_TIER_GPU && s->pool->dev_arena && !s->pool->dev_base) {
 		/* Device slots are of use only once the arena is mapped here. */
@@ -547,7 +543,7 @@ int session_adopt(struct kvp_pool *p, struct kvp_session *s, uint64_t id, uint64
 			goto fail;
 		}
 	}
-	if (pool_table_reserve(&s->slots, &s->cap, pages) < 0) {
+	if (handle_table_reserve(&s->slots, &s->cap, pages) < 0) {
 		ret = conn_error(c, -ENOMEM, "no memory for the page table of a %s", what);
 		if (close_on_fail)
 			session_send_close(c, id);
@@ -655,7 +651,7 @@ static int fork_common(struct kvp_pool *p, Kvpalace__V1__Request *req, int resp_
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	if (pool_table_reserve(&f->slots, &f->cap, pool_pages_for(p, n_tokens)) < 0) {
+	if (handle_table_reserve(&f->slots, &f->cap, pool_pages_for(p, n_tokens)) < 0) {
 		free(f);
 		return -ENOMEM;
 	}

@@ -1,4 +1,4 @@
-/* client/progress.h — a one-line progress bar for long kvpalacectl
+/* client/ctl/progress.h — a one-line progress bar for long kvpalacectl
  * operations (evict), and a spinner with the time waited for those the
  * daemon answers in one go (checkpoint, restore, warm-up).
  *
@@ -27,6 +27,8 @@
  * library. Not thread-safe: between progress_wait_start and
  * progress_wait_end only that thread touches p and writes to f, so the
  * caller must not write to f meanwhile.
+ *
+ * Layer: ctl, the control CLI (client/README.md).
  */
 #ifndef KVPC_PROGRESS_H
 #define KVPC_PROGRESS_H

@@ -1,4 +1,4 @@
-/* client/stats.c — what the daemon holds: its counters, per-pool
+/* client/api/stats.c — what the daemon holds: its counters, per-pool
  * statistics and the list of sessions.
  *
  * kvp_stats() copies a Stats reply into one caller-owned struct kvp_stats
@@ -10,6 +10,9 @@
  * a confused daemon cannot keep us looping. Counters a daemon of the
  * foundation release does not send read as 0.
  * Not thread-safe: one thread at a time per client.
+ *
+ * Layer: api, the top of libkvpalace (client/README.md): uses rpc/ and
+ * base/.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* client/admin.c — the admin socket's operations: one session in detail,
+/* client/api/admin.c — the admin socket's operations: one session in detail,
  * dropping sessions and pools, eviction, purges, the configuration.
  *
  * Each call is one request and one reply, copied into one caller-owned
@@ -7,6 +7,9 @@
  * for, per-pool figures that do not add up) breaks the client: a confused
  * daemon must not make kvpalacectl print numbers it made up.
  * Not thread-safe: one thread at a time per client.
+ *
+ * Layer: api, the top of libkvpalace (client/README.md): uses rpc/ and
+ * base/.
  */
 #include <errno.h>
 #include <stdlib.h>

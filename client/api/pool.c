@@ -1,4 +1,4 @@
-/* client/pool.c — opening pools and mapping their host arenas.
+/* client/api/pool.c — opening pools and mapping their host arenas.
  *
  * kvp_pool_open() checks the model id and layout here (so a bad argument
  * costs no round trip), sends OpenPool, checks that the daemon's geometry
@@ -8,6 +8,10 @@
  * and leases, and keeps the cache salt that kvp_pool_set_salt() gives it
  * (purely local: it travels with later CreateSession and MatchPrefix
  * requests). Not thread-safe: one thread at a time per client.
+ *
+ * Layer: api, the top of libkvpalace (client/README.md): uses handle/
+ * (the pool handle and its teardown), rpc/ and base/, and lease.c of its
+ * own folder.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -15,32 +19,10 @@
 #include <unistd.h>
 
 #include "arena.h"
-#include "lease.h"
-#include "pool.h"
+#include "handle.h"
 #include "rpc.h"
-#include "session.h"
 
 #define POOL_MODEL_ID_MAX 127u
-
-int pool_table_reserve(uint32_t **slots, size_t *cap, uint64_t n)
-{
-	size_t want;
-	uint32_t *p;
-
-	if (n <= *cap)
-		return 0;
-	if (n > SIZE_MAX / sizeof(uint32_t) / 2)
-		return -ENOMEM;
-	want = *cap ? *cap : 16;
-	while (want < n)
-		want *= 2;
-	p = realloc(*slots, want * sizeof(uint32_t));
-	if (!p)
-		return -ENOMEM;
-	*slots = p;
-	*cap = want;
-	return 0;
-}
 
 static int model_id_check(const char *s)
 {
@@ -170,18 +152,6 @@ fail:
 	return ret;
 }
 
-void pool_free(struct kvp_pool *p)
-{
-	while (!list_empty(&p->leases))
-		lease_free(list_entry(p->leases.next, struct kvp_lease, link));
-	while (!list_empty(&p->sessions))
-		session_free(list_entry(p->sessions.next, struct kvp_session, link));
-	shm_arena_unmap(p->arena, p->arena_bytes);
-	pool_gpu_unmap(p);
-	list_del(&p->link);
-	free(p);
-}
-
 KVP_PUBLIC void kvp_pool_close(kvp_pool *p)
 {
 	if (!p)
@@ -192,7 +162,7 @@ KVP_PUBLIC void kvp_pool_close(kvp_pool *p)
 	 * daemon (other processes may match them); only their handles go. */
 	while (!list_empty(&p->leases))
 		kvp_lease_release(list_entry(p->leases.next, struct kvp_lease, link));
-	pool_free(p);
+	handle_pool_free(p);
 }
 
 KVP_PUBLIC int kvp_pool_set_salt(kvp_pool *p, const void *salt, size_t n)

@@ -1,4 +1,4 @@
-/* client/rpc.h — requests and replies on a client's socket.
+/* client/rpc/rpc.h — requests and replies on a client's socket.
  *
  * Each request is one SOCK_SEQPACKET datagram (frame header + Request with a
  * fresh id); each reply names the id it answers and replies may come in any
@@ -6,6 +6,8 @@
  * id comes back. Pipelining callers use rpc_send()/rpc_recv() and match ids
  * themselves. Any transport failure, malformed reply or reply to an id we
  * are not waiting for breaks the client (conn_break). Not thread-safe.
+ *
+ * Layer: rpc (client/README.md): above base/, below handle/ and api/.
  */
 #ifndef KVPC_RPC_H
 #define KVPC_RPC_H

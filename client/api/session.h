@@ -1,13 +1,9 @@
-/* client/session.h — a session handle: the client's copy of a session's
- * page table.
+/* client/api/session.h — what the session calls of api/ share with the
+ * other api/ files: reloading a compacted session's page table, building
+ * the handle of a session the daemon made or handed over, and taking a
+ * session over (struct kvp_session is handle/handle.h's).
  *
- * slots[i] is the arena slot of page i of the session (positions
- * i * block_tokens onwards); the table covers every reserved token and
- * grows as Append replies extend it. Commit replies rewrite the entries of
- * the pages they filled (dedup), Truncate shrinks the table and may move
- * the new last page, and a fork's or a restored checkpoint's table is
- * read with SessionPages. Not
- * thread-safe.
+ * Layer: api (client/README.md). Not thread-safe.
  */
 #ifndef KVPC_SESSION_H
 #define KVPC_SESSION_H
@@ -15,36 +11,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "list.h"
-#include "pool.h"
-
-struct kvp_session {
-	struct kvp_pool *pool;
-	struct list link; /* in pool->sessions */
-	uint64_t id;
-	uint64_t n_tokens;  /* reserved, committed or not */
-	uint64_t committed; /* committed, <= n_tokens */
-	uint32_t *slots;    /* [cap] page table; pool_pages_for(n_tokens) entries used */
-	size_t cap;
-	int compacted; /* seen compacted: positions are not indexes */
-	/* Device slots of pages a GPU-tier append touched (client/gpu.c):
-	 * [dev_cap], SESSION_NO_DEV for none; NULL until the first one. */
-	uint32_t *dev_slots;
-	size_t dev_cap;
-};
-
-#define SESSION_NO_DEV UINT32_MAX
+#include "handle.h"
 
 /* After a compaction of s in the daemon: s now holds n_tokens tokens, all
  * committed, in new pages; reads the whole page table again. Returns 0 or
  * a negative errno (-EPROTO breaks the client). */
 int session_reload(struct kvp_session *s, uint64_t n_tokens);
 
-/* Frees the handle without telling the daemon. */
-void session_free(struct kvp_session *s);
-
 /* Builds the handle s (zeroed, or holding only a page table from
- * pool_table_reserve) of a session the daemon has just made in pool p,
+ * handle_table_reserve) of a session the daemon has just made in pool p,
  * holding n_tokens tokens, all committed: a fork's or a restored
  * checkpoint's. slots[0..n_slots) is the start of its page table from
  * the daemon's reply; the rest is read with SessionPages. A table that

@@ -1,14 +1,32 @@
-/* client/pool.h — a pool handle: the pool's identity, its layout, the
- * mapping of its host arena and the cache salt of the handle.
+/* client/handle/handle.h — the handles: what the library keeps of a
+ * pool, a session and a read lease, and their teardown.
+ *
+ * Layer: handle (client/README.md), above base/ and rpc/, below api/.
+ * Everything here is local: freeing a handle and growing a page table
+ * never talk to the daemon (the calls that do are api/'s).
  *
  * A pool handle belongs to one client (on its `pools` list) and owns the
  * handles of the sessions and leases opened through it. Page slot s of the
  * arena starts at `pages + s * page_bytes`. The salt (kvp_pool_set_salt)
  * goes with every CreateSession and with the first MatchPrefix chunk sent
- * through the handle. Not thread-safe.
+ * through the handle.
+ *
+ * A session handle is the client's copy of a session's page table:
+ * slots[i] is the arena slot of page i of the session (positions
+ * i * block_tokens onwards); the table covers every reserved token and
+ * grows as Append replies extend it. Commit replies rewrite the entries of
+ * the pages they filled (dedup), Truncate shrinks the table and may move
+ * the new last page, and a fork's or a restored checkpoint's table is
+ * read with SessionPages.
+ *
+ * A read lease handle holds the page table of a matched prefix: slots[i]
+ * is the arena slot of page i of the match; the daemon keeps those pages
+ * pinned until the lease is released or the connection closes. A miss is
+ * a lease of id 0 and no tokens, which the daemon does not know.
+ * Not thread-safe: one thread at a time per client.
  */
-#ifndef KVPC_POOL_H
-#define KVPC_POOL_H
+#ifndef KVPC_HANDLE_H
+#define KVPC_HANDLE_H
 
 #include <errno.h>
 #include <stddef.h>
@@ -39,7 +57,7 @@ struct kvp_pool {
 	unsigned char *pages; /* arena + arena_offset: page slot 0 */
 	unsigned char salt[POOL_SALT_MAX_BYTES];
 	size_t salt_bytes; /* 0: no salt */
-	/* The device arena (client/gpu.c): offered by the daemon (dev_arena)
+	/* The device arena (api/gpu.c, handle/devmap.c): offered by the daemon (dev_arena)
 	 * and, once kvp_pool_gpu_open mapped it, at dev_base in this
 	 * process's device address space. */
 	int dev_arena;
@@ -50,13 +68,50 @@ struct kvp_pool {
 	int dev_emulated;  /* a daemon's emulated device: a memfd at dev_base */
 };
 
-/* Unmaps the pool's device arena, if mapped (client/gpu.c). */
-void pool_gpu_unmap(struct kvp_pool *p);
+struct kvp_session {
+	struct kvp_pool *pool;
+	struct list link; /* in pool->sessions */
+	uint64_t id;
+	uint64_t n_tokens;  /* reserved, committed or not */
+	uint64_t committed; /* committed, <= n_tokens */
+	uint32_t *slots;    /* [cap] page table; pool_pages_for(n_tokens) entries used */
+	size_t cap;
+	int compacted; /* seen compacted: positions are not indexes */
+	/* Device slots of pages a GPU-tier append touched (api/gpu.c):
+	 * [dev_cap], SESSION_NO_DEV for none; NULL until the first one. */
+	uint32_t *dev_slots;
+	size_t dev_cap;
+};
+
+#define SESSION_NO_DEV UINT32_MAX
+
+struct kvp_lease {
+	struct kvp_pool *pool;
+	struct list link; /* in pool->leases */
+	uint64_t id;	  /* 0: a miss, nothing to release */
+	uint64_t n_tokens;
+	uint32_t *slots; /* [cap] page table; pool_pages_for(n_tokens) entries used */
+	size_t cap;
+	uint32_t want_tier;  /* asked for (enum kvp_tier) */
+	int or_host;	     /* the host tier will do when the GPU cannot */
+	uint32_t tier;	     /* the tier the daemon serves it from */
+	uint32_t *dev_slots; /* [dev_cap] device slot of page i, i < n_dev */
+	size_t dev_cap;
+	uint64_t n_dev;
+};
 
 /* Frees the pool handle with every session and lease handle opened through
- * it and unmaps the arena, without talking to the daemon (the caller has
- * closed the connection or released the leases). */
-void pool_free(struct kvp_pool *p);
+ * it and unmaps the arena and the device arena, without talking to the
+ * daemon (the caller has closed the connection or released the leases). */
+void handle_pool_free(struct kvp_pool *p);
+
+/* Frees the session handle (off its pool's list) without telling the
+ * daemon. */
+void handle_session_free(struct kvp_session *s);
+
+/* Frees the lease handle (off its pool's list) without telling the
+ * daemon. */
+void handle_lease_free(struct kvp_lease *l);
 
 /* Pages needed for n tokens. */
 static inline uint64_t pool_pages_for(const struct kvp_pool *p, uint64_t n_tokens)
@@ -97,6 +152,6 @@ static inline void pool_salt_field(struct kvp_pool *p, protobuf_c_boolean *has,
 
 /* Grows a page table (*slots of *cap entries) to hold at least n entries.
  * Returns 0 or -ENOMEM (the table is unchanged). */
-int pool_table_reserve(uint32_t **slots, size_t *cap, uint64_t n);
+int handle_table_reserve(uint32_t **slots, size_t *cap, uint64_t n);
 
 #endif

@@ -1,4 +1,4 @@
-/* client/rpc.c — sending requests and receiving replies (see rpc.h).
+/* client/rpc/rpc.c — sending requests and receiving replies (see rpc.h).
  *
  * One outgoing and one incoming frame buffer per client; a reply is
  * unpacked into the client's arena with a budget that fits any valid reply
@@ -7,6 +7,9 @@
  * the transport or of the reply's shape breaks the client: after a lost or
  * garbled exchange we can no longer tell which requests took effect.
  * Not thread-safe: one thread at a time per client.
+ *
+ * Layer: rpc (client/README.md), above base/ (the socket and the error
+ * text it records) and below the handles and the calls that use it.
  */
 #include <errno.h>
 #include <unistd.h>

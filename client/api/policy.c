@@ -1,4 +1,4 @@
-/* client/policy.c — a session's context-cache policy: SetPolicy, tags,
+/* client/api/policy.c — a session's context-cache policy: SetPolicy, tags,
  * importance reports, Compact and per-token metadata (kvpalace.h,
  * "context-cache policies").
  *
@@ -9,6 +9,9 @@
  * SessionMeta reply for other tokens, or a Compact that claims to keep
  * more than the session had, breaks the client (-EPROTO).
  * Not thread-safe: one thread at a time per client.
+ *
+ * Layer: api, the top of libkvpalace (client/README.md): uses rpc/ and
+ * base/, and session.c of its own folder.
  */
 #include <errno.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* client/conn.h — one connection to kvpalaced and its error state.
+/* client/base/conn.h — one connection to kvpalaced and its error state.
  *
  * struct kvp_client holds the socket, what the Hello handshake told us
  * (message cap, tokens per request, admin), the send/receive buffers and
@@ -7,6 +7,8 @@
  * dead: the socket is closed at once (so the daemon frees our leases and
  * reservations) and every later call that needs the daemon fails with
  * -ENOTCONN. Not thread-safe: one thread at a time per client.
+ *
+ * Layer: base (client/README.md): the bottom of the library.
  */
 #ifndef KVPC_CONN_H
 #define KVPC_CONN_H
@@ -39,6 +41,20 @@ struct kvp_client {
 	int err_code;	   /* negative errno that err_msg explains, 0 for none */
 	char err_msg[CONN_ERR_MSG_BYTES];
 };
+
+/* Resolves path (NULL or "": $KVPALACE_SOCKET, else the default socket
+ * path), allocates a client and connects its socket. Returns 0 and the
+ * client in *ret_client, or a negative errno (-ENAMETOOLONG, -ENOMEM, or
+ * the socket's). No Hello has been exchanged yet. */
+int conn_open(const char *path, struct kvp_client **ret_client);
+
+/* Closes the socket, if open, and marks the client dead, keeping its
+ * error text. */
+void conn_close(struct kvp_client *c);
+
+/* Frees the client and closes its socket; frees no handle (the caller has
+ * freed its pools). */
+void conn_free(struct kvp_client *c);
 
 /* Forgets the last error message; every public call that can fail starts
  * with it so kvp_strerror() describes the latest call only. */
