@@ -1,12 +1,18 @@
-/* daemon/base/list.h — intrusive circular doubly-linked lists.
+/* common/list.h — intrusive circular doubly-linked lists, and
+ * container_of.
  *
  * Objects embed a struct list node and belong to a list without extra
- * allocation, so unlinking on teardown cannot fail. Header-only.
+ * allocation, so unlinking on teardown cannot fail. Header only, no
+ * state: the daemon and the client library share it (common/ is below
+ * both, and calls nothing).
  */
-#ifndef KVPD_LIST_H
-#define KVPD_LIST_H
+#ifndef KVP_LIST_H
+#define KVP_LIST_H
 
 #include <stddef.h>
+
+/* The struct of type that holds member at ptr. */
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 struct list {
 	struct list *prev, *next;
@@ -38,7 +44,7 @@ static inline void list_del(struct list *node)
 	list_init(node);
 }
 
-#define list_entry(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+#define list_entry(ptr, type, member) container_of(ptr, type, member)
 
 /* Iterates safely against removal of the current node. */
 #define list_for_each_safe(pos, tmp, head)                                                         \
