@@ -10,31 +10,19 @@
 #include <unistd.h>
 
 #include "frame.h"
-
-static void put_le32(unsigned char *p, uint32_t v)
-{
-	p[0] = v & 0xff;
-	p[1] = (v >> 8) & 0xff;
-	p[2] = (v >> 16) & 0xff;
-	p[3] = (v >> 24) & 0xff;
-}
-
-static uint32_t get_le32(const unsigned char *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
+#include "le.h"
 
 void frame_header_encode(void *buf, uint32_t payload_bytes)
 {
 	unsigned char *p = buf;
 
-	put_le32(p, FRAME_MAGIC);
+	le_put32(p, FRAME_MAGIC);
 	p[4] = FRAME_VERSION & 0xff;
 	p[5] = FRAME_VERSION >> 8;
 	p[6] = 0;
 	p[7] = 0;
-	put_le32(p + 8, payload_bytes);
-	put_le32(p + 12, 0);
+	le_put32(p + 8, payload_bytes);
+	le_put32(p + 12, 0);
 }
 
 int frame_header_check(const void *buf, size_t n, uint32_t max_bytes)
@@ -44,13 +32,13 @@ int frame_header_check(const void *buf, size_t n, uint32_t max_bytes)
 
 	if (n < FRAME_HEADER_BYTES)
 		return -EBADMSG;
-	if (get_le32(p) != FRAME_MAGIC)
+	if (le_get32(p) != FRAME_MAGIC)
 		return -EPROTO;
 	if ((uint32_t)(p[4] | p[5] << 8) != FRAME_VERSION)
 		return -EPROTONOSUPPORT;
 	if (n > max_bytes)
 		return -EMSGSIZE;
-	len = get_le32(p + 8);
+	len = le_get32(p + 8);
 	if ((size_t)len != n - FRAME_HEADER_BYTES)
 		return -EBADMSG;
 	return (int)len;
@@ -69,11 +57,11 @@ int frame_next(const void *buf, size_t n, size_t *off, uint32_t max_bytes,
 		return n ? 0 : -EBADMSG;
 	if (left < FRAME_HEADER_BYTES)
 		return -EBADMSG;
-	if (get_le32(p) != FRAME_MAGIC)
+	if (le_get32(p) != FRAME_MAGIC)
 		return -EPROTO;
 	if ((uint32_t)(p[4] | p[5] << 8) != FRAME_VERSION)
 		return -EPROTONOSUPPORT;
-	len = get_le32(p + 8);
+	len = le_get32(p + 8);
 	if (len > left - FRAME_HEADER_BYTES)
 		return -EBADMSG;
 	*ret_payload = p + FRAME_HEADER_BYTES;

@@ -26,6 +26,7 @@
 #include "ckpt.h"
 #include "guard.h"
 #include "kernels.h"
+#include "le.h"
 
 #define HDR_BYTES     512u
 #define TOKEN_BYTES   16u
@@ -71,41 +72,6 @@ enum {
 	T_TRAILER_OFF = 8,
 	T_FILE_XXH = 16,
 };
-
-/* ---- little-endian fields --------------------------------------------------- */
-
-static void put16(unsigned char *p, uint16_t v)
-{
-	p[0] = (unsigned char)v;
-	p[1] = (unsigned char)(v >> 8);
-}
-
-static void put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint16_t get16(const unsigned char *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -285,13 +251,13 @@ static void put_layout(unsigned char *p, const struct shm_layout *l)
 			       l->block_tokens, l->dtype,      l->quant_group};
 
 	for (int i = 0; i < 6; i++)
-		put32(p + 4 * i, v[i]);
+		le_put32(p + 4 * i, v[i]);
 }
 
 static struct shm_layout get_layout(const unsigned char *p)
 {
-	return (struct shm_layout){get32(p),	  get32(p + 4),	 get32(p + 8),
-				   get32(p + 12), get32(p + 16), get32(p + 20)};
+	return (struct shm_layout){le_get32(p),	     le_get32(p + 4),  le_get32(p + 8),
+				   le_get32(p + 12), le_get32(p + 16), le_get32(p + 20)};
 }
 
 static int token_ok(uint16_t role, uint16_t flags)
@@ -369,38 +335,38 @@ static void encode_header(unsigned char *h, const struct ckpt_meta *m, const cha
 
 	memset(h, 0, HDR_BYTES);
 	memcpy(h + H_MAGIC, hdr_magic, sizeof(hdr_magic));
-	put32(h + H_VERSION, CKPT_FORMAT_VERSION);
-	put32(h + H_HDR_BYTES, HDR_BYTES);
-	put32(h + H_UID, m->uid);
-	put32(h + H_N_PAGES, m->n_pages);
-	put64(h + H_N_TOKENS, m->n_tokens);
-	put64(h + H_CREATED, created_ns);
-	put64(h + H_PAGE_BYTES, m->page_bytes);
+	le_put32(h + H_VERSION, CKPT_FORMAT_VERSION);
+	le_put32(h + H_HDR_BYTES, HDR_BYTES);
+	le_put32(h + H_UID, m->uid);
+	le_put32(h + H_N_PAGES, m->n_pages);
+	le_put64(h + H_N_TOKENS, m->n_tokens);
+	le_put64(h + H_CREATED, created_ns);
+	le_put64(h + H_PAGE_BYTES, m->page_bytes);
 	for (int i = 0; i < 6; i++)
-		put32(h + H_LAYOUT + 4 * i, lay[i]);
+		le_put32(h + H_LAYOUT + 4 * i, lay[i]);
 	XXH128_canonicalFromHash(&root, m->root);
 	memcpy(h + H_ROOT, root.digest, sizeof(root.digest));
-	put64(h + H_TOKENS_OFF, HDR_BYTES);
-	put64(h + H_TOKENS_BYTES, g->tokens_bytes);
-	put64(h + H_TOKENS_XXH, tokens_xxh);
-	put64(h + H_PAGES_OFF, g->pages_off);
-	put64(h + H_SUMS_OFF, g->sums_off);
-	put64(h + H_TRAILER_OFF, g->trailer_off);
-	put64(h + H_FILE_BYTES, g->file_bytes);
+	le_put64(h + H_TOKENS_OFF, HDR_BYTES);
+	le_put64(h + H_TOKENS_BYTES, g->tokens_bytes);
+	le_put64(h + H_TOKENS_XXH, tokens_xxh);
+	le_put64(h + H_PAGES_OFF, g->pages_off);
+	le_put64(h + H_SUMS_OFF, g->sums_off);
+	le_put64(h + H_TRAILER_OFF, g->trailer_off);
+	le_put64(h + H_FILE_BYTES, g->file_bytes);
 	memcpy(h + H_MODEL_ID, m->model_id, model_id_len(m->model_id));
 	put_layout(h + H_POOL_LAYOUT, &m->pool_layout);
 	/* ckpt_write checked it: 1..CKPT_NAME_MAX bytes, NUL-padded here. */
 	memcpy(h + H_NAME, name, strlen(name));
-	put64(h + H_HDR_XXH, XXH3_64bits(h, HDR_BYTES));
+	le_put64(h + H_HDR_XXH, XXH3_64bits(h, HDR_BYTES));
 }
 
 static void encode_token(unsigned char *p, const struct ckpt_token *t)
 {
-	put32(p, t->id);
-	put32(p + 4, t->pos);
-	put32(p + 8, t->turn);
-	put16(p + 12, t->role);
-	put16(p + 14, t->flags);
+	le_put32(p, t->id);
+	le_put32(p + 4, t->pos);
+	le_put32(p + 8, t->turn);
+	le_put16(p + 12, t->role);
+	le_put16(p + 14, t->flags);
 }
 
 /* A page copied (or quantized) into the writer's bounce buffer. */
@@ -525,7 +491,7 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 			step = "reading a page (its memory is gone from the arena)";
 			goto fail;
 		}
-		put64(tail + (uint64_t)i * SUM_BYTES, XXH3_64bits(bounce, m->page_bytes));
+		le_put64(tail + (uint64_t)i * SUM_BYTES, XXH3_64bits(bounce, m->page_bytes));
 		XXH3_128bits_update(xs, bounce, m->page_bytes);
 		ret = pwrite_full(fd, bounce, m->page_bytes, g.pages_off + i * m->page_bytes);
 		if (ret < 0)
@@ -536,7 +502,7 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 		unsigned char *t = tail + (g.trailer_off - g.sums_off);
 
 		memcpy(t + T_MAGIC, end_magic, sizeof(end_magic));
-		put64(t + T_TRAILER_OFF, g.trailer_off);
+		le_put64(t + T_TRAILER_OFF, g.trailer_off);
 		XXH128_canonicalFromHash(&digest, XXH3_128bits_digest(xs));
 		memcpy(t + T_FILE_XXH, digest.digest, sizeof(digest.digest));
 	}
@@ -606,30 +572,30 @@ static int decode_header(const unsigned char *h, uint64_t file_bytes, struct ckp
 		return -EBADMSG;
 	}
 	memset(m, 0, sizeof(*m));
-	m->version = get32(h + H_VERSION);
+	m->version = le_get32(h + H_VERSION);
 	if (m->version > CKPT_FORMAT_VERSION) {
 		say(why, whylen, "format version %u is newer than this daemon's %u", m->version,
 		    CKPT_FORMAT_VERSION);
 		return -EPROTONOSUPPORT;
 	}
-	if (m->version == 0 || get32(h + H_HDR_BYTES) != HDR_BYTES) {
+	if (m->version == 0 || le_get32(h + H_HDR_BYTES) != HDR_BYTES) {
 		say(why, whylen, "header: bad version or header size");
 		return -EBADMSG;
 	}
 	memcpy(z, h, HDR_BYTES);
 	memset(z + H_HDR_XXH, 0, 8);
-	if (XXH3_64bits(z, HDR_BYTES) != get64(h + H_HDR_XXH)) {
+	if (XXH3_64bits(z, HDR_BYTES) != le_get64(h + H_HDR_XXH)) {
 		say(why, whylen, "header checksum mismatch");
 		return -EBADMSG;
 	}
 
-	m->uid = get32(h + H_UID);
-	m->n_pages = get32(h + H_N_PAGES);
-	m->n_tokens = get64(h + H_N_TOKENS);
-	m->created_ns = get64(h + H_CREATED);
-	m->page_bytes = get64(h + H_PAGE_BYTES);
+	m->uid = le_get32(h + H_UID);
+	m->n_pages = le_get32(h + H_N_PAGES);
+	m->n_tokens = le_get64(h + H_N_TOKENS);
+	m->created_ns = le_get64(h + H_CREATED);
+	m->page_bytes = le_get64(h + H_PAGE_BYTES);
 	for (int i = 0; i < 6; i++)
-		lay[i] = get32(h + H_LAYOUT + 4 * i);
+		lay[i] = le_get32(h + H_LAYOUT + 4 * i);
 	m->layout = (struct shm_layout){lay[0], lay[1], lay[2], lay[3], lay[4], lay[5]};
 	memcpy(root.digest, h + H_ROOT, sizeof(root.digest));
 	m->root = XXH128_hashFromCanonical(&root);
@@ -673,10 +639,11 @@ static int decode_header(const unsigned char *h, uint64_t file_bytes, struct ckp
 		return -EBADMSG;
 	}
 	geom_of(m->n_tokens, m->n_pages, m->page_bytes, g);
-	if (get64(h + H_TOKENS_OFF) != HDR_BYTES || get64(h + H_TOKENS_BYTES) != g->tokens_bytes ||
-	    get64(h + H_PAGES_OFF) != g->pages_off || get64(h + H_SUMS_OFF) != g->sums_off ||
-	    get64(h + H_TRAILER_OFF) != g->trailer_off ||
-	    get64(h + H_FILE_BYTES) != g->file_bytes) {
+	if (le_get64(h + H_TOKENS_OFF) != HDR_BYTES ||
+	    le_get64(h + H_TOKENS_BYTES) != g->tokens_bytes ||
+	    le_get64(h + H_PAGES_OFF) != g->pages_off || le_get64(h + H_SUMS_OFF) != g->sums_off ||
+	    le_get64(h + H_TRAILER_OFF) != g->trailer_off ||
+	    le_get64(h + H_FILE_BYTES) != g->file_bytes) {
 		say(why, whylen, "header: section offsets disagree with the counts");
 		return -EBADMSG;
 	}
@@ -692,7 +659,7 @@ static int decode_header(const unsigned char *h, uint64_t file_bytes, struct ckp
 		return -EBADMSG;
 	}
 	m->file_bytes = g->file_bytes;
-	*ret_tokens_xxh = get64(h + H_TOKENS_XXH);
+	*ret_tokens_xxh = le_get64(h + H_TOKENS_XXH);
 	return 0;
 }
 
@@ -714,7 +681,7 @@ static int check_trailer(int fd, const struct geom *g, const XXH128_hash_t *want
 		return ret;
 	}
 	if (memcmp(t + T_MAGIC, end_magic, sizeof(end_magic)) ||
-	    get64(t + T_TRAILER_OFF) != g->trailer_off) {
+	    le_get64(t + T_TRAILER_OFF) != g->trailer_off) {
 		say(why, whylen, "trailer: bad magic or offset");
 		return -EBADMSG;
 	}
@@ -855,8 +822,8 @@ int ckpt_open(int dir_fd, const char *name, struct ckpt_reader *r, char *why, si
 	 * each record is read whole before its struct is written. */
 	for (uint64_t i = 0; i < r->meta.n_tokens; i++) {
 		const unsigned char *p = raw + i * TOKEN_BYTES;
-		struct ckpt_token t = {get32(p), get32(p + 4), get32(p + 8), get16(p + 12),
-				       get16(p + 14)};
+		struct ckpt_token t = {le_get32(p), le_get32(p + 4), le_get32(p + 8),
+				       le_get16(p + 12), le_get16(p + 14)};
 
 		if (!token_ok(t.role, t.flags)) {
 			say(why, whylen, "token record %llu: unknown role %u or flags %#x",
@@ -949,7 +916,7 @@ int ckpt_read_pages(struct ckpt_reader *r, void *const *dst, char *why, size_t w
 			ret = -EFAULT;
 			goto out;
 		}
-		if (ph.sum != get64(sums + (uint64_t)i * SUM_BYTES)) {
+		if (ph.sum != le_get64(sums + (uint64_t)i * SUM_BYTES)) {
 			say(why, whylen, "page %u of %u: checksum mismatch", i, m->n_pages);
 			ret = -EBADMSG;
 			goto out;

@@ -11,47 +11,22 @@
 #include <unistd.h>
 
 #include "idmap.h"
+#include "le.h"
 #include "log.h"
 #include "spill.h"
 
 static const char file_magic[8] = {'K', 'V', 'P', 'S', 'P', 'I', 'L', 'L'};
 static const char page_magic[8] = {'K', 'V', 'P', 'P', 'A', 'G', 'E', '1'};
 
-/* Little-endian fixed-width fields, independent of struct padding. */
-static void put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *p)
-{
-	uint32_t v = 0;
-
-	for (int i = 0; i < 4; i++)
-		v |= (uint32_t)p[i] << (8 * i);
-	return v;
-}
-static uint64_t get64(const unsigned char *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
+/* A 128-bit chain hash, little-endian (le.h), low half first. */
 static void put128(unsigned char *p, XXH128_hash_t h)
 {
-	put64(p, h.low64);
-	put64(p + 8, h.high64);
+	le_put64(p, h.low64);
+	le_put64(p + 8, h.high64);
 }
 static XXH128_hash_t get128(const unsigned char *p)
 {
-	XXH128_hash_t h = {.low64 = get64(p), .high64 = get64(p + 8)};
+	XXH128_hash_t h = {.low64 = le_get64(p), .high64 = le_get64(p + 8)};
 
 	return h;
 }
@@ -82,19 +57,19 @@ static void file_hdr_encode(const struct spill *sp, const char *model_id,
 {
 	memset(b, 0, SPILL_FILE_HDR);
 	memcpy(b + FH_MAGIC, file_magic, 8);
-	put32(b + FH_FORMAT, format);
-	put32(b + FH_UID, (uint32_t)sp->uid);
-	put64(b + FH_PAGE_BYTES, sp->page_bytes);
-	put32(b + FH_CAP, sp->cap);
-	put32(b + FH_LAYOUT, l->n_layers);
-	put32(b + FH_LAYOUT + 4, l->n_kv_heads);
-	put32(b + FH_LAYOUT + 8, l->head_dim);
-	put32(b + FH_LAYOUT + 12, l->block_tokens);
-	put32(b + FH_LAYOUT + 16, l->dtype);
-	put32(b + FH_LAYOUT + 20, l->quant_group);
+	le_put32(b + FH_FORMAT, format);
+	le_put32(b + FH_UID, (uint32_t)sp->uid);
+	le_put64(b + FH_PAGE_BYTES, sp->page_bytes);
+	le_put32(b + FH_CAP, sp->cap);
+	le_put32(b + FH_LAYOUT, l->n_layers);
+	le_put32(b + FH_LAYOUT + 4, l->n_kv_heads);
+	le_put32(b + FH_LAYOUT + 8, l->head_dim);
+	le_put32(b + FH_LAYOUT + 12, l->block_tokens);
+	le_put32(b + FH_LAYOUT + 16, l->dtype);
+	le_put32(b + FH_LAYOUT + 20, l->quant_group);
 	put128(b + FH_ROOT, sp->root);
 	snprintf((char *)b + FH_MODEL, SPILL_MODEL_ID_MAX, "%s", model_id);
-	put64(b + FH_SUM, XXH3_64bits(b, FH_SUM));
+	le_put64(b + FH_SUM, XXH3_64bits(b, FH_SUM));
 }
 
 /* Page header: magic, hash, parent, data sum, sequence, flags, then the
@@ -126,33 +101,33 @@ void spill_hdr_encode(struct spill *sp, struct spill_page_hdr *h, unsigned char 
 	memcpy(b + PH_MAGIC, page_magic, 8);
 	put128(b + PH_HASH, h->hash);
 	put128(b + PH_PARENT, h->parent);
-	put64(b + PH_SUM, h->sum);
-	put64(b + PH_SEQ, h->seq);
-	put32(b + PH_FLAGS, h->flags);
-	put32(b + PH_DTYPE, h->dtype);
-	put32(b + PH_STORED, h->stored_bytes);
-	put64(b + PH_CHECK, XXH3_64bits_withSeed(b, PH_CHECK, sp->root.low64));
-	put64(b + PH_USED, h->used);
-	put64(b + PH_USED_SEAL, XXH3_64bits_withSeed(b + PH_USED, 8, get64(b + PH_CHECK)));
+	le_put64(b + PH_SUM, h->sum);
+	le_put64(b + PH_SEQ, h->seq);
+	le_put32(b + PH_FLAGS, h->flags);
+	le_put32(b + PH_DTYPE, h->dtype);
+	le_put32(b + PH_STORED, h->stored_bytes);
+	le_put64(b + PH_CHECK, XXH3_64bits_withSeed(b, PH_CHECK, sp->root.low64));
+	le_put64(b + PH_USED, h->used);
+	le_put64(b + PH_USED_SEAL, XXH3_64bits_withSeed(b + PH_USED, 8, le_get64(b + PH_CHECK)));
 }
 
 int spill_hdr_decode(const struct spill *sp, const unsigned char *b, struct spill_page_hdr *h)
 {
 	if (memcmp(b + PH_MAGIC, page_magic, 8) ||
-	    get64(b + PH_CHECK) != XXH3_64bits_withSeed(b, PH_CHECK, sp->root.low64))
+	    le_get64(b + PH_CHECK) != XXH3_64bits_withSeed(b, PH_CHECK, sp->root.low64))
 		return -EBADMSG;
 	h->hash = get128(b + PH_HASH);
 	h->parent = get128(b + PH_PARENT);
-	h->sum = get64(b + PH_SUM);
-	h->seq = get64(b + PH_SEQ);
-	h->flags = get32(b + PH_FLAGS);
-	h->dtype = get32(b + PH_DTYPE);
-	h->stored_bytes = get32(b + PH_STORED);
+	h->sum = le_get64(b + PH_SUM);
+	h->seq = le_get64(b + PH_SEQ);
+	h->flags = le_get32(b + PH_FLAGS);
+	h->dtype = le_get32(b + PH_DTYPE);
+	h->stored_bytes = le_get32(b + PH_STORED);
 	/* A format 2 header has zeros here, which do not verify. */
-	h->used =
-		get64(b + PH_USED_SEAL) == XXH3_64bits_withSeed(b + PH_USED, 8, get64(b + PH_CHECK))
-			? get64(b + PH_USED)
-			: 0;
+	h->used = le_get64(b + PH_USED_SEAL) ==
+				  XXH3_64bits_withSeed(b + PH_USED, 8, le_get64(b + PH_CHECK))
+			  ? le_get64(b + PH_USED)
+			  : 0;
 	/* Data in the pool's own format fills the extent; a quantized page
 	 * is smaller, a whole number of 4 KiB blocks (daemon/core/tier.c checks
 	 * the format itself). */
@@ -457,8 +432,8 @@ int spill_set_used(struct spill *sp, uint32_t extent, XXH128_hash_t hash, uint64
 		return -ESTALE;
 	if (spill_hdr_decode(sp, b, &h) < 0 || !XXH128_isEqual(h.hash, hash))
 		return -ESTALE;
-	put64(b + PH_USED, used);
-	put64(b + PH_USED_SEAL, XXH3_64bits_withSeed(b + PH_USED, 8, get64(b + PH_CHECK)));
+	le_put64(b + PH_USED, used);
+	le_put64(b + PH_USED_SEAL, XXH3_64bits_withSeed(b + PH_USED, 8, le_get64(b + PH_CHECK)));
 	if (pwrite(sp->fd_meta, b + PH_USED, PH_END - PH_USED, at + PH_USED) != PH_END - PH_USED)
 		return errno ? -errno : -EIO;
 	return 0;
@@ -486,15 +461,15 @@ static const char *junk_reason(int fd, uid_t uid, XXH128_hash_t root, const stru
 
 	if (st->st_size < (off_t)SPILL_FILE_HDR ||
 	    pread(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b) || memcmp(b, file_magic, 8) ||
-	    get64(b + FH_SUM) != XXH3_64bits(b, FH_SUM))
+	    le_get64(b + FH_SUM) != XXH3_64bits(b, FH_SUM))
 		return "no valid file header";
-	format = get32(b + FH_FORMAT);
+	format = le_get32(b + FH_FORMAT);
 	if (format != SPILL_FORMAT && format != SPILL_FORMAT_OLD)
 		return "an unknown format";
-	if (get32(b + FH_UID) != (uint32_t)uid || !XXH128_isEqual(get128(b + FH_ROOT), root))
+	if (le_get32(b + FH_UID) != (uint32_t)uid || !XXH128_isEqual(get128(b + FH_ROOT), root))
 		return "a header of another pool than its name";
-	sp.page_bytes = get64(b + FH_PAGE_BYTES);
-	cap = get32(b + FH_CAP);
+	sp.page_bytes = le_get64(b + FH_PAGE_BYTES);
+	cap = le_get32(b + FH_CAP);
 	if (sp.page_bytes == 0 || sp.page_bytes % 4096 || sp.page_bytes > (1ull << 40) ||
 	    cap == 0 || cap > UINT32_MAX - 1)
 		return "a header with impossible sizes";
