@@ -7,12 +7,12 @@
 
 #include "clock.h"
 #include "compact.h"
-#include "evict.h"
 #include "gpu.h"
 #include "guard.h"
 #include "kernels.h"
 #include "log.h"
 #include "prefix_index.h"
+#include "tier.h"
 #include "worker.h"
 
 int compact_set_policy(struct session *s, const struct policy *pol, uint32_t *ret_budget,
@@ -496,7 +496,7 @@ static int late_gather(struct cache *c, struct compact_job *j, const char **why)
 	int saved = c->no_park, ret;
 
 	c->no_park = 1;
-	ret = evict_make_room(c, p, n_new);
+	ret = tier_make_room(c, p, n_new);
 	c->no_park = saved;
 	c->park_on = NULL;
 	if (ret < 0) {
@@ -514,7 +514,7 @@ static int late_gather(struct cache *c, struct compact_job *j, const char **why)
 	}
 	for (uint32_t i = 0; i < n_new; i++) {
 		ret = pagealloc_get(&p->pa, &j->new_slots[i]);
-		kvp_assert(ret == 0); /* evict_make_room made room */
+		kvp_assert(ret == 0); /* tier_make_room made room */
 		j->dst[i] = (char *)p->arena + (uint64_t)j->new_slots[i] * p->page_bytes;
 		j->n_new++;
 	}
@@ -793,7 +793,7 @@ int compact_gather_start(struct cache *c, struct session *s, struct compact_job 
 	j->late = budget >= n;
 	n_new = j->late ? 0 : (uint32_t)((budget + bt - 1) / bt);
 	if (n_new) {
-		ret = evict_make_room(c, p, n_new);
+		ret = tier_make_room(c, p, n_new);
 		if (ret < 0)
 			goto fail;
 	}
@@ -809,7 +809,7 @@ int compact_gather_start(struct cache *c, struct session *s, struct compact_job 
 	hold_pages(s, s->n_pages, j);
 	for (uint32_t i = 0; i < n_new; i++) {
 		ret = pagealloc_get(&p->pa, &j->new_slots[i]);
-		kvp_assert(ret == 0); /* evict_make_room made room */
+		kvp_assert(ret == 0); /* tier_make_room made room */
 		j->dst[i] = (char *)p->arena + (uint64_t)j->new_slots[i] * p->page_bytes;
 		j->n_new++;
 	}

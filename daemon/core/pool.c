@@ -63,7 +63,7 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 		arena_bytes = (arena_bytes + SHM_HUGEPAGE_BYTES - 1) / SHM_HUGEPAGE_BYTES *
 			      SHM_HUGEPAGE_BYTES;
 	/* An arena costs what it holds, not what it could: host-tier-size
-	 * bounds held pages (evict_make_room), so opening a pool takes
+	 * bounds held pages (tier_make_room), so opening a pool takes
 	 * nothing from anyone (issue 14: five pools of one user used to book
 	 * the whole tier). */
 

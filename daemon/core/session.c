@@ -6,7 +6,6 @@
 
 #include "clock.h"
 #include "compact.h"
-#include "evict.h"
 #include "guard.h"
 #include "lease.h"
 #include "log.h"
@@ -322,7 +321,7 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 	 * was the session's already. */
 	if (need > have && (uint64_t)w->reserved_pages + (need - have) > c->cfg->max_reserved_pages)
 		return -EDQUOT;
-	ret = evict_make_room(c, s->pool, need - have);
+	ret = tier_make_room(c, s->pool, need - have);
 	if (ret < 0)
 		return ret;
 	ret = prepare_tokens(c, s, s->n_tokens, end);
@@ -339,7 +338,7 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 	}
 	for (uint32_t i = have; i < need; i++) {
 		ret = pagealloc_get(pa, &s->pages[i]);
-		kvp_assert(ret == 0); /* evict_make_room made room */
+		kvp_assert(ret == 0); /* tier_make_room made room */
 	}
 	s->n_pages = need;
 	tokvec_put(&s->tok, s->n_tokens, n, tokens, NULL);
@@ -444,7 +443,7 @@ static int copy_page(struct cache *c, struct session *s, uint32_t i)
 	uint32_t slot;
 	int ret;
 
-	ret = evict_make_room(c, p, 1);
+	ret = tier_make_room(c, p, 1);
 	if (ret < 0)
 		return ret;
 	ret = pagealloc_get(&p->pa, &slot);

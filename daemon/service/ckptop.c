@@ -13,7 +13,6 @@
 #include "ckpt.h"
 #include "ckptop.h"
 #include "clock.h"
-#include "evict.h"
 #include "guard.h"
 #include "log.h"
 #include "pool.h"
@@ -568,7 +567,7 @@ static int take_room(struct job *j, int may_wait)
 	c->no_park =
 		!may_wait || (j->parked_ns && clock_now_ns() - j->parked_ns >= CONN_MAX_PARK_NS);
 	c->park_on = NULL;
-	ret = evict_make_room(c, p, j->n_missing);
+	ret = tier_make_room(c, p, j->n_missing);
 	c->no_park = saved;
 	if (ret == -EAGAIN && c->park_on) {
 		j->park_on = c->park_on;
@@ -584,7 +583,7 @@ static int take_room(struct job *j, int may_wait)
 		if (j->shared[i])
 			continue; /* checked in the file, not kept: the index's page */
 		ret = pagealloc_get(&p->pa, &j->slots[i]);
-		kvp_assert(ret == 0); /* evict_make_room made room */
+		kvp_assert(ret == 0); /* tier_make_room made room */
 		j->dst[i] = (char *)p->arena + (uint64_t)j->slots[i] * p->page_bytes;
 	}
 	return 0;
