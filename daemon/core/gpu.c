@@ -397,8 +397,13 @@ static void job_done(struct gpu_job *j)
 	r.pass_fd = -1;
 	if (conn) {
 		/* The connection is open, so the lease is too: its later
-		 * requests (a Release) wait for this reply. */
-		struct lease *l = lease_get(j->c, j->lease_id, conn);
+		 * requests (a Release) wait for this reply. Looked up in the
+		 * registry's map, owner checked as lease_get does: lease.c
+		 * calls this file (gpu_lease_release), not the other way. */
+		struct lease *l = idmap_get(&j->c->leases, j->lease_id);
+
+		if (l && l->owner != conn)
+			l = NULL;
 
 		if (l && j->error) {
 			lease_trim(l, first_bad);
