@@ -9,7 +9,6 @@
 #include "arena.h"
 #include "log.h"
 #include "pool.h"
-#include "session.h"
 
 static int same_layout(const struct shm_layout *a, const struct shm_layout *b)
 {
@@ -169,14 +168,4 @@ uint32_t pool_release_free(struct pool *p)
 		done += n;
 	}
 	return done;
-}
-
-uint32_t pool_reserved_pages(const struct pool *p)
-{
-	const struct list *it;
-	uint32_t n = 0;
-
-	for (it = p->sessions.next; it != &p->sessions; it = it->next)
-		n += session_reserved_pages(list_entry(it, struct session, pool_link));
-	return n;
 }

@@ -595,6 +595,16 @@ uint32_t session_reserved_pages(const struct session *s)
 	return s->n_pages - pages_for(s, s->n_committed);
 }
 
+uint32_t session_pool_reserved_pages(const struct pool *p)
+{
+	const struct list *it;
+	uint32_t n = 0;
+
+	for (it = p->sessions.next; it != &p->sessions; it = it->next)
+		n += session_reserved_pages(list_entry(it, struct session, pool_link));
+	return n;
+}
+
 uint32_t session_shared_pages(const struct session *s)
 {
 	uint32_t n = 0;
