@@ -41,7 +41,7 @@ struct cache_counters {
 	 * ones closed after session-idle-timeout unused. */
 	uint64_t sessions_closed_with_conn;
 	uint64_t sessions_expired;
-	/* Closing hierarchy sessions placed by their layers (compact_place),
+	/* Closing hierarchy sessions placed by their layers (place_session, place.c),
 	 * and long ones left unplaced (one placement per tenant at a time). */
 	uint64_t placed_sessions;
 	uint64_t unplaced_sessions;
@@ -58,7 +58,7 @@ struct cache_tenant {
 	 * metadata, chunks shared by forks counted once: tokvec.h; page
 	 * table entries): what max-tenant-tokens bounds (session.c). */
 	uint64_t meta_tokens;
-	uint32_t place_jobs; /* hierarchy placements on a worker (compact.c) */
+	uint32_t place_jobs; /* hierarchy placements on a worker (place.c) */
 	struct cache_counters ctr;
 };
 

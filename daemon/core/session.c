@@ -1,14 +1,19 @@
 /* daemon/core/session.c — page tables, two-phase append, commit with dedup,
- * fork and truncate, and who owns a session until when (see session.h). */
+ * fork and truncate, and who owns a session until when (see session.h).
+ *
+ * Calls only down the core: the tiers for room and lossy copies (tier.h,
+ * gpu.h), the closing session's placement (place.h) and the registry
+ * (cache.h); compaction (compact.c) calls sessions, never the other
+ * way. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
-#include "compact.h"
 #include "guard.h"
 #include "lease.h"
 #include "log.h"
+#include "place.h"
 #include "session.h"
 #include "tier.h"
 
@@ -143,7 +148,7 @@ void session_close(struct cache *c, struct session *s)
 	session_rollback(c, s);
 	n_hashes = s->n_hashes;
 	drop_pages_from(s, 0);
-	compact_place(c, s, n_hashes);
+	place_session(c, s, n_hashes);
 	gpu_session_free(s);
 	idmap_del(&c->sessions, s->id);
 	list_del(&s->pool_link);
