@@ -1145,6 +1145,8 @@ int ckptop_init(struct cache *c)
 	int fd;
 
 	c->ckpt_dir_fd = -1;
+	/* The whole-cache check counts the pages jobs hold (daemon/core/whole.h). */
+	c->check_pool_refs = ckptop_check;
 	/* Every directory on the way to a checkpoint file is fsynced into
 	 * its parent when created (ckpt_dir_open): a checkpoint reported
 	 * durable never vanishes with a directory a power loss forgot. */
