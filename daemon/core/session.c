@@ -283,19 +283,30 @@ uint64_t session_next_pos(const struct session *s)
 	return s->n_tokens ? (uint64_t)tokvec_meta(&s->tok, s->n_tokens - 1)->pos + 1 : 0;
 }
 
-/* Makes room in the page and hash tables for need pages: a slot of about
- * 20 bytes each, charged with the tokens (-EDQUOT past
- * max-tenant-tokens). */
-static int reserve_pages(struct cache *c, struct session *s, uint32_t need)
+/* The slots growing the page and hash tables to need pages charges: they
+ * double from 64. */
+static uint64_t pages_charge(const struct session *s, uint32_t need)
 {
-	uint64_t cap = s->cap_pages, cap2 = s->cap_pages, n = cap ? cap : 64;
-	int ret;
+	uint64_t n = s->cap_pages ? s->cap_pages : 64;
 
 	if (need <= s->cap_pages)
 		return 0;
 	while (n < need)
 		n *= 2;
-	if (*s->tok.account + (n - s->cap_pages) > c->cfg->max_tenant_tokens)
+	return n - s->cap_pages;
+}
+
+/* Makes room in the page and hash tables for need pages: a slot of about
+ * 20 bytes each, charged with the tokens (-EDQUOT past
+ * max-tenant-tokens). */
+static int reserve_pages(struct cache *c, struct session *s, uint32_t need)
+{
+	uint64_t cap = s->cap_pages, cap2 = s->cap_pages, more = pages_charge(s, need);
+	int ret;
+
+	if (!more)
+		return 0;
+	if (*s->tok.account + more > c->cfg->max_tenant_tokens)
 		return -EDQUOT;
 	ret = grow((void **)&s->pages, &cap, need, sizeof(uint32_t));
 	if (ret == 0)
@@ -313,7 +324,7 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 		   uint64_t *ret_first_token)
 {
 	struct pagealloc *pa = &s->pool->pa;
-	uint64_t end = s->n_tokens + n;
+	uint64_t end = s->n_tokens + n, more;
 	uint32_t need, have = s->n_pages;
 	int ret;
 
@@ -325,6 +336,14 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 	/* Only new pages count: the tail of a partly committed last page
 	 * was the session's already. */
 	if (need > have && (uint64_t)w->reserved_pages + (need - have) > c->cfg->max_reserved_pages)
+		return -EDQUOT;
+	/* The tenant's slots too (the token chunks and page tables that
+	 * prepare_tokens and reserve_pages charge below), before room is
+	 * made: an append refused for max-tenant-tokens evicts nothing
+	 * (tier.h). Making room changes no session's slots, so both pass
+	 * after it. */
+	more = tokvec_charge(&s->tok, s->n_tokens, end) + pages_charge(s, need);
+	if (more && *s->tok.account + more > c->cfg->max_tenant_tokens)
 		return -EDQUOT;
 	ret = tier_make_room(c, s->pool, need - have);
 	if (ret < 0)

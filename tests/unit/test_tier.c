@@ -293,14 +293,13 @@ static void test_copy_without_room_changes_nothing(void **state)
 	assert_int_equal(core_match_tokens(f, 0, 78), 76);
 }
 
-/* KNOWN BUG (found by this test, not fixed here: daemon/ is being
- * rearranged): session_append calls tier_make_room before it charges
- * the tenant's token slots (prepare_tokens, reserve_pages), so an append
- * refused with -EDQUOT for max-tenant-tokens has already evicted the
- * cached pages down to the low mark — 6 pages here — against tier.h's
- * "a request that could not get its pages evicts nothing" (issue 13).
- * Skipped unless KVP_UNIT_KNOWN_BUGS is set; remove the skip with the
- * fix (check the quotas before evicting). */
+/* An append refused with -EDQUOT for max-tenant-tokens, in a pool at its
+ * high mark: nothing is evicted (tier.h: a request that could not get its
+ * pages evicts nothing, issue 13). session_append used to make room
+ * before it charged the tenant's token slots (prepare_tokens,
+ * reserve_pages), so the refused append had already evicted the cached
+ * pages down to the low mark — 6 pages here; it checks the charge first
+ * now. */
 static void test_append_refused_for_tenant_tokens_evicts_nothing(void **state)
 {
 	struct core_fixture *f = *state;
@@ -309,11 +308,6 @@ static void test_append_refused_for_tenant_tokens_evicts_nothing(void **state)
 	uint64_t first;
 	int ret;
 
-	if (!getenv("KVP_UNIT_KNOWN_BUGS")) {
-		print_message("known bug: an append refused for max-tenant-tokens evicts cached "
-			      "pages first (set KVP_UNIT_KNOWN_BUGS=1 to run)\n");
-		skip();
-	}
 	fill_to_high(f);
 	s = core_session(f, &f->b);
 	f->cfg.max_tenant_tokens = cache_tenant(&f->c, CORE_UID)->meta_tokens;
