@@ -1,5 +1,11 @@
 /* daemon/core/compact.c — tags, importance and compaction of sessions (see
- * compact.h). */
+ * compact.h).
+ *
+ * Above the sessions it changes (session.h) and the tiers it takes room
+ * from (tier.h, gpu.h); nothing of the core calls it but the whole-cache
+ * check (whole.c). A closing session's tier placement by the hierarchy is
+ * place.c's, below session.c, which calls it. Event-loop thread only,
+ * but for compact_job_run. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>

@@ -1,4 +1,9 @@
-/* daemon/core/pool.c — pool lookup and creation (see pool.h). */
+/* daemon/core/pool.c — pool lookup and creation (see pool.h).
+ *
+ * Below the sessions and leases that live in a pool: calls only the tiers
+ * a pool opens and closes (tier.h, gpu.h) and the registry (cache.h); what
+ * sums over a pool's sessions is session.c's (session_pool_reserved_pages).
+ * Event-loop thread only. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
