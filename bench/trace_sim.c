@@ -24,11 +24,11 @@
  *    anywhere, an interior page of a chain included (its descendants stay
  *    cached but cannot be matched until it is written again);
  *  - LEAF_LRU: kvpalaced's host-tier policy without a disk tier
- *    (daemon/core/evict.c, daemon/store/prefix_index.c), run sequentially: a page a
+ *    (daemon/core/tier.c, daemon/store/prefix_index.c), run sequentially: a page a
  *    request holds (matched or being written) cannot leave; only leaves
  *    (cached pages with no cached child) are candidates, least recently
  *    released first; a leaf's parent that becomes a leaf is next in line.
- *    Room is made as evict_make_room does: when the pages in use (cached
+ *    Room is made as tier_make_room does: when the pages in use (cached
  *    plus the request's new ones, its partial last page included) would
  *    pass high × capacity, leaves go until low × capacity are in use (at
  *    least enough for the request). Differs from the daemon only in
@@ -425,7 +425,7 @@ static int run_leaf_lru(struct sim *s, uint32_t *hits, double high, double low)
 			plist_del(&ls.l, ids[i]);
 		}
 		/* Append: room for the new pages, partial last one included,
-		 * as evict_make_room: past the high mark, down to the low one
+		 * as tier_make_room: past the high mark, down to the low one
 		 * (or at least room for the request). */
 		need = all - h;
 		if ((uint64_t)s->n_cached + need > high_p ||

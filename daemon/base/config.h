@@ -60,7 +60,7 @@ struct config {
 	 * else keep it). */
 	uint64_t disk_tier_bytes;
 	/* Host pages one tenant's pools may hold together; 0: no cap but its
-	 * fair share when the tier is full (evict.c). */
+	 * fair share when the tier is full (tier.c). */
 	uint64_t host_tenant_bytes;
 	uint64_t disk_tenant_bytes;
 	uint64_t disk_reserve_bytes;

@@ -1,10 +1,13 @@
-/* daemon/core/cache.h — the root of the daemon's metadata.
+/* daemon/core/cache.h — the registry at the root of the daemon's metadata.
  *
  * One struct cache holds every pool, session and lease, indexed by id, the
- * daemon-wide counters and the limits from the configuration. Pools,
- * sessions and leases live in pool.c, session.c and lease.c; this file
- * owns their id maps, id allocation and the whole-cache invariant check.
- * Event-loop thread only.
+ * tenants, the daemon-wide counters and the limits from the configuration.
+ * Pools, sessions and leases live in pool.c, session.c and lease.c; this
+ * file owns their id maps, id allocation, tenants and descriptor room, and
+ * is the bottom of the core: it calls none of them. The whole-cache
+ * invariant check and the teardown, which walk and free them all, are
+ * whole.h's (included below, so every file that reaches them through
+ * cache.h still does). Event-loop thread only.
  */
 #ifndef KVPD_CACHE_H
 #define KVPD_CACHE_H
@@ -41,7 +44,7 @@ struct cache_counters {
 	 * ones closed after session-idle-timeout unused. */
 	uint64_t sessions_closed_with_conn;
 	uint64_t sessions_expired;
-	/* Closing hierarchy sessions placed by their layers (compact_place),
+	/* Closing hierarchy sessions placed by their layers (place_session, place.c),
 	 * and long ones left unplaced (one placement per tenant at a time). */
 	uint64_t placed_sessions;
 	uint64_t unplaced_sessions;
@@ -58,7 +61,7 @@ struct cache_tenant {
 	 * metadata, chunks shared by forks counted once: tokvec.h; page
 	 * table entries): what max-tenant-tokens bounds (session.c). */
 	uint64_t meta_tokens;
-	uint32_t place_jobs; /* hierarchy placements on a worker (compact.c) */
+	uint32_t place_jobs; /* hierarchy placements on a worker (place.c) */
 	struct cache_counters ctr;
 };
 
@@ -99,11 +102,17 @@ struct cache {
 	 * session.owner_link): what the idle sweep (session_expire_idle)
 	 * looks at. */
 	struct list unowned;
+	/* Adds to refs[slot] the page references p's checkpoint jobs hold
+	 * (pool.jobs, daemon/service/ckptop.c: ckptop_init sets it to
+	 * ckptop_check), for cache_check (whole.h); NULL while no layer
+	 * above the core holds pages. Returns 0 or -EUCLEAN. */
+	int (*check_pool_refs)(const struct pool *p, uint32_t *refs);
 };
 
 void cache_init(struct cache *c, const struct config *cfg);
-/* Frees every pool, session and lease. */
-void cache_fini(struct cache *c);
+/* Frees the id maps and the tenants. Every pool, session and lease must be
+ * gone: cache_fini (whole.h) frees them, then calls this. */
+void cache_registry_fini(struct cache *c);
 /* A new id for a pool, session or lease of uid's tenant: unique across
  * kinds and tenants, never 0, never reused, increasing within a tenant.
  * Each tenant counts its own (a tag per tenant in the top bits), so an id
@@ -135,20 +144,9 @@ const struct cache_counters *cache_tenant_find(const struct cache *c, uid_t uid)
 		(c)->ctr.field += (n);                                                             \
 		cache_tenant_ctr((c), (uid))->field += (n);                                        \
 	} while (0)
-/* Checks page accounting of every pool: free + held = capacity, each
- * slot's reference count equals the session page-table entries, lease pins
- * and index entries that name it, and the index is consistent. Returns 0,
- * -EUCLEAN, or -ENOMEM when it could not allocate its tables (nothing
- * checked). O(pages + tokens). */
-int cache_check(const struct cache *c);
 
-/* Runs cache_check after every operation in a -Ddebug-checks=true build
- * and aborts when the accounting is wrong (not when memory for checking
- * it ran out); compiles to nothing otherwise. */
-#ifdef KVP_DEBUG_CHECKS
-#define cache_debug_check(c) kvp_assert(cache_check(c) != -EUCLEAN)
-#else
-#define cache_debug_check(c) ((void)(c))
-#endif
+/* The whole-cache check and teardown (cache_check, cache_fini): whole.c,
+ * at the top of the core. */
+#include "whole.h"
 
 #endif

@@ -1,5 +1,11 @@
 /* daemon/core/compact.c — tags, importance and compaction of sessions (see
- * compact.h). */
+ * compact.h).
+ *
+ * Above the sessions it changes (session.h) and the tiers it takes room
+ * from (tier.h, gpu.h); nothing of the core calls it but the whole-cache
+ * check (whole.c). A closing session's tier placement by the hierarchy is
+ * place.c's, below session.c, which calls it. Event-loop thread only,
+ * but for compact_job_run. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -7,13 +13,12 @@
 
 #include "clock.h"
 #include "compact.h"
-#include "evict.h"
 #include "gpu.h"
 #include "guard.h"
 #include "kernels.h"
 #include "log.h"
 #include "prefix_index.h"
-#include "worker.h"
+#include "tier.h"
 
 int compact_set_policy(struct session *s, const struct policy *pol, uint32_t *ret_budget,
 		       const char **why)
@@ -496,7 +501,7 @@ static int late_gather(struct cache *c, struct compact_job *j, const char **why)
 	int saved = c->no_park, ret;
 
 	c->no_park = 1;
-	ret = evict_make_room(c, p, n_new);
+	ret = tier_make_room(c, p, n_new);
 	c->no_park = saved;
 	c->park_on = NULL;
 	if (ret < 0) {
@@ -514,7 +519,7 @@ static int late_gather(struct cache *c, struct compact_job *j, const char **why)
 	}
 	for (uint32_t i = 0; i < n_new; i++) {
 		ret = pagealloc_get(&p->pa, &j->new_slots[i]);
-		kvp_assert(ret == 0); /* evict_make_room made room */
+		kvp_assert(ret == 0); /* tier_make_room made room */
 		j->dst[i] = (char *)p->arena + (uint64_t)j->new_slots[i] * p->page_bytes;
 		j->n_new++;
 	}
@@ -622,147 +627,6 @@ int compact_check(const struct pool *p, uint32_t *refs)
 	return n == p->n_compact_jobs ? 0 : -EUCLEAN;
 }
 
-/* Indexed tokens of a closing session whose placement runs on the loop
- * (policy_layers took 34 ms for 64K tokens and 1.6 s for 1M on a 2-core
- * machine; 2K tokens stay near a millisecond). */
-#define PLACE_INLINE_TOKENS 2048u
-
-/* The pages of a closing session, by chain hash, and the layers of their
- * tokens: those holding only LAYER_REST tokens go cold, newest first, so
- * the oldest ends up coldest. */
-static void demote_rest(struct pool *p, const XXH128_hash_t *hashes, uint32_t n_hashes,
-			const uint8_t *layer)
-{
-	uint32_t bt = p->layout.block_tokens;
-
-	for (uint32_t i = n_hashes; i-- > 0;) {
-		struct pindex_entry *e;
-		int rest = 1;
-
-		for (uint32_t t = 0; t < bt && rest; t++)
-			rest = layer[(uint64_t)i * bt + t] == LAYER_REST;
-		e = rest ? prefix_index_find(&p->ix, hashes[i]) : NULL;
-		if (e)
-			prefix_index_demote(&p->ix, &p->pa, e);
-	}
-}
-
-/* A placement on a worker: the layers from a copy of the metadata, the
- * demotions back on the loop if the pool is still there. */
-struct place_job {
-	struct worker_job wj;
-	struct cache *c;
-	struct cache_tenant *tenant; /* counts it in place_jobs */
-	uint64_t pool_id;
-	struct policy pol;
-	uint32_t budget, n_hashes;
-	uint64_t n;
-	struct token_meta *meta; /* [n] */
-	XXH128_hash_t *hashes;	 /* [n_hashes] */
-	uint8_t *layer;		 /* [n] */
-	uint32_t *keep, *scratch;
-};
-
-static void place_job_free(struct place_job *j)
-{
-	free(j->meta);
-	free(j->hashes);
-	free(j->layer);
-	free(j->keep);
-	free(j->scratch);
-	free(j);
-}
-
-static void place_run(struct worker_job *wj)
-{
-	struct place_job *j = (struct place_job *)((char *)wj - offsetof(struct place_job, wj));
-
-	policy_layers(&j->pol, j->meta, j->n, j->budget, j->layer, j->keep, j->scratch);
-}
-
-static void place_done(struct worker_job *wj)
-{
-	struct place_job *j = (struct place_job *)((char *)wj - offsetof(struct place_job, wj));
-	struct pool *p = idmap_get(&j->c->pools, j->pool_id);
-
-	/* Pages indexed since, or matched again, may go cold too: a hint
-	 * of eviction order, never a loss. */
-	if (p)
-		demote_rest(p, j->hashes, j->n_hashes, j->layer);
-	cache_count(j->c, j->tenant->uid, placed_sessions, 1);
-	j->tenant->place_jobs--;
-	place_job_free(j);
-}
-
-/* Hands the placement of s's first n_hashes pages to a worker. Returns 0,
- * or -ENOMEM. */
-static int place_later(struct cache *c, struct session *s, uint32_t n_hashes, uint64_t n)
-{
-	struct place_job *j = calloc(1, sizeof(*j));
-
-	if (!j)
-		return -ENOMEM;
-	j->meta = malloc(n * sizeof(*j->meta));
-	j->hashes = malloc(n_hashes * sizeof(*j->hashes));
-	j->layer = malloc(n);
-	j->keep = malloc(n * sizeof(*j->keep));
-	j->scratch = malloc(n * sizeof(*j->scratch));
-	if (!j->meta || !j->hashes || !j->layer || !j->keep || !j->scratch) {
-		place_job_free(j);
-		return -ENOMEM;
-	}
-	tokvec_get(&s->tok, 0, n, NULL, j->meta);
-	memcpy(j->hashes, s->hashes, n_hashes * sizeof(*j->hashes));
-	j->c = c;
-	j->tenant = cache_tenant(c, s->pool->uid);
-	j->pool_id = s->pool->id;
-	j->pol = s->pol;
-	j->budget = policy_budget(&s->pol, s->n_tokens);
-	j->n_hashes = n_hashes;
-	j->n = n;
-	j->wj.run = place_run;
-	j->wj.done = place_done;
-	j->tenant->place_jobs++;
-	worker_submit(c->worker, &j->wj);
-	return 0;
-}
-
-void compact_place(struct cache *c, struct session *s, uint32_t n_hashes)
-{
-	struct pool *p = s->pool;
-	uint64_t n = (uint64_t)n_hashes * p->layout.block_tokens;
-	struct token_meta *meta;
-	uint32_t *keep, *scratch;
-	uint8_t *layer;
-
-	if (s->pol.kind != POLICY_HIERARCHY || s->unindexed || n == 0 || n > s->n_tokens)
-		return;
-	if (n > PLACE_INLINE_TOKENS) {
-		/* One placement per tenant on the workers; a tenant closing
-		 * many long sessions at once, or a daemon stopping, leaves
-		 * the rest where they are (an eviction hint, nothing more). */
-		if (!c->worker || !c->worker->loop || cache_tenant(c, p->uid)->place_jobs ||
-		    place_later(c, s, n_hashes, n) < 0)
-			cache_count(c, p->uid, unplaced_sessions, 1);
-		return;
-	}
-	keep = malloc(n * sizeof(*keep));
-	scratch = malloc(n * sizeof(*scratch));
-	layer = malloc(n);
-	meta = malloc(n * sizeof(*meta));
-	if (keep && scratch && layer && meta) {
-		tokvec_get(&s->tok, 0, n, NULL, meta);
-		policy_layers(&s->pol, meta, n, policy_budget(&s->pol, s->n_tokens), layer, keep,
-			      scratch);
-		demote_rest(p, s->hashes, n_hashes, layer);
-		cache_count(c, p->uid, placed_sessions, 1);
-	}
-	free(meta);
-	free(keep);
-	free(scratch);
-	free(layer);
-}
-
 int compact_gather_start(struct cache *c, struct session *s, struct compact_job *j)
 {
 	struct pool *p = s->pool;
@@ -793,7 +657,7 @@ int compact_gather_start(struct cache *c, struct session *s, struct compact_job 
 	j->late = budget >= n;
 	n_new = j->late ? 0 : (uint32_t)((budget + bt - 1) / bt);
 	if (n_new) {
-		ret = evict_make_room(c, p, n_new);
+		ret = tier_make_room(c, p, n_new);
 		if (ret < 0)
 			goto fail;
 	}
@@ -809,7 +673,7 @@ int compact_gather_start(struct cache *c, struct session *s, struct compact_job 
 	hold_pages(s, s->n_pages, j);
 	for (uint32_t i = 0; i < n_new; i++) {
 		ret = pagealloc_get(&p->pa, &j->new_slots[i]);
-		kvp_assert(ret == 0); /* evict_make_room made room */
+		kvp_assert(ret == 0); /* tier_make_room made room */
 		j->dst[i] = (char *)p->arena + (uint64_t)j->new_slots[i] * p->page_bytes;
 		j->n_new++;
 	}

@@ -141,16 +141,6 @@ uint32_t compact_jobs(const struct cache *c, uid_t uid);
  * check). Returns 0 or -EUCLEAN. */
 int compact_check(const struct pool *p, uint32_t *refs);
 
-/* Tier placement by the hierarchy for an exact session that is closing:
- * of its first n_hashes full pages (indexed), those holding only tokens
- * outside the budget (LAYER_REST) go to the cold end of the index's lists,
- * so they leave the host tier first, while pages of the permanent, hot and
- * temporary layers keep their place. Call after the session dropped its
- * page references. A long session's layers are computed on a worker (one
- * at a time per tenant; others are not placed) and applied when it is
- * done, if the pool is still open. */
-void compact_place(struct cache *c, struct session *s, uint32_t n_hashes);
-
 /* Applies s's policy now, on this thread (compact_gather_start, run and
  * finish in one). Returns 0 with the tokens dropped (0 when all fit the
  * budget), -EINVAL no policy, -EBUSY uncommitted tokens, -EAGAIN (parked:

@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "evict.h"
 #include "match.h"
 #include "tier.h"
 
@@ -107,7 +106,7 @@ uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, co
 	 * match beside a 100-page lease in a 256-page pool). The match then
 	 * serves the prefix that fits. */
 	pinned = (int64_t)p->pa.n_pages - p->pa.n_free - p->ix.n_idle - p->reads_inflight;
-	room = (int64_t)evict_mark_pages(c->cfg->host_low_watermark, p->pa.n_pages) -
+	room = (int64_t)tier_mark_pages(c->cfg->host_low_watermark, p->pa.n_pages) -
 	       (pinned > 0 ? pinned : 0);
 	while (n_carry + (n - at) >= bt) {
 		const uint32_t *toks = tokens + at;

@@ -1,4 +1,9 @@
-/* daemon/core/pool.c — pool lookup and creation (see pool.h). */
+/* daemon/core/pool.c — pool lookup and creation (see pool.h).
+ *
+ * Below the sessions and leases that live in a pool: calls only the tiers
+ * a pool opens and closes (tier.h, gpu.h) and the registry (cache.h); what
+ * sums over a pool's sessions is session.c's (session_pool_reserved_pages).
+ * Event-loop thread only. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -9,7 +14,6 @@
 #include "arena.h"
 #include "log.h"
 #include "pool.h"
-#include "session.h"
 
 static int same_layout(const struct shm_layout *a, const struct shm_layout *b)
 {
@@ -63,7 +67,7 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 		arena_bytes = (arena_bytes + SHM_HUGEPAGE_BYTES - 1) / SHM_HUGEPAGE_BYTES *
 			      SHM_HUGEPAGE_BYTES;
 	/* An arena costs what it holds, not what it could: host-tier-size
-	 * bounds held pages (evict_make_room), so opening a pool takes
+	 * bounds held pages (tier_make_room), so opening a pool takes
 	 * nothing from anyone (issue 14: five pools of one user used to book
 	 * the whole tier). */
 
@@ -169,14 +173,4 @@ uint32_t pool_release_free(struct pool *p)
 		done += n;
 	}
 	return done;
-}
-
-uint32_t pool_reserved_pages(const struct pool *p)
-{
-	const struct list *it;
-	uint32_t n = 0;
-
-	for (it = p->sessions.next; it != &p->sessions; it = it->next)
-		n += session_reserved_pages(list_entry(it, struct session, pool_link));
-	return n;
 }

@@ -89,7 +89,4 @@ void pool_free(struct cache *c, struct pool *p);
 #define POOL_RELEASE_MAX 16384u
 uint32_t pool_release_free(struct pool *p);
 
-/* Pages held only by uncommitted reservations. O(sessions). */
-uint32_t pool_reserved_pages(const struct pool *p);
-
 #endif

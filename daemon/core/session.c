@@ -1,15 +1,19 @@
 /* daemon/core/session.c — page tables, two-phase append, commit with dedup,
- * fork and truncate, and who owns a session until when (see session.h). */
+ * fork and truncate, and who owns a session until when (see session.h).
+ *
+ * Calls only down the core: the tiers for room and lossy copies (tier.h,
+ * gpu.h), the closing session's placement (place.h) and the registry
+ * (cache.h); compaction (compact.c) calls sessions, never the other
+ * way. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
-#include "compact.h"
-#include "evict.h"
 #include "guard.h"
 #include "lease.h"
 #include "log.h"
+#include "place.h"
 #include "session.h"
 #include "tier.h"
 
@@ -144,7 +148,7 @@ void session_close(struct cache *c, struct session *s)
 	session_rollback(c, s);
 	n_hashes = s->n_hashes;
 	drop_pages_from(s, 0);
-	compact_place(c, s, n_hashes);
+	place_session(c, s, n_hashes);
 	gpu_session_free(s);
 	idmap_del(&c->sessions, s->id);
 	list_del(&s->pool_link);
@@ -279,19 +283,30 @@ uint64_t session_next_pos(const struct session *s)
 	return s->n_tokens ? (uint64_t)tokvec_meta(&s->tok, s->n_tokens - 1)->pos + 1 : 0;
 }
 
-/* Makes room in the page and hash tables for need pages: a slot of about
- * 20 bytes each, charged with the tokens (-EDQUOT past
- * max-tenant-tokens). */
-static int reserve_pages(struct cache *c, struct session *s, uint32_t need)
+/* The slots growing the page and hash tables to need pages charges: they
+ * double from 64. */
+static uint64_t pages_charge(const struct session *s, uint32_t need)
 {
-	uint64_t cap = s->cap_pages, cap2 = s->cap_pages, n = cap ? cap : 64;
-	int ret;
+	uint64_t n = s->cap_pages ? s->cap_pages : 64;
 
 	if (need <= s->cap_pages)
 		return 0;
 	while (n < need)
 		n *= 2;
-	if (*s->tok.account + (n - s->cap_pages) > c->cfg->max_tenant_tokens)
+	return n - s->cap_pages;
+}
+
+/* Makes room in the page and hash tables for need pages: a slot of about
+ * 20 bytes each, charged with the tokens (-EDQUOT past
+ * max-tenant-tokens). */
+static int reserve_pages(struct cache *c, struct session *s, uint32_t need)
+{
+	uint64_t cap = s->cap_pages, cap2 = s->cap_pages, more = pages_charge(s, need);
+	int ret;
+
+	if (!more)
+		return 0;
+	if (*s->tok.account + more > c->cfg->max_tenant_tokens)
 		return -EDQUOT;
 	ret = grow((void **)&s->pages, &cap, need, sizeof(uint32_t));
 	if (ret == 0)
@@ -309,7 +324,7 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 		   uint64_t *ret_first_token)
 {
 	struct pagealloc *pa = &s->pool->pa;
-	uint64_t end = s->n_tokens + n;
+	uint64_t end = s->n_tokens + n, more;
 	uint32_t need, have = s->n_pages;
 	int ret;
 
@@ -322,7 +337,15 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 	 * was the session's already. */
 	if (need > have && (uint64_t)w->reserved_pages + (need - have) > c->cfg->max_reserved_pages)
 		return -EDQUOT;
-	ret = evict_make_room(c, s->pool, need - have);
+	/* The tenant's slots too (the token chunks and page tables that
+	 * prepare_tokens and reserve_pages charge below), before room is
+	 * made: an append refused for max-tenant-tokens evicts nothing
+	 * (tier.h). Making room changes no session's slots, so both pass
+	 * after it. */
+	more = tokvec_charge(&s->tok, s->n_tokens, end) + pages_charge(s, need);
+	if (more && *s->tok.account + more > c->cfg->max_tenant_tokens)
+		return -EDQUOT;
+	ret = tier_make_room(c, s->pool, need - have);
 	if (ret < 0)
 		return ret;
 	ret = prepare_tokens(c, s, s->n_tokens, end);
@@ -339,7 +362,7 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 	}
 	for (uint32_t i = have; i < need; i++) {
 		ret = pagealloc_get(pa, &s->pages[i]);
-		kvp_assert(ret == 0); /* evict_make_room made room */
+		kvp_assert(ret == 0); /* tier_make_room made room */
 	}
 	s->n_pages = need;
 	tokvec_put(&s->tok, s->n_tokens, n, tokens, NULL);
@@ -444,7 +467,7 @@ static int copy_page(struct cache *c, struct session *s, uint32_t i)
 	uint32_t slot;
 	int ret;
 
-	ret = evict_make_room(c, p, 1);
+	ret = tier_make_room(c, p, 1);
 	if (ret < 0)
 		return ret;
 	ret = pagealloc_get(&p->pa, &slot);
@@ -594,6 +617,16 @@ int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n,
 uint32_t session_reserved_pages(const struct session *s)
 {
 	return s->n_pages - pages_for(s, s->n_committed);
+}
+
+uint32_t session_pool_reserved_pages(const struct pool *p)
+{
+	const struct list *it;
+	uint32_t n = 0;
+
+	for (it = p->sessions.next; it != &p->sessions; it = it->next)
+		n += session_reserved_pages(list_entry(it, struct session, pool_link));
+	return n;
 }
 
 uint32_t session_shared_pages(const struct session *s)

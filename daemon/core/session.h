@@ -175,9 +175,11 @@ uint32_t session_expire_idle(struct cache *c, uint64_t now_ns, uint64_t timeout_
  * writer, whose account is w; evicts cold indexed pages when the pool is
  * above its high watermark. Returns 0 with the first new position in
  * *ret_first_token, -EBUSY when another writer holds uncommitted tokens,
- * -EDQUOT past max_session_tokens or when the writer would hold more than
- * max_reserved_pages pages reserved, -ENOSPC when every page is held or
- * pinned (nothing is reserved then), -ENOMEM. */
+ * -EDQUOT past max_session_tokens, when the writer would hold more than
+ * max_reserved_pages pages reserved or when the tenant's sessions would
+ * hold more than max-tenant-tokens slots (each checked before anything is
+ * evicted), -ENOSPC when every page is held or pinned (nothing is
+ * reserved then), -ENOMEM. */
 int session_append(struct cache *c, struct session *s, const void *writer, struct session_writer *w,
 		   const uint32_t *tokens, size_t n, const struct session_tag *tag,
 		   uint64_t *ret_first_token);
@@ -238,6 +240,9 @@ int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const u
 
 /* Pages holding only uncommitted positions. */
 uint32_t session_reserved_pages(const struct session *s);
+/* Pages of p's sessions holding only uncommitted positions (once
+ * pool_reserved_pages: pool.c is below the sessions). O(sessions). */
+uint32_t session_pool_reserved_pages(const struct pool *p);
 /* Pages of s that someone else (index, lease, another session) holds too. */
 uint32_t session_shared_pages(const struct session *s);
 

@@ -1,15 +1,29 @@
-/* daemon/core/tier.h — the disk tier: moving prefix-index pages host ⇄ disk.
+/* daemon/core/tier.h — the host tier's watermarks and the disk tier: when
+ * prefix-index pages leave the host tier, and how they move host ⇄ disk.
  *
- * When a pool has a spill file (daemon/store/spill.h), pages that only the
- * prefix index holds leave the host tier by being written to an extent
- * (tier_spill, called by evict.c above the high watermark) and come back
- * when a match needs them (tier_promote). All I/O is asynchronous
- * (daemon/io/aio.h): a request that needs a page in flight is parked on the
- * pool (tier_wait) and retried when the pool's I/O completes. A page read
- * back is verified against the XXH3-64 taken when it was written; a
- * mismatch, short read or I/O error makes the entry a miss (and counts),
- * never hands out the bytes. A page keeps its disk copy after promotion,
- * so leaving the host tier again costs no write.
+ * Watermarks (once daemon/core/evict.h). Before a pool hands out pages,
+ * tier_make_room evicts from the pool's prefix index (leaves first, least
+ * recently used first, of the pages nothing but the index holds) when the
+ * request would take the pool above its high watermark — a pool may fill
+ * up to the mark, never past it with cached pages — down to its low
+ * watermark, so bursts of appends find free pages without an eviction
+ * each. With a disk tier the same pages leave in the same order, down to
+ * the same mark: those without a disk copy are written to the pool's
+ * spill file first and only leave the host tier once written. Pages held
+ * by a session or pinned by a lease are never evicted, and a request that
+ * could not get its pages evicts nothing.
+ *
+ * The disk tier. When a pool has a spill file (daemon/store/spill.h),
+ * pages that only the prefix index holds leave the host tier by being
+ * written to an extent (tier_spill, called by tier_make_room above the
+ * high watermark) and come back when a match needs them (tier_promote).
+ * All I/O is asynchronous (daemon/io/aio.h): a request that needs a page
+ * in flight is parked on the pool (tier_wait) and retried when the pool's
+ * I/O completes. A page read back is verified against the XXH3-64 taken
+ * when it was written; a mismatch, short read or I/O error makes the
+ * entry a miss (and counts), never hands out the bytes. A page keeps its
+ * disk copy after promotion, so leaving the host tier again costs no
+ * write.
  *
  * At pool creation tier_pool_open finds the pool's spill file from an
  * earlier run (clean stop or crash) and lists every page whose header
@@ -80,6 +94,18 @@ int tier_pool_busy(const struct pool *p);
  * (checkpoint restores call it on worker threads). Returns 0, -ENOMEM or
  * -EINVAL. */
 int tier_page_unquantize(const struct shm_layout *l, void *page, const struct shm_layout *stored);
+
+/* The pages of n_pages a watermark fraction stands for: floor(fraction ·
+ * n_pages) for the fraction in millionths, so 0.57 of 100 pages is 57. */
+uint32_t tier_mark_pages(double fraction, uint32_t n_pages);
+
+/* Makes sure p has need free pages, evicting as the watermarks say. With a
+ * disk tier, index pages are written to disk before they leave
+ * (tier_spill). Returns 0, -EAGAIN when room comes once disk writes in
+ * flight finish (c->park_on says on which pool to park the request and
+ * retry; never when c->no_park), or -ENOSPC when everything left is held
+ * or pinned (then nothing was evicted). */
+int tier_make_room(struct cache *c, struct pool *p, uint32_t need);
 
 /* Frees host slots in eviction's order (prefix_index.h: leaves first,
  * least recently used first) until the free pages plus those leaving

@@ -13,7 +13,6 @@
 #include "ckpt.h"
 #include "ckptop.h"
 #include "clock.h"
-#include "evict.h"
 #include "frame.h"
 #include "guard.h"
 #include "log.h"
@@ -571,7 +570,7 @@ static int take_room(struct job *j, int may_wait)
 	c->no_park =
 		!may_wait || (j->parked_ns && clock_now_ns() - j->parked_ns >= PEER_MAX_PARK_NS);
 	c->park_on = NULL;
-	ret = evict_make_room(c, p, j->n_missing);
+	ret = tier_make_room(c, p, j->n_missing);
 	c->no_park = saved;
 	if (ret == -EAGAIN && c->park_on) {
 		j->park_on = c->park_on;
@@ -587,7 +586,7 @@ static int take_room(struct job *j, int may_wait)
 		if (j->shared[i])
 			continue; /* checked in the file, not kept: the index's page */
 		ret = pagealloc_get(&p->pa, &j->slots[i]);
-		kvp_assert(ret == 0); /* evict_make_room made room */
+		kvp_assert(ret == 0); /* tier_make_room made room */
 		j->dst[i] = (char *)p->arena + (uint64_t)j->slots[i] * p->page_bytes;
 	}
 	return 0;
@@ -1149,6 +1148,8 @@ int ckptop_init(struct cache *c)
 	int fd;
 
 	c->ckpt_dir_fd = -1;
+	/* The whole-cache check counts the pages jobs hold (daemon/core/whole.h). */
+	c->check_pool_refs = ckptop_check;
 	/* Every directory on the way to a checkpoint file is fsynced into
 	 * its parent when created (ckpt_dir_open): a checkpoint reported
 	 * durable never vanishes with a directory a power loss forgot. */

@@ -138,7 +138,7 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 		ps->page_bytes = p->page_bytes;
 		ps->n_pages = p->pa.n_pages;
 		ps->free_pages = p->pa.n_free;
-		ps->reserved_pages = pool_reserved_pages(p);
+		ps->reserved_pages = session_pool_reserved_pages(p);
 		ps->leased_pages = pagealloc_n_pinned(&p->pa);
 		ps->n_sessions = p->n_sessions;
 		ps->has_persistent_sessions = ps->has_unowned_sessions = 1;

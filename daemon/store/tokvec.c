@@ -105,6 +105,39 @@ static uint32_t cap_for(const struct tokvec *v, uint32_t ci, uint64_t to)
 	return cap < v->per_chunk ? (uint32_t)cap : v->per_chunk;
 }
 
+/* What chunk ci needs so that v may write positions below to: 0 when v
+ * alone holds it and it has room, else the capacity of the chunk to make
+ * in its place, with the slots that adds to the account in *ret_charge
+ * (a shared chunk's copy costs its whole capacity, a grown one the
+ * difference). */
+static uint32_t chunk_plan(const struct tokvec *v, uint32_t ci, uint64_t to, uint64_t *ret_charge)
+{
+	const struct tokvec_chunk *old = ci < v->n_chunks ? v->chunks[ci] : NULL;
+	uint32_t cap = cap_for(v, ci, to);
+
+	*ret_charge = 0;
+	if (old && old->refs == 1 && old->cap >= cap)
+		return 0; /* ours, with room */
+	if (old && old->cap > cap)
+		cap = old->cap;
+	*ret_charge = !old || old->refs > 1 ? cap : cap - old->cap;
+	return cap;
+}
+
+uint64_t tokvec_charge(const struct tokvec *v, uint64_t from, uint64_t to)
+{
+	uint64_t charge = 0, more;
+
+	if (from >= to)
+		return 0;
+	for (uint32_t ci = (uint32_t)(from / v->per_chunk);
+	     ci <= (uint32_t)((to - 1) / v->per_chunk); ci++) {
+		chunk_plan(v, ci, to, &more);
+		charge += more;
+	}
+	return charge;
+}
+
 int tokvec_prepare(struct tokvec *v, uint64_t len, uint64_t from, uint64_t to, uint64_t limit)
 {
 	uint32_t first, last, n_new;
@@ -129,19 +162,14 @@ int tokvec_prepare(struct tokvec *v, uint64_t len, uint64_t from, uint64_t to, u
 		return -ENOMEM;
 	for (uint32_t ci = first; ci <= last; ci++) {
 		struct tokvec_chunk *old = ci < v->n_chunks ? v->chunks[ci] : NULL;
-		uint64_t start = (uint64_t)ci * v->per_chunk;
-		uint32_t cap = cap_for(v, ci, to), keep = 0;
+		uint64_t start = (uint64_t)ci * v->per_chunk, more;
+		uint32_t cap = chunk_plan(v, ci, to, &more), keep = 0;
 
-		if (old && old->refs == 1 && old->cap >= cap)
+		if (!cap)
 			continue; /* ours, with room */
-		if (old && old->cap > cap)
-			cap = old->cap;
 		if (old && len > start)
 			keep = (uint32_t)(len - start < old->cap ? len - start : old->cap);
-		if (!old || old->refs > 1)
-			charge += cap;
-		else
-			charge += cap - old->cap;
+		charge += more;
 		made[ci - first] = chunk_new(cap, old, keep);
 		if (!made[ci - first])
 			goto fail;

@@ -60,6 +60,11 @@ void tokvec_fini(struct tokvec *v);
  * pass limit, or -ENOMEM; either way v's contents are unchanged. */
 int tokvec_prepare(struct tokvec *v, uint64_t len, uint64_t from, uint64_t to, uint64_t limit);
 
+/* The slots tokvec_prepare(v, len, from, to, ...) would add to *account
+ * now, changing nothing: a caller checks the limit with it before doing
+ * what it could not undo (an append evicting pages for room). */
+uint64_t tokvec_charge(const struct tokvec *v, uint64_t from, uint64_t to);
+
 /* Makes empty dst hold the first n tokens of src by sharing its chunks.
  * Returns 0 or -ENOMEM (dst still empty). */
 int tokvec_share(struct tokvec *dst, const struct tokvec *src, uint64_t n);

@@ -23,9 +23,9 @@
 #include <cmocka.h>
 
 #include "core_fixture.h"
-#include "evict.h"
 #include "match.h"
 #include "prefix_index.h"
+#include "tier.h"
 
 #define N_PAGES 16u
 
@@ -90,7 +90,7 @@ static void test_lease_pins_pages_until_released(void **state)
 	/* Every page of the pool asked for: only leased pages are left to
 	 * take, so nothing goes. */
 	assert_int_equal(f->p->ix.n_idle, 0);
-	assert_int_equal(evict_make_room(&f->c, f->p, N_PAGES), -ENOSPC);
+	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES), -ENOSPC);
 	core_check(f);
 	assert_int_equal(f->p->ix.n_entries, 3);
 	assert_int_equal(f->p->ix.evictions, 0);
@@ -105,7 +105,7 @@ static void test_lease_pins_pages_until_released(void **state)
 	assert_true(list_empty(&f->a.leases));
 	assert_int_equal(f->c.leases.n, 0);
 	assert_int_equal(f->p->ix.n_idle, 3);
-	assert_int_equal(evict_make_room(&f->c, f->p, N_PAGES), 0);
+	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES), 0);
 	core_check(f);
 	assert_int_equal(f->p->pa.n_free, N_PAGES);
 	assert_int_equal(f->p->ix.n_entries, 0);
@@ -159,12 +159,12 @@ static void test_drop_pages_keeps_the_prefix(void **state)
 	assert_int_equal(f->p->pa.pins[pp[2]], 0);
 	/* Those two can leave (the leaf first), the kept one not. */
 	assert_int_equal(f->p->ix.n_idle, 2);
-	assert_int_equal(evict_make_room(&f->c, f->p, N_PAGES - 1), 0);
+	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES - 1), 0);
 	core_check(f);
 	assert_true(core_indexed(f, 0, 0));
 	assert_false(core_indexed(f, 0, 1));
 	assert_false(core_indexed(f, 0, 2));
-	assert_int_equal(evict_make_room(&f->c, f->p, N_PAGES), -ENOSPC);
+	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES), -ENOSPC);
 	assert_true(core_indexed(f, 0, 0));
 	lease_release(&f->c, l);
 	core_check(f);

@@ -1,5 +1,5 @@
-/* tests/unit/test_tier.c — the host tier's watermarks (daemon/evict.h)
- * with no disk tier and no GPU tier, driven through evict_make_room and
+/* tests/unit/test_tier.c — the host tier's watermarks (daemon/core/tier.h)
+ * with no disk tier and no GPU tier, driven through tier_make_room and
  * the appends that call it.
  *
  * What a user of the daemon sees: a pool fills with cached pages (full
@@ -25,9 +25,9 @@
 #include <cmocka.h>
 
 #include "core_fixture.h"
-#include "evict.h"
 #include "match.h"
 #include "prefix_index.h"
+#include "tier.h"
 
 #define N_PAGES 20u
 #define HIGH	16u
@@ -92,14 +92,14 @@ static struct session *append_new(struct core_fixture *f, uint32_t base, uint32_
 static void test_mark_pages(void **state)
 {
 	(void)state;
-	assert_int_equal(evict_mark_pages(0.57, 100), 57); /* 0.57 · 100 is 56.99... */
-	assert_int_equal(evict_mark_pages(0.8, N_PAGES), HIGH);
-	assert_int_equal(evict_mark_pages(0.5, N_PAGES), LOW);
-	assert_int_equal(evict_mark_pages(0.95, 20), 19);
-	assert_int_equal(evict_mark_pages(1.0, 20), 20);
-	assert_int_equal(evict_mark_pages(1.5, 20), 20);
-	assert_int_equal(evict_mark_pages(0.0, 20), 0);
-	assert_int_equal(evict_mark_pages(-1.0, 20), 0);
+	assert_int_equal(tier_mark_pages(0.57, 100), 57); /* 0.57 · 100 is 56.99... */
+	assert_int_equal(tier_mark_pages(0.8, N_PAGES), HIGH);
+	assert_int_equal(tier_mark_pages(0.5, N_PAGES), LOW);
+	assert_int_equal(tier_mark_pages(0.95, 20), 19);
+	assert_int_equal(tier_mark_pages(1.0, 20), 20);
+	assert_int_equal(tier_mark_pages(1.5, 20), 20);
+	assert_int_equal(tier_mark_pages(0.0, 20), 0);
+	assert_int_equal(tier_mark_pages(-1.0, 20), 0);
 }
 
 /* Up to the high mark nothing goes; the first page past it evicts down
@@ -110,7 +110,7 @@ static void test_past_high_mark_evicts_to_low_mark_oldest_leaves_first(void **st
 	struct core_fixture *f = *state;
 
 	fill_to_high(f);
-	assert_int_equal(evict_make_room(&f->c, f->p, 0), 0);
+	assert_int_equal(tier_make_room(&f->c, f->p, 0), 0);
 	assert_int_equal(f->p->ix.evictions, 0);
 	/* One more page: 17 > 16. */
 	(void)append_new(f, 9000, 1);
@@ -167,7 +167,7 @@ static void test_leased_pages_are_never_evicted(void **state)
 	assert_int_equal(cached(f, C), 2);
 	assert_int_equal(cached(f, D), 4);
 	/* Everything but the lease asked for: refused, nothing goes. */
-	assert_int_equal(evict_make_room(&f->c, f->p, N_PAGES - 3), -ENOSPC);
+	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES - 3), -ENOSPC);
 	assert_int_equal(cached(f, A), 4);
 	assert_int_equal(cached(f, D), 4);
 	assert_int_equal(f->p->ix.evictions, HIGH - LOW);
@@ -175,12 +175,12 @@ static void test_leased_pages_are_never_evicted(void **state)
 	core_check(f);
 	/* Released: A is the most recent now; C's head and D go before it,
 	 * then A from its leaf. */
-	assert_int_equal(evict_make_room(&f->c, f->p, f->p->pa.n_free + 5), 0);
+	assert_int_equal(tier_make_room(&f->c, f->p, f->p->pa.n_free + 5), 0);
 	core_check(f);
 	assert_int_equal(cached(f, C), 0);
 	assert_int_equal(cached(f, D), 1);
 	assert_int_equal(cached(f, A), 4);
-	assert_int_equal(evict_make_room(&f->c, f->p, f->p->pa.n_free + 2), 0);
+	assert_int_equal(tier_make_room(&f->c, f->p, f->p->pa.n_free + 2), 0);
 	core_check(f);
 	assert_int_equal(cached(f, D), 0);
 	assert_int_equal(cached(f, A), 3);
@@ -201,7 +201,7 @@ static void test_request_that_cannot_be_met_evicts_nothing(void **state)
 	assert_int_equal(f->p->pa.n_free, 2);
 	assert_int_equal(f->p->ix.n_idle, 4);
 	/* 7 pages wanted, 2 free + 4 evictable. */
-	assert_int_equal(evict_make_room(&f->c, f->p, 7), -ENOSPC);
+	assert_int_equal(tier_make_room(&f->c, f->p, 7), -ENOSPC);
 	s = core_session(f, &f->b);
 	core_tokens(ids, 28, 9000);
 	assert_int_equal(session_append(&f->c, s, &f->b, &f->b.writing, ids, 28, NULL, &first),
@@ -224,8 +224,8 @@ static void test_request_that_cannot_be_met_evicts_nothing(void **state)
 	assert_int_equal(core_match_tokens(f, 5000, 56), 56);
 	/* Nothing more at all: more pages than the pool has, and a full
 	 * pool. */
-	assert_int_equal(evict_make_room(&f->c, f->p, N_PAGES + 1), -ENOSPC);
-	assert_int_equal(evict_make_room(&f->c, f->p, 1), -ENOSPC);
+	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES + 1), -ENOSPC);
+	assert_int_equal(tier_make_room(&f->c, f->p, 1), -ENOSPC);
 	core_check(f);
 }
 
@@ -253,7 +253,7 @@ static void test_permanent_pages_leave_last(void **state)
 	assert_int_equal(cached(f, B), 0);
 	assert_int_equal(cached(f, C), 2);
 	/* Only when nothing else is left. */
-	assert_int_equal(evict_make_room(&f->c, f->p, f->p->pa.n_free + 7), 0);
+	assert_int_equal(tier_make_room(&f->c, f->p, f->p->pa.n_free + 7), 0);
 	core_check(f);
 	assert_int_equal(cached(f, C), 0);
 	assert_int_equal(cached(f, D), 0);
@@ -293,14 +293,13 @@ static void test_copy_without_room_changes_nothing(void **state)
 	assert_int_equal(core_match_tokens(f, 0, 78), 76);
 }
 
-/* KNOWN BUG (found by this test, not fixed here: daemon/ is being
- * rearranged): session_append calls evict_make_room before it charges
- * the tenant's token slots (prepare_tokens, reserve_pages), so an append
- * refused with -EDQUOT for max-tenant-tokens has already evicted the
- * cached pages down to the low mark — 6 pages here — against evict.h's
- * "a request that could not get its pages evicts nothing" (issue 13).
- * Skipped unless KVP_UNIT_KNOWN_BUGS is set; remove the skip with the
- * fix (check the quotas before evicting). */
+/* An append refused with -EDQUOT for max-tenant-tokens, in a pool at its
+ * high mark: nothing is evicted (tier.h: a request that could not get its
+ * pages evicts nothing, issue 13). session_append used to make room
+ * before it charged the tenant's token slots (prepare_tokens,
+ * reserve_pages), so the refused append had already evicted the cached
+ * pages down to the low mark — 6 pages here; it checks the charge first
+ * now. */
 static void test_append_refused_for_tenant_tokens_evicts_nothing(void **state)
 {
 	struct core_fixture *f = *state;
@@ -309,11 +308,6 @@ static void test_append_refused_for_tenant_tokens_evicts_nothing(void **state)
 	uint64_t first;
 	int ret;
 
-	if (!getenv("KVP_UNIT_KNOWN_BUGS")) {
-		print_message("known bug: an append refused for max-tenant-tokens evicts cached "
-			      "pages first (set KVP_UNIT_KNOWN_BUGS=1 to run)\n");
-		skip();
-	}
 	fill_to_high(f);
 	s = core_session(f, &f->b);
 	f->cfg.max_tenant_tokens = cache_tenant(&f->c, CORE_UID)->meta_tokens;

@@ -109,6 +109,41 @@ static void test_refused_growth_changes_nothing(void **state)
 	assert_int_equal(account, 0);
 }
 
+/* tokvec_charge says what a prepare will charge before it happens, so a
+ * session can check max-tenant-tokens before it evicts anything for an
+ * append (daemon/core/session.c): a first chunk, a grown one, one past a
+ * chunk boundary and a shared one copied, each equal to what prepare then
+ * adds, and asking changes nothing. */
+static void test_charge_is_what_prepare_charges(void **state)
+{
+	static const uint64_t steps[][2] = {{0, 10}, {10, 200}, {200, 5000}, {5000, 9000}};
+	uint64_t account = 0, before, charge;
+	struct tokvec a, b;
+
+	(void)state;
+	tokvec_init(&a, 16, &account);
+	tokvec_init(&b, 16, &account);
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+		before = account;
+		charge = tokvec_charge(&a, steps[i][0], steps[i][1]);
+		assert_int_equal(account, before);
+		append(&a, steps[i][0], steps[i][1] - steps[i][0], 1);
+		assert_int_equal(account - before, charge);
+	}
+	/* Room left in the last chunk: nothing to charge. */
+	assert_int_equal(tokvec_charge(&a, 9000, 9001), 0);
+	/* A fork writing into the chunk it shares pays for its copy. */
+	assert_int_equal(tokvec_share(&b, &a, 9000), 0);
+	before = account;
+	charge = tokvec_charge(&b, 9000, 9001);
+	assert_true(charge > 0);
+	append(&b, 9000, 1, 1);
+	assert_int_equal(account - before, charge);
+	tokvec_fini(&a);
+	tokvec_fini(&b);
+	assert_int_equal(account, 0);
+}
+
 static void test_cut_and_get(void **state)
 {
 	uint64_t account = 0, full;
@@ -144,6 +179,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fork_shares_then_copies_what_it_writes),
 		cmocka_unit_test(test_refused_growth_changes_nothing),
+		cmocka_unit_test(test_charge_is_what_prepare_charges),
 		cmocka_unit_test(test_cut_and_get),
 	};
 
