@@ -1,15 +1,16 @@
 #!/bin/sh
-# tests/check-client-layers.sh CALLGRAPH LIB_OR_OBJDIR... — fails when a
-# file of the client library or of kvpalacectl calls a non-static function
-# of a file that calls it back, directly or through others: the rule of
-# client/README.md, which the layers' include paths cannot check inside
-# one folder. Each argument is a layer's static library
-# (client/<layer>/libkvpc_<layer>.a) or a folder of a program's object
+# tests/check-layers.sh CALLGRAPH LIB_OR_OBJDIR... — fails when a file of
+# the daemon, the client library or kvpalacectl calls a non-static
+# function of a file that calls it back, directly or through others: the
+# rule of daemon/README.md and client/README.md, which the layers'
+# include paths cannot check inside one folder. Each argument is a
+# layer's static library (daemon/libkvpd_<layer>.a,
+# client/<layer>/libkvpc_<layer>.a) or a folder of a program's object
 # files (kvpalacectl's); tools/callgraph.py reads their symbol tables.
 # Exits 77 (skip) without ar or nm.
 set -eu
 
-callgraph=${1:?usage: check-client-layers.sh CALLGRAPH LIB_OR_OBJDIR...}
+callgraph=${1:?usage: check-layers.sh CALLGRAPH LIB_OR_OBJDIR...}
 shift
 command -v ar >/dev/null 2>&1 && command -v nm >/dev/null 2>&1 ||
 	{ echo "ar or nm not found: skipping"; exit 77; }
