@@ -26,6 +26,7 @@
 #include "config.h"
 #include "gpu.h"
 #include "lease.h"
+#include "list.h"
 #include "log.h"
 #include "loop.h"
 #include "pool.h"
@@ -389,7 +390,7 @@ static void job_done(struct gpu_job *j)
 
 static void on_eventfd(struct loop_op *op, int res, unsigned int flags)
 {
-	struct gpu *g = (struct gpu *)((char *)op - offsetof(struct gpu, op));
+	struct gpu *g = container_of(op, struct gpu, op);
 	struct gpu_job *list, *fifo = NULL;
 
 	(void)res;

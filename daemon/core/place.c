@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "list.h"
 #include "place.h"
 #include "policy.h"
 #include "prefix_index.h"
@@ -73,14 +74,14 @@ static void place_job_free(struct place_job *j)
 
 static void place_run(struct worker_job *wj)
 {
-	struct place_job *j = (struct place_job *)((char *)wj - offsetof(struct place_job, wj));
+	struct place_job *j = container_of(wj, struct place_job, wj);
 
 	policy_layers(&j->pol, j->meta, j->n, j->budget, j->layer, j->keep, j->scratch);
 }
 
 static void place_done(struct worker_job *wj)
 {
-	struct place_job *j = (struct place_job *)((char *)wj - offsetof(struct place_job, wj));
+	struct place_job *j = container_of(wj, struct place_job, wj);
 	struct pool *p = idmap_get(&j->c->pools, j->pool_id);
 
 	/* Pages indexed since, or matched again, may go cold too: a hint

@@ -17,6 +17,7 @@
 #include "aio.h"
 #include "guard.h"
 #include "kernels.h"
+#include "list.h"
 #include "log.h"
 #include "pool.h"
 #include "spill.h"
@@ -160,7 +161,7 @@ static void io_error(struct pool *p, int res, const char *what)
 
 static void on_meta_written(struct aio_req *r, int res)
 {
-	struct tier_io *io = (struct tier_io *)((char *)r - offsetof(struct tier_io, meta));
+	struct tier_io *io = container_of(r, struct tier_io, meta);
 
 	/* A success ends a run of errors here as well as for data: the
 	 * header writes of a batch complete together, and counting only
@@ -181,7 +182,7 @@ static void on_meta_written(struct aio_req *r, int res)
 
 static void on_written(struct aio_req *r, int res)
 {
-	struct tier_io *io = (struct tier_io *)((char *)r - offsetof(struct tier_io, data));
+	struct tier_io *io = container_of(r, struct tier_io, data);
 	struct pool *p = io->p;
 	struct pindex_entry *e = io->e;
 	int gone = 0;
@@ -726,7 +727,7 @@ int tier_make_room(struct cache *c, struct pool *p, uint32_t need)
 
 static void on_read(struct aio_req *r, int res)
 {
-	struct tier_io *io = (struct tier_io *)((char *)r - offsetof(struct tier_io, data));
+	struct tier_io *io = container_of(r, struct tier_io, data);
 	struct pool *p = io->p;
 	struct pindex_entry *e = io->e;
 	struct prepare check = {.src = page_addr(p, io->slot), .len = io->len};

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "aio.h"
+#include "list.h"
 #include "log.h"
 
 /* The opcodes the io_uring backend issues. */
@@ -102,7 +103,7 @@ static void after_step(struct aio *a, struct aio_req *r, size_t n, int stop)
 
 static void on_cqe(struct loop_op *op, int res, unsigned int flags)
 {
-	struct aio_req *r = (struct aio_req *)((char *)op - offsetof(struct aio_req, lop));
+	struct aio_req *r = container_of(op, struct aio_req, lop);
 	struct aio *a = r->aio;
 
 	(void)flags;
@@ -158,7 +159,7 @@ static void uring_issue(struct aio *a, struct aio_req *r)
 /* On a worker thread: one step, continuing short transfers itself. */
 static void thread_run(struct worker_job *j)
 {
-	struct aio_req *r = (struct aio_req *)((char *)j - offsetof(struct aio_req, job));
+	struct aio_req *r = container_of(j, struct aio_req, job);
 	char *p = (char *)r->buf + r->moved;
 	uint64_t off = r->off + r->moved;
 	size_t got = 0;
@@ -200,7 +201,7 @@ out:
 
 static void thread_done(struct worker_job *j)
 {
-	struct aio_req *r = (struct aio_req *)((char *)j - offsetof(struct aio_req, job));
+	struct aio_req *r = container_of(j, struct aio_req, job);
 	struct aio *a = r->aio;
 
 	if (!a->loop)

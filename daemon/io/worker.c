@@ -17,6 +17,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "list.h"
 #include "log.h"
 #include "worker.h"
 
@@ -57,7 +58,7 @@ static void run_done(struct worker *w, struct worker_job *list)
 
 static void on_eventfd(struct loop_op *op, int res, unsigned int flags)
 {
-	struct worker *w = (struct worker *)((char *)op - offsetof(struct worker, op));
+	struct worker *w = container_of(op, struct worker, op);
 
 	(void)flags;
 	(void)res;

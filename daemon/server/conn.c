@@ -11,6 +11,7 @@
 #include "conn.h"
 #include "dispatch.h"
 #include "lease.h"
+#include "list.h"
 #include "log.h"
 #include "server.h"
 #include "session.h"
@@ -685,7 +686,7 @@ static void unpark(struct conn *c)
 /* The pool this connection waited on made progress. */
 static void on_wake(struct tier_waiter *w)
 {
-	unpark((struct conn *)((char *)w - offsetof(struct conn, waiter)));
+	unpark(container_of(w, struct conn, waiter));
 }
 
 void conn_park_tick(struct server *srv)
@@ -705,7 +706,7 @@ void conn_park_tick(struct server *srv)
 
 			if (tw->wake != on_wake)
 				continue;
-			c = (struct conn *)((char *)tw - offsetof(struct conn, waiter));
+			c = container_of(tw, struct conn, waiter);
 			expired = c->held_head && c->held_head->parked_ns &&
 				  now - c->held_head->parked_ns >= PEER_MAX_PARK_NS;
 		}
@@ -716,7 +717,7 @@ void conn_park_tick(struct server *srv)
 
 static struct conn *conn_of(struct peer *p)
 {
-	return (struct conn *)((char *)p - offsetof(struct conn, peer));
+	return container_of(p, struct conn, peer);
 }
 
 static void ticket_start_op(struct peer *p, struct ticket *t, uint64_t id)
@@ -872,7 +873,7 @@ static int drain_socket(struct conn *c)
 
 static void on_recv(struct loop_op *op, int res, unsigned int flags)
 {
-	struct conn *c = (struct conn *)((char *)op - offsetof(struct conn, recv_op));
+	struct conn *c = container_of(op, struct conn, recv_op);
 
 	(void)flags;
 	c->receiving = 0;
@@ -916,7 +917,7 @@ static void on_recv(struct loop_op *op, int res, unsigned int flags)
 
 static void on_send(struct loop_op *op, int res, unsigned int flags)
 {
-	struct conn *c = (struct conn *)((char *)op - offsetof(struct conn, send_op));
+	struct conn *c = container_of(op, struct conn, send_op);
 
 	(void)flags;
 	c->sending = 0;

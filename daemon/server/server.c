@@ -17,6 +17,7 @@
 #include "conn.h"
 #include "faults.h"
 #include "guard.h"
+#include "list.h"
 #include "listen.h"
 #include "log.h"
 #include "pool.h"
@@ -66,7 +67,7 @@ static void arm_accept(struct listener *ls)
 
 static void on_accept(struct loop_op *op, int res, unsigned int flags)
 {
-	struct listener *ls = (struct listener *)((char *)op - offsetof(struct listener, op));
+	struct listener *ls = container_of(op, struct listener, op);
 	struct server *s = ls->srv;
 
 	(void)flags;
@@ -104,7 +105,7 @@ static void arm_signal_read(struct server *s)
 
 static void on_signal(struct loop_op *op, int res, unsigned int flags)
 {
-	struct server *s = (struct server *)((char *)op - offsetof(struct server, sig_op));
+	struct server *s = container_of(op, struct server, sig_op);
 	struct signalfd_siginfo si;
 
 	(void)flags;
@@ -233,7 +234,7 @@ static void disk_refresh(struct server *s)
 
 static void on_timer(struct loop_op *op, int res, unsigned int flags)
 {
-	struct server *s = (struct server *)((char *)op - offsetof(struct server, timer_op));
+	struct server *s = container_of(op, struct server, timer_op);
 
 	(void)res;
 	(void)flags;
@@ -276,7 +277,7 @@ static void arm_watchdog(struct server *s)
 /* WATCHDOG=1 from the event loop itself, so a stuck loop stops it. */
 static void on_watchdog(struct loop_op *op, int res, unsigned int flags)
 {
-	struct server *s = (struct server *)((char *)op - offsetof(struct server, watchdog_op));
+	struct server *s = container_of(op, struct server, watchdog_op);
 
 	(void)res;
 	(void)flags;

@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "frame.h"
 #include "guard.h"
+#include "list.h"
 #include "log.h"
 #include "pool.h"
 #include "session.h"
@@ -359,7 +360,7 @@ static void run_remove(struct job *j)
 
 static void job_run(struct worker_job *wj)
 {
-	struct job *j = (struct job *)((char *)wj - offsetof(struct job, wj));
+	struct job *j = container_of(wj, struct job, wj);
 
 	j->ret = 0;
 	switch (j->op) {
@@ -727,7 +728,7 @@ static int restore_owner(struct job *j, struct session *s)
 /* The pool a parked restore waits on finished its writes: try again. */
 static void on_wake(struct tier_waiter *w)
 {
-	struct job *j = (struct job *)((char *)w - offsetof(struct job, waiter));
+	struct job *j = container_of(w, struct job, waiter);
 
 	restore_finish(j, 0);
 }
@@ -876,7 +877,7 @@ static void done_remove(struct job *j)
 
 static void job_done(struct worker_job *wj)
 {
-	struct job *j = (struct job *)((char *)wj - offsetof(struct job, wj));
+	struct job *j = container_of(wj, struct job, wj);
 
 	switch (j->op) {
 	case OP_CHECKPOINT:

@@ -16,6 +16,7 @@
 
 #include "compact.h"
 #include "frame.h"
+#include "list.h"
 #include "log.h"
 #include "polop.h"
 #include "session.h"
@@ -201,7 +202,7 @@ static const char *compact_why(int err)
 
 static void job_run(struct worker_job *wj)
 {
-	struct polop_job *j = (struct polop_job *)((char *)wj - offsetof(struct polop_job, wj));
+	struct polop_job *j = container_of(wj, struct polop_job, wj);
 
 	compact_job_run(&j->cj);
 }
@@ -210,7 +211,7 @@ static void job_run(struct worker_job *wj)
  * their share, answer (a connection that closed meanwhile gets nothing). */
 static void job_done(struct worker_job *wj)
 {
-	struct polop_job *j = (struct polop_job *)((char *)wj - offsetof(struct polop_job, wj));
+	struct polop_job *j = container_of(wj, struct polop_job, wj);
 	struct pool *p = j->cj.pool;
 	enum compact_job_kind kind = j->cj.kind;
 	uint64_t sid = j->cj.session_id, n = 0;
