@@ -46,7 +46,7 @@ int admin_is_admin_op(Kvpalace__V1__Request__OpCase op)
  * fixed fields (generously: 512 bytes). */
 static size_t reply_budget(const struct cache *cache)
 {
-	return cache->cfg->max_message_bytes - FRAME_HEADER_BYTES - 512;
+	return reply_room(cache->cfg->max_message_bytes, 512);
 }
 
 struct show_heap {

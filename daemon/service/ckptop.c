@@ -682,7 +682,7 @@ static void deliver_restored(struct job *j, struct session *s, uint32_t shared)
 	out->n_pages = s->n_pages;
 	out->shared_pages = shared;
 	/* The start of the page table, as a fork's reply has it. */
-	fit = (j->c->cfg->max_message_bytes - FRAME_HEADER_BYTES - 256) / 5;
+	fit = reply_fit(j->c->cfg->max_message_bytes, 256, 5);
 	out->page_slots = s->pages;
 	out->n_page_slots = s->n_pages < fit ? s->n_pages : fit;
 	r.resp.op_case = KVPALACE__V1__RESPONSE__OP_RESTORE;
@@ -801,7 +801,7 @@ static void done_list(struct job *j)
 	Kvpalace__V1__ListCheckpointsResponse *out;
 	Kvpalace__V1__CheckpointInfo *infos, **ptrs;
 	Kvpalace__V1__Layout *lays;
-	size_t budget = j->c->cfg->max_message_bytes - FRAME_HEADER_BYTES - 256, n = 0;
+	size_t budget = reply_room(j->c->cfg->max_message_bytes, 256), n = 0;
 	struct reply r;
 
 	reply_init(&r);

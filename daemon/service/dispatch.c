@@ -163,8 +163,7 @@ static int do_lease_device(struct cache *cache, struct peer *c,
 			   const Kvpalace__V1__LeaseDeviceRequest *in, struct reply *r,
 			   const char **why)
 {
-	/* Slots of 5 bytes at most each on the wire. */
-	uint64_t fit = (cache->cfg->max_message_bytes - FRAME_HEADER_BYTES - 256) / 5;
+	uint64_t fit = reply_fit(cache->cfg->max_message_bytes, 256, 5);
 	struct lease *l = lease_get(cache, in->lease_id, c);
 	Kvpalace__V1__LeaseDeviceResponse *out;
 	struct gpu_lease_slots got;
@@ -404,7 +403,7 @@ static int do_commit(struct cache *cache, struct peer *c, uint64_t req_id,
  * (a packed slot takes at most 5 bytes). */
 static uint64_t slots_that_fit(const struct cache *cache)
 {
-	return (cache->cfg->max_message_bytes - FRAME_HEADER_BYTES - 256) / 5;
+	return reply_fit(cache->cfg->max_message_bytes, 256, 5);
 }
 
 /* Answers a Fork (or a ForkLease when lease) whose work returned ret and,

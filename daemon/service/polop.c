@@ -443,7 +443,7 @@ static int do_session_meta(struct cache *cache, struct peer *c,
 		*why = "first token past the session's tokens";
 		return -ERANGE;
 	}
-	fit = (cache->cfg->max_message_bytes - FRAME_HEADER_BYTES - 256) / 20;
+	fit = reply_fit(cache->cfg->max_message_bytes, 256, 20);
 	if (fit > META_PER_REPLY_MAX)
 		fit = META_PER_REPLY_MAX;
 	if (in->has_max && in->max < fit)

@@ -10,6 +10,10 @@
 #ifndef KVPD_REPLY_H
 #define KVPD_REPLY_H
 
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frame.h"
 #include "kvpalace.pb-c.h"
 
 struct pool;
@@ -55,6 +59,22 @@ struct reply {
 	void *heap;	   /* freed by reply_fini */
 	int pass_fd;	   /* fd to send with the reply (owned), or -1 */
 };
+
+/* Bytes of a reply of at most max_message_bytes left for its repeated
+ * fields, once the frame header and fixed_bytes for the envelope and the
+ * fixed fields are taken: what every handler that fills a list or a
+ * page table measures against, so a reply never outgrows the cap. */
+static inline size_t reply_room(uint32_t max_message_bytes, size_t fixed_bytes)
+{
+	return max_message_bytes - FRAME_HEADER_BYTES - fixed_bytes;
+}
+
+/* Entries of at most item_bytes each packed that fit in such a reply
+ * (a packed uint32 slot takes at most 5 bytes). */
+static inline uint64_t reply_fit(uint32_t max_message_bytes, size_t fixed_bytes, size_t item_bytes)
+{
+	return reply_room(max_message_bytes, fixed_bytes) / item_bytes;
+}
 
 /* Frees what the handler hung off r (r->heap); r->pass_fd stays. */
 void reply_fini(struct reply *r);

@@ -6,6 +6,7 @@
 #include "clock.h"
 #include "frame.h"
 #include "pool.h"
+#include "reply.h"
 #include "session.h"
 #include "spill.h"
 #include "stats.h"
@@ -120,7 +121,7 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 
 	/* Room for the envelope and the counters above; each pool entry is
 	 * measured as it is added. */
-	budget = max_bytes - FRAME_HEADER_BYTES - 512;
+	budget = reply_room(max_bytes, 512);
 	for (it = c->pool_list.next; it != &c->pool_list && i < n; it = it->next) {
 		const struct pool *p = list_entry(it, struct pool, link);
 		Kvpalace__V1__PoolStats *ps = &e[i].ps;
@@ -218,7 +219,7 @@ int stats_list_sessions(const struct cache *c, uid_t uid, int admin, uint64_t po
 			uint64_t after_id, uint32_t max_bytes,
 			Kvpalace__V1__ListSessionsResponse *out, void **ret_heap)
 {
-	size_t n = 0, i, budget = max_bytes - FRAME_HEADER_BYTES - 64;
+	size_t n = 0, i, budget = reply_room(max_bytes, 64);
 	uint64_t now = clock_now_ns();
 	struct session **all;
 	struct session_entry *e;
