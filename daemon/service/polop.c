@@ -246,7 +246,7 @@ static void job_done(struct worker_job *wj)
 		importance_reply(&r, n);
 	}
 	/* The waiters first: they had waited longer than this connection's
-	 * next request, which runs from conn_deliver. */
+	 * next request, which runs from ticket_deliver. */
 	tier_wake_all(p);
 	ticket_deliver(&j->t, &r);
 	cache_debug_check(j->c);

@@ -4,7 +4,7 @@
  * fuzz_request calls the request path itself, one frame at a time, with
  * no worker threads and no disk tier, so it never reaches what happens
  * around a request: frames held behind a parked one, worker jobs answered
- * later through a ticket (conn_ticket_start, conn_deliver), requests
+ * later through a ticket (service/peer.h: ticket_start, ticket_deliver), requests
  * parked on spill reads, replies queued when a client does not read, and
  * a connection closed while any of that is in flight (a use-after-free
  * there went unseen: tests/integration/test_pipeline.c). This target runs
