@@ -3,9 +3,9 @@
  * cudaGetDriverEntryPointByVersion, with the legacy CUDA IPC handle as a
  * fallback.
  *
- * Why here: the daemon's device tier (daemon/core/gpu.c) creates and exports
- * one allocation per pool, the client library imports it, and both must
- * agree on every step (granularity, access flags, handle type). Nothing
+ * Why here: the daemon's CUDA device (daemon/core/gpu_cuda.c) creates and
+ * exports one allocation per pool, the client library imports it, and both
+ * must agree on every step (granularity, access flags, handle type). Nothing
  * links libcuda: a binary that does fails to load where no driver is
  * installed, so the driver entry points are looked up at run time through
  * the CUDA runtime (cudart), which fails cleanly there instead. Built only

@@ -3,17 +3,17 @@
  * Layers, top down: the tier (gpu_init, pools, LeaseDevice, GPU appends
  * and their copy back at Commit, admin eviction) and the slot bookkeeping
  * under it (device slots, the content-addressed device cache, lease and
- * session slots, watermarks) are plain C and always build; completions
- * (a finished list and an eventfd read on the ring) too; below them one
- * device, either CUDA (probe, VMM arenas, host pinning, the stream,
- * cudaMemcpyAsync / cudaMemcpy2DAsync, cudaLaunchHostFunc; only with
- * KVP_HAVE_CUDA) or, for tests on machines without a GPU, an emulated one
- * in host memory ($KVPALACED_EMULATE_GPU=1: memfd arenas, memcpy). A
- * build without CUDA and without the emulation has no device tier:
- * gpu_init says so once and every pool stays host-only.
+ * session slots, watermarks), then completions (a finished list and an
+ * eventfd read on the ring). All of it is plain C with no CUDA: the
+ * device under it is a table of operations (gpu_dev.h) chosen once in
+ * gpu_init, CUDA (gpu_cuda.c) or, for tests on machines without a GPU,
+ * the emulated one in host memory ($KVPALACED_EMULATE_GPU=1: gpu_emu.c).
+ * Where the device cannot open (no driver, no GPU, a build without CUDA)
+ * gpu_init says why once and every pool stays host-only. This file calls
+ * a device only through its table; a device calls nothing here, its
+ * completions come back through job_callback, which it was handed.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,10 +21,10 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "arena.h"
 #include "clock.h"
 #include "config.h"
 #include "gpu.h"
+#include "gpu_dev.h"
 #include "lease.h"
 #include "list.h"
 #include "log.h"
@@ -33,21 +33,6 @@
 #include "prefix_index.h"
 #include "session.h"
 #include "tier.h"
-
-#ifdef KVP_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "vmm.h"
-#endif
-#ifndef CUDART_CB
-#define CUDART_CB
-#endif
-
-/* cudaHostRegister works on ranges; pinning a whole multi-GiB arena in one
- * call holds the driver for long and fails all at once, so it goes in
- * chunks (and a chunk that fails leaves the rest unpinned, which is only
- * slower). */
-#define GPU_PIN_CHUNK_BYTES (256ull << 20)
 
 /* One LeaseDevice whose copies are in flight. */
 struct gpu_job {
@@ -74,14 +59,13 @@ struct gpu_job {
 
 struct gpu {
 	int available;
-	int emulated; /* $KVPALACED_EMULATE_GPU: host memory plays the device */
-	int device;
+	const struct gpu_dev_ops *ops; /* the device: CUDA or emulated */
+	struct gpu_dev *dev;	       /* its state (ops->dev_bytes) */
 	enum gpu_handle handle;
 	unsigned char uuid[GPU_UUID_BYTES];
 	char status[GPU_STATUS_BYTES];
 	const struct config *cfg;
 	struct loop *loop;
-	void *stream; /* cudaStream_t */
 	int efd;
 	uint64_t efd_val;
 	struct loop_op op;
@@ -311,9 +295,9 @@ static void job_free(struct gpu_job *j)
 
 /* ---- completions ----------------------------------------------------------- */
 
-/* On a CUDA thread (or, emulated, on the loop thread): only the list and
- * the eventfd. */
-static void CUDART_CB job_callback(void *arg)
+/* The device's done (gpu_dev.h): on a CUDA thread (or, emulated, on the
+ * loop thread), so only the list and the eventfd. */
+static void job_callback(void *arg)
 {
 	struct gpu_job *j = arg;
 	struct gpu *g = j->g;
@@ -345,18 +329,9 @@ static void job_done(struct gpu_job *j)
 	struct gpu_pool *d = &p->dev;
 	uint32_t first_bad = UINT32_MAX;
 
-#ifdef KVP_HAVE_CUDA
-	/* A copy that failed after it was queued shows as the stream's
-	 * (sticky) error. */
-	if (!j->error && !j->g->emulated) {
-		cudaError_t e = cudaStreamQuery((cudaStream_t)j->g->stream);
-
-		if (e != cudaSuccess && e != cudaErrorNotReady) {
-			cudaGetLastError();
-			j->error = -EIO;
-		}
-	}
-#endif
+	/* A copy may fail after it was queued: the device says so now. */
+	if (!j->error)
+		j->error = j->g->ops->copy_error(j->g->dev);
 	if (j->sync) {
 		sync_done(j);
 		return;
@@ -419,326 +394,13 @@ static void on_eventfd(struct loop_op *op, int res, unsigned int flags)
 	arm_read(g);
 }
 
-#ifdef KVP_HAVE_CUDA
-/* ---- CUDA ------------------------------------------------------------------ */
-
-static int cuda_init(struct gpu *g)
-{
-	const char *why = "unknown";
-	char name[96];
-	enum vmm_kind kind;
-	cudaStream_t st;
-	int ret = vmm_probe(&why);
-
-	if (ret < 0) {
-		no_gpu(g, why);
-		return 0;
-	}
-	g->device = 0;
-	ret = vmm_describe(g->device, name, sizeof(name), g->uuid, &kind);
-	if (ret < 0) {
-		no_gpu(g, "the CUDA device cannot be used");
-		return 0;
-	}
-	if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) {
-		cudaGetLastError();
-		no_gpu(g, "cannot create a CUDA stream");
-		return 0;
-	}
-	g->efd = eventfd(0, EFD_CLOEXEC);
-	if (g->efd < 0) {
-		cudaStreamDestroy(st);
-		no_gpu(g, "cannot create an eventfd");
-		return 0;
-	}
-	g->stream = st;
-	g->handle = kind == VMM_POSIX_FD ? GPU_HANDLE_POSIX_FD : GPU_HANDLE_CUDA_IPC;
-	g->available = 1;
-	g->op.cb = on_eventfd;
-	arm_read(g);
-	snprintf(g->status, sizeof(g->status), "%s (device %d), device arenas shared as %s", name,
-		 g->device,
-		 g->handle == GPU_HANDLE_POSIX_FD
-			 ? "POSIX fd (CUDA VMM)"
-			 : "legacy CUDA IPC handles (no POSIX fd support)");
-	if (g->cfg->gpu_pool_bytes)
-		log_notice("GPU tier: %s; %llu MiB per pool", g->status,
-			   (unsigned long long)(g->cfg->gpu_pool_bytes >> 20));
-	else
-		log_notice("GPU tier off (gpu-pool-size 0) on %s", g->status);
-	return 0;
-}
-
-static void unpin_host(struct gpu_pool *d)
-{
-	unsigned char *a = d->host_reg;
-
-	for (uint64_t off = 0; a && off < d->host_reg_bytes; off += GPU_PIN_CHUNK_BYTES)
-		cudaHostUnregister(a + off);
-	cudaGetLastError();
-	d->host_reg = NULL;
-	d->host_reg_bytes = 0;
-}
-
-static void pin_host(struct pool *p)
-{
-	unsigned char *a = p->arena;
-	uint64_t off;
-
-	for (off = 0; off < p->arena_bytes; off += GPU_PIN_CHUNK_BYTES) {
-		uint64_t n = p->arena_bytes - off;
-
-		if (n > GPU_PIN_CHUNK_BYTES)
-			n = GPU_PIN_CHUNK_BYTES;
-		if (cudaHostRegister(a + off, n, cudaHostRegisterDefault) != cudaSuccess) {
-			cudaGetLastError();
-			log_warn("pool %llu: host arena pinned up to %llu MiB only "
-				 "(cudaHostRegister failed; RLIMIT_MEMLOCK?): copies beyond "
-				 "go through staging",
-				 (unsigned long long)p->id, (unsigned long long)(off >> 20));
-			break;
-		}
-	}
-	p->dev.host_reg = off ? p->arena : NULL;
-	p->dev.host_reg_bytes = off;
-}
-
-static int cuda_pool_open(struct gpu *g, struct pool *p, uint64_t want)
-{
-	struct gpu_pool *d = &p->dev;
-	struct vmm_map *m = calloc(1, sizeof(*m));
-	int ret;
-
-	if (!m)
-		return -ENOMEM;
-	ret = vmm_create(g->device, want,
-			 g->handle == GPU_HANDLE_POSIX_FD ? VMM_POSIX_FD : VMM_LEGACY_IPC, m);
-	if (ret < 0) {
-		free(m);
-		return ret;
-	}
-	if (g->handle == GPU_HANDLE_POSIX_FD) {
-		ret = vmm_export_fd(m, &d->fd);
-		if (ret == 0 && fcntl(d->fd, F_SETFD, FD_CLOEXEC) < 0)
-			ret = -errno;
-	} else {
-		ret = vmm_export_ipc(m, d->ipc);
-	}
-	if (ret < 0) {
-		if (d->fd >= 0)
-			close(d->fd);
-		d->fd = -1;
-		vmm_destroy(m);
-		free(m);
-		return ret;
-	}
-	d->map = m;
-	d->bytes = m->bytes;
-	d->d_base = m->d_base;
-	pin_host(p);
-	return 0;
-}
-
-static void cuda_pool_close(struct gpu_pool *d)
-{
-	unpin_host(d);
-	if (d->fd >= 0)
-		close(d->fd);
-	d->fd = -1;
-	vmm_destroy(d->map);
-	free(d->map);
-	d->map = NULL;
-}
-
-static int cuda_copy(struct gpu *g, struct pool *p, uint32_t dslot, uint32_t hslot)
-{
-	void *dst = (void *)(uintptr_t)(p->dev.d_base + (uint64_t)dslot * p->page_bytes);
-	const unsigned char *src =
-		(const unsigned char *)p->arena + (uint64_t)hslot * p->page_bytes;
-
-	if (cudaMemcpyAsync(dst, src, p->page_bytes, cudaMemcpyHostToDevice,
-			    (cudaStream_t)g->stream) != cudaSuccess) {
-		cudaGetLastError();
-		return -EIO;
-	}
-	return 0;
-}
-
-/* One strided part of a page's rows: rows of `width` bytes at `off` in
- * each of `height` blocks `pitch` apart, device → host. */
-static int cuda_rows_back(struct gpu *g, unsigned char *host, uint64_t dev, uint64_t off,
-			  uint64_t pitch, uint64_t width, uint64_t height)
-{
-	if (cudaMemcpy2DAsync(host + off, pitch, (const void *)(uintptr_t)(dev + off), pitch, width,
-			      height, cudaMemcpyDeviceToHost,
-			      (cudaStream_t)g->stream) != cudaSuccess) {
-		cudaGetLastError();
-		return -EIO;
-	}
-	return 0;
-}
-
-static int cuda_launch(struct gpu *g, struct gpu_job *j)
-{
-	if (cudaLaunchHostFunc((cudaStream_t)g->stream, job_callback, j) != cudaSuccess) {
-		cudaGetLastError();
-		return -EIO;
-	}
-	return 0;
-}
-
-static void cuda_fini(struct gpu *g)
-{
-	if (!g->available || g->emulated)
-		return;
-	/* Copies in flight target arenas: wait for them (their callbacks
-	 * then sit on the finished list and are freed with their pools'
-	 * jobs by whoever stops the loop; at a clean stop none is left). */
-	cudaStreamSynchronize((cudaStream_t)g->stream);
-	cudaStreamDestroy((cudaStream_t)g->stream);
-	cudaGetLastError();
-}
-#else
-/* ---- no CUDA in this build -------------------------------------------------- */
-
-static int cuda_init(struct gpu *g)
-{
-	no_gpu(g, "built without CUDA");
-	return 0;
-}
-
-static int cuda_pool_open(struct gpu *g, struct pool *p, uint64_t want)
-{
-	(void)g;
-	(void)p;
-	(void)want;
-	return -ENODEV;
-}
-
-static void cuda_pool_close(struct gpu_pool *d)
-{
-	(void)d;
-}
-
-static int cuda_copy(struct gpu *g, struct pool *p, uint32_t dslot, uint32_t hslot)
-{
-	(void)g;
-	(void)p;
-	(void)dslot;
-	(void)hslot;
-	return -ENODEV;
-}
-
-static int cuda_rows_back(struct gpu *g, unsigned char *host, uint64_t dev, uint64_t off,
-			  uint64_t pitch, uint64_t width, uint64_t height)
-{
-	(void)g;
-	(void)host;
-	(void)dev;
-	(void)off;
-	(void)pitch;
-	(void)width;
-	(void)height;
-	return -ENODEV;
-}
-
-static int cuda_launch(struct gpu *g, struct gpu_job *j)
-{
-	(void)g;
-	(void)j;
-	return -ENODEV;
-}
-
-static void cuda_fini(struct gpu *g)
-{
-	(void)g;
-}
-#endif
-
-/* ---- an emulated device (tests only) ---------------------------------------- */
-
-/* With $KVPALACED_EMULATE_GPU=1 the daemon plays a GPU in host memory: each
- * device arena is a sealed memfd (shm/arena.h) passed as
- * DEVICE_HANDLE_HOST_EMULATED, copies are memcpy, and completions still
- * travel through the finished list and the eventfd. Everything of the tier
- * but the CUDA calls then runs, and is tested, on machines without a GPU. */
-
-static int emu_init(struct gpu *g)
-{
-	g->efd = eventfd(0, EFD_CLOEXEC);
-	if (g->efd < 0) {
-		no_gpu(g, "cannot create an eventfd");
-		return 0;
-	}
-	g->emulated = 1;
-	g->available = 1;
-	g->handle = GPU_HANDLE_EMULATED;
-	memset(g->uuid, 0, sizeof(g->uuid));
-	g->op.cb = on_eventfd;
-	arm_read(g);
-	snprintf(g->status, sizeof(g->status),
-		 "emulated GPU in host memory (KVPALACED_EMULATE_GPU, tests only), device "
-		 "arenas shared as memfd");
-	log_warn("GPU tier: %s", g->status);
-	return 0;
-}
-
-static int emu_pool_open(struct pool *p, uint64_t want)
-{
-	struct gpu_pool *d = &p->dev;
-	char name[64];
-	void *addr;
-	int ret;
-
-	want = (want + 4095) / 4096 * 4096;
-	snprintf(name, sizeof(name), "kvpalace-emugpu-%llu", (unsigned long long)p->id);
-	ret = shm_arena_create(name, want, &d->fd, NULL);
-	if (ret < 0)
-		return ret;
-	ret = shm_arena_map(d->fd, want, &addr);
-	if (ret < 0) {
-		close(d->fd);
-		d->fd = -1;
-		return ret;
-	}
-	d->emulated = 1;
-	d->bytes = want;
-	d->d_base = (uint64_t)(uintptr_t)addr;
-	return 0;
-}
-
-static void emu_pool_close(struct gpu_pool *d)
-{
-	shm_arena_unmap((void *)(uintptr_t)d->d_base, d->bytes);
-	if (d->fd >= 0)
-		close(d->fd);
-	d->fd = -1;
-}
-
-/* ---- one device, CUDA or emulated ------------------------------------------ */
-
-static int dev_pool_open(struct gpu *g, struct pool *p, uint64_t want)
-{
-	return g->emulated ? emu_pool_open(p, want) : cuda_pool_open(g, p, want);
-}
-
-static void dev_pool_close(struct gpu_pool *d)
-{
-	if (d->emulated)
-		emu_pool_close(d);
-	else
-		cuda_pool_close(d);
-}
+/* ---- the device (gpu_dev.h) --------------------------------------------------- */
 
 static int copy_to_device(struct gpu *g, struct pool *p, uint32_t dslot, uint32_t hslot)
 {
-	if (g->emulated) {
-		memcpy((void *)(uintptr_t)(p->dev.d_base + (uint64_t)dslot * p->page_bytes),
-		       (const unsigned char *)p->arena + (uint64_t)hslot * p->page_bytes,
-		       p->page_bytes);
-		return 0;
-	}
-	return cuda_copy(g, p, dslot, hslot);
+	return g->ops->copy_to_device(
+		g->dev, p->dev.d_base + (uint64_t)dslot * p->page_bytes,
+		(const unsigned char *)p->arena + (uint64_t)hslot * p->page_bytes, p->page_bytes);
 }
 
 /* Copies tokens [t0, t0 + nt) of device slot dslot back into host slot
@@ -766,16 +428,8 @@ static int copy_rows_to_host(struct gpu *g, struct pool *p, uint32_t dslot, uint
 		n_parts = 2;
 	}
 	for (int k = 0; k < n_parts; k++) {
-		if (g->emulated) {
-			for (uint64_t r = 0; r < height; r++)
-				memcpy(host + part[k].off + r * part[k].pitch,
-				       (const unsigned char *)(uintptr_t)dev + part[k].off +
-					       r * part[k].pitch,
-				       part[k].width);
-			continue;
-		}
-		ret = cuda_rows_back(g, host, dev, part[k].off, part[k].pitch, part[k].width,
-				     height);
+		ret = g->ops->copy_rows_to_host(g->dev, host, dev, part[k].off, part[k].pitch,
+						part[k].width, height);
 		if (ret < 0)
 			return ret;
 	}
@@ -785,27 +439,43 @@ static int copy_rows_to_host(struct gpu *g, struct pool *p, uint32_t dslot, uint
 /* Queues j's completion behind its copies. */
 static int launch_done(struct gpu *g, struct gpu_job *j)
 {
-	if (g->emulated) {
-		job_callback(j); /* the loop sees it on its next turn */
-		return 0;
-	}
-	return cuda_launch(g, j);
+	return g->ops->launch_done(g->dev, job_callback, j);
 }
 
 /* Waits for every copy queued (the error paths, before slots are reused). */
 static void dev_sync(struct gpu *g)
 {
-#ifdef KVP_HAVE_CUDA
-	if (!g->emulated) {
-		cudaStreamSynchronize((cudaStream_t)g->stream);
-		cudaGetLastError();
-	}
-#else
-	(void)g;
-#endif
+	g->ops->sync(g->dev);
 }
 
 /* ---- the tier -------------------------------------------------------------- */
+
+/* Opens g's device and, when it has one, arms the eventfd its completions
+ * come through. The eventfd comes first, so an open device is never
+ * closed again for want of it. */
+static void dev_open(struct gpu *g)
+{
+	struct gpu_dev_desc desc = {0};
+	const char *why = "unknown";
+
+	g->efd = eventfd(0, EFD_CLOEXEC);
+	if (g->efd < 0) {
+		no_gpu(g, "cannot create an eventfd");
+		return;
+	}
+	if (g->ops->open(g->dev, g->cfg, &desc, &why) < 0) {
+		close(g->efd);
+		g->efd = -1;
+		no_gpu(g, why);
+		return;
+	}
+	g->handle = desc.handle;
+	memcpy(g->uuid, desc.uuid, sizeof(g->uuid));
+	memcpy(g->status, desc.status, sizeof(g->status));
+	g->available = 1;
+	g->op.cb = on_eventfd;
+	arm_read(g);
+}
 
 int gpu_init(struct gpu **ret_gpu, const struct config *cfg, struct loop *l)
 {
@@ -813,15 +483,23 @@ int gpu_init(struct gpu **ret_gpu, const struct config *cfg, struct loop *l)
 
 	if (!g)
 		return -ENOMEM;
+	if (secure_getenv("KVPALACED_EMULATE_GPU") &&
+	    !strcmp(secure_getenv("KVPALACED_EMULATE_GPU"), "1"))
+		g->ops = gpu_emu_ops();
+	else
+		g->ops = gpu_cuda_ops();
+	if (g->ops->dev_bytes) {
+		g->dev = calloc(1, g->ops->dev_bytes);
+		if (!g->dev) {
+			free(g);
+			return -ENOMEM;
+		}
+	}
 	g->cfg = cfg;
 	g->loop = l;
 	g->efd = -1;
 	pthread_mutex_init(&g->mu, NULL);
-	if (secure_getenv("KVPALACED_EMULATE_GPU") &&
-	    !strcmp(secure_getenv("KVPALACED_EMULATE_GPU"), "1"))
-		emu_init(g);
-	else
-		cuda_init(g);
+	dev_open(g);
 	*ret_gpu = g;
 	return 0;
 }
@@ -830,11 +508,13 @@ void gpu_fini(struct gpu *g)
 {
 	if (!g)
 		return;
-	cuda_fini(g);
+	if (g->available)
+		g->ops->close(g->dev);
 	g->loop = NULL;
 	if (g->efd >= 0)
 		close(g->efd);
 	pthread_mutex_destroy(&g->mu);
+	free(g->dev);
 	free(g);
 }
 
@@ -856,7 +536,7 @@ void gpu_pool_open(struct cache *c, struct pool *p)
 			   (unsigned long long)(c->cfg->gpu_tier_bytes >> 20));
 		return;
 	}
-	ret = dev_pool_open(g, p, want);
+	ret = g->ops->pool_open(g->dev, p, want);
 	if (ret < 0) {
 		log_err("pool %llu: no device arena of %llu MiB (%s): host tier only",
 			(unsigned long long)p->id, (unsigned long long)(want >> 20),
@@ -868,7 +548,7 @@ void gpu_pool_open(struct cache *c, struct pool *p)
 	ret = pool_tables(d);
 	if (ret < 0) {
 		pool_tables_free(d);
-		dev_pool_close(d);
+		g->ops->pool_close(g->dev, d);
 		log_err("pool %llu: no memory for the device arena's tables: host tier only",
 			(unsigned long long)p->id);
 		memset(d, 0, sizeof(*d));
@@ -891,7 +571,7 @@ void gpu_pool_close(struct cache *c, struct pool *p)
 	kvp_assert(!d->n_jobs);
 	c->gpu->tier_bytes -= d->bytes;
 	pool_tables_free(d);
-	dev_pool_close(d);
+	c->gpu->ops->pool_close(c->gpu->dev, d);
 	d->on = 0;
 }
 

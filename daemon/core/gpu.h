@@ -1,8 +1,10 @@
 /* daemon/core/gpu.h — the device tier (T0): one GPU, a device arena per pool,
  * device copies of leased pages, and the migrations between host and GPU.
  *
- * At start gpu_init probes CUDA (only in a build with CUDA: KVP_HAVE_CUDA)
- * and decides once whether there is a device tier; any CUDA error means
+ * The device is behind a table of operations (gpu_dev.h): CUDA
+ * (gpu_cuda.c, only in a build with CUDA: KVP_HAVE_CUDA) or, for tests,
+ * one emulated in host memory (gpu_emu.c). At start gpu_init opens it and
+ * decides once whether there is a device tier; any CUDA error means
  * "host and disk tiers only", said once in the log and in every Stats
  * reply (gpu_status) with the reason. With a device, each new pool gets a
  * device arena of gpu-pool-size bytes allocated with the CUDA VMM API and
@@ -29,11 +31,11 @@
  * before the Commit that publishes them (gpu_session_sync).
  *
  * Completions never block the loop: after a job's copies the daemon
- * enqueues cudaLaunchHostFunc on its stream; that callback (on a CUDA
- * thread) puts the job on a list and writes an eventfd that the loop reads
- * through its ring, as daemon/io/worker.c does. The stream runs in order, so
- * a job's callback runs after every copy enqueued before it, its own and
- * earlier jobs' alike.
+ * enqueues cudaLaunchHostFunc on its stream (the device's launch_done);
+ * that callback (on a CUDA thread) puts the job on a list and writes an
+ * eventfd that the loop reads through its ring, as daemon/io/worker.c
+ * does. The stream runs in order, so a job's callback runs after every
+ * copy enqueued before it, its own and earlier jobs' alike.
  *
  * Event-loop thread only, except the CUDA callback, which touches only
  * the mutex-protected finished list and the eventfd.
@@ -80,8 +82,7 @@ struct gpu_pool {
 	uint64_t d_base;  /* the daemon's mapping of slot 0 */
 	int fd;		  /* exported POSIX fd, or -1 */
 	unsigned char ipc[GPU_IPC_BYTES];
-	void *map;	/* struct vmm_map (CUDA builds) */
-	int emulated;	/* a memfd mapped at d_base (tests only) */
+	void *map;	/* the device's: struct vmm_map (gpu_cuda.c) */
 	void *host_reg; /* the pinned host arena, or NULL */
 	uint64_t host_reg_bytes;
 	struct pagealloc pa;  /* refs: the cache, each lease, each copy in flight */
