@@ -94,10 +94,6 @@ struct cache {
 	uint64_t pinned_bytes; /* arenas registered with io_uring (pinned) */
 	struct cache_counters ctr;
 	uint64_t start_ns;
-	/* The request being handled: whether it may wait for disk I/O, and
-	 * the pool whose I/O it waits for when a handler returned -EAGAIN. */
-	int no_park;
-	struct pool *park_on;
 	/* Persistent sessions no open connection owns (struct
 	 * session.owner_link): what the idle sweep (session_expire_idle)
 	 * looks at. */

@@ -498,12 +498,10 @@ static int late_gather(struct cache *c, struct compact_job *j, const char **why)
 {
 	struct pool *p = j->pool;
 	uint32_t n_new = (uint32_t)((j->k + p->layout.block_tokens - 1) / p->layout.block_tokens);
-	int saved = c->no_park, ret;
+	struct tier_park pk = {.no_park = 1}; /* the choice is made: no waiting now */
+	int ret;
 
-	c->no_park = 1;
-	ret = tier_make_room(c, p, n_new);
-	c->no_park = saved;
-	c->park_on = NULL;
+	ret = tier_make_room(c, p, n_new, &pk);
 	if (ret < 0) {
 		*why = "host tier full: no pages for the compacted copy";
 		return -ENOSPC;
@@ -627,7 +625,8 @@ int compact_check(const struct pool *p, uint32_t *refs)
 	return n == p->n_compact_jobs ? 0 : -EUCLEAN;
 }
 
-int compact_gather_start(struct cache *c, struct session *s, struct compact_job *j)
+int compact_gather_start(struct cache *c, struct session *s, struct tier_park *pk,
+			 struct compact_job *j)
 {
 	struct pool *p = s->pool;
 	uint32_t bt = p->layout.block_tokens, n_new, budget;
@@ -657,7 +656,7 @@ int compact_gather_start(struct cache *c, struct session *s, struct compact_job 
 	j->late = budget >= n;
 	n_new = j->late ? 0 : (uint32_t)((budget + bt - 1) / bt);
 	if (n_new) {
-		ret = tier_make_room(c, p, n_new);
+		ret = tier_make_room(c, p, n_new, pk);
 		if (ret < 0)
 			goto fail;
 	}
@@ -683,11 +682,11 @@ fail:
 	return ret;
 }
 
-static int compact(struct cache *c, struct session *s, uint64_t *ret_dropped)
+static int compact(struct cache *c, struct session *s, struct tier_park *pk, uint64_t *ret_dropped)
 {
 	struct compact_job j;
 	const char *why;
-	int ret = compact_gather_start(c, s, &j);
+	int ret = compact_gather_start(c, s, pk, &j);
 
 	*ret_dropped = 0;
 	if (ret < 0)
@@ -696,9 +695,9 @@ static int compact(struct cache *c, struct session *s, uint64_t *ret_dropped)
 	return compact_job_finish(c, &j, ret_dropped, &why);
 }
 
-int compact_session(struct cache *c, struct session *s, uint64_t *ret_dropped)
+int compact_session(struct cache *c, struct session *s, struct tier_park *pk, uint64_t *ret_dropped)
 {
-	int ret = compact(c, s, ret_dropped);
+	int ret = compact(c, s, pk, ret_dropped);
 
 	s->last_use_ns = clock_now_ns();
 	return ret;
@@ -713,14 +712,10 @@ int compact_due(const struct session *s, uint64_t more)
 
 int compact_gather_start_now(struct cache *c, struct session *s, struct compact_job *j)
 {
-	int saved = c->no_park, ret;
-
 	/* The commit is done either way: no parking here. */
-	c->no_park = 1;
-	ret = compact_gather_start(c, s, j);
-	c->no_park = saved;
-	c->park_on = NULL;
-	return ret;
+	struct tier_park pk = {.no_park = 1};
+
+	return compact_gather_start(c, s, &pk, j);
 }
 
 int compact_after_commit(struct cache *c, struct session *s)

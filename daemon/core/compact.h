@@ -107,16 +107,18 @@ struct compact_job {
 int compact_score_start(struct session *s, int topic, uint32_t layer, uint32_t n_q_heads,
 			const float *q, size_t n_q, struct compact_job *j, const char **why);
 
+struct tier_park;
 /* s's policy applied now, as a job in j (zeroed first): a copy of the
  * tokens' metadata for the job to choose from, and room made and fresh
  * pages taken for as many tokens as the budget keeps (when the budget
  * holds every token, none: compact_job_finish takes them, without waiting
  * for disk writes, in the rare case the choice dropped some). Returns 0
  * with the job to run,
- * -EINVAL no policy, -EBUSY uncommitted tokens, -EAGAIN (parked: room is
- * coming from disk writes), -ENOSPC no room for the new pages, -ENOMEM;
- * nothing is held on error. */
-int compact_gather_start(struct cache *c, struct session *s, struct compact_job *j);
+ * -EINVAL no policy, -EBUSY uncommitted tokens, -EAGAIN with pk->park_on
+ * set (room is coming from disk writes; never when pk->no_park), -ENOSPC
+ * no room for the new pages, -ENOMEM; nothing is held on error. */
+int compact_gather_start(struct cache *c, struct session *s, struct tier_park *pk,
+			 struct compact_job *j);
 
 /* The work, on any thread: touches only what j owns and the arena (under
  * the guard). */
@@ -143,10 +145,12 @@ int compact_check(const struct pool *p, uint32_t *refs);
 
 /* Applies s's policy now, on this thread (compact_gather_start, run and
  * finish in one). Returns 0 with the tokens dropped (0 when all fit the
- * budget), -EINVAL no policy, -EBUSY uncommitted tokens, -EAGAIN (parked:
- * room is coming from disk writes), -ENOSPC no room for the new pages,
- * -EFAULT pages gone from the arena, -ENOMEM; nothing changed on error. */
-int compact_session(struct cache *c, struct session *s, uint64_t *ret_dropped);
+ * budget), -EINVAL no policy, -EBUSY uncommitted tokens, -EAGAIN with
+ * pk->park_on set (room is coming from disk writes; never when
+ * pk->no_park), -ENOSPC no room for the new pages, -EFAULT pages gone
+ * from the arena, -ENOMEM; nothing changed on error. */
+int compact_session(struct cache *c, struct session *s, struct tier_park *pk,
+		    uint64_t *ret_dropped);
 
 /* Whether s should compact once more of its tokens are committed (0: a
  * commit just done): its policy says auto_compact and it would be past
@@ -159,8 +163,9 @@ int compact_due(const struct session *s, uint64_t more);
  * without workers; the daemon compacts on a worker (polop.h). */
 int compact_after_commit(struct cache *c, struct session *s);
 
-/* compact_gather_start for a compaction after a commit: without parking,
- * -EAGAIN when room is coming from disk writes (the next commit tries
+/* compact_gather_start for a compaction after a commit: without parking
+ * (the commit is done either way): pages whose disk writes are in flight
+ * stay, and a compaction without room fails (the next commit tries
  * again). */
 int compact_gather_start_now(struct cache *c, struct session *s, struct compact_job *j);
 

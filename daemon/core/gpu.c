@@ -584,7 +584,7 @@ static int lease_copying(const struct lease *l, uint64_t first_page)
 	return 0;
 }
 
-int gpu_lease_device(struct cache *c, struct lease *l, uint64_t first_page,
+int gpu_lease_device(struct cache *c, struct lease *l, uint64_t first_page, struct tier_park *pk,
 		     struct gpu_lease_slots *out, const char **why)
 {
 	struct gpu *g = c->gpu;
@@ -737,11 +737,11 @@ int gpu_lease_device(struct cache *c, struct lease *l, uint64_t first_page,
 park:
 	/* Like a disk read: the request waits on the pool and runs again
 	 * when the copies are done (job_done wakes it). */
-	if (c->no_park) {
+	if (pk->no_park) {
 		*why = "host→device copies of this lease are still in flight";
 		return -EBUSY;
 	}
-	c->park_on = p;
+	pk->park_on = p;
 	return -EAGAIN;
 fail:
 	/* Copies already enqueued finish into slots nobody will find: wait
@@ -869,7 +869,8 @@ int gpu_session_append(struct cache *c, struct session *s, uint64_t from, uint64
 	return 0;
 }
 
-int gpu_session_sync(struct cache *c, struct session *s, uint64_t n, const char **why)
+int gpu_session_sync(struct cache *c, struct session *s, uint64_t n, struct tier_park *pk,
+		     const char **why)
 {
 	struct pool *p = s->pool;
 	struct gpu_pool *d = &p->dev;
@@ -967,11 +968,11 @@ int gpu_session_sync(struct cache *c, struct session *s, uint64_t n, const char 
 	}
 	s->dev_copying = 1;
 wait:
-	if (c->no_park) {
+	if (pk->no_park) {
 		*why = "device→host copies of this session are still in flight: commit again";
 		return -EBUSY;
 	}
-	c->park_on = p;
+	pk->park_on = p;
 	return -EAGAIN;
 }
 

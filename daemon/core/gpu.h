@@ -136,16 +136,18 @@ struct gpu_lease_slots {
 	uint32_t copied;
 };
 
+struct tier_park;
+
 /* LeaseDevice for lease l: gives every page of l without one a device
  * slot (cached or copied). Returns 0 with the slots in *out once none of
  * them is still being copied; -EAGAIN while copies are in flight, with
- * c->park_on set: like a disk read, the request waits on the pool and
- * runs again when they are done (-EBUSY instead when c->no_park). Errors:
+ * pk->park_on set: like a disk read, the request waits on the pool and
+ * runs again when they are done (-EBUSY instead when pk->no_park). Errors:
  * -EOPNOTSUPP no device arena, -ERANGE first_page past the lease,
  * -ENOSPC no free device slot, -ENOMEM, -EIO a copy could not be started
  * or failed (answered once; the lease keeps the slots copied before);
  * *why says so. */
-int gpu_lease_device(struct cache *c, struct lease *l, uint64_t first_page,
+int gpu_lease_device(struct cache *c, struct lease *l, uint64_t first_page, struct tier_park *pk,
 		     struct gpu_lease_slots *out, const char **why);
 /* Gives back the device slots of l (lease_release calls it). */
 void gpu_lease_release(struct lease *l);
@@ -163,10 +165,12 @@ void gpu_lease_release(struct lease *l);
 int gpu_session_append(struct cache *c, struct session *s, uint64_t from, uint64_t n,
 		       const char **why);
 /* Before committing n more tokens of s: 0 when none of them waits for a
- * copy back; -EAGAIN with c->park_on set when copies were started or are
+ * copy back; -EAGAIN with pk->park_on set when copies were started or are
  * in flight (the Commit parks and runs again once they are done); -EBUSY
- * when it may not wait any longer; -EIO when a copy back failed. */
-int gpu_session_sync(struct cache *c, struct session *s, uint64_t n, const char **why);
+ * when it may not wait any longer (pk->no_park); -EIO when a copy back
+ * failed. */
+int gpu_session_sync(struct cache *c, struct session *s, uint64_t n, struct tier_park *pk,
+		     const char **why);
 /* After s lost tokens or pages (rollback, truncate): forgets the ranges
  * past its tokens and gives back the device slots of pages it no longer
  * has. */

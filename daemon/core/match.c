@@ -87,7 +87,7 @@ static int walk(struct lease *l, const uint32_t *tokens, size_t n, struct match_
 }
 
 uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, const uint32_t *carry,
-			uint32_t n_carry, const uint32_t *tokens, size_t n)
+			uint32_t n_carry, const uint32_t *tokens, size_t n, struct tier_park *pk)
 {
 	uint32_t bt = p->layout.block_tokens, waiting = 0;
 	uint32_t page[SHM_MAX_BLOCK_TOKENS];
@@ -133,7 +133,7 @@ uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, co
 			need++;
 		}
 		prefix_index_touch(&p->ix, &p->pa, e);
-		ret = tier_promote(c, p, e);
+		ret = tier_promote(c, p, e, pk);
 		if (ret == 1 || ret == -EAGAIN)
 			waiting++;
 		else if (ret < 0)

@@ -29,12 +29,15 @@ struct match_result {
 	uint32_t n_slots;
 };
 
+struct tier_park;
 /* Starts promoting the disk-only pages a walk of tokens[0..n) from chain
  * (after the n_carry tokens of carry) would match, and marks the pages
  * already in the host tier as recently used so the promotions do not push
- * them out. Returns the pages still on their way (0: walk now). */
+ * them out. Returns the pages still on their way (0: walk now): reads in
+ * flight, and pages whose slot comes once disk writes finish (then
+ * pk->park_on is set; never when pk->no_park: tier_promote). */
 uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, const uint32_t *carry,
-			uint32_t n_carry, const uint32_t *tokens, size_t n);
+			uint32_t n_carry, const uint32_t *tokens, size_t n, struct tier_park *pk);
 
 /* First chunk: walks tokens[0..n) from root. Creates a lease owned by
  * owner (linked into owner_list) unless the walk missed at once; returns 1

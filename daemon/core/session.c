@@ -321,7 +321,7 @@ static int reserve_pages(struct cache *c, struct session *s, uint32_t need)
 
 int session_append(struct cache *c, struct session *s, const void *writer, struct session_writer *w,
 		   const uint32_t *tokens, size_t n, const struct session_tag *tag,
-		   uint64_t *ret_first_token)
+		   struct tier_park *pk, uint64_t *ret_first_token)
 {
 	struct pagealloc *pa = &s->pool->pa;
 	uint64_t end = s->n_tokens + n, more;
@@ -345,7 +345,7 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 	more = tokvec_charge(&s->tok, s->n_tokens, end) + pages_charge(s, need);
 	if (more && *s->tok.account + more > c->cfg->max_tenant_tokens)
 		return -EDQUOT;
-	ret = tier_make_room(c, s->pool, need - have);
+	ret = tier_make_room(c, s->pool, need - have, pk);
 	if (ret < 0)
 		return ret;
 	ret = prepare_tokens(c, s, s->n_tokens, end);
@@ -461,13 +461,13 @@ int session_commit(struct cache *c, struct session *s, const void *writer, uint6
 }
 
 /* Replaces the session's page i by a private copy. */
-static int copy_page(struct cache *c, struct session *s, uint32_t i)
+static int copy_page(struct cache *c, struct session *s, uint32_t i, struct tier_park *pk)
 {
 	struct pool *p = s->pool;
 	uint32_t slot;
 	int ret;
 
-	ret = tier_make_room(c, p, 1);
+	ret = tier_make_room(c, p, 1, pk);
 	if (ret < 0)
 		return ret;
 	ret = pagealloc_get(&p->pa, &slot);
@@ -485,7 +485,7 @@ static int copy_page(struct cache *c, struct session *s, uint32_t i)
 }
 
 int session_truncate(struct cache *c, struct session *s, const void *writer, uint64_t n,
-		     int *ret_copied)
+		     struct tier_park *pk, int *ret_copied)
 {
 	uint32_t bt = s->pool->layout.block_tokens;
 	uint32_t keep = pages_for(s, n);
@@ -498,7 +498,7 @@ int session_truncate(struct cache *c, struct session *s, const void *writer, uin
 	*ret_copied = 0;
 	/* The new last page will be written again: it must be ours alone. */
 	if (n % bt && s->pool->pa.refs[s->pages[keep - 1]] > 1) {
-		ret = copy_page(c, s, keep - 1);
+		ret = copy_page(c, s, keep - 1, pk);
 		if (ret < 0)
 			return ret;
 		*ret_copied = 1;
@@ -539,7 +539,8 @@ static int set_tokens(struct cache *c, struct session *s, const uint32_t *ids,
  * pages shared, the partial last page copied. */
 static int fork_from(struct cache *c, struct pool *p, XXH128_hash_t root, const struct tokvec *src,
 		     const uint32_t *ids, const uint32_t *pages, const XXH128_hash_t *hashes,
-		     uint32_t n_hashes, uint64_t n, struct session **ret_session)
+		     uint32_t n_hashes, uint64_t n, struct tier_park *pk,
+		     struct session **ret_session)
 {
 	uint32_t bt = p->layout.block_tokens;
 	uint32_t full = (uint32_t)(n / bt), need = (uint32_t)((n + bt - 1) / bt);
@@ -567,7 +568,7 @@ static int fork_from(struct cache *c, struct pool *p, XXH128_hash_t root, const 
 		f->pages[full] = pages[full];
 		ref_page(p, f->pages[full]);
 		f->n_pages = need;
-		ret = copy_page(c, f, full);
+		ret = copy_page(c, f, full, pk);
 		if (ret < 0)
 			goto fail;
 	}
@@ -579,14 +580,15 @@ fail:
 	return ret;
 }
 
-int session_fork(struct cache *c, struct session *s, uint64_t n, struct session **ret_session)
+int session_fork(struct cache *c, struct session *s, uint64_t n, struct tier_park *pk,
+		 struct session **ret_session)
 {
 	int ret;
 
 	if (n > s->n_committed)
 		return -ERANGE;
 	s->last_use_ns = clock_now_ns();
-	ret = fork_from(c, s->pool, s->root, &s->tok, NULL, s->pages, s->hashes, s->n_hashes, n,
+	ret = fork_from(c, s->pool, s->root, &s->tok, NULL, s->pages, s->hashes, s->n_hashes, n, pk,
 			ret_session);
 	if (ret == 0) {
 		/* The fork keeps the policy, the tags and, when compacted, the
@@ -599,7 +601,7 @@ int session_fork(struct cache *c, struct session *s, uint64_t n, struct session 
 	return ret;
 }
 
-int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n,
+int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n, struct tier_park *pk,
 		       struct session **ret_session)
 {
 	int ret;
@@ -607,7 +609,7 @@ int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n,
 	if (n > l->n_tokens)
 		return -ERANGE;
 	ret = fork_from(c, l->pool, l->root, NULL, l->tokens, l->pages, l->hashes, l->n_pages, n,
-			ret_session);
+			pk, ret_session);
 	/* What is computed on purged pages must not enter the index either. */
 	if (ret == 0)
 		(*ret_session)->unindexed = l->purged;

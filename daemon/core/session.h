@@ -171,6 +171,7 @@ void session_owner_release(struct cache *c, struct session_owner *o, struct sess
  * (counted as sessions_expired). Returns how many. O(unowned sessions). */
 uint32_t session_expire_idle(struct cache *c, uint64_t now_ns, uint64_t timeout_ns);
 
+struct tier_park;
 /* Reserves slots for n tokens after the last reserved one on behalf of
  * writer, whose account is w; evicts cold indexed pages when the pool is
  * above its high watermark. Returns 0 with the first new position in
@@ -178,11 +179,13 @@ uint32_t session_expire_idle(struct cache *c, uint64_t now_ns, uint64_t timeout_
  * -EDQUOT past max_session_tokens, when the writer would hold more than
  * max_reserved_pages pages reserved or when the tenant's sessions would
  * hold more than max-tenant-tokens slots (each checked before anything is
- * evicted), -ENOSPC when every page is held or pinned (nothing is
- * reserved then), -ENOMEM. */
+ * evicted), -EAGAIN with pk->park_on set when room comes once disk writes
+ * finish (never when pk->no_park: tier_make_room; nothing changed),
+ * -ENOSPC when every page is held or pinned (nothing is reserved then),
+ * -ENOMEM. */
 int session_append(struct cache *c, struct session *s, const void *writer, struct session_writer *w,
 		   const uint32_t *tokens, size_t n, const struct session_tag *tag,
-		   uint64_t *ret_first_token);
+		   struct tier_park *pk, uint64_t *ret_first_token);
 
 /* The original position the next appended token gets: one past the last
  * token's (its index in an exact session). */
@@ -208,20 +211,23 @@ void session_rollback(struct cache *c, struct session *s);
 
 /* Keeps the first n tokens (n <= n_tokens), for writer or when nobody
  * writes. Returns 0 and sets *ret_copied (1 when the new last page was
- * shared and was copied to a fresh slot), -EBUSY, -ERANGE, -ENOSPC. */
+ * shared and was copied to a fresh slot), -EBUSY, -ERANGE, -ENOSPC, or
+ * -EAGAIN with pk->park_on set when the copy's page comes once disk
+ * writes finish (never when pk->no_park). */
 int session_truncate(struct cache *c, struct session *s, const void *writer, uint64_t n,
-		     int *ret_copied);
+		     struct tier_park *pk, int *ret_copied);
 
 /* A new session sharing the first n committed tokens of s. Returns 0,
  * -ERANGE (n > committed), -EDQUOT, -ENOSPC (no page for the partial
- * copy), -ENOMEM. */
-int session_fork(struct cache *c, struct session *s, uint64_t n, struct session **ret_session);
+ * copy), -EAGAIN with pk->park_on set as session_truncate, -ENOMEM. */
+int session_fork(struct cache *c, struct session *s, uint64_t n, struct tier_park *pk,
+		 struct session **ret_session);
 
 struct lease;
 /* A new session holding the first n tokens of lease l's match (its pages
  * shared the same way, the lease's salt). Returns as session_fork, -ERANGE
  * when n exceeds the lease's tokens. */
-int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n,
+int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n, struct tier_park *pk,
 		       struct session **ret_session);
 
 /* A new session of p, chain root root, holding the n committed tokens

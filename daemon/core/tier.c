@@ -660,7 +660,7 @@ static uint32_t share_extra(struct cache *c, struct pool *p, uint32_t need)
 	return (uint32_t)((over + pb - 1) / pb);
 }
 
-int tier_make_room(struct cache *c, struct pool *p, uint32_t need)
+int tier_make_room(struct cache *c, struct pool *p, uint32_t need, struct tier_park *pk)
 {
 	struct pagealloc *pa = &p->pa;
 	uint64_t high = tier_mark_pages(c->cfg->host_high_watermark, pa->n_pages);
@@ -678,11 +678,11 @@ int tier_make_room(struct cache *c, struct pool *p, uint32_t need)
 			need > pa->n_free && need - pa->n_free > extra ? need - pa->n_free : extra;
 		uint32_t target = pa->n_free + k;
 
-		freeable = p->ix.n_idle - (c->no_park || !p->spill ? p->ix.n_idle_busy : 0);
+		freeable = p->ix.n_idle - (pk->no_park || !p->spill ? p->ix.n_idle_busy : 0);
 		if (freeable < k)
 			return -ENOSPC;
-		if (p->spill && tier_spill(c, p, target) && pa->n_free < target && !c->no_park) {
-			c->park_on = p;
+		if (p->spill && tier_spill(c, p, target) && pa->n_free < target && !pk->no_park) {
+			pk->park_on = p;
 			return -EAGAIN;
 		}
 		if (pa->n_free < target)
@@ -698,7 +698,7 @@ int tier_make_room(struct cache *c, struct pool *p, uint32_t need)
 	 * write in flight only once it is done, so not when this request
 	 * cannot wait). Decided before anything goes (issue 13: a failed
 	 * Append evicted an unrelated chain). */
-	freeable = p->ix.n_idle - (c->no_park || !p->spill ? p->ix.n_idle_busy : 0);
+	freeable = p->ix.n_idle - (pk->no_park || !p->spill ? p->ix.n_idle_busy : 0);
 	if ((uint64_t)pa->n_free + freeable < need)
 		return -ENOSPC;
 	/* Down to the low mark, and at least enough for this request. */
@@ -714,8 +714,8 @@ int tier_make_room(struct cache *c, struct pool *p, uint32_t need)
 	/* With a disk tier the same victims leave, those without a disk copy
 	 * once written; a request that cannot wait for the writes drops
 	 * leaves as without a disk tier. */
-	if (tier_spill(c, p, (uint32_t)want) && pa->n_free < need && !c->no_park) {
-		c->park_on = p;
+	if (tier_spill(c, p, (uint32_t)want) && pa->n_free < need && !pk->no_park) {
+		pk->park_on = p;
 		return -EAGAIN;
 	}
 	if (pa->n_free < need)
@@ -777,7 +777,7 @@ static void on_read(struct aio_req *r, int res)
 		tier_wake_all(p);
 }
 
-int tier_promote(struct cache *c, struct pool *p, struct pindex_entry *e)
+int tier_promote(struct cache *c, struct pool *p, struct pindex_entry *e, struct tier_park *pk)
 {
 	struct tier_io *io;
 	uint32_t slot;
@@ -794,7 +794,7 @@ int tier_promote(struct cache *c, struct pool *p, struct pindex_entry *e)
 	/* Off the lists first: making room may drop disk-only leaves. */
 	e->io = PINDEX_IO_READ;
 	prefix_index_reconsider(&p->ix, &p->pa, e);
-	ret = tier_make_room(c, p, 1);
+	ret = tier_make_room(c, p, 1, pk);
 	io = ret < 0 ? NULL : calloc(1, sizeof(*io));
 	if (!io) {
 		e->io = PINDEX_IO_NONE;

@@ -73,6 +73,17 @@ struct tier_waiter {
 	void (*wake)(struct tier_waiter *w);
 };
 
+/* Whether one request (or job) may wait for a pool's I/O, and on which
+ * pool it waits: made per request by its caller (daemon/service/
+ * dispatch.c, a checkpoint or compaction job for its own waits) and
+ * handed to every function that may park. Such a function returns -EAGAIN
+ * with park_on set (nothing changed: run the request again once that
+ * pool's I/O made progress), never when no_park. */
+struct tier_park {
+	int no_park;	      /* may not wait: take a miss or an error instead */
+	struct pool *park_on; /* set with -EAGAIN: the pool to wait on */
+};
+
 /* Opens (or creates) p's spill file when the configuration has a disk
  * tier and lists the pages it holds. A disk tier that cannot be opened is
  * logged and left off for this pool; the pool still works. */
@@ -102,10 +113,11 @@ uint32_t tier_mark_pages(double fraction, uint32_t n_pages);
 /* Makes sure p has need free pages, evicting as the watermarks say. With a
  * disk tier, index pages are written to disk before they leave
  * (tier_spill). Returns 0, -EAGAIN when room comes once disk writes in
- * flight finish (c->park_on says on which pool to park the request and
- * retry; never when c->no_park), or -ENOSPC when everything left is held
+ * flight finish (with pk->park_on set: the pool to park the request on
+ * and retry; never when pk->no_park, which also leaves alone the pages
+ * whose writes are in flight), or -ENOSPC when everything left is held
  * or pinned (then nothing was evicted). */
-int tier_make_room(struct cache *c, struct pool *p, uint32_t need);
+int tier_make_room(struct cache *c, struct pool *p, uint32_t need, struct tier_park *pk);
 
 /* Frees host slots in eviction's order (prefix_index.h: leaves first,
  * least recently used first) until the free pages plus those leaving
@@ -121,11 +133,12 @@ uint32_t tier_spill(struct cache *c, struct pool *p, uint32_t want_free);
 uint32_t tier_flush(struct cache *c, struct pool *p);
 
 /* Brings e's page into a host slot. Returns 0 when it is there already,
- * 1 when a read is in flight (wait for it), -EAGAIN when a slot will only
- * be free once writes in flight finish (wait too), -ENOSPC when no slot
+ * 1 when a read is in flight (wait for it), -EAGAIN with pk->park_on set
+ * when a slot will only be free once writes in flight finish (wait too;
+ * never when pk->no_park: tier_make_room), -ENOSPC when no slot
  * can be had, -ENOENT when e has no exact copy to read (none, or only a
  * lossy one: a miss). */
-int tier_promote(struct cache *c, struct pool *p, struct pindex_entry *e);
+int tier_promote(struct cache *c, struct pool *p, struct pindex_entry *e, struct tier_park *pk);
 
 /* e is lossy and a commit brings its exact page: its disk copy goes (the
  * extent is freed) before the caller attaches the exact page as its host

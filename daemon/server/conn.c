@@ -541,6 +541,7 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_
 	struct server *srv = c->srv;
 	Kvpalace__V1__Request *req;
 	struct reply r;
+	int no_park;
 
 	frame_arena_reset(&srv->arena);
 	req = frame_unpack_request(&srv->arena, payload, len);
@@ -563,9 +564,9 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_
 	/* Bounded by time, not by wake-ups: a pool busy with other clients'
 	 * I/O wakes its waiters often, while a request's own reads are still
 	 * coming (issue 13: a match gave up after 64 wake-ups). */
-	srv->cache.no_park = parked_ns && clock_now_ns() - parked_ns >= PEER_MAX_PARK_NS;
+	no_park = parked_ns && clock_now_ns() - parked_ns >= PEER_MAX_PARK_NS;
 	c->cur_batch = batch;
-	switch (dispatch(&srv->cache, &c->peer, req, &r)) {
+	switch (dispatch(&srv->cache, &c->peer, req, no_park, &r)) {
 	case -EAGAIN:
 		tier_wait(r.park, &c->waiter);
 		c->parked = 1;

@@ -110,18 +110,18 @@ static int show_session(struct cache *cache, const Kvpalace__V1__ShowSessionRequ
 
 /* A forget that must wait for pool I/O: park the request (nothing was
  * changed) or, when it waited often enough, refuse it. */
-static int busy(struct cache *cache, const char **why)
+static int busy(struct tier_park *pk, const char **why)
 {
-	if (!cache->no_park && cache->park_on)
+	if (!pk->no_park && pk->park_on)
 		return -EAGAIN;
-	cache->park_on = NULL;
+	pk->park_on = NULL;
 	*why = "the pool's disk I/O is still in flight: try again";
 	return -EBUSY;
 }
 
 static int drop_session(struct cache *cache, struct peer *c, uint64_t req_id,
 			const Kvpalace__V1__DropSessionRequest *in, struct reply *r,
-			const char **why)
+			struct tier_park *pk, const char **why)
 {
 	Kvpalace__V1__DropSessionResponse *out = &r->u.drop_session;
 	struct session *s = session_get(cache, in->session_id, 0, 1);
@@ -143,9 +143,9 @@ static int drop_session(struct cache *cache, struct peer *c, uint64_t req_id,
 	/* What was dropped is never matched again: the index pages only this
 	 * session holds go with it, in every tier (checked first, so a drop
 	 * that must wait for disk I/O changes nothing). */
-	ret = purge_session(cache, s, NULL, 1, &kept, &n);
+	ret = purge_session(cache, s, NULL, 1, pk, &kept, &n);
 	if (ret == -EBUSY)
-		return busy(cache, why);
+		return busy(pk, why);
 	f = ret < 0 ? NULL : forget_new();
 	if (!f) {
 		*why = "out of memory";
@@ -160,7 +160,7 @@ static int drop_session(struct cache *cache, struct peer *c, uint64_t req_id,
 	out->committed_tokens = s->n_committed;
 	out->was_writing = s->writer != NULL;
 	n = (struct purge_counts){0};
-	ret = purge_session(cache, s, f, 0, &kept, &n);
+	ret = purge_session(cache, s, f, 0, pk, &kept, &n);
 	if (ret == -ENOMEM)
 		log_err("admin: out of memory forgetting the pages of session %llu; they stay "
 			"cached",
@@ -449,7 +449,8 @@ static void evict_woken(struct tier_waiter *w)
 }
 
 static int evict(struct cache *cache, struct peer *c, uint64_t req_id,
-		 const Kvpalace__V1__EvictRequest *in, struct reply *r, const char **why)
+		 const Kvpalace__V1__EvictRequest *in, struct reply *r, struct tier_park *pk,
+		 const char **why)
 {
 	Kvpalace__V1__EvictResponse *out = &r->u.evict;
 	struct pool *only = NULL, *wait_on = NULL;
@@ -554,9 +555,9 @@ static int evict(struct cache *cache, struct peer *c, uint64_t req_id,
 			/* A header write in flight could land after the
 			 * invalidation: wait for the pool's I/O (or let the
 			 * next request do it when this one changed things). */
-			if (n == 0 && !cache->no_park) {
+			if (n == 0 && !pk->no_park) {
 				forget_finish(f, cache, c, req_id, r);
-				cache->park_on = p;
+				pk->park_on = p;
 				return -EAGAIN;
 			}
 			out->more = 1;
@@ -748,19 +749,19 @@ static int do_config_reload(struct peer *c, struct reply *r, const char **why)
 }
 
 int admin_run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req,
-	      struct reply *r, const char **why)
+	      struct reply *r, struct tier_park *pk, const char **why)
 {
 	switch (req->op_case) {
 	case KVPALACE__V1__REQUEST__OP_SHOW_SESSION:
 		return show_session(cache, req->show_session, r, why);
 	case KVPALACE__V1__REQUEST__OP_DROP_SESSION:
-		return drop_session(cache, c, req->id, req->drop_session, r, why);
+		return drop_session(cache, c, req->id, req->drop_session, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_DROP_POOL:
 		return drop_pool(cache, c, req->id, req->drop_pool, r, why);
 	case KVPALACE__V1__REQUEST__OP_EVICT:
-		return evict(cache, c, req->id, req->evict, r, why);
+		return evict(cache, c, req->id, req->evict, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_PURGE:
-		return purge_run(cache, c, req->id, req->purge, r, why);
+		return purge_run(cache, c, req->id, req->purge, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_CONFIG_SHOW:
 		return do_config_show(cache, r, why);
 	case KVPALACE__V1__REQUEST__OP_CONFIG_RELOAD:

@@ -33,10 +33,13 @@
 /* True for the operations of this file. */
 int admin_is_admin_op(Kvpalace__V1__Request__OpCase op);
 
+struct tier_park;
 /* Executes admin operation req (validated, on an admin connection c) into
- * r as dispatch does. Returns 0, or a negative errno with a reason in
- * *why (valid until reply_fini(r)). */
+ * r as dispatch does. Returns 0, a negative errno with a reason in *why
+ * (valid until reply_fini(r)), -EAGAIN with pk->park_on set when it waits
+ * for a pool's disk I/O (nothing changed; never when pk->no_park) or
+ * -EINPROGRESS (answered later through a ticket of c). */
 int admin_run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req,
-	      struct reply *r, const char **why);
+	      struct reply *r, struct tier_park *pk, const char **why);
 
 #endif

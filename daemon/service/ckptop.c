@@ -565,20 +565,18 @@ static int take_room(struct job *j, int may_wait)
 {
 	struct cache *c = j->c;
 	struct pool *p = j->pool;
-	struct pool *saved_on = c->park_on;
-	int saved = c->no_park, ret;
+	/* The job's own wait, not the request's it may run within. */
+	struct tier_park pk = {
+		.no_park = !may_wait ||
+			   (j->parked_ns && clock_now_ns() - j->parked_ns >= PEER_MAX_PARK_NS),
+	};
+	int ret;
 
-	c->no_park =
-		!may_wait || (j->parked_ns && clock_now_ns() - j->parked_ns >= PEER_MAX_PARK_NS);
-	c->park_on = NULL;
-	ret = tier_make_room(c, p, j->n_missing);
-	c->no_park = saved;
-	if (ret == -EAGAIN && c->park_on) {
-		j->park_on = c->park_on;
-		c->park_on = saved_on;
+	ret = tier_make_room(c, p, j->n_missing, &pk);
+	if (ret == -EAGAIN && pk.park_on) {
+		j->park_on = pk.park_on;
 		return -EAGAIN;
 	}
-	c->park_on = saved_on;
 	if (ret < 0) {
 		set_why(j, "%s", "host tier full: no room for the checkpoint's pages");
 		return -ENOSPC;

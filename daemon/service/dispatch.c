@@ -25,6 +25,7 @@
 #include "session.h"
 #include "stats.h"
 #include "status.h"
+#include "tier.h"
 #include "validate.h"
 
 #define KVPD_VERSION_STRING "kvpalaced " KVP_VERSION
@@ -161,7 +162,7 @@ static int do_open_device_arena(struct cache *cache, struct peer *c,
 
 static int do_lease_device(struct cache *cache, struct peer *c,
 			   const Kvpalace__V1__LeaseDeviceRequest *in, struct reply *r,
-			   const char **why)
+			   struct tier_park *pk, const char **why)
 {
 	uint64_t fit = reply_fit(cache->cfg->max_message_bytes, 256, 5);
 	struct lease *l = lease_get(cache, in->lease_id, c);
@@ -175,7 +176,7 @@ static int do_lease_device(struct cache *cache, struct peer *c,
 		return -ENOENT;
 	}
 	first_page = in->has_first_page ? in->first_page : 0;
-	ret = gpu_lease_device(cache, l, first_page, &got, why);
+	ret = gpu_lease_device(cache, l, first_page, pk, &got, why);
 	if (ret < 0)
 		return ret;
 	out = &r->u.lease_device;
@@ -271,7 +272,7 @@ static int do_close_session(struct cache *cache, struct peer *c,
 }
 
 static int do_append(struct cache *cache, struct peer *c, const Kvpalace__V1__AppendRequest *in,
-		     struct reply *r, const char **why)
+		     struct reply *r, struct tier_park *pk, const char **why)
 {
 	Kvpalace__V1__AppendResponse *out = &r->u.append;
 	struct session *s = session_get(cache, in->session_id, c->uid, 0);
@@ -292,7 +293,7 @@ static int do_append(struct cache *cache, struct peer *c, const Kvpalace__V1__Ap
 	if (tier < 0)
 		return tier;
 	before = s->n_tokens;
-	ret = session_append(cache, s, c, &c->writing, in->tokens, in->n_tokens, &tag, &first);
+	ret = session_append(cache, s, c, &c->writing, in->tokens, in->n_tokens, &tag, pk, &first);
 	if (ret == -EDQUOT && s->n_tokens + in->n_tokens <= cache->cfg->max_session_tokens) {
 		*why = "this client would hold more reserved (uncommitted) pages than "
 		       "max-reserved-pages-per-client (commit first), or this user's "
@@ -314,7 +315,7 @@ static int do_append(struct cache *cache, struct peer *c, const Kvpalace__V1__Ap
 			int copied;
 
 			/* Undo the host reservation: the append fails whole. */
-			(void)session_truncate(cache, s, c, before, &copied);
+			(void)session_truncate(cache, s, c, before, pk, &copied);
 			return ret;
 		}
 	}
@@ -337,7 +338,8 @@ static int do_append(struct cache *cache, struct peer *c, const Kvpalace__V1__Ap
 }
 
 static int do_commit(struct cache *cache, struct peer *c, uint64_t req_id,
-		     const Kvpalace__V1__CommitRequest *in, struct reply *r, const char **why)
+		     const Kvpalace__V1__CommitRequest *in, struct reply *r, struct tier_park *pk,
+		     const char **why)
 {
 	Kvpalace__V1__CommitResponse *out = &r->u.commit;
 	struct session *s = session_get(cache, in->session_id, c->uid, 0);
@@ -352,14 +354,14 @@ static int do_commit(struct cache *cache, struct peer *c, uint64_t req_id,
 	 * (the commit parks until they have; session_commit refuses what
 	 * is not this writer's to commit, so only then). */
 	if (s->writer == c && in->n_tokens <= s->n_tokens - s->n_committed) {
-		ret = gpu_session_sync(cache, s, in->n_tokens, why);
+		ret = gpu_session_sync(cache, s, in->n_tokens, pk, why);
 		if (ret < 0)
 			return ret;
 	}
 	/* Nothing changed yet: the commit may wait for the worker that
 	 * would compact after it. */
 	if (s->writer == c) {
-		ret = polop_commit_wait(cache, c, s, in->n_tokens, why);
+		ret = polop_commit_wait(cache, c, s, in->n_tokens, pk, why);
 		if (ret < 0)
 			return ret;
 	}
@@ -438,7 +440,7 @@ static int fork_done(const struct cache *cache, int ret, const struct session *f
 }
 
 static int do_fork(struct cache *cache, struct peer *c, const Kvpalace__V1__ForkRequest *in,
-		   struct reply *r, const char **why)
+		   struct reply *r, struct tier_park *pk, const char **why)
 {
 	struct session *s = session_get(cache, in->session_id, c->uid, 0);
 	struct session *f = NULL;
@@ -448,7 +450,7 @@ static int do_fork(struct cache *cache, struct peer *c, const Kvpalace__V1__Fork
 		*why = "no such session";
 		return -ENOENT;
 	}
-	ret = session_fork(cache, s, in->n_tokens, &f);
+	ret = session_fork(cache, s, in->n_tokens, pk, &f);
 	if (ret == 0)
 		session_own(cache, f, &c->sessions, 0); /* the forker's, not the source's */
 	return fork_done(cache, ret, f, 0, r, why);
@@ -456,7 +458,7 @@ static int do_fork(struct cache *cache, struct peer *c, const Kvpalace__V1__Fork
 
 static int do_fork_lease(struct cache *cache, struct peer *c,
 			 const Kvpalace__V1__ForkLeaseRequest *in, struct reply *r,
-			 const char **why)
+			 struct tier_park *pk, const char **why)
 {
 	struct lease *l = lease_get(cache, in->lease_id, c);
 	struct session *f = NULL;
@@ -466,14 +468,14 @@ static int do_fork_lease(struct cache *cache, struct peer *c,
 		*why = "no such lease";
 		return -ENOENT;
 	}
-	ret = session_fork_lease(cache, l, in->n_tokens, &f);
+	ret = session_fork_lease(cache, l, in->n_tokens, pk, &f);
 	if (ret == 0)
 		session_own(cache, f, &c->sessions, 0);
 	return fork_done(cache, ret, f, 1, r, why);
 }
 
 static int do_truncate(struct cache *cache, struct peer *c, const Kvpalace__V1__TruncateRequest *in,
-		       struct reply *r, const char **why)
+		       struct reply *r, struct tier_park *pk, const char **why)
 {
 	Kvpalace__V1__TruncateResponse *out = &r->u.truncate;
 	struct session *s = session_get(cache, in->session_id, c->uid, 0);
@@ -483,7 +485,7 @@ static int do_truncate(struct cache *cache, struct peer *c, const Kvpalace__V1__
 		*why = "no such session";
 		return -ENOENT;
 	}
-	ret = session_truncate(cache, s, c, in->n_tokens, &copied);
+	ret = session_truncate(cache, s, c, in->n_tokens, pk, &copied);
 	if (ret < 0) {
 		*why = ret == -EBUSY	? "another client holds uncommitted tokens of this session"
 		       : ret == -ERANGE ? "truncate past the session's tokens"
@@ -540,7 +542,7 @@ static int do_session_pages(struct cache *cache, struct peer *c,
 
 static int do_match_prefix(struct cache *cache, struct peer *c,
 			   const Kvpalace__V1__MatchPrefixRequest *in, struct reply *r,
-			   const char **why)
+			   struct tier_park *pk, const char **why)
 {
 	Kvpalace__V1__MatchPrefixResponse *out = &r->u.match_prefix;
 	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
@@ -570,10 +572,10 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 			*why = LEASED_PAGES_WHY;
 			return -EDQUOT;
 		}
-		if (!cache->no_park && !l->complete &&
+		if (!pk->no_park && !l->complete &&
 		    match_prefetch(cache, p, l->chain, l->carry, l->n_carry, in->tokens,
-				   in->n_tokens)) {
-			cache->park_on = p; /* pages are coming from disk */
+				   in->n_tokens, pk)) {
+			pk->park_on = p; /* pages are coming from disk */
 			return -EAGAIN;
 		}
 		before = l->n_tokens;
@@ -595,9 +597,9 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 			*why = LEASED_PAGES_WHY;
 			return -EDQUOT;
 		}
-		if (!cache->no_park &&
-		    match_prefetch(cache, p, root, NULL, 0, in->tokens, in->n_tokens)) {
-			cache->park_on = p; /* pages are coming from disk */
+		if (!pk->no_park &&
+		    match_prefetch(cache, p, root, NULL, 0, in->tokens, in->n_tokens, pk)) {
+			pk->park_on = p; /* pages are coming from disk */
 			return -EAGAIN;
 		}
 		ret = match_start(cache, p, root, c, &c->leases, in->tokens, in->n_tokens, &l, &mr);
@@ -639,7 +641,7 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 }
 
 static int do_prefetch(struct cache *cache, struct peer *c, const Kvpalace__V1__PrefetchRequest *in,
-		       struct reply *r, const char **why)
+		       struct reply *r, struct tier_park *pk, const char **why)
 {
 	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
 	XXH128_hash_t root;
@@ -659,7 +661,7 @@ static int do_prefetch(struct cache *cache, struct peer *c, const Kvpalace__V1__
 				  : p->root;
 	kvpalace__v1__prefetch_response__init(&r->u.prefetch);
 	r->u.prefetch.pages_coming =
-		match_prefetch(cache, p, root, NULL, 0, in->tokens, in->n_tokens);
+		match_prefetch(cache, p, root, NULL, 0, in->tokens, in->n_tokens, pk);
 	r->u.prefetch.has_tier = 1;
 	r->u.prefetch.tier = KVPALACE__V1__TIER__TIER_HOST;
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_PREFETCH;
@@ -721,7 +723,7 @@ static int do_stats(struct cache *cache, struct peer *c, struct reply *r, const 
 }
 
 static int run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req,
-	       struct reply *r, const char **why)
+	       struct reply *r, struct tier_park *pk, const char **why)
 {
 	struct validate_limits lim = {
 		.max_tokens_per_request = config_max_tokens_per_request(cache->cfg),
@@ -749,13 +751,13 @@ static int run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request 
 		break;
 	}
 	if (polop_is_policy_op(req->op_case) && !c->admin)
-		return polop_run(cache, c, req, r, why);
+		return polop_run(cache, c, req, r, pk, why);
 	if (admin_is_admin_op(req->op_case)) {
 		if (!c->admin) {
 			*why = "an admin operation: only the admin socket serves it";
 			return -EPERM;
 		}
-		return admin_run(cache, c, req, r, why);
+		return admin_run(cache, c, req, r, pk, why);
 	}
 	if (c->admin && req->op_case != KVPALACE__V1__REQUEST__OP_HELLO &&
 	    req->op_case != KVPALACE__V1__REQUEST__OP_STATS &&
@@ -773,23 +775,23 @@ static int run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request 
 	case KVPALACE__V1__REQUEST__OP_CLOSE_SESSION:
 		return do_close_session(cache, c, req->close_session, r, why);
 	case KVPALACE__V1__REQUEST__OP_APPEND:
-		return do_append(cache, c, req->append, r, why);
+		return do_append(cache, c, req->append, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_COMMIT:
-		return do_commit(cache, c, req->id, req->commit, r, why);
+		return do_commit(cache, c, req->id, req->commit, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_MATCH_PREFIX:
-		return do_match_prefix(cache, c, req->match_prefix, r, why);
+		return do_match_prefix(cache, c, req->match_prefix, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_RELEASE:
 		return do_release(cache, c, req->release, r, why);
 	case KVPALACE__V1__REQUEST__OP_PREFETCH:
-		return do_prefetch(cache, c, req->prefetch, r, why);
+		return do_prefetch(cache, c, req->prefetch, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_STATS:
 		return do_stats(cache, c, r, why);
 	case KVPALACE__V1__REQUEST__OP_FORK:
-		return do_fork(cache, c, req->fork, r, why);
+		return do_fork(cache, c, req->fork, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_FORK_LEASE:
-		return do_fork_lease(cache, c, req->fork_lease, r, why);
+		return do_fork_lease(cache, c, req->fork_lease, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_TRUNCATE:
-		return do_truncate(cache, c, req->truncate, r, why);
+		return do_truncate(cache, c, req->truncate, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_SESSION_PAGES:
 		return do_session_pages(cache, c, req->session_pages, r, why);
 	case KVPALACE__V1__REQUEST__OP_LIST_SESSIONS:
@@ -797,15 +799,18 @@ static int run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request 
 	case KVPALACE__V1__REQUEST__OP_OPEN_DEVICE_ARENA:
 		return do_open_device_arena(cache, c, req->open_device_arena, r, why);
 	case KVPALACE__V1__REQUEST__OP_LEASE_DEVICE:
-		return do_lease_device(cache, c, req->lease_device, r, why);
+		return do_lease_device(cache, c, req->lease_device, r, pk, why);
 	default:
 		*why = "unknown operation";
 		return -EPROTO;
 	}
 }
 
-int dispatch(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req, struct reply *r)
+int dispatch(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req, int no_park,
+	     struct reply *r)
 {
+	/* This request's own: whether it may wait, and on which pool. */
+	struct tier_park pk = {.no_park = no_park};
 	const char *why = "failed";
 	int ret;
 
@@ -813,14 +818,13 @@ int dispatch(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *r
 	kvpalace__v1__response__init(&r->resp);
 	r->pass_fd = -1;
 	r->resp.id = req->id;
-	cache->park_on = NULL;
-	ret = run(cache, c, req, r, &why);
+	ret = run(cache, c, req, r, &pk, &why);
 	if (ret == -EINPROGRESS)
 		return ret; /* a worker does it; the reply comes through a ticket */
-	if (ret == -EAGAIN && cache->park_on) {
+	if (ret == -EAGAIN && pk.park_on) {
 		/* Nothing changed: the request runs again once the pool's
 		 * disk I/O made progress. */
-		r->park = cache->park_on;
+		r->park = pk.park_on;
 		if (r->pass_fd >= 0)
 			close(r->pass_fd);
 		r->pass_fd = -1;

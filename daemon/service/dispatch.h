@@ -15,11 +15,13 @@
 
 /* Returns 0 with the reply in r (an error becomes its Status); -EAGAIN
  * when the request must wait for the disk I/O or device copies of pool
- * r->park: nothing changed, no reply; run it again (with cache->no_park
- * set when it has waited long enough, PEER_MAX_PARK_NS: it then takes a
- * miss or an error instead of waiting); or -EINPROGRESS when a worker
- * does it and the reply comes later through the peer's ticket (peer.h). */
-int dispatch(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req,
+ * r->park: nothing changed, no reply; run it again (with no_park set
+ * when it has waited long enough, PEER_MAX_PARK_NS: it then takes a
+ * miss or an error instead of waiting, and never returns -EAGAIN); or
+ * -EINPROGRESS when a worker does it and the reply comes later through
+ * the peer's ticket (peer.h). The request's wait (struct tier_park,
+ * tier.h) is made here and handed to every handler that may park. */
+int dispatch(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req, int no_park,
 	     struct reply *r);
 
 #endif

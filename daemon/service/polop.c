@@ -256,16 +256,16 @@ static void job_done(struct worker_job *wj)
 /* Whether c's tenant has its share of jobs in flight: then the request
  * waits in its connection (-EAGAIN, parked on a pool where one of them
  * runs, woken when it ends). One that waited PEER_MAX_PARK_NS runs anyway
- * (no_park). */
-static int over_share(struct cache *cache, struct peer *c, const char **why)
+ * (pk->no_park). */
+static int over_share(struct cache *cache, struct peer *c, struct tier_park *pk, const char **why)
 {
-	if (cache->no_park || compact_jobs(cache, c->uid) < POLOP_JOBS_PER_TENANT)
+	if (pk->no_park || compact_jobs(cache, c->uid) < POLOP_JOBS_PER_TENANT)
 		return 0;
 	for (struct list *it = cache->pool_list.next; it != &cache->pool_list; it = it->next) {
 		struct pool *p = list_entry(it, struct pool, link);
 
 		if (p->uid == c->uid && p->n_compact_jobs) {
-			cache->park_on = p;
+			pk->park_on = p;
 			*why = "waiting for the tenant's other jobs";
 			return -EAGAIN;
 		}
@@ -284,11 +284,11 @@ static int submit(struct cache *cache, struct peer *c, uint64_t req_id, struct p
 }
 
 int polop_commit_wait(struct cache *cache, struct peer *c, const struct session *s, uint64_t n,
-		      const char **why)
+		      struct tier_park *pk, const char **why)
 {
 	if (!cache->worker || n > s->n_tokens - s->n_committed)
 		return 0;
-	return compact_due(s, n) ? over_share(cache, c, why) : 0;
+	return compact_due(s, n) ? over_share(cache, c, pk, why) : 0;
 }
 
 int polop_compact_after_commit(struct cache *cache, struct peer *c, uint64_t req_id,
@@ -320,7 +320,8 @@ int polop_compact_after_commit(struct cache *cache, struct peer *c, uint64_t req
  * (-EAGAIN) while the tenant has its share of jobs in flight, or here
  * when the cache has no workers (an in-process test's). */
 static int score(struct cache *cache, struct peer *c, uint64_t req_id, struct session *s,
-		 const Kvpalace__V1__ReportImportanceRequest *in, struct reply *r, const char **why)
+		 const Kvpalace__V1__ReportImportanceRequest *in, struct reply *r,
+		 struct tier_park *pk, const char **why)
 {
 	int topic = in->has_topic && in->topic;
 	struct polop_job *j;
@@ -341,7 +342,7 @@ static int score(struct cache *cache, struct peer *c, uint64_t req_id, struct se
 		importance_reply(r, scored);
 		return 0;
 	}
-	ret = over_share(cache, c, why);
+	ret = over_share(cache, c, pk, why);
 	if (ret < 0)
 		return ret;
 	j = calloc(1, sizeof(*j));
@@ -360,7 +361,7 @@ static int score(struct cache *cache, struct peer *c, uint64_t req_id, struct se
 
 static int do_report_importance(struct cache *cache, struct peer *c, uint64_t req_id,
 				const Kvpalace__V1__ReportImportanceRequest *in, struct reply *r,
-				const char **why)
+				struct tier_park *pk, const char **why)
 {
 	struct session *s = own_session(cache, c, in->session_id, why);
 	int ret;
@@ -376,7 +377,7 @@ static int do_report_importance(struct cache *cache, struct peer *c, uint64_t re
 			*why = "a query needs its layer and n_q_heads";
 			return -EINVAL;
 		}
-		ret = score(cache, c, req_id, s, in, r, why);
+		ret = score(cache, c, req_id, s, in, r, pk, why);
 		return ret == -ENODATA ? -ERANGE : ret;
 	}
 	ret = compact_add_mass(cache, s, in->has_first ? in->first : 0, in->mass, in->n_mass);
@@ -393,7 +394,8 @@ static int do_report_importance(struct cache *cache, struct peer *c, uint64_t re
 /* Compact: the copy of the kept tokens on a worker, as a query's
  * scoring. */
 static int do_compact(struct cache *cache, struct peer *c, uint64_t req_id,
-		      const Kvpalace__V1__CompactRequest *in, struct reply *r, const char **why)
+		      const Kvpalace__V1__CompactRequest *in, struct reply *r, struct tier_park *pk,
+		      const char **why)
 {
 	struct session *s = own_session(cache, c, in->session_id, why);
 	struct polop_job *j;
@@ -403,7 +405,7 @@ static int do_compact(struct cache *cache, struct peer *c, uint64_t req_id,
 	if (!s)
 		return -ENOENT;
 	if (!cache->worker) {
-		ret = compact_session(cache, s, &dropped);
+		ret = compact_session(cache, s, pk, &dropped);
 		if (ret < 0) {
 			*why = compact_why(ret);
 			return ret;
@@ -411,7 +413,7 @@ static int do_compact(struct cache *cache, struct peer *c, uint64_t req_id,
 		compact_reply(r, s, dropped);
 		return 0;
 	}
-	ret = over_share(cache, c, why);
+	ret = over_share(cache, c, pk, why);
 	if (ret < 0)
 		return ret;
 	j = calloc(1, sizeof(*j));
@@ -419,7 +421,7 @@ static int do_compact(struct cache *cache, struct peer *c, uint64_t req_id,
 		*why = "out of memory";
 		return -ENOMEM;
 	}
-	ret = compact_gather_start(cache, s, &j->cj);
+	ret = compact_gather_start(cache, s, pk, &j->cj);
 	if (ret < 0) {
 		free(j);
 		*why = compact_why(ret);
@@ -483,7 +485,7 @@ static int do_session_meta(struct cache *cache, struct peer *c,
 }
 
 int polop_run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req,
-	      struct reply *r, const char **why)
+	      struct reply *r, struct tier_park *pk, const char **why)
 {
 	switch (req->op_case) {
 	case KVPALACE__V1__REQUEST__OP_SET_POLICY:
@@ -491,9 +493,9 @@ int polop_run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *
 	case KVPALACE__V1__REQUEST__OP_TAG_SPAN:
 		return do_tag_span(cache, c, req->tag_span, r, why);
 	case KVPALACE__V1__REQUEST__OP_REPORT_IMPORTANCE:
-		return do_report_importance(cache, c, req->id, req->report_importance, r, why);
+		return do_report_importance(cache, c, req->id, req->report_importance, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_COMPACT:
-		return do_compact(cache, c, req->id, req->compact, r, why);
+		return do_compact(cache, c, req->id, req->compact, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_SESSION_META:
 		return do_session_meta(cache, c, req->session_meta, r, why);
 	default:

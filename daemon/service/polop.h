@@ -16,21 +16,24 @@
 /* True for the operations this file serves. */
 int polop_is_policy_op(Kvpalace__V1__Request__OpCase op);
 
+struct tier_park;
 /* Runs one of them: 0 with the reply in r, or -errno with *why, or
- * -EAGAIN with cache->park_on set when a Compact waits for disk writes or
- * a query waits for its tenant's scoring jobs, or -EINPROGRESS when a
- * worker scores a query (a ticket of c answers it). */
+ * -EAGAIN with pk->park_on set when a Compact waits for disk writes or
+ * a query waits for its tenant's scoring jobs (never when pk->no_park),
+ * or -EINPROGRESS when a worker scores a query (a ticket of c answers
+ * it). */
 int polop_run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req,
-	      struct reply *r, const char **why);
+	      struct reply *r, struct tier_park *pk, const char **why);
 
 struct session;
-/* Before c's Commit of n tokens of s: -EAGAIN (cache->park_on set, *why)
+/* Before c's Commit of n tokens of s: -EAGAIN (pk->park_on set, *why)
  * when the commit would make s due for compaction (compact_due) while
  * c's tenant has its share of worker jobs in flight, so the commit waits
  * for them; else 0. Without the wait, a tenant's sessions would grow past
- * their budgets, commit after commit, for as long as a slow job runs. */
+ * their budgets, commit after commit, for as long as a slow job runs.
+ * Never -EAGAIN when pk->no_park. */
 int polop_commit_wait(struct cache *cache, struct peer *c, const struct session *s, uint64_t n,
-		      const char **why);
+		      struct tier_park *pk, const char **why);
 
 /* After c's Commit (request req_id) of s: compacts s when compact_due,
  * on a worker. Returns -EINPROGRESS when a worker compacts (a ticket of c

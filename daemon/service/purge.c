@@ -14,6 +14,7 @@
 #include "purge.h"
 #include "spill.h"
 #include "status.h"
+#include "tier.h"
 #include "worker.h"
 
 /* The extents of one pool's spill file a batch forgets. */
@@ -237,7 +238,8 @@ struct ctx {
 	struct pool *p;
 	struct forget *f;
 	struct purge_counts *n;
-	uint8_t *held; /* [p->pa.n_pages] slots of forgotten entries others hold */
+	struct tier_park *pk; /* the request's: the pool to wait on */
+	uint8_t *held;	      /* [p->pa.n_pages] slots of forgotten entries others hold */
 	/* Purge criteria. */
 	int has_salt, has_age;
 	XXH128_hash_t root; /* the salt's chain root in p */
@@ -313,7 +315,7 @@ static void mark_holders(struct ctx *x)
 }
 
 /* Forgets what pick chooses in x->p (dry: counts it). Returns the entries
- * or -EBUSY with c->park_on set, -ENOMEM. */
+ * or -EBUSY with x->pk->park_on set, -ENOMEM. */
 static int forget_in_pool(struct ctx *x, int (*pick)(void *, const struct pindex_entry *),
 			  int dry_run)
 {
@@ -325,7 +327,7 @@ static int forget_in_pool(struct ctx *x, int (*pick)(void *, const struct pindex
 		/* A header write in flight could land after the invalidation
 		 * and bring a page back: wait for the pool's I/O. */
 		if (n == -EBUSY || (n > 0 && p->io_inflight)) {
-			x->c->park_on = p;
+			x->pk->park_on = p;
 			return -EBUSY;
 		}
 		return n;
@@ -345,11 +347,11 @@ static int forget_in_pool(struct ctx *x, int (*pick)(void *, const struct pindex
 }
 
 int purge_session(struct cache *c, struct session *s, struct forget *f, int dry_run,
-		  uint32_t *ret_kept, struct purge_counts *counts)
+		  struct tier_park *pk, uint32_t *ret_kept, struct purge_counts *counts)
 {
 	struct pool *p = s->pool;
 	struct idmap chosen = {0};
-	struct ctx x = {.c = c, .p = p, .f = f, .n = counts, .chosen = &chosen};
+	struct ctx x = {.c = c, .p = p, .f = f, .n = counts, .pk = pk, .chosen = &chosen};
 	uint32_t kept = 0;
 	int ret = 0;
 
@@ -401,13 +403,15 @@ static int pool_chosen(const struct pool *p, const Kvpalace__V1__PurgeRequest *i
 }
 
 int purge_run(struct cache *c, struct peer *conn, uint64_t req_id,
-	      const Kvpalace__V1__PurgeRequest *in, struct reply *r, const char **why)
+	      const Kvpalace__V1__PurgeRequest *in, struct reply *r, struct tier_park *pk,
+	      const char **why)
 {
 	Kvpalace__V1__PurgeResponse *out = &r->u.purge;
 	struct purge_counts n = {0};
 	struct ctx x = {
 		.c = c,
 		.n = &n,
+		.pk = pk,
 		.has_salt = in->has_cache_salt,
 		.has_age = in->has_unused_since_unix_s,
 	};
@@ -439,9 +443,9 @@ int purge_run(struct cache *c, struct peer *conn, uint64_t req_id,
 			ret = forget_in_pool(&x, pick_purge, dry);
 			if (ret == -EBUSY && dry) {
 				forget_free(f);
-				if (!c->no_park)
-					return -EAGAIN; /* c->park_on is set */
-				c->park_on = NULL;
+				if (!pk->no_park)
+					return -EAGAIN; /* pk->park_on is set */
+				pk->park_on = NULL;
 				*why = "a pool's disk I/O is still in flight: try again";
 				return -EBUSY;
 			}

@@ -76,19 +76,22 @@ struct purge_counts {
 	uint32_t sessions_marked;
 };
 
+struct tier_park;
 /* Forgets (into f) the index pages of s's prefix that no other session,
  * lease or job holds, with everything that continues them; *ret_kept gets
  * its index pages another holder shares. With dry_run nothing changes.
  * Returns the pages forgotten, or -EBUSY when one of them waits for disk
- * I/O (c->park_on says on which pool), or -ENOMEM. */
+ * I/O (pk->park_on says on which pool), or -ENOMEM. */
 int purge_session(struct cache *c, struct session *s, struct forget *f, int dry_run,
-		  uint32_t *ret_kept, struct purge_counts *counts);
+		  struct tier_park *pk, uint32_t *ret_kept, struct purge_counts *counts);
 
 /* Answers Purge (validated) into r; may return -EINPROGRESS (answered
- * later) or -EAGAIN with c->park_on set (nothing changed: run it again
- * once that pool's disk I/O is done). Errors: -ENOENT no such pool,
- * -EBUSY disk I/O that could not be waited for, -ENOMEM. */
+ * later) or -EAGAIN with pk->park_on set (nothing changed: run it again
+ * once that pool's disk I/O is done; never when pk->no_park). Errors:
+ * -ENOENT no such pool, -EBUSY disk I/O that could not be waited for,
+ * -ENOMEM. */
 int purge_run(struct cache *c, struct peer *conn, uint64_t req_id,
-	      const Kvpalace__V1__PurgeRequest *in, struct reply *r, const char **why);
+	      const Kvpalace__V1__PurgeRequest *in, struct reply *r, struct tier_park *pk,
+	      const char **why);
 
 #endif

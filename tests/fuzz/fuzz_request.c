@@ -252,16 +252,13 @@ static int run_frame(struct peer *c, const uint8_t *payload, size_t len)
 			fprintf(stderr, "  undecodable request: disconnect\n");
 		return -1;
 	}
-	cache->no_park = 0;
-	ret = dispatch(cache, c, req, &r);
+	ret = dispatch(cache, c, req, 0, &r);
 	if (ret == -EAGAIN) {
 		/* Waits for disk I/O; without a disk tier nothing should.
 		 * The daemon retries, in the end with no_park set. */
 		reply_fini(&r);
 		check_cache("a parked request");
-		cache->no_park = 1;
-		ret = dispatch(cache, c, req, &r);
-		cache->no_park = 0;
+		ret = dispatch(cache, c, req, 1, &r);
 		if (ret == -EAGAIN)
 			die("op %d parked with no_park set", (int)req->op_case);
 	}

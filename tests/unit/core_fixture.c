@@ -112,7 +112,8 @@ uint64_t core_append(struct core_fixture *f, struct core_client *cl, struct sess
 {
 	uint64_t first = UINT64_MAX, before = s->n_tokens;
 
-	assert_int_equal(session_append(&f->c, s, cl, &cl->writing, ids, n, NULL, &first), 0);
+	assert_int_equal(session_append(&f->c, s, cl, &cl->writing, ids, n, NULL, &f->pk, &first),
+			 0);
 	assert_int_equal(first, before);
 	assert_int_equal(s->n_tokens, before + n);
 	assert_ptr_equal(s->writer, cl);

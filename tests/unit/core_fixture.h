@@ -24,6 +24,7 @@
 #include "list.h"
 #include "pool.h"
 #include "session.h"
+#include "tier.h"
 
 /* Tokens per page of the fixture's pool. */
 #define CORE_BT	 4u
@@ -42,6 +43,9 @@ struct core_fixture {
 	struct cache c;
 	struct pool *p;
 	struct core_client a, b;
+	/* The wait the tests' calls hand down, as dispatch makes one: they
+	 * may park (no_park 0), though without a disk tier none does. */
+	struct tier_park pk;
 };
 
 /* Builds the cache and opens a pool of n_pages pages for CORE_UID with

@@ -79,7 +79,7 @@ static void test_lease_pins_pages_until_released(void **state)
 		assert_int_equal(f->p->pa.pins[pp[i]], 1);
 		assert_int_equal(f->p->pa.refs[pp[i]], 3); /* session, index, lease */
 	}
-	assert_int_equal(session_truncate(&f->c, s, NULL, 0, &copied), 0);
+	assert_int_equal(session_truncate(&f->c, s, NULL, 0, &f->pk, &copied), 0);
 	core_check(f);
 	session_close(&f->c, s);
 	core_check(f);
@@ -90,7 +90,7 @@ static void test_lease_pins_pages_until_released(void **state)
 	/* Every page of the pool asked for: only leased pages are left to
 	 * take, so nothing goes. */
 	assert_int_equal(f->p->ix.n_idle, 0);
-	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES), -ENOSPC);
+	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES, &f->pk), -ENOSPC);
 	core_check(f);
 	assert_int_equal(f->p->ix.n_entries, 3);
 	assert_int_equal(f->p->ix.evictions, 0);
@@ -105,7 +105,7 @@ static void test_lease_pins_pages_until_released(void **state)
 	assert_true(list_empty(&f->a.leases));
 	assert_int_equal(f->c.leases.n, 0);
 	assert_int_equal(f->p->ix.n_idle, 3);
-	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES), 0);
+	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES, &f->pk), 0);
 	core_check(f);
 	assert_int_equal(f->p->pa.n_free, N_PAGES);
 	assert_int_equal(f->p->ix.n_entries, 0);
@@ -159,12 +159,12 @@ static void test_drop_pages_keeps_the_prefix(void **state)
 	assert_int_equal(f->p->pa.pins[pp[2]], 0);
 	/* Those two can leave (the leaf first), the kept one not. */
 	assert_int_equal(f->p->ix.n_idle, 2);
-	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES - 1), 0);
+	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES - 1, &f->pk), 0);
 	core_check(f);
 	assert_true(core_indexed(f, 0, 0));
 	assert_false(core_indexed(f, 0, 1));
 	assert_false(core_indexed(f, 0, 2));
-	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES), -ENOSPC);
+	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES, &f->pk), -ENOSPC);
 	assert_true(core_indexed(f, 0, 0));
 	lease_release(&f->c, l);
 	core_check(f);
@@ -184,10 +184,10 @@ static void test_fork_from_lease(void **state)
 	l = lease_on(f, 0, 12);
 	for (uint32_t i = 0; i < 3; i++)
 		core_fill_slot(f, l->pages[i], (uint8_t)(0x60 + i));
-	assert_int_equal(session_fork_lease(&f->c, l, 13, &s), -ERANGE);
+	assert_int_equal(session_fork_lease(&f->c, l, 13, &f->pk, &s), -ERANGE);
 	assert_null(s);
 	free_before = f->p->pa.n_free;
-	assert_int_equal(session_fork_lease(&f->c, l, 6, &s), 0);
+	assert_int_equal(session_fork_lease(&f->c, l, 6, &f->pk, &s), 0);
 	session_own(&f->c, s, &f->b.sessions, 0);
 	core_check(f);
 	assert_int_equal(s->n_committed, 6);
@@ -223,7 +223,7 @@ static void test_fini_frees_what_is_held(void **state)
 	core_append_commit(f, &f->a, s, 0, 10);
 	(void)lease_on(f, 0, 10);
 	(void)lease_on(f, 0, 4);
-	assert_int_equal(session_fork(&f->c, s, 10, &fk), 0);
+	assert_int_equal(session_fork(&f->c, s, 10, &f->pk, &fk), 0);
 	core_check(f);
 	core_tokens(ids, 5, 10);
 	assert_int_equal(core_append(f, &f->a, s, ids, 5), 10);

@@ -144,8 +144,9 @@ static void test_append_is_two_phase_with_one_writer(void **state)
 	core_tokens(more, 3, 6);
 	assert_int_equal(core_append(f, &f->a, s, ids, 6), 0);
 	assert_int_equal(s->n_pages, 2);
-	assert_int_equal(session_append(&f->c, s, &f->b, &f->b.writing, more, 3, NULL, &first),
-			 -EBUSY);
+	assert_int_equal(
+		session_append(&f->c, s, &f->b, &f->b.writing, more, 3, NULL, &f->pk, &first),
+		-EBUSY);
 	assert_int_equal(session_commit(&f->c, s, &f->b, 6, &filled), -EBUSY);
 	assert_int_equal(session_commit(&f->c, s, &f->a, 7, &filled), -ERANGE);
 	assert_int_equal(s->n_tokens, 6);
@@ -195,7 +196,7 @@ static void test_fork_shares_pages_and_its_writes_stay_private(void **state)
 		core_fill_slot(f, pp[i], (uint8_t)(0xA0 + i));
 	}
 	free_before = f->p->pa.n_free;
-	assert_int_equal(session_fork(&f->c, par, 10, &fk), 0);
+	assert_int_equal(session_fork(&f->c, par, 10, &f->pk, &fk), 0);
 	session_own(&f->c, fk, &f->b.sessions, 0);
 	core_check(f);
 	assert_int_equal(fk->n_tokens, 10);
@@ -235,14 +236,14 @@ static void test_fork_shares_pages_and_its_writes_stay_private(void **state)
 
 	/* Only committed tokens can be forked. */
 	assert_int_equal(core_append(f, &f->a, par, &one, 1), 12);
-	assert_int_equal(session_fork(&f->c, par, 13, &fk2), -ERANGE);
+	assert_int_equal(session_fork(&f->c, par, 13, &f->pk, &fk2), -ERANGE);
 	assert_null(fk2);
 	session_rollback(&f->c, par);
 	core_check(f);
 
 	/* A fork at a page boundary copies nothing. */
 	free_before = f->p->pa.n_free;
-	assert_int_equal(session_fork(&f->c, par, 8, &fk2), 0);
+	assert_int_equal(session_fork(&f->c, par, 8, &f->pk, &fk2), 0);
 	core_check(f);
 	assert_int_equal(fk2->n_pages, 2);
 	assert_int_equal(f->p->pa.n_free, free_before);
@@ -253,7 +254,7 @@ static void test_fork_shares_pages_and_its_writes_stay_private(void **state)
 	core_check(f);
 	assert_true(core_slot_all(f, fk->pages[0], 0xA0));
 	assert_int_equal(refs(f, pp[0]), 3); /* index, fk, fk2 */
-	assert_int_equal(session_truncate(&f->c, fk2, NULL, 0, &copied), 0);
+	assert_int_equal(session_truncate(&f->c, fk2, NULL, 0, &f->pk, &copied), 0);
 	assert_int_equal(copied, 0);
 	core_check(f);
 	session_close(&f->c, fk2);
@@ -279,7 +280,7 @@ static void test_truncate_drops_pages_and_references(void **state)
 		assert_int_equal(refs(f, pp[i]), 2);
 	}
 	free_before = f->p->pa.n_free;
-	assert_int_equal(session_truncate(&f->c, s, NULL, 6, &copied), 0);
+	assert_int_equal(session_truncate(&f->c, s, NULL, 6, &f->pk, &copied), 0);
 	core_check(f);
 	assert_int_equal(copied, 1);
 	assert_int_equal(s->n_tokens, 6);
@@ -304,32 +305,32 @@ static void test_truncate_drops_pages_and_references(void **state)
 	assert_int_equal(core_match_tokens(f, 0, 12), 12);
 
 	/* At a page boundary nothing is copied. */
-	assert_int_equal(session_truncate(&f->c, s, NULL, 4, &copied), 0);
+	assert_int_equal(session_truncate(&f->c, s, NULL, 4, &f->pk, &copied), 0);
 	core_check(f);
 	assert_int_equal(copied, 0);
 	assert_int_equal(s->n_pages, 1);
-	assert_int_equal(session_truncate(&f->c, s, NULL, 5, &copied), -ERANGE);
+	assert_int_equal(session_truncate(&f->c, s, NULL, 5, &f->pk, &copied), -ERANGE);
 
 	/* An uncommitted tail: only its writer may cut it; the cut frees
 	 * the page only the tail used and the writer's count follows. */
 	core_tokens(more, 8, 4);
 	assert_int_equal(core_append(f, &f->a, s, more, 8), 4);
 	assert_int_equal(s->n_pages, 3);
-	assert_int_equal(session_truncate(&f->c, s, &f->b, 6, &copied), -EBUSY);
+	assert_int_equal(session_truncate(&f->c, s, &f->b, 6, &f->pk, &copied), -EBUSY);
 	free_before = f->p->pa.n_free;
-	assert_int_equal(session_truncate(&f->c, s, &f->a, 6, &copied), 0);
+	assert_int_equal(session_truncate(&f->c, s, &f->a, 6, &f->pk, &copied), 0);
 	core_check(f);
 	assert_int_equal(s->n_pages, 2);
 	assert_int_equal(f->p->pa.n_free, free_before + 1);
 	assert_ptr_equal(s->writer, &f->a);
 	assert_int_equal(f->a.writing.reserved_pages, 1);
-	assert_int_equal(session_truncate(&f->c, s, &f->a, 4, &copied), 0);
+	assert_int_equal(session_truncate(&f->c, s, &f->a, 4, &f->pk, &copied), 0);
 	core_check(f);
 	assert_null(s->writer);
 	assert_int_equal(f->a.writing.reserved_pages, 0);
 
 	/* To nothing: the session holds no page, the index its own. */
-	assert_int_equal(session_truncate(&f->c, s, NULL, 0, &copied), 0);
+	assert_int_equal(session_truncate(&f->c, s, NULL, 0, &f->pk, &copied), 0);
 	core_check(f);
 	assert_int_equal(s->n_pages, 0);
 	assert_int_equal(f->p->pa.n_free, N_PAGES - f->p->ix.n_host);
@@ -436,25 +437,28 @@ static void test_limits_refuse_and_change_nothing(void **state)
 
 	core_tokens(ids, 12, 0);
 	f->cfg.max_session_tokens = 10;
-	assert_int_equal(session_append(&f->c, s, &f->a, &f->a.writing, ids, 11, NULL, &first),
-			 -EDQUOT);
+	assert_int_equal(
+		session_append(&f->c, s, &f->a, &f->a.writing, ids, 11, NULL, &f->pk, &first),
+		-EDQUOT);
 	f->cfg.max_session_tokens = 1000;
 	f->cfg.max_reserved_pages = 2;
-	assert_int_equal(session_append(&f->c, s, &f->a, &f->a.writing, ids, 12, NULL, &first),
-			 -EDQUOT);
+	assert_int_equal(
+		session_append(&f->c, s, &f->a, &f->a.writing, ids, 12, NULL, &f->pk, &first),
+		-EDQUOT);
 	assert_int_equal(s->n_tokens, 0);
 	assert_int_equal(s->n_pages, 0);
 	assert_null(s->writer);
 	assert_int_equal(f->p->pa.n_free, N_PAGES);
 	core_check(f);
 	assert_int_equal(core_append(f, &f->a, s, ids, 8), 0);
-	assert_int_equal(session_append(&f->c, s, &f->a, &f->a.writing, ids, 1, NULL, &first),
-			 -EDQUOT);
+	assert_int_equal(
+		session_append(&f->c, s, &f->a, &f->a.writing, ids, 1, NULL, &f->pk, &first),
+		-EDQUOT);
 	core_commit(f, &f->a, s, 8);
 	f->cfg.max_sessions_per_pool = f->p->n_sessions;
 	assert_int_equal(session_create(&f->c, f->p, f->p->root, &t), -EDQUOT);
 	assert_null(t);
-	assert_int_equal(session_fork(&f->c, s, 8, &t), -EDQUOT);
+	assert_int_equal(session_fork(&f->c, s, 8, &f->pk, &t), -EDQUOT);
 	assert_null(t);
 	core_check(f);
 }

@@ -110,7 +110,7 @@ static void test_past_high_mark_evicts_to_low_mark_oldest_leaves_first(void **st
 	struct core_fixture *f = *state;
 
 	fill_to_high(f);
-	assert_int_equal(tier_make_room(&f->c, f->p, 0), 0);
+	assert_int_equal(tier_make_room(&f->c, f->p, 0, &f->pk), 0);
 	assert_int_equal(f->p->ix.evictions, 0);
 	/* One more page: 17 > 16. */
 	(void)append_new(f, 9000, 1);
@@ -167,7 +167,7 @@ static void test_leased_pages_are_never_evicted(void **state)
 	assert_int_equal(cached(f, C), 2);
 	assert_int_equal(cached(f, D), 4);
 	/* Everything but the lease asked for: refused, nothing goes. */
-	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES - 3), -ENOSPC);
+	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES - 3, &f->pk), -ENOSPC);
 	assert_int_equal(cached(f, A), 4);
 	assert_int_equal(cached(f, D), 4);
 	assert_int_equal(f->p->ix.evictions, HIGH - LOW);
@@ -175,12 +175,12 @@ static void test_leased_pages_are_never_evicted(void **state)
 	core_check(f);
 	/* Released: A is the most recent now; C's head and D go before it,
 	 * then A from its leaf. */
-	assert_int_equal(tier_make_room(&f->c, f->p, f->p->pa.n_free + 5), 0);
+	assert_int_equal(tier_make_room(&f->c, f->p, f->p->pa.n_free + 5, &f->pk), 0);
 	core_check(f);
 	assert_int_equal(cached(f, C), 0);
 	assert_int_equal(cached(f, D), 1);
 	assert_int_equal(cached(f, A), 4);
-	assert_int_equal(tier_make_room(&f->c, f->p, f->p->pa.n_free + 2), 0);
+	assert_int_equal(tier_make_room(&f->c, f->p, f->p->pa.n_free + 2, &f->pk), 0);
 	core_check(f);
 	assert_int_equal(cached(f, D), 0);
 	assert_int_equal(cached(f, A), 3);
@@ -201,11 +201,12 @@ static void test_request_that_cannot_be_met_evicts_nothing(void **state)
 	assert_int_equal(f->p->pa.n_free, 2);
 	assert_int_equal(f->p->ix.n_idle, 4);
 	/* 7 pages wanted, 2 free + 4 evictable. */
-	assert_int_equal(tier_make_room(&f->c, f->p, 7), -ENOSPC);
+	assert_int_equal(tier_make_room(&f->c, f->p, 7, &f->pk), -ENOSPC);
 	s = core_session(f, &f->b);
 	core_tokens(ids, 28, 9000);
-	assert_int_equal(session_append(&f->c, s, &f->b, &f->b.writing, ids, 28, NULL, &first),
-			 -ENOSPC);
+	assert_int_equal(
+		session_append(&f->c, s, &f->b, &f->b.writing, ids, 28, NULL, &f->pk, &first),
+		-ENOSPC);
 	core_check(f);
 	assert_int_equal(s->n_tokens, 0);
 	assert_int_equal(s->n_pages, 0);
@@ -216,7 +217,8 @@ static void test_request_that_cannot_be_met_evicts_nothing(void **state)
 	assert_int_equal(cached(f, 5000), 4);
 	/* 6 fit: the cached chain goes, leaf to root, the held pages stay,
 	 * even though that leaves the pool above its low mark. */
-	assert_int_equal(session_append(&f->c, s, &f->b, &f->b.writing, ids, 24, NULL, &first), 0);
+	assert_int_equal(
+		session_append(&f->c, s, &f->b, &f->b.writing, ids, 24, NULL, &f->pk, &first), 0);
 	core_check(f);
 	assert_int_equal(cached(f, A), 0);
 	assert_int_equal(f->p->pa.n_free, 0);
@@ -224,8 +226,8 @@ static void test_request_that_cannot_be_met_evicts_nothing(void **state)
 	assert_int_equal(core_match_tokens(f, 5000, 56), 56);
 	/* Nothing more at all: more pages than the pool has, and a full
 	 * pool. */
-	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES + 1), -ENOSPC);
-	assert_int_equal(tier_make_room(&f->c, f->p, 1), -ENOSPC);
+	assert_int_equal(tier_make_room(&f->c, f->p, N_PAGES + 1, &f->pk), -ENOSPC);
+	assert_int_equal(tier_make_room(&f->c, f->p, 1, &f->pk), -ENOSPC);
 	core_check(f);
 }
 
@@ -240,7 +242,8 @@ static void test_permanent_pages_leave_last(void **state)
 	uint64_t first;
 
 	core_tokens(ids, 16, A);
-	assert_int_equal(session_append(&f->c, s, &f->a, &f->a.writing, ids, 16, &tag, &first), 0);
+	assert_int_equal(
+		session_append(&f->c, s, &f->a, &f->a.writing, ids, 16, &tag, &f->pk, &first), 0);
 	assert_int_equal(session_commit(&f->c, s, &f->a, 16, &filled), 0);
 	session_close(&f->c, s);
 	core_check(f);
@@ -253,7 +256,7 @@ static void test_permanent_pages_leave_last(void **state)
 	assert_int_equal(cached(f, B), 0);
 	assert_int_equal(cached(f, C), 2);
 	/* Only when nothing else is left. */
-	assert_int_equal(tier_make_room(&f->c, f->p, f->p->pa.n_free + 7), 0);
+	assert_int_equal(tier_make_room(&f->c, f->p, f->p->pa.n_free + 7, &f->pk), 0);
 	core_check(f);
 	assert_int_equal(cached(f, C), 0);
 	assert_int_equal(cached(f, D), 0);
@@ -274,19 +277,19 @@ static void test_copy_without_room_changes_nothing(void **state)
 	assert_int_equal(f->p->pa.n_free, 0);
 	charged = cache_tenant(&f->c, CORE_UID)->meta_tokens;
 	n_sessions = f->c.sessions.n;
-	assert_int_equal(session_fork(&f->c, s, 78, &fk), -ENOSPC);
+	assert_int_equal(session_fork(&f->c, s, 78, &f->pk, &fk), -ENOSPC);
 	core_check(f);
 	assert_null(fk);
 	assert_int_equal(f->c.sessions.n, n_sessions);
 	assert_int_equal(f->p->n_sessions, n_sessions);
 	assert_int_equal(cache_tenant(&f->c, CORE_UID)->meta_tokens, charged);
 	/* At a page boundary a fork needs no page. */
-	assert_int_equal(session_fork(&f->c, s, 76, &fk), 0);
+	assert_int_equal(session_fork(&f->c, s, 76, &f->pk, &fk), 0);
 	core_check(f);
 	session_close(&f->c, fk);
 	core_check(f);
 	/* Page 1 is shared with the index: cutting inside it needs a copy. */
-	assert_int_equal(session_truncate(&f->c, s, NULL, 6, &copied), -ENOSPC);
+	assert_int_equal(session_truncate(&f->c, s, NULL, 6, &f->pk, &copied), -ENOSPC);
 	core_check(f);
 	assert_int_equal(s->n_tokens, 78);
 	assert_int_equal(s->n_pages, 20);
@@ -311,7 +314,7 @@ static void test_append_refused_for_tenant_tokens_evicts_nothing(void **state)
 	fill_to_high(f);
 	s = core_session(f, &f->b);
 	f->cfg.max_tenant_tokens = cache_tenant(&f->c, CORE_UID)->meta_tokens;
-	ret = session_append(&f->c, s, &f->b, &f->b.writing, &id, 1, NULL, &first);
+	ret = session_append(&f->c, s, &f->b, &f->b.writing, &id, 1, NULL, &f->pk, &first);
 	core_check(f);
 	assert_int_equal(ret, -EDQUOT);
 	assert_int_equal(s->n_tokens, 0);
