@@ -58,8 +58,9 @@ struct shared {
 	volatile int failed;
 	volatile uint64_t queries; /* M's queries answered */
 	volatile long heap_before_kb, heap_forked_kb;
-	volatile int forked;	 /* M's forks measured: its queries may start */
-	volatile int conns_held; /* M's connections open */
+	volatile int forked;	  /* M's forks measured: its queries may start */
+	volatile int conns_held;  /* M's connections open */
+	volatile int m_connected; /* M's roles 0 and 1 connected: role 2 may take the rest */
 	double solo[N_SOLO];
 	double beside[N_BESIDE];
 	volatile uint32_t n_beside;
@@ -121,7 +122,11 @@ static int m_main(void *arg)
 	while (!sh->go)
 		sleep_ms(1);
 	if (a->role == 2) {
-		/* Every connection this uid may have: the rest are refused. */
+		/* Every connection this uid may have: the rest are refused.
+		 * Once the other two roles have theirs, or it may take them
+		 * (seen in a loaded run: role 0 refused). */
+		for (int i = 0; i < 60000 && sh->m_connected < 2; i++)
+			sleep_ms(1);
 		while (n < PER_USER && kvp_connect(a->h->sock, &held[n]) == 0)
 			n++;
 		sh->conns_held = n;
@@ -133,6 +138,7 @@ static int m_main(void *arg)
 		return 0;
 	}
 	CHILD_CHECK(kvp_connect(a->h->sock, &c) == 0);
+	__sync_fetch_and_add(&sh->m_connected, 1);
 	if (a->role == 1) {
 		q = malloc((size_t)N_Q_HEADS * harness_layout.head_dim * sizeof(float));
 		tokens = malloc(Q_TOKENS * sizeof(*tokens));
