@@ -399,7 +399,7 @@ static void on_eventfd(struct loop_op *op, int res, unsigned int flags)
 static int copy_to_device(struct gpu *g, struct pool *p, uint32_t dslot, uint32_t hslot)
 {
 	return g->ops->copy_to_device(
-		g->dev, p->dev.d_base + (uint64_t)dslot * p->page_bytes,
+		g->dev, p->dev.arena.d_base + (uint64_t)dslot * p->page_bytes,
 		(const unsigned char *)p->arena + (uint64_t)hslot * p->page_bytes, p->page_bytes);
 }
 
@@ -411,7 +411,7 @@ static int copy_rows_to_host(struct gpu *g, struct pool *p, uint32_t dslot, uint
 {
 	const struct shm_layout *l = &p->layout;
 	unsigned char *host = (unsigned char *)p->arena + (uint64_t)hslot * p->page_bytes;
-	uint64_t dev = p->dev.d_base + (uint64_t)dslot * p->page_bytes;
+	uint64_t dev = p->dev.arena.d_base + (uint64_t)dslot * p->page_bytes;
 	uint64_t height = (uint64_t)l->n_layers * 2 * l->n_kv_heads;
 	uint64_t row = shm_row_bytes(l);
 	struct {
@@ -526,7 +526,7 @@ void gpu_pool_open(struct cache *c, struct pool *p)
 	int ret;
 
 	memset(d, 0, sizeof(*d));
-	d->fd = -1;
+	d->arena.fd = -1;
 	if (!gpu_available(g) || want < p->page_bytes)
 		return;
 	if (g->tier_bytes + want > c->cfg->gpu_tier_bytes) {
@@ -536,30 +536,31 @@ void gpu_pool_open(struct cache *c, struct pool *p)
 			   (unsigned long long)(c->cfg->gpu_tier_bytes >> 20));
 		return;
 	}
-	ret = g->ops->pool_open(g->dev, p, want);
+	ret = g->ops->pool_open(g->dev, p->id, p->arena, p->arena_bytes, want, &d->arena);
 	if (ret < 0) {
 		log_err("pool %llu: no device arena of %llu MiB (%s): host tier only",
 			(unsigned long long)p->id, (unsigned long long)(want >> 20),
 			strerror(-ret));
 		return;
 	}
-	d->n_pages = (uint32_t)(d->bytes / p->page_bytes > UINT32_MAX ? UINT32_MAX
-								      : d->bytes / p->page_bytes);
+	d->n_pages = (uint32_t)(d->arena.bytes / p->page_bytes > UINT32_MAX
+					? UINT32_MAX
+					: d->arena.bytes / p->page_bytes);
 	ret = pool_tables(d);
 	if (ret < 0) {
 		pool_tables_free(d);
-		g->ops->pool_close(g->dev, d);
+		g->ops->pool_close(g->dev, &d->arena);
 		log_err("pool %llu: no memory for the device arena's tables: host tier only",
 			(unsigned long long)p->id);
 		memset(d, 0, sizeof(*d));
-		d->fd = -1;
+		d->arena.fd = -1;
 		return;
 	}
 	list_init(&d->jobs);
-	g->tier_bytes += d->bytes;
+	g->tier_bytes += d->arena.bytes;
 	d->on = 1;
 	log_info("pool %llu: device arena of %llu MiB, %u pages", (unsigned long long)p->id,
-		 (unsigned long long)(d->bytes >> 20), d->n_pages);
+		 (unsigned long long)(d->arena.bytes >> 20), d->n_pages);
 }
 
 void gpu_pool_close(struct cache *c, struct pool *p)
@@ -569,9 +570,9 @@ void gpu_pool_close(struct cache *c, struct pool *p)
 	if (!d->on)
 		return;
 	kvp_assert(!d->n_jobs);
-	c->gpu->tier_bytes -= d->bytes;
+	c->gpu->tier_bytes -= d->arena.bytes;
 	pool_tables_free(d);
-	c->gpu->ops->pool_close(c->gpu->dev, d);
+	c->gpu->ops->pool_close(c->gpu->dev, &d->arena);
 	d->on = 0;
 }
 

@@ -46,6 +46,7 @@
 #include <stdint.h>
 #include <xxhash.h>
 
+#include "gpu_dev.h"
 #include "idmap.h"
 #include "list.h"
 #include "pagealloc.h"
@@ -59,44 +60,26 @@ struct session;
 
 #define GPU_NONE UINT32_MAX /* no device slot */
 
-#define GPU_STATUS_BYTES 192u
-#define GPU_UUID_BYTES	 16u
-#define GPU_IPC_BYTES	 64u
-
-/* How a device arena is shared (the protocol's DeviceHandle values). */
-enum gpu_handle {
-	GPU_HANDLE_NONE = 0,
-	GPU_HANDLE_POSIX_FD = 1,
-	GPU_HANDLE_CUDA_IPC = 2,
-	GPU_HANDLE_EMULATED = 3, /* tests only: a memfd (KVPALACED_EMULATE_GPU) */
-};
-
 struct gpu; /* the daemon's device: private to gpu.c */
 
 /* The device arena of one pool and the bookkeeping of its slots. A pool
  * without one has on == 0 and nothing else set. */
 struct gpu_pool {
 	int on;
-	uint64_t bytes;	  /* the allocation */
-	uint32_t n_pages; /* slots of the pool's page_bytes */
-	uint64_t d_base;  /* the daemon's mapping of slot 0 */
-	int fd;		  /* exported POSIX fd, or -1 */
-	unsigned char ipc[GPU_IPC_BYTES];
-	void *map;	/* the device's: struct vmm_map (gpu_cuda.c) */
-	void *host_reg; /* the pinned host arena, or NULL */
-	uint64_t host_reg_bytes;
-	struct pagealloc pa;  /* refs: the cache, each lease, each copy in flight */
-	XXH128_hash_t *hash;  /* [n_pages] the page a slot holds */
-	uint64_t *sum;	      /* [n_pages] XXH3-64 of its bytes */
-	uint64_t *used_ns;    /* [n_pages] last leased */
-	uint8_t *copying;     /* [n_pages] a copy into the slot is in flight */
-	struct idmap cache;   /* hash.low64 | 1 → slot + 1 */
-	uint32_t n_jobs;      /* jobs with copies in flight */
-	struct list jobs;     /* their links (gpu.c) */
-	uint64_t copied;      /* host→device copies completed */
-	uint64_t dropped;     /* cached slots dropped above the watermark */
-	uint64_t copy_errors; /* copies CUDA failed */
-	uint64_t copied_back; /* device→host page copies of GPU appends */
+	struct gpu_dev_arena arena; /* the device's allocation (dev/gpu_dev.h) */
+	uint32_t n_pages;	    /* slots of the pool's page_bytes */
+	struct pagealloc pa;	    /* refs: the cache, each lease, each copy in flight */
+	XXH128_hash_t *hash;	    /* [n_pages] the page a slot holds */
+	uint64_t *sum;		    /* [n_pages] XXH3-64 of its bytes */
+	uint64_t *used_ns;	    /* [n_pages] last leased */
+	uint8_t *copying;	    /* [n_pages] a copy into the slot is in flight */
+	struct idmap cache;	    /* hash.low64 | 1 → slot + 1 */
+	uint32_t n_jobs;	    /* jobs with copies in flight */
+	struct list jobs;	    /* their links (gpu.c) */
+	uint64_t copied;	    /* host→device copies completed */
+	uint64_t dropped;	    /* cached slots dropped above the watermark */
+	uint64_t copy_errors;	    /* copies CUDA failed */
+	uint64_t copied_back;	    /* device→host page copies of GPU appends */
 };
 
 /* Probes CUDA once and, with a device, sets up the stream and the eventfd

@@ -111,7 +111,7 @@ static int do_open_pool(struct cache *cache, struct peer *c,
 	if (p->dev.on) {
 		out->has_device_arena = out->has_device_arena_bytes = out->has_device_n_pages = 1;
 		out->device_arena = 1;
-		out->device_arena_bytes = p->dev.bytes;
+		out->device_arena_bytes = p->dev.arena.bytes;
 		out->device_n_pages = p->dev.n_pages;
 	}
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_OPEN_POOL;
@@ -136,7 +136,7 @@ static int do_open_device_arena(struct cache *cache, struct peer *c,
 		return ret;
 	kvpalace__v1__open_device_arena_response__init(out);
 	out->pool_id = p->id;
-	out->arena_bytes = p->dev.bytes;
+	out->arena_bytes = p->dev.arena.bytes;
 	out->page_bytes = p->page_bytes;
 	out->n_pages = p->dev.n_pages;
 	out->handle_type = (Kvpalace__V1__DeviceHandle)gpu_handle_type(cache->gpu);
@@ -145,14 +145,14 @@ static int do_open_device_arena(struct cache *cache, struct peer *c,
 	out->device_uuid.len = GPU_UUID_BYTES;
 	if (out->handle_type == KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_POSIX_FD ||
 	    out->handle_type == KVPALACE__V1__DEVICE_HANDLE__DEVICE_HANDLE_HOST_EMULATED) {
-		r->pass_fd = fcntl(p->dev.fd, F_DUPFD_CLOEXEC, 3);
+		r->pass_fd = fcntl(p->dev.arena.fd, F_DUPFD_CLOEXEC, 3);
 		if (r->pass_fd < 0) {
 			*why = "cannot duplicate the device arena descriptor";
 			return -EMFILE;
 		}
 	} else {
 		out->has_ipc_handle = 1;
-		out->ipc_handle.data = p->dev.ipc;
+		out->ipc_handle.data = p->dev.arena.ipc;
 		out->ipc_handle.len = GPU_IPC_BYTES;
 	}
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_OPEN_DEVICE_ARENA;

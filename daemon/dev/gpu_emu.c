@@ -1,4 +1,4 @@
-/* daemon/core/gpu_emu.c — an emulated device under the GPU tier
+/* daemon/dev/gpu_emu.c — an emulated device under the GPU tier
  * (gpu_dev.h), for tests only.
  *
  * With $KVPALACED_EMULATE_GPU=1 the daemon plays a GPU in host memory: each
@@ -16,7 +16,6 @@
 #include "arena.h"
 #include "gpu_dev.h"
 #include "log.h"
-#include "pool.h"
 
 static int emu_open(struct gpu_dev *dev, const struct config *cfg, struct gpu_dev_desc *desc,
 		    const char **why)
@@ -38,16 +37,18 @@ static void emu_close(struct gpu_dev *dev)
 	(void)dev; /* every copy was done when it was queued */
 }
 
-static int emu_pool_open(struct gpu_dev *dev, struct pool *p, uint64_t want)
+static int emu_pool_open(struct gpu_dev *dev, uint64_t pool_id, void *host, uint64_t host_bytes,
+			 uint64_t want, struct gpu_dev_arena *d)
 {
-	struct gpu_pool *d = &p->dev;
 	char name[64];
 	void *addr;
 	int ret;
 
 	(void)dev;
+	(void)host; /* nothing to pin */
+	(void)host_bytes;
 	want = (want + 4095) / 4096 * 4096;
-	snprintf(name, sizeof(name), "kvpalace-emugpu-%llu", (unsigned long long)p->id);
+	snprintf(name, sizeof(name), "kvpalace-emugpu-%llu", (unsigned long long)pool_id);
 	ret = shm_arena_create(name, want, &d->fd, NULL);
 	if (ret < 0)
 		return ret;
@@ -62,7 +63,7 @@ static int emu_pool_open(struct gpu_dev *dev, struct pool *p, uint64_t want)
 	return 0;
 }
 
-static void emu_pool_close(struct gpu_dev *dev, struct gpu_pool *d)
+static void emu_pool_close(struct gpu_dev *dev, struct gpu_dev_arena *d)
 {
 	(void)dev;
 	shm_arena_unmap((void *)(uintptr_t)d->d_base, d->bytes);

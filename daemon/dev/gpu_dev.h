@@ -1,4 +1,4 @@
-/* daemon/core/gpu_dev.h — the device under the GPU tier: one table of
+/* daemon/dev/gpu_dev.h — the device under the GPU tier: one table of
  * operations, the way SQLite puts os_unix.c behind its VFS.
  *
  * gpu.c keeps the tier (device slots, the device cache, LeaseDevice, GPU
@@ -9,6 +9,10 @@
  * in a build without CUDA its table's open says so and the daemon has no
  * device tier) and gpu_emu.c (host memory plays the device, for tests on
  * machines without a GPU).
+ *
+ * This folder (dev/) is a layer below the core: a device knows no pool,
+ * session or lease. The tier hands it a pool's id and host arena and gets
+ * back a struct gpu_dev_arena, which it keeps in the pool's gpu_pool.
  *
  * Calls go down only: a device never calls the tier. A copy's completion
  * goes up through the function the tier hands to launch_done, which a
@@ -25,10 +29,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gpu.h"
-
 struct config;
-struct pool;
+
+#define GPU_STATUS_BYTES 192u
+#define GPU_UUID_BYTES	 16u
+#define GPU_IPC_BYTES	 64u
+
+/* How a device arena is shared (the protocol's DeviceHandle values). */
+enum gpu_handle {
+	GPU_HANDLE_NONE = 0,
+	GPU_HANDLE_POSIX_FD = 1,
+	GPU_HANDLE_CUDA_IPC = 2,
+	GPU_HANDLE_EMULATED = 3, /* tests only: a memfd (KVPALACED_EMULATE_GPU) */
+};
+
+/* One pool's device arena, as its device made it. */
+struct gpu_dev_arena {
+	uint64_t bytes;	 /* the allocation */
+	uint64_t d_base; /* the daemon's mapping of its first byte */
+	int fd;		 /* exported POSIX fd, or -1 */
+	unsigned char ipc[GPU_IPC_BYTES];
+	void *map;	/* the device's own: struct vmm_map (gpu_cuda.c) */
+	void *host_reg; /* the host arena pinned for it, or NULL */
+	uint64_t host_reg_bytes;
+};
 
 struct gpu_dev; /* a device's own state: private to its file */
 
@@ -52,12 +76,14 @@ struct gpu_dev_ops {
 		    const char **why);
 	/* Waits for the copies queued and frees what open set up. */
 	void (*close)(struct gpu_dev *dev);
-	/* Gives p's gpu_pool (p->dev) an arena of at least want bytes: bytes,
-	 * d_base, the export (fd or ipc), map, and may pin p's host arena
-	 * (host_reg). 0 or a negative errno, with nothing left. */
-	int (*pool_open)(struct gpu_dev *dev, struct pool *p, uint64_t want);
+	/* Makes *a an arena of at least want bytes for pool pool_id: bytes,
+	 * d_base, the export (fd or ipc), map; and may pin the pool's host
+	 * arena, host_bytes at host (host_reg). 0 or a negative errno, with
+	 * nothing left (a->fd -1). */
+	int (*pool_open)(struct gpu_dev *dev, uint64_t pool_id, void *host, uint64_t host_bytes,
+			 uint64_t want, struct gpu_dev_arena *a);
 	/* Frees what pool_open set (no copy in flight). */
-	void (*pool_close)(struct gpu_dev *dev, struct gpu_pool *d);
+	void (*pool_close)(struct gpu_dev *dev, struct gpu_dev_arena *a);
 	/* Queues a copy of bytes from host memory src to device address dst.
 	 * 0 or -EIO (it could not be queued). */
 	int (*copy_to_device)(struct gpu_dev *dev, uint64_t dst, const void *src, uint64_t bytes);

@@ -1,4 +1,4 @@
-/* daemon/core/gpu_cuda.c — the CUDA device under the GPU tier (gpu_dev.h).
+/* daemon/dev/gpu_cuda.c — the CUDA device under the GPU tier (gpu_dev.h).
  *
  * The only file of the daemon with CUDA calls and KVP_HAVE_CUDA. open
  * probes the driver (kernels/vmm.h), takes device 0 and creates the
@@ -20,7 +20,6 @@
 #include "config.h"
 #include "gpu_dev.h"
 #include "log.h"
-#include "pool.h"
 
 #ifdef KVP_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -76,7 +75,7 @@ static int cuda_open(struct gpu_dev *g, const struct config *cfg, struct gpu_dev
 	return 0;
 }
 
-static void unpin_host(struct gpu_pool *d)
+static void unpin_host(struct gpu_dev_arena *d)
 {
 	unsigned char *a = d->host_reg;
 
@@ -87,13 +86,13 @@ static void unpin_host(struct gpu_pool *d)
 	d->host_reg_bytes = 0;
 }
 
-static void pin_host(struct pool *p)
+static void pin_host(struct gpu_dev_arena *d, uint64_t pool_id, void *host, uint64_t host_bytes)
 {
-	unsigned char *a = p->arena;
+	unsigned char *a = host;
 	uint64_t off;
 
-	for (off = 0; off < p->arena_bytes; off += GPU_PIN_CHUNK_BYTES) {
-		uint64_t n = p->arena_bytes - off;
+	for (off = 0; off < host_bytes; off += GPU_PIN_CHUNK_BYTES) {
+		uint64_t n = host_bytes - off;
 
 		if (n > GPU_PIN_CHUNK_BYTES)
 			n = GPU_PIN_CHUNK_BYTES;
@@ -102,17 +101,17 @@ static void pin_host(struct pool *p)
 			log_warn("pool %llu: host arena pinned up to %llu MiB only "
 				 "(cudaHostRegister failed; RLIMIT_MEMLOCK?): copies beyond "
 				 "go through staging",
-				 (unsigned long long)p->id, (unsigned long long)(off >> 20));
+				 (unsigned long long)pool_id, (unsigned long long)(off >> 20));
 			break;
 		}
 	}
-	p->dev.host_reg = off ? p->arena : NULL;
-	p->dev.host_reg_bytes = off;
+	d->host_reg = off ? host : NULL;
+	d->host_reg_bytes = off;
 }
 
-static int cuda_pool_open(struct gpu_dev *g, struct pool *p, uint64_t want)
+static int cuda_pool_open(struct gpu_dev *g, uint64_t pool_id, void *host, uint64_t host_bytes,
+			  uint64_t want, struct gpu_dev_arena *d)
 {
-	struct gpu_pool *d = &p->dev;
 	struct vmm_map *m = calloc(1, sizeof(*m));
 	int ret;
 
@@ -142,11 +141,11 @@ static int cuda_pool_open(struct gpu_dev *g, struct pool *p, uint64_t want)
 	d->map = m;
 	d->bytes = m->bytes;
 	d->d_base = m->d_base;
-	pin_host(p);
+	pin_host(d, pool_id, host, host_bytes);
 	return 0;
 }
 
-static void cuda_pool_close(struct gpu_dev *g, struct gpu_pool *d)
+static void cuda_pool_close(struct gpu_dev *g, struct gpu_dev_arena *d)
 {
 	(void)g;
 	unpin_host(d);
