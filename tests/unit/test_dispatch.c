@@ -88,7 +88,7 @@ struct dfx {
 	struct late late[N_PEERS];
 	int n_reloads;
 	/* The checkpoint directory of the one test that has one. */
-	char dir[64];
+	char dir[256];
 	/* The loop and worker of the one test that has them. */
 	struct loop loop;
 	struct worker w;
@@ -798,10 +798,11 @@ static void test_checkpoint_without_worker(void **state)
 	Kvpalace__V1__CheckpointRequest ck = KVPALACE__V1__CHECKPOINT_REQUEST__INIT;
 	Kvpalace__V1__RestoreRequest rs = KVPALACE__V1__RESTORE_REQUEST__INIT;
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	const char *tmp = getenv("TMPDIR");
 	char why[256];
 	uint32_t slots[2];
 
-	snprintf(f->dir, sizeof(f->dir), "/tmp/kvp-dispatch-XXXXXX");
+	snprintf(f->dir, sizeof(f->dir), "%s/kvp-dispatch-XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	assert_non_null(mkdtemp(f->dir));
 	f->c.ckpt_dir_fd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	assert_true(f->c.ckpt_dir_fd >= 0);
