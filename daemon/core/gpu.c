@@ -42,11 +42,11 @@ struct gpu_job {
 	struct cache *c;
 	struct pool *p;
 	uint64_t lease_id;
+	uint32_t from; /* the lease's device slots before the call that made it */
 	uint32_t n_copies;
-	uint32_t *dev;	 /* [n_copies] device slots being written */
-	uint32_t *host;	 /* [n_copies] host slots read (referenced) */
-	uint32_t *lpage; /* [n_copies] lease page index of each copy */
-	int error;	 /* a copy failed: 0 or -EIO */
+	uint32_t *dev;	/* [n_copies] device slots being written */
+	uint32_t *host; /* [n_copies] host slots read (referenced) */
+	int error;	/* a copy failed: 0 or -EIO */
 	/* A copy back of a session's GPU-appended rows (gpu_session_sync)
 	 * instead of a LeaseDevice: device → host, tok_n[i] tokens from
 	 * tok_off[i] of each page, and nobody to answer. */
@@ -287,7 +287,6 @@ static void job_free(struct gpu_job *j)
 	j->g->n_jobs--;
 	free(j->dev);
 	free(j->host);
-	free(j->lpage);
 	free(j->tok_off);
 	free(j->tok_n);
 	free(j);
@@ -327,7 +326,7 @@ static void job_done(struct gpu_job *j)
 {
 	struct pool *p = j->p;
 	struct gpu_pool *d = &p->dev;
-	uint32_t first_bad = UINT32_MAX;
+	struct lease *l;
 
 	/* A copy may fail after it was queued: the device says so now. */
 	if (!j->error)
@@ -341,20 +340,23 @@ static void job_done(struct gpu_job *j)
 			/* Nobody may find a copy that may be torn. */
 			cache_forget(d, j->dev[i]);
 			d->copy_errors++;
-			if (j->lpage[i] < first_bad)
-				first_bad = j->lpage[i];
 		} else {
 			d->copied++;
 		}
 	}
-	if (j->error) {
-		/* The lease keeps the slots copied before the first failure;
-		 * its LeaseDevice, run again, answers the error once. */
-		struct lease *l = idmap_get(&j->c->leases, j->lease_id);
-
+	/* Its lease (unless released meanwhile) waited for this job. On a
+	 * failure it keeps only the slots it had before the call that made
+	 * the job: those the call added, copied by this job or by another
+	 * lease's it waited for (a failed copy makes the stream's error
+	 * sticky, so a fence job sees it too), may be torn. Its LeaseDevice,
+	 * run again, answers the error once. */
+	l = idmap_get(&j->c->leases, j->lease_id);
+	if (j->error)
 		log_err("pool %llu: host→device copy failed", (unsigned long long)p->id);
-		if (l) {
-			lease_trim(l, first_bad);
+	if (l) {
+		l->dev_jobs--;
+		if (j->error) {
+			lease_trim(l, j->from);
 			l->dev_error = j->error;
 		}
 	}
@@ -576,15 +578,6 @@ void gpu_pool_close(struct cache *c, struct pool *p)
 	d->on = 0;
 }
 
-/* Whether a slot of l from first_page on is still being copied. */
-static int lease_copying(const struct lease *l, uint64_t first_page)
-{
-	for (uint64_t i = first_page; i < l->n_dev; i++)
-		if (l->pool->dev.copying[l->dev_slots[i]])
-			return 1;
-	return 0;
-}
-
 int gpu_lease_device(struct cache *c, struct lease *l, uint64_t first_page, struct tier_park *pk,
 		     struct gpu_lease_slots *out, const char **why)
 {
@@ -631,13 +624,11 @@ int gpu_lease_device(struct cache *c, struct lease *l, uint64_t first_page, stru
 		if (j) {
 			j->dev = calloc(want, sizeof(uint32_t));
 			j->host = calloc(want, sizeof(uint32_t));
-			j->lpage = calloc(want, sizeof(uint32_t));
 		}
-		if (!j || !j->dev || !j->host || !j->lpage) {
+		if (!j || !j->dev || !j->host) {
 			if (j) {
 				free(j->dev);
 				free(j->host);
-				free(j->lpage);
 			}
 			free(j);
 			*why = "out of memory";
@@ -694,19 +685,17 @@ int gpu_lease_device(struct cache *c, struct lease *l, uint64_t first_page, stru
 			d->copying[slot] = 1;
 			j->dev[n_copies] = slot;
 			j->host[n_copies] = l->pages[i];
-			j->lpage[n_copies] = i;
 			n_copies++;
 		}
 		d->used_ns[slot] = now;
 		l->dev_slots[l->n_dev++] = slot;
 	}
-	if (n_copies == 0) {
+	if (n_copies == 0 && !wait) {
 		free(j ? j->dev : NULL);
 		free(j ? j->host : NULL);
-		free(j ? j->lpage : NULL);
 		free(j);
-		if (wait || lease_copying(l, first_page))
-			goto park;
+		if (l->dev_jobs)
+			goto park; /* an earlier call's copies are still on their way */
 		out->slots = l->dev_slots + first_page;
 		out->n_slots = l->n_dev - (uint32_t)first_page;
 		out->copied = l->dev_copied;
@@ -717,6 +706,10 @@ int gpu_lease_device(struct cache *c, struct lease *l, uint64_t first_page, stru
 	j->c = c;
 	j->p = p;
 	j->lease_id = l->id;
+	j->from = start;
+	/* With no copy of its own (n_copies 0: it waits for another lease's
+	 * copies of cached slots) the job is a fence: the stream runs in
+	 * order, so it completes after them and sees their error. */
 	j->n_copies = n_copies;
 	d->n_jobs++;
 	g->n_jobs++;
@@ -735,13 +728,12 @@ int gpu_lease_device(struct cache *c, struct lease *l, uint64_t first_page, stru
 		return ret;
 	}
 	l->dev_copied += n_copies;
+	l->dev_jobs++;
 park:
 	/* Like a disk read: the request waits on the pool and runs again
-	 * when the copies are done (job_done wakes it). */
-	if (pk->no_park) {
-		*why = "host→device copies of this lease are still in flight";
-		return -EBUSY;
-	}
+	 * when the copies are done (job_done wakes it). Even past
+	 * PEER_MAX_PARK_NS (pk->no_park): a device's copies always end, in
+	 * order, and the answer waits for them as it always did. */
 	pk->park_on = p;
 	return -EAGAIN;
 fail:
@@ -760,7 +752,6 @@ fail:
 	if (j) {
 		free(j->dev);
 		free(j->host);
-		free(j->lpage);
 		free(j);
 	}
 	return ret;

@@ -122,14 +122,16 @@ struct gpu_lease_slots {
 struct tier_park;
 
 /* LeaseDevice for lease l: gives every page of l without one a device
- * slot (cached or copied). Returns 0 with the slots in *out once none of
- * them is still being copied; -EAGAIN while copies are in flight, with
- * pk->park_on set: like a disk read, the request waits on the pool and
- * runs again when they are done (-EBUSY instead when pk->no_park). Errors:
- * -EOPNOTSUPP no device arena, -ERANGE first_page past the lease,
- * -ENOSPC no free device slot, -ENOMEM, -EIO a copy could not be started
- * or failed (answered once; the lease keeps the slots copied before);
- * *why says so. */
+ * slot (cached or copied). Returns 0 with the slots from first_page on in
+ * *out once no copy l waits for is in flight (its own, or another
+ * lease's of a cached slot it took: then a fence job waits behind them);
+ * -EAGAIN while they are, with pk->park_on set: like a disk read, the
+ * request waits on the pool and runs again when they are done, however
+ * long (pk->no_park does not apply: copies end). Errors: -EOPNOTSUPP no
+ * device arena, -ERANGE first_page past the lease, -ENOSPC no free
+ * device slot, -ENOMEM, -EIO a copy could not be started or failed
+ * (answered once; the lease keeps only the slots it had before the call
+ * whose copies failed); *why says so. */
 int gpu_lease_device(struct cache *c, struct lease *l, uint64_t first_page, struct tier_park *pk,
 		     struct gpu_lease_slots *out, const char **why);
 /* Gives back the device slots of l (lease_release calls it). */

@@ -44,6 +44,7 @@ struct lease {
 	uint32_t n_dev;
 	uint32_t cap_dev;
 	uint32_t dev_copied;	/* copies started for it, not yet answered */
+	uint32_t dev_jobs;	/* its LeaseDevice jobs in flight (gpu.c) */
 	int dev_error;		/* a copy it waited for failed: answered once */
 	struct list owner_link; /* the owner's list of leases */
 };
