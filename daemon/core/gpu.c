@@ -538,7 +538,7 @@ void gpu_pool_open(struct cache *c, struct pool *p)
 			   (unsigned long long)(c->cfg->gpu_tier_bytes >> 20));
 		return;
 	}
-	ret = g->ops->pool_open(g->dev, p->id, p->arena, p->arena_bytes, want, &d->arena);
+	ret = g->ops->arena_open(g->dev, p->id, p->arena, p->arena_bytes, want, &d->arena);
 	if (ret < 0) {
 		log_err("pool %llu: no device arena of %llu MiB (%s): host tier only",
 			(unsigned long long)p->id, (unsigned long long)(want >> 20),
@@ -551,7 +551,7 @@ void gpu_pool_open(struct cache *c, struct pool *p)
 	ret = pool_tables(d);
 	if (ret < 0) {
 		pool_tables_free(d);
-		g->ops->pool_close(g->dev, &d->arena);
+		g->ops->arena_close(g->dev, &d->arena);
 		log_err("pool %llu: no memory for the device arena's tables: host tier only",
 			(unsigned long long)p->id);
 		memset(d, 0, sizeof(*d));
@@ -574,7 +574,7 @@ void gpu_pool_close(struct cache *c, struct pool *p)
 	kvp_assert(!d->n_jobs);
 	c->gpu->tier_bytes -= d->arena.bytes;
 	pool_tables_free(d);
-	c->gpu->ops->pool_close(c->gpu->dev, &d->arena);
+	c->gpu->ops->arena_close(c->gpu->dev, &d->arena);
 	d->on = 0;
 }
 

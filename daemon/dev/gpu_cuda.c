@@ -109,8 +109,8 @@ static void pin_host(struct gpu_dev_arena *d, uint64_t pool_id, void *host, uint
 	d->host_reg_bytes = off;
 }
 
-static int cuda_pool_open(struct gpu_dev *g, uint64_t pool_id, void *host, uint64_t host_bytes,
-			  uint64_t want, struct gpu_dev_arena *d)
+static int cuda_arena_open(struct gpu_dev *g, uint64_t pool_id, void *host, uint64_t host_bytes,
+			   uint64_t want, struct gpu_dev_arena *d)
 {
 	struct vmm_map *m = calloc(1, sizeof(*m));
 	int ret;
@@ -145,7 +145,7 @@ static int cuda_pool_open(struct gpu_dev *g, uint64_t pool_id, void *host, uint6
 	return 0;
 }
 
-static void cuda_pool_close(struct gpu_dev *g, struct gpu_dev_arena *d)
+static void cuda_arena_close(struct gpu_dev *g, struct gpu_dev_arena *d)
 {
 	(void)g;
 	unpin_host(d);
@@ -222,8 +222,8 @@ static const struct gpu_dev_ops cuda_ops = {
 	.dev_bytes = sizeof(struct gpu_dev),
 	.open = cuda_open,
 	.close = cuda_close,
-	.pool_open = cuda_pool_open,
-	.pool_close = cuda_pool_close,
+	.arena_open = cuda_arena_open,
+	.arena_close = cuda_arena_close,
 	.copy_to_device = cuda_copy,
 	.copy_rows_to_host = cuda_rows_back,
 	.launch_done = cuda_launch,

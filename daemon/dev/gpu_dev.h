@@ -80,10 +80,10 @@ struct gpu_dev_ops {
 	 * d_base, the export (fd or ipc), map; and may pin the pool's host
 	 * arena, host_bytes at host (host_reg). 0 or a negative errno, with
 	 * nothing left (a->fd -1). */
-	int (*pool_open)(struct gpu_dev *dev, uint64_t pool_id, void *host, uint64_t host_bytes,
-			 uint64_t want, struct gpu_dev_arena *a);
-	/* Frees what pool_open set (no copy in flight). */
-	void (*pool_close)(struct gpu_dev *dev, struct gpu_dev_arena *a);
+	int (*arena_open)(struct gpu_dev *dev, uint64_t pool_id, void *host, uint64_t host_bytes,
+			  uint64_t want, struct gpu_dev_arena *a);
+	/* Frees what arena_open set (no copy in flight). */
+	void (*arena_close)(struct gpu_dev *dev, struct gpu_dev_arena *a);
 	/* Queues a copy of bytes from host memory src to device address dst.
 	 * 0 or -EIO (it could not be queued). */
 	int (*copy_to_device)(struct gpu_dev *dev, uint64_t dst, const void *src, uint64_t bytes);

@@ -37,8 +37,8 @@ static void emu_close(struct gpu_dev *dev)
 	(void)dev; /* every copy was done when it was queued */
 }
 
-static int emu_pool_open(struct gpu_dev *dev, uint64_t pool_id, void *host, uint64_t host_bytes,
-			 uint64_t want, struct gpu_dev_arena *d)
+static int emu_arena_open(struct gpu_dev *dev, uint64_t pool_id, void *host, uint64_t host_bytes,
+			  uint64_t want, struct gpu_dev_arena *d)
 {
 	char name[64];
 	void *addr;
@@ -63,7 +63,7 @@ static int emu_pool_open(struct gpu_dev *dev, uint64_t pool_id, void *host, uint
 	return 0;
 }
 
-static void emu_pool_close(struct gpu_dev *dev, struct gpu_dev_arena *d)
+static void emu_arena_close(struct gpu_dev *dev, struct gpu_dev_arena *d)
 {
 	(void)dev;
 	shm_arena_unmap((void *)(uintptr_t)d->d_base, d->bytes);
@@ -111,8 +111,8 @@ static const struct gpu_dev_ops emu_ops = {
 	.dev_bytes = 0,
 	.open = emu_open,
 	.close = emu_close,
-	.pool_open = emu_pool_open,
-	.pool_close = emu_pool_close,
+	.arena_open = emu_arena_open,
+	.arena_close = emu_arena_close,
 	.copy_to_device = emu_copy_to_device,
 	.copy_rows_to_host = emu_copy_rows_to_host,
 	.launch_done = emu_launch_done,
