@@ -587,6 +587,23 @@ struct kvp_pool_stats {
 					* after the daemon's session-idle-timeout unused */
 };
 
+/* Latency histogram of one request type (struct kvp_stats): bucket i
+ * counts the requests answered in more than kvp_latency_bound_ns(i - 1)
+ * and at most kvp_latency_bound_ns(i) nanoseconds (not cumulative); the
+ * last bucket has no upper bound. */
+#define KVP_LATENCY_BUCKETS 20
+struct kvp_latency {
+	char request[32]; /* the request's name in kvpalace.proto, "MatchPrefix" */
+	uint64_t count;	  /* requests answered */
+	uint64_t sum_ns;  /* their latencies added up */
+	uint64_t buckets[KVP_LATENCY_BUCKETS];
+};
+
+/* The upper bound of latency bucket i in nanoseconds: 10 µs, 25 µs, 50 µs,
+ * 100 µs, ... (1, 2.5, 5 per decade) up to 10 s for i = 18, and
+ * UINT64_MAX for the last bucket (i = KVP_LATENCY_BUCKETS - 1) and beyond. */
+KVP_PUBLIC uint64_t kvp_latency_bound_ns(unsigned int i);
+
 struct kvp_stats {
 	uint64_t uptime_ms;
 	uint64_t connections; /* open now */
@@ -633,6 +650,22 @@ struct kvp_stats {
 	 * tenant had a placement running (it takes a worker). */
 	uint64_t placed_sessions;
 	uint64_t unplaced_sessions;
+	/* MatchPrefix queries: the prompt tokens they asked about and the
+	 * whole pages those tokens fill, and the pages served (matched_tokens
+	 * counts the tokens served). The token hit ratio is matched_tokens /
+	 * queried_tokens, the page hit ratio matched_pages / queried_pages;
+	 * match_hits counts queries that found at least one page. All 0 from
+	 * a daemon older than these fields. */
+	uint64_t queried_tokens;
+	uint64_t queried_pages;
+	uint64_t matched_pages;
+	char version[32]; /* the daemon's version, "" from an older daemon */
+	/* How long the daemon took to answer each request type since it
+	 * started (the caller's tenant; every tenant on an admin connection),
+	 * from the request's arrival to its reply being queued: one entry per
+	 * type that was served at least once, in no set order. */
+	size_t n_latencies;
+	struct kvp_latency *latencies; /* n_latencies entries */
 };
 
 /* Counters and pools of the caller's tenant (its uid): its requests,
