@@ -668,10 +668,40 @@ struct file_ctx {
 	char why[160]; /* the first error */
 };
 
-static int on_ini(void *user, const char *section, const char *name, const char *value)
+/* value without an inline "# comment": a '#' at its start or after a space
+ * or tab begins one, as ';' does for libinih, so that a line of
+ * --print-config's output ("key = value   # default") reads back as it
+ * was printed. Trailing blanks are trimmed. -ENAMETOOLONG when value does
+ * not fit buf (no key takes values that long). */
+static int strip_comment(const char *value, char *buf, size_t size)
+{
+	size_t n = 0;
+
+	for (const char *p = value; *p; p++) {
+		if (*p == '#' && (p == value || p[-1] == ' ' || p[-1] == '\t'))
+			break;
+		n++;
+	}
+	while (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t'))
+		n--;
+	if (n >= size)
+		return -ENAMETOOLONG;
+	memcpy(buf, value, n);
+	buf[n] = 0;
+	return 0;
+}
+
+static int on_ini(void *user, const char *section, const char *name, const char *raw)
 {
 	struct file_ctx *f = user;
+	char value[1024];
 	int k;
+
+	if (strip_comment(raw, value, sizeof(value)) < 0) {
+		if (!f->why[0])
+			snprintf(f->why, sizeof(f->why), "key '%.60s': value too long", name);
+		return 0;
+	}
 
 	if (*section && strcmp(section, "kvpalaced")) {
 		if (!f->why[0])

@@ -155,6 +155,53 @@ static void test_bad_files(void **state)
 	assert_non_null(strstr(err, "/nonexistent/kvp.conf"));
 }
 
+/* A '#' after a blank starts a comment, as in --print-config's own
+ * output, which must read back as the same configuration. */
+static void test_inline_comments_and_print_round_trip(void **state)
+{
+	struct config c, back;
+	char err[256], printed[16384], again[16384];
+	const char *f = conf("c.conf", "socket = /x/c.sock   # the client socket\n"
+				       "max-connections = 33\t# tabs too\n"
+				       "state-dir = /x/a#b\n"
+				       "log-level = debug ; libinih's own comment\n");
+	FILE *out;
+
+	(void)state;
+	assert_int_equal(parse(&c, err, "--config", f, NULL), 0);
+	assert_string_equal(c.socket_path, "/x/c.sock");
+	assert_int_equal(c.max_connections, 33);
+	assert_string_equal(c.state_dir, "/x/a#b"); /* no blank before it: kept */
+	assert_int_equal(c.log_level, 7);
+
+	out = fmemopen(printed, sizeof(printed), "w");
+	assert_non_null(out);
+	config_print(&c, out);
+	fclose(out);
+	f = conf("printed.conf", printed);
+	assert_int_equal(parse(&back, err, "--config", f, NULL), 0);
+	assert_string_equal(back.socket_path, "/x/c.sock");
+	assert_int_equal(back.max_connections, 33);
+	assert_string_equal(back.state_dir, "/x/a#b");
+	/* Printing it again gives the same values (only the sources differ:
+	 * "file" where the first said where each came from). */
+	out = fmemopen(again, sizeof(again), "w");
+	assert_non_null(out);
+	config_print(&back, out);
+	fclose(out);
+	/* Past the first line, which names the file read. */
+	for (char *a = strchr(printed, '\n') + 1, *b = strchr(again, '\n') + 1; *a || *b;) {
+		char *ca = strstr(a, " #"), *cb = strstr(b, " #");
+
+		assert_non_null(ca);
+		assert_non_null(cb);
+		assert_int_equal(ca - a, cb - b);
+		assert_memory_equal(a, b, (size_t)(ca - a));
+		a = strchr(ca, '\n') + 1;
+		b = strchr(cb, '\n') + 1;
+	}
+}
+
 static void test_bad_command_lines(void **state)
 {
 	struct config c;
@@ -187,6 +234,7 @@ int main(void)
 		cmocka_unit_test(test_presets),
 		cmocka_unit_test(test_sizes),
 		cmocka_unit_test(test_bad_files),
+		cmocka_unit_test(test_inline_comments_and_print_round_trip),
 		cmocka_unit_test(test_bad_command_lines),
 	};
 	int ret;
