@@ -61,7 +61,15 @@ void notify_format_status(const struct cache *c, char *buf, size_t size)
 static void send_status(struct notify *n, const char *prefix, const struct cache *c)
 {
 	char msg[320];
-	int len = snprintf(msg, sizeof(msg), "%sSTATUS=", prefix);
+	int len;
+
+	/* The drain after a stop still turns the loop, its timer and admin
+	 * requests: a summary (or a reload's READY=1) would replace
+	 * "stopping" in systemctl status, or tell the manager the daemon is
+	 * ready again. */
+	if (n->stopping)
+		return;
+	len = snprintf(msg, sizeof(msg), "%sSTATUS=", prefix);
 
 	notify_format_status(c, msg + len, sizeof(msg) - (size_t)len);
 	send_state(n, msg);
@@ -87,10 +95,21 @@ void notify_watchdog(struct notify *n)
 
 void notify_reloading(struct notify *n)
 {
+	if (n->stopping)
+		return;
 	send_state(n, "RELOADING=1\nSTATUS=reloading");
 }
 
 void notify_stopping(struct notify *n)
 {
+	n->stopping = 1;
 	send_state(n, "STOPPING=1\nSTATUS=stopping");
+}
+
+void notify_extend_timeout(struct notify *n, uint64_t usec)
+{
+	char msg[64];
+
+	snprintf(msg, sizeof(msg), "EXTEND_TIMEOUT_USEC=%llu", (unsigned long long)usec);
+	send_state(n, msg);
 }

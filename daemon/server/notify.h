@@ -21,7 +21,8 @@
 struct notify {
 	uint64_t watchdog_usec; /* $WATCHDOG_USEC for us, 0 when no watchdog */
 	uint64_t last_status_ns;
-	int failed; /* a send failed: logged once */
+	int failed;   /* a send failed: logged once */
+	int stopping; /* STOPPING=1 sent: no STATUS= replaces its "stopping" */
 };
 
 /* Reads the watchdog setting (sd_watchdog_enabled, which checks
@@ -43,6 +44,10 @@ void notify_watchdog(struct notify *n);
 void notify_reloading(struct notify *n);
 /* STOPPING=1 with a STATUS= line saying so. */
 void notify_stopping(struct notify *n);
+/* Asks the service manager for usec more before its stop timeout
+ * (TimeoutStopSec=) kills the daemon: for a stop that is still making
+ * progress writing the host tier to disk. */
+void notify_extend_timeout(struct notify *n, uint64_t usec);
 
 /* Writes the one-line summary of c into buf (always NUL-terminated):
  * pools, sessions, open connections, host memory in use and the prefix

@@ -441,6 +441,35 @@ static int server_busy(void *arg)
 	       gpu_busy(s->cache.gpu);
 }
 
+/* A stop that writes a large host tier to disk takes longer than
+ * TimeoutStopSec= (about 0.5 GB/s): while its writes complete, ask for
+ * SERVER_STOP_EXTEND_NS more every SERVER_STOP_EXTEND_NS / 3. A drain
+ * that made no progress since the last ask gets no more, so a wedged disk
+ * still ends in the manager's timeout. */
+#define SERVER_STOP_EXTEND_NS (15ull * 1000000000ull)
+
+static void stop_extend(struct server *s, int first)
+{
+	uint64_t now = clock_now_ns(), done = s->have_aio ? s->aio.ctr.completed : 0;
+
+	if (!first &&
+	    (now - s->stop_extended_ns < SERVER_STOP_EXTEND_NS / 3 || done == s->stop_completed))
+		return;
+	notify_extend_timeout(&s->notify, SERVER_STOP_EXTEND_NS / 1000);
+	s->stop_extended_ns = now;
+	s->stop_completed = done;
+}
+
+static int server_draining(void *arg)
+{
+	struct server *s = arg;
+	int busy = server_busy(s);
+
+	if (busy)
+		stop_extend(s, 0);
+	return busy;
+}
+
 int server_run(struct server *s)
 {
 	int ret;
@@ -474,7 +503,8 @@ int server_run(struct server *s)
 		/* Disk reads and writes in flight target the arenas: let them
 		 * finish (requests parked on them are answered too). */
 		log_info("finishing disk I/O in flight");
-		ret = loop_run_while(&s->loop, server_busy, s);
+		stop_extend(s, 1);
+		ret = loop_run_while(&s->loop, server_draining, s);
 	}
 	return ret;
 }

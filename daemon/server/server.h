@@ -64,6 +64,10 @@ struct server {
 	struct notify notify;
 	struct loop_op watchdog_op; /* armed only under a watchdog */
 	struct __kernel_timespec watchdog_tick;
+	/* The drain after a stop: when it last asked the service manager for
+	 * more time, and the disk requests completed by then. */
+	uint64_t stop_extended_ns;
+	uint64_t stop_completed;
 };
 
 /* Takes the sockets systemd passed (named "client" and "admin"), creates

@@ -7,7 +7,8 @@
  * READY=1 with a STATUS= summary, WATCHDOG=1, a refreshed STATUS= line
  * (about 5 s later), RELOADING=1 and READY=1
  * after SIGHUP, a client served after the reload, and STOPPING=1 after
- * SIGTERM, with the daemon exiting 0.
+ * SIGTERM, with the daemon exiting 0. A stop that writes the host tier
+ * to disk asks for more time and says nothing else after STOPPING=1.
  */
 #include <errno.h>
 #include <poll.h>
@@ -144,6 +145,62 @@ static void test_notify_sequence(void **state)
 	fake_close(&m);
 }
 
+/* A clean stop writes the host tier's pages to the disk tier, which on
+ * a large tier takes longer than TimeoutStopSec=: the daemon asks for
+ * more time (EXTEND_TIMEOUT_USEC=) after STOPPING=1, and sends no STATUS=
+ * or READY=1 after it. */
+static void test_stop_flush_extends_timeout(void **state)
+{
+	static const char *const args[] = {"--host-pool-size", "1M", "--disk-pool-size", "16M",
+					   NULL};
+	static const struct kvp_layout layout = {.n_layers = 1,
+						 .n_kv_heads = 1,
+						 .head_dim = 64,
+						 .block_tokens = 16,
+						 .dtype = KVP_DTYPE_F16};
+	struct fake_manager m = {.fd = -1};
+	uint32_t tokens[16 * 32];
+	struct harness h;
+	kvp_client *c;
+	kvp_pool *p;
+	int ret;
+
+	(void)state;
+	assert_int_equal(fake_open(&m), 0);
+	setenv("NOTIFY_SOCKET", m.path, 1);
+	ret = harness_start(&h, args);
+	unsetenv("NOTIFY_SOCKET");
+	assert_int_equal(ret, 0);
+	assert_int_equal(fake_expect(&m, "READY=1", 10000), 0);
+
+	assert_int_equal(kvp_connect(h.sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, "notify-flush", &layout, &p), 0);
+	for (uint32_t i = 0; i < 4; i++) {
+		kvp_session *s;
+
+		harness_tokens(tokens, sizeof(tokens) / sizeof(tokens[0]), 900 + i, 0);
+		assert_int_equal(harness_commit_session(p, tokens, 16 * 32, &s), 0);
+		assert_int_equal(kvp_session_close(s), 0);
+	}
+	kvp_disconnect(c);
+
+	assert_int_equal(harness_stop(&h), 0);
+	assert_int_equal(fake_expect(&m, "STOPPING=1", 5000), 0);
+	assert_int_equal(fake_expect(&m, "EXTEND_TIMEOUT_USEC=", 5000), 0);
+	assert_true(strtoull(strchr(m.last, '=') + 1, NULL, 10) >= 1000000);
+	/* The daemon has exited: every message it sent is queued. */
+	for (;;) {
+		ssize_t n = recv(m.fd, m.last, sizeof(m.last) - 1, MSG_DONTWAIT);
+
+		if (n < 0)
+			break;
+		m.last[n] = 0;
+		assert_false(has_line(m.last, "STATUS="));
+		assert_false(has_line(m.last, "READY=1"));
+	}
+	fake_close(&m);
+}
+
 /* Without $NOTIFY_SOCKET (not under systemd) nothing changes. */
 static void test_no_manager(void **state)
 {
@@ -164,6 +221,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_notify_sequence),
+		cmocka_unit_test(test_stop_flush_extends_timeout),
 		cmocka_unit_test(test_no_manager),
 	};
 
