@@ -121,9 +121,12 @@ KVP_PUBLIC int kvp_connect(const char *path, kvp_client **ret_client);
  * afterwards). NULL is accepted. */
 KVP_PUBLIC void kvp_disconnect(kvp_client *c);
 
-/* The default client socket path: $XDG_RUNTIME_DIR/kvpalace/kvpalace.sock,
- * or /run/kvpalace/kvpalace.sock for root or when XDG_RUNTIME_DIR is unset.
- * Writes at most n bytes (NUL included) to buf and returns the length the
+/* The default client socket path: $XDG_RUNTIME_DIR/kvpalace/kvpalace.sock
+ * when a socket is there (a daemon the user runs, which binds there by
+ * default), else /run/kvpalace/kvpalace.sock, the packaged service's (for
+ * root, without XDG_RUNTIME_DIR, or with no socket under it). kvp_connect
+ * on the default path also tries the service's when the user's socket
+ * refuses the connection (left behind by a daemon that ended). Writes at most n bytes (NUL included) to buf and returns the length the
  * full path needs (as snprintf). kvp_default_admin_socket_path() gives the
  * admin socket (admin.sock in the same directory). */
 KVP_PUBLIC int kvp_default_socket_path(char *buf, size_t n);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -66,14 +67,25 @@ int conn_usable(struct kvp_client *c)
 	return conn_error(c, -ENOTCONN, "the connection to kvpalaced was lost earlier");
 }
 
+/* The packaged service's sockets (systemd/kvpalaced*.socket). */
+#define SYSTEM_SOCKET_DIR "/run/kvpalace"
+
+/* $XDG_RUNTIME_DIR/kvpalace/<name> for a user other than root, where a
+ * per-user daemon binds by default (daemon/base/config.c), when a socket
+ * is there; else the system service's. A user with a session (and so
+ * XDG_RUNTIME_DIR) but no daemon of their own reaches the packaged one. */
 static int default_path(char *buf, size_t n, const char *name)
 {
 	const char *xdg = secure_getenv("XDG_RUNTIME_DIR");
 
-	/* Same rule as the daemon's embedded default (daemon/base/config.c). */
-	if (geteuid() != 0 && xdg && xdg[0] == '/')
-		return snprintf(buf, n, "%s/kvpalace/%s", xdg, name);
-	return snprintf(buf, n, "/run/kvpalace/%s", name);
+	if (geteuid() != 0 && xdg && xdg[0] == '/') {
+		struct stat st;
+		int len = snprintf(buf, n, "%s/kvpalace/%s", xdg, name);
+
+		if (len >= 0 && (size_t)len < n && stat(buf, &st) == 0 && S_ISSOCK(st.st_mode))
+			return len;
+	}
+	return snprintf(buf, n, SYSTEM_SOCKET_DIR "/%s", name);
 }
 
 KVP_PUBLIC int kvp_default_socket_path(char *buf, size_t n)
@@ -174,6 +186,15 @@ int conn_open(const char *path, struct kvp_client **ret_client)
 		goto fail;
 	}
 	ret = connect_unix(c->fd, &sa);
+	if (ret == -ECONNREFUSED && path == def && strncmp(def, SYSTEM_SOCKET_DIR "/", 14)) {
+		/* A per-user daemon's socket left behind by its end: the system
+		 * service's may still answer. A connect that failed leaves the
+		 * socket unconnected, so it can try again. */
+		snprintf(sa.sun_path, sizeof(sa.sun_path), SYSTEM_SOCKET_DIR "/kvpalace.sock");
+		ret = connect_unix(c->fd, &sa);
+		if (ret == -ENOENT)
+			ret = -ECONNREFUSED; /* say what happened at the first */
+	}
 	if (ret < 0)
 		goto fail;
 	*ret_client = c;
