@@ -9,6 +9,9 @@
 #   - the units lie where systemd.pc says units go under our prefix;
 #   - systemd-analyze verify finds nothing to say about them, and
 #     systemd-analyze security rates the service's exposure at most 1.0;
+#   - the users and groups the units name are those systemd-sysusers
+#     creates from the sysusers.d snippet, and ExecStart's sockets are
+#     where the socket units listen;
 #   - the staged daemon's exit status for a bad command line and a bad
 #     configuration file is one the service's RestartPreventExitStatus=
 #     lists (restarting cannot fix those).
@@ -82,6 +85,36 @@ if command -v systemd-analyze >/dev/null 2>&1; then
 else
 	echo "systemd-analyze not found: units not verified"
 fi
+
+# ---- what the units and the sysusers.d snippet agree on ---------------------
+# The users and groups the units name exist once systemd-sysusers has read
+# the snippet (into an empty root here).
+sysusers=$(pkg-config --define-variable=prefix="$prefix" --variable=sysusersdir systemd 2>/dev/null || echo "$prefix/lib/sysusers.d")
+[ -f "$stage$sysusers/kvpalace.conf" ] || fail "no kvpalace.conf in $sysusers"
+if command -v systemd-sysusers >/dev/null 2>&1; then
+	mkdir -p "$tmp/root/etc"
+	systemd-sysusers --root="$tmp/root" "$stage$sysusers/kvpalace.conf" >/dev/null 2>&1 ||
+		fail "systemd-sysusers refused kvpalace.conf"
+	for name in $(sed -n 's/^User=//p' "$stage$unitdir"/kvpalace*); do
+		grep -q "^$name:" "$tmp/root/etc/passwd" ||
+			fail "a unit names user $name, which kvpalace.conf does not create"
+	done
+	for name in $(sed -n 's/^\(Group\|SocketGroup\)=//p' "$stage$unitdir"/kvpalace*); do
+		grep -q "^$name:" "$tmp/root/etc/group" ||
+			fail "a unit names group $name, which kvpalace.conf does not create"
+	done
+	echo "OK: the units' users and groups come from kvpalace.conf"
+fi
+# The daemon's --socket and --admin-socket are where the socket units
+# listen (a daemon started without activation binds the same paths).
+for pair in "--socket kvpalaced.socket" "--admin-socket kvpalaced-admin.socket"; do
+	opt=${pair%% *}
+	unit=${pair#* }
+	want=$(sed -n "s/^ExecStart=.* $opt \([^ ]*\).*/\1/p" "$service")
+	got=$(sed -n 's/^ListenSequentialPacket=//p' "$stage$unitdir/$unit")
+	[ -n "$want" ] && [ "$want" = "$got" ] || fail "$opt $want but $unit listens on $got"
+done
+echo "OK: ExecStart's sockets are the socket units'"
 
 # ---- exit statuses the service will not restart on -------------------------
 prevent=$(sed -n 's/^RestartPreventExitStatus=//p' "$service")
