@@ -6,19 +6,22 @@
  *
  * Talks to the daemon's admin socket (--socket, else $KVPALACE_ADMIN_SOCKET,
  * else kvp_default_admin_socket_path()) through the public client library
- * only. Views: `status`, `ping`, `stats`, `pools`, `sessions`, `metrics`,
- * `session show ID` and `checkpoints`; steering: `drop session ID`, `drop
+ * only. Views: `status`, `ping`, `stats`, `pools`, `sessions`, `latency`,
+ * `metrics`, `session show ID` and `checkpoints`; steering: `drop session ID`, `drop
  * pool ID`, `evict --tier TIER --bytes SIZE`, `purge ...`, `config show`, `config
  * reload`, `checkpoint SESSION_ID NAME`, `checkpoint rm NAME`, `restore
  * NAME`, `warmup NAME`.
  * Every command is described once, in the command table below, which
  * drives parsing (its operands and options), `help` and `--help`; each
  * runs in the file of its section: stats.c (status, ping, stats, pools,
- * sessions) with metrics.c, session.c (session show, drop), evict.c
- * (evict, purge), config.c, checkpoint.c (checkpoint, restore, warmup,
- * checkpoints, checkpoint rm); common.c and json.c hold what they share. With
- * --json each prints one JSON object instead of text (written by hand
- * in json.c, with full string escaping, to need no JSON library); long
+ * sessions) with metrics.c, latency.c, session.c (session show, drop),
+ * evict.c (evict, purge), config.c, checkpoint.c (checkpoint, restore,
+ * warmup, checkpoints, checkpoint rm); common.c, table.c and jdoc.c hold
+ * what they share. With --json each prints one JSON object instead of
+ * text (built with jansson in jdoc.c); tables take --no-headers, and the
+ * views --watch [SECONDS] and --count N (watch.c), which run the command
+ * again on the same connection. Usage errors are said once the command is
+ * known, naming it and its --help, whatever the order of the words; long
  * operations draw a progress bar (progress.h) when stdout is a terminal
  * and --json is not given: evict's moves with each request, as does
  * `checkpoints --verify`'s with each file verified, and the checkpoint
