@@ -183,8 +183,9 @@ int jdoc_print(FILE *f, json_t *doc)
 {
 	/* Compact, members in the order they were set (jansson keeps it
 	 * since 2.8): the documents the CLI has always printed. Non-ASCII
-	 * stays UTF-8; "/" is not escaped. */
-	int ret = json_dumpf(doc, f, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	 * stays UTF-8; "/" is not escaped. Reals with 15 significant digits,
+	 * not 17: 50.9 stays 50.9 instead of 50.899999999999999. */
+	int ret = json_dumpf(doc, f, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
 
 	json_decref(doc);
 	if (ret < 0 || fputc('\n', f) == EOF)
