@@ -320,7 +320,8 @@ static void usage(FILE *f)
 		"  -V, --version       print the version and exit\n"
 		"\n"
 		"'kvpalacectl help COMMAND' or 'kvpalacectl COMMAND --help' describes a\n"
-		"command and its options.\n"
+		"command and its options: the tables take --no-headers, the views\n"
+		"--watch [SECONDS] and --count N.\n"
 		"\n"
 		"%s",
 		"help [COMMAND]", "describe the commands, or one", def, exit_text);
