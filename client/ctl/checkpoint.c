@@ -18,7 +18,7 @@
 
 #include "checkpoint.h"
 #include "common.h"
-#include "json.h"
+#include "jdoc.h"
 #include "progress.h"
 
 /* "YYYY-MM-DD HH:MM:SS" in local time, or "-" for 0. */
@@ -31,14 +31,13 @@ static void time_text(uint64_t unix_ms, char *buf, size_t cap)
 		snprintf(buf, cap, "-");
 }
 
-/* "uid":U, or "uid":null without --uid; with its comma. */
-static void json_uid_opt(FILE *f, const struct args *a)
+/* "uid":U, or "uid":null without --uid. */
+static void json_uid_opt(json_t *doc, const struct args *a)
 {
-	json_key(f, "uid");
 	if (a->given & OPT_UID)
-		fprintf(f, "%" PRIu32 ",", a->uid);
+		jdoc_u64(doc, "uid", a->uid);
 	else
-		fputs("null,", f);
+		jdoc_null(doc, "uid");
 }
 
 /* Starts the spinner of a command the daemon answers once, on a terminal
@@ -61,13 +60,13 @@ int cmd_checkpoint(kvp_client *c, const struct args *a)
 	if (ret < 0)
 		return fail(c, a->name, ret);
 	if (a->json) {
-		fputc('{', stdout);
-		json_string(stdout, "socket", a->path, 1);
-		json_u64(stdout, "session_id", a->id, 1);
-		json_string(stdout, "name", a->ckpt, 1);
-		json_u64(stdout, "bytes", bytes, 0);
-		fputs("}\n", stdout);
-		return 0;
+		json_t *doc = jdoc_object();
+
+		jdoc_str(doc, "socket", a->path);
+		jdoc_u64(doc, "session_id", a->id);
+		jdoc_str(doc, "name", a->ckpt);
+		jdoc_u64(doc, "bytes", bytes);
+		return jdoc_print(stdout, doc) < 0 ? EXIT_DAEMON : 0;
 	}
 	size_text(bytes, size, sizeof(size));
 	printf("checkpointed session %" PRIu64 " as %s (%s written)\n", a->id, a->ckpt, size);
@@ -86,17 +85,17 @@ int cmd_restore(kvp_client *c, const struct args *a)
 	if (ret < 0)
 		return fail(c, a->name, ret);
 	if (a->json) {
-		fputc('{', stdout);
-		json_string(stdout, "socket", a->path, 1);
-		json_string(stdout, "name", a->ckpt, 1);
-		json_uid_opt(stdout, a);
-		json_u64(stdout, "session_id", r.session_id, 1);
-		json_u64(stdout, "pool_id", r.pool_id, 1);
-		json_u64(stdout, "n_tokens", r.n_tokens, 1);
-		json_u64(stdout, "n_pages", r.n_pages, 1);
-		json_u64(stdout, "shared_pages", r.shared_pages, 0);
-		fputs("}\n", stdout);
-		return 0;
+		json_t *doc = jdoc_object();
+
+		jdoc_str(doc, "socket", a->path);
+		jdoc_str(doc, "name", a->ckpt);
+		json_uid_opt(doc, a);
+		jdoc_u64(doc, "session_id", r.session_id);
+		jdoc_u64(doc, "pool_id", r.pool_id);
+		jdoc_u64(doc, "n_tokens", r.n_tokens);
+		jdoc_u64(doc, "n_pages", r.n_pages);
+		jdoc_u64(doc, "shared_pages", r.shared_pages);
+		return jdoc_print(stdout, doc) < 0 ? EXIT_DAEMON : 0;
 	}
 	printf("restored %s as session %" PRIu64 " of pool %" PRIu64 ": %" PRIu64
 	       " token%s in %u page%s, %u of them already in the prefix index\n",
@@ -117,16 +116,16 @@ int cmd_warmup(kvp_client *c, const struct args *a)
 	if (ret < 0)
 		return fail(c, a->name, ret);
 	if (a->json) {
-		fputc('{', stdout);
-		json_string(stdout, "socket", a->path, 1);
-		json_string(stdout, "name", a->ckpt, 1);
-		json_uid_opt(stdout, a);
-		json_u64(stdout, "pool_id", r.pool_id, 1);
-		json_u64(stdout, "n_tokens", r.n_tokens, 1);
-		json_u64(stdout, "indexed_pages", r.indexed_pages, 1);
-		json_u64(stdout, "shared_pages", r.shared_pages, 0);
-		fputs("}\n", stdout);
-		return 0;
+		json_t *doc = jdoc_object();
+
+		jdoc_str(doc, "socket", a->path);
+		jdoc_str(doc, "name", a->ckpt);
+		json_uid_opt(doc, a);
+		jdoc_u64(doc, "pool_id", r.pool_id);
+		jdoc_u64(doc, "n_tokens", r.n_tokens);
+		jdoc_u64(doc, "indexed_pages", r.indexed_pages);
+		jdoc_u64(doc, "shared_pages", r.shared_pages);
+		return jdoc_print(stdout, doc) < 0 ? EXIT_DAEMON : 0;
 	}
 	printf("warmed up %s: %" PRIu64 " token%s, %u full page%s in the prefix index of pool "
 	       "%" PRIu64 " (%u there already)\n",
@@ -135,55 +134,55 @@ int cmd_warmup(kvp_client *c, const struct args *a)
 	return 0;
 }
 
-static void print_checkpoints_json(const char *path, const struct args *a,
-				   const struct kvp_checkpoint_list *l)
+static int print_checkpoints_json(const char *path, const struct args *a,
+				  const struct kvp_checkpoint_list *l)
 {
-	FILE *f = stdout;
+	json_t *doc = jdoc_object(), *arr = jdoc_array();
 
-	fputc('{', f);
-	json_string(f, "socket", path, 1);
-	json_uid_opt(f, a);
-	json_bool(f, "truncated", l->truncated, 1);
-	json_key(f, "checkpoints");
-	fputc('[', f);
+	jdoc_str(doc, "socket", path);
+	json_uid_opt(doc, a);
+	jdoc_bool(doc, "truncated", l->truncated);
 	for (size_t i = 0; i < l->n_entries; i++) {
 		const struct kvp_checkpoint_info *e = &l->entries[i];
+		json_t *o = jdoc_object();
 
-		fputs(i ? ",{" : "{", f);
-		json_string(f, "name", e->name, 1);
-		json_u64(f, "uid", e->uid, 1);
+		jdoc_str(o, "name", e->name);
+		jdoc_u64(o, "uid", e->uid);
 		if (e->error) {
 			/* What the file would hold is unknown. */
-			fputs("\"model_id\":null,\"layout\":null,\"n_tokens\":null,", f);
+			jdoc_null(o, "model_id");
+			jdoc_null(o, "layout");
+			jdoc_null(o, "n_tokens");
 		} else {
-			json_string(f, "model_id", e->model_id, 1);
-			json_layout(f, &e->layout);
-			json_u64(f, "n_tokens", e->n_tokens, 1);
+			jdoc_str(o, "model_id", e->model_id);
+			jdoc_set(o, "layout", jdoc_layout(&e->layout));
+			jdoc_u64(o, "n_tokens", e->n_tokens);
 		}
-		json_key(f, "bytes");
-		fprintf(f, e->bytes || !e->error ? "%" PRIu64 "," : "null,", e->bytes);
-		json_key(f, "created_unix_ms");
-		fprintf(f, e->created_unix_ms || !e->error ? "%" PRIu64 "," : "null,",
-			e->created_unix_ms);
-		json_u64(f, "format_version", e->format_version, 1);
-		json_bool(f, "verified", e->verified, 1);
-		json_key(f, "error");
-		if (e->error)
-			json_str(f, e->error);
+		if (e->bytes || !e->error)
+			jdoc_u64(o, "bytes", e->bytes);
 		else
-			fputs("null", f);
-		fputc('}', f);
+			jdoc_null(o, "bytes");
+		if (e->created_unix_ms || !e->error)
+			jdoc_u64(o, "created_unix_ms", e->created_unix_ms);
+		else
+			jdoc_null(o, "created_unix_ms");
+		jdoc_u64(o, "format_version", e->format_version);
+		jdoc_bool(o, "verified", e->verified);
+		jdoc_str_or_null(o, "error", e->error);
+		jdoc_push(arr, o);
 	}
-	fputs("]}\n", f);
+	jdoc_set(doc, "checkpoints", arr);
+	return jdoc_print(stdout, doc) < 0 ? EXIT_DAEMON : 0;
 }
 
-static void print_checkpoints_text(const struct kvp_checkpoint_list *l)
+static void print_checkpoints_text(const struct kvp_checkpoint_list *l, int no_headers)
 {
 	int wname = (int)strlen("NAME"), wmodel = (int)strlen("MODEL");
 	char model[128], size[32], when[32], why[256];
 
 	if (!l->n_entries) {
-		printf("no checkpoints\n");
+		if (!no_headers)
+			printf("no checkpoints\n");
 		return;
 	}
 	for (size_t i = 0; i < l->n_entries; i++) {
@@ -195,8 +194,9 @@ static void print_checkpoints_text(const struct kvp_checkpoint_list *l)
 		if (n > wmodel)
 			wmodel = n;
 	}
-	printf("%-*s %-6s %-*s %10s %10s  %-19s  %s\n", wname, "NAME", "UID", wmodel, "MODEL",
-	       "TOKENS", "SIZE", "CREATED", "CHECKED");
+	if (!no_headers)
+		printf("%-*s %-6s %-*s %10s %10s  %-19s  %s\n", wname, "NAME", "UID", wmodel,
+		       "MODEL", "TOKENS", "SIZE", "CREATED", "CHECKED");
 	for (size_t i = 0; i < l->n_entries; i++) {
 		const struct kvp_checkpoint_info *e = &l->entries[i];
 
@@ -218,7 +218,7 @@ static void print_checkpoints_text(const struct kvp_checkpoint_list *l)
 			       ? " (old format: its name is not recorded)"
 			       : "");
 	}
-	if (l->truncated)
+	if (l->truncated && !no_headers)
 		printf("(more checkpoints exist than fit in one reply)\n");
 }
 
@@ -275,11 +275,11 @@ int cmd_checkpoints(kvp_client *c, const struct args *a)
 	if (ret < 0) {
 		ret = fail(c, a->name, ret);
 	} else {
-		if (a->json)
-			print_checkpoints_json(a->path, a, l);
-		else
-			print_checkpoints_text(l);
 		ret = 0;
+		if (a->json)
+			ret = print_checkpoints_json(a->path, a, l);
+		else
+			print_checkpoints_text(l, a->given & OPT_NO_HEADERS);
 	}
 	for (size_t i = 0; keep && i < l->n_entries; i++)
 		kvp_checkpoint_list_free(keep[i]);
@@ -302,13 +302,13 @@ int cmd_checkpoint_rm(kvp_client *c, const struct args *a)
 	if (ret < 0)
 		return fail(c, a->name, ret);
 	if (a->json) {
-		fputc('{', stdout);
-		json_string(stdout, "socket", a->path, 1);
-		json_string(stdout, "name", a->ckpt, 1);
-		json_u64(stdout, "uid", uid, 1);
-		json_u64(stdout, "bytes", bytes, 0);
-		fputs("}\n", stdout);
-		return 0;
+		json_t *doc = jdoc_object();
+
+		jdoc_str(doc, "socket", a->path);
+		jdoc_str(doc, "name", a->ckpt);
+		jdoc_u64(doc, "uid", uid);
+		jdoc_u64(doc, "bytes", bytes);
+		return jdoc_print(stdout, doc) < 0 ? EXIT_DAEMON : 0;
 	}
 	size_text(bytes, size, sizeof(size));
 	printf("removed checkpoint %s of uid %u (%s)\n", a->ckpt, uid, size);

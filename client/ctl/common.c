@@ -23,15 +23,18 @@ int fail(kvp_client *c, const char *what, int err)
 	return EXIT_DAEMON;
 }
 
-int usage_error(const char *fmt, ...)
+int usage_error(const char *cmd, const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("kvpalacectl: ", stderr);
+	fprintf(stderr, "kvpalacectl%s%s: ", cmd ? " " : "", cmd ? cmd : "");
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fputs("\nTry 'kvpalacectl --help'.\n", stderr);
+	if (cmd)
+		fprintf(stderr, "; see 'kvpalacectl %s --help'\n", cmd);
+	else
+		fputs("\nTry 'kvpalacectl --help'.\n", stderr);
 	return EXIT_USAGE;
 }
 
@@ -107,6 +110,24 @@ void size_text(uint64_t bytes, char *buf, size_t cap)
 		snprintf(buf, cap, "%.0f %s", v, units[u]);
 	else
 		snprintf(buf, cap, "%.1f %s", v, units[u]);
+}
+
+void size_short(uint64_t bytes, char *buf, size_t cap)
+{
+	static const char units[] = "BKMGTPE";
+	unsigned int u = 0;
+	double v = (double)bytes;
+
+	while (v >= 1000 && u + 1 < sizeof(units) - 1) { /* 1000 K would not fit */
+		v /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, cap, "%.0f", v);
+	else if (v < 9.95)
+		snprintf(buf, cap, "%.1f%c", v, units[u]);
+	else
+		snprintf(buf, cap, "%.0f%c", v, units[u]);
 }
 
 /* "1d 02:03:04"-style text is for uptime; idle times read better as the

@@ -31,7 +31,10 @@ enum {
 	OPT_MODEL = 1u << 8,
 	OPT_SALT = 1u << 9,
 	OPT_UNUSED = 1u << 10,
-	OPT_LAST = OPT_UNUSED,
+	OPT_NO_HEADERS = 1u << 11, /* tables without their header line */
+	OPT_WATCH = 1u << 12,	   /* --watch [SECONDS]: a snapshot every SECONDS */
+	OPT_COUNT = 1u << 13,	   /* --count N: N snapshots, then exit */
+	OPT_LAST = OPT_COUNT,
 };
 
 /* The command line, parsed. */
@@ -51,6 +54,8 @@ struct args {
 	uint64_t id;	      /* the ID operand */
 	const char *ckpt;     /* the NAME operand: a checkpoint name */
 	const char *name;     /* the command's name */
+	uint64_t watch_ms;    /* --watch, in milliseconds */
+	uint32_t count;	      /* --count; 0 for until interrupted */
 };
 
 /* Says why a call failed and picks the exit status: 3 when the daemon
@@ -59,8 +64,10 @@ struct args {
  * refused or failed. */
 int fail(kvp_client *c, const char *what, int err);
 
-/* Says what is wrong with the command line and returns EXIT_USAGE. */
-int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Says what is wrong with the command line and returns EXIT_USAGE:
+ * "kvpalacectl CMD: what; see 'kvpalacectl CMD --help'" when the command
+ * cmd is known, else "kvpalacectl: what" and a pointer at --help. */
+int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* "" for 1, else "s". */
 const char *plural(uint64_t n);
@@ -77,6 +84,10 @@ void layout_text(const struct kvp_layout *l, char *buf, size_t cap);
 
 /* "512 B", "1.5 KiB", "2 GiB". */
 void size_text(uint64_t bytes, char *buf, size_t cap);
+
+/* The same in at most 5 characters, for table cells, as df -h writes
+ * it: "512", "1.5K", "40K", "8.0G". */
+void size_short(uint64_t bytes, char *buf, size_t cap);
 
 /* An idle time in its two largest units: 850ms, 12.5s, 4m07s, 3h25m. */
 void idle_text(uint64_t ms, char *buf, size_t cap);

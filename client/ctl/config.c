@@ -11,7 +11,7 @@
 
 #include "common.h"
 #include "config.h"
-#include "json.h"
+#include "jdoc.h"
 
 int cmd_config_show(kvp_client *c, const struct args *a)
 {
@@ -23,35 +23,25 @@ int cmd_config_show(kvp_client *c, const struct args *a)
 	if (ret < 0)
 		return fail(c, a->name, ret);
 	if (a->json) {
-		fputc('{', stdout);
-		json_string(stdout, "socket", a->path, 1);
-		json_key(stdout, "file");
-		if (cfg->file)
-			json_str(stdout, cfg->file);
-		else
-			fputs("null", stdout);
-		fputc(',', stdout);
-		json_key(stdout, "preset");
-		if (cfg->preset)
-			json_str(stdout, cfg->preset);
-		else
-			fputs("null", stdout);
-		fputc(',', stdout);
-		json_bool(stdout, "truncated", cfg->truncated, 1);
-		json_key(stdout, "config");
-		fputc('{', stdout);
+		json_t *doc = jdoc_object(), *keys = jdoc_object();
+
+		jdoc_str(doc, "socket", a->path);
+		jdoc_str_or_null(doc, "file", cfg->file);
+		jdoc_str_or_null(doc, "preset", cfg->preset);
+		jdoc_bool(doc, "truncated", cfg->truncated);
 		for (size_t i = 0; i < cfg->n_entries; i++) {
-			if (i)
-				fputc(',', stdout);
-			json_key(stdout, cfg->entries[i].key);
-			fputc('{', stdout);
-			json_string(stdout, "value", cfg->entries[i].value, 1);
-			json_string(stdout, "source", cfg->entries[i].source, 0);
-			fputc('}', stdout);
+			json_t *e = jdoc_object();
+			json_t *key = jdoc_text(cfg->entries[i].key);
+
+			jdoc_str(e, "value", cfg->entries[i].value);
+			jdoc_str(e, "source", cfg->entries[i].source);
+			/* The key comes from the daemon: made valid UTF-8 first. */
+			jdoc_set(keys, json_string_value(key), e);
+			json_decref(key);
 		}
-		fputs("}}\n", stdout);
+		jdoc_set(doc, "config", keys);
 		free(cfg);
-		return 0;
+		return jdoc_print(stdout, doc) < 0 ? EXIT_DAEMON : 0;
 	}
 	/* As kvpalaced --print-config prints it. */
 	printf("# kvpalaced effective configuration");
@@ -83,14 +73,15 @@ int cmd_config_reload(kvp_client *c, const struct args *a)
 	if (ret < 0)
 		return fail(c, a->name, ret);
 	if (a->json) {
-		fputc('{', stdout);
-		json_string(stdout, "socket", a->path, 1);
-		json_bool(stdout, "reloaded", 1, 1);
-		json_str_array(stdout, "changed", r->changed, r->n_changed, 1);
-		json_str_array(stdout, "restart_needed", r->restart_needed, r->n_restart_needed, 0);
-		fputs("}\n", stdout);
+		json_t *doc = jdoc_object();
+
+		jdoc_str(doc, "socket", a->path);
+		jdoc_bool(doc, "reloaded", 1);
+		jdoc_set(doc, "changed", jdoc_str_array(r->changed, r->n_changed));
+		jdoc_set(doc, "restart_needed",
+			 jdoc_str_array(r->restart_needed, r->n_restart_needed));
 		free(r);
-		return 0;
+		return jdoc_print(stdout, doc) < 0 ? EXIT_DAEMON : 0;
 	}
 	printf("configuration reloaded: ");
 	if (!r->n_changed)

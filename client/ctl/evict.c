@@ -14,7 +14,7 @@
 
 #include "common.h"
 #include "evict.h"
-#include "json.h"
+#include "jdoc.h"
 #include "progress.h"
 
 /* Pages one Evict request asks for: a long eviction is many requests, so
@@ -76,7 +76,7 @@ int cmd_evict(kvp_client *c, const struct args *a)
 	int ret = 0;
 
 	if ((a->given & OPT_DISCARD) && a->tier != KVP_TIER_HOST)
-		return usage_error("--discard goes with --tier host only");
+		return usage_error(a->name, "--discard goes with --tier host only");
 	/* The bar's 100 %: what was asked, or what the index holds if less. */
 	total = a->tier == KVP_TIER_HOST ? indexed_bytes(c, a->pool_id) : 0;
 	if (a->bytes != KVP_EVICT_ALL && (!total || a->bytes < total))
@@ -114,35 +114,35 @@ int cmd_evict(kvp_client *c, const struct args *a)
 		return ret;
 	}
 	if (a->json) {
-		fputc('{', stdout);
-		json_string(stdout, "socket", a->path, 1);
-		json_string(stdout, "tier", tier_name(a->tier), 1);
-		json_key(stdout, "pool_id");
+		json_t *doc = jdoc_object(), *arr = jdoc_array();
+
+		jdoc_str(doc, "socket", a->path);
+		jdoc_str(doc, "tier", tier_name(a->tier));
 		if (a->pool_id)
-			printf("%" PRIu64 ",", a->pool_id);
+			jdoc_u64(doc, "pool_id", a->pool_id);
 		else
-			fputs("null,", stdout);
-		json_key(stdout, "max_bytes");
+			jdoc_null(doc, "pool_id");
 		if (a->bytes != KVP_EVICT_ALL)
-			printf("%" PRIu64 ",", a->bytes);
+			jdoc_u64(doc, "max_bytes", a->bytes);
 		else
-			fputs("null,", stdout);
-		json_u64(stdout, "pages", pages, 1);
-		json_u64(stdout, "bytes", bytes, 1);
+			jdoc_null(doc, "max_bytes");
+		jdoc_u64(doc, "pages", pages);
+		jdoc_u64(doc, "bytes", bytes);
 		if (a->tier != KVP_TIER_GPU) {
-			json_u64(stdout, "demoted", demoted, 1);
-			json_u64(stdout, "dropped", dropped, 1);
+			jdoc_u64(doc, "demoted", demoted);
+			jdoc_u64(doc, "dropped", dropped);
 		}
-		json_key(stdout, "pools");
-		fputc('[', stdout);
 		for (size_t i = 0; i < n; i++) {
-			fputs(i ? ",{" : "{", stdout);
-			json_u64(stdout, "pool_id", sum[i].pool_id, 1);
-			json_u64(stdout, "pages", sum[i].pages, 1);
-			json_u64(stdout, "bytes", sum[i].bytes, 0);
-			fputc('}', stdout);
+			json_t *o = jdoc_object();
+
+			jdoc_u64(o, "pool_id", sum[i].pool_id);
+			jdoc_u64(o, "pages", sum[i].pages);
+			jdoc_u64(o, "bytes", sum[i].bytes);
+			jdoc_push(arr, o);
 		}
-		fputs("]}\n", stdout);
+		jdoc_set(doc, "pools", arr);
+		if (jdoc_print(stdout, doc) < 0)
+			ret = EXIT_DAEMON;
 	} else {
 		size_text(bytes, size, sizeof(size));
 		if (a->bytes != KVP_EVICT_ALL)
@@ -166,7 +166,7 @@ int cmd_evict(kvp_client *c, const struct args *a)
 		}
 	}
 	free(sum);
-	return 0;
+	return ret;
 }
 
 int cmd_purge(kvp_client *c, const struct args *a)
@@ -196,26 +196,24 @@ int cmd_purge(kvp_client *c, const struct args *a)
 		spec.flags |= KVP_PURGE_UNUSED_SINCE;
 		spec.unused_since = a->unused_since;
 	}
-	if (!spec.flags) {
-		fprintf(stderr, "kvpalacectl: purge wants at least one of --pool, --uid, --model, "
-				"--salt, --salt-hex, --unused-since\n");
-		return EXIT_USAGE;
-	}
+	if (!spec.flags)
+		return usage_error(a->name, "missing what to purge: one of --pool, --uid, --model, "
+					    "--salt, --salt-hex, --unused-since");
 	ret = kvp_admin_purge(c, &spec, &r);
 	if (ret < 0)
 		return fail(c, a->name, ret);
 	if (a->json) {
-		fputc('{', stdout);
-		json_string(stdout, "socket", a->path, 1);
-		json_u64(stdout, "pages", r.pages, 1);
-		json_u64(stdout, "pools", r.pools, 1);
-		json_u64(stdout, "host_pages", r.host_pages, 1);
-		json_u64(stdout, "disk_pages", r.disk_pages, 1);
-		json_u64(stdout, "device_pages", r.device_pages, 1);
-		json_u64(stdout, "held_pages", r.held_pages, 1);
-		json_u64(stdout, "sessions_marked", r.sessions_marked, 0);
-		fputs("}\n", stdout);
-		return 0;
+		json_t *doc = jdoc_object();
+
+		jdoc_str(doc, "socket", a->path);
+		jdoc_u64(doc, "pages", r.pages);
+		jdoc_u64(doc, "pools", r.pools);
+		jdoc_u64(doc, "host_pages", r.host_pages);
+		jdoc_u64(doc, "disk_pages", r.disk_pages);
+		jdoc_u64(doc, "device_pages", r.device_pages);
+		jdoc_u64(doc, "held_pages", r.held_pages);
+		jdoc_u64(doc, "sessions_marked", r.sessions_marked);
+		return jdoc_print(stdout, doc) < 0 ? EXIT_DAEMON : 0;
 	}
 	printf("purged %" PRIu64 " page%s from %u pool%s: %" PRIu64 " in the host tier, %" PRIu64
 	       " on disk (invalidated and synced), %" PRIu64 " GPU cop%s\n",

@@ -1,4 +1,5 @@
-/* client/ctl/json.c — kvpalacectl's JSON writer (see json.h).
+/* client/ctl/json.c — the hand-written JSON writer metrics.c still uses
+ * (see json.h); everything else builds documents with jansson (jdoc.c).
  *
  * Layer: ctl, the control CLI (client/README.md): above the library,
  * which it uses only through the public header kvpalace.h.
@@ -104,56 +105,10 @@ void json_key(FILE *f, const char *key)
 	fputc(':', f);
 }
 
-void json_u64(FILE *f, const char *key, uint64_t v, int comma)
-{
-	json_key(f, key);
-	fprintf(f, "%" PRIu64 "%s", v, comma ? "," : "");
-}
-
-void json_bool(FILE *f, const char *key, int v, int comma)
-{
-	json_key(f, key);
-	fprintf(f, "%s%s", v ? "true" : "false", comma ? "," : "");
-}
-
 void json_string(FILE *f, const char *key, const char *v, int comma)
 {
 	json_key(f, key);
 	json_str(f, v);
 	if (comma)
 		fputc(',', f);
-}
-
-void json_u32_array(FILE *f, const char *key, const uint32_t *v, size_t n, int comma)
-{
-	json_key(f, key);
-	fputc('[', f);
-	for (size_t i = 0; i < n; i++)
-		fprintf(f, "%s%" PRIu32, i ? "," : "", v[i]);
-	fprintf(f, "]%s", comma ? "," : "");
-}
-
-void json_str_array(FILE *f, const char *key, const char *const *v, size_t n, int comma)
-{
-	json_key(f, key);
-	fputc('[', f);
-	for (size_t i = 0; i < n; i++) {
-		if (i)
-			fputc(',', f);
-		json_str(f, v[i]);
-	}
-	fprintf(f, "]%s", comma ? "," : "");
-}
-
-void json_layout(FILE *f, const struct kvp_layout *l)
-{
-	json_key(f, "layout");
-	fputc('{', f);
-	json_u64(f, "n_layers", l->n_layers, 1);
-	json_u64(f, "n_kv_heads", l->n_kv_heads, 1);
-	json_u64(f, "head_dim", l->head_dim, 1);
-	json_u64(f, "block_tokens", l->block_tokens, 1);
-	json_string(f, "dtype", dtype_name(l->dtype), 1);
-	json_u64(f, "quant_group", l->quant_group, 0);
-	fputs("},", f);
 }

@@ -1,6 +1,7 @@
-/* client/ctl/json.h — kvpalacectl's JSON writer: one object per command
- * with --json, written by hand with full string escaping so that the CLI
- * needs no JSON library.
+/* client/ctl/json.h — the hand-written JSON stream writer that only
+ * metrics.c still uses: every other command builds its document with
+ * jansson (jdoc.h). It goes once metrics.c moves to jansson too (issue 16:
+ * metrics moves into a library shared with the HTTP exporter).
  *
  * Layer: ctl, the control CLI (client/README.md): above the library,
  * which it uses only through the public header kvpalace.h.
@@ -23,16 +24,7 @@ void json_str(FILE *f, const char *str);
 /* "key": */
 void json_key(FILE *f, const char *key);
 
-/* "key":number, "key":true|false, "key":"string". */
-void json_u64(FILE *f, const char *key, uint64_t v, int comma);
-void json_bool(FILE *f, const char *key, int v, int comma);
+/* "key":"string", and a comma after it when comma. */
 void json_string(FILE *f, const char *key, const char *v, int comma);
-
-/* "key":[numbers], "key":[strings]. */
-void json_u32_array(FILE *f, const char *key, const uint32_t *v, size_t n, int comma);
-void json_str_array(FILE *f, const char *key, const char *const *v, size_t n, int comma);
-
-/* "layout":{...}, with its comma. */
-void json_layout(FILE *f, const struct kvp_layout *l);
 
 #endif

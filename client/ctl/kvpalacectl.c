@@ -6,19 +6,22 @@
  *
  * Talks to the daemon's admin socket (--socket, else $KVPALACE_ADMIN_SOCKET,
  * else kvp_default_admin_socket_path()) through the public client library
- * only. Views: `status`, `ping`, `stats`, `pools`, `sessions`, `metrics`,
- * `session show ID` and `checkpoints`; steering: `drop session ID`, `drop
+ * only. Views: `status`, `ping`, `stats`, `pools`, `sessions`, `latency`,
+ * `metrics`, `session show ID` and `checkpoints`; steering: `drop session ID`, `drop
  * pool ID`, `evict --tier TIER --bytes SIZE`, `purge ...`, `config show`, `config
  * reload`, `checkpoint SESSION_ID NAME`, `checkpoint rm NAME`, `restore
  * NAME`, `warmup NAME`.
  * Every command is described once, in the command table below, which
  * drives parsing (its operands and options), `help` and `--help`; each
  * runs in the file of its section: stats.c (status, ping, stats, pools,
- * sessions) with metrics.c, session.c (session show, drop), evict.c
- * (evict, purge), config.c, checkpoint.c (checkpoint, restore, warmup,
- * checkpoints, checkpoint rm); common.c and json.c hold what they share. With
- * --json each prints one JSON object instead of text (written by hand
- * in json.c, with full string escaping, to need no JSON library); long
+ * sessions) with metrics.c, latency.c, session.c (session show, drop),
+ * evict.c (evict, purge), config.c, checkpoint.c (checkpoint, restore,
+ * warmup, checkpoints, checkpoint rm); common.c, table.c and jdoc.c hold
+ * what they share. With --json each prints one JSON object instead of
+ * text (built with jansson in jdoc.c); tables take --no-headers, and the
+ * views --watch [SECONDS] and --count N (watch.c), which run the command
+ * again on the same connection. Usage errors are said once the command is
+ * known, naming it and its --help, whatever the order of the words; long
  * operations draw a progress bar (progress.h) when stdout is a terminal
  * and --json is not given: evict's moves with each request, as does
  * `checkpoints --verify`'s with each file verified, and the checkpoint
@@ -40,6 +43,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,8 +55,10 @@
 #include "config.h"
 #include "evict.h"
 #include "kvpalace.h"
+#include "latency.h"
 #include "session.h"
 #include "stats.h"
+#include "watch.h"
 
 #ifndef KVP_VERSION
 #define KVP_VERSION "unknown"
@@ -72,34 +78,57 @@ struct command {
 };
 
 static const struct command commands[] = {
-	{"status", NULL, 0, 0, "", "the daemon in a few lines",
-	 "The daemon in a few lines: uptime, open connections, host tier use (pools,\n"
-	 "pages used of all), GPU tier, prefix-match hit rate, checkpoints written,\n"
-	 "restored, refused and failed.\n",
+	{"status", NULL, OPT_WATCH | OPT_COUNT, 0, "", "the daemon in a few lines",
+	 "The daemon in a few lines: its version, uptime, open connections; each tier\n"
+	 "(host, disk, GPU) with its pages and bytes used of all, what moved (evicted,\n"
+	 "spilled, promoted, copied) and what failed (verify failures, I/O and copy\n"
+	 "errors); the prefix cache's token hit ratio (prompt tokens served from the\n"
+	 "cache of those asked about), page hit ratio, and matches that found\n"
+	 "anything; p50 and p99 latency of the three busiest request types;\n"
+	 "checkpoints written, restored, refused, failed and removed.\n",
 	 cmd_stats},
 	{"ping", NULL, 0, 0, "", "time one round trip",
 	 "Time one round trip to the daemon (a Hello) and say whether the connection\n"
 	 "is an admin connection.\n",
 	 cmd_ping},
-	{"stats", NULL, 0, 0, "", "daemon counters and one row per pool",
+	{"stats", NULL, OPT_WATCH | OPT_COUNT, 0, "", "daemon counters and one row per pool",
 	 "The daemon's counters (requests, errors, prefix-match hits and misses,\n"
-	 "matched, appended and committed tokens, evictions, dedup, bad\n"
-	 "disconnects, checkpoints, GPU status) and one row per pool: uid, model,\n"
-	 "layout, pages in all, free, used, reserved, leased, sessions, page size.\n",
+	 "queried and matched tokens and pages with the hit ratios, appended and\n"
+	 "committed tokens, evictions, dedup, purges, bad disconnects, sessions,\n"
+	 "checkpoints, the disk tier's I/O and its spilled, promoted, verify\n"
+	 "failures and I/O errors, GPU status) and the pools' table as `pools`\n"
+	 "shows it, with pages held by uncommitted reservations (RESERVED).\n",
 	 cmd_stats},
-	{"pools", NULL, 0, 0, "", "one row per pool: what its pages hold",
-	 "One row per pool: id, owning uid, model id, layout, pages in all, free,\n"
-	 "used, held by the prefix index (INDEXED), indexed leaves eviction may\n"
-	 "take (EVICTABLE), pinned by read leases, sessions, pages evicted, pages\n"
-	 "saved by dedup, page size.\n",
+	{"pools", NULL, OPT_NO_HEADERS | OPT_WATCH | OPT_COUNT, 0, "",
+	 "one row per pool: its pages in each tier",
+	 "One row per pool: id, owning uid, model id, layout, page size (PAGE); pages\n"
+	 "used of all in each tier, and their bytes (HOST and HOST-BYTES for the\n"
+	 "pool's arena, DISK and DISK-BYTES for its spill file, GPU and GPU-BYTES for\n"
+	 "its device arena; - where the pool has no such tier); pages held by the\n"
+	 "prefix index in any tier (INDEXED), indexed leaves eviction may take\n"
+	 "(EVICTABLE), pages pinned by read leases, sessions, pages evicted from the\n"
+	 "host tier, written to disk (SPILLED) and read back (PROMOTED), verify\n"
+	 "failures, I/O and copy errors (ERRORS), pages saved by dedup. Then each\n"
+	 "pool's spill file and device arena in words (not with --no-headers).\n",
 	 cmd_stats},
-	{"sessions", NULL, OPT_POOL, 0, " [--pool ID]", "one row per session",
+	{"sessions", NULL, OPT_POOL | OPT_NO_HEADERS | OPT_WATCH | OPT_COUNT, 0, " [--pool ID]",
+	 "one row per session",
 	 "One row per session, in id order: id, pool, owning uid, tokens, committed\n"
 	 "tokens, pages, pages another holder shares (SHARED), idle time, whether a\n"
 	 "client holds uncommitted tokens (WRITING).\n"
 	 "\n"
 	 "  -p, --pool ID       only the sessions of pool ID\n",
 	 cmd_sessions},
+	{"latency", NULL, OPT_NO_HEADERS | OPT_WATCH | OPT_COUNT, 0, "",
+	 "how long the daemon takes to answer",
+	 "How long the daemon took to answer each request type since it started, from\n"
+	 "the request's arrival to its reply being queued, busiest first: requests\n"
+	 "answered, mean, and the 50th, 90th and 99th percentiles. The daemon counts\n"
+	 "them in buckets (10us, 25us, 50us, 100us, ... 10s, above), so a percentile\n"
+	 "is the upper bound of its bucket: \"p99 1ms\" is \"99% took at most 1 ms\".\n"
+	 "On the client socket, the caller's own requests. With --json, the buckets\n"
+	 "and their bounds too.\n",
+	 cmd_latency},
 	{"metrics", NULL, 0, 0, "", "the counters in Prometheus text format",
 	 "The daemon's counters and each pool's page counts in the Prometheus text\n"
 	 "exposition format (names start with kvpalace_; pool gauges carry pool,\n"
@@ -228,7 +257,7 @@ static const struct command commands[] = {
 	 "  -u, --uid UID       a checkpoint of user UID\n"
 	 "  -p, --pool ID       into pool ID (of the checkpoint's model and layout)\n",
 	 cmd_restore},
-	{"checkpoints", NULL, OPT_UID | OPT_VERIFY, 0, " [--uid UID] [--verify]",
+	{"checkpoints", NULL, OPT_UID | OPT_VERIFY | OPT_NO_HEADERS, 0, " [--uid UID] [--verify]",
 	 "one row per checkpoint",
 	 "One row per checkpoint of every user (or of UID): name, owning uid,\n"
 	 "model id, tokens, size of the file, when it was written (local time) and\n"
@@ -291,7 +320,8 @@ static void usage(FILE *f)
 		"  -V, --version       print the version and exit\n"
 		"\n"
 		"'kvpalacectl help COMMAND' or 'kvpalacectl COMMAND --help' describes a\n"
-		"command and its options.\n"
+		"command and its options: the tables take --no-headers, the views\n"
+		"--watch [SECONDS] and --count N.\n"
 		"\n"
 		"%s",
 		"help [COMMAND]", "describe the commands, or one", def, exit_text);
@@ -299,9 +329,25 @@ static void usage(FILE *f)
 
 static void command_help(FILE *f, const struct command *cmd)
 {
-	fprintf(f, "Usage: kvpalacectl [--socket PATH] [--json] %s%s%s%s\n\n%s\n", cmd->name,
+	fprintf(f, "Usage: kvpalacectl [--socket PATH] [--json] %s%s%s%s%s%s\n\n%s", cmd->name,
 		cmd->operands ? " " : "", cmd->operands ? cmd->operands : "", cmd->synopsis,
-		cmd->help);
+		cmd->opts & OPT_NO_HEADERS ? " [--no-headers]" : "",
+		cmd->opts & OPT_WATCH ? " [--watch [SECONDS]] [--count N]" : "", cmd->help);
+	if (cmd->opts & (OPT_NO_HEADERS | OPT_WATCH))
+		fprintf(f, "%s", strstr(cmd->help, "\n  -") ? "" : "\n");
+	if (cmd->opts & OPT_NO_HEADERS)
+		fprintf(f, "  -H, --no-headers    the table's rows only, no header line (for\n"
+			   "                      scripts)\n");
+	if (cmd->opts & OPT_WATCH)
+		fprintf(f,
+			"  -w, --watch [SECONDS]\n"
+			"                      show it again every SECONDS (default 2, at least\n"
+			"                      0.1) until interrupted (Ctrl-C, exit status 0): on\n"
+			"                      a terminal each view replaces the last; otherwise\n"
+			"                      views are appended, each after a \"--- TIME ---\"\n"
+			"                      line, or with --json one object a line\n"
+			"  -n, --count N       stop after N views (with or without --watch)\n");
+	fprintf(f, "\n");
 	fprintf(f,
 		"  -s, --socket PATH   the admin socket\n"
 		"  -j, --json          print one JSON object instead of text\n"
@@ -368,12 +414,12 @@ static int resolve(char *const *words, int n, const struct command **ret, int *r
 	if (*ret)
 		return 0;
 	if (*ret_used == 0)
-		return usage_error("unknown command '%s'", words[0]);
+		return usage_error(NULL, "unknown command '%s'", words[0]);
 	group_members(words[0], members, sizeof(members));
 	if (n < 2)
-		return usage_error("'%s' wants one of: %s", words[0], members);
-	return usage_error("unknown command '%s %s' ('%s' wants one of: %s)", words[0], words[1],
-			   words[0], members);
+		return usage_error(words[0], "missing one of: %s", members);
+	return usage_error(words[0], "unknown command '%s %s' (one of: %s)", words[0], words[1],
+			   members);
 }
 
 /* ---- parsing ------------------------------------------------------------ */
@@ -568,6 +614,12 @@ static const char *opt_name(unsigned int opt)
 		return "--salt";
 	case OPT_UNUSED:
 		return "--unused-since";
+	case OPT_NO_HEADERS:
+		return "--no-headers";
+	case OPT_WATCH:
+		return "--watch";
+	case OPT_COUNT:
+		return "--count";
 	default:
 		return "?";
 	}
@@ -588,17 +640,18 @@ static int parse_operands(const struct command *cmd, char *const *words, int n, 
 
 		if (k >= n) {
 			if (!strcmp(cmd->operands, "ID"))
-				return usage_error("%s wants a%s ID", cmd->name,
-						   strstr(cmd->name, "pool") ? " pool"
-									     : " session");
-			return usage_error("%s wants %s", cmd->name, cmd->operands);
+				return usage_error(cmd->name, "missing the %s ID",
+						   strstr(cmd->name, "pool") ? "pool" : "session");
+			return usage_error(cmd->name, "missing %s", op);
 		}
 		if (is_id && parse_id(words[k], &a->id) < 0)
-			return usage_error("%s wants an id (a number above 0), not '%s'", cmd->name,
-					   words[k]);
+			return usage_error(cmd->name,
+					   "%.*s wants an id (a number above 0), not '%s'",
+					   (int)len, op, words[k]);
 		if (!is_id) {
 			if (kvp_checkpoint_name_check(words[k]) < 0)
-				return usage_error("'%s' is not a checkpoint name: 1..%d of A-Z "
+				return usage_error(cmd->name,
+						   "'%s' is not a checkpoint name: 1..%d of A-Z "
 						   "a-z 0-9 . _ -, starting with a letter, a "
 						   "digit or _",
 						   words[k], KVP_CHECKPOINT_NAME_MAX);
@@ -608,8 +661,67 @@ static int parse_operands(const struct command *cmd, char *const *words, int n, 
 		op += *op == ' ';
 	}
 	if (n > k)
-		return usage_error("%s: unexpected argument '%s'", cmd->name, words[k]);
+		return usage_error(cmd->name, "unexpected argument '%s'", words[k]);
 	return 0;
+}
+
+/* The first mistake found among the options, said once the command they
+ * go with is known (getopt reads every option before the words). */
+static char opt_error[512];
+
+static void defer_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void defer_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (opt_error[0])
+		return;
+	va_start(ap, fmt);
+	vsnprintf(opt_error, sizeof(opt_error), fmt, ap);
+	va_end(ap);
+}
+
+#define DEFER(...)                                                                                 \
+	{                                                                                          \
+		defer_error(__VA_ARGS__);                                                          \
+		continue;                                                                          \
+	}
+
+/* Parses seconds for --watch: "2", "0.5"; 0.1 to a day. Returns 0 and
+ * the milliseconds, or -EINVAL. */
+static int parse_seconds(const char *s, uint64_t *ret_ms)
+{
+	double v;
+	char *end;
+
+	if ((*s < '0' || *s > '9') && *s != '.')
+		return -EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || *end || !(v >= 0.1 && v <= 86400))
+		return -EINVAL;
+	*ret_ms = (uint64_t)(v * 1000 + 0.5);
+	return 0;
+}
+
+/* What an option takes, for "missing --bytes SIZE". */
+static const char *opt_operand(unsigned int opt)
+{
+	switch (opt) {
+	case OPT_POOL:
+		return " ID";
+	case OPT_TIER:
+		return " TIER";
+	case OPT_BYTES:
+		return " SIZE";
+	case OPT_PAGES:
+	case OPT_COUNT:
+		return " N";
+	case OPT_UID:
+		return " UID";
+	default:
+		return "";
+	}
 }
 
 int main(int argc, char **argv)
@@ -631,6 +743,9 @@ int main(int argc, char **argv)
 		{"salt", required_argument, NULL, 'S'},
 		{"salt-hex", required_argument, NULL, 'X'},
 		{"unused-since", required_argument, NULL, 'U'},
+		{"no-headers", no_argument, NULL, 'H'},
+		{"watch", optional_argument, NULL, 'w'},
+		{"count", required_argument, NULL, 'n'},
 		{NULL, 0, NULL, 0},
 	};
 	struct args a = {0};
@@ -640,16 +755,17 @@ int main(int argc, char **argv)
 	int help = 0, n_words, used, opt, ret;
 	kvp_client *c;
 
-	while ((opt = getopt_long(argc, argv, "s:p:jhVt:b:fu:vdm:", opts, NULL)) != -1) {
+	opterr = 0; /* its messages name no command: ours do */
+	while ((opt = getopt_long(argc, argv, ":s:p:jhVt:b:fu:vdm:Hw::n:", opts, NULL)) != -1) {
 		switch (opt) {
 		case 's':
 			a.path = optarg;
 			break;
 		case 'p':
 			if (parse_id(optarg, &a.pool_id) < 0)
-				return usage_error("--pool wants a pool id (a number above 0), "
-						   "not '%s'",
-						   optarg);
+				DEFER("--pool wants a pool id (a number above 0), "
+				      "not '%s'",
+				      optarg);
 			a.given |= OPT_POOL;
 			break;
 		case 'j':
@@ -663,15 +779,14 @@ int main(int argc, char **argv)
 			return 0;
 		case 't':
 			if (parse_tier(optarg, &a.tier) < 0)
-				return usage_error("--tier wants host, gpu or disk, not '%s'",
-						   optarg);
+				DEFER("--tier wants host, gpu or disk, not '%s'", optarg);
 			a.given |= OPT_TIER;
 			break;
 		case 'b':
 			if (parse_size(optarg, &a.bytes) < 0)
-				return usage_error("--bytes wants a size above 0 such as 4096, "
-						   "64K, 512M, 2G, or all, not '%s'",
-						   optarg);
+				DEFER("--bytes wants a size above 0 such as 4096, "
+				      "64K, 512M, 2G, or all, not '%s'",
+				      optarg);
 			a.given |= OPT_BYTES;
 			break;
 		case 'f':
@@ -685,52 +800,79 @@ int main(int argc, char **argv)
 			break;
 		case 'm':
 			if (!*optarg || strlen(optarg) > 127)
-				return usage_error("--model wants a model id of 1..127 characters");
+				DEFER("--model wants a model id of 1..127 characters");
 			a.model = optarg;
 			a.given |= OPT_MODEL;
 			break;
 		case 'S':
 			if (strlen(optarg) > sizeof(a.salt))
-				return usage_error("--salt wants at most 64 bytes");
+				DEFER("--salt wants at most 64 bytes");
 			a.salt_len = strlen(optarg);
 			memcpy(a.salt, optarg, a.salt_len);
 			a.given |= OPT_SALT;
 			break;
 		case 'X':
 			if (parse_hex(optarg, a.salt, sizeof(a.salt), &a.salt_len) < 0)
-				return usage_error("--salt-hex wants up to 64 bytes in hexadecimal "
-						   "(two digits each), not '%s'",
-						   optarg);
+				DEFER("--salt-hex wants up to 64 bytes in hexadecimal "
+				      "(two digits each), not '%s'",
+				      optarg);
 			a.given |= OPT_SALT;
 			break;
 		case 'U':
 			if (parse_since(optarg, &a.unused_since) < 0)
-				return usage_error(
-					"--unused-since wants @SECONDS since the epoch or "
-					"a duration such as 90s, 30m, 12h, 7d, not '%s'",
-					optarg);
+				DEFER("--unused-since wants @SECONDS since the epoch or "
+				      "a duration such as 90s, 30m, 12h, 7d, not '%s'",
+				      optarg);
 			a.given |= OPT_UNUSED;
 			break;
 		case 'u':
 			if (parse_count(optarg, UINT32_MAX, &a.uid) < 0)
-				return usage_error("--uid wants a user id (a number), not '%s'",
-						   optarg);
+				DEFER("--uid wants a user id (a number), not '%s'", optarg);
 			a.given |= OPT_UID;
 			break;
 		case 'P':
 			if (parse_count(optarg, 4096, &a.pages) < 0)
-				return usage_error("--pages wants a number of pages from 0 to "
-						   "4096, not '%s'",
-						   optarg);
+				DEFER("--pages wants a number of pages from 0 to "
+				      "4096, not '%s'",
+				      optarg);
 			a.given |= OPT_PAGES;
 			break;
+		case 'H':
+			a.given |= OPT_NO_HEADERS;
+			break;
+		case 'w':
+			/* --watch SECONDS as well as --watch=SECONDS: the next word
+			 * when it is a number (no command is one). */
+			if (!optarg && optind < argc && argv[optind][0] &&
+			    strspn(argv[optind], "0123456789.") == strlen(argv[optind]))
+				optarg = argv[optind++];
+			if (optarg && parse_seconds(optarg, &a.watch_ms) < 0)
+				DEFER("--watch wants seconds from 0.1 to 86400 such as 2 or 0.5, "
+				      "not '%s'",
+				      optarg);
+			a.given |= OPT_WATCH;
+			break;
+		case 'n':
+			if (parse_count(optarg, UINT32_MAX, &a.count) < 0 || !a.count)
+				DEFER("--count wants a number of views above 0, not '%s'", optarg);
+			a.given |= OPT_COUNT;
+			break;
+		case ':':
+			DEFER("option '%s' wants an argument", argv[optind - 1]);
 		default:
-			fprintf(stderr, "Try 'kvpalacectl --help'.\n");
-			return EXIT_USAGE;
+			if (optopt && optopt != '?')
+				DEFER("unknown option '-%c'", optopt);
+			DEFER("unknown option '%s'", argv[optind - 1]);
 		}
 	}
 	words = argv + optind;
 	n_words = argc - optind;
+	if (opt_error[0]) {
+		int skip = n_words && !strcmp(words[0], "help");
+
+		cmd = find_command(words + skip, n_words - skip, &used);
+		return usage_error(cmd ? cmd->name : used ? words[skip] : NULL, "%s", opt_error);
+	}
 
 	/* help [COMMAND], COMMAND --help, --help. */
 	if (n_words && !strcmp(words[0], "help")) {
@@ -765,7 +907,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!n_words)
-		return usage_error("missing command");
+		return usage_error(NULL, "missing command");
 	ret = resolve(words, n_words, &cmd, &used);
 	if (ret)
 		return ret;
@@ -777,11 +919,14 @@ int main(int argc, char **argv)
 		return ret;
 	for (unsigned int o = 1; o <= OPT_LAST; o <<= 1) {
 		if ((a.given & o) && !(cmd->opts & o))
-			return usage_error("%s does not go with the %s command", opt_name(o),
+			return usage_error(cmd->name, "%s does not go with %s", opt_name(o),
 					   cmd->name);
 		if ((cmd->needed & o) && !(a.given & o))
-			return usage_error("%s wants %s", cmd->name, opt_name(o));
+			return usage_error(cmd->name, "missing %s%s", opt_name(o), opt_operand(o));
 	}
+	/* --count alone watches at the default pace; --watch alone, forever. */
+	if ((a.given & (OPT_WATCH | OPT_COUNT)) && !a.watch_ms)
+		a.watch_ms = WATCH_DEFAULT_MS;
 
 	if (!a.path || !*a.path)
 		a.path = getenv("KVPALACE_ADMIN_SOCKET");
@@ -798,7 +943,10 @@ int main(int argc, char **argv)
 			kvp_strerror(NULL, ret));
 		return EXIT_CONNECT;
 	}
-	ret = cmd->run(c, &a);
+	if (a.given & (OPT_WATCH | OPT_COUNT))
+		ret = watch_run(c, &a, cmd->run);
+	else
+		ret = cmd->run(c, &a);
 	kvp_disconnect(c);
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		fprintf(stderr, "kvpalacectl: writing output failed: %s\n", strerror(errno));

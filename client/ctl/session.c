@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "common.h"
-#include "json.h"
+#include "jdoc.h"
 #include "session.h"
 
 /* Page slots `session show` lists unless --pages says otherwise. */
@@ -25,38 +25,36 @@ static const char *policy_name(uint32_t kind)
 	return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "unknown";
 }
 
-static void print_session_json(const char *path, const struct kvp_session_detail *d)
+static int print_session_json(const char *path, const struct kvp_session_detail *d)
 {
 	const struct kvp_session_info *s = &d->info;
-	FILE *f = stdout;
+	json_t *doc = jdoc_object();
 
-	fputc('{', f);
-	json_string(f, "socket", path, 1);
-	json_u64(f, "session_id", s->session_id, 1);
-	json_u64(f, "pool_id", s->pool_id, 1);
-	json_u64(f, "uid", s->uid, 1);
-	json_string(f, "model_id", d->model_id, 1);
-	json_layout(f, &d->layout);
-	json_u64(f, "n_tokens", s->n_tokens, 1);
-	json_u64(f, "committed_tokens", s->committed_tokens, 1);
-	json_u64(f, "n_pages", s->n_pages, 1);
-	json_u64(f, "shared_pages", s->shared_pages, 1);
-	json_u64(f, "reserved_pages", d->reserved_pages, 1);
-	json_u64(f, "idle_ms", s->idle_ms, 1);
-	json_bool(f, "writing", s->writing, 1);
-	json_key(f, "writer_pid");
+	jdoc_str(doc, "socket", path);
+	jdoc_u64(doc, "session_id", s->session_id);
+	jdoc_u64(doc, "pool_id", s->pool_id);
+	jdoc_u64(doc, "uid", s->uid);
+	jdoc_str(doc, "model_id", d->model_id);
+	jdoc_set(doc, "layout", jdoc_layout(&d->layout));
+	jdoc_u64(doc, "n_tokens", s->n_tokens);
+	jdoc_u64(doc, "committed_tokens", s->committed_tokens);
+	jdoc_u64(doc, "n_pages", s->n_pages);
+	jdoc_u64(doc, "shared_pages", s->shared_pages);
+	jdoc_u64(doc, "reserved_pages", d->reserved_pages);
+	jdoc_u64(doc, "idle_ms", s->idle_ms);
+	jdoc_bool(doc, "writing", s->writing);
 	if (d->writer_pid)
-		fprintf(f, "%" PRIu32 ",", d->writer_pid);
+		jdoc_u64(doc, "writer_pid", d->writer_pid);
 	else
-		fputs("null,", f);
-	json_bool(f, "salted", d->salted, 1);
-	json_string(f, "policy", policy_name(d->policy), 1);
-	json_u64(f, "budget", d->budget, 1);
-	json_bool(f, "compacted", d->compacted, 1);
-	json_u64(f, "dropped_tokens", d->dropped_tokens, 1);
-	json_u32_array(f, "page_slots", d->page_slots, d->n_page_slots, 1);
-	json_u32_array(f, "page_holders", d->page_holders, d->n_page_slots, 0);
-	fputs("}\n", f);
+		jdoc_null(doc, "writer_pid");
+	jdoc_bool(doc, "salted", d->salted);
+	jdoc_str(doc, "policy", policy_name(d->policy));
+	jdoc_u64(doc, "budget", d->budget);
+	jdoc_bool(doc, "compacted", d->compacted);
+	jdoc_u64(doc, "dropped_tokens", d->dropped_tokens);
+	jdoc_set(doc, "page_slots", jdoc_u32_array(d->page_slots, d->n_page_slots));
+	jdoc_set(doc, "page_holders", jdoc_u32_array(d->page_holders, d->n_page_slots));
+	return jdoc_print(stdout, doc) < 0 ? EXIT_DAEMON : 0;
 }
 
 static void print_session_text(const struct kvp_session_detail *d)
@@ -108,11 +106,11 @@ int cmd_session_show(kvp_client *c, const struct args *a)
 	if (ret < 0)
 		return fail(c, a->name, ret);
 	if (a->json)
-		print_session_json(a->path, d);
+		ret = print_session_json(a->path, d);
 	else
-		print_session_text(d);
+		print_session_text(d), ret = 0;
 	free(d);
-	return 0;
+	return ret;
 }
 
 int cmd_drop_session(kvp_client *c, const struct args *a)
@@ -124,17 +122,17 @@ int cmd_drop_session(kvp_client *c, const struct args *a)
 	if (ret < 0)
 		return fail(c, a->name, ret);
 	if (a->json) {
-		fputc('{', stdout);
-		json_string(stdout, "socket", a->path, 1);
-		json_string(stdout, "dropped", "session", 1);
-		json_u64(stdout, "session_id", r.session_id, 1);
-		json_u64(stdout, "pool_id", r.pool_id, 1);
-		json_u64(stdout, "n_tokens", r.n_tokens, 1);
-		json_u64(stdout, "committed_tokens", r.committed_tokens, 1);
-		json_u64(stdout, "freed_pages", r.freed_pages, 1);
-		json_bool(stdout, "was_writing", r.was_writing, 0);
-		fputs("}\n", stdout);
-		return 0;
+		json_t *doc = jdoc_object();
+
+		jdoc_str(doc, "socket", a->path);
+		jdoc_str(doc, "dropped", "session");
+		jdoc_u64(doc, "session_id", r.session_id);
+		jdoc_u64(doc, "pool_id", r.pool_id);
+		jdoc_u64(doc, "n_tokens", r.n_tokens);
+		jdoc_u64(doc, "committed_tokens", r.committed_tokens);
+		jdoc_u64(doc, "freed_pages", r.freed_pages);
+		jdoc_bool(doc, "was_writing", r.was_writing);
+		return jdoc_print(stdout, doc) < 0 ? EXIT_DAEMON : 0;
 	}
 	printf("dropped session %" PRIu64 " of pool %" PRIu64 ": %" PRIu64 " tokens (%" PRIu64
 	       " committed), %u page%s freed%s; its cached pages no other session or lease "
@@ -155,17 +153,17 @@ int cmd_drop_pool(kvp_client *c, const struct args *a)
 	if (ret < 0)
 		return fail(c, a->name, ret);
 	if (a->json) {
-		fputc('{', stdout);
-		json_string(stdout, "socket", a->path, 1);
-		json_string(stdout, "dropped", "pool", 1);
-		json_u64(stdout, "pool_id", r.pool_id, 1);
-		json_u64(stdout, "uid", r.uid, 1);
-		json_string(stdout, "model_id", r.model_id, 1);
-		json_u64(stdout, "sessions_closed", r.sessions_closed, 1);
-		json_u64(stdout, "leases_released", r.leases_released, 1);
-		json_u64(stdout, "arena_bytes", r.arena_bytes, 0);
-		fputs("}\n", stdout);
-		return 0;
+		json_t *doc = jdoc_object();
+
+		jdoc_str(doc, "socket", a->path);
+		jdoc_str(doc, "dropped", "pool");
+		jdoc_u64(doc, "pool_id", r.pool_id);
+		jdoc_u64(doc, "uid", r.uid);
+		jdoc_str(doc, "model_id", r.model_id);
+		jdoc_u64(doc, "sessions_closed", r.sessions_closed);
+		jdoc_u64(doc, "leases_released", r.leases_released);
+		jdoc_u64(doc, "arena_bytes", r.arena_bytes);
+		return jdoc_print(stdout, doc) < 0 ? EXIT_DAEMON : 0;
 	}
 	size_text(r.arena_bytes, size, sizeof(size));
 	printf("dropped pool %" PRIu64 " (uid %u, model %s): %u session%s closed, %u lease%s "

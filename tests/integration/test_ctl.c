@@ -429,6 +429,7 @@ static const char *const all_commands[][2] = {
 	{"sessions", NULL},   {"metrics", NULL}, {"session", "show"},	{"drop", "session"},
 	{"drop", "pool"},     {"evict", NULL},	 {"config", "show"},	{"config", "reload"},
 	{"checkpoint", NULL}, {"restore", NULL}, {"checkpoints", NULL}, {"warmup", NULL},
+	{"latency", NULL},
 };
 #define N_ALL (sizeof(all_commands) / sizeof(all_commands[0]))
 
@@ -1603,6 +1604,429 @@ static void test_json_everywhere(void **state)
 	kvp_disconnect(c);
 }
 
+/* ---- issue 16: tiers, hit ratios, scripts, watch, completion ------------ */
+
+static char pyout[8192];
+
+/* Runs Debian's Python on out, parsed as JSON by its json module (one
+ * document, or with lines one document a line) into d, then script, whose
+ * asserts fail the check. Returns the exit status; Python's words go to
+ * pyout. */
+static int py_json(struct harness *h, int lines, const char *script)
+{
+	char path[160], prog[4096];
+	char *argv[] = {"/usr/bin/python3", "-c", prog, path, NULL};
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/doc.json", h->dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(out, f);
+	assert_int_equal(fclose(f), 0);
+	snprintf(prog, sizeof(prog),
+		 "import json, sys\n"
+		 "%s\n%s\n",
+		 lines ? "ds = [json.loads(l) for l in open(sys.argv[1], encoding='utf-8')]"
+		       : "d = json.load(open(sys.argv[1], encoding='utf-8'))",
+		 script);
+	return harness_run_capture(argv, NULL, pyout, sizeof(pyout));
+}
+
+#define PY_EXPECT(h, lines, what, script)                                                          \
+	do {                                                                                       \
+		if (py_json((h), (lines), (script)) != 0)                                          \
+			fail_msg("%s: the JSON check failed:\n%s\nof:\n%s", (what), pyout, out);   \
+	} while (0)
+
+/* The line of out that starts with prefix, copied into buf. */
+static const char *line_of(const char *prefix, char *buf, size_t cap)
+{
+	const char *p = out;
+
+	while (p && *p) {
+		if (!strncmp(p, prefix, strlen(prefix))) {
+			size_t n = strcspn(p, "\n");
+
+			snprintf(buf, cap, "%.*s", (int)n, p);
+			return buf;
+		}
+		p = strchr(p, '\n');
+		p = p ? p + 1 : NULL;
+	}
+	fail_msg("no line starting '%s' in:\n%s", prefix, out);
+	return NULL;
+}
+
+/* Issue 16: the disk tier could not be seen. After a spill, pools shows
+ * the pages in each tier (DISK used/capacity), status a section per tier
+ * with what moved, and both JSON documents carry the counters under the
+ * struct's names, parsed by a real JSON parser. */
+static void test_tiers(void **state)
+{
+	struct harness *h = *state;
+	uint32_t tokens[40];
+	char pid[24], line[512], want[128];
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+
+	harness_tokens(tokens, 40, 81, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	assert_int_equal(harness_pkv_commit_session(p, tokens, 40, &s), 0);
+	assert_int_equal(kvp_session_close(s), 0);
+	snprintf(pid, sizeof(pid), "%" PRIu64, kvp_pool_id(p));
+
+	/* Before the spill: 3 host pages (2 indexed full pages and the
+	 * partial one went with the session: 2), nothing on disk. */
+	CTL_EXPECT(0, h->admin_sock, "pools");
+	expect_out("pools", "%s", "HOST-BYTES");
+	expect_out("pools", "%s", " DISK ");
+	expect_out("pools", "%s", "DISK-BYTES");
+	expect_out("pools", "%s", " SPILLED ");
+	line_of(pid, line, sizeof(line));
+	if (!strstr(line, " 2/") || !strstr(line, " 0/"))
+		fail_msg("pools: no host 2/N and disk 0/N cells in '%s'", line);
+
+	/* The spill: evicting from host writes the pages to the disk tier. */
+	CTL_EXPECT(0, h->admin_sock, "evict", "--tier", "host", "--bytes", "all");
+	expect_out("evict", "%s", "2 demoted to the disk tier");
+
+	CTL_EXPECT(0, h->admin_sock, "pools");
+	line_of(pid, line, sizeof(line));
+	/* POOL UID MODEL 2L 2H 32D 16T f16 PAGE HOST HOST-BYTES DISK ...:
+	 * the host tier empty, 2 pages (16 KiB) in the spill file. */
+	if (!strstr(line, " 8.0K 0/") || !strstr(line, " 2/") || !strstr(line, " 16K/"))
+		fail_msg("pools after a spill: no empty host and 2 disk pages in '%s'", line);
+	snprintf(want, sizeof(want), "pool %s spill file: 2 of ", pid);
+	expect_out("pools after a spill", "%s", want);
+	expect_out("pools after a spill", "%s", "; 2 spilled, 0 promoted, ");
+	expect_out("pools after a spill", "%s", "; 0 verify failures, 0 I/O errors\n");
+
+	CTL_EXPECT(0, h->admin_sock, "status");
+	expect_out("status", "%s", "host tier: 1 pool, 0 of ");
+	expect_out("status", "%s", "\ndisk tier: 2 of ");
+	expect_out("status", "%s", "  moves: 2 pages spilled, 0 promoted, ");
+	expect_out("status", "%s", "  errors: 0 verify failures, 0 I/O errors, ");
+	expect_out("status", "%s", "\ngpu tier: no");
+	CTL_EXPECT(0, h->admin_sock, "stats");
+	expect_out("stats", "%s", " I/O; 2 pages spilled, 0 promoted; 0 verify failures");
+
+	CTL_EXPECT(0, h->admin_sock, "--json", "pools");
+	snprintf(line, sizeof(line),
+		 "p = [p for p in d['pools'] if p['pool_id'] == %s][0]\n"
+		 "assert p['used_pages'] == 0, p\n"
+		 "k = p['disk']\n"
+		 "assert k['disk_pages'] == 2 and k['spilled_pages'] == 2, k\n"
+		 "assert k['disk_bytes'] == 2 * p['page_bytes'], k\n"
+		 "assert k['disk_capacity'] > 0 and k['io_errors'] == 0, k\n"
+		 "assert 'gpu' not in p\n",
+		 pid);
+	PY_EXPECT(h, 0, "pools --json", line);
+
+	CTL_EXPECT(0, h->admin_sock, "--json", "status");
+	PY_EXPECT(h, 0, "status --json",
+		  "assert d['pools'] == 1 and d['host_used_pages'] == 0, d\n"
+		  "assert d['host']['n_pages'] > 0 and d['host']['used_bytes'] == 0, d\n"
+		  "assert d['disk']['disk_pages'] == 2 and d['disk']['spilled_pages'] == 2, d\n"
+		  "assert d['disk']['disk_io'] in ('io_uring', 'threads'), d\n"
+		  "assert d['disk']['verify_failures'] == 0, d\n"
+		  "assert d['gpu_tier'] is None and d['gpu'] is False, d\n"
+		  "for k in ('queried_tokens', 'matched_tokens', 'queried_pages',\n"
+		  "          'matched_pages', 'match_hits', 'match_total'):\n"
+		  "    assert isinstance(d[k], int), k\n"
+		  "assert 'version' in d and isinstance(d['latencies'], list), d\n"
+		  "assert d['warmed_up_pages'] == 0\n");
+	CTL_EXPECT(0, h->admin_sock, "--json", "stats");
+	PY_EXPECT(h, 0, "stats --json",
+		  "assert d['spilled_pages'] == 2 and d['io_errors'] == 0, d\n"
+		  "assert d['pools'][0]['disk']['spilled_pages'] == 2\n");
+	kvp_pool_close(p);
+	kvp_disconnect(c);
+}
+
+/* status reports the token and page hit ratios (prompt tokens served of
+ * those asked about) and the matches that found anything as just that. */
+static void test_hit_ratio(void **state)
+{
+	struct harness *h = *state;
+	uint32_t tokens[64], other[64];
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	kvp_lease *l;
+
+	CTL_EXPECT(0, h->admin_sock, "status");
+	expect_out("status (no queries)", "%s", ", 1 connection\n"); /* kvpalacectl's own */
+	expect_out("status (no queries)", "%s", "host tier: 0 pools, ");
+	expect_out("status (no queries)", "%s", "token hit ratio: no queries yet\n");
+	expect_out("status (no queries)", "%s", "matches with a hit: no matches yet\n");
+
+	harness_tokens(tokens, 64, 82, 0);
+	harness_tokens(other, 64, 83, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	assert_int_equal(harness_pkv_commit_session(p, tokens, 32, &s), 0);
+	/* Asked: 64 + 64 tokens; served: the 32 committed of the first. */
+	assert_int_equal(kvp_match_prefix(p, tokens, 64, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 32);
+	assert_int_equal(kvp_lease_release(l), 0);
+	kvp_match_prefix(p, other, 64, &l);
+	if (l)
+		kvp_lease_release(l);
+
+	CTL_EXPECT(0, h->admin_sock, "status");
+	expect_out("status", "%s", "matches with a hit: 1 of 2 (50.0%)\n");
+	if (strstr(out, "prefix hit rate"))
+		fail_msg("status still calls matches a hit rate:\n%s", out);
+	CTL_EXPECT(0, h->admin_sock, "--json", "status");
+	/* The daemon's counting lands with the lead's change; until then it
+	 * reports 0 asked and status says so instead of a ratio. */
+	if (json_number("queried_tokens") == 0) {
+		CTL_EXPECT(0, h->admin_sock, "status");
+		expect_out("status (older daemon)", "%s",
+			   "token hit ratio: not reported by this daemon\n");
+	} else {
+		assert_int_equal(json_number("queried_tokens"), 128);
+		assert_int_equal(json_number("matched_tokens"), 32);
+		CTL_EXPECT(0, h->admin_sock, "status");
+		expect_out("status", "%s", "token hit ratio: 25.0% (32 of 128 prompt tokens)\n");
+		expect_out("status", "%s", "page hit ratio: 25.0% (2 of 8 prompt pages)\n");
+	}
+	kvp_disconnect(c);
+}
+
+/* --no-headers: the rows of a table and nothing else, for scripts;
+ * singular and plural as the numbers say. */
+static void test_no_headers_plural(void **state)
+{
+	struct harness *h = *state;
+	uint32_t tokens[40];
+	char pid[24], sid[24], want[64];
+	kvp_client *c;
+	kvp_pool *p, *q;
+	kvp_session *s;
+
+	harness_tokens(tokens, 40, 84, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	assert_int_equal(harness_pkv_commit_session(p, tokens, 40, &s), 0);
+	snprintf(pid, sizeof(pid), "%" PRIu64, kvp_pool_id(p));
+	snprintf(sid, sizeof(sid), "%" PRIu64, kvp_session_id(s));
+
+	CTL_EXPECT(0, h->admin_sock, "pools", "--no-headers");
+	snprintf(want, sizeof(want), "%s ", pid);
+	if (strncmp(out, want, strlen(want)) || strchr(out, '\n') != out + strlen(out) - 1)
+		fail_msg("pools --no-headers: not one row of pool %s:\n%s", pid, out);
+	if (strstr(out, "POOL") || strstr(out, "spill file"))
+		fail_msg("pools --no-headers: more than rows:\n%s", out);
+	CTL_EXPECT(0, h->admin_sock, "sessions", "--no-headers");
+	snprintf(want, sizeof(want), "%s ", sid);
+	if (strncmp(out, want, strlen(want)) || strstr(out, "SESSION"))
+		fail_msg("sessions --no-headers:\n%s", out);
+	CTL_EXPECT(0, h->admin_sock, "sessions");
+	expect_out("sessions", "%s", "SESSION ");
+	CTL_EXPECT(0, h->admin_sock, "checkpoints", "--no-headers");
+	if (out[0])
+		fail_msg("checkpoints --no-headers with none: '%s'", out);
+	CTL_EXPECT(0, h->admin_sock, "latency", "--no-headers");
+	if (strstr(out, "REQUEST"))
+		fail_msg("latency --no-headers: %s", out);
+	CTL_EXPECT(2, h->admin_sock, "status", "--no-headers");
+
+	/* Plurals: 1 pool, 2 connections (the test's and kvpalacectl's);
+	 * then 2 pools. */
+	CTL_EXPECT(0, h->admin_sock, "status");
+	expect_out("status", "%s", "host tier: 1 pool, ");
+	expect_out("status", "%s", ", 2 connections\n");
+	CTL_EXPECT(0, h->admin_sock, "stats");
+	expect_out("stats", "%s", "\n1 pool\n");
+	assert_int_equal(kvp_pool_open(c, MODEL "-2", &harness_layout, &q), 0);
+	CTL_EXPECT(0, h->admin_sock, "status");
+	expect_out("status", "%s", "host tier: 2 pools, ");
+	CTL_EXPECT(0, h->admin_sock, "stats");
+	expect_out("stats", "%s", "\n2 pools\n");
+	CTL_EXPECT(0, h->admin_sock, "drop", "session", sid);
+	expect_out("drop session", "%s", "3 pages freed"); /* test_drop_session: "1 page" */
+	kvp_disconnect(c);
+}
+
+/* Usage errors name the program and the command and point at the
+ * command's own help; exit status 2, as kvpalacectl(1) documents. */
+static void test_usage_errors(void **state)
+{
+	struct harness *h = *state;
+
+	CTL_EXPECT(2, h->admin_sock, "evict", "--tier", "host");
+	expect_out("evict", "%s",
+		   "kvpalacectl evict: missing --bytes SIZE; see 'kvpalacectl evict --help'\n");
+	CTL_EXPECT(2, h->admin_sock, "evict", "--tier", "host", "--bytes", "12Q");
+	expect_out("evict --bytes 12Q", "%s", "kvpalacectl evict: --bytes wants a size");
+	expect_out("evict --bytes 12Q", "%s", "not '12Q'; see 'kvpalacectl evict --help'\n");
+	CTL_EXPECT(2, h->admin_sock, "session", "show");
+	expect_out("session show", "%s",
+		   "kvpalacectl session show: missing the session ID; see 'kvpalacectl "
+		   "session show --help'\n");
+	CTL_EXPECT(2, h->admin_sock, "drop");
+	expect_out("drop", "%s",
+		   "kvpalacectl drop: missing one of: session, pool; see 'kvpalacectl drop "
+		   "--help'\n");
+	CTL_EXPECT(2, h->admin_sock, "stats", "--force");
+	expect_out("stats --force", "%s",
+		   "kvpalacectl stats: --force does not go with stats; see 'kvpalacectl stats "
+		   "--help'\n");
+	CTL_EXPECT(2, h->admin_sock, "pools", "--frobnicate");
+	expect_out("pools --frobnicate", "%s",
+		   "kvpalacectl pools: unknown option '--frobnicate'; see 'kvpalacectl pools "
+		   "--help'\n");
+	CTL_EXPECT(2, h->admin_sock, "pools", "--count");
+	expect_out("pools --count", "%s", "kvpalacectl pools: option '--count' wants an argument");
+	CTL_EXPECT(2, h->admin_sock, "status", "--watch", "0.01");
+	expect_out("status --watch 0.01", "%s", "--watch wants seconds");
+	CTL_EXPECT(2, h->admin_sock, "checkpoint", "1", "../x");
+	expect_out("checkpoint ../x", "%s", "kvpalacectl checkpoint: '../x' is not a checkpoint");
+	CTL_EXPECT(2, h->admin_sock, "purge");
+	expect_out("purge", "%s", "kvpalacectl purge: missing what to purge");
+	CTL_EXPECT(2, h->admin_sock, "frobnicate");
+	expect_out("frobnicate", "%s",
+		   "kvpalacectl: unknown command 'frobnicate'\nTry 'kvpalacectl --help'.\n");
+	/* What the usage errors point at exists, and names the option. */
+	CTL_EXPECT(0, h->admin_sock, "evict", "--help");
+	expect_out("evict --help", "%s", "-b, --bytes SIZE");
+	CTL_EXPECT(0, h->admin_sock, "help", "latency");
+	expect_out("help latency", "%s", "[--no-headers] [--watch [SECONDS]] [--count N]");
+}
+
+/* Watch mode: appended snapshots off a terminal, --count of them at the
+ * pace asked; JSON ones one object a line; on a terminal each replaces
+ * the last; Ctrl-C ends it with status 0. */
+static void test_watch(void **state)
+{
+	struct harness *h = *state;
+	struct timespec t0, t1;
+	double secs;
+	int n = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CTL_EXPECT(0, h->admin_sock, "pools", "--watch", "0.2", "--count", "3");
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	for (const char *p = out; (p = strstr(p, "--- ")) != NULL; p++)
+		n++;
+	if (n != 3)
+		fail_msg("pools --watch 0.2 --count 3: %d snapshots:\n%s", n, out);
+	secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	if (secs < 0.4 || secs > 5)
+		fail_msg("3 snapshots 0.2 s apart took %.2f s", secs);
+	if (strchr(out, '\033'))
+		fail_msg("screen control codes on a pipe:\n%s", out);
+
+	CTL_EXPECT(0, h->admin_sock, "--json", "status", "--count", "2", "--watch=0.1");
+	PY_EXPECT(h, 1, "status --json --count 2",
+		  "assert len(ds) == 2 and all('uptime_ms' in d for d in ds), ds\n");
+
+	{
+		char *args[] = {"--socket", h->admin_sock, "status", "--watch",
+				"0.1",	    "--count",	   "2",	     NULL};
+
+		assert_int_equal(ctl_pty(args), 0);
+	}
+	expect_out("status --watch on a terminal", "%s",
+		   "\033[H\033[2JEvery 0.1s: kvpalacectl status");
+	expect_out("status --watch on a terminal", "%s", "host tier: ");
+
+	/* Ctrl-C: SIGINT to a watch that would run forever. */
+	{
+		char path[160];
+		const char *bin = getenv("KVPALACECTL");
+		pid_t pid;
+		int fd, st;
+
+		snprintf(path, sizeof(path), "%s/watch.out", h->dir);
+		fflush(stdout);
+		fflush(stderr);
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+			dup2(fd, STDOUT_FILENO);
+			dup2(fd, STDERR_FILENO);
+			execl(bin, bin, "--socket", h->admin_sock, "status", "--watch", "0.2",
+			      (char *)NULL);
+			_exit(127);
+		}
+		for (int i = 0; i < 100; i++) {
+			struct stat sb;
+
+			if (stat(path, &sb) == 0 && sb.st_size > 0)
+				break;
+			usleep(50000);
+		}
+		usleep(300000);
+		assert_int_equal(kill(pid, SIGINT), 0);
+		st = harness_wait(pid, 10);
+		if (st != 0)
+			fail_msg("status --watch after Ctrl-C exited %d", st);
+	}
+}
+
+/* The bash completion script: sourced by bash, its function completes
+ * commands, two-word commands, each command's options and tier names. */
+static void test_completion(void **state)
+{
+	const char *script = getenv("KVPALACECTL_COMPLETION");
+	char *argv[] = {"/bin/bash",
+			"--norc",
+			"--noprofile",
+			"-c",
+			"source \"$1\" || exit 9\n"
+			"c() { COMP_WORDS=(\"$@\"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1));\n"
+			"  COMP_LINE=\"$*\"; COMP_POINT=${#COMP_LINE}; COMPREPLY=();\n"
+			"  _kvpalacectl; echo \"[$*] ${COMPREPLY[*]}\"; }\n"
+			"c kvpalacectl po\n"
+			"c kvpalacectl drop ''\n"
+			"c kvpalacectl evict --ti\n"
+			"c kvpalacectl evict --tier ''\n"
+			"c kvpalacectl --socket /x pools --no\n"
+			"c kvpalacectl session ''\n"
+			"c kvpalacectl help lat\n"
+			"complete -p kvpalacectl\n",
+			"bash",
+			(char *)script,
+			NULL};
+
+	(void)state;
+	assert_non_null(script);
+	if (harness_run_capture(argv, NULL, out, sizeof(out)) != 0)
+		fail_msg("bash with the completion script failed:\n%s", out);
+	expect_out("completion", "%s", "[kvpalacectl po] pools\n");
+	expect_out("completion", "%s", "[kvpalacectl drop ] session pool\n");
+	expect_out("completion", "%s", "[kvpalacectl evict --ti] --tier\n");
+	expect_out("completion", "%s", "[kvpalacectl evict --tier ] host disk gpu\n");
+	expect_out("completion", "%s", "[kvpalacectl --socket /x pools --no] --no-headers\n");
+	expect_out("completion", "%s", "[kvpalacectl session ] show\n");
+	expect_out("completion", "%s", "[kvpalacectl help lat] latency\n");
+	expect_out("completion", "%s", "complete -F _kvpalacectl kvpalacectl\n");
+}
+
+/* Text that is not UTF-8 still makes valid JSON: a socket path with a
+ * byte that is no UTF-8 (through a symbolic link to the admin socket)
+ * comes out as U+FFFD; jansson itself would refuse it. */
+static void test_json_invalid_utf8(void **state)
+{
+	struct harness *h = *state;
+	char link[200];
+
+	snprintf(link, sizeof(link), "%s/bad-\xff\xc3(.sock", h->dir);
+	assert_int_equal(symlink(h->admin_sock, link), 0);
+	CTL_EXPECT(0, link, "--json", "ping");
+	expect_json("ping --json (invalid UTF-8)");
+	PY_EXPECT(h, 0, "ping --json (invalid UTF-8)",
+		  "assert d['socket'].endswith('/bad-\\ufffd\\ufffd(.sock'), d\n");
+	CTL_EXPECT(0, link, "--json", "status");
+	PY_EXPECT(h, 0, "status --json (invalid UTF-8)", "assert '\\ufffd' in d['socket'], d\n");
+	unlink(link);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1623,6 +2047,15 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_json_everywhere, harness_setup,
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_checkpoints, harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_tiers, harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_hit_ratio, harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_no_headers_plural, harness_setup,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_usage_errors, harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_watch, harness_setup, harness_teardown),
+		cmocka_unit_test(test_completion),
+		cmocka_unit_test_setup_teardown(test_json_invalid_utf8, harness_setup,
+						harness_teardown),
 	};
 
 	return cmocka_run_group_tests_name("ctl", tests, NULL, NULL);
