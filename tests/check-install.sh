@@ -8,7 +8,7 @@
 #     libdir), by building and running a program against the staged tree;
 #   - the units lie where systemd.pc says units go under our prefix;
 #   - systemd-analyze verify finds nothing to say about them, and
-#     systemd-analyze security rates the service's exposure at most 1.0;
+#     systemd-analyze security rates each service's exposure at most 1.0;
 #   - the users and groups the units name are those systemd-sysusers
 #     creates from the sysusers.d snippet, and ExecStart's sockets are
 #     where the socket units listen;
@@ -69,19 +69,26 @@ daemon=$stage$sbin
 [ -x "$daemon" ] || fail "ExecStart=$sbin is not installed"
 
 if command -v systemd-analyze >/dev/null 2>&1; then
-	# verify checks that ExecStart= exists: point it at the staged binary.
+	# verify checks that ExecStart= exists: point each at the staged binary.
 	mkdir "$tmp/units"
 	cp "$stage$unitdir"/kvpalace* "$tmp/units/"
-	sed -i "s#^ExecStart=$sbin#ExecStart=$daemon#" "$tmp/units/kvpalaced.service"
+	for u in "$tmp/units"/*.service; do
+		exe=$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' "$u")
+		[ -x "$stage$exe" ] || fail "$(basename "$u"): ExecStart=$exe is not installed"
+		sed -i "s#^ExecStart=$exe#ExecStart=$stage$exe#" "$u"
+	done
 	out=$(cd "$tmp/units" && systemd-analyze verify --man=no ./*.service ./*.socket 2>&1) ||
 		fail "systemd-analyze verify: $out"
 	[ -z "$out" ] || fail "systemd-analyze verify has something to say: $out"
-	exposure=$(systemd-analyze security --offline=yes "$tmp/units/kvpalaced.service" 2>&1 |
-		sed -n 's/.*Overall exposure level for kvpalaced.service: \([0-9.]*\).*/\1/p')
-	[ -n "$exposure" ] || fail "systemd-analyze security gave no exposure level"
-	awk -v e="$exposure" 'BEGIN { exit !(e <= 1.0) }' ||
-		fail "kvpalaced.service exposure $exposure > 1.0"
-	echo "OK: units verified, exposure $exposure"
+	for u in "$tmp/units"/*.service; do
+		name=$(basename "$u")
+		exposure=$(systemd-analyze security --offline=yes "$u" 2>&1 |
+			sed -n "s/.*Overall exposure level for $name: \([0-9.]*\).*/\1/p")
+		[ -n "$exposure" ] || fail "systemd-analyze security gave no exposure level for $name"
+		awk -v e="$exposure" 'BEGIN { exit !(e <= 1.0) }' ||
+			fail "$name exposure $exposure > 1.0"
+		echo "OK: $name verified, exposure $exposure"
+	done
 else
 	echo "systemd-analyze not found: units not verified"
 fi

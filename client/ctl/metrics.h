@@ -1,5 +1,6 @@
 /* client/ctl/metrics.h — `kvpalacectl metrics`: the Stats reply in the
- * Prometheus text exposition format, or as JSON.
+ * Prometheus text exposition format, or as JSON, written by the metrics
+ * library (client/metrics/prom.h), as kvpalace-exporter serves it.
  *
  * Layer: ctl, the control CLI (client/README.md): above the library,
  * which it uses only through the public header kvpalace.h.
@@ -11,10 +12,10 @@
 
 #include "kvpalace.h"
 
-/* Writes st to f as metrics (names start with kvpalace_; pool gauges carry
- * pool, uid and model labels); with json, one object whose "metrics"
- * array holds each family's name, type, help and samples. path is the
- * admin socket, for the JSON object. */
-void print_metrics(FILE *f, const char *path, int json, const struct kvp_stats *st);
+/* Writes st to f as metrics (client/kvpalacectl.1, METRICS); with json,
+ * one object whose "metrics" array holds each family's name, type, help
+ * and samples. path is the admin socket, for the JSON object. Returns 0
+ * or prom_write's negative errno. */
+int print_metrics(FILE *f, const char *path, int json, const struct kvp_stats *st);
 
 #endif

@@ -1583,9 +1583,11 @@ static void test_json_everywhere(void **state)
 	expect_json("metrics");
 	expect_out("metrics --json", "%s",
 		   "{\"name\":\"kvpalace_requests_total\",\"type\":\"counter\",\"help\":"
-		   "\"Requests served.\",\"samples\":[{\"labels\":{},\"value\":");
+		   "\"Requests served.\",\"samples\":[{\"name\":\"kvpalace_requests_total\","
+		   "\"labels\":{},\"value\":");
 	expect_out("metrics --json",
-		   "{\"labels\":{\"pool\":\"%s\",\"uid\":\"%u\",\"model\":\"json "
+		   "{\"name\":\"kvpalace_pool_sessions\",\"labels\":{\"pool\":\"%s\",\"uid\":"
+		   "\"%u\",\"model\":\"json "
 		   "\\\"quoted\\\"\\\\model\"},\"value\":2}",
 		   pid, (unsigned)getuid());
 	CTL_EXPECT(0, h->admin_sock, "--json", "session", "show", sid);
