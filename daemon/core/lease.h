@@ -28,6 +28,7 @@ struct lease {
 	uint32_t n_carry;
 	uint64_t n_tokens;	 /* matched so far */
 	uint64_t queried_tokens; /* asked about so far, all its chunks (Stats) */
+	int queried_whole;	 /* the first chunk counted the whole prompt */
 	int complete;
 	int counted;
 	/* counted as a hit or a miss */ /* the match stopped; later chunks add nothing */

@@ -548,7 +548,7 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
 	struct match_result mr;
 	struct lease *l = NULL;
-	uint64_t before = 0, queried_before = 0;
+	uint64_t before = 0, queried_before = 0, asked = in->n_tokens;
 	uint32_t pages_before = 0;
 	int tier, ret;
 
@@ -581,6 +581,8 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 		before = l->n_tokens;
 		pages_before = l->n_pages;
 		queried_before = l->queried_tokens;
+		if (l->queried_whole)
+			asked = 0; /* counted with the first chunk */
 		ret = match_extend(cache, l, in->tokens, in->n_tokens, &mr);
 	} else {
 		XXH128_hash_t root = p->root;
@@ -620,15 +622,20 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 		*why = "cannot pin the matched pages";
 		return ret;
 	}
-	/* The tokens asked and the whole pages they fill, counted over the
-	 * chunks of one match, so a chunk boundary inside a page does not
-	 * lose it: what the page hit ratio divides by. */
-	cache_count(cache, p->uid, queried_tokens, in->n_tokens);
+	/* The tokens asked and the whole pages they fill: the whole prompt
+	 * at the first chunk when the client says how long it is (it sends
+	 * no more chunks once a match stopped), else counted over the chunks
+	 * of one match, so a chunk boundary inside a page does not lose it:
+	 * what the hit ratios divide by. */
+	if (!in->has_lease_id && in->has_prompt_tokens)
+		asked = in->prompt_tokens; /* at least n_tokens (validate.c) */
+	cache_count(cache, p->uid, queried_tokens, asked);
 	cache_count(cache, p->uid, queried_pages,
-		    (queried_before + in->n_tokens) / p->layout.block_tokens -
+		    (queried_before + asked) / p->layout.block_tokens -
 			    queried_before / p->layout.block_tokens);
 	if (l) {
-		l->queried_tokens = queried_before + in->n_tokens;
+		l->queried_tokens = queried_before + asked;
+		l->queried_whole |= !in->has_lease_id && in->has_prompt_tokens;
 		c->n_leased_pages += l->n_pages - pages_before;
 		cache_count(cache, p->uid, matched_pages, l->n_pages - pages_before);
 	}

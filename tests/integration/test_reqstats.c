@@ -13,7 +13,10 @@
  *                 miss counts its tokens and pages too; a prompt longer
  *                 than one request (the smallest message cap, some 760
  *                 tokens a request, no whole number of pages) counts the
- *                 pages of the whole prompt, not those of each request
+ *                 pages of the whole prompt, not those of each request,
+ *                 also when the match stops in its first request and the
+ *                 library sends no more (the first says the prompt's
+ *                 length)
  *   latencies     every request type served appears once under its name
  *                 in kvpalace.proto ("Hello" — kvp_ping is a Hello —
  *                 "MatchPrefix", "ListCheckpoints", answered later by a
@@ -188,7 +191,7 @@ static int tenant_counts(const struct harness *h)
 	static uint32_t tokens[N_LONGQ];
 	kvp_client *c;
 	kvp_pool *p;
-	kvp_session *s, *s2;
+	kvp_session *s, *s2, *s3;
 
 	CHILD_CHECK_EQ(kvp_connect(h->sock, &c), 0);
 	CHILD_CHECK_EQ(kvp_pool_open(c, "reqstats-model", &page4k, &p), 0);
@@ -217,6 +220,18 @@ static int tenant_counts(const struct harness *h)
 				    K_PAGES * BT + N_LONG, K_PAGES + N_LONG / BT),
 		       0);
 
+	/* As long, but only its first K pages are cached: the match stops
+	 * in the first request and the library sends no more, yet the
+	 * whole prompt was asked about. */
+	harness_tokens(tokens, N_LONGQ, 4, 0);
+	CHILD_CHECK_EQ(harness_commit_session(p, tokens, K_PAGES * BT, &s3), 0);
+	CHILD_CHECK_EQ(match(p, tokens, N_LONGQ, K_PAGES * BT), 0);
+	CHILD_CHECK_EQ(stats_counts(c, N_PROMPT + N_MISS + 2 * N_LONGQ,
+				    N_PROMPT / BT + N_MISS / BT + 2 * (N_LONGQ / BT),
+				    2 * K_PAGES * BT + N_LONG, 2 * K_PAGES + N_LONG / BT),
+		       0);
+
+	CHILD_CHECK_EQ(kvp_session_close(s3), 0);
 	CHILD_CHECK_EQ(kvp_session_close(s2), 0);
 	CHILD_CHECK_EQ(kvp_session_close(s), 0);
 	kvp_pool_close(p);
@@ -255,11 +270,11 @@ static void test_token_and_page_counts(void **state)
 	/* The admin: both tenants, summed. */
 	assert_int_equal(kvp_connect(h->admin_sock, &adm), 0);
 	assert_int_equal(kvp_stats(adm, &st), 0);
-	assert_int_equal(st->queried_tokens, N_PROMPT + N_MISS + N_LONGQ + N_MISS);
+	assert_int_equal(st->queried_tokens, N_PROMPT + N_MISS + 2 * N_LONGQ + N_MISS);
 	assert_int_equal(st->queried_pages,
-			 N_PROMPT / BT + N_MISS / BT + N_LONGQ / BT + N_MISS / BT);
-	assert_int_equal(st->matched_tokens, K_PAGES * BT + N_LONG);
-	assert_int_equal(st->matched_pages, K_PAGES + N_LONG / BT);
+			 N_PROMPT / BT + N_MISS / BT + 2 * (N_LONGQ / BT) + N_MISS / BT);
+	assert_int_equal(st->matched_tokens, 2 * K_PAGES * BT + N_LONG);
+	assert_int_equal(st->matched_pages, 2 * K_PAGES + N_LONG / BT);
 	kvp_stats_free(st);
 	kvp_disconnect(adm);
 }
