@@ -193,11 +193,16 @@ static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n)
 			mp.n_tokens = len;
 			mp.has_lease_id = next_send > 0;
 			mp.lease_id = l->id;
-			/* The salt picks the hash chain; the lease remembers it. */
+			/* The salt picks the hash chain; the lease remembers it.
+			 * The prompt's length goes first too: the daemon counts
+			 * it as asked (Stats) though we stop sending chunks once
+			 * the match stops. */
 			if (next_send == 0)
 				pool_salt_field(l->pool, &mp.has_cache_salt, &mp.cache_salt);
 			else
 				mp.has_cache_salt = 0;
+			mp.has_prompt_tokens = next_send == 0;
+			mp.prompt_tokens = n;
 			bytes = protobuf_c_message_get_packed_size(&req.base) + FRAME_HEADER_BYTES;
 			if (next_send > next_apply && inflight_bytes + bytes > LEASE_INFLIGHT_BYTES)
 				break;

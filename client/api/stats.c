@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "latency.h"
 #include "rpc.h"
 
 static void copy_str(char *dst, size_t cap, const char *src)
@@ -29,6 +30,29 @@ static void copy_str(char *dst, size_t cap, const char *src)
 	if (n)
 		memcpy(dst, src, n);
 	dst[n] = '\0';
+}
+
+/* The daemon fills LATENCY_BUCKETS buckets with the bounds both take from
+ * common/latency.h; the public struct must hold as many. */
+_Static_assert(KVP_LATENCY_BUCKETS == LATENCY_BUCKETS,
+	       "kvpalace.h's KVP_LATENCY_BUCKETS is not common/latency.h's");
+
+KVP_PUBLIC uint64_t kvp_latency_bound_ns(unsigned int i)
+{
+	return latency_bound_ns(i);
+}
+
+/* One Latency of a reply into out: the buckets we know, any further ones
+ * (a daemon with finer buckets) added to the last, unbounded one. */
+static void copy_latency(struct kvp_latency *out, const Kvpalace__V1__Latency *in)
+{
+	memset(out, 0, sizeof(*out));
+	copy_str(out->request, sizeof(out->request), in->request);
+	out->count = in->count;
+	out->sum_ns = in->sum_ns;
+	for (size_t b = 0; b < in->n_buckets; b++)
+		out->buckets[b < KVP_LATENCY_BUCKETS ? b : KVP_LATENCY_BUCKETS - 1] +=
+			in->buckets[b];
 }
 
 static void copy_layout(struct kvp_layout *dst, const Kvpalace__V1__Layout *src)
@@ -76,6 +100,13 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 			return -ENOMEM;
 		}
 	}
+	if (r->n_latencies) {
+		st->latencies = calloc(r->n_latencies, sizeof(*st->latencies));
+		if (!st->latencies) {
+			kvp_stats_free(st);
+			return -ENOMEM;
+		}
+	}
 	st->uptime_ms = r->uptime_ms;
 	st->connections = r->connections;
 	st->requests = r->requests;
@@ -112,6 +143,13 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 	st->unowned_sessions = r->unowned_sessions;
 	st->placed_sessions = r->placed_sessions;
 	st->unplaced_sessions = r->unplaced_sessions;
+	st->queried_tokens = r->queried_tokens;
+	st->queried_pages = r->queried_pages;
+	st->matched_pages = r->matched_pages;
+	copy_str(st->version, sizeof(st->version), r->version);
+	st->n_latencies = r->n_latencies;
+	for (size_t i = 0; i < r->n_latencies; i++)
+		copy_latency(&st->latencies[i], r->latencies[i]);
 	for (size_t i = 0; i < r->n_pools; i++) {
 		const Kvpalace__V1__PoolStats *in = r->pools[i];
 		struct kvp_pool_stats *out = &st->pools[i];
@@ -166,6 +204,7 @@ KVP_PUBLIC void kvp_stats_free(struct kvp_stats *st)
 	if (!st)
 		return;
 	free(st->pools);
+	free(st->latencies);
 	free(st);
 }
 

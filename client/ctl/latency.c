@@ -17,21 +17,6 @@
 #include "latency.h"
 #include "table.h"
 
-/* kvp_latency_bound_ns() of kvpalace.h, computed here as its contract
- * says so that the CLI does not need a library that has it yet. */
-uint64_t latency_bound_ns(unsigned int i)
-{
-	static const uint64_t step[3] = {10, 25, 50}; /* 1, 2.5, 5 per decade, x 10 us */
-	uint64_t v;
-
-	if (i >= KVP_LATENCY_BUCKETS - 1)
-		return UINT64_MAX;
-	v = step[i % 3] * 1000; /* ns */
-	for (unsigned int k = 0; k < i / 3; k++)
-		v *= 10;
-	return v;
-}
-
 uint64_t latency_quantile_ns(const struct kvp_latency *l, double q)
 {
 	uint64_t total = 0, want, sum = 0;
@@ -46,7 +31,7 @@ uint64_t latency_quantile_ns(const struct kvp_latency *l, double q)
 	for (unsigned int i = 0; i < KVP_LATENCY_BUCKETS; i++) {
 		sum += l->buckets[i];
 		if (sum >= want)
-			return latency_bound_ns(i);
+			return kvp_latency_bound_ns(i);
 	}
 	return UINT64_MAX;
 }
@@ -135,7 +120,7 @@ static int print_latency(const struct args *a, const struct kvp_stats *st, const
 		jdoc_str(doc, "socket", a->path);
 		for (unsigned int i = 0; i < KVP_LATENCY_BUCKETS; i++)
 			jdoc_push(bounds, i + 1 < KVP_LATENCY_BUCKETS
-						  ? jdoc_uint(latency_bound_ns(i))
+						  ? jdoc_uint(kvp_latency_bound_ns(i))
 						  : json_null());
 		jdoc_set(doc, "bucket_bounds_ns", bounds);
 		for (size_t k = 0; k < st->n_latencies; k++)

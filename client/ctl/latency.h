@@ -11,10 +11,6 @@
 #include "common.h"
 #include "jdoc.h"
 
-/* The upper bound of bucket i in ns (UINT64_MAX for the last), as
- * kvp_latency_bound_ns() defines it in kvpalace.h. */
-uint64_t latency_bound_ns(unsigned int i);
-
 /* The upper bound of the bucket holding quantile q (0 < q <= 1) of l, in
  * ns; UINT64_MAX when it is the last, unbounded one; 0 for no requests. */
 uint64_t latency_quantile_ns(const struct kvp_latency *l, double q);

@@ -710,7 +710,7 @@ static int on_ini(void *user, const char *section, const char *name, const char 
 	}
 	if (!strcmp(name, "preset")) {
 		if (f->pass == 0)
-			snprintf(f->preset, sizeof(f->preset), "%s", value);
+			snprintf(f->preset, sizeof(f->preset), "%.31s", value);
 		return 1;
 	}
 	if (f->pass == 0)

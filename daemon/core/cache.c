@@ -86,6 +86,21 @@ const struct cache_counters *cache_tenant_find(const struct cache *c, uid_t uid)
 	return t ? &t->ctr : NULL;
 }
 
+static void latency_add(struct cache_latency *l, uint64_t ns)
+{
+	l->count++;
+	l->sum_ns += ns;
+	l->buckets[latency_bucket(ns)]++;
+}
+
+void cache_latency_add(struct cache *c, uid_t uid, unsigned int op, uint64_t ns)
+{
+	if (op >= CACHE_LATENCY_OPS)
+		return;
+	latency_add(&c->ctr.latency[op], ns);
+	latency_add(&cache_tenant_ctr(c, uid)->latency[op], ns);
+}
+
 void cache_registry_fini(struct cache *c)
 {
 	idmap_fini(&c->pools);

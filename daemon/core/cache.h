@@ -19,7 +19,22 @@
 #include "clock.h"
 #include "config.h"
 #include "idmap.h"
+#include "latency.h"
 #include "list.h"
+
+/* How long one request type took to answer (service/dispatch.c measures
+ * it): buckets[i] counts those of at most latency_bound_ns(i) and more
+ * than the bound before (common/latency.h). */
+struct cache_latency {
+	uint64_t count;
+	uint64_t sum_ns;
+	uint64_t buckets[LATENCY_BUCKETS];
+};
+
+/* Request types a histogram is kept for, indexed by the service layer's
+ * own numbering (the Request's fields, stats_op_index): room for those
+ * kvpalace.proto has and some to come; a test fails when it has more. */
+#define CACHE_LATENCY_OPS 64u
 
 struct cache_counters {
 	uint64_t requests;
@@ -48,6 +63,14 @@ struct cache_counters {
 	 * and long ones left unplaced (one placement per tenant at a time). */
 	uint64_t placed_sessions;
 	uint64_t unplaced_sessions;
+	/* MatchPrefix: the tokens asked about, the whole pages they fill
+	 * (of the pool's block_tokens) and the pages matched (matched_tokens
+	 * counts the tokens matched). */
+	uint64_t queried_tokens;
+	uint64_t queried_pages;
+	uint64_t matched_pages;
+	/* Per request type, from its arrival to its reply (op < CACHE_LATENCY_OPS). */
+	struct cache_latency latency[CACHE_LATENCY_OPS];
 };
 
 /* One tenant's share of the counters: the client socket's Stats shows a
@@ -140,6 +163,11 @@ const struct cache_counters *cache_tenant_find(const struct cache *c, uid_t uid)
 		(c)->ctr.field += (n);                                                             \
 		cache_tenant_ctr((c), (uid))->field += (n);                                        \
 	} while (0)
+
+/* Counts one request of type op (< CACHE_LATENCY_OPS, else nothing) that
+ * took ns to answer, daemon-wide and for uid's tenant. Allocates nothing
+ * but uid's tenant on first use, as cache_count does. */
+void cache_latency_add(struct cache *c, uid_t uid, unsigned int op, uint64_t ns);
 
 /* The whole-cache check and teardown (cache_check, cache_fini): whole.c,
  * at the top of the core. */

@@ -26,7 +26,9 @@ struct lease {
 	XXH128_hash_t chain; /* hash of the last matched page (the root at first) */
 	uint32_t *carry;     /* tokens of a page cut by a chunk boundary */
 	uint32_t n_carry;
-	uint64_t n_tokens; /* matched so far */
+	uint64_t n_tokens;	 /* matched so far */
+	uint64_t queried_tokens; /* asked about so far, all its chunks (Stats) */
+	int queried_whole;	 /* the first chunk counted the whole prompt */
 	int complete;
 	int counted;
 	/* counted as a hit or a miss */ /* the match stopped; later chunks add nothing */

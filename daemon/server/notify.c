@@ -40,12 +40,15 @@ uint64_t notify_watchdog_interval_ns(const struct notify *n)
 
 void notify_format_status(const struct cache *c, char *buf, size_t size)
 {
-	uint64_t hits = c->ctr.match_hits, total = hits + c->ctr.match_misses;
+	/* Of the prompt tokens MatchPrefix asked about, those served from
+	 * the cache: what a hit saves, where a count of queries that found
+	 * a page at all says little. */
+	uint64_t hits = c->ctr.matched_tokens, total = c->ctr.queried_tokens;
 
 	if (total)
 		snprintf(buf, size,
 			 "%zu pools, %zu sessions, %llu connections, %llu MiB host, "
-			 "hit rate %.1f%% (%llu/%llu)",
+			 "token hit ratio %.1f%% (%llu/%llu)",
 			 c->pools.n, c->sessions.n, (unsigned long long)c->ctr.connections,
 			 (unsigned long long)(c->host_bytes >> 20),
 			 100.0 * (double)hits / (double)total, (unsigned long long)hits,
@@ -53,7 +56,7 @@ void notify_format_status(const struct cache *c, char *buf, size_t size)
 	else
 		snprintf(buf, size,
 			 "%zu pools, %zu sessions, %llu connections, %llu MiB host, "
-			 "hit rate n/a",
+			 "token hit ratio n/a",
 			 c->pools.n, c->sessions.n, (unsigned long long)c->ctr.connections,
 			 (unsigned long long)(c->host_bytes >> 20));
 }

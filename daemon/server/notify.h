@@ -50,8 +50,8 @@ void notify_stopping(struct notify *n);
 void notify_extend_timeout(struct notify *n, uint64_t usec);
 
 /* Writes the one-line summary of c into buf (always NUL-terminated):
- * pools, sessions, open connections, host memory in use and the prefix
- * match hit rate. */
+ * pools, sessions, open connections, host memory in use and the token
+ * hit ratio (matched_tokens / queried_tokens of MatchPrefix). */
 void notify_format_status(const struct cache *c, char *buf, size_t size);
 
 #endif

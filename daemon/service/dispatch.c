@@ -548,7 +548,7 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
 	struct match_result mr;
 	struct lease *l = NULL;
-	uint64_t before = 0;
+	uint64_t before = 0, queried_before = 0, asked = in->n_tokens;
 	uint32_t pages_before = 0;
 	int tier, ret;
 
@@ -580,6 +580,9 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 		}
 		before = l->n_tokens;
 		pages_before = l->n_pages;
+		queried_before = l->queried_tokens;
+		if (l->queried_whole)
+			asked = 0; /* counted with the first chunk */
 		ret = match_extend(cache, l, in->tokens, in->n_tokens, &mr);
 	} else {
 		XXH128_hash_t root = p->root;
@@ -619,8 +622,23 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 		*why = "cannot pin the matched pages";
 		return ret;
 	}
-	if (l)
+	/* The tokens asked and the whole pages they fill: the whole prompt
+	 * at the first chunk when the client says how long it is (it sends
+	 * no more chunks once a match stopped), else counted over the chunks
+	 * of one match, so a chunk boundary inside a page does not lose it:
+	 * what the hit ratios divide by. */
+	if (!in->has_lease_id && in->has_prompt_tokens)
+		asked = in->prompt_tokens; /* at least n_tokens (validate.c) */
+	cache_count(cache, p->uid, queried_tokens, asked);
+	cache_count(cache, p->uid, queried_pages,
+		    (queried_before + asked) / p->layout.block_tokens -
+			    queried_before / p->layout.block_tokens);
+	if (l) {
+		l->queried_tokens = queried_before + asked;
+		l->queried_whole |= !in->has_lease_id && in->has_prompt_tokens;
 		c->n_leased_pages += l->n_pages - pages_before;
+		cache_count(cache, p->uid, matched_pages, l->n_pages - pages_before);
+	}
 	kvpalace__v1__match_prefix_response__init(out);
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_MATCH_PREFIX;
 	r->resp.match_prefix = out;
@@ -818,6 +836,14 @@ int dispatch(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *r
 	kvpalace__v1__response__init(&r->resp);
 	r->pass_fd = -1;
 	r->resp.id = req->id;
+	/* Its latency runs from its first dispatch, through its parks (it
+	 * is the next request its peer dispatches) and its ticket, to its
+	 * reply. */
+	c->cache = cache;
+	c->timing.op = stats_op_index(req->op_case);
+	c->timing.start_ns =
+		c->parked_ns && c->parked_id == req->id ? c->parked_ns : clock_now_ns();
+	c->parked_ns = 0;
 	ret = run(cache, c, req, r, &pk, &why);
 	if (ret == -EINPROGRESS)
 		return ret; /* a worker does it; the reply comes through a ticket */
@@ -828,6 +854,8 @@ int dispatch(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *r
 		if (r->pass_fd >= 0)
 			close(r->pass_fd);
 		r->pass_fd = -1;
+		c->parked_ns = c->timing.start_ns;
+		c->parked_id = req->id;
 		return -EAGAIN;
 	}
 	if (ret < 0) {
@@ -839,5 +867,9 @@ int dispatch(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *r
 			close(r->pass_fd);
 		r->pass_fd = -1;
 	}
+	/* The caller queues the reply now. */
+	if (c->timing.op >= 0)
+		cache_latency_add(cache, c->uid, (unsigned int)c->timing.op,
+				  clock_now_ns() - c->timing.start_ns);
 	return 0;
 }

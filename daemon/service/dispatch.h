@@ -20,7 +20,11 @@
  * miss or an error instead of waiting, and never returns -EAGAIN); or
  * -EINPROGRESS when a worker does it and the reply comes later through
  * the peer's ticket (peer.h). The request's wait (struct tier_park,
- * tier.h) is made here and handed to every handler that may park. */
+ * tier.h) is made here and handed to every handler that may park.
+ * Each request's latency is counted here, under its type and c's tenant
+ * (cache_latency_add), from its first dispatch to its reply: through its
+ * parks (c->parked_ns) and, for one answered later, its ticket (counted
+ * in ticket_deliver). */
 int dispatch(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req, int no_park,
 	     struct reply *r);
 

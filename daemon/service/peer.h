@@ -28,16 +28,26 @@
  * does). */
 #define PEER_MAX_PARK_NS (10ull * 1000000000ull)
 
+struct cache;
 struct peer;
 struct reply;
+
+/* A request's latency so far: when it arrived and its type (the
+ * service's numbering, stats_op_index), so that its reply, however late,
+ * is counted under its type (cache_latency_add). */
+struct peer_timing {
+	uint64_t start_ns; /* clock_now_ns() when it was first dispatched */
+	int op;		   /* its type, or -1: not counted */
+};
 
 /* A request answered later, when work off the event loop (a worker job)
  * is done. Its peer forgets it if it goes first (peer becomes NULL): the
  * work still finishes, its answer goes nowhere. */
 struct ticket {
 	struct peer *peer;
-	uint64_t id;	/* the request's id */
-	uint64_t batch; /* the datagram it came in (the server's) */
+	uint64_t id;		   /* the request's id */
+	uint64_t batch;		   /* the datagram it came in (the server's) */
+	struct peer_timing timing; /* copied from the peer's at ticket_start */
 };
 
 /* What the server layer does for the service layer. */
@@ -66,6 +76,14 @@ struct peer {
 	uint64_t n_leased_pages;       /* pages those leases pin, together */
 	struct session_writer writing; /* sessions with its uncommitted tokens */
 	struct session_owner sessions; /* sessions it owns: closed with it unless persistent */
+
+	/* Set by dispatch(): the cache its requests run on, and the request
+	 * being dispatched (its arrival kept while it is parked: a parked
+	 * request is the next its peer dispatches; parked_id says which). */
+	struct cache *cache;
+	struct peer_timing timing;
+	uint64_t parked_ns; /* arrival of the parked request parked_id, or 0 */
+	uint64_t parked_id;
 };
 
 /* An empty peer of these credentials, served through ops. */
@@ -76,10 +94,11 @@ void peer_init(struct peer *p, const struct peer_ops *ops, uid_t uid, gid_t gid,
 static inline void ticket_start(struct peer *p, struct ticket *t, uint64_t id)
 {
 	p->ops->ticket_start(p, t, id);
+	t->timing = p->timing;
 }
 
-/* Answers t's request with r when its peer is still there; else closes
- * r's fd. Takes r's fd either way. */
+/* Answers t's request with r when its peer is still there, counting its
+ * latency from its arrival; else closes r's fd. Takes r's fd either way. */
 void ticket_deliver(struct ticket *t, struct reply *r);
 
 #endif

@@ -1,6 +1,7 @@
 /* daemon/service/stats.c — the Stats reply (see stats.h). */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "aio.h"
 #include "clock.h"
@@ -15,6 +16,54 @@ struct pool_entry {
 	Kvpalace__V1__PoolStats ps;
 	Kvpalace__V1__Layout layout;
 };
+
+struct latency_entry {
+	Kvpalace__V1__Latency lat;
+	char name[STATS_OP_NAME_BYTES];
+	/* A copy: the Stats request itself is counted (dispatch) after
+	 * stats_fill and before its reply is packed. */
+	uint64_t buckets[LATENCY_BUCKETS];
+};
+
+/* Request types are numbered by their field's place in Request's
+ * descriptor (0 is the id, never a type): dense, whatever numbers
+ * kvpalace.proto gives them, and the same in the name table below. */
+int stats_op_index(int op_case)
+{
+	const ProtobufCMessageDescriptor *d = &kvpalace__v1__request__descriptor;
+	const ProtobufCFieldDescriptor *f;
+	size_t i;
+
+	if (op_case <= 0)
+		return -1;
+	f = protobuf_c_message_descriptor_get_field(d, (unsigned int)op_case);
+	if (!f || !(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) || f->type != PROTOBUF_C_TYPE_MESSAGE)
+		return -1;
+	i = (size_t)(f - d->fields);
+	return i < CACHE_LATENCY_OPS ? (int)i : -1;
+}
+
+int stats_op_name(unsigned int op, char *buf, size_t cap)
+{
+	const ProtobufCMessageDescriptor *d = &kvpalace__v1__request__descriptor;
+	const ProtobufCMessageDescriptor *m;
+	const char *name;
+	size_t n;
+
+	if (op >= d->n_fields || !(d->fields[op].flags & PROTOBUF_C_FIELD_FLAG_ONEOF) ||
+	    d->fields[op].type != PROTOBUF_C_TYPE_MESSAGE)
+		return -ENOENT;
+	m = d->fields[op].descriptor;
+	name = m->short_name;
+	n = strlen(name);
+	if (n > 7 && !strcmp(name + n - 7, "Request"))
+		n -= 7;
+	if (n >= cap)
+		return -ENAMETOOLONG;
+	memcpy(buf, name, n);
+	buf[n] = '\0';
+	return 0;
+}
 
 void stats_layout(const struct shm_layout *in, Kvpalace__V1__Layout *out)
 {
@@ -42,30 +91,73 @@ void stats_session_info(const struct session *s, uint64_t now_ns, Kvpalace__V1__
 	out->writing = s->writer != NULL;
 }
 
+/* Fills out's latencies from ctr's histograms of the types served, in
+ * le[] and lp[] (CACHE_LATENCY_OPS entries each), as many as fit in
+ * *budget bytes (taken from it). */
+static void fill_latencies(const struct cache_counters *ctr, struct latency_entry *le,
+			   Kvpalace__V1__Latency **lp, size_t *budget,
+			   Kvpalace__V1__StatsResponse *out)
+{
+	size_t k = 0;
+
+	for (unsigned int op = 0; op < CACHE_LATENCY_OPS; op++) {
+		const struct cache_latency *h = &ctr->latency[op];
+		Kvpalace__V1__Latency *m = &le[k].lat;
+		size_t sz;
+
+		if (!h->count || stats_op_name(op, le[k].name, sizeof(le[k].name)) < 0)
+			continue;
+		kvpalace__v1__latency__init(m);
+		m->request = le[k].name;
+		m->count = h->count;
+		m->sum_ns = h->sum_ns;
+		memcpy(le[k].buckets, h->buckets, sizeof(le[k].buckets));
+		m->n_buckets = LATENCY_BUCKETS;
+		m->buckets = le[k].buckets;
+		sz = kvpalace__v1__latency__get_packed_size(m) + 8;
+		if (sz > *budget)
+			break;
+		*budget -= sz;
+		lp[k++] = m;
+	}
+	out->n_latencies = k;
+	out->latencies = lp;
+}
+
 int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	       Kvpalace__V1__StatsResponse *out, void **ret_heap)
 {
 	const struct list *it;
-	size_t n = 0, i = 0, budget;
+	size_t n = 0, i = 0, budget, fixed;
 	static const struct cache_counters none;
 	const struct cache_counters *ctr;
 	struct pool_entry *e;
 	Kvpalace__V1__PoolStats **ptrs;
+	struct latency_entry *le;
+	Kvpalace__V1__Latency **lp;
 	void *heap;
 
 	for (it = c->pool_list.next; it != &c->pool_list; it = it->next)
 		n += admin || list_entry(it, struct pool, link)->uid == uid;
-	heap = calloc(n ? n : 1, sizeof(*e) + sizeof(*ptrs));
+	heap = calloc(1, (n ? n : 1) * (sizeof(*e) + sizeof(*ptrs)) +
+				 CACHE_LATENCY_OPS * (sizeof(*le) + sizeof(*lp)));
 	if (!heap)
 		return -ENOMEM;
 	e = heap;
 	ptrs = (Kvpalace__V1__PoolStats **)(e + (n ? n : 1));
+	le = (struct latency_entry *)(ptrs + (n ? n : 1));
+	lp = (Kvpalace__V1__Latency **)(le + CACHE_LATENCY_OPS);
 
 	/* The admin sees the daemon's counters, a user its tenant's own. */
 	if (admin)
 		ctr = &c->ctr;
 	else if (!(ctr = cache_tenant_find(c, uid)))
 		ctr = &none;
+	out->has_queried_tokens = out->has_queried_pages = out->has_matched_pages = 1;
+	out->queried_tokens = ctr->queried_tokens;
+	out->queried_pages = ctr->queried_pages;
+	out->matched_pages = ctr->matched_pages;
+	out->version = (char *)KVP_VERSION;
 	out->uptime_ms = (clock_now_ns() - c->start_ns) / 1000000;
 	out->connections = ctr->connections;
 	out->requests = ctr->requests;
@@ -119,9 +211,12 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	out->gpu = gpu_available(c->gpu);
 	out->gpu_status = (char *)gpu_status(c->gpu);
 
-	/* Room for the envelope and the counters above; each pool entry is
-	 * measured as it is added. */
-	budget = reply_room(max_bytes, 512);
+	/* Room for the envelope (64 bytes will do) and the counters above,
+	 * at least 512 as before they were measured; each latency and pool
+	 * entry is measured as it is added. */
+	fixed = kvpalace__v1__stats_response__get_packed_size(out) + 64;
+	budget = reply_room(max_bytes, fixed > 512 ? fixed : 512);
+	fill_latencies(ctr, le, lp, &budget, out);
 	for (it = c->pool_list.next; it != &c->pool_list && i < n; it = it->next) {
 		const struct pool *p = list_entry(it, struct pool, link);
 		Kvpalace__V1__PoolStats *ps = &e[i].ps;

@@ -5,6 +5,7 @@
 #ifndef KVPD_STATS_H
 #define KVPD_STATS_H
 
+#include <stddef.h>
 #include <sys/types.h>
 
 #include "cache.h"
@@ -13,6 +14,21 @@
 #include "layout.h"
 
 struct session;
+
+/* Bytes of a request type's name with its NUL (kvpalace.h's struct
+ * kvp_latency.request holds as many). */
+#define STATS_OP_NAME_BYTES 32
+
+/* The number of the request type of a Request whose op_case is op_case,
+ * for its latency histogram (cache_latency_add): below
+ * CACHE_LATENCY_OPS, or -1 when op_case names no request type or there
+ * are more types than histograms (test_dispatch checks there are not). */
+int stats_op_index(int op_case);
+
+/* The name of request type op, the Request field's message name less
+ * "Request" ("MatchPrefix"), into buf (cap bytes). Returns 0, -ENOENT
+ * when op is no request type, or -ENAMETOOLONG. */
+int stats_op_name(unsigned int op, char *buf, size_t cap);
 
 /* The wire form of a layout (out is initialized here). */
 void stats_layout(const struct shm_layout *in, Kvpalace__V1__Layout *out);

@@ -136,6 +136,11 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 			REJECT(-EMSGSIZE, "too many tokens in one request");
 		if (req->match_prefix->has_lease_id && req->match_prefix->lease_id == 0)
 			REJECT(-EINVAL, "lease id 0 does not exist");
+		if (req->match_prefix->has_prompt_tokens &&
+		    (req->match_prefix->has_lease_id ||
+		     req->match_prefix->prompt_tokens < req->match_prefix->n_tokens))
+			REJECT(-EINVAL,
+			       "prompt_tokens goes with the first chunk and counts its tokens");
 		if (req->match_prefix->has_cache_salt &&
 		    req->match_prefix->cache_salt.len > PREFIX_INDEX_MAX_SALT)
 			REJECT(-EINVAL, "cache salt longer than 64 bytes");

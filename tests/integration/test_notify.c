@@ -120,13 +120,13 @@ static void test_notify_sequence(void **state)
 	assert_non_null(strstr(m.last, "pools"));
 	assert_non_null(strstr(m.last, "sessions"));
 	assert_non_null(strstr(m.last, "connections"));
-	assert_non_null(strstr(m.last, "hit rate"));
+	assert_non_null(strstr(m.last, "token hit ratio"));
 	assert_int_equal(fake_expect(&m, "WATCHDOG=1", 5000), 0);
 	assert_int_equal(fake_expect(&m, "WATCHDOG=1", 5000), 0);
 	/* The summary is refreshed every NOTIFY_STATUS_INTERVAL_NS (5 s). */
 	assert_int_equal(fake_expect(&m, "STATUS=", 10000), 0);
 	assert_false(has_line(m.last, "READY=1"));
-	assert_non_null(strstr(m.last, "hit rate"));
+	assert_non_null(strstr(m.last, "token hit ratio"));
 
 	assert_int_equal(kill(h.pid, SIGHUP), 0);
 	assert_int_equal(fake_expect(&m, "RELOADING=1", 10000), 0);

@@ -113,14 +113,14 @@ static void test_latency(void **state)
 	char buf[32];
 
 	(void)state;
-	assert_int_equal(latency_bound_ns(0), 10000);
-	assert_int_equal(latency_bound_ns(1), 25000);
-	assert_int_equal(latency_bound_ns(2), 50000);
-	assert_int_equal(latency_bound_ns(3), 100000);
-	assert_int_equal(latency_bound_ns(6), 1000000);
-	assert_int_equal(latency_bound_ns(18), 10000000000ull);
-	assert_true(latency_bound_ns(19) == UINT64_MAX);
-	assert_true(latency_bound_ns(40) == UINT64_MAX);
+	assert_int_equal(kvp_latency_bound_ns(0), 10000);
+	assert_int_equal(kvp_latency_bound_ns(1), 25000);
+	assert_int_equal(kvp_latency_bound_ns(2), 50000);
+	assert_int_equal(kvp_latency_bound_ns(3), 100000);
+	assert_int_equal(kvp_latency_bound_ns(6), 1000000);
+	assert_int_equal(kvp_latency_bound_ns(18), 10000000000ull);
+	assert_true(kvp_latency_bound_ns(19) == UINT64_MAX);
+	assert_true(kvp_latency_bound_ns(40) == UINT64_MAX);
 
 	assert_int_equal(latency_quantile_ns(&l, 0.5), 0); /* no buckets: nothing */
 	l.buckets[0] = 50;
@@ -129,7 +129,7 @@ static void test_latency(void **state)
 	assert_int_equal(latency_quantile_ns(&l, 0.5), 10000);
 	assert_int_equal(latency_quantile_ns(&l, 0.51), 100000);
 	assert_int_equal(latency_quantile_ns(&l, 0.99), 100000);
-	assert_int_equal(latency_quantile_ns(&l, 1.0), latency_bound_ns(10));
+	assert_int_equal(latency_quantile_ns(&l, 1.0), kvp_latency_bound_ns(10));
 	l.buckets[KVP_LATENCY_BUCKETS - 1] = 900;
 	assert_true(latency_quantile_ns(&l, 0.99) == UINT64_MAX);
 

@@ -55,6 +55,7 @@
 #include "peer.h"
 #include "reply.h"
 #include "session.h"
+#include "stats.h"
 #include "worker.h"
 
 #define UID_A	   1000
@@ -941,7 +942,11 @@ static void test_compact_returns(void **state)
 	reply_fini(&r);
 	assert_int_equal(f->n_tickets, 1);
 	assert_int_equal(session_get(&f->c, s2, UID_A, 0)->n_tokens, 12);
-	/* Waited long enough (no_park): it runs anyway. */
+	/* Its latency runs on while it is parked. */
+	usleep(60000);
+	/* Waited long enough (no_park): it runs anyway, as conn.c runs a
+	 * parked frame again, with the same id. */
+	f->next_id--;
 	assert_int_equal(send_req(f, PEER_A2, &req, 1, &r), -EINPROGRESS);
 	id2 = req.id;
 	reply_fini(&r);
@@ -963,6 +968,28 @@ static void test_compact_returns(void **state)
 	assert_int_equal(f->late[PEER_A2].dropped, 7);
 	assert_null(f->ticket[PEER_A]);
 	assert_null(f->ticket[PEER_A2]);
+
+	/* Three Compacts answered, the parked one counted once; the two
+	 * that spanned the sleep (the first job's and the parked one's, from
+	 * its first dispatch) took more than 50 ms, until their replies. */
+	{
+		const struct cache_counters *t = cache_tenant_find(&f->c, UID_A);
+		int op = stats_op_index(KVPALACE__V1__REQUEST__OP_COMPACT);
+		const struct cache_latency *l;
+		uint64_t slow = 0;
+
+		assert_non_null(t);
+		assert_true(op > 0);
+		l = &t->latency[op];
+		assert_int_equal(l->count, 3);
+		for (unsigned int b = 0; b < LATENCY_BUCKETS; b++)
+			if (b > 0 && latency_bound_ns(b - 1) >= 50000000ull)
+				slow += l->buckets[b];
+		assert_int_equal(slow, 2);
+		assert_true(l->sum_ns >= 2 * 60000000ull);
+		/* Daemon-wide, B's refused one too. */
+		assert_int_equal(f->c.ctr.latency[op].count, 4);
+	}
 }
 
 /* auto_compact without a worker: the Commit that takes the session past

@@ -157,16 +157,20 @@ static void test_status_line(void **state)
 	(void)state;
 	memset(&c, 0, sizeof(c));
 	notify_format_status(&c, buf, sizeof(buf));
-	assert_string_equal(buf, "0 pools, 0 sessions, 0 connections, 0 MiB host, hit rate n/a");
+	assert_string_equal(buf,
+			    "0 pools, 0 sessions, 0 connections, 0 MiB host, token hit ratio n/a");
 	c.pools.n = 2;
 	c.sessions.n = 7;
 	c.ctr.connections = 3;
 	c.host_bytes = 64ull << 20;
+	/* Of the tokens asked, not of the queries that found a page. */
 	c.ctr.match_hits = 3;
 	c.ctr.match_misses = 1;
+	c.ctr.queried_tokens = 400;
+	c.ctr.matched_tokens = 100;
 	notify_format_status(&c, buf, sizeof(buf));
 	assert_string_equal(buf, "2 pools, 7 sessions, 3 connections, 64 MiB host, "
-				 "hit rate 75.0% (3/4)");
+				 "token hit ratio 25.0% (100/400)");
 	/* Truncated, still terminated. */
 	notify_format_status(&c, buf, 8);
 	assert_string_equal(buf, "2 pools");

@@ -144,6 +144,16 @@ static void test_match_prefix(void **state)
 	assert_int_equal(check(&req), -EINVAL);
 	mp.lease_id = 12;
 	assert_int_equal(check(&req), 0);
+	/* The prompt's length: with the first chunk only, never shorter. */
+	mp.has_prompt_tokens = 1;
+	mp.prompt_tokens = 100000;
+	assert_int_equal(check(&req), -EINVAL);
+	mp.has_lease_id = 0;
+	assert_int_equal(check(&req), 0);
+	mp.prompt_tokens = 10;
+	assert_int_equal(check(&req), 0);
+	mp.prompt_tokens = 9;
+	assert_int_equal(check(&req), -EINVAL);
 }
 
 static int open_pool(const char *model_id, Kvpalace__V1__Layout *l)
