@@ -13,15 +13,21 @@
  * The driver's entry points come from cudaGetDriverEntryPointByVersion
  * for the ABI of CUDA 12.0 (stable since), so a newer driver serves them
  * with the signatures of cudaTypedefs.h's _v10020 typedefs used here.
+ *
+ * The runtime itself is reached through cudart.h's table (rt), set once
+ * by the probe: loaded at run time in the daemon, linked statically in the
+ * client library. A runtime that cannot be loaded is "no device", with
+ * the loader's reason. Every function below runs after the probe: each
+ * starts with it, or takes a map that a probed call made.
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
-#include <cuda_runtime_api.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "cudart.h"
 #include "vmm.h"
 
 #define VMM_DRIVER_ABI 12000
@@ -44,15 +50,16 @@ static struct {
 } drv;
 
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+static const struct cudart *rt; /* set by drv_load before drv.n_devices > 0 */
 
 static int lookup(const char *name, void **fn)
 {
 	enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
 
-	if (cudaGetDriverEntryPointByVersion(name, fn, VMM_DRIVER_ABI, cudaEnableDefault, &q) !=
+	if (rt->GetDriverEntryPointByVersion(name, fn, VMM_DRIVER_ABI, cudaEnableDefault, &q) !=
 		    cudaSuccess ||
 	    q != cudaDriverEntryPointSuccess || !*fn) {
-		cudaGetLastError();
+		rt->GetLastError();
 		return -1;
 	}
 	return 0;
@@ -60,19 +67,25 @@ static int lookup(const char *name, void **fn)
 
 static void drv_load(void)
 {
+	static char why[96];
+	cudaError_t e;
 	int n = 0;
 
+	/* The daemon loads the runtime first, with its choice of library:
+	 * NULL here gets that outcome (or the default, or the static one). */
+	if (cudart_open(NULL, &rt, &drv.why) < 0) {
+		drv.n_devices = -ENODEV;
+		return;
+	}
 	/* Without a driver this returns cudaErrorInsufficientDriver (35),
 	 * without a device cudaErrorNoDevice (100): both mean no GPU. */
-	static char why[96];
-	cudaError_t e = cudaGetDeviceCount(&n);
-
+	e = rt->GetDeviceCount(&n);
 	if (e != cudaSuccess || n < 1) {
-		cudaGetLastError();
+		rt->GetLastError();
 		drv.n_devices = -ENODEV;
 		if (e != cudaSuccess)
 			snprintf(why, sizeof(why), "cudaGetDeviceCount: %s (%d)",
-				 cudaGetErrorName(e), (int)e);
+				 rt->GetErrorName(e), (int)e);
 		else
 			snprintf(why, sizeof(why), "no CUDA device");
 		drv.why = why;
@@ -127,7 +140,7 @@ static int rt_err(cudaError_t e)
 {
 	if (e == cudaSuccess)
 		return 0;
-	cudaGetLastError();
+	rt->GetLastError();
 	return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
 }
 
@@ -141,9 +154,9 @@ static int use_device(int device)
 		return ret;
 	if (device < 0 || device >= ret)
 		return -ENODEV;
-	ret = rt_err(cudaSetDevice(device));
+	ret = rt_err(rt->SetDevice(device));
 	if (ret == 0)
-		ret = rt_err(cudaFree(NULL));
+		ret = rt_err(rt->Free(NULL));
 	return ret;
 }
 
@@ -156,7 +169,7 @@ int vmm_describe(int device, char *name, size_t n, unsigned char *uuid, enum vmm
 
 	if (ret < 0)
 		return ret;
-	ret = rt_err(cudaGetDeviceProperties(&prop, device));
+	ret = rt_err(rt->GetDeviceProperties(&prop, device));
 	if (ret < 0)
 		return ret;
 	if (name && n) {
@@ -185,8 +198,8 @@ int vmm_find_device(const unsigned char *uuid)
 	for (int d = 0; d < n; d++) {
 		struct cudaDeviceProp prop;
 
-		if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) {
-			cudaGetLastError();
+		if (rt->GetDeviceProperties(&prop, d) != cudaSuccess) {
+			rt->GetLastError();
 			continue;
 		}
 		if (!memcmp(prop.uuid.bytes, uuid, VMM_UUID_BYTES))
@@ -265,7 +278,7 @@ int vmm_create(int device, uint64_t bytes, enum vmm_kind kind, struct vmm_map *m
 	m->device = device;
 	m->kind = kind;
 	if (kind == VMM_LEGACY_IPC) {
-		ret = rt_err(cudaMalloc(&p, bytes));
+		ret = rt_err(rt->Malloc(&p, bytes));
 		if (ret < 0)
 			return ret;
 		m->d_base = (uint64_t)(uintptr_t)p;
@@ -310,7 +323,7 @@ int vmm_export_ipc(const struct vmm_map *m, unsigned char *ipc)
 
 	if (m->kind != VMM_LEGACY_IPC)
 		return -EOPNOTSUPP;
-	ret = rt_err(cudaIpcGetMemHandle(&h, (void *)(uintptr_t)m->d_base));
+	ret = rt_err(rt->IpcGetMemHandle(&h, (void *)(uintptr_t)m->d_base));
 	if (ret < 0)
 		return ret;
 	_Static_assert(sizeof(h) == VMM_IPC_BYTES, "cudaIpcMemHandle_t is 64 bytes");
@@ -358,7 +371,7 @@ int vmm_import_ipc(int device, const unsigned char *ipc, uint64_t bytes, struct 
 	if (ret < 0)
 		return ret;
 	memcpy(&h, ipc, VMM_IPC_BYTES);
-	ret = rt_err(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
+	ret = rt_err(rt->IpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
 	if (ret < 0)
 		return ret;
 	memset(m, 0, sizeof(*m));
@@ -376,10 +389,10 @@ void vmm_destroy(struct vmm_map *m)
 		return;
 	if (m->kind == VMM_LEGACY_IPC) {
 		if (m->imported)
-			cudaIpcCloseMemHandle((void *)(uintptr_t)m->d_base);
+			rt->IpcCloseMemHandle((void *)(uintptr_t)m->d_base);
 		else
-			cudaFree((void *)(uintptr_t)m->d_base);
-		cudaGetLastError();
+			rt->Free((void *)(uintptr_t)m->d_base);
+		rt->GetLastError();
 	} else {
 		/* Unmap, free the range, then drop our reference to the
 		 * allocation: the memory goes when the last process did. */

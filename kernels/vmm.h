@@ -3,13 +3,16 @@
  * cudaGetDriverEntryPointByVersion, with the legacy CUDA IPC handle as a
  * fallback.
  *
- * Why here: the daemon's CUDA device (daemon/core/gpu_cuda.c) creates and
+ * Why here: the daemon's CUDA device (daemon/dev/gpu_cuda.c) creates and
  * exports one allocation per pool, the client library imports it, and both
  * must agree on every step (granularity, access flags, handle type). Nothing
  * links libcuda: a binary that does fails to load where no driver is
  * installed, so the driver entry points are looked up at run time through
- * the CUDA runtime (cudart), which fails cleanly there instead. Built only
- * with CUDA (KVP_HAVE_CUDA); callers keep their own no-CUDA branch.
+ * the CUDA runtime (cudart), which fails cleanly there instead. The
+ * runtime itself comes through cudart.h: the daemon loads it at the probe
+ * (a host without it is a host without a device), the client library
+ * links it statically. Built only with CUDA (KVP_HAVE_CUDA); callers keep
+ * their own no-CUDA branch.
  *
  * Every function returns 0 or a negative errno: -ENODEV no usable driver
  * or device, -EOPNOTSUPP the device cannot do it (no VMM, no POSIX fd
@@ -42,9 +45,11 @@ struct vmm_map {
 	int imported;	 /* mapped from another process's handle */
 };
 
-/* Looks up the driver entry points and checks that a device exists.
- * Returns the number of devices (> 0), or -ENODEV with a reason (a static
- * string) in *why. Safe to call often: the lookup happens once. */
+/* Loads the runtime (cudart_open(NULL): whatever an earlier cudart_open
+ * chose), looks up the driver entry points and checks that a device
+ * exists. Returns the number of devices (> 0), or -ENODEV with a reason
+ * (a static string) in *why. Safe to call often: the lookup happens
+ * once. */
 int vmm_probe(const char **why);
 
 /* Device `device`'s name (NUL-terminated in name[n]), its UUID

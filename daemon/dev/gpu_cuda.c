@@ -10,6 +10,12 @@
  * function on a CUDA thread. Any CUDA error clears the runtime's last
  * error and is -EIO (or, at open, "no GPU" with the reason). Without CUDA
  * in the build the table has only an open, which says so.
+ *
+ * The runtime is not linked: open loads it (kernels/cudart.h), the library
+ * $KVPALACED_CUDART names or libcudart.so.<the build's major version>, so
+ * one binary starts on GPU hosts and on hosts without CUDA, where it is a
+ * host-and-disk daemon whose status says why. Every call goes through the
+ * table open keeps in the device's state.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,8 +28,7 @@
 #include "log.h"
 
 #ifdef KVP_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
+#include "cudart.h"
 #include "vmm.h"
 
 /* cudaHostRegister works on ranges; pinning a whole multi-GiB arena in one
@@ -33,6 +38,7 @@
 #define GPU_PIN_CHUNK_BYTES (256ull << 20)
 
 struct gpu_dev {
+	const struct cudart *rt;
 	int device;
 	enum gpu_handle handle;
 	cudaStream_t stream;
@@ -44,8 +50,13 @@ static int cuda_open(struct gpu_dev *g, const struct config *cfg, struct gpu_dev
 	char name[96];
 	enum vmm_kind kind;
 	cudaStream_t st;
-	int ret = vmm_probe(why);
+	const char *lib = secure_getenv("KVPALACED_CUDART");
+	int ret;
 
+	/* First, so that vmm's probe gets this library too. */
+	if (cudart_open(lib && *lib ? lib : NULL, &g->rt, why) < 0)
+		return -ENODEV;
+	ret = vmm_probe(why);
 	if (ret < 0)
 		return -ENODEV;
 	g->device = 0;
@@ -54,8 +65,8 @@ static int cuda_open(struct gpu_dev *g, const struct config *cfg, struct gpu_dev
 		*why = "the CUDA device cannot be used";
 		return -ENODEV;
 	}
-	if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) {
-		cudaGetLastError();
+	if (g->rt->StreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) {
+		g->rt->GetLastError();
 		*why = "cannot create a CUDA stream";
 		return -ENODEV;
 	}
@@ -75,18 +86,19 @@ static int cuda_open(struct gpu_dev *g, const struct config *cfg, struct gpu_dev
 	return 0;
 }
 
-static void unpin_host(struct gpu_dev_arena *d)
+static void unpin_host(struct gpu_dev *g, struct gpu_dev_arena *d)
 {
 	unsigned char *a = d->host_reg;
 
 	for (uint64_t off = 0; a && off < d->host_reg_bytes; off += GPU_PIN_CHUNK_BYTES)
-		cudaHostUnregister(a + off);
-	cudaGetLastError();
+		g->rt->HostUnregister(a + off);
+	g->rt->GetLastError();
 	d->host_reg = NULL;
 	d->host_reg_bytes = 0;
 }
 
-static void pin_host(struct gpu_dev_arena *d, uint64_t pool_id, void *host, uint64_t host_bytes)
+static void pin_host(struct gpu_dev *g, struct gpu_dev_arena *d, uint64_t pool_id, void *host,
+		     uint64_t host_bytes)
 {
 	unsigned char *a = host;
 	uint64_t off;
@@ -96,8 +108,8 @@ static void pin_host(struct gpu_dev_arena *d, uint64_t pool_id, void *host, uint
 
 		if (n > GPU_PIN_CHUNK_BYTES)
 			n = GPU_PIN_CHUNK_BYTES;
-		if (cudaHostRegister(a + off, n, cudaHostRegisterDefault) != cudaSuccess) {
-			cudaGetLastError();
+		if (g->rt->HostRegister(a + off, n, cudaHostRegisterDefault) != cudaSuccess) {
+			g->rt->GetLastError();
 			log_warn("pool %llu: host arena pinned up to %llu MiB only "
 				 "(cudaHostRegister failed; RLIMIT_MEMLOCK?): copies beyond "
 				 "go through staging",
@@ -141,14 +153,13 @@ static int cuda_arena_open(struct gpu_dev *g, uint64_t pool_id, void *host, uint
 	d->map = m;
 	d->bytes = m->bytes;
 	d->d_base = m->d_base;
-	pin_host(d, pool_id, host, host_bytes);
+	pin_host(g, d, pool_id, host, host_bytes);
 	return 0;
 }
 
 static void cuda_arena_close(struct gpu_dev *g, struct gpu_dev_arena *d)
 {
-	(void)g;
-	unpin_host(d);
+	unpin_host(g, d);
 	if (d->fd >= 0)
 		close(d->fd);
 	d->fd = -1;
@@ -159,9 +170,9 @@ static void cuda_arena_close(struct gpu_dev *g, struct gpu_dev_arena *d)
 
 static int cuda_copy(struct gpu_dev *g, uint64_t dst, const void *src, uint64_t bytes)
 {
-	if (cudaMemcpyAsync((void *)(uintptr_t)dst, src, bytes, cudaMemcpyHostToDevice,
-			    g->stream) != cudaSuccess) {
-		cudaGetLastError();
+	if (g->rt->MemcpyAsync((void *)(uintptr_t)dst, src, bytes, cudaMemcpyHostToDevice,
+			       g->stream) != cudaSuccess) {
+		g->rt->GetLastError();
 		return -EIO;
 	}
 	return 0;
@@ -172,9 +183,9 @@ static int cuda_copy(struct gpu_dev *g, uint64_t dst, const void *src, uint64_t 
 static int cuda_rows_back(struct gpu_dev *g, unsigned char *host, uint64_t dev, uint64_t off,
 			  uint64_t pitch, uint64_t width, uint64_t height)
 {
-	if (cudaMemcpy2DAsync(host + off, pitch, (const void *)(uintptr_t)(dev + off), pitch, width,
-			      height, cudaMemcpyDeviceToHost, g->stream) != cudaSuccess) {
-		cudaGetLastError();
+	if (g->rt->Memcpy2DAsync(host + off, pitch, (const void *)(uintptr_t)(dev + off), pitch,
+				 width, height, cudaMemcpyDeviceToHost, g->stream) != cudaSuccess) {
+		g->rt->GetLastError();
 		return -EIO;
 	}
 	return 0;
@@ -182,8 +193,8 @@ static int cuda_rows_back(struct gpu_dev *g, unsigned char *host, uint64_t dev, 
 
 static int cuda_launch(struct gpu_dev *g, gpu_dev_done_fn *done, void *arg)
 {
-	if (cudaLaunchHostFunc(g->stream, done, arg) != cudaSuccess) {
-		cudaGetLastError();
+	if (g->rt->LaunchHostFunc(g->stream, done, arg) != cudaSuccess) {
+		g->rt->GetLastError();
 		return -EIO;
 	}
 	return 0;
@@ -191,18 +202,18 @@ static int cuda_launch(struct gpu_dev *g, gpu_dev_done_fn *done, void *arg)
 
 static void cuda_sync(struct gpu_dev *g)
 {
-	cudaStreamSynchronize(g->stream);
-	cudaGetLastError();
+	g->rt->StreamSynchronize(g->stream);
+	g->rt->GetLastError();
 }
 
 /* A copy that failed after it was queued shows as the stream's (sticky)
  * error. */
 static int cuda_copy_error(struct gpu_dev *g)
 {
-	cudaError_t e = cudaStreamQuery(g->stream);
+	cudaError_t e = g->rt->StreamQuery(g->stream);
 
 	if (e != cudaSuccess && e != cudaErrorNotReady) {
-		cudaGetLastError();
+		g->rt->GetLastError();
 		return -EIO;
 	}
 	return 0;
@@ -213,9 +224,9 @@ static void cuda_close(struct gpu_dev *g)
 	/* Copies in flight target arenas: wait for them (their callbacks
 	 * then sit on the finished list and are freed with their pools'
 	 * jobs by whoever stops the loop; at a clean stop none is left). */
-	cudaStreamSynchronize(g->stream);
-	cudaStreamDestroy(g->stream);
-	cudaGetLastError();
+	g->rt->StreamSynchronize(g->stream);
+	g->rt->StreamDestroy(g->stream);
+	g->rt->GetLastError();
 }
 
 static const struct gpu_dev_ops cuda_ops = {

@@ -6,8 +6,9 @@
  * names a device: it picks a table once at start (gpu_emu_ops with
  * $KVPALACED_EMULATE_GPU=1, else gpu_cuda_ops) and calls through it. A
  * device is: gpu_cuda.c (the only file with CUDA calls and KVP_HAVE_CUDA;
- * in a build without CUDA its table's open says so and the daemon has no
- * device tier) and gpu_emu.c (host memory plays the device, for tests on
+ * its open loads the CUDA runtime, kernels/cudart.h, and a runtime that
+ * cannot be loaded is no device; in a build without CUDA its table's open
+ * says so and the daemon has no device tier) and gpu_emu.c (host memory plays the device, for tests on
  * machines without a GPU).
  *
  * This folder (dev/) is a layer below the core: a device knows no pool,
