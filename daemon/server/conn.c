@@ -74,6 +74,7 @@ static void release_client_state(struct conn *c, int bad)
 	uint32_t leases = c->peer.n_leases;
 	struct list *it, *tmp;
 
+	dispatch_peer_gone(&c->peer);
 	list_for_each_safe (it, tmp, &c->peer.leases)
 		lease_release(cache, list_entry(it, struct lease, owner_link));
 	c->peer.n_leases = 0;
