@@ -268,7 +268,7 @@ static int start_journald(void)
 		printf("# skip: needs root and %s\n", bin ? bin : "systemd-journald");
 		return -1;
 	}
-	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	if (unshare(CLONE_NEWNS) < 0 || mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) < 0 ||
 	    mount("tmpfs", "/run", "tmpfs", 0, "mode=0755") < 0) {
 		printf("# skip: no private /run: %s\n", strerror(errno));
 		return -1;
