@@ -352,7 +352,8 @@ static void job_done(struct gpu_job *j)
 	 * run again, answers the error once. */
 	l = idmap_get(&j->c->leases, j->lease_id);
 	if (j->error)
-		log_err("pool %llu: host→device copy failed", (unsigned long long)p->id);
+		log_ctx_err(LOG_POOL_UID(p->id, p->uid), "pool %llu: host→device copy failed",
+			    (unsigned long long)p->id);
 	if (l) {
 		l->dev_jobs--;
 		if (j->error) {
@@ -532,17 +533,20 @@ void gpu_pool_open(struct cache *c, struct pool *p)
 	if (!gpu_available(g) || want < p->page_bytes)
 		return;
 	if (g->tier_bytes + want > c->cfg->gpu_tier_bytes) {
-		log_notice("pool %llu: no device arena: the GPU tier's %llu MiB (gpu-tier-size) "
-			   "are taken; host tier only",
-			   (unsigned long long)p->id,
-			   (unsigned long long)(c->cfg->gpu_tier_bytes >> 20));
+		log_ctx_notice(
+			LOG_POOL_UID(p->id, p->uid),
+			"pool %llu: no device arena: the GPU tier's %llu MiB (gpu-tier-size) "
+			"are taken; host tier only",
+			(unsigned long long)p->id,
+			(unsigned long long)(c->cfg->gpu_tier_bytes >> 20));
 		return;
 	}
 	ret = g->ops->arena_open(g->dev, p->id, p->arena, p->arena_bytes, want, &d->arena);
 	if (ret < 0) {
-		log_err("pool %llu: no device arena of %llu MiB (%s): host tier only",
-			(unsigned long long)p->id, (unsigned long long)(want >> 20),
-			strerror(-ret));
+		log_ctx_err(LOG_POOL_UID(p->id, p->uid),
+			    "pool %llu: no device arena of %llu MiB (%s): host tier only",
+			    (unsigned long long)p->id, (unsigned long long)(want >> 20),
+			    strerror(-ret));
 		return;
 	}
 	d->n_pages = (uint32_t)(d->arena.bytes / p->page_bytes > UINT32_MAX
@@ -552,8 +556,9 @@ void gpu_pool_open(struct cache *c, struct pool *p)
 	if (ret < 0) {
 		pool_tables_free(d);
 		g->ops->arena_close(g->dev, &d->arena);
-		log_err("pool %llu: no memory for the device arena's tables: host tier only",
-			(unsigned long long)p->id);
+		log_ctx_err(LOG_POOL_UID(p->id, p->uid),
+			    "pool %llu: no memory for the device arena's tables: host tier only",
+			    (unsigned long long)p->id);
 		memset(d, 0, sizeof(*d));
 		d->arena.fd = -1;
 		return;
@@ -561,8 +566,9 @@ void gpu_pool_open(struct cache *c, struct pool *p)
 	list_init(&d->jobs);
 	g->tier_bytes += d->arena.bytes;
 	d->on = 1;
-	log_info("pool %llu: device arena of %llu MiB, %u pages", (unsigned long long)p->id,
-		 (unsigned long long)(d->arena.bytes >> 20), d->n_pages);
+	log_ctx_info(LOG_POOL_UID(p->id, p->uid), "pool %llu: device arena of %llu MiB, %u pages",
+		     (unsigned long long)p->id, (unsigned long long)(d->arena.bytes >> 20),
+		     d->n_pages);
 }
 
 void gpu_pool_close(struct cache *c, struct pool *p)
@@ -768,7 +774,9 @@ static void sync_done(struct gpu_job *j)
 		if (j->error) {
 			s->dev_error = 1;
 			j->p->dev.copy_errors++;
-			log_err("session %llu: device→host copy failed", (unsigned long long)s->id);
+			log_ctx_err(LOG_SESSION(s->pool->id, s->id, s->pool->uid),
+				    "session %llu: device→host copy failed",
+				    (unsigned long long)s->id);
 		} else {
 			/* Forget what is back on the host. */
 			uint32_t k = 0;

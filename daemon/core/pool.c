@@ -108,16 +108,18 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	c->host_bytes += arena_bytes;
 	tier_pool_open(c, p);
 	gpu_pool_open(c, p);
-	log_info("pool %llu: uid %u model '%s' %uL %uH %uD %uT %s, %llu pages of %llu bytes%s",
-		 (unsigned long long)p->id, (unsigned)uid, model_id, layout->n_layers,
-		 layout->n_kv_heads, layout->head_dim, layout->block_tokens,
-		 shm_dtype_name(layout->dtype), (unsigned long long)n_pages,
-		 (unsigned long long)page_bytes, p->huge ? ", hugepages" : "");
+	log_ctx_info(LOG_POOL_UID(p->id, uid),
+		     "pool %llu: uid %u model '%s' %uL %uH %uD %uT %s, %llu pages of %llu bytes%s",
+		     (unsigned long long)p->id, (unsigned)uid, model_id, layout->n_layers,
+		     layout->n_kv_heads, layout->head_dim, layout->block_tokens,
+		     shm_dtype_name(layout->dtype), (unsigned long long)n_pages,
+		     (unsigned long long)page_bytes, p->huge ? ", hugepages" : "");
 	*ret_pool = p;
 	return 0;
 fail:
-	log_err("pool for uid %u model '%s': cannot create arena of %llu bytes: %s", (unsigned)uid,
-		model_id, (unsigned long long)arena_bytes, strerror(-ret));
+	log_ctx_err(LOG_UID(uid),
+		    "pool for uid %u model '%s': cannot create arena of %llu bytes: %s",
+		    (unsigned)uid, model_id, (unsigned long long)arena_bytes, strerror(-ret));
 	shm_arena_unmap(p->arena, p->arena_bytes);
 	if (p->arena_fd >= 0)
 		close(p->arena_fd);
@@ -163,8 +165,9 @@ uint32_t pool_release_free(struct pool *p)
 			if (fallocate(p->arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 				      (off_t)((uint64_t)slots[i] * p->page_bytes),
 				      (off_t)((uint64_t)(j - i) * p->page_bytes)) < 0) {
-				log_warn("pool %llu: cannot give free pages' memory back: %s",
-					 (unsigned long long)p->id, strerror(errno));
+				log_ctx_warn(LOG_POOL_UID(p->id, p->uid),
+					     "pool %llu: cannot give free pages' memory back: %s",
+					     (unsigned long long)p->id, strerror(errno));
 				p->release_failed = 1;
 				return done;
 			}

@@ -213,14 +213,15 @@ uint32_t session_expire_idle(struct cache *c, uint64_t now_ns, uint64_t timeout_
 		if (s->writer || idle < timeout_ns)
 			continue;
 		if (n < EXPIRED_LOGGED_PER_SWEEP)
-			log_notice("session %llu of pool %llu (uid %u): persistent, owned by no "
-				   "connection and unused for %llu s (session-idle-timeout "
-				   "%llu s): closed, %llu tokens in %u pages",
-				   (unsigned long long)s->id, (unsigned long long)s->pool->id,
-				   (unsigned)s->pool->uid,
-				   (unsigned long long)(idle / 1000000000ull),
-				   (unsigned long long)(timeout_ns / 1000000000ull),
-				   (unsigned long long)s->n_tokens, s->n_pages);
+			log_ctx_notice(
+				LOG_SESSION(s->pool->id, s->id, s->pool->uid),
+				"session %llu of pool %llu (uid %u): persistent, owned by no "
+				"connection and unused for %llu s (session-idle-timeout "
+				"%llu s): closed, %llu tokens in %u pages",
+				(unsigned long long)s->id, (unsigned long long)s->pool->id,
+				(unsigned)s->pool->uid, (unsigned long long)(idle / 1000000000ull),
+				(unsigned long long)(timeout_ns / 1000000000ull),
+				(unsigned long long)s->n_tokens, s->n_pages);
 		else {
 			tokens += s->n_tokens;
 			pages += s->n_pages;

@@ -155,8 +155,10 @@ static void io_error(struct pool *p, int res, const char *what)
 {
 	p->tier.io_errors++;
 	if (++p->disk_errors_in_row == TIER_MAX_ERRORS_IN_ROW)
-		log_err("pool %llu: %d disk errors in a row (last: %s %s); no more spilling",
-			(unsigned long long)p->id, TIER_MAX_ERRORS_IN_ROW, what, strerror(-res));
+		log_ctx_err(LOG_POOL_UID(p->id, p->uid),
+			    "pool %llu: %d disk errors in a row (last: %s %s); no more spilling",
+			    (unsigned long long)p->id, TIER_MAX_ERRORS_IN_ROW, what,
+			    strerror(-res));
 }
 
 static void on_meta_written(struct aio_req *r, int res)
@@ -740,16 +742,18 @@ static void on_read(struct aio_req *r, int res)
 		 * disk is not failing: a miss, not an error that could turn
 		 * spilling off. */
 		if (p->tier.gone++ == 0)
-			log_warn("pool %llu: %s ends inside extent %u (cut short?); pages past "
-				 "its end are dropped",
-				 (unsigned long long)p->id, p->spill->path, io->extent);
+			log_ctx_warn(LOG_POOL_UID(p->id, p->uid),
+				     "pool %llu: %s ends inside extent %u (cut short?); pages past "
+				     "its end are dropped",
+				     (unsigned long long)p->id, p->spill->path, io->extent);
 	} else if (!ok) {
 		io_error(p, res, "page read");
 	} else if (guard_run(sum_page, &check) < 0 || check.sum != e->disk_sum) {
 		/* Read back wrong, or into memory a client took away. */
 		p->tier.verify_failures++;
-		log_warn("pool %llu: page in extent %u of %s failed verification; dropped",
-			 (unsigned long long)p->id, io->extent, p->spill->path);
+		log_ctx_warn(LOG_POOL_UID(p->id, p->uid),
+			     "pool %llu: page in extent %u of %s failed verification; dropped",
+			     (unsigned long long)p->id, io->extent, p->spill->path);
 		ok = 0;
 	}
 	if (ok) {
@@ -964,9 +968,11 @@ static void list_found(struct pool *p, struct scan *s)
 	if (!path) /* out of memory: nothing listed, everything kept */
 		kept = (uint32_t)s->n;
 	if (kept)
-		log_warn("pool %llu: out of memory listing %u pages of %s; kept on disk for the "
-			 "next start",
-			 (unsigned long long)p->id, kept, p->spill->path);
+		log_ctx_warn(
+			LOG_POOL_UID(p->id, p->uid),
+			"pool %llu: out of memory listing %u pages of %s; kept on disk for the "
+			"next start",
+			(unsigned long long)p->id, kept, p->spill->path);
 	free(path);
 	idmap_fini(&by_hash);
 }
@@ -1021,7 +1027,8 @@ void tier_pool_open(struct cache *c, struct pool *p)
 				 p->spill->path, strerror(-ret));
 	}
 	if (ret < 0) {
-		log_err("pool %llu: no disk tier: %s", (unsigned long long)p->id, why);
+		log_ctx_err(LOG_POOL_UID(p->id, p->uid), "pool %llu: no disk tier: %s",
+			    (unsigned long long)p->id, why);
 		tier_pool_close(c, p);
 		free(s.v);
 		return;
@@ -1029,9 +1036,10 @@ void tier_pool_open(struct cache *c, struct pool *p)
 	list_found(p, &s);
 	free(s.v);
 	if (p->spill->n_gone)
-		log_warn("pool %llu: %u pages of %s lie past its end (the file was cut short): "
-			 "not found",
-			 (unsigned long long)p->id, p->spill->n_gone, p->spill->path);
+		log_ctx_warn(LOG_POOL_UID(p->id, p->uid),
+			     "pool %llu: %u pages of %s lie past its end (the file was cut short): "
+			     "not found",
+			     (unsigned long long)p->id, p->spill->n_gone, p->spill->path);
 	p->tier.gone += p->spill->n_gone;
 	p->ix.disk = 1;
 	if (cfg->spill_dtype) {
@@ -1039,26 +1047,29 @@ void tier_pool_open(struct cache *c, struct pool *p)
 
 		if (stored_layout(p, cfg->spill_dtype, &ql) == 0) {
 			p->spill_dtype = cfg->spill_dtype;
-			log_info("pool %llu: cold pages go to disk as %s (%llu of %llu bytes)",
-				 (unsigned long long)p->id, shm_dtype_name(ql.dtype),
-				 (unsigned long long)shm_page_bytes(&ql),
-				 (unsigned long long)p->page_bytes);
+			log_ctx_info(LOG_POOL_UID(p->id, p->uid),
+				     "pool %llu: cold pages go to disk as %s (%llu of %llu bytes)",
+				     (unsigned long long)p->id, shm_dtype_name(ql.dtype),
+				     (unsigned long long)shm_page_bytes(&ql),
+				     (unsigned long long)p->page_bytes);
 		} else {
-			log_info("pool %llu: pages go to disk as they are: %s pages of %llu "
-				 "bytes gain nothing as %s",
-				 (unsigned long long)p->id, shm_dtype_name(p->layout.dtype),
-				 (unsigned long long)p->page_bytes,
-				 shm_dtype_name(cfg->spill_dtype));
+			log_ctx_info(LOG_POOL_UID(p->id, p->uid),
+				     "pool %llu: pages go to disk as they are: %s pages of %llu "
+				     "bytes gain nothing as %s",
+				     (unsigned long long)p->id, shm_dtype_name(p->layout.dtype),
+				     (unsigned long long)p->page_bytes,
+				     shm_dtype_name(cfg->spill_dtype));
 		}
 	}
 	if (may_pin(c, p) && aio_buffer_add(c->aio, p->arena, p->arena_bytes, p->page_bytes) > 0) {
 		p->pinned = 1;
 		c->pinned_bytes += p->arena_bytes;
 	}
-	log_info("pool %llu: disk tier %s, %u pages%s, %llu found from an earlier run",
-		 (unsigned long long)p->id, p->spill->path, p->spill->cap,
-		 p->spill->direct ? " (O_DIRECT)" : " (no O_DIRECT on this file system)",
-		 (unsigned long long)p->tier.restored);
+	log_ctx_info(LOG_POOL_UID(p->id, p->uid),
+		     "pool %llu: disk tier %s, %u pages%s, %llu found from an earlier run",
+		     (unsigned long long)p->id, p->spill->path, p->spill->cap,
+		     p->spill->direct ? " (O_DIRECT)" : " (no O_DIRECT on this file system)",
+		     (unsigned long long)p->tier.restored);
 }
 
 void tier_reclaim(struct cache *c)
@@ -1110,9 +1121,10 @@ static void write_stamps(struct pool *p)
 		}
 	}
 	if (n || failed)
-		log_info("pool %llu: last use of %u disk pages written to %s%s",
-			 (unsigned long long)p->id, n, p->spill->path,
-			 failed ? " (some could not be)" : "");
+		log_ctx_info(LOG_POOL_UID(p->id, p->uid),
+			     "pool %llu: last use of %u disk pages written to %s%s",
+			     (unsigned long long)p->id, n, p->spill->path,
+			     failed ? " (some could not be)" : "");
 }
 
 void tier_pool_close(struct cache *c, struct pool *p)

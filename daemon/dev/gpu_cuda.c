@@ -110,10 +110,11 @@ static void pin_host(struct gpu_dev *g, struct gpu_dev_arena *d, uint64_t pool_i
 			n = GPU_PIN_CHUNK_BYTES;
 		if (g->rt->HostRegister(a + off, n, cudaHostRegisterDefault) != cudaSuccess) {
 			g->rt->GetLastError();
-			log_warn("pool %llu: host arena pinned up to %llu MiB only "
-				 "(cudaHostRegister failed; RLIMIT_MEMLOCK?): copies beyond "
-				 "go through staging",
-				 (unsigned long long)pool_id, (unsigned long long)(off >> 20));
+			log_ctx_warn(LOG_POOL(pool_id),
+				     "pool %llu: host arena pinned up to %llu MiB only "
+				     "(cudaHostRegister failed; RLIMIT_MEMLOCK?): copies beyond "
+				     "go through staging",
+				     (unsigned long long)pool_id, (unsigned long long)(off >> 20));
 			break;
 		}
 	}

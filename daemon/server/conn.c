@@ -74,6 +74,7 @@ static void release_client_state(struct conn *c, int bad)
 	uint32_t leases = c->peer.n_leases;
 	struct list *it, *tmp;
 
+	dispatch_peer_gone(&c->peer);
 	list_for_each_safe (it, tmp, &c->peer.leases)
 		lease_release(cache, list_entry(it, struct lease, owner_link));
 	c->peer.n_leases = 0;
@@ -90,17 +91,21 @@ static void release_client_state(struct conn *c, int bad)
 	session_owner_release(cache, &c->peer.sessions, &left);
 	cache_debug_check(cache);
 	if (!left.closed && !left.persistent && !leases && !rolled_back) {
-		log_debug("connection %llu (pid %d uid %u) closed%s", (unsigned long long)c->id,
-			  (int)c->peer.pid, (unsigned)c->peer.uid, bad ? " for misbehaviour" : "");
+		log_ctx_debug(LOG_CONN(c->id, c->peer.uid, c->peer.pid),
+			      "connection %llu (pid %d uid %u) closed%s", (unsigned long long)c->id,
+			      (int)c->peer.pid, (unsigned)c->peer.uid,
+			      bad ? " for misbehaviour" : "");
 		return;
 	}
-	log_info("connection %llu (pid %d uid %u) closed%s: %u sessions closed with it (%llu "
-		 "tokens, %llu pages, %llu freed), %u persistent kept; %u leases released (%llu "
-		 "pages); %llu uncommitted tokens rolled back",
-		 (unsigned long long)c->id, (int)c->peer.pid, (unsigned)c->peer.uid,
-		 bad ? " for misbehaviour" : "", left.closed, (unsigned long long)left.tokens,
-		 (unsigned long long)left.pages, (unsigned long long)left.freed, left.persistent,
-		 leases, (unsigned long long)leased, (unsigned long long)rolled_back);
+	log_ctx_info(
+		LOG_CONN(c->id, c->peer.uid, c->peer.pid),
+		"connection %llu (pid %d uid %u) closed%s: %u sessions closed with it (%llu "
+		"tokens, %llu pages, %llu freed), %u persistent kept; %u leases released (%llu "
+		"pages); %llu uncommitted tokens rolled back",
+		(unsigned long long)c->id, (int)c->peer.pid, (unsigned)c->peer.uid,
+		bad ? " for misbehaviour" : "", left.closed, (unsigned long long)left.tokens,
+		(unsigned long long)left.pages, (unsigned long long)left.freed, left.persistent,
+		leases, (unsigned long long)leased, (unsigned long long)rolled_back);
 }
 
 #ifdef KVP_DEBUG_CHECKS
@@ -401,8 +406,9 @@ static void queue_reply(struct conn *c, const Kvpalace__V1__Response *resp, int 
 
 	if (n > c->srv->cfg->max_message_bytes) {
 		/* Only a reply the dispatcher failed to bound gets here. */
-		log_err("connection %llu: reply %llu over the message cap",
-			(unsigned long long)c->id, (unsigned long long)resp->id);
+		log_ctx_err(LOG_CONN(c->id, c->peer.uid, c->peer.pid),
+			    "connection %llu: reply %llu over the message cap",
+			    (unsigned long long)c->id, (unsigned long long)resp->id);
 		err.id = resp->id;
 		err.status = KVPALACE__V1__STATUS__STATUS_INTERNAL;
 		err.error = "reply too large";
@@ -420,7 +426,9 @@ static void queue_reply(struct conn *c, const Kvpalace__V1__Response *resp, int 
 		 * once what is queued is out (the client would wait forever). */
 		if (send_unqueued(c, resp, n, pass_fd) == 0)
 			return;
-		log_err("connection %llu: out of memory for a reply", (unsigned long long)c->id);
+		log_ctx_err(LOG_CONN(c->id, c->peer.uid, c->peer.pid),
+			    "connection %llu: out of memory for a reply",
+			    (unsigned long long)c->id);
 		if (pass_fd >= 0)
 			close(pass_fd);
 		c->draining = 1;
@@ -521,8 +529,9 @@ static void fail_conn(struct conn *c, uint64_t id, int err, const char *why)
 {
 	Kvpalace__V1__Response resp = KVPALACE__V1__RESPONSE__INIT;
 
-	log_info("connection %llu (pid %d uid %u): %s; disconnecting", (unsigned long long)c->id,
-		 (int)c->peer.pid, (unsigned)c->peer.uid, why);
+	log_ctx_info(LOG_CONN(c->id, c->peer.uid, c->peer.pid),
+		     "connection %llu (pid %d uid %u): %s; disconnecting",
+		     (unsigned long long)c->id, (int)c->peer.pid, (unsigned)c->peer.uid, why);
 	cache_count(&c->srv->cache, c->peer.uid, errors, 1);
 	cache_count(&c->srv->cache, c->peer.uid, disconnects_bad, 1);
 	resp.id = id;
@@ -976,8 +985,9 @@ int conn_start(struct server *srv, int fd, int admin)
 	list_init(&c->waiter.link);
 	list_add_tail(&srv->conns, &c->link);
 	cache_count(&srv->cache, c->peer.uid, connections, 1);
-	log_debug("connection %llu from pid %d uid %u%s", (unsigned long long)c->id,
-		  (int)c->peer.pid, (unsigned)c->peer.uid, admin ? " (admin)" : "");
+	log_ctx_debug(LOG_CONN(c->id, c->peer.uid, c->peer.pid),
+		      "connection %llu from pid %d uid %u%s", (unsigned long long)c->id,
+		      (int)c->peer.pid, (unsigned)c->peer.uid, admin ? " (admin)" : "");
 	submit_recv(c);
 	return 0;
 }

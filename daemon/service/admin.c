@@ -162,23 +162,27 @@ static int drop_session(struct cache *cache, struct peer *c, uint64_t req_id,
 	n = (struct purge_counts){0};
 	ret = purge_session(cache, s, f, 0, pk, &kept, &n);
 	if (ret == -ENOMEM)
-		log_err("admin: out of memory forgetting the pages of session %llu; they stay "
-			"cached",
-			(unsigned long long)s->id);
+		log_ctx_err(LOG_SESSION(s->pool->id, s->id, s->pool->uid),
+			    "admin: out of memory forgetting the pages of session %llu; they stay "
+			    "cached",
+			    (unsigned long long)s->id);
 	session_close(cache, s);
 	out->freed_pages = pa->n_free - free_before;
 	out->has_forgotten_pages = out->has_kept_pages = 1;
 	out->forgotten_pages = (uint32_t)n.pages;
 	out->kept_pages = kept;
 	cache->ctr.purged_pages += n.pages;
-	log_notice("admin (pid %d uid %u): dropped session %llu of pool %llu: %llu tokens "
-		   "(%llu committed)%s, %u pages freed, %u index pages forgotten (%llu on disk), "
-		   "%u shared ones kept",
-		   (int)c->pid, (unsigned)c->uid, (unsigned long long)out->session_id,
-		   (unsigned long long)out->pool_id, (unsigned long long)out->n_tokens,
-		   (unsigned long long)out->committed_tokens,
-		   out->was_writing ? ", its writer's reservation rolled back" : "",
-		   out->freed_pages, out->forgotten_pages, (unsigned long long)n.disk_pages, kept);
+	log_ctx_notice(
+		LOG_CTX(.pool_id = out->pool_id, .session_id = out->session_id, .uid = c->uid,
+			.has_uid = 1, .pid = c->pid),
+		"admin (pid %d uid %u): dropped session %llu of pool %llu: %llu tokens "
+		"(%llu committed)%s, %u pages freed, %u index pages forgotten (%llu on disk), "
+		"%u shared ones kept",
+		(int)c->pid, (unsigned)c->uid, (unsigned long long)out->session_id,
+		(unsigned long long)out->pool_id, (unsigned long long)out->n_tokens,
+		(unsigned long long)out->committed_tokens,
+		out->was_writing ? ", its writer's reservation rolled back" : "", out->freed_pages,
+		out->forgotten_pages, (unsigned long long)n.disk_pages, kept);
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_DROP_SESSION;
 	r->resp.drop_session = out;
 	ret = forget_finish(f, cache, c, req_id, r);
@@ -295,11 +299,13 @@ static int drop_pool(struct cache *cache, struct peer *c, uint64_t req_id,
 	}
 	free(leases);
 	pool_free(cache, p);
-	log_notice("admin (pid %d uid %u): dropped pool %llu (uid %u, model '%s'): %u sessions "
-		   "closed, %u leases released, %llu bytes of host tier freed%s",
-		   (int)c->pid, (unsigned)c->uid, (unsigned long long)out->pool_id, out->uid, model,
-		   out->sessions_closed, out->leases_released, (unsigned long long)out->arena_bytes,
-		   out->spill_removed ? ", spill file removed" : "");
+	log_ctx_notice(LOG_CTX(.pool_id = out->pool_id, .uid = c->uid, .has_uid = 1, .pid = c->pid),
+		       "admin (pid %d uid %u): dropped pool %llu (uid %u, model '%s'): %u sessions "
+		       "closed, %u leases released, %llu bytes of host tier freed%s",
+		       (int)c->pid, (unsigned)c->uid, (unsigned long long)out->pool_id, out->uid,
+		       model, out->sessions_closed, out->leases_released,
+		       (unsigned long long)out->arena_bytes,
+		       out->spill_removed ? ", spill file removed" : "");
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_DROP_POOL;
 	r->resp.drop_pool = out;
 	/* The removal is durable before the reply says so. */
@@ -409,6 +415,162 @@ static struct evict_got evict_disk(struct pool *p, uint32_t max_pages, uint64_t 
 	return g;
 }
 
+/* ---- one log line per eviction ------------------------------------------ */
+
+/* kvpalacectl evicts 400 MiB as a few hundred requests of 1024 pages (so
+ * the loop never stalls): a line for each would bury the log. The peer's
+ * evict_run sums a run of them; the line comes when the reply of the last
+ * tells the client to stop, or when something else ends the run. */
+
+static uint64_t evict_asked(const Kvpalace__V1__EvictRequest *in)
+{
+	return in->has_max_bytes ? in->max_bytes : UINT64_MAX;
+}
+
+/* What the client asks next when it goes on after the run so far:
+ * kvpalacectl asks for what is left of its --bytes. */
+static uint64_t evict_run_left(const struct evict_run *run)
+{
+	if (run->asked_bytes == UINT64_MAX)
+		return UINT64_MAX;
+	return run->asked_bytes - (run->bytes < run->asked_bytes ? run->bytes : run->asked_bytes);
+}
+
+/* True when request in goes on with run: the same tier, pool and
+ * discard, asking for what the run left. */
+static int evict_run_goes_on(const struct evict_run *run, const Kvpalace__V1__EvictRequest *in)
+{
+	return run->active && run->tier == (uint32_t)in->tier &&
+	       run->pool_id == (in->has_pool_id ? in->pool_id : 0) &&
+	       run->discard == (in->has_discard && in->discard) &&
+	       evict_run_left(run) == evict_asked(in);
+}
+
+/* True when the client stops after this reply, as kvpalacectl does:
+ * nothing more to evict, nothing evicted, or all it asked for. */
+static int evict_run_over(uint64_t asked, const Kvpalace__V1__EvictResponse *out)
+{
+	return !out->more || !out->pages || out->bytes >= asked;
+}
+
+static const char *size_text(uint64_t bytes, char buf[32])
+{
+	static const char *const unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+	double v = (double)bytes;
+	int u = 0;
+
+	while (v >= 1024 && u < 4) {
+		v /= 1024;
+		u++;
+	}
+	if (u && v != (double)(uint64_t)v)
+		snprintf(buf, 32, "%.1f %s", v, unit[u]);
+	else
+		snprintf(buf, 32, "%.0f %s", v, unit[u]);
+	return buf;
+}
+
+static const char *tier_text(uint32_t tier)
+{
+	switch (tier) {
+	case KVPALACE__V1__TIER__TIER_GPU:
+		return "GPU";
+	case KVPALACE__V1__TIER__TIER_DISK:
+		return "disk";
+	default:
+		return "host";
+	}
+}
+
+/* Logs c's run, with how it ended (NULL: the client had all it asked
+ * for, or all there was), and forgets it. */
+static void evict_run_end(struct peer *c, const char *end)
+{
+	struct evict_run *run = &c->evict_run;
+	char got[32], size[32], asked[48] = "", of_pool[40] = "", split[80] = "";
+	double ms = (double)(clock_now_ns() - run->start_ns) / 1e6;
+
+	if (!run->active)
+		return;
+	if (run->pool_id)
+		snprintf(of_pool, sizeof(of_pool), " of pool %llu",
+			 (unsigned long long)run->pool_id);
+	if (run->asked_bytes != UINT64_MAX)
+		snprintf(asked, sizeof(asked), ", %s asked", size_text(run->asked_bytes, size));
+	if (run->tier == KVPALACE__V1__TIER__TIER_HOST)
+		snprintf(split, sizeof(split), ": %llu demoted to the disk tier, %llu dropped",
+			 (unsigned long long)run->demoted, (unsigned long long)run->dropped);
+	else if (run->tier == KVPALACE__V1__TIER__TIER_DISK)
+		snprintf(split, sizeof(split), ": %llu kept in the host tier, %llu dropped",
+			 (unsigned long long)(run->pages - run->dropped),
+			 (unsigned long long)run->dropped);
+	log_at(run->pages ? LOG_NOTICE : LOG_INFO,
+	       LOG_CTX(.pool_id = run->pool_id, .uid = c->uid, .has_uid = 1, .pid = c->pid),
+	       "admin (pid %d uid %u): evict from the %s tier%s%s%s: %llu pages (%s) from %u "
+	       "pools in %u requests, %.1f ms%s%s%s",
+	       (int)c->pid, (unsigned)c->uid, tier_text(run->tier), of_pool,
+	       run->discard ? " (discard)" : "", asked, (unsigned long long)run->pages,
+	       size_text(run->bytes, got), run->n_pools, run->requests, ms, split,
+	       end ? "; stopped: " : "", end ? end : "");
+	free(run->pool_ids);
+	*run = (struct evict_run){0};
+}
+
+void admin_peer_gone(struct peer *c)
+{
+	evict_run_end(c, "the client went before the end");
+}
+
+/* Starts c's run with request in unless in goes on with the one under
+ * way (which then ends: another eviction begins). */
+static void evict_run_begin(struct peer *c, const Kvpalace__V1__EvictRequest *in)
+{
+	struct evict_run *run = &c->evict_run;
+
+	if (evict_run_goes_on(run, in))
+		return;
+	evict_run_end(c, NULL);
+	*run = (struct evict_run){
+		.active = 1,
+		.tier = (uint32_t)in->tier,
+		.discard = in->has_discard && in->discard,
+		.pool_id = in->has_pool_id ? in->pool_id : 0,
+		.asked_bytes = evict_asked(in),
+		.start_ns = clock_now_ns(),
+	};
+}
+
+/* Adds one request's reply to c's run. */
+static void evict_run_add(struct peer *c, const Kvpalace__V1__EvictResponse *out)
+{
+	struct evict_run *run = &c->evict_run;
+
+	run->requests++;
+	run->pages += out->pages;
+	run->bytes += out->bytes;
+	run->demoted += out->demoted;
+	run->dropped += out->dropped;
+	for (size_t i = 0; i < out->n_pools; i++) {
+		uint64_t id = out->pools[i]->pool_id;
+		uint32_t k = 0;
+
+		while (k < run->n_pools && run->pool_ids[k] != id)
+			k++;
+		if (k < run->n_pools)
+			continue;
+		if (run->n_pools == run->cap_pools) {
+			uint32_t cap = run->cap_pools ? 2 * run->cap_pools : 16;
+			uint64_t *v = realloc(run->pool_ids, cap * sizeof(*v));
+
+			if (!v)
+				continue; /* the line counts fewer pools */
+			run->pool_ids = v;
+			run->cap_pools = cap;
+		}
+		run->pool_ids[run->n_pools++] = id;
+	}
+}
+
 /* An Evict that waits for the disk writes it started in one pool. */
 struct evict_wait {
 	struct tier_waiter w;
@@ -416,6 +578,7 @@ struct evict_wait {
 	struct pool *p;
 	uint64_t spilled_before; /* p->tier.spilled when the writes started */
 	uint32_t started;
+	uint64_t asked;		       /* the request's max_bytes (UINT64_MAX: none) */
 	Kvpalace__V1__EvictedPool *ep; /* p's entry in the reply */
 	struct reply r;
 };
@@ -443,14 +606,27 @@ static void evict_woken(struct tier_waiter *w)
 	out->demoted -= lost;
 	ew->ep->pages -= lost;
 	ew->ep->bytes -= lost * p->page_bytes;
+	if (ew->t.peer) {
+		struct evict_run *run = &ew->t.peer->evict_run;
+
+		/* Counted when the writes started: now the run knows. */
+		run->pages -= lost;
+		run->bytes -= lost * p->page_bytes;
+		run->demoted -= lost;
+		if (evict_run_over(ew->asked, out))
+			evict_run_end(ew->t.peer, NULL);
+	}
 	ticket_deliver(&ew->t, &ew->r);
 	reply_fini(&ew->r);
 	free(ew);
 }
 
-static int evict(struct cache *cache, struct peer *c, uint64_t req_id,
-		 const Kvpalace__V1__EvictRequest *in, struct reply *r, struct tier_park *pk,
-		 const char **why)
+/* One Evict request, added to c's run; *over when the client stops after
+ * its reply (not known yet when it returns -EINPROGRESS waiting for
+ * writes: evict_woken decides then). */
+static int evict_one(struct cache *cache, struct peer *c, uint64_t req_id,
+		     const Kvpalace__V1__EvictRequest *in, struct reply *r, struct tier_park *pk,
+		     const char **why, int *over)
 {
 	Kvpalace__V1__EvictResponse *out = &r->u.evict;
 	struct pool *only = NULL, *wait_on = NULL;
@@ -602,13 +778,15 @@ static int evict(struct cache *cache, struct peer *c, uint64_t req_id,
 	}
 	out->n_pools = n;
 	out->pools = ptrs;
+	evict_run_add(c, out);
+	*over = !wait_on && evict_run_over(evict_asked(in), out);
 	if (out->pages)
-		log_info("admin (pid %d uid %u): %s %llu pages (%llu bytes) from the %s tier "
-			 "(%llu demoted, %llu dropped%s)",
-			 (int)c->pid, (unsigned)c->uid, started ? "evicting" : "evicted",
-			 (unsigned long long)out->pages, (unsigned long long)out->bytes, tier_name,
-			 (unsigned long long)out->demoted, (unsigned long long)out->dropped,
-			 started ? ", waiting for disk writes" : "");
+		log_debug("admin (pid %d uid %u): %s %llu pages (%llu bytes) from the %s tier "
+			  "(%llu demoted, %llu dropped%s)",
+			  (int)c->pid, (unsigned)c->uid, started ? "evicting" : "evicted",
+			  (unsigned long long)out->pages, (unsigned long long)out->bytes, tier_name,
+			  (unsigned long long)out->demoted, (unsigned long long)out->dropped,
+			  started ? ", waiting for disk writes" : "");
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_EVICT;
 	r->resp.evict = out;
 	if (f) {
@@ -631,6 +809,7 @@ static int evict(struct cache *cache, struct peer *c, uint64_t req_id,
 		ew->p = wait_on;
 		ew->started = started;
 		ew->spilled_before = spilled_before;
+		ew->asked = evict_asked(in);
 		ew->ep = &e[n - 1].ep; /* the waiting pool is the last listed */
 		forget_move_reply(&ew->r, r);
 		ticket_start(c, &ew->t, req_id);
@@ -638,6 +817,29 @@ static int evict(struct cache *cache, struct peer *c, uint64_t req_id,
 		return -EINPROGRESS;
 	}
 	return 0;
+}
+
+/* Evict: one request of an eviction run (evict_run), logged when the run
+ * ends. */
+static int evict(struct cache *cache, struct peer *c, uint64_t req_id,
+		 const Kvpalace__V1__EvictRequest *in, struct reply *r, struct tier_park *pk,
+		 const char **why)
+{
+	int over = 0, ret;
+
+	evict_run_begin(c, in);
+	ret = evict_one(cache, c, req_id, in, r, pk, why, &over);
+	if (ret == -EAGAIN) /* run again later: nothing happened */
+		return ret;
+	if (ret < 0 && ret != -EINPROGRESS) {
+		/* The client stops at an error. */
+		if (!c->evict_run.requests)
+			c->evict_run.requests = 1;
+		evict_run_end(c, *why);
+	} else if (over) {
+		evict_run_end(c, NULL);
+	}
+	return ret;
 }
 
 static int do_config_show(struct cache *cache, struct reply *r, const char **why)
@@ -751,6 +953,9 @@ static int do_config_reload(struct peer *c, struct reply *r, const char **why)
 int admin_run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req,
 	      struct reply *r, struct tier_park *pk, const char **why)
 {
+	/* Another command: the eviction before it is over. */
+	if (req->op_case != KVPALACE__V1__REQUEST__OP_EVICT)
+		evict_run_end(c, NULL);
 	switch (req->op_case) {
 	case KVPALACE__V1__REQUEST__OP_SHOW_SESSION:
 		return show_session(cache, req->show_session, r, why);

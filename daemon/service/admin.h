@@ -42,4 +42,8 @@ struct tier_park;
 int admin_run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req,
 	      struct reply *r, struct tier_park *pk, const char **why);
 
+/* Peer c is going: an eviction it was running (struct evict_run) is
+ * logged as it stands, and forgotten. */
+void admin_peer_gone(struct peer *c);
+
 #endif

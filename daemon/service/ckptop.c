@@ -37,6 +37,10 @@ enum job_op {
 /* A slot of j->slots that holds nothing. */
 #define NO_SLOT UINT32_MAX
 
+/* The journal fields of job j: its tenant, and its pool once it has one. */
+#define JOB_LOG(j)                                                                                 \
+	(LOG_CTX(.pool_id = (j)->pool ? (j)->pool->id : 0, .uid = (j)->uid, .has_uid = 1))
+
 struct list_item {
 	char name[CKPT_NAME_MAX + 1];
 	uint32_t uid;
@@ -439,13 +443,14 @@ static void done_checkpoint(struct job *j)
 
 	if (j->ret < 0) {
 		cache_count(c, j->uid, checkpoint_failures, 1);
-		log_err("checkpoint '%s' of uid %u: %s", j->name, j->uid, j->why);
+		log_ctx_err(JOB_LOG(j), "checkpoint '%s' of uid %u: %s", j->name, j->uid, j->why);
 		deliver_error(j, j->ret);
 		return;
 	}
 	cache_count(c, j->uid, checkpoints_written, 1);
-	log_info("checkpoint '%s' of uid %u written: %llu tokens, %llu bytes", j->name, j->uid,
-		 (unsigned long long)j->meta.n_tokens, (unsigned long long)j->bytes);
+	log_ctx_info(JOB_LOG(j), "checkpoint '%s' of uid %u written: %llu tokens, %llu bytes",
+		     j->name, j->uid, (unsigned long long)j->meta.n_tokens,
+		     (unsigned long long)j->bytes);
 	reply_init(&r);
 	kvpalace__v1__checkpoint_response__init(&r.u.checkpoint);
 	r.u.checkpoint.bytes = j->bytes;
@@ -693,8 +698,8 @@ static void restore_failed(struct job *j, int err)
 {
 	if (err == -EBADMSG || err == -EPROTONOSUPPORT || err == -EINVAL)
 		cache_count(j->c, j->uid, checkpoints_refused, 1);
-	log_notice("%s of checkpoint '%s' (uid %u): %s", j->op == OP_WARMUP ? "warm-up" : "restore",
-		   j->name, j->uid, j->why);
+	log_ctx_notice(JOB_LOG(j), "%s of checkpoint '%s' (uid %u): %s",
+		       j->op == OP_WARMUP ? "warm-up" : "restore", j->name, j->uid, j->why);
 }
 
 static void restore_finish(struct job *j, int ret);
@@ -715,9 +720,11 @@ static int restore_owner(struct job *j, struct session *s)
 		session_own(j->c, s, &j->t.peer->sessions, 0);
 		return 1;
 	}
-	log_info("restore of checkpoint '%s' of uid %u finished after its client disconnected: "
-		 "session %llu closed (%llu tokens); its full pages stay indexed",
-		 j->name, j->uid, (unsigned long long)s->id, (unsigned long long)s->n_tokens);
+	log_ctx_info(
+		LOG_CTX(.pool_id = s->pool->id, .session_id = s->id, .uid = j->uid, .has_uid = 1),
+		"restore of checkpoint '%s' of uid %u finished after its client disconnected: "
+		"session %llu closed (%llu tokens); its full pages stay indexed",
+		j->name, j->uid, (unsigned long long)s->id, (unsigned long long)s->n_tokens);
 	cache_count(j->c, j->uid, sessions_closed_with_conn, 1);
 	session_close(j->c, s);
 	return 0;
@@ -783,9 +790,10 @@ static void restore_finish(struct job *j, int ret)
 				    j->meta.n_tokens / j->pool->layout.block_tokens);
 			session_close(j->c, s);
 		}
-		log_info("%s checkpoint '%s' of uid %u: %llu tokens, %u pages already indexed",
-			 j->op == OP_WARMUP ? "warmed up" : "restored", j->name, j->uid,
-			 (unsigned long long)j->meta.n_tokens, shared);
+		log_ctx_info(JOB_LOG(j),
+			     "%s checkpoint '%s' of uid %u: %llu tokens, %u pages already indexed",
+			     j->op == OP_WARMUP ? "warmed up" : "restored", j->name, j->uid,
+			     (unsigned long long)j->meta.n_tokens, shared);
 		/* A restore nobody is left to answer closed its session. */
 		if (j->op == OP_WARMUP || restore_owner(j, s))
 			deliver_restored(j, s, shared);
@@ -858,13 +866,14 @@ static void done_remove(struct job *j)
 	struct reply r;
 
 	if (j->ret < 0) {
-		log_notice("removing checkpoint '%s' of uid %u: %s", j->name, j->uid, j->why);
+		log_ctx_notice(JOB_LOG(j), "removing checkpoint '%s' of uid %u: %s", j->name,
+			       j->uid, j->why);
 		deliver_error(j, j->ret);
 		return;
 	}
 	cache_count(j->c, j->uid, checkpoints_removed, 1);
-	log_info("checkpoint '%s' of uid %u removed (%llu bytes)", j->name, j->uid,
-		 (unsigned long long)j->bytes);
+	log_ctx_info(JOB_LOG(j), "checkpoint '%s' of uid %u removed (%llu bytes)", j->name, j->uid,
+		     (unsigned long long)j->bytes);
 	reply_init(&r);
 	kvpalace__v1__delete_checkpoint_response__init(&r.u.delete_checkpoint);
 	r.u.delete_checkpoint.bytes = j->bytes;
@@ -1267,9 +1276,9 @@ int ckptop_warmup_dir(struct cache *c)
 				    j->meta.n_tokens / j->pool->layout.block_tokens);
 			session_close(c, s);
 			loaded++;
-			log_info("warm-up: %s, %llu tokens into pool %llu", j->name,
-				 (unsigned long long)j->meta.n_tokens,
-				 (unsigned long long)j->pool->id);
+			log_ctx_info(JOB_LOG(j), "warm-up: %s, %llu tokens into pool %llu", j->name,
+				     (unsigned long long)j->meta.n_tokens,
+				     (unsigned long long)j->pool->id);
 		}
 		job_free(j);
 	}

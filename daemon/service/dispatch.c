@@ -873,3 +873,8 @@ int dispatch(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *r
 				  clock_now_ns() - c->timing.start_ns);
 	return 0;
 }
+
+void dispatch_peer_gone(struct peer *c)
+{
+	admin_peer_gone(c);
+}

@@ -28,4 +28,8 @@
 int dispatch(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *req, int no_park,
 	     struct reply *r);
 
+/* Peer c is going (its connection closed): what its requests left
+ * unfinished in the log is written now (admin_peer_gone). */
+void dispatch_peer_gone(struct peer *c);
+
 #endif

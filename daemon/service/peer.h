@@ -64,6 +64,23 @@ struct peer_ops {
 			     char *err, size_t errlen);
 };
 
+/* One eviction as kvpalacectl runs it: many short Evict requests in a
+ * row, each asking for what the ones before left. admin.c sums them and
+ * logs one line when the run ends (the last request's reply tells the
+ * client to stop, another request comes, or the connection goes). */
+struct evict_run {
+	int active;
+	uint32_t tier; /* Kvpalace__V1__Tier */
+	int discard;
+	uint64_t pool_id;     /* 0: every pool */
+	uint64_t asked_bytes; /* UINT64_MAX: no limit */
+	uint64_t pages, bytes, demoted, dropped;
+	uint32_t requests;
+	uint32_t n_pools, cap_pools;
+	uint64_t *pool_ids; /* [n_pools] the distinct pools pages left */
+	uint64_t start_ns;
+};
+
 struct peer {
 	const struct peer_ops *ops;
 	uid_t uid;
@@ -84,6 +101,7 @@ struct peer {
 	struct peer_timing timing;
 	uint64_t parked_ns; /* arrival of the parked request parked_id, or 0 */
 	uint64_t parked_id;
+	struct evict_run evict_run; /* admin connections: the eviction under way */
 };
 
 /* An empty peer of these credentials, served through ops. */

@@ -229,8 +229,9 @@ static void job_done(struct worker_job *wj)
 		const struct session *s = session_get(j->c, sid, uid, 0);
 
 		if (ret < 0)
-			log_debug("session %llu: compaction after a commit: %s",
-				  (unsigned long long)sid, why);
+			log_ctx_debug(LOG_CTX(.session_id = sid, .uid = uid, .has_uid = 1),
+				      "session %llu: compaction after a commit: %s",
+				      (unsigned long long)sid, why);
 		kvpalace__v1__commit_response__init(&r.u.commit);
 		r.u.commit.committed_tokens = s ? s->n_committed : 0;
 		r.u.commit.has_compacted = 1;

@@ -83,9 +83,10 @@ int forget_extent(struct forget *f, struct pool *p, uint32_t extent)
 nomem:
 	/* Never freed, so never rewritten: its old header may bring the page
 	 * back after a restart, which the log has to say. */
-	log_err("pool %llu: out of memory forgetting extent %u; a restart may find its page "
-		"again",
-		(unsigned long long)p->id, extent);
+	log_ctx_err(LOG_POOL_UID(p->id, p->uid),
+		    "pool %llu: out of memory forgetting extent %u; a restart may find its page "
+		    "again",
+		    (unsigned long long)p->id, extent);
 	return -ENOMEM;
 }
 
@@ -160,10 +161,11 @@ static int forget_settle(struct forget *f)
 
 		fp->p->n_forgets--;
 		if (fp->ret < 0) {
-			log_err("pool %llu: cannot invalidate %u page headers of %s: %s; a "
-				"restart may find those pages again",
-				(unsigned long long)fp->p->id, fp->n, fp->sp->path,
-				strerror(-fp->ret));
+			log_ctx_err(LOG_POOL_UID(fp->p->id, fp->p->uid),
+				    "pool %llu: cannot invalidate %u page headers of %s: %s; a "
+				    "restart may find those pages again",
+				    (unsigned long long)fp->p->id, fp->n, fp->sp->path,
+				    strerror(-fp->ret));
 			if (!err)
 				err = fp->ret;
 			continue;
@@ -455,7 +457,10 @@ int purge_run(struct cache *c, struct peer *conn, uint64_t req_id,
 				return -ENOMEM;
 			}
 			if (ret == -ENOMEM) /* after some pools changed: say so */
-				log_err("purge (pid %d uid %u): out of memory in pool %llu; its "
+				log_ctx_err(
+					LOG_CTX(.pool_id = x.p->id, .uid = conn->uid, .has_uid = 1,
+						.pid = conn->pid),
+					"purge (pid %d uid %u): out of memory in pool %llu; its "
 					"pages stay",
 					(int)conn->pid, (unsigned)conn->uid,
 					(unsigned long long)x.p->id);
@@ -466,11 +471,12 @@ int purge_run(struct cache *c, struct peer *conn, uint64_t req_id,
 	}
 	c->ctr.purges++;
 	c->ctr.purged_pages += n.pages;
-	log_notice("admin (pid %d uid %u): purged %llu pages from %u pools (%llu in host, %llu "
-		   "on disk, %llu on the GPU; %llu still held by sessions or leases)",
-		   (int)conn->pid, (unsigned)conn->uid, (unsigned long long)n.pages, n.pools,
-		   (unsigned long long)n.host_pages, (unsigned long long)n.disk_pages,
-		   (unsigned long long)n.device_pages, (unsigned long long)n.held_pages);
+	log_ctx_notice(LOG_CLIENT(conn->uid, conn->pid),
+		       "admin (pid %d uid %u): purged %llu pages from %u pools (%llu in host, %llu "
+		       "on disk, %llu on the GPU; %llu still held by sessions or leases)",
+		       (int)conn->pid, (unsigned)conn->uid, (unsigned long long)n.pages, n.pools,
+		       (unsigned long long)n.host_pages, (unsigned long long)n.disk_pages,
+		       (unsigned long long)n.device_pages, (unsigned long long)n.held_pages);
 	kvpalace__v1__purge_response__init(out);
 	out->pages = n.pages;
 	out->pools = n.pools;
