@@ -58,12 +58,11 @@ struct server {
 	unsigned char siginfo[128];
 
 	struct loop_op timer_op;
-	struct __kernel_timespec tick;
 	uint64_t ticks;
 
 	struct notify notify;
 	struct loop_op watchdog_op; /* armed only under a watchdog */
-	struct __kernel_timespec watchdog_tick;
+	uint64_t watchdog_ns;
 };
 
 /* Takes the sockets systemd passed (named "client" and "admin"), creates
