@@ -10,7 +10,8 @@
  *    spills to disk and comes back byte for byte, a checkpoint and its
  *    restore, SIGHUP reloads (the signalfd) and a clean stop;
  *  - with event-loop io_uring it refuses to start and says why;
- *  - event-loop epoll without the filter uses epoll, and logs no fallback.
+ *  - event-loop epoll without the filter uses epoll, and logs no fallback;
+ *  - a reload that changes event-loop needs a restart, and says so.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -332,12 +333,42 @@ static void test_forced_epoll(void **state)
 	unlink(f.log);
 }
 
+/* The event loop is chosen once: a reload leaves it and says so. */
+static void test_reload_needs_restart(void **state)
+{
+	char conf[64], arg[80];
+	const char *extra[] = {arg, NULL};
+	struct fixture f;
+	FILE *fp;
+
+	(void)state;
+	snprintf(conf, sizeof(conf), "/tmp/kvp-seccomp-%d.conf", (int)getpid());
+	snprintf(arg, sizeof(arg), "--config=%s", conf);
+	fp = fopen(conf, "w");
+	assert_non_null(fp);
+	fprintf(fp, "event-loop = epoll\n");
+	fclose(fp);
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(start_logged(&f, 0, extra), 0);
+	fp = fopen(conf, "w");
+	assert_non_null(fp);
+	fprintf(fp, "event-loop = io_uring\n");
+	fclose(fp);
+	kill(f.h.pid, SIGHUP);
+	assert_true(log_has(&f, "a restart is needed for event-loop"));
+	free(read_log(&f));
+	assert_int_equal(harness_stop(&f.h), 0);
+	unlink(f.log);
+	unlink(conf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_fallback_serves, setup_denied, teardown),
 		cmocka_unit_test(test_forced_uring_refused),
 		cmocka_unit_test(test_forced_epoll),
+		cmocka_unit_test(test_reload_needs_restart),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
