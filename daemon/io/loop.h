@@ -77,8 +77,9 @@ struct loop {
 
 /* Sets up the loop on the backend want asks for: io_uring with single
  * issuer and deferred task running where the kernel has them; for
- * LOOP_WANT_AUTO epoll when io_uring_setup fails with -EPERM or -ENOSYS
- * (l->uring_err says why). Logs nothing. Returns 0 or a negative errno
+ * LOOP_WANT_AUTO epoll when io_uring_setup, or a first NOP through the
+ * ring (io_uring_enter), fails with -EPERM or -ENOSYS (l->uring_err says
+ * why). Logs nothing. Returns 0 or a negative errno
  * (-ENOSYS/-EPERM for LOOP_WANT_IO_URING where io_uring is denied). */
 int loop_init(struct loop *l, unsigned int entries, enum loop_want want);
 /* Frees the backend; operations still pending never complete (the kernel

@@ -11,6 +11,8 @@
 static int uring_init(struct loop *l, unsigned int entries)
 {
 	struct io_uring_params p;
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe *cqe;
 	int ret;
 
 	memset(&p, 0, sizeof(p));
@@ -21,7 +23,21 @@ static int uring_init(struct loop *l, unsigned int entries)
 		memset(&p, 0, sizeof(p));
 		ret = io_uring_queue_init_params(entries, &l->ring, &p);
 	}
-	return ret;
+	if (ret < 0)
+		return ret;
+	/* A filter may allow the setup and deny io_uring_enter: one NOP
+	 * through the ring finds out now, while another backend can still
+	 * be chosen, rather than at the loop's first turn. */
+	sqe = io_uring_get_sqe(&l->ring);
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data(sqe, NULL);
+	ret = io_uring_submit_and_wait(&l->ring, 1);
+	if (ret >= 0 && io_uring_peek_cqe(&l->ring, &cqe) == 0) {
+		io_uring_cqe_seen(&l->ring, cqe);
+		return 0;
+	}
+	io_uring_queue_exit(&l->ring);
+	return ret < 0 ? ret : -EIO;
 }
 
 static void uring_fini(struct loop *l)

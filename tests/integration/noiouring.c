@@ -3,8 +3,10 @@
  * as io_uring goes: io_uring_setup, io_uring_enter and io_uring_register
  * fail with EPERM; every other system call is allowed.
  *
- *     noiouring COMMAND [ARG...]
+ *     noiouring [--enter-only] COMMAND [ARG...]
  *
+ * --enter-only denies io_uring_enter alone (rings can be set up but never
+ * used), as a narrower profile might.
  * For the tests (test_seccomp.c, the *-epoll runs of the integration
  * suite, via $KVPALACED_WRAPPER). The filter is inherited across execve
  * and cannot be lifted; libseccomp sets no_new_privs, so no privilege is
@@ -19,15 +21,20 @@
 int main(int argc, char **argv)
 {
 	static const int denied[] = {
+		SCMP_SYS(io_uring_enter), /* first: --enter-only */
 		SCMP_SYS(io_uring_setup),
-		SCMP_SYS(io_uring_enter),
 		SCMP_SYS(io_uring_register),
 	};
+	size_t n = sizeof(denied) / sizeof(denied[0]);
 	scmp_filter_ctx ctx;
-	int ret;
+	int ret, arg = 1;
 
-	if (argc < 2) {
-		fprintf(stderr, "usage: %s COMMAND [ARG...]\n", argv[0]);
+	if (argc > 1 && !strcmp(argv[1], "--enter-only")) {
+		n = 1;
+		arg++;
+	}
+	if (argc <= arg) {
+		fprintf(stderr, "usage: %s [--enter-only] COMMAND [ARG...]\n", argv[0]);
 		return 2;
 	}
 	ctx = seccomp_init(SCMP_ACT_ALLOW);
@@ -35,7 +42,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "noiouring: seccomp_init failed\n");
 		return 1;
 	}
-	for (size_t i = 0; i < sizeof(denied) / sizeof(denied[0]); i++) {
+	for (size_t i = 0; i < n; i++) {
 		ret = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), denied[i], 0);
 		if (ret < 0) {
 			fprintf(stderr, "noiouring: seccomp_rule_add: %s\n", strerror(-ret));
@@ -49,7 +56,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "noiouring: seccomp_load: %s\n", strerror(-ret));
 		return 1;
 	}
-	execvp(argv[1], argv + 1);
-	fprintf(stderr, "noiouring: exec %s: %s\n", argv[1], strerror(errno));
+	execvp(argv[arg], argv + arg);
+	fprintf(stderr, "noiouring: exec %s: %s\n", argv[arg], strerror(errno));
 	return 127;
 }

@@ -10,6 +10,8 @@
  *    spills to disk and comes back byte for byte, a checkpoint and its
  *    restore, SIGHUP reloads (the signalfd) and a clean stop;
  *  - with event-loop io_uring it refuses to start and says why;
+ *  - where only io_uring_enter is denied (the ring sets up, nothing goes
+ *    through it) the daemon finds out at start and falls back the same;
  *  - event-loop epoll without the filter uses epoll, and logs no fallback;
  *  - a reload that changes event-loop needs a restart, and says so.
  */
@@ -50,8 +52,11 @@ struct fixture {
 	char log[64]; /* the daemon's stderr */
 };
 
-/* Starts a daemon (under the seccomp filter when denied) whose stderr goes
- * to f->log. Returns harness_start's result; f->log stays either way. */
+enum { ALLOWED, DENIED, ENTER_DENIED };
+
+/* Starts a daemon (under the seccomp filter when denied: every io_uring
+ * call, or io_uring_enter alone) whose stderr goes to f->log. Returns
+ * harness_start's result; f->log stays either way. */
 static int start_logged(struct fixture *f, int denied, const char *const *extra)
 {
 	const char *old = getenv("KVPALACED_WRAPPER");
@@ -64,7 +69,8 @@ static int start_logged(struct fixture *f, int denied, const char *const *extra)
 		char wrap[512];
 
 		/* Inside whatever wrapper the test setup gives (valgrind). */
-		snprintf(wrap, sizeof(wrap), "%s %s", old ? old : "", getenv("KVP_NOIOURING"));
+		snprintf(wrap, sizeof(wrap), "%s %s%s", old ? old : "", getenv("KVP_NOIOURING"),
+			 denied == ENTER_DENIED ? " --enter-only" : "");
 		setenv("KVPALACED_WRAPPER", wrap, 1);
 	}
 	saved = dup(STDERR_FILENO);
@@ -139,7 +145,7 @@ static int setup_denied(void **state)
 		free(f);
 		return -1;
 	}
-	if (start_logged(f, 1, extra) < 0) {
+	if (start_logged(f, DENIED, extra) < 0) {
 		free(read_log(f));
 		unlink(f->log);
 		free(f);
@@ -299,7 +305,7 @@ static void test_forced_uring_refused(void **state)
 	if (!getenv("KVP_NOIOURING"))
 		skip();
 	memset(&f, 0, sizeof(f));
-	assert_int_equal(start_logged(&f, 1, extra), -1);
+	assert_int_equal(start_logged(&f, DENIED, extra), -1);
 	log = read_log(&f);
 	assert_non_null(strstr(log, "cannot set up io_uring: Operation not permitted"));
 	assert_int_equal(count(log, "io_uring unavailable"), 0);
@@ -319,7 +325,7 @@ static void test_forced_epoll(void **state)
 
 	(void)state;
 	memset(&f, 0, sizeof(f));
-	assert_int_equal(start_logged(&f, 0, extra), 0);
+	assert_int_equal(start_logged(&f, ALLOWED, extra), 0);
 	assert_int_equal(kvp_connect(f.h.sock, &c), 0);
 	assert_int_equal(kvp_stats(c, &st), 0);
 	assert_int_equal(strncmp(st->disk_io, "threads", 7), 0);
@@ -328,6 +334,34 @@ static void test_forced_epoll(void **state)
 	log = read_log(&f);
 	assert_non_null(strstr(log, "epoll event loop"));
 	assert_int_equal(count(log, "io_uring unavailable"), 0);
+	free(log);
+	assert_int_equal(harness_stop(&f.h), 0);
+	unlink(f.log);
+}
+
+/* A ring that can be set up but not entered: found at start, epoll then. */
+static void test_enter_denied(void **state)
+{
+	static const char *const extra[] = {"--disk-pool-size", "16M", NULL};
+	struct kvp_stats *st;
+	struct fixture f;
+	kvp_client *c;
+	char *log;
+
+	(void)state;
+	if (!getenv("KVP_NOIOURING"))
+		skip();
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(start_logged(&f, ENTER_DENIED, extra), 0);
+	assert_int_equal(kvp_connect(f.h.sock, &c), 0);
+	assert_int_equal(kvp_ping(c), 0);
+	assert_int_equal(kvp_stats(c, &st), 0);
+	assert_int_equal(strncmp(st->disk_io, "threads", 7), 0);
+	kvp_stats_free(st);
+	kvp_disconnect(c);
+	log = read_log(&f);
+	assert_int_equal(count(log, "io_uring unavailable"), 1);
+	assert_non_null(strstr(log, FALLBACK));
 	free(log);
 	assert_int_equal(harness_stop(&f.h), 0);
 	unlink(f.log);
@@ -349,7 +383,7 @@ static void test_reload_needs_restart(void **state)
 	fprintf(fp, "event-loop = epoll\n");
 	fclose(fp);
 	memset(&f, 0, sizeof(f));
-	assert_int_equal(start_logged(&f, 0, extra), 0);
+	assert_int_equal(start_logged(&f, ALLOWED, extra), 0);
 	fp = fopen(conf, "w");
 	assert_non_null(fp);
 	fprintf(fp, "event-loop = io_uring\n");
@@ -367,6 +401,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_fallback_serves, setup_denied, teardown),
 		cmocka_unit_test(test_forced_uring_refused),
+		cmocka_unit_test(test_enter_denied),
 		cmocka_unit_test(test_forced_epoll),
 		cmocka_unit_test(test_reload_needs_restart),
 	};
