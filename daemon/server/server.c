@@ -303,6 +303,8 @@ static int open_listener(struct server *s, struct listener *ls, int fd, const ch
  * then finds no ring and takes the threads (aio_init). */
 static int start_loop(struct server *s)
 {
+	static const char denied[] = " (denied by a seccomp profile, or kernel.io_uring_disabled "
+				     "set? event-loop = auto falls back to epoll)";
 	int want = s->cfg->event_loop, ret;
 
 	ret = loop_init(&s->loop, SERVER_RING_ENTRIES, (enum loop_want)want);
@@ -311,11 +313,7 @@ static int start_loop(struct server *s)
 			log_err("cannot set up the epoll event loop: %s", strerror(-ret));
 		else
 			log_err("cannot set up io_uring: %s%s", strerror(-ret),
-				ret == -EPERM || ret == -ENOSYS
-					? " (denied by a seccomp profile, or "
-					  "kernel.io_uring_disabled"
-					  " set? event-loop = auto falls back to epoll)"
-					: "");
+				ret == -EPERM || ret == -ENOSYS ? denied : "");
 		return ret;
 	}
 	if (s->loop.uring_err)
