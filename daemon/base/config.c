@@ -280,6 +280,7 @@ enum key_id {
 	K_LOG_LEVEL,
 	K_DISK_POOL,
 	K_IO_BACKEND,
+	K_EVENT_LOOP,
 	K_WARMUP_DIR,
 	K_SESSION_POLICY,
 	K_SESSION_BUDGET,
@@ -323,6 +324,7 @@ static const char *const key_names[K_COUNT] = {
 	[K_LOG_LEVEL] = "log-level",
 	[K_DISK_POOL] = "disk-pool-size",
 	[K_IO_BACKEND] = "io-backend",
+	[K_EVENT_LOOP] = "event-loop",
 	[K_WARMUP_DIR] = "warmup-dir",
 	[K_SESSION_POLICY] = "session-policy",
 	[K_SESSION_BUDGET] = "session-budget",
@@ -341,6 +343,8 @@ static const char *const key_names[K_COUNT] = {
 };
 
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
+/* Indexed by enum loop_want (daemon/io/loop.h). */
+static const char *const event_loops[] = {"auto", "io_uring", "epoll"};
 /* Indexed by enum policy_kind. */
 static const char *const policy_names[] = {"none", "window", "sinks", "importance", "hierarchy"};
 
@@ -444,6 +448,13 @@ static int set_key(struct config *c, int k, const char *v)
 		for (int i = 0; i < 3; i++)
 			if (!strcmp(v, io_backends[i])) {
 				c->io_backend = i;
+				return 0;
+			}
+		return -EINVAL;
+	case K_EVENT_LOOP:
+		for (int i = 0; i < 3; i++)
+			if (!strcmp(v, event_loops[i])) {
+				c->event_loop = i;
 				return 0;
 			}
 		return -EINVAL;
@@ -561,6 +572,9 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		break;
 	case K_IO_BACKEND:
 		snprintf(buf, n, "%s", io_backends[c->io_backend]);
+		break;
+	case K_EVENT_LOOP:
+		snprintf(buf, n, "%s", event_loops[c->event_loop]);
 		break;
 	case K_GPU_POOL:
 		snprintf(buf, n, "%lluM", (unsigned long long)(c->gpu_pool_bytes >> 20));
@@ -1035,6 +1049,9 @@ void config_usage(const char *argv0)
 	       "  --disk-reserve SIZE       free space spilling leaves on the cache file\n"
 	       "                            system, for checkpoints and others (default 2G)\n"
 	       "  --io-backend NAME         disk I/O: auto, io_uring or threads (pread/pwrite)\n"
+	       "                            (default auto)\n"
+	       "  --event-loop NAME         auto, io_uring or epoll: auto uses epoll where\n"
+	       "                            io_uring is denied (a container's seccomp profile)\n"
 	       "                            (default auto)\n"
 	       "  --warmup-dir DIR          checkpoints loaded into the prefix index before the\n"
 	       "                            daemon reports ready (default STATE-DIR/warmup)\n"

@@ -65,6 +65,7 @@ struct config {
 	uint64_t disk_tenant_bytes;
 	uint64_t disk_reserve_bytes;
 	int io_backend;
+	int event_loop; /* enum loop_want: auto, io_uring, epoll */
 	/* The policy new sessions start with (daemon/base/policy.h); clients may
 	 * set their own per session. */
 	int session_policy; /* enum policy_kind */

@@ -313,10 +313,7 @@ static void job_callback(void *arg)
 
 static void arm_read(struct gpu *g)
 {
-	struct io_uring_sqe *sqe = loop_sqe(g->loop);
-
-	io_uring_prep_read(sqe, g->efd, &g->efd_val, sizeof(g->efd_val), 0);
-	loop_sqe_set_op(sqe, &g->op);
+	loop_read(g->loop, &g->op, g->efd, &g->efd_val, sizeof(g->efd_val));
 }
 
 /* On the loop thread: every copy of j is done (or failed). */

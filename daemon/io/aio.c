@@ -32,9 +32,12 @@ static const unsigned char aio_uring_ops[] = {
 	IORING_OP_READ_FIXED, IORING_OP_WRITE_FIXED, IORING_OP_FSYNC,
 };
 
+/* Whether l is an io_uring loop whose ring has them (an epoll loop, where
+ * io_uring is denied, has no ring: threads then). */
 static int ring_has_ops(struct loop *l)
 {
-	struct io_uring_probe *p = io_uring_get_probe_ring(&l->ring);
+	struct io_uring *ring = loop_ring(l);
+	struct io_uring_probe *p = ring ? io_uring_get_probe_ring(ring) : NULL;
 	int ok = p != NULL;
 
 	for (size_t i = 0; ok && i < sizeof(aio_uring_ops); i++)
@@ -346,9 +349,9 @@ void aio_fini(struct aio *a)
 		return;
 	__atomic_store_n(&a->abandoned, 1, __ATOMIC_RELEASE);
 	if (a->bufs_registered)
-		io_uring_unregister_buffers(&a->loop->ring);
+		io_uring_unregister_buffers(loop_ring(a->loop));
 	if (a->files_registered)
-		io_uring_unregister_files(&a->loop->ring);
+		io_uring_unregister_files(loop_ring(a->loop));
 	free(a->regions);
 	a->regions = NULL;
 	a->n_regions = 0;
@@ -385,13 +388,13 @@ int aio_file_add(struct aio *a, int fd)
 	if (!a->files_registered) {
 		/* One sparse table, slot = handle. A refusal (an old kernel,
 		 * RLIMIT_NOFILE) leaves plain fds, which work as well. */
-		if (io_uring_register_files_sparse(&a->loop->ring, AIO_MAX_FILES) < 0) {
+		if (io_uring_register_files_sparse(loop_ring(a->loop), AIO_MAX_FILES) < 0) {
 			a->files_refused = 1;
 			return h;
 		}
 		a->files_registered = 1;
 	}
-	if (io_uring_register_files_update(&a->loop->ring, (unsigned int)h, &fd, 1) == 1)
+	if (io_uring_register_files_update(loop_ring(a->loop), (unsigned int)h, &fd, 1) == 1)
 		f->fixed = 1;
 	return h;
 }
@@ -408,7 +411,7 @@ void aio_file_remove(struct aio *a, int handle)
 	if (f->fixed) {
 		int none = -1;
 
-		io_uring_register_files_update(&a->loop->ring, (unsigned int)handle, &none, 1);
+		io_uring_register_files_update(loop_ring(a->loop), (unsigned int)handle, &none, 1);
 	}
 	f->fd = -1;
 	f->fixed = 0;
@@ -433,7 +436,7 @@ static void clear_slots(struct aio *a, unsigned int slot, unsigned int n)
 	struct iovec none = {NULL, 0};
 
 	for (unsigned int i = 0; i < n; i++) {
-		io_uring_register_buffers_update_tag(&a->loop->ring, slot + i, &none, NULL, 1);
+		io_uring_register_buffers_update_tag(loop_ring(a->loop), slot + i, &none, NULL, 1);
 		a->slot_used[slot + i] = 0;
 	}
 }
@@ -468,7 +471,7 @@ int aio_buffer_add(struct aio *a, void *base, size_t len, size_t unit)
 	}
 	n = (unsigned int)n_chunks;
 	if (!a->bufs_registered) {
-		ret = io_uring_register_buffers_sparse(&a->loop->ring, AIO_MAX_BUF_SLOTS);
+		ret = io_uring_register_buffers_sparse(loop_ring(a->loop), AIO_MAX_BUF_SLOTS);
 		if (ret < 0)
 			goto refused;
 		a->bufs_registered = 1;
@@ -479,8 +482,8 @@ int aio_buffer_add(struct aio *a, void *base, size_t len, size_t unit)
 		size_t off = (size_t)i * chunk;
 		struct iovec iov = {(char *)base + off, len - off < chunk ? len - off : chunk};
 
-		ret = io_uring_register_buffers_update_tag(&a->loop->ring, (unsigned int)slot + i,
-							   &iov, NULL, 1);
+		ret = io_uring_register_buffers_update_tag(loop_ring(a->loop),
+							   (unsigned int)slot + i, &iov, NULL, 1);
 		if (ret != 1) {
 			clear_slots(a, (unsigned int)slot, i);
 			if (ret >= 0)

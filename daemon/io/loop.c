@@ -1,40 +1,110 @@
-/* daemon/io/loop.c — the io_uring event loop (see loop.h). */
+/* daemon/io/loop.c — the event loop's front (see loop.h): picks the
+ * backend, fills the operations in and turns the loop; the backends
+ * (loop_uring.c, loop_epoll.c) do the rest. */
 #include <errno.h>
-#include <sched.h>
 #include <string.h>
 
 #include "log.h"
-#include "loop.h"
+#include "loop_backend.h"
 
-int loop_init(struct loop *l, unsigned int entries)
+int loop_init(struct loop *l, unsigned int entries, enum loop_want want)
 {
-	struct io_uring_params p;
 	int ret;
 
 	memset(l, 0, sizeof(*l));
-	memset(&p, 0, sizeof(p));
-	p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
-	ret = io_uring_queue_init_params(entries, &l->ring, &p);
-	if (ret == -EINVAL) {
-		/* Kernels before 6.1 lack these flags. */
-		memset(&p, 0, sizeof(p));
-		ret = io_uring_queue_init_params(entries, &l->ring, &p);
+	l->ring.ring_fd = -1;
+	if (want != LOOP_WANT_EPOLL) {
+		ret = loop_uring_backend.init(l, entries);
+		if (ret == 0) {
+			l->be = &loop_uring_backend;
+			l->kind = LOOP_IO_URING;
+			return 0;
+		}
+		/* Denied (seccomp, kernel.io_uring_disabled) or absent: epoll
+		 * serves. Anything else (-ENOMEM, -EMFILE) would fail epoll
+		 * as well, and says more about the machine. */
+		if (want == LOOP_WANT_IO_URING || (ret != -EPERM && ret != -ENOSYS))
+			return ret;
+		l->uring_err = ret;
+		l->ring.ring_fd = -1;
 	}
-	return ret;
+	ret = loop_epoll_backend.init(l, entries);
+	if (ret < 0)
+		return ret;
+	l->be = &loop_epoll_backend;
+	l->kind = LOOP_EPOLL;
+	return 0;
 }
 
 void loop_fini(struct loop *l)
 {
-	io_uring_queue_exit(&l->ring);
+	if (!l->be)
+		return;
+	l->be->fini(l);
+	l->be = NULL;
 }
 
-struct io_uring_sqe *loop_sqe(struct loop *l)
+const char *loop_kind_name(const struct loop *l)
 {
-	struct io_uring_sqe *sqe;
+	return l->kind == LOOP_EPOLL ? "epoll" : "io_uring";
+}
 
-	while (!(sqe = io_uring_get_sqe(&l->ring)))
-		io_uring_submit(&l->ring);
-	return sqe;
+static void submit(struct loop *l, struct loop_op *op, int kind, int fd, int flags)
+{
+	kvp_assert(l->be);
+	op->kind = kind;
+	op->fd = fd;
+	op->flags = flags;
+	op->next = NULL;
+	l->be->submit(l, op);
+}
+
+void loop_accept(struct loop *l, struct loop_op *op, int fd, int flags)
+{
+	submit(l, op, LOOP_OP_ACCEPT, fd, flags);
+}
+
+void loop_read(struct loop *l, struct loop_op *op, int fd, void *buf, size_t len)
+{
+	op->u.rw.buf = buf;
+	op->u.rw.len = len;
+	submit(l, op, LOOP_OP_READ, fd, 0);
+}
+
+void loop_recvmsg(struct loop *l, struct loop_op *op, int fd, struct msghdr *msg, int flags)
+{
+	op->u.msg = msg;
+	submit(l, op, LOOP_OP_RECVMSG, fd, flags);
+}
+
+void loop_sendmsg(struct loop *l, struct loop_op *op, int fd, const struct msghdr *msg, int flags)
+{
+	/* Never written through: sendmsg only reads it. */
+	op->u.msg = (struct msghdr *)msg;
+	submit(l, op, LOOP_OP_SENDMSG, fd, flags);
+}
+
+void loop_timeout(struct loop *l, struct loop_op *op, uint64_t ns)
+{
+	if (l->kind == LOOP_IO_URING) {
+		op->u.ts.tv_sec = (long long)(ns / 1000000000ull);
+		op->u.ts.tv_nsec = (long long)(ns % 1000000000ull);
+	} else {
+		op->u.deadline_ns = ns;
+	}
+	submit(l, op, LOOP_OP_TIMEOUT, -1, 0);
+}
+
+void loop_forget_fd(struct loop *l, int fd)
+{
+	if (l->be)
+		l->be->forget_fd(l, fd);
+}
+
+void loop_submit(struct loop *l)
+{
+	if (l->be)
+		l->be->flush(l);
 }
 
 void loop_stop(struct loop *l)
@@ -47,48 +117,15 @@ int loop_run(struct loop *l)
 	return loop_run_while(l, NULL, NULL);
 }
 
-/* Waits for at least one completion, submitting what is queued. */
-static int submit_and_wait(struct loop *l)
-{
-#ifdef RUNNING_ON_VALGRIND
-	/* valgrind (3.19) runs one thread at a time and keeps the CPU with
-	 * a thread blocked in io_uring_enter: worker threads would starve
-	 * while the loop waits for them. Under valgrind only, wait in slices
-	 * of 2 ms and yield between them. */
-	if (RUNNING_ON_VALGRIND) {
-		struct __kernel_timespec ts = {.tv_nsec = 2000000};
-		struct io_uring_cqe *cqe;
-		int ret = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
-
-		sched_yield();
-		return ret == -ETIME ? 0 : ret;
-	}
-#endif
-	return io_uring_submit_and_wait(&l->ring, 1);
-}
-
 int loop_run_while(struct loop *l, int (*busy)(void *arg), void *arg)
 {
 	if (busy)
 		l->stop = 0;
 	while (busy ? busy(arg) : !l->stop) {
-		struct io_uring_cqe *cqe;
-		unsigned int head, n = 0;
-		int ret;
+		int ret = l->be->turn(l);
 
-		ret = submit_and_wait(l);
-		if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
-			log_err("io_uring submit failed: %s", strerror(-ret));
+		if (ret < 0)
 			return ret;
-		}
-		io_uring_for_each_cqe (&l->ring, head, cqe) {
-			struct loop_op *op = io_uring_cqe_get_data(cqe);
-
-			n++;
-			if (op)
-				op->cb(op, cqe->res, cqe->flags);
-		}
-		io_uring_cq_advance(&l->ring, n);
 	}
 	return 0;
 }

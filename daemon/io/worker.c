@@ -23,10 +23,7 @@
 
 static void arm_read(struct worker *w)
 {
-	struct io_uring_sqe *sqe = loop_sqe(w->loop);
-
-	io_uring_prep_read(sqe, w->efd, &w->efd_val, sizeof(w->efd_val), 0);
-	loop_sqe_set_op(sqe, &w->op);
+	loop_read(w->loop, &w->op, w->efd, &w->efd_val, sizeof(w->efd_val));
 }
 
 /* Takes the finished list (FIFO order); the mutex is held for a splice. */
@@ -229,9 +226,11 @@ void worker_fini(struct worker *w)
 
 	/* The read may still sit unsubmitted in the SQ, naming the eventfd
 	 * by number: hand it to the kernel, which then holds the file, before
-	 * the number is closed and perhaps reused. Then empty the counter so
-	 * the read never completes (nothing writes the eventfd any more). */
-	io_uring_submit(&w->loop->ring);
+	 * the number is closed and perhaps reused (epoll forgets it instead).
+	 * Then empty the counter so the read never completes (nothing writes
+	 * the eventfd any more). */
+	loop_submit(w->loop);
+	loop_forget_fd(w->loop, w->efd);
 	pfd.fd = w->efd;
 	pfd.events = POLLIN;
 	if (poll(&pfd, 1, 0) == 1)

@@ -49,9 +49,9 @@ struct worker {
 };
 
 /* Starts n_threads threads (1..WORKER_MAX_THREADS), all signals blocked,
- * and queues the eventfd read on l's ring (it is submitted when the loop
- * next turns). On failure nothing is left running and worker_fini is a
- * no-op. Returns 0, -EINVAL (n_threads), or -errno from eventfd or
+ * and queues the eventfd read on l (it starts when the loop next turns).
+ * On failure nothing is left running and worker_fini is a no-op. Returns
+ * 0, -EINVAL (n_threads), or -errno from eventfd or
  * pthread_create (-EAGAIN, -ENOMEM, -EMFILE). */
 int worker_init(struct worker *w, struct loop *l, unsigned int n_threads);
 
@@ -67,10 +67,10 @@ void worker_submit(struct worker *w, struct worker_job *j);
  * then the done() of every job runs here, on the calling (loop) thread.
  * Call it after loop_run returned. It submits whatever the ring has
  * queued (so the eventfd read holds its file before the descriptor is
- * closed); the ring keeps that read, pointing into w, until loop_fini, so
- * w's memory must stay valid until then (should the loop run again, the
- * read's completion is ignored). Safe on a worker whose init failed, and
- * twice. */
+ * closed; an epoll loop forgets the read instead); the ring keeps that
+ * read, pointing into w, until loop_fini, so w's memory must stay valid
+ * until then (should the loop run again, the read's completion is
+ * ignored). Safe on a worker whose init failed, and twice. */
 void worker_fini(struct worker *w);
 
 #endif

@@ -347,18 +347,14 @@ static void reset_rmsg(struct conn *c)
 
 static void submit_recv(struct conn *c)
 {
-	struct io_uring_sqe *sqe = loop_sqe(&c->srv->loop);
-
 	reset_rmsg(c);
-	io_uring_prep_recvmsg(sqe, c->fd, &c->rmsg, MSG_CMSG_CLOEXEC);
-	loop_sqe_set_op(sqe, &c->recv_op);
+	loop_recvmsg(&c->srv->loop, &c->recv_op, c->fd, &c->rmsg, MSG_CMSG_CLOEXEC);
 	c->receiving = 1;
 }
 
 static void submit_send(struct conn *c)
 {
 	struct conn_out *o = c->out_head;
-	struct io_uring_sqe *sqe;
 
 	memset(&c->smsg, 0, sizeof(c->smsg));
 	c->siov.iov_base = o->buf;
@@ -367,9 +363,7 @@ static void submit_send(struct conn *c)
 	c->smsg.msg_iovlen = 1;
 	if (o->fd >= 0)
 		frame_cmsg_put_fd(&c->smsg, c->scbuf, o->fd);
-	sqe = loop_sqe(&c->srv->loop);
-	io_uring_prep_sendmsg(sqe, c->fd, &c->smsg, MSG_NOSIGNAL);
-	loop_sqe_set_op(sqe, &c->send_op);
+	loop_sendmsg(&c->srv->loop, &c->send_op, c->fd, &c->smsg, MSG_NOSIGNAL);
 	c->sending = 1;
 }
 

@@ -58,10 +58,7 @@ static void fd_limits(struct server *s)
 
 static void arm_accept(struct listener *ls)
 {
-	struct io_uring_sqe *sqe = loop_sqe(&ls->srv->loop);
-
-	io_uring_prep_accept(sqe, ls->fd, NULL, NULL, SOCK_CLOEXEC);
-	loop_sqe_set_op(sqe, &ls->op);
+	loop_accept(&ls->srv->loop, &ls->op, ls->fd, SOCK_CLOEXEC);
 	ls->armed = 1;
 }
 
@@ -97,10 +94,7 @@ static void on_accept(struct loop_op *op, int res, unsigned int flags)
 
 static void arm_signal_read(struct server *s)
 {
-	struct io_uring_sqe *sqe = loop_sqe(&s->loop);
-
-	io_uring_prep_read(sqe, s->sigfd, s->siginfo, sizeof(struct signalfd_siginfo), 0);
-	loop_sqe_set_op(sqe, &s->sig_op);
+	loop_read(&s->loop, &s->sig_op, s->sigfd, s->siginfo, sizeof(struct signalfd_siginfo));
 }
 
 static void on_signal(struct loop_op *op, int res, unsigned int flags)
@@ -211,12 +205,7 @@ out:
 
 static void arm_timer(struct server *s)
 {
-	struct io_uring_sqe *sqe = loop_sqe(&s->loop);
-
-	s->tick.tv_sec = SERVER_TICK_S;
-	s->tick.tv_nsec = 0;
-	io_uring_prep_timeout(sqe, &s->tick, 0, 0);
-	loop_sqe_set_op(sqe, &s->timer_op);
+	loop_timeout(&s->loop, &s->timer_op, SERVER_TICK_S * 1000000000ull);
 }
 
 /* The cache file system's free space, for disk-reserve (tier.c). */
@@ -268,10 +257,7 @@ static void on_timer(struct loop_op *op, int res, unsigned int flags)
 
 static void arm_watchdog(struct server *s)
 {
-	struct io_uring_sqe *sqe = loop_sqe(&s->loop);
-
-	io_uring_prep_timeout(sqe, &s->watchdog_tick, 0, 0);
-	loop_sqe_set_op(sqe, &s->watchdog_op);
+	loop_timeout(&s->loop, &s->watchdog_op, s->watchdog_ns);
 }
 
 /* WATCHDOG=1 from the event loop itself, so a stuck loop stops it. */
@@ -312,10 +298,39 @@ static int open_listener(struct server *s, struct listener *ls, int fd, const ch
 	return 0;
 }
 
+/* The event loop on the backend event-loop asks for; with auto, epoll
+ * where io_uring is denied, said once, with why: the disk tier's auto
+ * then finds no ring and takes the threads (aio_init). */
+static int start_loop(struct server *s)
+{
+	static const char denied[] = " (denied by a seccomp profile, or kernel.io_uring_disabled "
+				     "set? event-loop = auto falls back to epoll)";
+	int want = s->cfg->event_loop, ret;
+
+	ret = loop_init(&s->loop, SERVER_RING_ENTRIES, (enum loop_want)want);
+	if (ret < 0) {
+		if (want == LOOP_WANT_EPOLL)
+			log_err("cannot set up the epoll event loop: %s", strerror(-ret));
+		else
+			log_err("cannot set up io_uring: %s%s", strerror(-ret),
+				ret == -EPERM || ret == -ENOSYS ? denied : "");
+		return ret;
+	}
+	if (s->loop.uring_err)
+		log_warn("io_uring unavailable (%s: %s): using epoll%s",
+			 strerror(-s->loop.uring_err),
+			 s->loop.uring_err == -EPERM
+				 ? "a container's seccomp profile, or kernel.io_uring_disabled?"
+				 : "a kernel without io_uring?",
+			 s->cfg->io_backend == AIO_URING ? "" : " and the threads disk backend");
+	else if (want == LOOP_WANT_EPOLL)
+		log_info("event loop: epoll (event-loop = epoll)");
+	return 0;
+}
+
 int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 {
 	struct listen_activated act;
-	uint64_t wd_ns;
 	sigset_t mask;
 	int ret;
 
@@ -342,13 +357,9 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 	if (conn_rx_init(&s->rx, cfg->max_message_bytes) < 0)
 		return -ENOMEM;
 
-	ret = loop_init(&s->loop, SERVER_RING_ENTRIES);
-	if (ret < 0) {
-		log_err("cannot set up io_uring: %s%s", strerror(-ret),
-			ret == -EPERM || ret == -ENOSYS ? " (is kernel.io_uring_disabled set?)"
-							: "");
+	ret = start_loop(s);
+	if (ret < 0)
 		return ret;
-	}
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
@@ -368,8 +379,11 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 	}
 	ret = aio_init(&s->aio, &s->loop, &s->worker, (enum aio_mode)cfg->io_backend);
 	if (ret < 0) {
-		log_err("no disk I/O (%s backend): %s; running without a disk tier",
-			cfg->io_backend == AIO_URING ? "io_uring" : "auto", strerror(-ret));
+		log_err("no disk I/O (%s backend): %s%s; running without a disk tier",
+			cfg->io_backend == AIO_URING ? "io_uring" : "auto", strerror(-ret),
+			cfg->io_backend == AIO_URING && s->loop.kind == LOOP_EPOLL
+				? " (the event loop is epoll: io-backend = threads works there)"
+				: "");
 	} else {
 		s->have_aio = 1;
 		s->cache.aio = &s->aio;
@@ -424,12 +438,9 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 	arm_accept(&s->admin);
 	arm_signal_read(s);
 	arm_timer(s);
-	wd_ns = notify_watchdog_interval_ns(&s->notify);
-	if (wd_ns) {
-		s->watchdog_tick.tv_sec = (long long)(wd_ns / 1000000000ull);
-		s->watchdog_tick.tv_nsec = (long long)(wd_ns % 1000000000ull);
+	s->watchdog_ns = notify_watchdog_interval_ns(&s->notify);
+	if (s->watchdog_ns)
 		arm_watchdog(s);
-	}
 	return 0;
 }
 
@@ -475,10 +486,10 @@ int server_run(struct server *s)
 	int ret;
 
 	log_notice("kvpalaced %s serving on %s (admin %s); host tier %llu MiB, pool arenas "
-		   "%llu MiB",
+		   "%llu MiB; %s event loop",
 		   KVP_VERSION, s->client.path, s->admin.path,
 		   (unsigned long long)(s->cfg->host_tier_bytes >> 20),
-		   (unsigned long long)(s->cfg->host_pool_bytes >> 20));
+		   (unsigned long long)(s->cfg->host_pool_bytes >> 20), loop_kind_name(&s->loop));
 	/* Cache pre-warming: common openings are matchable before the first
 	 * request (and before systemd hears READY=1). */
 	ret = ckptop_warmup_dir(&s->cache);
@@ -533,8 +544,7 @@ void server_fini(struct server *s)
 	}
 	worker_fini(&s->worker);
 	faults_fini(s->have_aio ? &s->aio : NULL); /* no checkpoint I/O is left */
-	if (s->loop.ring.ring_fd > 0)
-		loop_fini(&s->loop);
+	loop_fini(&s->loop);
 	while (!list_empty(&s->conns)) {
 		struct conn *c = list_entry(s->conns.next, struct conn, link);
 

@@ -58,12 +58,11 @@ struct server {
 	unsigned char siginfo[128];
 
 	struct loop_op timer_op;
-	struct __kernel_timespec tick;
 	uint64_t ticks;
 
 	struct notify notify;
 	struct loop_op watchdog_op; /* armed only under a watchdog */
-	struct __kernel_timespec watchdog_tick;
+	uint64_t watchdog_ns;
 	/* The drain after a stop: when it last asked the service manager for
 	 * more time, and the disk requests completed by then. */
 	uint64_t stop_extended_ns;

@@ -966,6 +966,7 @@ static void test_config(void **state)
 		"\"log-level\":{\"value\":\"info\",\"source\":\"file\"},"
 		"\"disk-pool-size\":{\"value\":\"8192M\",\"source\":\"default\"},"
 		"\"io-backend\":{\"value\":\"auto\",\"source\":\"default\"},"
+		"\"event-loop\":{\"value\":\"auto\",\"source\":\"default\"},"
 		"\"warmup-dir\":{\"value\":\"$DIR/state/warmup\",\"source\":\"default\"},"
 		"\"session-policy\":{\"value\":\"none\",\"source\":\"default\"},"
 		"\"session-budget\":{\"value\":\"0\",\"source\":\"default\"},"

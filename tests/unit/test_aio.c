@@ -205,7 +205,7 @@ static int setup(void **state)
 	f->mode = *(enum aio_mode *)*state;
 	f->fd = f->memfd = -1;
 	f->loop_tid = gettid();
-	ret = loop_init(&f->loop, 256);
+	ret = loop_init(&f->loop, 256, LOOP_WANT_IO_URING);
 	if (ret < 0) {
 		fprintf(stderr, "loop_init: %s\n", strerror(-ret));
 		return -1;
@@ -784,7 +784,7 @@ static void test_worker_fini_with_jobs_queued(void **state)
 	(void)state;
 	assert_non_null(t);
 	alarm(HANG_S);
-	assert_int_equal(loop_init(&l, 64), 0);
+	assert_int_equal(loop_init(&l, 64, LOOP_WANT_IO_URING), 0);
 	assert_int_equal(worker_init(&w, &l, N_THREADS), 0);
 	jobs_done = 0;
 	jobs_want = 0;
@@ -818,7 +818,7 @@ static void test_worker_init_errors(void **state)
 	struct worker w;
 
 	(void)state;
-	assert_int_equal(loop_init(&l, 8), 0);
+	assert_int_equal(loop_init(&l, 8, LOOP_WANT_IO_URING), 0);
 	assert_int_equal(worker_init(&w, &l, 0), -EINVAL);
 	worker_fini(&w);
 	assert_int_equal(worker_init(&w, &l, WORKER_MAX_THREADS + 1), -EINVAL);

@@ -837,7 +837,7 @@ static void test_checkpoint_without_worker(void **state)
  * has: 0, or -1 (the caller returns: the machine has no io_uring). */
 static int start_worker(struct dfx *f)
 {
-	int ret = loop_init(&f->loop, 64);
+	int ret = loop_init(&f->loop, 64, LOOP_WANT_AUTO);
 
 	if (ret < 0) {
 		print_message("loop_init: %s: the worker half is not run\n", strerror(-ret));

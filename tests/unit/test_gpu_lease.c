@@ -50,7 +50,7 @@ static int gpu_setup(void **state)
 	f = &g->f;
 	core_fixture_init(f, 32, 0.95, 0.90);
 	setenv("KVPALACED_EMULATE_GPU", "1", 1);
-	assert_int_equal(loop_init(&g->loop, 64), 0);
+	assert_int_equal(loop_init(&g->loop, 64, LOOP_WANT_AUTO), 0);
 	f->cfg.gpu_pool_bytes = 8 * f->p->page_bytes;
 	f->cfg.gpu_tier_bytes = 64 * f->p->page_bytes;
 	assert_int_equal(gpu_init(&f->c.gpu, &f->cfg, &g->loop), 0);
