@@ -669,6 +669,10 @@ struct kvp_stats {
 	 * type that was served at least once, in no set order. */
 	size_t n_latencies;
 	struct kvp_latency *latencies; /* n_latencies entries */
+	/* The daemon's event loop: "io_uring", or "epoll" where io_uring is
+	 * denied (a container's seccomp profile) or configured off; "" from an
+	 * older daemon. */
+	char event_loop[16];
 };
 
 /* Counters and pools of the caller's tenant (its uid): its requests,

@@ -147,6 +147,7 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 	st->queried_pages = r->queried_pages;
 	st->matched_pages = r->matched_pages;
 	copy_str(st->version, sizeof(st->version), r->version);
+	copy_str(st->event_loop, sizeof(st->event_loop), r->event_loop);
 	st->n_latencies = r->n_latencies;
 	for (size_t i = 0; i < r->n_latencies; i++)
 		copy_latency(&st->latencies[i], r->latencies[i]);

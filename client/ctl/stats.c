@@ -428,6 +428,7 @@ static void json_checkpoint_counters(json_t *doc, const struct kvp_stats *st)
 static void json_version(json_t *doc, const struct kvp_stats *st)
 {
 	jdoc_str_or_null(doc, "version", st->version[0] ? st->version : NULL);
+	jdoc_str_or_null(doc, "event_loop", st->event_loop[0] ? st->event_loop : NULL);
 }
 
 /* The prefix cache's counters: what was asked, what was served. */
@@ -603,10 +604,13 @@ static void print_status(const char *path, const struct kvp_stats *st, const str
 	char buf[512], a[32], b[32];
 	uint64_t total = st->match_hits + st->match_misses;
 
-	printf("kvpalaced %s%sat %s: up %" PRIu64 " s, %" PRIu64 " connection%s\n",
+	printf("kvpalaced %s%sat %s: up %" PRIu64 " s, %" PRIu64 " connection%s",
 	       st->version[0] ? printable(st->version, a, sizeof(a)) : "",
 	       st->version[0] ? " " : "", printable(path, buf, sizeof(buf)), st->uptime_ms / 1000,
 	       st->connections, plural(st->connections));
+	if (st->event_loop[0])
+		printf(", %s event loop", printable(st->event_loop, a, sizeof(a)));
+	printf("\n");
 	size_text(t->host_used_bytes, a, sizeof(a));
 	size_text(t->host_bytes, b, sizeof(b));
 	printf("host tier: %zu pool%s, %" PRIu64 " of %" PRIu64 " page%s used (%.1f%%), %s of %s\n",

@@ -96,6 +96,7 @@ struct pool;
 struct cache {
 	const struct config *cfg;
 	struct aio *aio;	  /* disk I/O, or NULL when there is none */
+	const struct loop *loop;  /* the event loop (its kind, for Stats), or NULL */
 	struct gpu *gpu;	  /* the device tier (gpu_available), or NULL */
 	struct worker *worker;	  /* threads for blocking work (checkpoints) */
 	int ckpt_dir_fd;	  /* <state-dir>/checkpoints, or -1 */

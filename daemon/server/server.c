@@ -360,6 +360,7 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 	ret = start_loop(s);
 	if (ret < 0)
 		return ret;
+	s->cache.loop = &s->loop;
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);

@@ -158,6 +158,8 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	out->queried_pages = ctr->queried_pages;
 	out->matched_pages = ctr->matched_pages;
 	out->version = (char *)KVP_VERSION;
+	if (c->loop)
+		out->event_loop = (char *)loop_kind_name(c->loop);
 	out->uptime_ms = (clock_now_ns() - c->start_ns) / 1000000;
 	out->connections = ctr->connections;
 	out->requests = ctr->requests;

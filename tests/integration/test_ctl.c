@@ -1760,7 +1760,7 @@ static void test_hit_ratio(void **state)
 	kvp_lease *l;
 
 	CTL_EXPECT(0, h->admin_sock, "status");
-	expect_out("status (no queries)", "%s", ", 1 connection\n"); /* kvpalacectl's own */
+	expect_out("status (no queries)", "%s", ", 1 connection, "); /* kvpalacectl's own */
 	expect_out("status (no queries)", "%s", "host tier: 0 pools, ");
 	expect_out("status (no queries)", "%s", "token hit ratio: no queries yet\n");
 	expect_out("status (no queries)", "%s", "matches with a hit: no matches yet\n");
@@ -1841,7 +1841,7 @@ static void test_no_headers_plural(void **state)
 	 * then 2 pools. */
 	CTL_EXPECT(0, h->admin_sock, "status");
 	expect_out("status", "%s", "host tier: 1 pool, ");
-	expect_out("status", "%s", ", 2 connections\n");
+	expect_out("status", "%s", ", 2 connections, ");
 	CTL_EXPECT(0, h->admin_sock, "stats");
 	expect_out("stats", "%s", "\n1 pool\n");
 	assert_int_equal(kvp_pool_open(c, MODEL "-2", &harness_layout, &q), 0);

@@ -241,6 +241,7 @@ static void test_fallback_serves(void **state)
 	assert_int_equal(kvp_stats(c, &st), 0);
 	fprintf(stderr, "disk_io: %s\n", st->disk_io);
 	assert_int_equal(strncmp(st->disk_io, "threads", 7), 0);
+	assert_string_equal(st->event_loop, "epoll");
 	kvp_stats_free(st);
 
 	/* Four writers at once, 4x the host tier between them, then two
@@ -329,6 +330,7 @@ static void test_forced_epoll(void **state)
 	assert_int_equal(kvp_connect(f.h.sock, &c), 0);
 	assert_int_equal(kvp_stats(c, &st), 0);
 	assert_int_equal(strncmp(st->disk_io, "threads", 7), 0);
+	assert_string_equal(st->event_loop, "epoll");
 	kvp_stats_free(st);
 	kvp_disconnect(c);
 	log = read_log(&f);
