@@ -26,9 +26,13 @@ struct lease {
 	XXH128_hash_t chain; /* hash of the last matched page (the root at first) */
 	uint32_t *carry;     /* tokens of a page cut by a chunk boundary */
 	uint32_t n_carry;
-	uint64_t n_tokens;	 /* matched so far */
-	uint64_t queried_tokens; /* asked about so far, all its chunks (Stats) */
-	int queried_whole;	 /* the first chunk counted the whole prompt */
+	uint64_t n_tokens; /* matched so far */
+	/* Stats' queried tokens: counted so far for this match, the larger
+	 * of the prompt length its first chunk declared (capped at
+	 * max-session-tokens) and the tokens its chunks brought. */
+	uint64_t queried_tokens;
+	uint64_t declared_tokens; /* prompt_tokens of the first chunk, or 0 */
+	uint64_t received_tokens; /* tokens of its chunks so far */
 	int complete;
 	int counted;
 	/* counted as a hit or a miss */ /* the match stopped; later chunks add nothing */

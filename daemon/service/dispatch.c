@@ -548,7 +548,7 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
 	struct match_result mr;
 	struct lease *l = NULL;
-	uint64_t before = 0, queried_before = 0, asked = in->n_tokens;
+	uint64_t before = 0, queried_before = 0, queried;
 	uint32_t pages_before = 0;
 	int tier, ret;
 
@@ -581,8 +581,6 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 		before = l->n_tokens;
 		pages_before = l->n_pages;
 		queried_before = l->queried_tokens;
-		if (l->queried_whole)
-			asked = 0; /* counted with the first chunk */
 		ret = match_extend(cache, l, in->tokens, in->n_tokens, &mr);
 	} else {
 		XXH128_hash_t root = p->root;
@@ -622,20 +620,30 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 		*why = "cannot pin the matched pages";
 		return ret;
 	}
-	/* The tokens asked and the whole pages they fill: the whole prompt
-	 * at the first chunk when the client says how long it is (it sends
-	 * no more chunks once a match stopped), else counted over the chunks
-	 * of one match, so a chunk boundary inside a page does not lose it:
-	 * what the hit ratios divide by. */
-	if (!in->has_lease_id && in->has_prompt_tokens)
-		asked = in->prompt_tokens; /* at least n_tokens (validate.c) */
-	cache_count(cache, p->uid, queried_tokens, asked);
-	cache_count(cache, p->uid, queried_pages,
-		    (queried_before + asked) / p->layout.block_tokens -
-			    queried_before / p->layout.block_tokens);
+	/* The tokens asked and the whole pages they fill, what the hit ratios
+	 * divide by: the whole prompt when the first chunk says how long it is
+	 * (a client sends no more chunks once a match stopped), counted over
+	 * the chunks of one match so a chunk boundary inside a page loses
+	 * none. Never less than the chunks brought, so no claim makes the
+	 * ratio pass 100 %, and a total that only grows. */
 	if (l) {
-		l->queried_tokens = queried_before + asked;
-		l->queried_whole |= !in->has_lease_id && in->has_prompt_tokens;
+		if (!in->has_lease_id)
+			l->declared_tokens = in->has_prompt_tokens ? in->prompt_tokens : 0;
+		l->received_tokens += in->n_tokens;
+		queried = l->declared_tokens > l->received_tokens ? l->declared_tokens
+								  : l->received_tokens;
+		if (queried < l->queried_tokens)
+			queried = l->queried_tokens;
+		l->queried_tokens = queried;
+	} else {
+		queried = in->has_prompt_tokens && in->prompt_tokens > in->n_tokens
+				  ? in->prompt_tokens
+				  : in->n_tokens;
+	}
+	cache_count(cache, p->uid, queried_tokens, queried - queried_before);
+	cache_count(cache, p->uid, queried_pages,
+		    queried / p->layout.block_tokens - queried_before / p->layout.block_tokens);
+	if (l) {
 		c->n_leased_pages += l->n_pages - pages_before;
 		cache_count(cache, p->uid, matched_pages, l->n_pages - pages_before);
 	}
@@ -745,6 +753,7 @@ static int run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request 
 {
 	struct validate_limits lim = {
 		.max_tokens_per_request = config_max_tokens_per_request(cache->cfg),
+		.max_prompt_tokens = cache->cfg->max_session_tokens,
 	};
 	int ret = validate_request(req, &lim, why);
 

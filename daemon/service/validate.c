@@ -141,6 +141,9 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 		     req->match_prefix->prompt_tokens < req->match_prefix->n_tokens))
 			REJECT(-EINVAL,
 			       "prompt_tokens goes with the first chunk and counts its tokens");
+		if (req->match_prefix->has_prompt_tokens &&
+		    req->match_prefix->prompt_tokens > lim->max_prompt_tokens)
+			REJECT(-EINVAL, "prompt_tokens longer than max-session-tokens");
 		if (req->match_prefix->has_cache_salt &&
 		    req->match_prefix->cache_salt.len > PREFIX_INDEX_MAX_SALT)
 			REJECT(-EINVAL, "cache salt longer than 64 bytes");

@@ -19,6 +19,7 @@
 
 struct validate_limits {
 	uint32_t max_tokens_per_request; /* tokens in one Append/MatchPrefix */
+	uint64_t max_prompt_tokens;	 /* a MatchPrefix's prompt_tokens (max-session-tokens) */
 };
 
 /* Returns 0 when req may be dispatched, else a negative errno (-EPROTO no

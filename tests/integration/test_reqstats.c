@@ -257,6 +257,96 @@ static int tenant_other_counts(const struct harness *h)
 	return 0;
 }
 
+#define N_LIE (63u * BT) /* 1008 tokens, all cached */
+#define ST(x) KVPALACE__V1__STATUS__STATUS_##x
+
+/* One raw MatchPrefix of tokens[0..n): the first chunk (lease 0, with
+ * prompt_tokens when has_prompt) or a later one of lease. Returns the
+ * reply's status; *ret_lease gets its lease. */
+static int raw_match(struct raw *r, uint64_t pool_id, uint32_t *tokens, size_t n, uint64_t lease,
+		     int has_prompt, uint64_t prompt, uint64_t *ret_lease)
+{
+	Kvpalace__V1__Request req;
+	Kvpalace__V1__MatchPrefixRequest mp;
+	Kvpalace__V1__Response *resp;
+
+	raw_req_match(&req, &mp, pool_id, tokens, n);
+	mp.has_lease_id = lease != 0;
+	mp.lease_id = lease;
+	mp.has_prompt_tokens = has_prompt;
+	mp.prompt_tokens = prompt;
+	if (raw_call(r, &req, &resp, NULL) != 1)
+		return -1;
+	if (resp->status == ST(OK) && ret_lease)
+		*ret_lease = resp->match_prefix->lease_id;
+	return resp->status;
+}
+
+/* A tenant that lies about its prompts' lengths moves the hit ratio no
+ * further than prompts it really sends would: prompt_tokens past
+ * max-session-tokens is refused, and a first chunk that claims less than
+ * its later chunks bring counts what they brought, so the ratio never
+ * passes 100 % and the counters never go back. */
+static int tenant_lies(const struct harness *h)
+{
+	static uint32_t tokens[N_LIE];
+	struct kvp_stats *st = NULL;
+	uint64_t lease = 0, qt0;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	struct raw r;
+
+	CHILD_CHECK_EQ(kvp_connect(h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(c, "reqstats-lies", &page4k, &p), 0);
+	harness_tokens(tokens, N_LIE, 7, 0);
+	CHILD_CHECK_EQ(harness_commit_session(p, tokens, N_LIE, &s), 0);
+	CHILD_CHECK_EQ(raw_open(&r, h->sock), 0);
+
+	/* Claims of 2^64 - 1 and 2^63 tokens: refused, nothing counted. */
+	CHILD_CHECK_EQ(raw_match(&r, kvp_pool_id(p), tokens, BT, 0, 1, UINT64_MAX, NULL),
+		       ST(INVALID));
+	CHILD_CHECK_EQ(raw_match(&r, kvp_pool_id(p), tokens, BT, 0, 1, 1ull << 63, NULL),
+		       ST(INVALID));
+	CHILD_CHECK_EQ(stats_counts(c, 0, 0, 0, 0), 0);
+
+	/* 16 tokens claimed, then the lease extended to all 1008. */
+	for (int round = 0; round < 3; round++) {
+		CHILD_CHECK_EQ(raw_match(&r, kvp_pool_id(p), tokens, BT, 0, 1, BT, &lease), ST(OK));
+		CHILD_CHECK(lease != 0);
+		for (uint32_t at = BT; at < N_LIE; at += 8 * BT)
+			CHILD_CHECK_EQ(raw_match(&r, kvp_pool_id(p), tokens + at,
+						 N_LIE - at < 8 * BT ? N_LIE - at : 8 * BT, lease,
+						 0, 0, NULL),
+				       ST(OK));
+		CHILD_CHECK_EQ(kvp_stats(c, &st), 0);
+		CHILD_CHECK(st->matched_tokens <= st->queried_tokens);
+		CHILD_CHECK(st->matched_pages <= st->queried_pages);
+		CHILD_CHECK_EQ(st->queried_tokens, (uint64_t)(round + 1) * N_LIE);
+		kvp_stats_free(st);
+	}
+	/* A claim larger than what follows counts the claim, once. */
+	CHILD_CHECK_EQ(kvp_stats(c, &st), 0);
+	qt0 = st->queried_tokens;
+	kvp_stats_free(st);
+	CHILD_CHECK_EQ(raw_match(&r, kvp_pool_id(p), tokens, BT, 0, 1, 10 * N_LIE, &lease), ST(OK));
+	CHILD_CHECK_EQ(raw_match(&r, kvp_pool_id(p), tokens + BT, BT, lease, 0, 0, NULL), ST(OK));
+	CHILD_CHECK_EQ(kvp_stats(c, &st), 0);
+	CHILD_CHECK_EQ(st->queried_tokens, qt0 + 10 * N_LIE);
+	kvp_stats_free(st);
+
+	raw_close(&r);
+	CHILD_CHECK_EQ(kvp_session_close(s), 0);
+	kvp_disconnect(c);
+	return 0;
+}
+
+static void test_lying_prompt_lengths(void **state)
+{
+	NEED_ROOT();
+	assert_int_equal(run_as(UID_A + 10, tenant_lies, *state), 0);
+}
+
 static void test_token_and_page_counts(void **state)
 {
 	struct harness *h = *state;
@@ -419,6 +509,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_token_and_page_counts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_latencies_per_tenant, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lying_prompt_lengths, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("reqstats", tests, NULL, NULL);

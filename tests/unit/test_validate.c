@@ -21,7 +21,10 @@
 
 #define MAX_TOKENS 1000u
 
-static const struct validate_limits lim = {.max_tokens_per_request = MAX_TOKENS};
+#define MAX_PROMPT 200000u
+
+static const struct validate_limits lim = {.max_tokens_per_request = MAX_TOKENS,
+					   .max_prompt_tokens = MAX_PROMPT};
 
 /* Runs validate_request; a refusal must come with a reason. */
 static int check(const Kvpalace__V1__Request *req)
@@ -153,6 +156,14 @@ static void test_match_prefix(void **state)
 	mp.prompt_tokens = 10;
 	assert_int_equal(check(&req), 0);
 	mp.prompt_tokens = 9;
+	assert_int_equal(check(&req), -EINVAL);
+	/* No longer than a session may be: a claim of more would let a
+	 * tenant move the daemon's hit ratio at will. */
+	mp.prompt_tokens = MAX_PROMPT;
+	assert_int_equal(check(&req), 0);
+	mp.prompt_tokens = MAX_PROMPT + 1;
+	assert_int_equal(check(&req), -EINVAL);
+	mp.prompt_tokens = UINT64_MAX;
 	assert_int_equal(check(&req), -EINVAL);
 }
 
