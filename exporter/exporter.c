@@ -66,10 +66,42 @@ struct scraper {
 	int last_err; /* of the last failed scrape, for logging changes only */
 };
 
-static const struct prom_source exporter_source = {
+/* per_pool only with --per-pool: whoever reaches the port (any local
+ * user, on loopback) reads the page, and per-pool samples name every
+ * tenant's uid and model. */
+static struct prom_source exporter_source = {
 	.component = "kvpalace-exporter",
 	.version = KVP_VERSION,
 };
+
+/* libmicrohttpd's messages (a connection refused at the limit, ...):
+ * with a priority for journald, and at most one a second, so that a
+ * client opening connections in a loop cannot flood the journal. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static time_t last;
+	static unsigned long dropped;
+	time_t now = time(NULL);
+
+	(void)cls;
+	pthread_mutex_lock(&lock);
+	if (now == last) {
+		dropped++;
+		pthread_mutex_unlock(&lock);
+		return;
+	}
+	last = now;
+	fputs("<4>kvpalace-exporter: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	if (dropped)
+		fprintf(stderr, " (%lu more messages in the last second%s)", dropped,
+			dropped == 1 ? " not shown" : "s not shown");
+	if (fmt[0] && fmt[strlen(fmt) - 1] != '\n')
+		fputc('\n', stderr);
+	dropped = 0;
+	pthread_mutex_unlock(&lock);
+}
 
 /* The page for st (NULL: daemon unreachable) in memory. Returns 0 and a
  * malloc'd page, or a negative errno. */
@@ -367,7 +399,9 @@ static void usage(FILE *f)
 		"  -s, --admin-socket PATH  kvpalaced's admin socket (default\n"
 		"                           $KVPALACE_ADMIN_SOCKET, else the library's default)\n"
 		"  -t, --timeout SECONDS    longest wait for the daemon per scrape (default 5)\n"
-		"  -c, --max-connections N  HTTP connections served at once (default 16)\n"
+		"  -c, --max-connections N  HTTP connections served at once (default 64)\n"
+		"  -p, --per-pool           a sample per pool, labelled with its uid and model\n"
+		"                           (default: summed over pools; see the man page)\n"
 		"  -h, --help               this text\n"
 		"  -V, --version            the version\n"
 		"\n"
@@ -397,20 +431,21 @@ int main(int argc, char **argv)
 		{"admin-socket", required_argument, NULL, 's'},
 		{"timeout", required_argument, NULL, 't'},
 		{"max-connections", required_argument, NULL, 'c'},
+		{"per-pool", no_argument, NULL, 'p'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{0},
 	};
 	const char *listen_spec = NULL, *admin = getenv("KVPALACE_ADMIN_SOCKET");
 	char admin_default[108];
-	int timeout_s = 5, max_conn = 16, fd, opt, sig;
+	int timeout_s = 5, max_conn = 64, fd, opt, sig;
 	struct scraper s = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 	struct server srv = {.scraper = &s};
 	struct MHD_Daemon *d;
 	pthread_t thread;
 	sigset_t mask;
 
-	while ((opt = getopt_long(argc, argv, "l:s:t:c:hV", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "l:s:t:c:phV", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'l':
 			listen_spec = optarg;
@@ -425,6 +460,9 @@ int main(int argc, char **argv)
 		case 'c':
 			if (parse_int("--max-connections", optarg, 1, 1024, &max_conn) < 0)
 				return 2;
+			break;
+		case 'p':
+			exporter_source.per_pool = 1;
 			break;
 		case 'h':
 			usage(stdout);
@@ -475,9 +513,10 @@ int main(int argc, char **argv)
 				     MHD_USE_POLL | MHD_USE_ERROR_LOG,
 			     0, NULL, NULL, handle, &srv, MHD_OPTION_LISTEN_SOCKET, fd,
 			     MHD_OPTION_CONNECTION_LIMIT, (unsigned int)max_conn,
-			     /* An idle or slow client loses its connection. */
-			     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)(timeout_s + 10),
-			     MHD_OPTION_END);
+			     /* An idle or slow client loses its connection soon
+			      * after the longest a scrape may wait for the daemon. */
+			     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)(timeout_s + 2),
+			     MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
 	if (!d) {
 		fprintf(stderr, "<3>kvpalace-exporter: cannot start the HTTP server\n");
 		return 1;

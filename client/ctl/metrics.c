@@ -17,6 +17,7 @@ int print_metrics(FILE *f, const char *path, int json, const struct kvp_stats *s
 		.component = "kvpalacectl",
 		.version = KVP_VERSION,
 		.socket = path,
+		.per_pool = 1, /* the admin socket's reader sees every tenant anyway */
 	};
 
 	return prom_write(f, json ? PROM_JSON : PROM_TEXT, st, &src);

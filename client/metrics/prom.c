@@ -32,6 +32,7 @@
  * err turns -ENOMEM at the first failed allocation (every helper then
  * does nothing, and prom_write reports it). */
 struct prom {
+	int per_pool; /* prom_source.per_pool */
 	json_t *families;
 	json_t *samples;
 	const char *name; /* the current family */
@@ -161,7 +162,8 @@ static void sample(struct prom *p, const char *suffix, json_t *labels, json_t *v
 	put(p, s, "value", value);
 }
 
-/* The labels every sample of a pool carries; the caller adds its own. */
+/* The labels every sample of a pool carries (none when the pools are
+ * summed); the caller adds its own. */
 static json_t *pool_labels(struct prom *p, const struct kvp_pool_stats *pool)
 {
 	char id[24], uid[16];
@@ -171,6 +173,8 @@ static json_t *pool_labels(struct prom *p, const struct kvp_pool_stats *pool)
 		p->err = -ENOMEM;
 		return NULL;
 	}
+	if (!p->per_pool)
+		return l;
 	snprintf(id, sizeof(id), "%" PRIu64, pool->pool_id);
 	snprintf(uid, sizeof(uid), "%" PRIu32, pool->uid);
 	put(p, l, "pool", jstr(id));
@@ -352,20 +356,34 @@ static const struct field_metric gpu_metrics[] = {
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
-/* One family per entry of t, one sample per pool that has the tier. */
+/* One family per entry of t, one sample per pool that has the tier, or
+ * one sum over those pools. */
 static void pool_fields(struct prom *p, const struct kvp_stats *st, const struct field_metric *t,
 			size_t n, int want_disk, int want_gpu)
 {
 	for (size_t k = 0; k < n; k++) {
+		uint64_t sum = 0;
+		size_t summed = 0;
+
+		if (!p->per_pool && !strcmp(t[k].name, "page_bytes"))
+			continue; /* pools' page sizes do not add up */
 		family(p, t[k].name, t[k].type, t[k].help);
 		for (size_t i = 0; i < st->n_pools; i++) {
 			const struct kvp_pool_stats *pool = &st->pools[i];
+			uint64_t v;
 
 			if ((want_disk && !pool->has_disk) || (want_gpu && !pool->has_gpu))
 				continue;
-			sample(p, "", pool_labels(p, pool),
-			       num_u64(field_u64(pool, t[k].off, t[k].size)));
+			v = field_u64(pool, t[k].off, t[k].size);
+			if (p->per_pool) {
+				sample(p, "", pool_labels(p, pool), num_u64(v));
+				continue;
+			}
+			sum = sum + v < sum ? UINT64_MAX : sum + v;
+			summed++;
 		}
+		if (!p->per_pool && summed)
+			sample(p, "", pool_labels(p, NULL), num_u64(sum));
 	}
 }
 
@@ -387,8 +405,38 @@ static void pool_tiers(const struct kvp_pool_stats *pool, struct tier_pages t[3]
 				   pool->device_used_pages};
 }
 
+/* Row i of the tier families: pool i's tiers, or (pools summed, i = 0)
+ * every pool's added up, present counting the pools that have the tier.
+ * Returns the pool, or NULL for the sum. */
+static const struct kvp_pool_stats *tier_row(const struct prom *p, const struct kvp_stats *st,
+					     size_t i, struct tier_pages t[3])
+{
+	struct tier_pages u[3];
+
+	if (p->per_pool) {
+		pool_tiers(&st->pools[i], t);
+		return &st->pools[i];
+	}
+	t[0] = (struct tier_pages){"host", 0, 0, 0};
+	t[1] = (struct tier_pages){"disk", 0, 0, 0};
+	t[2] = (struct tier_pages){"gpu", 0, 0, 0};
+	for (size_t j = 0; j < st->n_pools; j++) {
+		pool_tiers(&st->pools[j], u);
+		for (int k = 0; k < 3; k++) {
+			if (!u[k].present)
+				continue;
+			t[k].present++;
+			t[k].capacity += u[k].capacity;
+			t[k].used += u[k].used;
+		}
+	}
+	return NULL;
+}
+
 static void pools(struct prom *p, const struct kvp_stats *st)
 {
+	size_t rows = p->per_pool ? st->n_pools : 1;
+	const struct kvp_pool_stats *pool;
 	struct tier_pages t[3];
 
 	family(p, "pools", "gauge", "Pools listed in this page.");
@@ -397,26 +445,28 @@ static void pools(struct prom *p, const struct kvp_stats *st)
 	       "1 when more pools exist than the daemon's reply could list.");
 	sample(p, "", NULL, json_integer(!!st->pools_truncated));
 
-	family(p, "pool_tier_present", "gauge", "1 for each tier the pool has (host, disk, gpu).");
-	for (size_t i = 0; i < st->n_pools; i++) {
-		pool_tiers(&st->pools[i], t);
+	family(p, "pool_tier_present", "gauge",
+	       p->per_pool ? "1 for each tier the pool has (host, disk, gpu)."
+			   : "Pools that have each tier (host, disk, gpu).");
+	for (size_t i = 0; i < rows; i++) {
+		pool = tier_row(p, st, i, t);
 		for (int k = 0; k < 3; k++)
-			sample(p, "", pool_labels1(p, &st->pools[i], "tier", t[k].tier),
+			sample(p, "", pool_labels1(p, pool, "tier", t[k].tier),
 			       json_integer(t[k].present));
 	}
 	family(p, "pool_capacity_pages", "gauge",
 	       "Pages a tier of the pool holds: host arena, spill file, device arena.");
-	for (size_t i = 0; i < st->n_pools; i++) {
-		pool_tiers(&st->pools[i], t);
+	for (size_t i = 0; i < rows; i++) {
+		pool = tier_row(p, st, i, t);
 		for (int k = 0; k < 3; k++)
 			if (t[k].present)
-				sample(p, "", pool_labels1(p, &st->pools[i], "tier", t[k].tier),
+				sample(p, "", pool_labels1(p, pool, "tier", t[k].tier),
 				       num_u64(t[k].capacity));
 	}
 	family(p, "pool_pages", "gauge",
 	       "Pages of a tier by state: used and free add up to the tier's capacity.");
-	for (size_t i = 0; i < st->n_pools; i++) {
-		pool_tiers(&st->pools[i], t);
+	for (size_t i = 0; i < rows; i++) {
+		pool = tier_row(p, st, i, t);
 		for (int k = 0; k < 3; k++) {
 			uint64_t free_pages =
 				t[k].capacity > t[k].used ? t[k].capacity - t[k].used : 0;
@@ -424,11 +474,11 @@ static void pools(struct prom *p, const struct kvp_stats *st)
 
 			if (!t[k].present)
 				continue;
-			l = pool_labels1(p, &st->pools[i], "tier", t[k].tier);
+			l = pool_labels1(p, pool, "tier", t[k].tier);
 			if (l)
 				put(p, l, "state", jstr("used"));
 			sample(p, "", l, num_u64(t[k].used));
-			l = pool_labels1(p, &st->pools[i], "tier", t[k].tier);
+			l = pool_labels1(p, pool, "tier", t[k].tier);
 			if (l)
 				put(p, l, "state", jstr("free"));
 			sample(p, "", l, num_u64(free_pages));
@@ -596,7 +646,7 @@ static void write_text(FILE *f, const json_t *families)
 int prom_write(FILE *f, enum prom_format fmt, const struct kvp_stats *st,
 	       const struct prom_source *src)
 {
-	struct prom p = {.families = json_array()};
+	struct prom p = {.families = json_array(), .per_pool = src->per_pool};
 	json_t *root = NULL;
 	int ret = 0;
 

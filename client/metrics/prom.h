@@ -27,13 +27,20 @@ struct prom_source {
 	const char *component; /* "kvpalacectl", "kvpalace-exporter": build_info's label */
 	const char *version;   /* its version */
 	const char *socket;    /* the admin socket asked, for JSON; NULL leaves it out */
+	/* 1: a sample per pool, labelled with its pool id, uid and model id,
+	 * for a reader allowed to see every tenant (kvpalacectl on the admin
+	 * socket). 0: the pool families summed over every pool, with no pool,
+	 * uid or model label (and no page_bytes, which does not add up), for
+	 * a page that readers of any tenant may fetch (the exporter's port). */
+	int per_pool;
 };
 
 /* Writes the metrics of st to f in format fmt. st NULL means the daemon
  * could not be asked: the page then holds kvpalace_up 0 and the writer's
  * own kvpalace_build_info, and is still a valid page. Every name starts
  * with kvpalace_; each family has HELP and TYPE; pools' families carry
- * pool, uid and model labels (client/kvpalacectl.1, METRICS, lists them).
+ * pool, uid and model labels, or are sums over the pools (src->per_pool;
+ * client/kvpalacectl.1, METRICS, lists them).
  * Label values are escaped, and bytes that are not UTF-8 become U+FFFD.
  * Returns 0, -ENOMEM, or -EIO when writing to f failed. */
 int prom_write(FILE *f, enum prom_format fmt, const struct kvp_stats *st,

@@ -14,7 +14,8 @@ _count must equal the +Inf bucket.
 
 EXPECT is NAME{LABEL=VALUE,...}OP NUMBER with OP one of == != >= <= > <:
 the samples of that name carrying those labels (a subset) must exist
-and all satisfy it; !NAME{...} says no such sample exists. With --json,
+and all satisfy it; !NAME{...} says no such sample exists; !label:KEY
+says no sample of the page carries label KEY. With --json,
 FILE is the same page as JSON (kvpalacectl metrics --json) and must hold
 the same families and samples. Prints what failed and exits 1; exits 0
 when all holds.
@@ -113,6 +114,12 @@ OPS = {
 
 
 def expect(samples, spec, errors):
+    if spec.startswith("!label:"):
+        key = spec[len("!label:"):]
+        hits = [s for s in samples if key in s.labels]
+        if hits:
+            errors.append(f"{spec}: {hits[0].name}{hits[0].labels} (and {len(hits) - 1} more)")
+        return
     m = EXPECT.match(spec)
     if not m:
         sys.exit(f"bad expectation {spec!r}")

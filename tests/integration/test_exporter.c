@@ -201,7 +201,20 @@ static void test_scrape(void **state)
 	assert_int_equal(kvp_match_prefix(p, tokens, 64, &l), 0);
 	assert_int_equal(kvp_lease_release(l), 0);
 
+	/* Summed over the pools by default: whoever reaches the port reads
+	 * no tenant's uid or model. */
 	exporter_start(&e, h.admin_sock, NULL);
+	check(e.url, "/metrics",
+	      (const char *[]){"kvpalace_up==1", "kvpalace_pools==1",
+			       "kvpalace_pool_pages{tier=host,state=used}>=4",
+			       "kvpalace_pool_capacity_pages{tier=host}>=4",
+			       "kvpalace_pool_indexed_pages==4", "kvpalace_pool_sessions==1",
+			       "kvpalace_pool_tier_present{tier=host}==1", "!kvpalace_page_bytes",
+			       "!label:uid", "!label:model", "!label:pool", NULL});
+	exporter_stop(&e);
+
+	/* --per-pool: a sample per pool, with its uid and model. */
+	exporter_start(&e, h.admin_sock, (const char *[]){"--per-pool", NULL});
 	snprintf(pool_l, sizeof(pool_l), "pool=%" PRIu64, kvp_pool_id(p));
 	/* The model label as written, quotes and all: check_metrics matches
 	 * the parsed (unescaped) value. */

@@ -88,9 +88,10 @@ static void fill(void)
 	st.latencies = lat;
 }
 
-static char *render(const struct kvp_stats *s, enum prom_format fmt)
+static char *render_pools(const struct kvp_stats *s, enum prom_format fmt, int per_pool)
 {
-	const struct prom_source src = {.component = "test", .version = "1.2.3", .socket = "/x"};
+	const struct prom_source src = {
+		.component = "test", .version = "1.2.3", .socket = "/x", .per_pool = per_pool};
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
@@ -99,6 +100,11 @@ static char *render(const struct kvp_stats *s, enum prom_format fmt)
 	assert_int_equal(prom_write(f, fmt, s, &src), 0);
 	assert_int_equal(fclose(f), 0);
 	return buf;
+}
+
+static char *render(const struct kvp_stats *s, enum prom_format fmt)
+{
+	return render_pools(s, fmt, 1);
 }
 
 static void has(const char *page, const char *line)
@@ -164,6 +170,34 @@ static void test_names(void **state)
 	lacks(t,
 	      "pool=\"8\",uid=\"1001\",model=\"a\\\"b\\\\c\\nd\xef\xbf\xbd\",tier=\"disk\",state");
 	lacks(t, "kvpalace_pool_spilled_pages_total{pool=\"8\"");
+	free(t);
+}
+
+/* Summed over the pools (the exporter's default): no sample names a
+ * pool, a uid or a model; tiers add up over the pools that have them. */
+static void test_pools_summed(void **state)
+{
+	char *t;
+
+	(void)state;
+	fill();
+	t = render_pools(&st, PROM_TEXT, 0);
+	lacks(t, "pool=\"");
+	lacks(t, "uid=\"");
+	lacks(t, "model=\"");
+	lacks(t, "llama");
+	lacks(t, "kvpalace_page_bytes");
+	has(t, "kvpalace_pools 2");
+	has(t, "kvpalace_pool_evictions_total 16");
+	has(t, "kvpalace_pool_tier_present{tier=\"host\"} 2");
+	has(t, "kvpalace_pool_tier_present{tier=\"disk\"} 1");
+	has(t, "kvpalace_pool_capacity_pages{tier=\"host\"} 110");
+	has(t, "kvpalace_pool_pages{tier=\"host\",state=\"used\"} 40");
+	has(t, "kvpalace_pool_pages{tier=\"host\",state=\"free\"} 70");
+	has(t, "kvpalace_pool_pages{tier=\"disk\",state=\"used\"} 250");
+	has(t, "kvpalace_pool_spilled_pages_total 300");
+	has(t, "kvpalace_pool_device_copy_errors_total 2");
+	has(t, "kvpalace_request_duration_seconds_count{request=\"MatchPrefix\"} 4");
 	free(t);
 }
 
@@ -265,9 +299,8 @@ static void test_parsers(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_names),
-		cmocka_unit_test(test_histogram),
-		cmocka_unit_test(test_down),
+		cmocka_unit_test(test_names),	  cmocka_unit_test(test_pools_summed),
+		cmocka_unit_test(test_histogram), cmocka_unit_test(test_down),
 		cmocka_unit_test(test_parsers),
 	};
 
