@@ -540,6 +540,7 @@ static json_t *status_json(const char *path, const struct kvp_stats *st, const s
 	jdoc_u64(doc, "uptime_ms", st->uptime_ms);
 	jdoc_u64(doc, "connections", st->connections);
 	jdoc_u64(doc, "pools", st->n_pools);
+	jdoc_bool(doc, "pools_truncated", st->pools_truncated);
 	jdoc_u64(doc, "host_pages", t->host_pages);
 	jdoc_u64(doc, "host_used_pages", t->host_used);
 	jdoc_bool(doc, "gpu", st->gpu);
@@ -613,6 +614,10 @@ static void print_status(const char *path, const struct kvp_stats *st, const str
 	printf("\n");
 	size_text(t->host_used_bytes, a, sizeof(a));
 	size_text(t->host_bytes, b, sizeof(b));
+	if (st->pools_truncated)
+		printf("(more pools exist than fit in the daemon's reply: the tier figures below "
+		       "cover the first %zu)\n",
+		       st->n_pools);
 	printf("host tier: %zu pool%s, %" PRIu64 " of %" PRIu64 " page%s used (%.1f%%), %s of %s\n",
 	       st->n_pools, plural(st->n_pools), t->host_used, t->host_pages, plural(t->host_pages),
 	       percent(t->host_used, t->host_pages), a, b);

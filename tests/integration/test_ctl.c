@@ -1074,6 +1074,45 @@ static void test_config_show_truncated(void **state)
 	expect_out("config show (long paths)", "%s", "# (more keys than fit in one reply)\n");
 }
 
+/* More pools than one Stats reply holds (found by a review: status
+ * printed the listed pools' totals as the daemon's): status says its
+ * tier figures cover only the pools listed, and --json says
+ * pools_truncated. */
+static int start_small_replies(void **state)
+{
+	static const char *const extra[] = {"--max-message-bytes",
+					    "4096",
+					    "--max-pools-per-tenant",
+					    "64",
+					    "--host-pool-size",
+					    "1M",
+					    NULL};
+
+	return harness_setup_args(state, extra);
+}
+
+static void test_status_truncated(void **state)
+{
+	struct harness *h = *state;
+	kvp_client *c;
+	kvp_pool *p[64];
+	char model[32];
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	for (int i = 0; i < 64; i++) {
+		snprintf(model, sizeof(model), "truncated-model-%d", i);
+		assert_int_equal(kvp_pool_open(c, model, &harness_layout, &p[i]), 0);
+	}
+	CTL_EXPECT(0, h->admin_sock, "status");
+	expect_out("status (truncated)", "%s",
+		   "(more pools exist than fit in the daemon's reply: the tier figures below "
+		   "cover the first ");
+	CTL_EXPECT(0, h->admin_sock, "--json", "status");
+	expect_json("status --json (truncated)");
+	expect_out("status --json (truncated)", "%s", "\"pools_truncated\":true");
+	kvp_disconnect(c);
+}
+
 /* ---- the client socket refuses admin operations ------------------------- */
 
 static void test_client_socket_refuses_admin_ops(void **state)
@@ -2043,6 +2082,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_drop_pool, start_one_lease, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_evict, start_evict, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_config, start_with_conf, stop_with_conf),
+		cmocka_unit_test_setup_teardown(test_status_truncated, start_small_replies,
+						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_config_show_truncated, start_long_paths,
 						stop_long_paths),
 		cmocka_unit_test_setup_teardown(test_client_socket_refuses_admin_ops, harness_setup,
