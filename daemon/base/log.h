@@ -46,6 +46,12 @@ void log_full(int prio, const struct log_ctx *ctx, const char *file, int line, c
 
 #define log_at(prio, ctx, ...) log_full(prio, ctx, __FILE__, __LINE__, __func__, __VA_ARGS__)
 
+/* "s" unless n is 1: "%u page%s", n, log_s(n). */
+static inline const char *log_s(unsigned long long n)
+{
+	return n == 1 ? "" : "s";
+}
+
 #define log_err(...)	log_at(LOG_ERR, NULL, __VA_ARGS__)
 #define log_warn(...)	log_at(LOG_WARNING, NULL, __VA_ARGS__)
 #define log_notice(...) log_at(LOG_NOTICE, NULL, __VA_ARGS__)

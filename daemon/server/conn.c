@@ -99,13 +99,14 @@ static void release_client_state(struct conn *c, int bad)
 	}
 	log_ctx_info(
 		LOG_CONN(c->id, c->peer.uid, c->peer.pid),
-		"connection %llu (pid %d uid %u) closed%s: %u sessions closed with it (%llu "
-		"tokens, %llu pages, %llu freed), %u persistent kept; %u leases released (%llu "
+		"connection %llu (pid %d uid %u) closed%s: %u session%s closed with it (%llu "
+		"tokens, %llu pages, %llu freed), %u persistent kept; %u lease%s released (%llu "
 		"pages); %llu uncommitted tokens rolled back",
 		(unsigned long long)c->id, (int)c->peer.pid, (unsigned)c->peer.uid,
-		bad ? " for misbehaviour" : "", left.closed, (unsigned long long)left.tokens,
-		(unsigned long long)left.pages, (unsigned long long)left.freed, left.persistent,
-		leases, (unsigned long long)leased, (unsigned long long)rolled_back);
+		bad ? " for misbehaviour" : "", left.closed, log_s(left.closed),
+		(unsigned long long)left.tokens, (unsigned long long)left.pages,
+		(unsigned long long)left.freed, left.persistent, leases, log_s(leases),
+		(unsigned long long)leased, (unsigned long long)rolled_back);
 }
 
 #ifdef KVP_DEBUG_CHECKS

@@ -176,13 +176,14 @@ static int drop_session(struct cache *cache, struct peer *c, uint64_t req_id,
 		LOG_CTX(.pool_id = out->pool_id, .session_id = out->session_id, .uid = c->uid,
 			.has_uid = 1, .pid = c->pid),
 		"admin (pid %d uid %u): dropped session %llu of pool %llu: %llu tokens "
-		"(%llu committed)%s, %u pages freed, %u index pages forgotten (%llu on disk), "
-		"%u shared ones kept",
+		"(%llu committed)%s, %u page%s freed, %u index page%s forgotten (%llu on disk), "
+		"%u shared one%s kept",
 		(int)c->pid, (unsigned)c->uid, (unsigned long long)out->session_id,
 		(unsigned long long)out->pool_id, (unsigned long long)out->n_tokens,
 		(unsigned long long)out->committed_tokens,
 		out->was_writing ? ", its writer's reservation rolled back" : "", out->freed_pages,
-		out->forgotten_pages, (unsigned long long)n.disk_pages, kept);
+		log_s(out->freed_pages), out->forgotten_pages, log_s(out->forgotten_pages),
+		(unsigned long long)n.disk_pages, kept, log_s(kept));
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_DROP_SESSION;
 	r->resp.drop_session = out;
 	ret = forget_finish(f, cache, c, req_id, r);
@@ -299,13 +300,14 @@ static int drop_pool(struct cache *cache, struct peer *c, uint64_t req_id,
 	}
 	free(leases);
 	pool_free(cache, p);
-	log_ctx_notice(LOG_CTX(.pool_id = out->pool_id, .uid = c->uid, .has_uid = 1, .pid = c->pid),
-		       "admin (pid %d uid %u): dropped pool %llu (uid %u, model '%s'): %u sessions "
-		       "closed, %u leases released, %llu bytes of host tier freed%s",
-		       (int)c->pid, (unsigned)c->uid, (unsigned long long)out->pool_id, out->uid,
-		       model, out->sessions_closed, out->leases_released,
-		       (unsigned long long)out->arena_bytes,
-		       out->spill_removed ? ", spill file removed" : "");
+	log_ctx_notice(
+		LOG_CTX(.pool_id = out->pool_id, .uid = c->uid, .has_uid = 1, .pid = c->pid),
+		"admin (pid %d uid %u): dropped pool %llu (uid %u, model '%s'): %u session%s "
+		"closed, %u lease%s released, %llu bytes of host tier freed%s",
+		(int)c->pid, (unsigned)c->uid, (unsigned long long)out->pool_id, out->uid, model,
+		out->sessions_closed, log_s(out->sessions_closed), out->leases_released,
+		log_s(out->leases_released), (unsigned long long)out->arena_bytes,
+		out->spill_removed ? ", spill file removed" : "");
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_DROP_POOL;
 	r->resp.drop_pool = out;
 	/* The removal is durable before the reply says so. */
@@ -506,12 +508,13 @@ static void evict_run_end(struct peer *c, const char *end)
 			 (unsigned long long)run->dropped);
 	log_at(run->pages ? LOG_NOTICE : LOG_INFO,
 	       LOG_CTX(.pool_id = run->pool_id, .uid = c->uid, .has_uid = 1, .pid = c->pid),
-	       "admin (pid %d uid %u): evict from the %s tier%s%s%s: %llu pages (%s) from %u "
-	       "pools in %u requests, %.1f ms%s%s%s",
+	       "admin (pid %d uid %u): evict from the %s tier%s%s%s: %llu page%s (%s) from %u "
+	       "pool%s in %u request%s, %.1f ms%s%s%s",
 	       (int)c->pid, (unsigned)c->uid, tier_text(run->tier), of_pool,
 	       run->discard ? " (discard)" : "", asked, (unsigned long long)run->pages,
-	       size_text(run->bytes, got), run->n_pools, run->requests, ms, split,
-	       end ? "; stopped: " : "", end ? end : "");
+	       log_s(run->pages), size_text(run->bytes, got), run->n_pools, log_s(run->n_pools),
+	       run->requests, log_s(run->requests), ms, split, end ? "; stopped: " : "",
+	       end ? end : "");
 	free(run->pool_ids);
 	*run = (struct evict_run){0};
 }

@@ -471,12 +471,14 @@ int purge_run(struct cache *c, struct peer *conn, uint64_t req_id,
 	}
 	c->ctr.purges++;
 	c->ctr.purged_pages += n.pages;
-	log_ctx_notice(LOG_CLIENT(conn->uid, conn->pid),
-		       "admin (pid %d uid %u): purged %llu pages from %u pools (%llu in host, %llu "
-		       "on disk, %llu on the GPU; %llu still held by sessions or leases)",
-		       (int)conn->pid, (unsigned)conn->uid, (unsigned long long)n.pages, n.pools,
-		       (unsigned long long)n.host_pages, (unsigned long long)n.disk_pages,
-		       (unsigned long long)n.device_pages, (unsigned long long)n.held_pages);
+	log_ctx_notice(
+		LOG_CLIENT(conn->uid, conn->pid),
+		"admin (pid %d uid %u): purged %llu page%s from %u pool%s (%llu in host, %llu "
+		"on disk, %llu on the GPU; %llu still held by sessions or leases)",
+		(int)conn->pid, (unsigned)conn->uid, (unsigned long long)n.pages, log_s(n.pages),
+		n.pools, log_s(n.pools), (unsigned long long)n.host_pages,
+		(unsigned long long)n.disk_pages, (unsigned long long)n.device_pages,
+		(unsigned long long)n.held_pages);
 	kvpalace__v1__purge_response__init(out);
 	out->pages = n.pages;
 	out->pools = n.pools;

@@ -312,7 +312,7 @@ static void test_closed_before_reply(void **state)
 	free(si);
 	kvp_disconnect(adm);
 	assert_true(log_has(f, "finished after its client disconnected") ||
-		    log_has(f, "closed: 1 sessions closed with it"));
+		    log_has(f, "closed: 1 session closed with it"));
 	kvp_disconnect(c);
 }
 
@@ -407,7 +407,7 @@ static void test_sigkilled_writer(void **state)
 	assert_int_equal(ps.indexed_pages, 2);
 	assert_int_equal(harness_run_child(reader, w), 0);
 	snprintf(line, sizeof(line),
-		 "(pid %d uid %u) closed: 1 sessions closed with it (%u tokens, 3 pages, 1 freed), "
+		 "(pid %d uid %u) closed: 1 session closed with it (%u tokens, 3 pages, 1 freed), "
 		 "0 persistent kept; 0 leases released (0 pages); 8 uncommitted tokens rolled back",
 		 (int)pid, (unsigned)getuid(), N_TOK);
 	assert_true(log_has(f, line));
@@ -499,7 +499,7 @@ static void test_persistent_adopted(void **state)
 	st = stats(c);
 	assert_int_equal(st->unowned_sessions, 1);
 	kvp_stats_free(st);
-	assert_true(log_has(f, "closed: 1 sessions closed with it (0 tokens, 0 pages, 0 freed), "
+	assert_true(log_has(f, "closed: 1 session closed with it (0 tokens, 0 pages, 0 freed), "
 			       "1 persistent kept"));
 
 	/* Adopted: a handle with all its tokens, the K/V right. */
