@@ -551,8 +551,11 @@ struct kvp_pool_stats {
 	uint32_t n_sessions;
 	uint32_t indexed_pages;	  /* held by the prefix index */
 	uint32_t evictable_pages; /* indexed leaves nobody else holds */
-	uint64_t evictions;	  /* pages evicted since the daemon started */
-	uint64_t dedup_pages;	  /* committed pages replaced by an indexed copy */
+	/* Index pages evicted since the daemon started: dropped from the
+	 * cache, gone from every tier. Pages the host tier hands to the disk
+	 * tier are not evicted from the cache: they count in spilled_pages. */
+	uint64_t evictions;
+	uint64_t dedup_pages; /* committed pages replaced by an indexed copy */
 	/* The disk tier; all 0 when the pool has none (has_disk 0). */
 	int has_disk;
 	uint32_t host_indexed_pages; /* indexed pages with a copy in the host tier */
@@ -623,7 +626,7 @@ struct kvp_stats {
 	size_t n_pools;
 	struct kvp_pool_stats *pools; /* n_pools entries */
 	int pools_truncated;	      /* more pools exist than fit in one reply */
-	uint64_t evictions;	      /* pages evicted, every pool */
+	uint64_t evictions;	      /* pages evicted (dropped from the cache), every pool */
 	uint64_t dedup_pages;	      /* committed pages replaced by an indexed copy */
 	char disk_io[48];	      /* disk I/O backend, "" without a disk tier */
 	uint64_t spilled_pages;	      /* sums over the pools listed */
