@@ -51,8 +51,14 @@ for mode in "" --define-prefix; do
 	lib=$(echo "$flags" | tr ' ' '\n' | sed -n 's/^-L//p')
 	[ -f "$inc/kvpalace.h" ] || fail "pkg-config $mode: -I$inc holds no kvpalace.h"
 	[ -e "$lib/libkvpalace.so" ] || fail "pkg-config $mode: -L$lib holds no libkvpalace.so"
+	# A sanitizer build's library wants the program built the same way
+	# (its runtime must come first).
+	san=""
+	if readelf -d "$lib/libkvpalace.so" 2>/dev/null | grep -q 'NEEDED.*libasan'; then
+		san="-fsanitize=address,undefined"
+	fi
 	# shellcheck disable=SC2086
-	cc -o "$tmp/t" "$tmp/t.c" $flags || fail "pkg-config $mode: cannot build against it"
+	cc $san -o "$tmp/t" "$tmp/t.c" $flags || fail "pkg-config $mode: cannot build against it"
 	LD_LIBRARY_PATH=$lib "$tmp/t" || fail "pkg-config $mode: the program did not run"
 done
 echo "OK: kvpalace.pc, plain and --define-prefix"
