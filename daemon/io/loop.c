@@ -17,7 +17,6 @@ int loop_init(struct loop *l, unsigned int entries, enum loop_want want)
 		ret = loop_uring_backend.init(l, entries);
 		if (ret == 0) {
 			l->be = &loop_uring_backend;
-			l->kind = LOOP_IO_URING;
 			return 0;
 		}
 		/* Denied (seccomp, kernel.io_uring_disabled) or absent: epoll
@@ -32,7 +31,6 @@ int loop_init(struct loop *l, unsigned int entries, enum loop_want want)
 	if (ret < 0)
 		return ret;
 	l->be = &loop_epoll_backend;
-	l->kind = LOOP_EPOLL;
 	return 0;
 }
 
@@ -44,9 +42,14 @@ void loop_fini(struct loop *l)
 	l->be = NULL;
 }
 
+enum loop_kind loop_kind(const struct loop *l)
+{
+	return l->be->kind;
+}
+
 const char *loop_kind_name(const struct loop *l)
 {
-	return l->kind == LOOP_EPOLL ? "epoll" : "io_uring";
+	return l->be->name;
 }
 
 static void submit(struct loop *l, struct loop_op *op, int kind, int fd, int flags)
@@ -86,7 +89,7 @@ void loop_sendmsg(struct loop *l, struct loop_op *op, int fd, const struct msghd
 
 void loop_timeout(struct loop *l, struct loop_op *op, uint64_t ns)
 {
-	if (l->kind == LOOP_IO_URING) {
+	if (loop_kind(l) == LOOP_IO_URING) {
 		op->u.ts.tv_sec = (long long)(ns / 1000000000ull);
 		op->u.ts.tv_nsec = (long long)(ns % 1000000000ull);
 	} else {

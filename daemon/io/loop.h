@@ -67,7 +67,6 @@ struct loop_epoll;
 
 struct loop {
 	const struct loop_backend *be; /* NULL: not set up, or finished */
-	enum loop_kind kind;
 	int stop;
 	struct io_uring ring;  /* io_uring backend */
 	struct loop_epoll *ep; /* epoll backend (loop_epoll.c) */
@@ -87,7 +86,9 @@ int loop_init(struct loop *l, unsigned int entries, enum loop_want want);
  * after a failed init. */
 void loop_fini(struct loop *l);
 
-/* "io_uring" or "epoll"; static storage. */
+/* The backend of a loop set up by loop_init, and its name ("io_uring" or
+ * "epoll"; static storage). */
+enum loop_kind loop_kind(const struct loop *l);
 const char *loop_kind_name(const struct loop *l);
 
 /* The operations. Each completes through op->cb exactly once, later, on

@@ -382,7 +382,7 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 	if (ret < 0) {
 		log_err("no disk I/O (%s backend): %s%s; running without a disk tier",
 			cfg->io_backend == AIO_URING ? "io_uring" : "auto", strerror(-ret),
-			cfg->io_backend == AIO_URING && s->loop.kind == LOOP_EPOLL
+			cfg->io_backend == AIO_URING && loop_kind(&s->loop) == LOOP_EPOLL
 				? " (the event loop is epoll: io-backend = threads works there)"
 				: "");
 	} else {

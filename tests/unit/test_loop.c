@@ -92,7 +92,7 @@ static int setup(void **state)
 		memset(l, 0, sizeof(*l));
 		return want == LOOP_WANT_IO_URING ? 0 : -1;
 	}
-	assert_int_equal(l->kind, want == LOOP_WANT_EPOLL ? LOOP_EPOLL : LOOP_IO_URING);
+	assert_int_equal(loop_kind(l), want == LOOP_WANT_EPOLL ? LOOP_EPOLL : LOOP_IO_URING);
 	return 0;
 }
 
@@ -297,7 +297,7 @@ static void test_eventfd_and_forget(void **state)
 	assert_int_equal(r2.res, 8);
 	loop_kernel_wrote(&v2, sizeof(v2));
 	assert_int_equal(v2, 5);
-	if (l->kind == LOOP_EPOLL)
+	if (loop_kind(l) == LOOP_EPOLL)
 		assert_int_equal(r1.calls, 0);
 	close(e2);
 }
