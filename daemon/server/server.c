@@ -454,7 +454,7 @@ static int server_busy(void *arg)
 }
 
 /* A stop that writes a large host tier to disk takes longer than
- * TimeoutStopSec= (about 0.5 GB/s): while its writes complete, ask for
+ * TimeoutStopSec= (issue 16 saw about 0.5 GB/s): while its writes complete, ask for
  * SERVER_STOP_EXTEND_NS more every SERVER_STOP_EXTEND_NS / 3. A drain
  * that made no progress since the last ask gets no more, so a wedged disk
  * still ends in the manager's timeout. */
