@@ -47,14 +47,14 @@ static void uring_fini(struct loop *l)
 
 struct io_uring *loop_ring(struct loop *l)
 {
-	return l->be && loop_kind(l) == LOOP_IO_URING ? &l->ring : NULL;
+	return l->be == &loop_uring_backend ? &l->ring : NULL;
 }
 
 struct io_uring_sqe *loop_sqe(struct loop *l)
 {
 	struct io_uring_sqe *sqe;
 
-	kvp_assert(l->be && loop_kind(l) == LOOP_IO_URING);
+	kvp_assert(l->be == &loop_uring_backend);
 	while (!(sqe = io_uring_get_sqe(&l->ring)))
 		io_uring_submit(&l->ring);
 	return sqe;
