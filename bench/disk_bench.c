@@ -35,6 +35,10 @@
  *                <state-dir>/checkpoints/<uid>/<name>, so the restore
  *                reads the disk, as fio's read reference does) and times
  *                kvp_session_restore; MiB/s of the checkpoint file.
+ *  --mode open   opens a new pool (model id per --seed) while a forked
+ *                client pings the daemon in a loop: the open's time, the
+ *                growth of the daemon's resident memory (--daemon-pid, from
+ *                /proc/PID/smaps_rollup) and the worst ping during it.
  *
  * Write and read regenerate the same token ids from --seed, so the read
  * pass matches exactly what the write pass committed. The layout makes
@@ -56,6 +60,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define BENCH_PROG "kvp-bench-disk"
@@ -78,6 +83,7 @@ static struct {
 	unsigned session_pages;
 	unsigned prefix_tokens;
 	unsigned ckpt_mib;
+	unsigned daemon_pid;
 	uint64_t seed;
 	double seconds;
 } opt = {
@@ -449,13 +455,133 @@ static void mode_ckpt(void)
 	free(tokens);
 }
 
+/* ---- open: opening a pool beside a pinging client ------------------------------ */
+
+/* The daemon's resident memory, KiB (Rss of /proc/PID/smaps_rollup: its
+ * own pages and the shared arena pages it maps), or -1 where unreadable. */
+static long daemon_rss_kib(unsigned pid)
+{
+	char path[64], line[256];
+	long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%u/smaps_rollup", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Rss: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+/* In a child: pings the daemon over a connection of its own until the
+ * parent closes stop_fd's other end; writes the worst and the median
+ * round trip (ns) to out_fd. */
+static void pinger(int stop_fd, int out_fd)
+{
+	static uint64_t v[1u << 20];
+	size_t n = 0;
+	uint64_t worst = 0, res[2];
+	kvp_client *c;
+
+	if (kvp_connect(opt.sock, &c) < 0)
+		_exit(1);
+	if (write(out_fd, "r", 1) != 1) /* connected: the parent may start */
+		_exit(1);
+	for (;;) {
+		uint64_t t0 = now_ns(), t;
+		char b;
+
+		check(c, kvp_ping(c), "kvp_ping");
+		t = now_ns() - t0;
+		worst = t > worst ? t : worst;
+		if (n < sizeof(v) / sizeof(*v))
+			v[n++] = t;
+		if (read(stop_fd, &b, 1) == 0)
+			break; /* non-blocking: EAGAIN until the parent closes it */
+	}
+	res[0] = worst;
+	res[1] = (uint64_t)median_ns(v, n);
+	if (write(out_fd, res, sizeof(res)) != (ssize_t)sizeof(res))
+		_exit(1);
+	kvp_disconnect(c);
+	_exit(0);
+}
+
+/* Opens a new pool (a model id of its own per --seed) in a daemon whose
+ * host pool is the arena size under test, while a forked client pings:
+ * the open's time, the daemon's resident growth, the pinger's worst round
+ * trip during it against its median. Samples disk.open_ms, disk.open_rss_mib,
+ * disk.open_ping_worst_us, disk.open_ping_median_us. */
+static void mode_open(void)
+{
+	int stop[2], out[2];
+	uint64_t res[2], t0, t;
+	long rss0, rss1;
+	char model[64];
+	kvp_client *c;
+	kvp_pool *p;
+	pid_t pid;
+	char b;
+
+	if (!opt.daemon_pid)
+		die("--mode open wants --daemon-pid");
+	if (pipe(stop) < 0 || pipe(out) < 0)
+		die("pipe: %s", strerror(errno));
+	if (fcntl(stop[0], F_SETFL, O_NONBLOCK) < 0)
+		die("fcntl: %s", strerror(errno));
+	pid = fork();
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	if (pid == 0) {
+		close(stop[1]);
+		close(out[0]);
+		pinger(stop[0], out[1]);
+	}
+	close(stop[0]);
+	close(out[1]);
+	if (read(out[0], &b, 1) != 1)
+		die("the pinging client did not connect");
+	if (kvp_connect(opt.sock, &c) < 0)
+		die("kvp_connect %s", opt.sock);
+	usleep(50000); /* the pinger's median before the open */
+	snprintf(model, sizeof(model), "kvp-bench-open-%" PRIu64, opt.seed);
+	rss0 = daemon_rss_kib(opt.daemon_pid);
+	t0 = now_ns();
+	check(c, kvp_pool_open(c, model, &layout, &p), "kvp_pool_open");
+	t = now_ns() - t0;
+	rss1 = daemon_rss_kib(opt.daemon_pid);
+	usleep(50000);
+	close(stop[1]);
+	if (read(out[0], res, sizeof(res)) != (ssize_t)sizeof(res))
+		die("the pinging client failed");
+	waitpid(pid, NULL, 0);
+	if (!pool_stats(c, p).has_disk)
+		die("the pool has no disk tier (kvpalaced --disk-pool-size, --cache-dir)");
+	sample("disk.open_ms", (double)t / 1e6);
+	if (rss0 >= 0 && rss1 >= 0)
+		sample("disk.open_rss_mib", (double)(rss1 - rss0) / 1024.0);
+	sample("disk.open_ping_worst_us", (double)res[0] / 1e3);
+	sample("disk.open_ping_median_us", (double)res[1] / 1e3);
+	fprintf(stderr,
+		"disk open: %.3f ms, daemon resident %+.1f MiB, ping worst %.0f us (median %.0f "
+		"us)\n",
+		(double)t / 1e6, (double)(rss1 - rss0) / 1024.0, (double)res[0] / 1e3,
+		(double)res[1] / 1e3);
+	kvp_pool_close(p);
+	kvp_disconnect(c);
+}
+
 /* ---- main -------------------------------------------------------------------- */
 
 static void usage(FILE *f)
 {
-	fputs("usage: kvp-bench-disk --socket PATH --mode write|read|ckpt [--seed N]\n"
+	fputs("usage: kvp-bench-disk --socket PATH --mode write|read|ckpt|open [--seed N]\n"
 	      "         [--page-kib K] [--working-mib M] [--session-pages N]\n"
 	      "         [--prefix-tokens N] [--seconds S] [--ckpt-mib M --state-dir DIR]\n"
+	      "         [--daemon-pid PID]\n"
 	      "Measures the disk tier (spill and promote bandwidth, the match latency of a\n"
 	      "prefix on disk) and checkpoints (write and restore bandwidth) against a\n"
 	      "running kvpalaced; prints 'sample NAME VALUE' lines. Run --mode read\n"
@@ -488,6 +614,7 @@ int main(int argc, char **argv)
 		{"ckpt-mib", required_argument, NULL, 'c'},
 		{"state-dir", required_argument, NULL, 'd'},
 		{"seconds", required_argument, NULL, 't'},
+		{"daemon-pid", required_argument, NULL, 'p'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -522,6 +649,9 @@ int main(int argc, char **argv)
 		case 'd':
 			opt.state_dir = optarg;
 			break;
+		case 'p':
+			opt.daemon_pid = parse_uint(optarg, "daemon-pid", 1, 1u << 30);
+			break;
 		case 't':
 			opt.seconds = strtod(optarg, NULL);
 			break;
@@ -545,6 +675,8 @@ int main(int argc, char **argv)
 		mode_read();
 	else if (!strcmp(opt.mode, "ckpt"))
 		mode_ckpt();
+	else if (!strcmp(opt.mode, "open"))
+		mode_open();
 	else {
 		usage(stderr);
 		return 2;

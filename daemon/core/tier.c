@@ -977,28 +977,6 @@ static void list_found(struct pool *p, struct scan *s)
 	idmap_fini(&by_hash);
 }
 
-/* Whether p's arena may be registered with io_uring: registering pins the
- * whole arena, so the registered arenas stay within host-tier-size, and
- * one tenant's within host-tenant-size (half the tier when unset); past
- * that a pool's disk I/O goes without fixed buffers (the kernel pins per
- * request), and an arena costs the memory it holds. */
-static int may_pin(const struct cache *c, const struct pool *p)
-{
-	const struct config *cfg = c->cfg;
-	uint64_t mine = p->arena_bytes;
-	uint64_t cap = cfg->host_tenant_bytes ? cfg->host_tenant_bytes : cfg->host_tier_bytes / 2;
-
-	if (c->pinned_bytes + p->arena_bytes > cfg->host_tier_bytes)
-		return 0;
-	for (const struct list *it = c->pool_list.next; it != &c->pool_list; it = it->next) {
-		const struct pool *q = list_entry(it, struct pool, link);
-
-		if (q->uid == p->uid && q->pinned)
-			mine += q->arena_bytes;
-	}
-	return mine <= cap;
-}
-
 void tier_pool_open(struct cache *c, struct pool *p)
 {
 	const struct config *cfg = c->cfg;
@@ -1061,10 +1039,11 @@ void tier_pool_open(struct cache *c, struct pool *p)
 				     shm_dtype_name(cfg->spill_dtype));
 		}
 	}
-	if (may_pin(c, p) && aio_buffer_add(c->aio, p->arena, p->arena_bytes, p->page_bytes) > 0) {
-		p->pinned = 1;
-		c->pinned_bytes += p->arena_bytes;
-	}
+	/* The arena is not registered as io_uring fixed buffers: that
+	 * pinned (made resident) every page of it at open, 0.5-0.9 s per GiB
+	 * on the loop, for a saving the disk does not notice (the kernel
+	 * pins the 2 MiB or so of each request as it starts it; spill and
+	 * promote measure the same either way, bench/run's disk area). */
 	log_ctx_info(LOG_POOL_UID(p->id, p->uid),
 		     "pool %llu: disk tier %s, %u pages%s, %llu found from an earlier run",
 		     (unsigned long long)p->id, p->spill->path, p->spill->cap,
@@ -1134,12 +1113,6 @@ void tier_pool_close(struct cache *c, struct pool *p)
 	kvp_assert(!tier_pool_busy(p));
 	write_stamps(p);
 	if (c->aio) {
-		/* Before the arena goes: a later arena mapped at the same
-		 * address must not reach these pinned pages. */
-		aio_buffer_remove(c->aio, p->arena);
-		if (p->pinned)
-			c->pinned_bytes -= p->arena_bytes;
-		p->pinned = 0;
 		if (p->spill_data >= 0)
 			aio_file_remove(c->aio, p->spill_data);
 		if (p->spill_meta >= 0)
