@@ -254,8 +254,10 @@ static void on_written(struct aio_req *r, int res)
 		 * (tier_flush) goes nowhere anyway. */
 		prefix_index_reconsider_cold(&p->ix, &p->pa, e);
 	io_done(io);
-	/* Waiters retry once the batch of writes is out, not per page. */
-	if (p->writes_inflight == 0)
+	/* Waiters retry once the batch of writes is out, or as pages leave:
+	 * a writer parked for room goes on filling pages while the rest of
+	 * the batch is still on its way to disk. */
+	if (p->writes_inflight == 0 || gone)
 		tier_wake_all(p);
 }
 
