@@ -824,6 +824,9 @@ int tier_promote(struct cache *c, struct pool *p, struct pindex_entry *e, struct
 		.buf = page_addr(p, slot),
 		.len = io->len,
 		.off = spill_data_off(p->spill, e->extent),
+		/* A slot never used since open (or given back) is not
+		 * resident: faulted in off the loop, not in its submission. */
+		.populate = 1,
 		.done = on_read,
 	};
 	p->io_inflight++;

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -122,13 +123,48 @@ static void on_cqe(struct loop_op *op, int res, unsigned int flags)
 		after_step(a, r, 0, res);
 }
 
+/* The populate's completion: nothing to do (a failure only means the
+ * read faults the pages in itself). It always comes before the read's,
+ * which the kernel starts once the populate is done (a hard link). */
+static void on_populated(struct loop_op *op, int res, unsigned int flags)
+{
+	(void)op;
+	(void)res;
+	(void)flags;
+}
+
+/* Whether the ring can run a MADV_POPULATE_WRITE (IORING_OP_MADVISE). */
+static int ring_can_populate(struct loop *l)
+{
+	struct io_uring *ring = loop_ring(l);
+	struct io_uring_probe *p = ring ? io_uring_get_probe_ring(ring) : NULL;
+	int ok = p && io_uring_opcode_supported(p, IORING_OP_MADVISE);
+
+	if (p)
+		io_uring_free_probe(p);
+	return ok;
+}
+
 static void uring_issue(struct aio *a, struct aio_req *r)
 {
-	struct io_uring_sqe *sqe = loop_sqe(a->loop);
+	struct io_uring_sqe *sqe;
 	char *p = (char *)r->buf + r->moved;
 	uint64_t off = r->off + r->moved;
 	unsigned int n = (unsigned int)r->step;
 
+	if (r->op == AIO_READ && r->populate && a->can_populate && r->moved == 0 &&
+	    !r->has_result && !r->injected && n) {
+		/* Both in one submission, so the link holds. */
+		if (io_uring_sq_space_left(loop_ring(a->loop)) < 2)
+			io_uring_submit(loop_ring(a->loop));
+		sqe = loop_sqe(a->loop);
+		io_uring_prep_madvise(sqe, p, n, MADV_POPULATE_WRITE);
+		sqe->flags |= IOSQE_IO_HARDLINK; /* the read goes on whatever it says */
+		r->pop.cb = on_populated;
+		loop_sqe_set_op(sqe, &r->pop);
+		a->ctr.populated++;
+	}
+	sqe = loop_sqe(a->loop);
 	r->lop.cb = on_cqe;
 	if (r->has_result || r->injected) {
 		io_uring_prep_nop(sqe);
@@ -333,6 +369,7 @@ int aio_init(struct aio *a, struct loop *l, struct worker *w, enum aio_mode mode
 		return -EINVAL;
 	}
 	if (mode == AIO_URING) {
+		a->can_populate = ring_can_populate(l);
 		a->slot_used = calloc(AIO_MAX_BUF_SLOTS, 1);
 		if (!a->slot_used)
 			return -ENOMEM;

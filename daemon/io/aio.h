@@ -58,6 +58,13 @@ struct aio_req {
 	void *buf;    /* [len] bytes; O_DIRECT: 4096-aligned */
 	size_t len;   /* 0..AIO_MAX_REQ_BYTES; O_DIRECT: a multiple of 4096 */
 	uint64_t off; /* O_DIRECT: a multiple of 4096 */
+	/* AIO_READ into memory that may not be resident yet (an arena page
+	 * never touched, or given back): on io_uring, fault buf's pages in
+	 * first, off the loop (a MADV_POPULATE_WRITE linked before the
+	 * read, in the kernel's workers), instead of inside the submission
+	 * on the loop thread. Ignored where the ring lacks IORING_OP_MADVISE
+	 * and on threads (whose pread faults on the worker). */
+	int populate;
 	/* Loop thread, exactly once per aio_submit, never from inside
 	 * aio_submit. res: len when every byte moved, 0 for AIO_FSYNC (and
 	 * for len 0), -ENODATA when a read reaches end of file before len
@@ -71,6 +78,7 @@ struct aio_req {
 	/* Private to aio.c. */
 	struct aio *aio;
 	struct loop_op lop;    /* io_uring: the step in flight */
+	struct loop_op pop;    /* io_uring: the populate linked before it */
 	struct worker_job job; /* threads: the step in flight */
 	size_t moved;	       /* bytes transferred so far */
 	size_t step;	       /* bytes the step in flight may move */
@@ -96,6 +104,7 @@ struct aio_counters {
 	uint64_t bytes_read;
 	uint64_t bytes_written;
 	uint64_t buf_unregistered; /* aio_buffer_add calls left on plain I/O */
+	uint64_t populated;	   /* reads that faulted their buffer in first */
 };
 
 struct aio_file {
@@ -141,6 +150,7 @@ struct aio {
 	unsigned int n_regions;
 	unsigned char *slot_used; /* [AIO_MAX_BUF_SLOTS] */
 	int bufs_registered;	  /* the sparse fixed-buffer table exists */
+	int can_populate;	  /* the ring has IORING_OP_MADVISE */
 	int buf_register_err;	  /* the last registration failure, -errno, or 0 */
 };
 

@@ -641,6 +641,45 @@ static void test_unpinnable_buffer(void **state)
 
 /* aio_fini with requests in flight abandons them: no done(), no hang,
  * and worker_fini after it finishes cleanly. */
+/* Reads with populate into memory never touched (a fresh memfd, as a new
+ * arena is), many at once so a pair (populate, read) meets a full
+ * submission queue: the bytes arrive, and on io_uring each read faulted
+ * its buffer in first where the ring can. */
+static void test_populate_read(void **state)
+{
+	struct fx *f = *state;
+	enum { N = 140 }; /* 280 SQEs: past the test ring's 256 */
+	static struct treq w, r[N];
+	unsigned char *m;
+	int fd;
+
+	fd = memfd_create("test_aio-populate", MFD_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)N * PAGE), 0);
+	m = mmap(NULL, (size_t)N * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(m != MAP_FAILED);
+	fill(f->plain, PAGE, 91);
+	req(&w, f, AIO_WRITE, f->plain, PAGE, 0);
+	submit(f, &w);
+	run_until(f, 1);
+	check_done(f, &w, PAGE);
+	for (int i = 0; i < N; i++) {
+		req(&r[i], f, AIO_READ, m + (size_t)i * PAGE, PAGE, 0);
+		r[i].r.populate = 1;
+		submit(f, &r[i]);
+	}
+	run_until(f, 1 + N);
+	for (int i = 0; i < N; i++) {
+		check_done(f, &r[i], PAGE);
+		assert_memory_equal(m + (size_t)i * PAGE, f->plain, PAGE);
+	}
+	assert_int_equal(f->a.ctr.populated, f->a.can_populate ? N : 0);
+	if (f->mode == AIO_THREAD)
+		assert_int_equal(f->a.can_populate, 0);
+	munmap(m, (size_t)N * PAGE);
+	close(fd);
+}
+
 static void test_fini_abandons(void **state)
 {
 	struct fx *f = *state;
@@ -724,7 +763,7 @@ static void job_done(struct worker_job *j)
 
 static void test_worker_threads(void **state)
 {
-	enum { N = 40 };
+	enum { N = 140 }; /* 280 SQEs: past the test ring's 256 */
 	struct fx *f = *state;
 	struct tjob t[N];
 	pid_t tids[N];
@@ -833,7 +872,8 @@ static void test_worker_init_errors(void **state)
 		CASE(test_read_past_eof, mode), CASE(test_short_transfers, mode),                  \
 		CASE(test_injected_errors, mode), CASE(test_fsync_and_bad_requests, mode),         \
 		CASE(test_fixed_buffer_chunks, mode), CASE(test_unpinnable_buffer, mode),          \
-		CASE(test_worker_threads, mode), CASE(test_fini_abandons, mode)
+		CASE(test_worker_threads, mode), CASE(test_fini_abandons, mode),                   \
+		CASE(test_populate_read, mode)
 
 int main(void)
 {
