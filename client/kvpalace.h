@@ -228,6 +228,12 @@ KVP_PUBLIC uint64_t kvp_session_committed(const kvp_session *s);
  * requests. When a later chunk fails, the chunks before it stay reserved
  * (kvp_session_tokens() tells how many); they can be written and committed,
  * and like every uncommitted reservation they die with the connection.
+ * The new pages' page tables are prefaulted in this process
+ * (MADV_POPULATE_READ, Linux 5.14+, one system call per run of
+ * neighbouring pages) so that writing them takes no page fault per 4 KiB;
+ * only the pages handed out are touched, never the rest of the arena, and
+ * KVPALACE_PREFAULT=0 in the environment turns it off (for this and for
+ * kvp_match_prefix).
  * Errors: -ENOSPC the host tier is full; -EBUSY another client holds
  * uncommitted reservations on this session; -EDQUOT the session would exceed
  * the daemon's token limit; -ENOENT the session was closed. */
@@ -241,6 +247,63 @@ KVP_PUBLIC int kvp_append(kvp_session *s, const uint32_t *tokens, size_t n);
  * may be reading them. */
 KVP_PUBLIC void *kvp_session_kv(kvp_session *s, uint64_t pos, uint32_t layer, uint32_t kv,
 				uint32_t kv_head);
+
+/* Where one page's K/V lie in this process's mapping of the host arena:
+ * what an engine needs to write or read whole runs (a page, a layer's K,
+ * a head) instead of one head_dim row per call. Element 0 of (layer, kv,
+ * kv_head, token) of the page is at
+ *   base + layer * layer_stride + kv * kv_stride + kv_head * head_stride
+ *        + token * token_stride
+ * (token counts from the page's first token: position first_pos + token),
+ * which is where kvp_session_kv / kvp_lease_kv point; row_bytes follow.
+ * From the page layout (struct kvp_layout): token_stride = row_bytes,
+ * head_stride = block_tokens * row_bytes, kv_stride = n_kv_heads *
+ * head_stride, layer_stride = 2 * kv_stride. So, contiguous:
+ *   - a (layer, kv, head): its block_tokens rows, head_stride bytes;
+ *   - a layer's K (or V): kv_stride bytes from base + layer * layer_stride;
+ *   - a layer's K and V: layer_stride bytes;
+ *   - the page's data: data_bytes = n_layers * layer_stride from base;
+ * only the first n_tokens rows of each (layer, kv, head) are the page's
+ * (a partial last page): rows past them belong to no token yet.
+ * Quantized dtypes store their f16 scales after the data, at
+ *   scales + layer * scale_layer_stride + kv * scale_kv_stride
+ *          + kv_head * scale_head_stride + token * scale_token_stride
+ * (scale_row_bytes = head_dim / quant_group * 2 each); scales is NULL and
+ * the scale fields 0 for f16, bf16 and f32. page_bytes is the padded page
+ * (a multiple of 4096; pages of a run of slots follow each other).
+ * The strides are the pool's and the same for every page; base differs. */
+struct kvp_page_view {
+	void *base;
+	uint64_t first_pos; /* position of the page's token 0: page * block_tokens */
+	uint32_t n_tokens;  /* tokens of the page held, 1..block_tokens */
+	uint32_t slot;	    /* the page's slot in the arena */
+	size_t row_bytes;   /* one token's head_dim elements */
+	size_t token_stride;
+	size_t head_stride;
+	size_t kv_stride;
+	size_t layer_stride;
+	size_t data_bytes;
+	size_t page_bytes;
+	void *scales;
+	size_t scale_row_bytes;
+	size_t scale_token_stride;
+	size_t scale_head_stride;
+	size_t scale_kv_stride;
+	size_t scale_layer_stride;
+};
+
+/* Fills *ret with where page `page` of s lies (page i holds positions
+ * i * block_tokens onwards; pages below ceil(kvp_session_tokens() /
+ * block_tokens) exist). Writing follows kvp_session_kv's rules: only
+ * reserved, uncommitted positions. The addresses stay valid as long as
+ * kvp_session_kv's for the same positions: until the session is closed,
+ * truncated into or below the page, compacted, a commit fills the page
+ * (dedup may move it to an identical indexed copy: ask again after
+ * kvp_commit), or the client disconnects; n_tokens does not grow with
+ * later appends (ask again). Errors: -EINVAL s or ret NULL; -ERANGE no
+ * such page; -ENOTCONN the connection was lost (the daemon may have
+ * lent the slots to someone else). */
+KVP_PUBLIC int kvp_session_page(kvp_session *s, uint64_t page, struct kvp_page_view *ret);
 
 /* Publishes the next n reserved tokens: afterwards any process of the pool
  * can match and read their full pages. A page this commit fills may be
@@ -405,8 +468,13 @@ KVP_PUBLIC int kvp_session_meta(kvp_session *s, uint64_t first, size_t n,
  * and never matched; the match stops before it, and the caller computes
  * those tokens again. Committing them (an exact commit, or restoring an
  * exact checkpoint) replaces the lossy copy, so later matches find them;
- * it is never shared in place of what was written. Errors: -EDQUOT the
- * client holds too many leases. */
+ * it is never shared in place of what was written. Where the arena has
+ * transparent huge pages, the matched pages' page tables are prefaulted
+ * in this process before it returns (see kvp_append), so a process
+ * reading a prefix for the first time takes no fault per huge page (with
+ * 4 KiB pages a read fault maps 16 pages already, and prefaulting was
+ * measured no faster). Errors: -EDQUOT the client holds too many
+ * leases. */
 KVP_PUBLIC int kvp_match_prefix(kvp_pool *p, const uint32_t *tokens, size_t n,
 				kvp_lease **ret_lease);
 
@@ -427,6 +495,15 @@ KVP_PUBLIC uint64_t kvp_lease_tokens(const kvp_lease *l);
  * token; NULL when out of range. Valid until the lease is released. */
 KVP_PUBLIC const void *kvp_lease_kv(const kvp_lease *l, uint64_t pos, uint32_t layer, uint32_t kv,
 				    uint32_t kv_head);
+
+/* kvp_session_page for page `page` of a lease (below kvp_lease_tokens() /
+ * block_tokens; leases hold whole pages, so n_tokens is block_tokens).
+ * Read only: the page may be shared with every process of the pool.
+ * Valid until the lease is released or the client disconnects. A GPU-tier
+ * lease's host view is of no use (its pages are read on the device).
+ * Errors: -EINVAL l or ret NULL; -ERANGE no such page (a miss has none);
+ * -ENOTCONN the connection was lost (the lease ended with it). */
+KVP_PUBLIC int kvp_lease_page(const kvp_lease *l, uint64_t page, struct kvp_page_view *ret);
 
 /* Creates a session holding the first n_tokens of the lease's match
  * (n_tokens <= kvp_lease_tokens()), sharing its pages copy-on-write as

@@ -364,6 +364,7 @@ int lease_match_tier(struct kvp_pool *p, const uint32_t *tokens, size_t n, uint3
 		if (ret < 0)
 			goto fail;
 	}
+	handle_lease_populate(l);
 	list_add_tail(&p->leases, &l->link);
 	*ret_lease = l;
 	return 0;

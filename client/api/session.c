@@ -246,6 +246,12 @@ static int append(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tie
 			return conn_break(c, ret,
 					  "kvpalaced answered Append with device slots "
 					  "that do not fit");
+		/* The caller writes host pages next: prefault them now, in
+		 * one call per run, not a fault per 4 KiB (device pages are
+		 * written on the device). */
+		if (!(resp->append->has_tier && resp->append->tier == KVPALACE__V1__TIER__TIER_GPU))
+			handle_populate(s->pool, s->slots + resp->append->first_page,
+					resp->append->n_page_slots, 1);
 		done += len;
 	}
 	return 0;

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "arena.h"
 #include "devmap.h"
@@ -58,7 +59,102 @@ void handle_pool_free(struct kvp_pool *p)
 	while (!list_empty(&p->sessions))
 		handle_session_free(list_entry(p->sessions.next, struct kvp_session, link));
 	shm_arena_unmap(p->arena, p->arena_bytes);
+	free(p->prefaulted);
 	devmap_unmap(p);
 	list_del(&p->link);
 	free(p);
+}
+
+static int prefault_on(struct kvp_pool *p)
+{
+	const char *e;
+
+	if (!p->prefault) {
+		e = getenv("KVPALACE_PREFAULT");
+		p->prefault = e && !strcmp(e, "0") ? -1 : 1;
+		/* Our mapping is advised and aligned: THP when the kernel's
+		 * setting gives it. (A hugetlb arena faults per 2 MiB
+		 * anyway.) */
+		p->prefault_huge = shm_thp_mode() == SHM_THP_ADVISE;
+	}
+	if (p->prefault > 0 && !p->prefaulted) {
+		/* A bit per slot: 4 KiB for a 64 GiB arena of 2 MiB pages. */
+		p->prefaulted = calloc((size_t)p->n_pages / 64 + 1, sizeof(uint64_t));
+		if (!p->prefaulted)
+			return 0; /* try again next time */
+	}
+	return p->prefault > 0;
+}
+
+static int prefaulted(const struct kvp_pool *p, uint32_t slot)
+{
+	return (p->prefaulted[slot / 64] >> (slot % 64)) & 1;
+}
+
+void handle_populate(struct kvp_pool *p, const uint32_t *slots, uint64_t n, int write)
+{
+	uint64_t i = 0, j;
+	int ret;
+
+	if (!n || !prefault_on(p) || (!write && !p->prefault_huge))
+		return;
+	while (i < n) {
+		if (slots[i] >= p->n_pages || prefaulted(p, slots[i])) {
+			i++;
+			continue;
+		}
+		/* A run of neighbouring slots not done yet: one call. */
+		for (j = i + 1; j < n && slots[j] == slots[j - 1] + 1 && slots[j] < p->n_pages &&
+				!prefaulted(p, slots[j]);
+		     j++)
+			;
+		ret = shm_populate(p->pages + (uint64_t)slots[i] * p->page_bytes,
+				   (j - i) * p->page_bytes);
+		if (ret == -EINVAL) {
+			/* Older than Linux 5.14: faults it is. */
+			p->prefault = -1;
+			return;
+		}
+		if (ret == 0)
+			for (uint64_t k = i; k < j; k++)
+				p->prefaulted[slots[k] / 64] |= UINT64_C(1) << (slots[k] % 64);
+		i = j;
+	}
+}
+
+void handle_lease_populate(struct kvp_lease *l)
+{
+	if (l->id && l->tier == KVP_TIER_HOST)
+		handle_populate(l->pool, l->slots, pool_pages_for(l->pool, l->n_tokens), 0);
+}
+
+void handle_page_view(const struct kvp_pool *p, uint32_t slot, uint64_t page, uint32_t n_tokens,
+		      struct kvp_page_view *v)
+{
+	const struct shm_layout *l = &p->shm;
+	unsigned char *base = p->pages + (uint64_t)slot * p->page_bytes;
+
+	memset(v, 0, sizeof(*v));
+	v->base = base;
+	v->first_pos = page * l->block_tokens;
+	v->n_tokens = n_tokens;
+	v->slot = slot;
+	v->row_bytes = (size_t)shm_row_bytes(l);
+	v->token_stride = v->row_bytes;
+	/* data[layer][k|v][kv_head][token][head_dim] (shm/layout.h) */
+	v->head_stride = v->token_stride * l->block_tokens;
+	v->kv_stride = v->head_stride * l->n_kv_heads;
+	v->layer_stride = 2 * v->kv_stride;
+	v->data_bytes = (size_t)shm_page_data_bytes(l);
+	v->page_bytes = (size_t)p->page_bytes;
+	if (shm_dtype_quantized(l->dtype)) {
+		size_t srow = (size_t)(l->head_dim / l->quant_group) * 2;
+
+		v->scales = base + shm_scale_offset(l, 0, 0, 0, 0);
+		v->scale_row_bytes = srow;
+		v->scale_token_stride = srow;
+		v->scale_head_stride = srow * l->block_tokens;
+		v->scale_kv_stride = v->scale_head_stride * l->n_kv_heads;
+		v->scale_layer_stride = 2 * v->scale_kv_stride;
+	}
 }

@@ -66,6 +66,15 @@ struct kvp_pool {
 	uint64_t dev_base; /* 0: not mapped */
 	void *dev_map;	   /* struct vmm_map (CUDA builds) */
 	int dev_emulated;  /* a daemon's emulated device: a memfd at dev_base */
+			   /* Prefaulting (handle_populate): 0 not decided yet, 1 on, -1 off
+	 * ($KVPALACE_PREFAULT=0, or a kernel without MADV_POPULATE_READ);
+	 * prefault_huge: the arena may be backed by transparent huge pages,
+	 * where prefaulting a reader's pages pays too;
+	 * prefaulted[] has a bit per arena slot this process prefaulted
+	 * (NULL until the first). */
+	int prefault;
+	int prefault_huge;
+	uint64_t *prefaulted;
 };
 
 struct kvp_session {
@@ -149,6 +158,29 @@ static inline void pool_salt_field(struct kvp_pool *p, protobuf_c_boolean *has,
 	field->data = p->salt;
 	field->len = p->salt_bytes;
 }
+
+/* Prefaults this process's page tables for the arena pages of slots[0..n)
+ * (shm_populate), runs of neighbouring slots in one system call, skipping
+ * slots it did before. For a writer (`write`: a reservation's new pages)
+ * always: the pages it is handed are then mapped writable 16 at a time
+ * instead of faulting once per 4 KiB. For a reader only where the arena
+ * has huge pages: with 4 KiB pages its read faults map 16 pages each
+ * already, and prefaulting measured no faster. Only the pages handed out
+ * are touched, never the rest of the arena. Changes no byte; failures are
+ * ignored (the pages fault in on first touch as without it). A slot's bit
+ * stays set after the daemon gave its memory back (a hole punched in a
+ * free slot unmaps it): it faults in again. */
+void handle_populate(struct kvp_pool *p, const uint32_t *slots, uint64_t n, int write);
+
+/* handle_populate of the pages of a read lease served from the host
+ * tier (a GPU-tier lease is read on the device). */
+void handle_lease_populate(struct kvp_lease *l);
+
+/* Fills *v for page `page` (an index into a page table) stored in arena
+ * slot `slot`, of which n_tokens tokens are held (see struct
+ * kvp_page_view in kvpalace.h). */
+void handle_page_view(const struct kvp_pool *p, uint32_t slot, uint64_t page, uint32_t n_tokens,
+		      struct kvp_page_view *v);
 
 /* Grows a page table (*slots of *cap entries) to hold at least n entries.
  * Returns 0 or -ENOMEM (the table is unchanged). */

@@ -36,6 +36,7 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	uint32_t n_mine = 0;
 	uint64_t page_bytes, n_pages, arena_bytes;
 	struct list *it, *tmp;
+	const char *pages_kind;
 	struct pool *p;
 	char name[64];
 	int ret;
@@ -108,12 +109,21 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	c->host_bytes += arena_bytes;
 	tier_pool_open(c, p);
 	gpu_pool_open(c, p);
-	log_ctx_info(LOG_POOL_UID(p->id, uid),
-		     "pool %llu: uid %u model '%s' %uL %uH %uD %uT %s, %llu pages of %llu bytes%s",
-		     (unsigned long long)p->id, (unsigned)uid, model_id, layout->n_layers,
-		     layout->n_kv_heads, layout->head_dim, layout->block_tokens,
-		     shm_dtype_name(layout->dtype), (unsigned long long)n_pages,
-		     (unsigned long long)page_bytes, p->huge ? ", hugepages" : "");
+	/* Say what the arena got: with 4 KiB pages every process takes a
+	 * fault and a TLB entry per 4 KiB of it. */
+	if (p->huge)
+		pages_kind = "hugetlb pages";
+	else if (shm_thp_mode() == SHM_THP_ADVISE && arena_bytes >= SHM_HUGEPAGE_BYTES)
+		pages_kind = "transparent huge pages (shmem, advised)";
+	else
+		pages_kind = "4 KiB pages (no hugetlb pages reserved, shmem THP off)";
+	log_ctx_info(
+		LOG_POOL_UID(p->id, uid),
+		"pool %llu: uid %u model '%s' %uL %uH %uD %uT %s, %llu pages of %llu bytes, %s",
+		(unsigned long long)p->id, (unsigned)uid, model_id, layout->n_layers,
+		layout->n_kv_heads, layout->head_dim, layout->block_tokens,
+		shm_dtype_name(layout->dtype), (unsigned long long)n_pages,
+		(unsigned long long)page_bytes, pages_kind);
 	*ret_pool = p;
 	return 0;
 fail:
