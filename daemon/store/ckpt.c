@@ -17,7 +17,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -460,87 +459,26 @@ static int copy_to_bounce(void *arg)
 	return 0;
 }
 
-/* The pages' hashes, on a thread of their own while ckpt_write writes
- * the same pages: the disk and the hashing overlap. */
-struct hasher {
-	const void *const *pages; /* [n_pages] */
-	uint32_t n_pages;
-	size_t page_bytes;
-	unsigned char *sums; /* [n_pages] XXH3_64, little-endian */
-	XXH3_state_t *xs;    /* the file's XXH3_128, pages in order */
-	XXH3_state_t *x64;
-	uint32_t at; /* the page being hashed */
-	int stop;    /* the writer gave up (atomic) */
-	int ret;     /* 0, or -EFAULT: a page's memory is gone */
+/* Hashes a page of the arena where it lies, under the guard (guard.h). */
+struct arena_hash {
+	const void *page;
+	size_t n;
+	uint64_t sum;
+	XXH3_state_t *xs;
 };
 
-/* Both hashes of page h->at in one pass over memory: 64 KiB at a time,
- * read once while in cache. Under the guard (guard.h). */
-static int hash_page_both(void *arg)
+static int hash_arena_page(void *arg)
 {
-	struct hasher *h = arg;
-	const char *p = h->pages[h->at];
+	struct arena_hash *h = arg;
 
-	XXH3_64bits_reset(h->x64);
-	for (size_t off = 0; off < h->page_bytes; off += 65536) {
-		size_t n = h->page_bytes - off < 65536 ? h->page_bytes - off : 65536;
-
-		XXH3_64bits_update(h->x64, p + off, n);
-		XXH3_128bits_update(h->xs, p + off, n);
-	}
-	le_put64(h->sums + (uint64_t)h->at * SUM_BYTES, XXH3_64bits_digest(h->x64));
+	h->sum = XXH3_64bits(h->page, h->n);
+	XXH3_128bits_update(h->xs, h->page, h->n);
 	return 0;
-}
-
-static void *hasher_run(void *arg)
-{
-	struct hasher *h = arg;
-
-	for (h->at = 0; h->at < h->n_pages; h->at++) {
-		if (__atomic_load_n(&h->stop, __ATOMIC_RELAXED))
-			break;
-		/* The arena is the clients': memory they took away is a
-		 * failed checkpoint, not a dead daemon (guard.h). */
-		if (guard_run(hash_page_both, h) < 0) {
-			h->ret = -EFAULT;
-			break;
-		}
-	}
-	return NULL;
 }
 
 /* Pages written by one pwritev: enough for the disk to stream. */
 #define WRITE_BATCH_BYTES (8u << 20)
 #define WRITE_BATCH_IOVS  64
-
-/* Writes pages [0, n) back to back at off from where they lie (O_DIRECT
- * when fd has it): up to WRITE_BATCH_BYTES per pwritev, neighbours in
- * the arena in one iovec. Returns 0 or -errno. */
-static int write_pages(int fd, const void *const *pages, uint32_t n, size_t page_bytes,
-		       uint64_t off)
-{
-	for (uint32_t i = 0; i < n;) {
-		struct iovec iov[WRITE_BATCH_IOVS];
-		uint64_t at = off + (uint64_t)i * page_bytes, batch = 0;
-		int n_iov = 0, ret;
-
-		for (; i < n && batch < WRITE_BATCH_BYTES; i++, batch += page_bytes) {
-			if (n_iov && (char *)iov[n_iov - 1].iov_base + iov[n_iov - 1].iov_len ==
-					     (const char *)pages[i]) {
-				iov[n_iov - 1].iov_len += page_bytes;
-			} else if (n_iov < WRITE_BATCH_IOVS) {
-				iov[n_iov].iov_base = (void *)pages[i];
-				iov[n_iov++].iov_len = page_bytes;
-			} else {
-				break;
-			}
-		}
-		ret = pwritev_full(fd, iov, n_iov, at);
-		if (ret < 0)
-			return ret;
-	}
-	return 0;
-}
 
 int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 	       const struct ckpt_token *tokens, const void *const *pages, uint64_t *ret_bytes,
@@ -548,14 +486,14 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 {
 	char tmp[TMP_NAME_BYTES];
 	unsigned char *head = NULL, *tail = NULL, *bounce = NULL;
-	XXH3_state_t *xs = NULL, *x64 = NULL;
+	XXH3_state_t *xs = NULL;
 	XXH128_canonical_t digest;
 	const char *problem, *step = NULL;
 	uint64_t created_ns;
 	struct timespec now;
 	struct geom g;
 	struct ckpt_meta mm = *m;
-	int fd = -1, made = 0, quantize, direct, ret;
+	int fd = -1, made = 0, quantize, ret;
 
 	if (!ckpt_name_valid(name)) {
 		say(why, whylen, "invalid checkpoint name");
@@ -605,8 +543,7 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 	if (m->n_pages && posix_memalign((void **)&bounce, SHM_PAGE_ALIGN, m->page_bytes))
 		bounce = NULL;
 	xs = XXH3_createState();
-	x64 = XXH3_createState();
-	if (!head || !tail || (m->n_pages && !bounce) || !xs || !x64)
+	if (!head || !tail || (m->n_pages && !bounce) || !xs)
 		goto fail;
 	for (uint64_t i = 0; i < m->n_tokens; i++)
 		encode_token(head + HDR_BYTES + i * TOKEN_BYTES, &tokens[i]);
@@ -639,36 +576,46 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 	if (ret < 0)
 		goto fail;
 	step = "writing pages";
-	direct = !quantize;
-	for (uint32_t i = 0; direct && i < m->n_pages; i++)
-		direct = (uintptr_t)pages[i] % SHM_PAGE_ALIGN == 0;
-	if (direct && m->n_pages) {
-		/* Pages stored as they are, aligned (the arena's): written
-		 * from where they lie while another thread hashes them there.
-		 * A client scribbling on one meanwhile makes the file fail
-		 * its checks at restore (a refused checkpoint, never wrong
-		 * KV), as a spilled page's does. */
-		struct hasher h = {pages, m->n_pages, m->page_bytes, tail, xs, x64, 0, 0, 0};
-		pthread_t t;
-		int threaded = pthread_create(&t, NULL, hasher_run, &h) == 0;
+	for (uint32_t i = 0; i < m->n_pages;) {
+		struct iovec iov[WRITE_BATCH_IOVS];
+		uint64_t at = g.pages_off + (uint64_t)i * m->page_bytes, batch = 0;
+		int n_iov = 0;
 
-		if (!threaded)
-			hasher_run(&h); /* no thread to be had: one after the other */
-		ret = write_pages(fd, pages, m->n_pages, m->page_bytes, g.pages_off);
-		if (threaded) {
+		/* Pages stored as they are and aligned go from the arena as
+		 * they lie, hashed there first: a client scribbling on one
+		 * meanwhile makes the file fail its checks at restore (a
+		 * refused checkpoint, never wrong KV), as a spilled page's
+		 * does. Neighbours in the arena share one iovec. */
+		for (; !quantize && i < m->n_pages && batch < WRITE_BATCH_BYTES; i++) {
+			struct arena_hash ah = {pages[i], m->page_bytes, 0, xs};
+
+			if ((uintptr_t)pages[i] % SHM_PAGE_ALIGN)
+				break;
+			if (n_iov && (char *)iov[n_iov - 1].iov_base + iov[n_iov - 1].iov_len ==
+					     (const char *)pages[i]) {
+				iov[n_iov - 1].iov_len += m->page_bytes;
+			} else if (n_iov < WRITE_BATCH_IOVS) {
+				iov[n_iov].iov_base = (void *)pages[i];
+				iov[n_iov++].iov_len = m->page_bytes;
+			} else {
+				break;
+			}
+			/* The arena is the clients': memory they took away is
+			 * a failed checkpoint, not a dead daemon (guard.h). */
+			if (guard_run(hash_arena_page, &ah) < 0) {
+				ret = -EFAULT;
+				step = "reading a page (its memory is gone from the arena)";
+				goto fail;
+			}
+			le_put64(tail + (uint64_t)i * SUM_BYTES, ah.sum);
+			batch += m->page_bytes;
+		}
+		if (n_iov) {
+			ret = pwritev_full(fd, iov, n_iov, at);
 			if (ret < 0)
-				__atomic_store_n(&h.stop, 1, __ATOMIC_RELAXED);
-			pthread_join(t, NULL);
+				goto fail;
+			continue;
 		}
-		if (ret < 0)
-			goto fail;
-		if (h.ret < 0) {
-			ret = h.ret;
-			step = "reading a page (its memory is gone from the arena)";
-			goto fail;
-		}
-	}
-	for (uint32_t i = 0; !direct && i < m->n_pages; i++) {
 		/* Quantized or unaligned: through the bounce buffer. */
 		struct to_bounce tb = {bounce, pages[i], m, &mm.pool_layout, quantize};
 
@@ -679,9 +626,10 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 		}
 		le_put64(tail + (uint64_t)i * SUM_BYTES, XXH3_64bits(bounce, m->page_bytes));
 		XXH3_128bits_update(xs, bounce, m->page_bytes);
-		ret = pwrite_full(fd, bounce, m->page_bytes, g.pages_off + i * m->page_bytes);
+		ret = pwrite_full(fd, bounce, m->page_bytes, at);
 		if (ret < 0)
 			goto fail;
+		i++;
 	}
 	XXH3_128bits_update(xs, tail, g.trailer_off - g.sums_off);
 	{
@@ -737,7 +685,6 @@ fail:
 		unlinkat(dir_fd, tmp, 0);
 out:
 	XXH3_freeState(xs);
-	XXH3_freeState(x64);
 	free(bounce);
 	free(tail);
 	free(head);
