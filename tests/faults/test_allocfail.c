@@ -2065,9 +2065,16 @@ static void test_startup(void **state)
 		 * found, with their bytes (unless the failure cost them: then a
 		 * shorter match). */
 		if (SANITIZED && fired && strstr(sh.caller, "/libc.so")) {
-			/* It may be aborting (sanitizer_abort). */
-			usleep(100 * 1000);
-			if (waitpid(x->h.pid, &status, WNOHANG) == x->h.pid) {
+			/* It may be aborting (sanitizer_abort): a thread it
+			 * starts after serving can be the one, so watch it a
+			 * while. */
+			int gone = 0;
+
+			for (int w = 0; w < 40 && !gone; w++) {
+				usleep(50 * 1000);
+				gone = waitpid(x->h.pid, &status, WNOHANG) == x->h.pid;
+			}
+			if (gone) {
 				x->h.pid = 0;
 				if (sanitizer_abort(&sh, status)) {
 					sanitizer++;
