@@ -459,17 +459,18 @@ static int copy_to_bounce(void *arg)
 	return 0;
 }
 
-/* Hashes a page of the arena where it lies, under the guard (guard.h). */
-struct arena_hash {
+/* Hashes a page of the arena where it lies (written from there, or read
+ * into it), under the guard (guard.h): its own sum and the file's. */
+struct page_hash {
 	const void *page;
 	size_t n;
 	uint64_t sum;
 	XXH3_state_t *xs;
 };
 
-static int hash_arena_page(void *arg)
+static int hash_page(void *arg)
 {
-	struct arena_hash *h = arg;
+	struct page_hash *h = arg;
 
 	h->sum = XXH3_64bits(h->page, h->n);
 	XXH3_128bits_update(h->xs, h->page, h->n);
@@ -587,7 +588,7 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 		 * refused checkpoint, never wrong KV), as a spilled page's
 		 * does. Neighbours in the arena share one iovec. */
 		for (; !quantize && i < m->n_pages && batch < WRITE_BATCH_BYTES; i++) {
-			struct arena_hash ah = {pages[i], m->page_bytes, 0, xs};
+			struct page_hash ah = {pages[i], m->page_bytes, 0, xs};
 
 			if ((uintptr_t)pages[i] % SHM_PAGE_ALIGN)
 				break;
@@ -602,7 +603,7 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 			}
 			/* The arena is the clients': memory they took away is
 			 * a failed checkpoint, not a dead daemon (guard.h). */
-			if (guard_run(hash_arena_page, &ah) < 0) {
+			if (guard_run(hash_page, &ah) < 0) {
 				ret = -EFAULT;
 				step = "reading a page (its memory is gone from the arena)";
 				goto fail;
@@ -973,23 +974,6 @@ int ckpt_open(int dir_fd, const char *name, struct ckpt_reader *r, char *why, si
 fail:
 	ckpt_close(r);
 	return ret;
-}
-
-/* Hashes a page read into the arena, under the guard (guard.h). */
-struct page_hash {
-	const void *page;
-	size_t n;
-	uint64_t sum;
-	XXH3_state_t *xs;
-};
-
-static int hash_page(void *arg)
-{
-	struct page_hash *h = arg;
-
-	h->sum = XXH3_64bits(h->page, h->n);
-	XXH3_128bits_update(h->xs, h->page, h->n);
-	return 0;
 }
 
 int ckpt_read_pages(struct ckpt_reader *r, void *const *dst, char *why, size_t whylen)
