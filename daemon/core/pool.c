@@ -14,6 +14,19 @@
 #include "arena.h"
 #include "log.h"
 #include "pool.h"
+#include "worker.h"
+
+/* Warming free slots ahead of writers (pool_warm). */
+struct warm_job {
+	struct worker_job wj;
+	struct cache *c;
+	struct pool *p;
+	int fd; /* the arena's, a dup: the pool may go first (pool_free) */
+	uint64_t page_bytes;
+	uint32_t pos, n; /* pagealloc_cold_top's */
+	int err;	 /* thread: 0 or the errno of fallocate */
+	uint32_t *slots; /* [n] stack order, then [n] sorted */
+};
 
 static int same_layout(const struct shm_layout *a, const struct shm_layout *b)
 {
@@ -145,6 +158,8 @@ void pool_free(struct cache *c, struct pool *p)
 		return;
 	kvp_assert(list_empty(&p->sessions) && !tier_pool_busy(p) && list_empty(&p->waiters) &&
 		   !p->n_jobs && !p->n_compact_jobs && !p->n_forgets && !gpu_pool_busy(p));
+	if (p->warm_job)
+		p->warm_job->p = NULL; /* it has a descriptor of its own */
 	gpu_pool_close(c, p);
 	tier_pool_close(c, p);
 	idmap_del(&c->pools, p->id);
@@ -186,4 +201,118 @@ uint32_t pool_release_free(struct pool *p)
 		done += n;
 	}
 	return done;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Worker thread: allocates (and the kernel zeroes) the slots' memory. A
+ * slot the loop handed out meanwhile may be being written: fallocate
+ * only fills holes, it never touches a page that is there. */
+static void warm_run(struct worker_job *wj)
+{
+	struct warm_job *j = container_of(wj, struct warm_job, wj);
+	uint32_t *s = j->slots + j->n;
+
+	memcpy(s, j->slots, j->n * sizeof(*s));
+	qsort(s, j->n, sizeof(*s), cmp_u32);
+	for (uint32_t i = 0, k; i < j->n; i = k) {
+		for (k = i + 1; k < j->n && s[k] == s[k - 1] + 1;)
+			k++;
+		if (fallocate(j->fd, FALLOC_FL_KEEP_SIZE, (off_t)((uint64_t)s[i] * j->page_bytes),
+			      (off_t)((uint64_t)(k - i) * j->page_bytes)) < 0) {
+			j->err = errno;
+			return;
+		}
+	}
+}
+
+static void warm_submit(struct cache *c, struct pool *p);
+
+static void warm_done(struct worker_job *wj)
+{
+	struct warm_job *j = container_of(wj, struct warm_job, wj);
+	struct cache *c = j->c;
+	struct pool *p = j->p;
+
+	close(j->fd);
+	if (!p) {
+		free(j->slots);
+		free(j);
+		return;
+	}
+	p->warm_job = NULL;
+	if (j->err) {
+		/* Out of memory, or a file system that cannot: the writers
+		 * fault their pages in as before. */
+		log_ctx_info(LOG_POOL_UID(p->id, p->uid),
+			     "pool %llu: cannot make free pages' memory resident ahead of "
+			     "writers: %s (not tried again)",
+			     (unsigned long long)p->id, strerror(j->err));
+		p->warm_failed = 1;
+	} else {
+		pagealloc_warmed(&p->pa, j->pos, j->n, j->slots);
+	}
+	free(j->slots);
+	free(j);
+	if (p->warm_wanted)
+		warm_submit(c, p); /* until the reserve is full */
+}
+
+/* One job of at most POOL_WARM_BYTES towards keep free resident slots,
+ * unless there is nothing (more) to do. */
+static void warm_submit(struct cache *c, struct pool *p)
+{
+	struct pagealloc *pa = &p->pa;
+	uint32_t keep = pa->n_pages / 32, have = pa->n_free - pa->n_released, max;
+	struct warm_job *j;
+
+	if (p->warm_job || p->huge || p->warm_failed || !c->worker || !c->worker->loop)
+		return;
+	if (have >= keep || !pa->n_released || pa->n_free <= 2 * keep) {
+		p->warm_wanted = 0;
+		return;
+	}
+	max = (uint32_t)(POOL_WARM_BYTES / p->page_bytes);
+	if (max < 1)
+		max = 1;
+	if (max > keep - have)
+		max = keep - have;
+	j = calloc(1, sizeof(*j));
+	if (j)
+		j->slots = malloc(2 * (size_t)max * sizeof(*j->slots));
+	if (j && j->slots)
+		j->fd = fcntl(p->arena_fd, F_DUPFD_CLOEXEC, 0);
+	if (!j || !j->slots || j->fd < 0) {
+		if (j)
+			free(j->slots);
+		free(j);
+		return; /* the next tick tries again */
+	}
+	j->n = pagealloc_cold_top(pa, max, j->slots, &j->pos);
+	j->c = c;
+	j->p = p;
+	j->page_bytes = p->page_bytes;
+	j->wj.run = warm_run;
+	j->wj.done = warm_done;
+	p->warm_job = j;
+	worker_submit(c->worker, &j->wj);
+}
+
+void pool_warm(struct cache *c, struct pool *p)
+{
+	uint32_t keep = p->pa.n_pages / 32;
+
+	if (p->pa.n_gets != p->warm_gets) {
+		p->warm_gets = p->pa.n_gets;
+		p->warm_wanted = 1;
+	}
+	/* Not for every slot taken: once a quarter of the reserve is gone
+	 * (one job per Append would cost the loop more than it saves). */
+	if (p->warm_wanted && p->pa.n_free - p->pa.n_released + keep / 4 < keep)
+		warm_submit(c, p);
 }

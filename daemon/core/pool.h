@@ -21,6 +21,8 @@
 #include "prefix_index.h"
 #include "tier.h"
 
+struct warm_job;
+
 struct pool {
 	uint64_t id;
 	uid_t uid;
@@ -33,6 +35,14 @@ struct pool {
 	int huge;	    /* arena uses hugepages */
 	int pinned;	    /* its arena is registered with io_uring (tier.c): pinned */
 	int release_failed; /* punching holes in the arena failed: not again */
+	/* Warming free slots on a worker (pool_warm): the job in flight,
+	 * the allocator's n_gets when last looked, whether writers took
+	 * slots since the reserve was last full, and whether fallocate
+	 * failed (not again). */
+	struct warm_job *warm_job;
+	uint64_t warm_gets;
+	int warm_wanted;
+	int warm_failed;
 	struct pagealloc pa;
 	struct prefix_index ix;
 	XXH128_hash_t root;  /* chain root without a salt */
@@ -88,5 +98,19 @@ void pool_free(struct cache *c, struct pool *p);
  * Returns the pages given back. */
 #define POOL_RELEASE_MAX 16384u
 uint32_t pool_release_free(struct pool *p);
+
+/* Keeps free memory ready for p's writers: once p has handed out slots
+ * and a quarter of its reserve is gone, makes the memory of released free
+ * slots resident again on workers (fallocate, POOL_WARM_BYTES a job, one
+ * job at a time) until the same 1/32 of the pool that pool_release_free
+ * keeps is free and resident, so that the next writer finds its pages
+ * allocated and zeroed instead of paying the kernel for that one 4 KiB
+ * fault at a time. Not while the pool has no more than twice that free
+ * (the slots are for writers, not for eviction to fight over), nor for a
+ * hugetlb arena (reserved huge pages are not the system's); a pool that
+ * was never written gets nothing. Called after each Append and from the
+ * server's tick; a no-op without workers. */
+#define POOL_WARM_BYTES (32ull << 20)
+void pool_warm(struct cache *c, struct pool *p);
 
 #endif

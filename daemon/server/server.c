@@ -241,8 +241,13 @@ static void on_timer(struct loop_op *op, int res, unsigned int flags)
 	disk_refresh(s);
 	/* Free pages cost no memory (issue 14: what one tenant freed, or
 	 * had reclaimed for another, must not stay resident). */
-	for (struct list *it = s->cache.pool_list.next; it != &s->cache.pool_list; it = it->next)
-		pool_release_free(list_entry(it, struct pool, link));
+	for (struct list *it = s->cache.pool_list.next; it != &s->cache.pool_list; it = it->next) {
+		struct pool *p = list_entry(it, struct pool, link);
+
+		pool_release_free(p);
+		/* ...but those a writer will take next are ready. */
+		pool_warm(&s->cache, p);
+	}
 	/* Persistent sessions their clients left behind and forgot. */
 	if (s->cfg->session_idle_timeout_s)
 		session_expire_idle(&s->cache, clock_now_ns(),

@@ -320,6 +320,7 @@ static int do_append(struct cache *cache, struct peer *c, const Kvpalace__V1__Ap
 		}
 	}
 	cache_count(cache, s->pool->uid, appended_tokens, in->n_tokens);
+	pool_warm(cache, s->pool); /* for the next writer */
 	first_page = (uint32_t)(first / s->pool->layout.block_tokens);
 	kvpalace__v1__append_response__init(out);
 	out->first_token = first;

@@ -1,6 +1,7 @@
 /* daemon/store/pagealloc.c — page-slot allocator (see pagealloc.h). */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "log.h"
 #include "pagealloc.h"
@@ -43,6 +44,7 @@ int pagealloc_get(struct pagealloc *pa, uint32_t *ret_slot)
 		pa->n_released = pa->n_free; /* its memory comes back on first touch */
 	kvp_assert(pa->refs[slot] == 0);
 	pa->refs[slot] = 1;
+	pa->n_gets++;
 	*ret_slot = slot;
 	return 0;
 }
@@ -100,6 +102,33 @@ void pagealloc_released(struct pagealloc *pa, uint32_t n)
 {
 	kvp_assert(pa->n_released + n <= pa->n_free);
 	pa->n_released += n;
+}
+
+uint32_t pagealloc_cold_top(const struct pagealloc *pa, uint32_t max, uint32_t *slots,
+			    uint32_t *ret_pos)
+{
+	uint32_t n = pa->n_released < max ? pa->n_released : max;
+
+	*ret_pos = pa->n_released - n;
+	memcpy(slots, pa->free_stack + *ret_pos, n * sizeof(*slots));
+	return n;
+}
+
+uint32_t pagealloc_warmed(struct pagealloc *pa, uint32_t pos, uint32_t n, const uint32_t *slots)
+{
+	uint32_t *at = pa->free_stack + pos, above;
+
+	if (!n || pos > pa->n_released || n > pa->n_released - pos ||
+	    memcmp(at, slots, n * sizeof(*slots)))
+		return 0;
+	/* Slots released since lie above them: those go below, so that the
+	 * warm ones are the top of the released part; then the line moves
+	 * under them. */
+	above = pa->n_released - pos - n;
+	memmove(at, at + n, above * sizeof(*at));
+	memcpy(at + above, slots, n * sizeof(*slots));
+	pa->n_released -= n;
+	return n;
 }
 
 uint32_t pagealloc_n_pinned(const struct pagealloc *pa)

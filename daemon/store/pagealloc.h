@@ -18,6 +18,7 @@ struct pagealloc {
 	uint32_t n_pages;
 	uint32_t n_free;
 	uint32_t n_released;  /* free_stack[0..n_released): memory given back */
+	uint64_t n_gets;      /* slots handed out by pagealloc_get, ever */
 	uint32_t *free_stack; /* [n_pages], the first n_free entries are free slots */
 	uint32_t *refs;	      /* [n_pages] holders of each slot, 0 = free */
 	uint32_t *pins;	      /* [n_pages] read leases pinning each slot */
@@ -47,6 +48,21 @@ void pagealloc_unpin(struct pagealloc *pa, uint32_t slot);
 uint32_t pagealloc_release(const struct pagealloc *pa, uint32_t keep, uint32_t max,
 			   uint32_t *slots);
 void pagealloc_released(struct pagealloc *pa, uint32_t n);
+
+/* Making free memory resident again ahead of writers (pool_warm): the
+ * released slots pagealloc_get hands out first after the resident free
+ * ones, at most max of them, into slots (stack order, not sorted), and in
+ * *ret_pos where they lie; returns how many. Nothing changes: the caller
+ * faults their memory in (on a worker; the loop goes on allocating
+ * meanwhile, which is harmless, as making memory resident never changes
+ * its bytes) and then reports it with pagealloc_warmed. */
+uint32_t pagealloc_cold_top(const struct pagealloc *pa, uint32_t max, uint32_t *slots,
+			    uint32_t *ret_pos);
+/* Counts the n slots pagealloc_cold_top gave at pos as resident again,
+ * when they are all still free and released where they were (else the
+ * stack moved: the caller's work is left uncounted, a figure off, never a
+ * slot misplaced). Returns n or 0. */
+uint32_t pagealloc_warmed(struct pagealloc *pa, uint32_t pos, uint32_t n, const uint32_t *slots);
 /* Held and free slots whose memory is in use: held plus free not given
  * back. */
 static inline uint32_t pagealloc_resident(const struct pagealloc *pa)

@@ -224,6 +224,63 @@ static void test_release(void **state)
 	pagealloc_fini(&pa);
 }
 
+/* Warming (pagealloc_cold_top / pagealloc_warmed): the released slots
+ * handed out next become resident in the count, whether the stack stayed
+ * as it was or more slots were released above them; a stack that moved
+ * under them (the slots handed out) leaves the count alone. */
+static void test_warm(void **state)
+{
+	enum { N = 64 };
+	struct pagealloc pa;
+	uint32_t slots[N], pos, slot, n, rel[N];
+
+	(void)state;
+	assert_int_equal(pagealloc_init(&pa, N), 0);
+	/* Fresh: all released; the next out is slot 0, then 1, ... */
+	n = pagealloc_cold_top(&pa, 8, slots, &pos);
+	assert_int_equal(n, 8);
+	assert_int_equal(pos, N - 8);
+	assert_int_equal(pa.n_released, N); /* nothing changed yet */
+	assert_int_equal(pagealloc_warmed(&pa, pos, n, slots), 8);
+	assert_int_equal(pa.n_released, N - 8);
+	assert_int_equal(pagealloc_resident(&pa), 8);
+	assert_int_equal(pagealloc_check(&pa), 0);
+	/* Those are the ones handed out first. */
+	assert_int_equal(pagealloc_get(&pa, &slot), 0);
+	assert_int_equal(slot, 0);
+	assert_int_equal(pa.n_released, N - 8);
+
+	/* Slots released while the job ran lie above its slots. */
+	n = pagealloc_cold_top(&pa, 4, slots, &pos);
+	assert_int_equal(n, 4);
+	assert_int_equal(pagealloc_release(&pa, 0, N, rel), 7);
+	pagealloc_released(&pa, 7);
+	assert_int_equal(pagealloc_warmed(&pa, pos, n, slots), 4);
+	assert_int_equal(pa.n_released, N - 1 - 4);
+	assert_int_equal(pagealloc_check(&pa), 0);
+	/* The top of the released part is the warm four. */
+	for (uint32_t i = 0; i < 4; i++)
+		assert_int_equal(pa.free_stack[pa.n_released + i], slots[i]);
+
+	/* Handed out while the job ran: counted as before. */
+	n = pagealloc_cold_top(&pa, 4, slots, &pos);
+	for (uint32_t i = 0; i < 6; i++)
+		assert_int_equal(pagealloc_get(&pa, &slot), 0);
+	{
+		uint32_t before = pa.n_released;
+
+		assert_int_equal(pagealloc_warmed(&pa, pos, n, slots), 0);
+		assert_int_equal(pa.n_released, before);
+	}
+	assert_int_equal(pagealloc_check(&pa), 0);
+	/* Nothing released: nothing to warm. */
+	while (pa.n_free)
+		assert_int_equal(pagealloc_get(&pa, &slot), 0);
+	assert_int_equal(pagealloc_cold_top(&pa, 4, slots, &pos), 0);
+	assert_int_equal(pagealloc_warmed(&pa, pos, 0, slots), 0);
+	pagealloc_fini(&pa);
+}
+
 static void test_check_detects_corruption(void **state)
 {
 	struct pagealloc pa;
@@ -363,6 +420,7 @@ int main(void)
 		cmocka_unit_test(test_lifo_reuse),
 		cmocka_unit_test(test_pins),
 		cmocka_unit_test(test_release),
+		cmocka_unit_test(test_warm),
 		cmocka_unit_test(test_check_detects_corruption),
 		cmocka_unit_test(test_random_against_model),
 	};
