@@ -62,6 +62,12 @@ static const struct kvp_layout llama_layout = {
 	.dtype = KVP_DTYPE_F16,
 };
 
+static size_t page_data_bytes(void)
+{
+	return (size_t)llama_layout.n_layers * 2 * llama_layout.n_kv_heads *
+	       llama_layout.block_tokens * llama_layout.head_dim * 2;
+}
+
 struct opts {
 	const char *socket;
 	const char *redis;
@@ -347,9 +353,80 @@ static void child_read(const struct opts *o, uint32_t tok0, uint32_t n_tok, cons
 	kvp_disconnect(c);
 }
 
-/* A fresh writer: n_tok tokens from tok0, committed. */
+/* A fresh reader copying the prefix out with kvp_lease_read into warm
+ * private memory (what an engine staging K/V for the GPU does), timed from
+ * kvp_pool_open to kvp_lease_release; the reference, in the same process
+ * right after, is memcpy of the same bytes from warm private memory into
+ * the same warm buffer. n_tok / block_tokens pages of at most 64. */
+static void child_read_copy(const struct opts *o, uint32_t tok0, uint32_t n_tok, const char *tag,
+			    int out)
+{
+	uint32_t *toks = tokens(tok0, n_tok);
+	uint32_t n_pages = n_tok / llama_layout.block_tokens;
+	size_t pd = page_data_bytes(), total = (size_t)n_pages * pd;
+	uint8_t *dst = warm_alloc(total), *src = warm_alloc(total), *want = warm_alloc(pd);
+	uint64_t t0, t1;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_lease *l;
+	char name[64];
+
+	if (n_pages > 64)
+		die("the copy-out reader takes 64 pages at most");
+	fill(src, pd, n_pages, tok0);
+	c = lib_connect(o->socket);
+	t0 = now_ns();
+	check(c, kvp_pool_open(c, COLD_MODEL, &llama_layout, &p), "kvp_pool_open (copy reader)");
+	check(c, kvp_match_prefix(p, toks, n_tok, &l), "kvp_match_prefix (copy reader)");
+	if (kvp_lease_tokens(l) != n_tok)
+		die("the copy reader matched %" PRIu64 " of %u tokens", kvp_lease_tokens(l), n_tok);
+	for (uint32_t i = 0; i < n_pages; i++)
+		check(c, kvp_lease_read(l, i, 0, dst + (size_t)i * pd, pd), "kvp_lease_read");
+	check(c, kvp_lease_release(l), "kvp_lease_release (copy reader)");
+	t1 = now_ns();
+	for (uint32_t i = 0; i < n_pages; i++) {
+		fill_page(want, pd, tok0 + i * 16u);
+		if (memcmp(dst + (size_t)i * pd, want, pd))
+			die("the copy reader read other bytes than were written (page %u)", i);
+	}
+	snprintf(name, sizeof(name), "cold.read_%s_bw", tag);
+	report(out, name, (double)total / (double)(t1 - t0));
+	t0 = now_ns();
+	memcpy(dst, src, total);
+	t1 = now_ns();
+	snprintf(name, sizeof(name), "cold.memcpy_%s_bw", tag);
+	report(out, name, (double)total / (double)(t1 - t0));
+	kvp_pool_close(p);
+	kvp_disconnect(c);
+	free(toks);
+	free(dst);
+	free(src);
+	free(want);
+}
+
+/* Untimed: a lease of the n_tok tokens must hold exactly src's pages. */
+static void check_written(kvp_client *c, kvp_pool *p, const uint32_t *toks, uint32_t n_tok,
+			  const uint8_t *src, size_t page_data)
+{
+	struct kvp_page_view v;
+	kvp_lease *l;
+
+	check(c, kvp_match_prefix(p, toks, n_tok, &l), "kvp_match_prefix (writer's check)");
+	if (kvp_lease_tokens(l) != n_tok)
+		die("the fresh writer's %u tokens match %" PRIu64, n_tok, kvp_lease_tokens(l));
+	for (uint32_t i = 0; i < n_tok / llama_layout.block_tokens; i++) {
+		check(c, kvp_lease_page(l, i, &v), "kvp_lease_page (writer's check)");
+		if (memcmp(v.base, src + (size_t)i * page_data, page_data))
+			die("page %u holds other bytes than the fresh writer wrote", i);
+	}
+	check(c, kvp_lease_release(l), "kvp_lease_release (writer's check)");
+}
+
+/* A fresh writer: n_tok tokens from tok0, committed; through the mapping
+ * (kvp_session_page and memcpy), or with copy through the arena's file
+ * (kvp_session_write, appended without prefault). */
 static void child_write(const struct opts *o, uint32_t tok0, uint32_t n_tok, const char *tag,
-			int out)
+			int copy, int out)
 {
 	uint32_t *toks = tokens(tok0, n_tok);
 	uint32_t n_pages = n_tok / llama_layout.block_tokens;
@@ -372,9 +449,15 @@ static void child_write(const struct opts *o, uint32_t tok0, uint32_t n_tok, con
 	t0 = now_ns();
 	check(c, kvp_pool_open(c, COLD_MODEL, &llama_layout, &p), "kvp_pool_open (writer)");
 	check(c, kvp_session_create(p, &s), "kvp_session_create (writer)");
-	check(c, kvp_append(s, toks, n_tok), "kvp_append (writer)");
+	check(c, kvp_append_tier(s, toks, n_tok, KVP_TIER_HOST, copy ? KVP_APPEND_NO_PREFAULT : 0),
+	      "kvp_append (writer)");
 	ta = now_ns();
 	for (uint32_t i = 0; i < n_pages; i++) {
+		if (copy) {
+			check(c, kvp_session_write(s, i, 0, src + (size_t)i * page_data, page_data),
+			      "kvp_session_write");
+			continue;
+		}
 		check(c, kvp_session_page(s, i, &v), "kvp_session_page");
 		memcpy(v.base, src + (size_t)i * page_data, v.data_bytes);
 	}
@@ -389,6 +472,7 @@ static void child_write(const struct opts *o, uint32_t tok0, uint32_t n_tok, con
 	report(out, name, (double)(tb - ta) / 1e3);
 	snprintf(name, sizeof(name), "cold.write_%s_commit_us", tag);
 	report(out, name, (double)(t1 - tb) / 1e3);
+	check_written(c, p, toks, n_tok, src, page_data);
 	check(c, kvp_session_close(s), "kvp_session_close (writer)");
 	kvp_pool_close(p);
 	kvp_disconnect(c);
@@ -455,12 +539,6 @@ static double find(const struct result *r, int n, const char *prefix)
 }
 
 /* ---- the parent ------------------------------------------------------------- */
-
-static size_t page_data_bytes(void)
-{
-	return (size_t)llama_layout.n_layers * 2 * llama_layout.n_kv_heads *
-	       llama_layout.block_tokens * llama_layout.head_dim * 2;
-}
 
 /* Writes and commits the prefix of n_tok tokens from tok0 in session s's
  * pool (untimed set-up) and stores the same bytes in Redis under
@@ -543,9 +621,10 @@ static void bench_cold_read(const struct opts *o, kvp_client *c, kvp_pool *p, in
 {
 	uint32_t n_pages = n_tok / llama_layout.block_tokens;
 	uint8_t *dst = warm_alloc((size_t)n_pages * page_data_bytes());
-	double r_get[32], r_cpy[32], r_nopf[32];
+	double r_get[32], r_cpy[32], r_nopf[32], r_copy[32];
+	int copy = n_pages <= 64, n_alt = copy ? 4 : 3;
 	struct result res[MAX_RES];
-	char key[160], name[64], nopf_tag[32];
+	char key[160], name[64], nopf_tag[32], copy_tag[32];
 	int n;
 	kvp_lease *hold;
 	uint32_t *toks = tokens(tok0, n_tok);
@@ -558,12 +637,14 @@ static void bench_cold_read(const struct opts *o, kvp_client *c, kvp_pool *p, in
 		die("the prefix of %u tokens is not cached (%" PRIu64 " matched)", n_tok,
 		    kvp_lease_tokens(hold));
 	snprintf(nopf_tag, sizeof(nopf_tag), "%s_nopf", tag);
+	snprintf(copy_tag, sizeof(copy_tag), "%s_copy", tag);
 	for (int rep = 0; rep < reps; rep++) {
-		double ours = 0, nopf = 0, get = 0, cpy = 0;
+		double ours = 0, nopf = 0, get = 0, cpy = 0, out = 0, out_cpy = 1;
 
-		/* A B C, then C B A: whichever goes first meets other caches. */
-		for (int k = 0; k < 3; k++) {
-			switch (rep % 2 ? 2 - k : k) {
+		/* A B C D, then D C B A: whichever goes first meets other
+		 * caches. */
+		for (int k = 0; k < n_alt; k++) {
+			switch (rep % 2 ? n_alt - 1 - k : k) {
 			case 0:
 				n = run_child(o, "read", tok0, n_tok, tag, 1, res);
 				snprintf(name, sizeof(name), "cold.read_%s_bw", tag);
@@ -576,12 +657,20 @@ static void bench_cold_read(const struct opts *o, kvp_client *c, kvp_pool *p, in
 				snprintf(name, sizeof(name), "redis.get_%s_bw", tag);
 				sample(name, get);
 				break;
-			default:
+			case 2:
 				n = run_child(o, "read", tok0, n_tok, nopf_tag, 0, res);
 				snprintf(name, sizeof(name), "cold.read_%s_bw", nopf_tag);
 				nopf = find(res, n, name);
+				break;
+			default:
+				n = run_child(o, "read-copy", tok0, n_tok, copy_tag, 1, res);
+				snprintf(name, sizeof(name), "cold.read_%s_bw", copy_tag);
+				out = find(res, n, name);
+				snprintf(name, sizeof(name), "cold.memcpy_%s_bw", copy_tag);
+				out_cpy = find(res, n, name);
 			}
 		}
+		r_copy[rep] = out / out_cpy;
 		/* The same figure against its second reference, for bench/run. */
 		snprintf(name, sizeof(name), "cold.read_%s_bw_vs_memcpy", tag);
 		sample(name, ours);
@@ -596,6 +685,9 @@ static void bench_cold_read(const struct opts *o, kvp_client *c, kvp_pool *p, in
 	}
 	fprintf(stderr, "  read %s: median %.2fx Redis GET, %.2fx memcpy, %.2fx no-prefault\n", tag,
 		median_d(r_get, reps), median_d(r_cpy, reps), median_d(r_nopf, reps));
+	if (copy)
+		fprintf(stderr, "  read %s copied out (kvp_lease_read): median %.2fx memcpy\n", tag,
+			median_d(r_copy, reps));
 	check(c, kvp_lease_release(hold), "kvp_lease_release (hold)");
 	free(dst);
 	free(toks);
@@ -607,17 +699,17 @@ static void bench_cold_write(const struct opts *o, int rfd, uint32_t tok0, uint3
 	size_t pd = page_data_bytes();
 	uint8_t *src = warm_alloc((size_t)n_pages * pd);
 	struct result res[MAX_RES];
-	double r_set[32], r_pw[32];
+	double r_set[32], r_pw[32], r_copy[32];
 	int n;
 
 	fill(src, pd, n_pages, tok0);
 	for (int rep = 0; rep < reps; rep++) {
 		/* New tokens every time: pages nobody has, nothing deduplicated. */
-		uint32_t t = tok0 + (uint32_t)rep * 2 * n_tok;
-		double ours = 0, nopf = 0, set = 0, pw = 0;
+		uint32_t t = tok0 + (uint32_t)rep * 3 * n_tok;
+		double ours = 0, nopf = 0, set = 0, pw = 0, cp = 0;
 
-		for (int k = 0; k < 4; k++) {
-			switch (rep % 2 ? 3 - k : k) {
+		for (int k = 0; k < 5; k++) {
+			switch (rep % 2 ? 4 - k : k) {
 			case 0:
 				n = run_child(o, "write", t, n_tok, "1k", 1, res);
 				ours = find(res, n, "cold.write_1k_bw");
@@ -630,22 +722,32 @@ static void bench_cold_write(const struct opts *o, int rfd, uint32_t tok0, uint3
 				pw = pwrite_all(o->dir, n_pages, src);
 				sample("ref.pwrite_1k_bw", pw);
 				break;
-			default:
+			case 3:
 				n = run_child(o, "write", t + n_tok, n_tok, "1k_nopf", 0, res);
 				nopf = find(res, n, "cold.write_1k_nopf_bw");
+				break;
+			default:
+				n = run_child(o, "write-copy", t + 2 * n_tok, n_tok, "1k_copy", 1,
+					      res);
+				cp = find(res, n, "cold.write_1k_copy_bw");
 			}
 		}
 		sample("cold.write_1k_bw_vs_pwrite", ours);
+		sample("cold.write_1k_copy_bw_vs_pwrite", cp);
 		r_set[rep] = ours / set;
 		r_pw[rep] = ours / pw;
+		r_copy[rep] = cp / set;
 		fprintf(stderr,
-			"  write 1k: fresh %.2f GB/s (without prefault %.2f), Redis SET %.3f, "
-			"pwrite "
-			"%.2f: %.2fx SET, %.2fx pwrite\n",
-			ours, nopf, set, pw, r_set[rep], r_pw[rep]);
+			"  write 1k: fresh %.2f GB/s (without prefault %.2f, kvp_session_write "
+			"%.2f), "
+			"Redis SET %.3f, pwrite %.2f: %.2fx SET, %.2fx pwrite; kvp_session_write "
+			"%.2fx SET\n",
+			ours, nopf, cp, set, pw, r_set[rep], r_pw[rep], r_copy[rep]);
 	}
-	fprintf(stderr, "  write 1k: median %.2fx Redis SET, %.2fx pwrite\n", median_d(r_set, reps),
-		median_d(r_pw, reps));
+	fprintf(stderr,
+		"  write 1k: median %.2fx Redis SET, %.2fx pwrite; kvp_session_write %.2fx Redis "
+		"SET\n",
+		median_d(r_set, reps), median_d(r_pw, reps), median_d(r_copy, reps));
 	free(src);
 }
 
@@ -877,8 +979,12 @@ int main(int argc, char **argv)
 			die("bad child arguments");
 		if (!strcmp(child, "read"))
 			child_read(&o, tok0, n_tok, tag, 3);
+		else if (!strcmp(child, "read-copy"))
+			child_read_copy(&o, tok0, n_tok, tag, 3);
 		else if (!strcmp(child, "write"))
-			child_write(&o, tok0, n_tok, tag, 3);
+			child_write(&o, tok0, n_tok, tag, 0, 3);
+		else if (!strcmp(child, "write-copy"))
+			child_write(&o, tok0, n_tok, tag, 1, 3);
 		else
 			die("unknown child mode %s", child);
 		return 0;

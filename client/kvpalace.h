@@ -305,6 +305,28 @@ struct kvp_page_view {
  * lent the slots to someone else). */
 KVP_PUBLIC int kvp_session_page(kvp_session *s, uint64_t page, struct kvp_page_view *ret);
 
+/* Copies n bytes from src into page `page` of s, starting at byte `off` of
+ * the page (the offsets of struct kvp_page_view: layer * layer_stride +
+ * kv * kv_stride + ..., the scales after data_bytes, up to page_bytes),
+ * through the arena's file with pwrite(2) instead of this process's
+ * mapping. For a process that has its K/V in a buffer of its own (a
+ * staging copy from the GPU, a file) this is the fast way in: the kernel
+ * copies into the shared pages without mapping them here, and a page no
+ * process has touched yet is not zeroed first (a fresh writer through
+ * the mapping pays a fault and a clear per 4 KiB). Append such pages
+ * with kvp_append_tier(..., KVP_APPEND_NO_PREFAULT) so that kvp_append
+ * does not map them first. The bytes are visible to kvp_session_kv,
+ * kvp_session_page and every other process once the call returns; they
+ * are published, as ever, by kvp_commit. Only pages that hold no
+ * committed token can be written this way (committed K/V may be read by
+ * other processes: write the rest of a partly committed page through
+ * kvp_session_page). Errors: -EINVAL s NULL, or src NULL with n > 0;
+ * -ERANGE no such page, or off + n past page_bytes; -EROFS the page
+ * holds committed tokens; -ENOTCONN the connection was lost; another
+ * negative errno from pwrite(2). */
+KVP_PUBLIC int kvp_session_write(kvp_session *s, uint64_t page, uint64_t off, const void *src,
+				 size_t n);
+
 /* Publishes the next n reserved tokens: afterwards any process of the pool
  * can match and read their full pages. A page this commit fills may be
  * replaced by an identical indexed copy (dedup): pointers obtained from
@@ -505,6 +527,17 @@ KVP_PUBLIC const void *kvp_lease_kv(const kvp_lease *l, uint64_t pos, uint32_t l
  * -ENOTCONN the connection was lost (the lease ended with it). */
 KVP_PUBLIC int kvp_lease_page(const kvp_lease *l, uint64_t page, struct kvp_page_view *ret);
 
+/* Copies n bytes of page `page` of the lease, from byte `off` of the page
+ * (kvp_session_write's offsets), into dst, through the arena's file with
+ * pread(2): for a process that wants the K/V in a buffer of its own (a
+ * staging copy for the GPU) rather than read in place; it maps nothing
+ * in this process. Errors: -EINVAL l NULL, or dst NULL with n > 0;
+ * -ERANGE no such page (a miss has none), or off + n past page_bytes;
+ * -ENOTCONN the connection was lost; another negative errno from
+ * pread(2). */
+KVP_PUBLIC int kvp_lease_read(const kvp_lease *l, uint64_t page, uint64_t off, void *dst,
+			      size_t n);
+
 /* Creates a session holding the first n_tokens of the lease's match
  * (n_tokens <= kvp_lease_tokens()), sharing its pages copy-on-write as
  * kvp_session_fork does, under the salt the match used: how a process
@@ -542,6 +575,12 @@ enum kvp_tier {
  * map it, no free device slot), serve the lease from the host tier
  * instead of failing; kvp_lease_tier() tells which it got. */
 #define KVP_TIER_OR_HOST 1u
+
+/* Flag of kvp_append_tier(): do not prefault the new pages' page tables in
+ * this process (kvp_append does by default, for writing through the
+ * mapping): the pages will be written with kvp_session_write, or by
+ * another process. */
+#define KVP_APPEND_NO_PREFAULT 2u
 
 /* 1 when the daemon gave the pool a device arena (it has a GPU and
  * gpu-pool-size is not 0), else 0. Says nothing about whether this process
@@ -582,7 +621,8 @@ KVP_PUBLIC int kvp_match_prefix_tier(kvp_pool *p, const uint32_t *tokens, size_t
  * why), -ENODEV (this process cannot see the GPU) or -ENOSPC (the device
  * arena is full), unless flags has KVP_TIER_OR_HOST: then the tokens are
  * reserved on the host alone and kvp_session_device_kv() returns NULL for
- * them. Errors otherwise as kvp_append(). */
+ * them. flags may also have KVP_APPEND_NO_PREFAULT. Errors otherwise as
+ * kvp_append(). */
 KVP_PUBLIC int kvp_append_tier(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tier,
 			       unsigned int flags);
 

@@ -1,16 +1,21 @@
-/* client/api/page.c — page views: where a session's or a lease's page lies
- * in this process's mapping of the arena, with the strides of its layout
- * (kvp_session_page, kvp_lease_page), so an engine copies whole runs (a
- * page, a layer's K) instead of calling kvp_session_kv once per row.
+/* client/api/page.c — whole pages: views of where a session's or a
+ * lease's page lies in this process's mapping of the arena, with the
+ * strides of its layout (kvp_session_page, kvp_lease_page), so an engine
+ * copies whole runs (a page, a layer's K) instead of calling
+ * kvp_session_kv once per row; and copies in and out through the arena's
+ * file (kvp_session_write, kvp_lease_read), which map nothing here.
  *
- * Pure reads of the handle's page table, as kvp_session_kv and
+ * Views are pure reads of the handle's page table, as kvp_session_kv and
  * kvp_lease_kv are (the view's addresses are theirs: handle_page_view
  * computes them with shm/layout.h's offsets); nothing goes to the daemon.
+ * The copies use the same slots at the same offsets in the memfd: why
+ * they are faster for a fresh process is in kvpalace.h.
  * Not thread-safe: one thread at a time per client.
  *
  * Layer: api (client/README.md): uses handle/ only.
  */
 #include <errno.h>
+#include <unistd.h>
 
 #include "handle.h"
 
@@ -48,4 +53,65 @@ KVP_PUBLIC int kvp_lease_page(const kvp_lease *l, uint64_t page, struct kvp_page
 		return -ERANGE;
 	handle_page_view(p, l->slots[page], page, p->layout.block_tokens, ret);
 	return 0;
+}
+
+/* pwrite/pread of [off, off + n) of slot `slot`'s page, to the end: the
+ * kernel may copy less than asked (a signal). */
+static int page_io(const struct kvp_pool *p, uint32_t slot, uint64_t off, void *buf, size_t n,
+		   int write)
+{
+	uint64_t at = (uint64_t)(p->pages - p->arena) + (uint64_t)slot * p->page_bytes + off;
+
+	if (p->arena_fd < 0)
+		return -EBADF;
+	while (n) {
+		ssize_t k = write ? pwrite(p->arena_fd, buf, n, (off_t)at)
+				  : pread(p->arena_fd, buf, n, (off_t)at);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -errno;
+		if (k == 0)
+			return -EIO; /* past the end: cannot be, the arena is sealed */
+		buf = (unsigned char *)buf + k;
+		n -= (size_t)k;
+		at += (uint64_t)k;
+	}
+	return 0;
+}
+
+KVP_PUBLIC int kvp_session_write(kvp_session *s, uint64_t page, uint64_t off, const void *src,
+				 size_t n)
+{
+	const struct kvp_pool *p;
+
+	if (!s || (!src && n))
+		return -EINVAL;
+	p = s->pool;
+	if (p->client->dead)
+		return -ENOTCONN;
+	if (page >= pool_pages_for(p, s->n_tokens) || off > p->page_bytes ||
+	    n > p->page_bytes - off)
+		return -ERANGE;
+	/* Committed rows may be read by anyone now (and a full page may be
+	 * an indexed copy other sessions share). */
+	if (s->committed > page * p->layout.block_tokens)
+		return -EROFS;
+	return page_io(p, s->slots[page], off, (void *)src, n, 1);
+}
+
+KVP_PUBLIC int kvp_lease_read(const kvp_lease *l, uint64_t page, uint64_t off, void *dst, size_t n)
+{
+	const struct kvp_pool *p;
+
+	if (!l || (!dst && n))
+		return -EINVAL;
+	p = l->pool;
+	if (p->client->dead)
+		return -ENOTCONN;
+	if (page >= l->n_tokens / p->layout.block_tokens || off > p->page_bytes ||
+	    n > p->page_bytes - off)
+		return -ERANGE;
+	return page_io(p, l->slots[page], off, dst, n, 0);
 }

@@ -4,7 +4,8 @@
  * costs no round trip), sends OpenPool, checks that the daemon's geometry
  * agrees with shm/layout.h and fits the arena, and maps the arena memfd
  * that came with the reply (shm_arena_map checks its seals and size). The
- * fd is closed once mapped. A pool handle owns the handles of its sessions
+ * handle keeps the fd (close-on-exec) for kvp_session_write and
+ * kvp_lease_read, which copy through it with pwrite/pread. A pool handle owns the handles of its sessions
  * and leases, and keeps the cache salt that kvp_pool_set_salt() gives it
  * (purely local: it travels with later CreateSession and MatchPrefix
  * requests). Not thread-safe: one thread at a time per client.
@@ -86,6 +87,7 @@ KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id, const struct k
 	if (!p)
 		return -ENOMEM;
 	p->client = c;
+	p->arena_fd = -1;
 	p->layout = *layout;
 	layout_to_shm(layout, &p->shm);
 	list_init(&p->link);
@@ -128,7 +130,8 @@ KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id, const struct k
 		ret = conn_error(c, ret, "cannot map the pool's arena");
 		goto fail;
 	}
-	close(fd);
+	p->arena_fd = fd;
+	fd = -1;
 	p->id = r->pool_id;
 	p->page_bytes = r->page_bytes;
 	p->row_bytes = shm_row_bytes(&p->shm);

@@ -183,7 +183,7 @@ static int append(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tie
 	size_t done = 0;
 	int ret;
 
-	if (!s || (!tokens && n) || (flags & ~KVP_TIER_OR_HOST) ||
+	if (!s || (!tokens && n) || (flags & ~(KVP_TIER_OR_HOST | KVP_APPEND_NO_PREFAULT)) ||
 	    (tier != KVP_TIER_GPU && tier != KVP_TIER_HOST))
 		return -EINVAL;
 	c = s->pool->client;
@@ -249,7 +249,8 @@ static int append(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tie
 		/* The caller writes host pages next: prefault them now, in
 		 * one call per run, not a fault per 4 KiB (device pages are
 		 * written on the device). */
-		if (!(resp->append->has_tier && resp->append->tier == KVPALACE__V1__TIER__TIER_GPU))
+		if (!(flags & KVP_APPEND_NO_PREFAULT) &&
+		    !(resp->append->has_tier && resp->append->tier == KVPALACE__V1__TIER__TIER_GPU))
 			handle_populate(s->pool, s->slots + resp->append->first_page,
 					resp->append->n_page_slots, 1);
 		done += len;

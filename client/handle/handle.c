@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "arena.h"
 #include "devmap.h"
@@ -59,6 +60,8 @@ void handle_pool_free(struct kvp_pool *p)
 	while (!list_empty(&p->sessions))
 		handle_session_free(list_entry(p->sessions.next, struct kvp_session, link));
 	shm_arena_unmap(p->arena, p->arena_bytes);
+	if (p->arena_fd >= 0)
+		close(p->arena_fd);
 	free(p->prefaulted);
 	devmap_unmap(p);
 	list_del(&p->link);

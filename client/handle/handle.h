@@ -54,6 +54,10 @@ struct kvp_pool {
 	uint32_t n_pages;
 	unsigned char *arena; /* the whole mapping */
 	uint64_t arena_bytes;
+	/* The arena's memfd, kept for kvp_session_write / kvp_lease_read
+	 * (pwrite/pread need no page tables in this process); -1 when
+	 * none. */
+	int arena_fd;
 	unsigned char *pages; /* arena + arena_offset: page slot 0 */
 	unsigned char salt[POOL_SALT_MAX_BYTES];
 	size_t salt_bytes; /* 0: no salt */
