@@ -115,7 +115,6 @@ struct cache {
 	/* Free bytes of the cache directory's file system (statvfs, every
 	 * second, less what spills took since), UINT64_MAX when unknown. */
 	uint64_t disk_avail_bytes;
-	uint64_t pinned_bytes; /* arenas registered with io_uring (pinned) */
 	struct cache_counters ctr;
 	uint64_t start_ns;
 	/* Persistent sessions no open connection owns (struct

@@ -176,10 +176,10 @@ uint32_t pool_release_free(struct pool *p)
 {
 	uint32_t slots[256], keep = p->pa.n_pages / 32, n, done = 0;
 
-	/* Nor for hugetlb: the huge pages would go back to the reserved
+	/* Not for hugetlb: the huge pages would go back to the reserved
 	 * pool, not to the system, and should another process take them the
 	 * client writing the slot next would die of SIGBUS. */
-	if (p->pinned || p->huge || p->release_failed)
+	if (p->huge || p->release_failed)
 		return 0;
 	while (done < POOL_RELEASE_MAX &&
 	       (n = pagealloc_release(&p->pa, keep, sizeof(slots) / sizeof(*slots), slots))) {

@@ -33,7 +33,6 @@ struct pool {
 	int arena_fd;
 	void *arena;	    /* the daemon's own mapping */
 	int huge;	    /* arena uses hugepages */
-	int pinned;	    /* its arena is registered with io_uring (tier.c): pinned */
 	int release_failed; /* punching holes in the arena failed: not again */
 	/* Warming free slots on a worker (pool_warm): the job in flight,
 	 * the allocator's n_gets when last looked, whether writers took
@@ -92,9 +91,7 @@ void pool_free(struct cache *c, struct pool *p);
  * punched in the arena): all but the most recently freed 1/32 of the
  * pool, at most POOL_RELEASE_MAX pages a call (the server's tick). A page
  * given back reads as zeros and costs memory again when next written.
- * Not for an arena registered with io_uring (pinned): the registration
- * would keep the old memory and the disk tier would read from it; nor for
- * a hugetlb one.
+ * Not for a hugetlb arena.
  * Returns the pages given back. */
 #define POOL_RELEASE_MAX 16384u
 uint32_t pool_release_free(struct pool *p);
