@@ -97,17 +97,20 @@ void pool_free(struct cache *c, struct pool *p);
 uint32_t pool_release_free(struct pool *p);
 
 /* Keeps free memory ready for p's writers: once p has handed out slots
- * and a quarter of its reserve is gone, makes the memory of released free
- * slots resident again on workers (fallocate, POOL_WARM_BYTES a job, one
- * job at a time) until the same 1/32 of the pool that pool_release_free
- * keeps is free and resident, so that the next writer finds its pages
- * allocated and zeroed instead of paying the kernel for that one 4 KiB
- * fault at a time. Not while the pool has no more than twice that free
+ * and a quarter of its reserve is gone, allocates the memory of released
+ * free slots again on workers (fallocate, POOL_WARM_BYTES a job, one job
+ * at a time) until the same 1/32 of the pool that pool_release_free keeps
+ * is free and allocated, so that the next writer does not pay the kernel
+ * for allocating it one 4 KiB fault at a time. (The kernel still zeroes
+ * such a page on its first fault, but not under a kvp_session_write of
+ * the whole page.) Not while the pool has no more than twice that free
  * (the slots are for writers, not for eviction to fight over), nor for a
  * hugetlb arena (reserved huge pages are not the system's); a pool that
- * was never written gets nothing. Called after each Append and from the
- * server's tick; a no-op without workers. */
-#define POOL_WARM_BYTES (32ull << 20)
+ * was never written gets nothing. Called after each Commit (not Append:
+ * fallocate holds the arena's inode lock, which the writer's
+ * kvp_session_write would wait for) and from the server's tick; a no-op
+ * without workers. Small jobs, for the same lock. */
+#define POOL_WARM_BYTES (8ull << 20)
 void pool_warm(struct cache *c, struct pool *p);
 
 #endif

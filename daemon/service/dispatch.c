@@ -320,7 +320,6 @@ static int do_append(struct cache *cache, struct peer *c, const Kvpalace__V1__Ap
 		}
 	}
 	cache_count(cache, s->pool->uid, appended_tokens, in->n_tokens);
-	pool_warm(cache, s->pool); /* for the next writer */
 	first_page = (uint32_t)(first / s->pool->layout.block_tokens);
 	kvpalace__v1__append_response__init(out);
 	out->first_token = first;
@@ -375,6 +374,7 @@ static int do_commit(struct cache *cache, struct peer *c, uint64_t req_id,
 		return ret == -E2BIG ? -EINVAL : ret;
 	}
 	cache_count(cache, s->pool->uid, committed_tokens, in->n_tokens);
+	pool_warm(cache, s->pool); /* for the next writer, this one is done */
 	kvpalace__v1__commit_response__init(out);
 	ret = polop_compact_after_commit(cache, c, req_id, s);
 	if (ret == -EINPROGRESS)
