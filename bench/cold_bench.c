@@ -16,11 +16,17 @@
  *    the same bytes (one 2 MiB value per page, one connection, into a warm
  *    buffer). The fresh read runs twice, with prefaulting (the library's
  *    default) and without (KVPALACE_PREFAULT=0): what prefaulting buys.
+ *    For 1k tokens a third fresh process copies the pages out into warm
+ *    private memory with kvp_lease_read (pread of the arena's memfd),
+ *    beside its own memcpy of the same bytes.
  *  - cold write: a fresh process opens the pool, appends 1k tokens, copies
  *    each page's bytes in (kvp_session_page) and commits; timed from
- *    kvp_pool_open to the end of kvp_commit. Beside it: Redis SET of the
- *    same bytes (a value per page) and pwrite(2) of them into a new file of
- *    the scratch directory ($TMPDIR).
+ *    kvp_pool_open to the end of kvp_commit; again without prefault, and
+ *    a third time copying each page in with kvp_session_write (pwrite of
+ *    the arena's memfd, appended with KVP_APPEND_NO_PREFAULT). Beside
+ *    them: Redis SET of the same bytes (a value per page) and pwrite(2)
+ *    of them into a new file of the scratch directory ($TMPDIR). Each
+ *    writer's pages are checked afterwards, untimed, through a lease.
  *  - row by row: a warm process writes 64 MiB of reserved pages one
  *    head_dim row at a time through kvp_session_kv, one row at a time with
  *    addresses from kvp_session_page's strides, and one (layer, K|V) run of
@@ -901,7 +907,8 @@ static void usage(FILE *f)
 	fputs("usage: kvp-bench-cold --socket PATH --redis PATH [--dir DIR] [--reps N]\n"
 	      "                      [--reps-4k N] [--row-mib M] [--row-passes N]\n"
 	      "Fresh processes reading a cached 1k- and 4k-token Llama-3-8B prefix and\n"
-	      "writing 1k tokens, beside Redis GET/SET, memcpy and pwrite; row-by-row\n"
+	      "writing 1k tokens (through the mapping and with kvp_session_write),\n"
+	      "beside Redis GET/SET, memcpy and pwrite; row-by-row\n"
 	      "in-place writes beside memcpy. Prints 'sample NAME VALUE' (GB/s, us).\n",
 	      f);
 }
