@@ -4,8 +4,9 @@
  * The benchmarks time kvpalace and Redis in the same process, in short
  * interleaved bursts, so the reference must cost what a real client costs
  * and no more: commands are built once (resp_cmd_set, resp_cmd_get) and
- * written as they are, replies are read through a buffer (one read(2) per
- * reply or per pipelined batch, not one per byte). Pipelining is
+ * written as they are (or, for values of megabytes, header and value in
+ * one writev without a copy), replies are read through a buffer (one
+ * read(2) per reply or per pipelined batch, not one per byte). Pipelining is
  * redis-benchmark's -P: write N commands in one write, then read N replies.
  *
  * Parsing is strict: a reply that is not exactly the one expected (an
@@ -24,6 +25,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -126,20 +128,80 @@ static inline struct resp_cmd resp_cmd_repeat(const struct resp_cmd *c, unsigned
 	return b;
 }
 
-static inline void resp_send(struct resp *r, const struct resp_cmd *c)
+/* Writes every byte of iov[0..n) (changing iov). */
+static inline void resp_writev(struct resp *r, struct iovec *iov, int n)
 {
-	const uint8_t *p = c->bytes;
-	size_t n = c->n;
-
 	while (n) {
-		ssize_t put = send(r->fd, p, n, MSG_NOSIGNAL);
+		struct msghdr h = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+		ssize_t put = sendmsg(r->fd, &h, MSG_NOSIGNAL);
 
 		if (put < 0 && errno == EINTR)
 			continue;
 		if (put <= 0)
 			die("redis: write: %s", put < 0 ? strerror(errno) : "wrote nothing");
-		p += put;
-		n -= (size_t)put;
+		while (n && (size_t)put >= iov->iov_len) {
+			put -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n) {
+			iov->iov_base = (uint8_t *)iov->iov_base + put;
+			iov->iov_len -= (size_t)put;
+		}
+	}
+}
+
+static inline void resp_send(struct resp *r, const struct resp_cmd *c)
+{
+	struct iovec iov = {.iov_base = c->bytes, .iov_len = c->n};
+
+	resp_writev(r, &iov, 1);
+}
+
+/* SET key to val[0..n) without copying val (values of megabytes): the
+ * header, the value and the CR LF in one write. Reads no reply. */
+static inline void resp_send_set(struct resp *r, const char *key, const void *val, size_t n)
+{
+	char head[RESP_LINE_MAX];
+	struct iovec iov[3];
+	int len = snprintf(head, sizeof(head), "*3\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%zu\r\n",
+			   strlen(key), key, n);
+
+	if (len < 0 || (size_t)len >= sizeof(head))
+		die("redis: key too long: %s", key);
+	iov[0] = (struct iovec){.iov_base = head, .iov_len = (size_t)len};
+	iov[1] = (struct iovec){.iov_base = (void *)val, .iov_len = n};
+	iov[2] = (struct iovec){.iov_base = (void *)"\r\n", .iov_len = 2};
+	resp_writev(r, iov, 3);
+}
+
+/* GET key. Reads no reply. */
+static inline void resp_send_get(struct resp *r, const char *key)
+{
+	char head[RESP_LINE_MAX];
+	struct iovec iov;
+	int len =
+		snprintf(head, sizeof(head), "*2\r\n$3\r\nGET\r\n$%zu\r\n%s\r\n", strlen(key), key);
+
+	if (len < 0 || (size_t)len >= sizeof(head))
+		die("redis: key too long: %s", key);
+	iov = (struct iovec){.iov_base = head, .iov_len = (size_t)len};
+	resp_writev(r, &iov, 1);
+}
+
+/* Reads exactly n bytes into dst, past the buffer. */
+static inline void resp_read_full(struct resp *r, uint8_t *dst, size_t n)
+{
+	while (n) {
+		ssize_t got = read(r->fd, dst, n);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			die("redis: read: %s",
+			    got < 0 ? strerror(errno) : "the server closed the connection");
+		dst += got;
+		n -= (size_t)got;
 	}
 }
 
@@ -206,11 +268,14 @@ static inline void resp_expect_ok(struct resp *r, const char *what)
 		die("redis %s: %s (want +OK)", what, line);
 }
 
-/* Reads one reply that must be a bulk string of exactly n bytes, into dst. */
+/* Reads one reply that must be a bulk string of exactly n bytes, into dst.
+ * A value larger than what is buffered is read straight into dst, so big
+ * values (pages of megabytes) cost one copy, as with any client. */
 static inline void resp_expect_bulk(struct resp *r, void *dst, size_t n, const char *what)
 {
 	char line[RESP_LINE_MAX], *end;
 	unsigned long long got;
+	size_t have;
 
 	resp_line(r, line, what);
 	if (line[0] != '$' || line[1] < '0' || line[1] > '9')
@@ -219,11 +284,19 @@ static inline void resp_expect_bulk(struct resp *r, void *dst, size_t n, const c
 	got = strtoull(line + 1, &end, 10);
 	if (errno || *end || got != n)
 		die("redis %s: %s (want a bulk string of %zu bytes)", what, line, n);
-	resp_fill(r, n + 2);
-	memcpy(dst, r->buf + r->off, n);
-	if (r->buf[r->off + n] != '\r' || r->buf[r->off + n + 1] != '\n')
+	have = r->len - r->off;
+	if (have >= n) {
+		memcpy(dst, r->buf + r->off, n);
+		r->off += n;
+	} else {
+		memcpy(dst, r->buf + r->off, have);
+		r->off = r->len = 0;
+		resp_read_full(r, (uint8_t *)dst + have, n - have);
+	}
+	resp_fill(r, 2);
+	if (r->buf[r->off] != '\r' || r->buf[r->off + 1] != '\n')
 		die("redis %s: bulk string of %zu bytes not ended by CR LF", what, n);
-	r->off += n + 2;
+	r->off += 2;
 }
 
 /* After a burst: nothing may be left unread (a reply too many is as wrong

@@ -413,6 +413,17 @@ struct unpip {
 	struct lat ref_lat;
 };
 
+/* Counts one cycle of two requests, timed t0..t1 (first) and t1..t2. */
+static void up_count(struct unpip *u, struct tally *t, uint64_t t0, uint64_t t1, uint64_t t2)
+{
+	lat_push(&u->lat[0], t1 - t0);
+	lat_push(&u->lat[1], t2 - t1);
+	t->ns[0] += t1 - t0;
+	t->ns[1] += t2 - t1;
+	t->ops[0]++;
+	t->ops[1]++;
+}
+
 /* Append of 1 token then Commit of it, until `end`. */
 static void up_write(struct unpip *u, uint64_t end, struct tally *t)
 {
@@ -433,12 +444,7 @@ static void up_write(struct unpip *u, uint64_t end, struct tally *t)
 		r = kvp_commit(u->s, 1);
 		t2 = now_ns();
 		check(u->c, r, "kvp_commit");
-		lat_push(&u->lat[0], t1 - t0);
-		lat_push(&u->lat[1], t2 - t1);
-		t->ns[0] += t1 - t0;
-		t->ns[1] += t2 - t1;
-		t->ops[0]++;
-		t->ops[1]++;
+		up_count(u, t, t0, t1, t2);
 		t1 = t2;
 	}
 }
@@ -464,12 +470,7 @@ static void up_read(struct unpip *u, uint64_t end, struct tally *t)
 		if (got != PROMPT_TOKENS)
 			die("kvp_match_prefix matched %" PRIu64 " of %u committed tokens", got,
 			    PROMPT_TOKENS);
-		lat_push(&u->lat[0], t1 - t0);
-		lat_push(&u->lat[1], t2 - t1);
-		t->ns[0] += t1 - t0;
-		t->ns[1] += t2 - t1;
-		t->ops[0]++;
-		t->ops[1]++;
+		up_count(u, t, t0, t1, t2);
 		t1 = t2;
 	}
 }
