@@ -35,7 +35,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -727,73 +726,28 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{"socket", required_argument, NULL, 's'},
-		{"redis", required_argument, NULL, 'r'},
-		{"dir", required_argument, NULL, 'd'},
-		{"reps", required_argument, NULL, 'n'},
-		{"reps-4k", required_argument, NULL, '4'},
-		{"row-mib", required_argument, NULL, 'm'},
-		{"row-passes", required_argument, NULL, 'p'},
-		{"child", required_argument, NULL, 'c'},
-		{"tok0", required_argument, NULL, 't'},
-		{"tokens", required_argument, NULL, 'k'},
-		{"tag", required_argument, NULL, 'g'},
-		{"help", no_argument, NULL, 'h'},
-		{0},
-	};
 	struct opts o = {.reps = 3, .reps_4k = 1, .row_mib = 64, .row_passes = 5};
 	const char *child = NULL, *tag = "1k";
-	uint32_t tok0 = 0, n_tok = 0;
+	unsigned tok0 = 0, n_tok = 0;
+	const struct bench_opt opts[] = {
+		{"socket", BENCH_OPT_STR, &o.socket, 0, 0},
+		{"redis", BENCH_OPT_STR, &o.redis, 0, 0},
+		{"dir", BENCH_OPT_STR, &o.dir, 0, 0},
+		{"reps", BENCH_OPT_INT, &o.reps, 1, 32},
+		{"reps-4k", BENCH_OPT_INT, &o.reps_4k, 0, 32},
+		{"row-mib", BENCH_OPT_UINT, &o.row_mib, 2, 4096},
+		{"row-passes", BENCH_OPT_INT, &o.row_passes, 1, 32},
+		{"child", BENCH_OPT_STR, &child, 0, 0},
+		{"tok0", BENCH_OPT_UINT, &tok0, 0, UINT32_MAX},
+		{"tokens", BENCH_OPT_UINT, &n_tok, 1, 1u << 24},
+		{"tag", BENCH_OPT_STR, &tag, 0, 0},
+	};
 	kvp_client *c;
 	kvp_pool *p;
 	struct resp rs;
-	int ch;
 
 	o.dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-		switch (ch) {
-		case 's':
-			o.socket = optarg;
-			break;
-		case 'r':
-			o.redis = optarg;
-			break;
-		case 'd':
-			o.dir = optarg;
-			break;
-		case 'n':
-			o.reps = atoi(optarg);
-			break;
-		case '4':
-			o.reps_4k = atoi(optarg);
-			break;
-		case 'm':
-			o.row_mib = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'p':
-			o.row_passes = atoi(optarg);
-			break;
-		case 'c':
-			child = optarg;
-			break;
-		case 't':
-			tok0 = (uint32_t)strtoul(optarg, NULL, 10);
-			break;
-		case 'k':
-			n_tok = (uint32_t)strtoul(optarg, NULL, 10);
-			break;
-		case 'g':
-			tag = optarg;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
+	bench_parse_opts(argc, argv, opts, (int)(sizeof(opts) / sizeof(opts[0])), usage);
 	if (child) {
 		if (!o.socket || !n_tok || n_tok % llama_layout.block_tokens)
 			die("bad child arguments");
@@ -805,9 +759,7 @@ int main(int argc, char **argv)
 			die("unknown child mode %s", child);
 		return 0;
 	}
-	if (!o.socket || !o.redis || optind != argc || o.reps < 1 || o.reps > 32 || o.reps_4k < 0 ||
-	    o.reps_4k > 32 || o.row_mib < 2 || o.row_mib > 4096 || o.row_passes < 1 ||
-	    o.row_passes > 32) {
+	if (!o.socket || !o.redis) {
 		usage(stderr);
 		return 2;
 	}

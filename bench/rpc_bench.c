@@ -49,7 +49,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <sched.h>
 #include <signal.h>
@@ -1498,90 +1497,62 @@ static void bench_page_write(const struct opts *o)
 static void usage(FILE *f)
 {
 	fputs("usage: kvp-bench-rpc --socket PATH --redis PATH [--seconds S] [--burst-ms MS]\n"
-	      "                     [--cpu N|none] [--clients N] [--depth D] [--bw-mib M]\n"
+	      "                     [--cpu N|any|none] [--clients N] [--depth D] [--bw-mib M]\n"
 	      "                     [--only unpipelined,pipelined,bw]\n"
 	      "Measures Append+Commit and MatchPrefix+Release round trips against a running\n"
 	      "kvpalaced, interleaved with Redis SET and GET on its Unix socket (bursts of\n"
 	      "MS ms, A B B A; S seconds of ours per figure), and the in-place page write\n"
 	      "bandwidth against memcpy; prints 'sample NAME VALUE' lines (rates in\n"
 	      "requests/s, bytes/ns = GB/s, latencies in microseconds, NAME:pair ratios).\n"
-	      "The unpipelined client, kvpalaced and redis-server run pinned to CPU N (by\n"
-	      "default the first this process may use) unless --cpu none.\n",
+	      "The unpipelined client, kvpalaced and redis-server run pinned to CPU N (any:\n"
+	      "the first this process may use, the default) unless --cpu none.\n",
 	      f);
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{"socket", required_argument, NULL, 's'},
-		{"redis", required_argument, NULL, 'r'},
-		{"seconds", required_argument, NULL, 't'},
-		{"burst-ms", required_argument, NULL, 'm'},
-		{"cpu", required_argument, NULL, 'u'},
-		{"clients", required_argument, NULL, 'c'},
-		{"depth", required_argument, NULL, 'd'},
-		{"bw-mib", required_argument, NULL, 'b'},
-		{"only", required_argument, NULL, 'o'},
-		{"help", no_argument, NULL, 'h'},
-		{0},
-	};
 	struct opts o = {
 		.seconds = 2,
 		.burst_ms = 50,
-		.cpu = -1,
 		.clients = 4,
 		.depth = 16,
 		.bw_mib = 64,
-		.do_unpipelined = 1,
-		.do_pipelined = 1,
-		.do_bw = 1,
 	};
-	int ch;
+	const char *only = "unpipelined,pipelined,bw", *cpu = "any";
+	const struct bench_opt opts[] = {
+		{"socket", BENCH_OPT_STR, &o.socket, 0, 0},
+		{"redis", BENCH_OPT_STR, &o.redis, 0, 0},
+		{"seconds", BENCH_OPT_DOUBLE, &o.seconds, 0.001, 3600},
+		{"burst-ms", BENCH_OPT_UINT, &o.burst_ms, 5, 10000},
+		{"cpu", BENCH_OPT_STR, &cpu, 0, 0},
+		{"clients", BENCH_OPT_UINT, &o.clients, 1, MAX_CLIENTS},
+		{"depth", BENCH_OPT_UINT, &o.depth, 1, MAX_DEPTH},
+		{"bw-mib", BENCH_OPT_UINT, &o.bw_mib, 1, 4096},
+		{"only", BENCH_OPT_STR, &only, 0, 0},
+	};
+	struct bench_opt cpu_opt = {"cpu", BENCH_OPT_INT, &o.cpu, 0, CPU_SETSIZE - 1};
+	char *parts, *part, *save;
 
-	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-		switch (ch) {
-		case 's':
-			o.socket = optarg;
-			break;
-		case 'r':
-			o.redis = optarg;
-			break;
-		case 't':
-			o.seconds = strtod(optarg, NULL);
-			break;
-		case 'm':
-			o.burst_ms = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'u':
-			o.cpu = strcmp(optarg, "none") ? atoi(optarg) : -2;
-			break;
-		case 'c':
-			o.clients = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'd':
-			o.depth = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'b':
-			o.bw_mib = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'o':
-			o.do_unpipelined = strstr(optarg, "unpipelined") != NULL;
-			o.do_pipelined = strstr(optarg, ",pipelined") != NULL ||
-					 strncmp(optarg, "pipelined", 9) == 0;
-			o.do_bw = strstr(optarg, "bw") != NULL;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
+	bench_parse_opts(argc, argv, opts, (int)(sizeof(opts) / sizeof(opts[0])), usage);
+	parts = strdup(only);
+	for (part = strtok_r(parts, ",", &save); part; part = strtok_r(NULL, ",", &save)) {
+		if (!strcmp(part, "unpipelined"))
+			o.do_unpipelined = 1;
+		else if (!strcmp(part, "pipelined"))
+			o.do_pipelined = 1;
+		else if (!strcmp(part, "bw"))
+			o.do_bw = 1;
+		else
+			o.do_bw = -1; /* marks a usage error */
 	}
-	if (!o.socket || optind != argc || !(o.seconds > 0 && o.seconds < 3600) || o.burst_ms < 5 ||
-	    o.burst_ms > 10000 || o.clients < 1 || o.clients > MAX_CLIENTS || o.depth < 1 ||
-	    o.depth > MAX_DEPTH || o.bw_mib < 1 || o.bw_mib > 4096 ||
-	    (!o.redis && (o.do_unpipelined || o.do_pipelined))) {
+	free(parts);
+	if (!strcmp(cpu, "none"))
+		o.cpu = -2;
+	else if (!strcmp(cpu, "any"))
+		o.cpu = -1;
+	else if (bench_opt_set(&cpu_opt, cpu) < 0)
+		o.do_bw = -1;
+	if (!o.socket || (!o.redis && (o.do_unpipelined || o.do_pipelined)) || o.do_bw < 0) {
 		usage(stderr);
 		return 2;
 	}
