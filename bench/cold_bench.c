@@ -36,26 +36,24 @@
  * Every byte read is checked against what was written (a wrong fast path
  * must not pass). Prints "sample NAME VALUE" lines (GB/s = bytes/ns, or
  * microseconds) for bench/run, and each repetition's ratios on stderr.
- * Single-threaded; children report their figures through a pipe.
+ * Speaks RESP itself (bench/resp.h). Single-threaded; children report
+ * their figures through a pipe.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define BENCH_PROG "kvp-bench-cold"
 #include "bench_util.h"
 #include "kvpalace.h"
+#include "resp.h"
 
 #define COLD_MODEL "kvp-bench-cold"
 #define MAX_RES	   16
@@ -153,98 +151,18 @@ static double median_d(double *v, int n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* ---- a minimal RESP client (redis-server on a Unix socket) ----------------- */
+/* ---- Redis (bench/resp.h) ----------------------------------------------------- */
 
-static int redis_connect(const char *path)
+static void redis_set(struct resp *r, const char *key, const void *val, size_t n)
 {
-	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	if (fd < 0 || strlen(path) >= sizeof(a.sun_path))
-		die("redis socket %s", path);
-	strcpy(a.sun_path, path);
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
-		die("connect %s: %s", path, strerror(errno));
-	return fd;
+	resp_send_set(r, key, val, n);
+	resp_expect_ok(r, "SET");
 }
 
-static void read_full(int fd, void *buf, size_t n)
+static void redis_get(struct resp *r, const char *key, void *dst, size_t n)
 {
-	uint8_t *p = buf;
-
-	while (n) {
-		ssize_t got = read(fd, p, n);
-
-		if (got <= 0)
-			die("redis: read: %s", got ? strerror(errno) : "connection closed");
-		p += got;
-		n -= (size_t)got;
-	}
-}
-
-static void write_full(int fd, struct iovec *iov, int n)
-{
-	while (n) {
-		ssize_t put = writev(fd, iov, n);
-
-		if (put < 0)
-			die("redis: write: %s", strerror(errno));
-		while (n && (size_t)put >= iov->iov_len) {
-			put -= (ssize_t)iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n) {
-			iov->iov_base = (uint8_t *)iov->iov_base + put;
-			iov->iov_len -= (size_t)put;
-		}
-	}
-}
-
-/* One reply line (without CRLF) into buf. */
-static void read_line(int fd, char *buf, size_t n)
-{
-	size_t i = 0;
-
-	for (;;) {
-		read_full(fd, buf + i, 1);
-		if (buf[i] == '\n')
-			break;
-		if (++i == n - 1)
-			die("redis: reply line too long");
-	}
-	buf[i > 0 && buf[i - 1] == '\r' ? i - 1 : i] = 0;
-}
-
-static void redis_set(int fd, const char *key, const void *val, size_t n)
-{
-	char head[512], line[128];
-	struct iovec iov[3];
-
-	snprintf(head, sizeof(head), "*3\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%zu\r\n", strlen(key), key,
-		 n);
-	iov[0] = (struct iovec){head, strlen(head)};
-	iov[1] = (struct iovec){(void *)val, n};
-	iov[2] = (struct iovec){"\r\n", 2};
-	write_full(fd, iov, 3);
-	read_line(fd, line, sizeof(line));
-	if (strcmp(line, "+OK"))
-		die("redis SET %s: %s", key, line);
-}
-
-static void redis_get(int fd, const char *key, void *dst, size_t n)
-{
-	char head[512], line[128], crlf[2];
-	struct iovec iov[1];
-
-	snprintf(head, sizeof(head), "*2\r\n$3\r\nGET\r\n$%zu\r\n%s\r\n", strlen(key), key);
-	iov[0] = (struct iovec){head, strlen(head)};
-	write_full(fd, iov, 1);
-	read_line(fd, line, sizeof(line));
-	if (line[0] != '$' || strtoull(line + 1, NULL, 10) != n)
-		die("redis GET %s: %s (want %zu bytes)", key, line, n);
-	read_full(fd, dst, n);
-	read_full(fd, crlf, 2);
+	resp_send_get(r, key);
+	resp_expect_bulk(r, dst, n, "GET");
 }
 
 /* Reads every byte of p[0..n) (n a multiple of 32): what a reader of K/V
@@ -549,8 +467,8 @@ static double find(const struct result *r, int n, const char *prefix)
 /* Writes and commits the prefix of n_tok tokens from tok0 in session s's
  * pool (untimed set-up) and stores the same bytes in Redis under
  * PREFIX:page. */
-static void put_prefix(kvp_client *c, kvp_pool *p, int rfd, const char *prefix, uint32_t tok0,
-		       uint32_t n_tok)
+static void put_prefix(kvp_client *c, kvp_pool *p, struct resp *rfd, const char *prefix,
+		       uint32_t tok0, uint32_t n_tok)
 {
 	uint32_t *toks = tokens(tok0, n_tok), n_pages = n_tok / llama_layout.block_tokens;
 	size_t pd = page_data_bytes();
@@ -574,7 +492,7 @@ static void put_prefix(kvp_client *c, kvp_pool *p, int rfd, const char *prefix, 
 	free(buf);
 }
 
-static double redis_get_all(int rfd, const char *prefix, uint32_t n_pages, uint8_t *dst)
+static double redis_get_all(struct resp *rfd, const char *prefix, uint32_t n_pages, uint8_t *dst)
 {
 	size_t pd = page_data_bytes();
 	char key[256];
@@ -587,7 +505,8 @@ static double redis_get_all(int rfd, const char *prefix, uint32_t n_pages, uint8
 	return (double)((size_t)n_pages * pd) / (double)(now_ns() - t0);
 }
 
-static double redis_set_all(int rfd, const char *prefix, uint32_t n_pages, const uint8_t *src)
+static double redis_set_all(struct resp *rfd, const char *prefix, uint32_t n_pages,
+			    const uint8_t *src)
 {
 	size_t pd = page_data_bytes();
 	char key[256];
@@ -622,7 +541,7 @@ static double pwrite_all(const char *dir, uint32_t n_pages, const uint8_t *src)
 	return (double)((size_t)n_pages * pd) / (double)(t1 - t0);
 }
 
-static void bench_cold_read(const struct opts *o, kvp_client *c, kvp_pool *p, int rfd,
+static void bench_cold_read(const struct opts *o, kvp_client *c, kvp_pool *p, struct resp *rfd,
 			    const char *tag, uint32_t tok0, uint32_t n_tok, int reps)
 {
 	uint32_t n_pages = n_tok / llama_layout.block_tokens;
@@ -699,7 +618,8 @@ static void bench_cold_read(const struct opts *o, kvp_client *c, kvp_pool *p, in
 	free(toks);
 }
 
-static void bench_cold_write(const struct opts *o, int rfd, uint32_t tok0, uint32_t n_tok, int reps)
+static void bench_cold_write(const struct opts *o, struct resp *rfd, uint32_t tok0, uint32_t n_tok,
+			     int reps)
 {
 	uint32_t n_pages = n_tok / llama_layout.block_tokens;
 	size_t pd = page_data_bytes();
@@ -915,72 +835,28 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{"socket", required_argument, NULL, 's'},
-		{"redis", required_argument, NULL, 'r'},
-		{"dir", required_argument, NULL, 'd'},
-		{"reps", required_argument, NULL, 'n'},
-		{"reps-4k", required_argument, NULL, '4'},
-		{"row-mib", required_argument, NULL, 'm'},
-		{"row-passes", required_argument, NULL, 'p'},
-		{"child", required_argument, NULL, 'c'},
-		{"tok0", required_argument, NULL, 't'},
-		{"tokens", required_argument, NULL, 'k'},
-		{"tag", required_argument, NULL, 'g'},
-		{"help", no_argument, NULL, 'h'},
-		{0},
-	};
 	struct opts o = {.reps = 3, .reps_4k = 1, .row_mib = 64, .row_passes = 5};
 	const char *child = NULL, *tag = "1k";
-	uint32_t tok0 = 0, n_tok = 0;
+	unsigned tok0 = 0, n_tok = 0;
+	const struct bench_opt opts[] = {
+		{"socket", BENCH_OPT_STR, &o.socket, 0, 0},
+		{"redis", BENCH_OPT_STR, &o.redis, 0, 0},
+		{"dir", BENCH_OPT_STR, &o.dir, 0, 0},
+		{"reps", BENCH_OPT_INT, &o.reps, 1, 32},
+		{"reps-4k", BENCH_OPT_INT, &o.reps_4k, 0, 32},
+		{"row-mib", BENCH_OPT_UINT, &o.row_mib, 2, 4096},
+		{"row-passes", BENCH_OPT_INT, &o.row_passes, 1, 32},
+		{"child", BENCH_OPT_STR, &child, 0, 0},
+		{"tok0", BENCH_OPT_UINT, &tok0, 0, UINT32_MAX},
+		{"tokens", BENCH_OPT_UINT, &n_tok, 1, 1u << 24},
+		{"tag", BENCH_OPT_STR, &tag, 0, 0},
+	};
 	kvp_client *c;
 	kvp_pool *p;
-	int ch, rfd;
+	struct resp rs;
 
 	o.dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-		switch (ch) {
-		case 's':
-			o.socket = optarg;
-			break;
-		case 'r':
-			o.redis = optarg;
-			break;
-		case 'd':
-			o.dir = optarg;
-			break;
-		case 'n':
-			o.reps = atoi(optarg);
-			break;
-		case '4':
-			o.reps_4k = atoi(optarg);
-			break;
-		case 'm':
-			o.row_mib = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'p':
-			o.row_passes = atoi(optarg);
-			break;
-		case 'c':
-			child = optarg;
-			break;
-		case 't':
-			tok0 = (uint32_t)strtoul(optarg, NULL, 10);
-			break;
-		case 'k':
-			n_tok = (uint32_t)strtoul(optarg, NULL, 10);
-			break;
-		case 'g':
-			tag = optarg;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
+	bench_parse_opts(argc, argv, opts, (int)(sizeof(opts) / sizeof(opts[0])), usage);
 	if (child) {
 		if (!o.socket || !n_tok || n_tok % llama_layout.block_tokens)
 			die("bad child arguments");
@@ -996,24 +872,22 @@ int main(int argc, char **argv)
 			die("unknown child mode %s", child);
 		return 0;
 	}
-	if (!o.socket || !o.redis || optind != argc || o.reps < 1 || o.reps > 32 || o.reps_4k < 0 ||
-	    o.reps_4k > 32 || o.row_mib < 2 || o.row_mib > 4096 || o.row_passes < 1 ||
-	    o.row_passes > 32) {
+	if (!o.socket || !o.redis) {
 		usage(stderr);
 		return 2;
 	}
 	c = lib_connect(o.socket);
-	rfd = redis_connect(o.redis);
+	resp_connect(&rs, o.redis);
 	check(c, kvp_pool_open(c, COLD_MODEL, &llama_layout, &p), "kvp_pool_open");
 	fprintf(stderr, "cold: Llama-3-8B shape, pages of %zu bytes; %d repetitions (4k: %d)\n",
 		kvp_pool_page_bytes(p), o.reps, o.reps_4k);
 	bench_rows(&o, c, p, 300000000u);
-	bench_cold_read(&o, c, p, rfd, "1k", 100000000u, 1024, o.reps);
+	bench_cold_read(&o, c, p, &rs, "1k", 100000000u, 1024, o.reps);
 	if (o.reps_4k)
-		bench_cold_read(&o, c, p, rfd, "4k", 110000000u, 4096, o.reps_4k);
-	bench_cold_write(&o, rfd, 200000000u, 1024, o.reps);
+		bench_cold_read(&o, c, p, &rs, "4k", 110000000u, 4096, o.reps_4k);
+	bench_cold_write(&o, &rs, 200000000u, 1024, o.reps);
 	kvp_pool_close(p);
 	kvp_disconnect(c);
-	close(rfd);
+	resp_close(&rs);
 	return 0;
 }

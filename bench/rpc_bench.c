@@ -1,37 +1,56 @@
-/* bench/rpc_bench.c — round trips of the control protocol, and the data path.
+/* bench/rpc_bench.c — round trips of the control protocol against Redis,
+ * interleaved, and the data path.
  *
- * Measures the three requests of the hot path, each request type on its own,
- * against a running kvpalaced (bench/run starts one on a temporary socket;
- * this program starts nothing):
+ * Against a running kvpalaced and a redis-server on a Unix socket (bench/run
+ * starts both; this program starts neither). Round trips on a shared
+ * machine swing several-fold from one moment to the next, so kvpalace and
+ * its Redis reference are never timed in separate windows: they run in the
+ * same process, with the same clock, in short bursts (--burst-ms, 50 ms by
+ * default) ordered A B B A (ours, Redis, Redis, ours), and each such block
+ * gives one ratio, printed as a sample NAME:pair; bench/run reports the
+ * median of those ratios and their spread. Figures:
  *
- *  - one client, unpipelined, through the real library (libkvpalace):
- *    Append of 1 token, Commit of 1 token, MatchPrefix of a short prompt that
- *    hits; ops/s and p50/p99 round-trip latency;
- *  - several client processes, each keeping `depth` requests in flight on the
- *    raw protocol (proto/frame.h), since the library is synchronous; every
- *    request is a real one that the daemon executes;
+ *  - write: Append of 1 token then Commit of it, against Redis SET of a
+ *    value as long as our Append request; read: MatchPrefix of a 64-token
+ *    prompt that hits, then Release of its lease, against Redis GET of a
+ *    value as long as our MatchPrefix request. Rates count requests (an
+ *    Append+Commit cycle is two), so a ratio of 1 is a round trip as fast
+ *    as Redis's;
+ *  - unpipelined: one client through the real library (libkvpalace), and
+ *    one RESP connection, both in this process; ops/s and p50/p99 latency;
+ *  - pipelined: several client processes, each keeping `depth` requests in
+ *    flight on the raw protocol (proto/frame.h; the library is
+ *    synchronous), and each with its own Redis connection pipelined as
+ *    redis-benchmark -P does (write `depth` commands, read `depth`
+ *    replies); the clients switch between the two at the same instants
+ *    (bursts end at fixed times from a common start);
  *  - the client's in-place write bandwidth of page K/V into the shared arena
- *    through kvp_session_kv(), against a plain memcpy of the same bytes, then
- *    a second process that reads the same bytes back through a MatchPrefix
- *    lease: the data path is the mapped arena, the daemon copies nothing.
+ *    through kvp_session_kv(), against a plain memcpy of the same bytes
+ *    (passes A B B A), then a second process that reads the same bytes back
+ *    through a MatchPrefix lease and checks every one (untimed): the data
+ *    path is the mapped arena, the daemon copies nothing.
  *
- * The daemon's Stats counters (appended and committed tokens, match hits)
- * must grow by at least what the clients counted, so every timed op is a
- * request the daemon executed.
+ * Every reply is checked: a failed request, a MatchPrefix that does not hit
+ * the whole prompt, a Redis reply other than the one expected (bench/resp.h
+ * parses strictly) or a GET value other than the one SET (compared after
+ * the clock stops) ends the run with an error. The daemon's Stats counters
+ * (appended and committed tokens, match hits) must grow by at least what
+ * the clients counted, so every timed op is a request the daemon executed.
+ * Set-up between bursts (a new session every SESSION_TOKENS tokens) is not
+ * timed.
  *
- * Only the requests under test are timed. Set-up between bursts (a new
- * session every SESSION_TOKENS tokens, releasing the leases a burst of
- * matches took) is not. One invocation is one repetition: it prints
- * "sample NAME VALUE" lines on stdout, which bench/run turns into medians and
- * ratios against Redis measured in the same run. Progress and errors go to
- * stderr; any failure exits 1 (a benchmark that cannot run must not pass
- * silently). Single-threaded; the pipelined part forks one process per
- * client, which report through a shared anonymous mapping.
+ * One invocation is one repetition: it prints "sample NAME VALUE" lines on
+ * stdout (rates in requests/s, latencies in microseconds, bandwidths in
+ * GB/s, ratios ours/Redis). Progress and errors go to stderr; any failure
+ * exits 1 (a benchmark that cannot run must not pass silently).
+ * Single-threaded; the pipelined part forks one process per client, which
+ * report through a shared anonymous mapping.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -50,6 +69,7 @@
 #define BENCH_PROG "kvp-bench-rpc"
 #include "bench_util.h"
 #include "kvpalace.h"
+#include "resp.h"
 #include "status.h"
 
 #define RPC_MODEL "kvp-bench-rpc"
@@ -60,16 +80,17 @@
 /* The prompt MatchPrefix looks up: four full pages of the rpc layout. */
 #define PROMPT_TOKENS 64u
 #define PROMPT_BASE   1000000u
-/* Leases one pipelined client takes in a burst of matches before it
- * releases them (untimed). */
+/* Requests of one kind a pipelined client sends before switching to the
+ * other of its pair (Append then Commit, MatchPrefix then Release). */
+#define WRITE_BURST 512u
 #define MATCH_BURST 128u
 #define MAX_DEPTH   256u
 #define MAX_CLIENTS 64u
-/* Latency samples kept per pipelined client; ops beyond it still count. */
-#define LAT_CAP_PER_CLIENT (8u << 20)
+/* A B B A blocks per figure and repetition, at most. */
+#define MAX_BLOCKS 512u
 /* Request buffer of one in-flight pipelined request (they are all small). */
 #define TX_SLOT_BYTES 4096u
-#define BW_PASSES     7
+#define BW_BLOCKS     5
 
 /* A tiny page (4 KiB) so that millions of appended tokens fit the arena. */
 static const struct kvp_layout rpc_layout = {
@@ -92,7 +113,10 @@ static const struct kvp_layout bw_layout = {
 
 struct opts {
 	const char *socket;
-	double seconds;
+	const char *redis;
+	double seconds; /* ours' share of one figure; Redis gets as much */
+	unsigned burst_ms;
+	int cpu; /* unpipelined: the CPU of client and servers; -1 any, -2 none */
 	unsigned clients;
 	unsigned depth;
 	unsigned bw_mib;
@@ -103,6 +127,11 @@ struct opts {
 
 static uint32_t prompt[PROMPT_TOKENS];
 
+/* The Redis values: as long as our Append (SET) and MatchPrefix (GET)
+ * requests, so each side moves as many request bytes. */
+static uint8_t *set_val, *get_val;
+static size_t set_bytes, get_bytes;
+
 /* Dies with the daemon's reason when a library call failed. */
 static void check(kvp_client *c, int r, const char *what)
 {
@@ -110,24 +139,20 @@ static void check(kvp_client *c, int r, const char *what)
 		die("%s: %s (%d)", what, kvp_strerror(c, r), r);
 }
 
-/* ---- latency samples ------------------------------------------------------ */
+/* ---- latency samples and A B B A blocks ------------------------------------- */
 
 struct lat {
 	uint64_t *ns;
 	size_t n;
 	size_t cap;
-	int fixed; /* ns is caller memory of cap entries: drop samples past it */
 };
 
 static void lat_push(struct lat *l, uint64_t v)
 {
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 65536;
-		uint64_t *ns;
+		uint64_t *ns = realloc(l->ns, cap * sizeof(*ns));
 
-		if (l->fixed)
-			return;
-		ns = realloc(l->ns, cap * sizeof(*ns));
 		if (!ns)
 			die("out of memory");
 		l->ns = ns;
@@ -147,23 +172,169 @@ static double lat_pct_us(const uint64_t *ns, size_t n, double p)
 	return (double)ns[i] / 1000.0;
 }
 
-/* Prints the rate, p50 and p99 samples of one measurement. */
-static void report(const char *name, uint64_t ops, uint64_t timed_ns, uint64_t *ns, size_t n)
+/* Prints NAME_p50 and NAME_p99 of l's samples and frees them. */
+static void report_lat(const char *name, struct lat *l)
 {
 	char key[96];
-	double rate = timed_ns ? (double)ops * 1e9 / (double)timed_ns : 0;
 	double p50, p99;
 
-	qsort(ns, n, sizeof(*ns), cmp_u64);
-	p50 = lat_pct_us(ns, n, 50);
-	p99 = lat_pct_us(ns, n, 99);
-	sample(name, rate);
+	qsort(l->ns, l->n, sizeof(*l->ns), cmp_u64);
+	p50 = lat_pct_us(l->ns, l->n, 50);
+	p99 = lat_pct_us(l->ns, l->n, 99);
 	snprintf(key, sizeof(key), "%s_p50", name);
 	sample(key, p50);
 	snprintf(key, sizeof(key), "%s_p99", name);
 	sample(key, p99);
-	fprintf(stderr, "  %-24s %10.0f ops/s  p50 %7.1f us  p99 %7.1f us  (%" PRIu64 " ops)\n",
-		name, rate, p50, p99, ops);
+	fprintf(stderr, "  %-24s p50 %7.1f us  p99 %7.1f us  (%zu requests)\n", name, p50, p99,
+		l->n);
+	free(l->ns);
+	*l = (struct lat){0};
+}
+
+/* What one side did in one burst (or a sum of bursts): requests of the
+ * first and second kind of its pair (Append, Commit; MatchPrefix, Release;
+ * Redis has one kind) and the time they took. */
+struct tally {
+	uint64_t ops[2];
+	uint64_t ns[2];
+};
+
+static void tally_add(struct tally *t, const struct tally *u)
+{
+	for (int i = 0; i < 2; i++) {
+		t->ops[i] += u->ops[i];
+		t->ns[i] += u->ns[i];
+	}
+}
+
+/* Requests per second, both kinds together (kind -1) or one. */
+static double tally_rate(const struct tally *t, int kind)
+{
+	uint64_t ops = kind < 0 ? t->ops[0] + t->ops[1] : t->ops[kind];
+	uint64_t ns = kind < 0 ? t->ns[0] + t->ns[1] : t->ns[kind];
+
+	return ns ? (double)ops * 1e9 / (double)ns : 0;
+}
+
+/* Bursts 0 and 3 of a block are ours, 1 and 2 Redis's. */
+static int phase_is_ours(unsigned phase)
+{
+	return phase % 4 == 0 || phase % 4 == 3;
+}
+
+static unsigned n_blocks(const struct opts *o)
+{
+	double b = o->seconds * 1000.0 / (2.0 * o->burst_ms);
+
+	return b < 1 ? 1 : b > MAX_BLOCKS ? MAX_BLOCKS : (unsigned)(b + 0.5);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* One figure's blocks: the rates of both sides and their ratio per block.
+ * Prints a sample of each per block, and a line on stderr. */
+struct pairs {
+	const char *name;     /* ours, e.g. rpc.write */
+	const char *ref_name; /* Redis's, e.g. redis.c1.set */
+	const char *kind_names[2];
+	double ratio[MAX_BLOCKS];
+	unsigned n;
+};
+
+/* One block: ours and Redis's rates (requests/s), and ours per kind. */
+static void pairs_add(struct pairs *p, double a, double b, const double kind_rate[2])
+{
+	char key[96];
+
+	if (!(a > 0) || !(b > 0))
+		die("%s: a burst did nothing (ours %.0f/s, Redis %.0f/s)", p->name, a, b);
+	if (p->n == MAX_BLOCKS)
+		die("%s: too many blocks", p->name);
+	p->ratio[p->n++] = a / b;
+	sample(p->name, a);
+	sample(p->ref_name, b);
+	for (int k = 0; k < 2 && kind_rate; k++)
+		sample(p->kind_names[k], kind_rate[k]);
+	snprintf(key, sizeof(key), "%s:pair", p->name);
+	sample(key, a / b);
+}
+
+static void pairs_print(struct pairs *p)
+{
+	double v[MAX_BLOCKS];
+
+	memcpy(v, p->ratio, p->n * sizeof(*v));
+	qsort(v, p->n, sizeof(*v), cmp_double);
+	fprintf(stderr, "  %-24s %u A B B A blocks: ratio median %.2f, min %.2f, max %.2f\n",
+		p->name, p->n, p->n % 2 ? v[p->n / 2] : (v[p->n / 2 - 1] + v[p->n / 2]) / 2, v[0],
+		v[p->n - 1]);
+}
+
+/* The Redis values, and the request sizes they copy. */
+static void ref_values(void)
+{
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__AppendRequest ap = KVPALACE__V1__APPEND_REQUEST__INIT;
+	Kvpalace__V1__MatchPrefixRequest mp = KVPALACE__V1__MATCH_PREFIX_REQUEST__INIT;
+	static uint8_t buf[4096];
+	uint32_t tok = 4095;
+	int n;
+
+	/* ids of the size a run of a few seconds reaches */
+	req.id = 1u << 20;
+	req.op_case = KVPALACE__V1__REQUEST__OP_APPEND;
+	req.append = &ap;
+	ap.session_id = 1000;
+	ap.tokens = &tok;
+	ap.n_tokens = 1;
+	n = frame_pack_request(&req, buf, sizeof(buf), FRAME_DEFAULT_MAX_BYTES);
+	if (n <= 0)
+		die("frame_pack_request (Append): %s", strerror(-n));
+	set_bytes = (size_t)n;
+	req.op_case = KVPALACE__V1__REQUEST__OP_MATCH_PREFIX;
+	req.append = NULL;
+	req.match_prefix = &mp;
+	mp.pool_id = 1;
+	mp.tokens = prompt;
+	mp.n_tokens = PROMPT_TOKENS;
+	n = frame_pack_request(&req, buf, sizeof(buf), FRAME_DEFAULT_MAX_BYTES);
+	if (n <= 0)
+		die("frame_pack_request (MatchPrefix): %s", strerror(-n));
+	get_bytes = (size_t)n;
+	set_val = malloc(set_bytes);
+	get_val = malloc(get_bytes);
+	if (!set_val || !get_val)
+		die("out of memory");
+	for (size_t i = 0; i < set_bytes; i++)
+		set_val[i] = (uint8_t)('a' + i % 26);
+	for (size_t i = 0; i < get_bytes; i++)
+		get_val[i] = (uint8_t)('A' + (i * 7) % 26);
+}
+
+/* Stores the GET value under key (untimed set-up) and checks it reads back. */
+static void ref_put_get_value(struct resp *rs, const char *key)
+{
+	struct resp_cmd set = resp_cmd_set(key, get_val, get_bytes);
+	struct resp_cmd get = resp_cmd_get(key);
+	uint8_t *got = malloc(get_bytes);
+
+	if (!got)
+		die("out of memory");
+	resp_send(rs, &set);
+	resp_expect_ok(rs, "SET (set-up)");
+	resp_send(rs, &get);
+	resp_expect_bulk(rs, got, get_bytes, "GET (set-up)");
+	resp_expect_drained(rs, "GET (set-up)");
+	if (memcmp(got, get_val, get_bytes))
+		die("redis GET %s: other bytes than were SET", key);
+	free(got);
+	free(set.bytes);
+	free(get.bytes);
 }
 
 /* ---- one client through the library --------------------------------------- */
@@ -213,144 +384,327 @@ static void counters_get(kvp_client *c, struct counters *ret)
 /* Dies unless the daemon's counters grew by at least the ops the client
  * counted: every timed op must be a request the daemon executed. */
 static void check_executed(const char *name, const struct counters *a, const struct counters *b,
-			   int which, uint64_t ops)
+			   int is_write, const struct tally *ours)
 {
-	uint64_t d = which == 0	  ? b->appended - a->appended
-		     : which == 1 ? b->committed - a->committed
-				  : b->hits - a->hits;
-
-	if (d < ops)
-		die("%s: the daemon counted %" PRIu64 " where the client made %" PRIu64 " requests",
-		    name, d, ops);
+	if (is_write && (b->appended - a->appended < ours->ops[0] ||
+			 b->committed - a->committed < ours->ops[1]))
+		die("%s: the daemon counted %" PRIu64 " appended and %" PRIu64
+		    " committed tokens where the clients made %" PRIu64 " and %" PRIu64
+		    " requests of 1 token",
+		    name, b->appended - a->appended, b->committed - a->committed, ours->ops[0],
+		    ours->ops[1]);
+	if (!is_write && b->hits - a->hits < ours->ops[0])
+		die("%s: the daemon counted %" PRIu64 " hits where the clients made %" PRIu64
+		    " matches",
+		    name, b->hits - a->hits, ours->ops[0]);
 }
 
-/* Closes s and returns a new session of p holding `reserve` uncommitted
- * tokens (not timed by callers). */
-static kvp_session *lib_rotate(kvp_client *c, kvp_pool *p, kvp_session *s, uint32_t reserve)
+/* One unpipelined client of each kind, in this process. */
+struct unpip {
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	struct resp rs;
+	struct resp_cmd cmd; /* SET or GET */
+	uint8_t *got;	     /* a GET's value */
+	uint32_t next_tok;   /* tokens differ across sessions: no dedup */
+	struct lat lat[2];   /* ours: Append/MatchPrefix, Commit/Release */
+	struct lat ref_lat;
+};
+
+/* Counts one cycle of two requests, timed t0..t1 (first) and t1..t2. */
+static void up_count(struct unpip *u, struct tally *t, uint64_t t0, uint64_t t1, uint64_t t2)
 {
-	static uint32_t toks[SESSION_TOKENS];
-
-	if (s) {
-		uint64_t left = kvp_session_tokens(s) - kvp_session_committed(s);
-
-		if (left)
-			check(c, kvp_commit(s, left), "kvp_commit (rotate)");
-		check(c, kvp_session_close(s), "kvp_session_close");
-	}
-	s = lib_session(c, p);
-	if (reserve) {
-		for (uint32_t i = 0; i < reserve; i++)
-			toks[i] = i;
-		check(c, kvp_append(s, toks, reserve), "kvp_append (reserve)");
-	}
-	return s;
+	lat_push(&u->lat[0], t1 - t0);
+	lat_push(&u->lat[1], t2 - t1);
+	t->ns[0] += t1 - t0;
+	t->ns[1] += t2 - t1;
+	t->ops[0]++;
+	t->ops[1]++;
 }
 
-static uint64_t lib_append(kvp_client *c, kvp_pool *p, double seconds)
+/* Append of 1 token then Commit of it, until `end`. */
+static void up_write(struct unpip *u, uint64_t end, struct tally *t)
 {
-	kvp_session *s = lib_rotate(c, p, NULL, 0);
-	struct lat l = {0};
-	uint64_t ops = 0, timed = 0, stop = now_ns() + (uint64_t)(seconds * 1e9), t1 = 0;
+	uint64_t t0, t1 = 0, t2;
 
-	while (t1 < stop) {
-		uint32_t tok = (uint32_t)ops & 0xffffu;
-		uint64_t t0;
+	while (t1 < end) {
+		uint32_t tok = u->next_tok++ & 0xffffffu;
 		int r;
 
-		if (kvp_session_tokens(s) >= SESSION_TOKENS)
-			s = lib_rotate(c, p, s, 0);
+		if (kvp_session_tokens(u->s) >= SESSION_TOKENS) {
+			check(u->c, kvp_session_close(u->s), "kvp_session_close");
+			u->s = lib_session(u->c, u->p);
+		}
 		t0 = now_ns();
-		r = kvp_append(s, &tok, 1);
+		r = kvp_append(u->s, &tok, 1);
 		t1 = now_ns();
-		check(c, r, "kvp_append");
-		lat_push(&l, t1 - t0);
-		timed += t1 - t0;
-		ops++;
+		check(u->c, r, "kvp_append");
+		r = kvp_commit(u->s, 1);
+		t2 = now_ns();
+		check(u->c, r, "kvp_commit");
+		up_count(u, t, t0, t1, t2);
+		t1 = t2;
 	}
-	check(c, kvp_session_close(s), "kvp_session_close");
-	report("rpc.append", ops, timed, l.ns, l.n);
-	free(l.ns);
-	return ops;
 }
 
-static uint64_t lib_commit(kvp_client *c, kvp_pool *p, double seconds)
+/* MatchPrefix of the committed prompt then Release of its lease. */
+static void up_read(struct unpip *u, uint64_t end, struct tally *t)
 {
-	kvp_session *s = lib_rotate(c, p, NULL, SESSION_TOKENS);
-	struct lat l = {0};
-	uint64_t ops = 0, timed = 0, stop = now_ns() + (uint64_t)(seconds * 1e9), t1 = 0;
+	uint64_t t0, t1 = 0, t2;
 
-	while (t1 < stop) {
-		uint64_t t0;
-		int r;
-
-		if (kvp_session_committed(s) == kvp_session_tokens(s))
-			s = lib_rotate(c, p, s, SESSION_TOKENS);
-		t0 = now_ns();
-		r = kvp_commit(s, 1);
-		t1 = now_ns();
-		check(c, r, "kvp_commit");
-		lat_push(&l, t1 - t0);
-		timed += t1 - t0;
-		ops++;
-	}
-	check(c, kvp_session_close(s), "kvp_session_close");
-	report("rpc.commit", ops, timed, l.ns, l.n);
-	free(l.ns);
-	return ops;
-}
-
-static uint64_t lib_match(kvp_client *c, kvp_pool *p, double seconds)
-{
-	kvp_session *s = lib_session(c, p);
-	struct lat l = {0};
-	uint64_t ops = 0, timed = 0, stop = now_ns() + (uint64_t)(seconds * 1e9), t1 = 0;
-
-	check(c, kvp_append(s, prompt, PROMPT_TOKENS), "kvp_append (prompt)");
-	check(c, kvp_commit(s, PROMPT_TOKENS), "kvp_commit (prompt)");
-	while (t1 < stop) {
+	while (t1 < end) {
 		kvp_lease *lease;
-		uint64_t t0;
+		uint64_t got;
 		int r;
 
 		t0 = now_ns();
-		r = kvp_match_prefix(p, prompt, PROMPT_TOKENS, &lease);
+		r = kvp_match_prefix(u->p, prompt, PROMPT_TOKENS, &lease);
 		t1 = now_ns();
-		check(c, r, "kvp_match_prefix");
-		if (kvp_lease_tokens(lease) != PROMPT_TOKENS)
-			die("kvp_match_prefix matched %" PRIu64 " of %u committed tokens",
-			    kvp_lease_tokens(lease), PROMPT_TOKENS);
-		check(c, kvp_lease_release(lease), "kvp_lease_release");
-		lat_push(&l, t1 - t0);
-		timed += t1 - t0;
-		ops++;
+		check(u->c, r, "kvp_match_prefix");
+		got = kvp_lease_tokens(lease);
+		r = kvp_lease_release(lease);
+		t2 = now_ns();
+		check(u->c, r, "kvp_lease_release");
+		if (got != PROMPT_TOKENS)
+			die("kvp_match_prefix matched %" PRIu64 " of %u committed tokens", got,
+			    PROMPT_TOKENS);
+		up_count(u, t, t0, t1, t2);
+		t1 = t2;
 	}
-	check(c, kvp_session_close(s), "kvp_session_close");
-	report("rpc.match", ops, timed, l.ns, l.n);
-	free(l.ns);
-	return ops;
+}
+
+/* Redis SET (write) or GET (read), one at a time. */
+static void up_ref(struct unpip *u, int is_write, uint64_t end, struct tally *t)
+{
+	uint64_t t0, t1 = 0;
+
+	while (t1 < end) {
+		t0 = now_ns();
+		resp_send(&u->rs, &u->cmd);
+		if (is_write)
+			resp_expect_ok(&u->rs, "SET");
+		else
+			resp_expect_bulk(&u->rs, u->got, get_bytes, "GET");
+		t1 = now_ns();
+		resp_expect_drained(&u->rs, is_write ? "SET" : "GET");
+		if (!is_write && memcmp(u->got, get_val, get_bytes))
+			die("redis GET: other bytes than were SET");
+		lat_push(&u->ref_lat, t1 - t0);
+		t->ns[0] += t1 - t0;
+		t->ops[0]++;
+	}
+}
+
+static void bench_unpipelined_kind(const struct opts *o, int is_write)
+{
+	struct pairs pr = {
+		.name = is_write ? "rpc.write" : "rpc.read",
+		.ref_name = is_write ? "redis.c1.set" : "redis.c1.get",
+		.kind_names = {is_write ? "rpc.append" : "rpc.match",
+			       is_write ? "rpc.commit" : "rpc.release"},
+	};
+	struct unpip u = {0};
+	struct tally all = {0};
+	struct counters a, b;
+	uint64_t burst_ns = (uint64_t)o->burst_ms * 1000000u;
+	unsigned blocks = n_blocks(o);
+	char key[96];
+
+	u.c = lib_connect(o->socket);
+	check(u.c, kvp_pool_open(u.c, RPC_MODEL, &rpc_layout, &u.p), "kvp_pool_open");
+	resp_connect(&u.rs, o->redis);
+	snprintf(key, sizeof(key), "kvp-bench-rpc:%s:%d", is_write ? "set" : "get", (int)getpid());
+	u.s = lib_session(u.c, u.p);
+	if (is_write) {
+		u.cmd = resp_cmd_set(key, set_val, set_bytes);
+	} else {
+		check(u.c, kvp_append(u.s, prompt, PROMPT_TOKENS), "kvp_append (prompt)");
+		check(u.c, kvp_commit(u.s, PROMPT_TOKENS), "kvp_commit (prompt)");
+		ref_put_get_value(&u.rs, key);
+		u.cmd = resp_cmd_get(key);
+		u.got = malloc(get_bytes);
+		if (!u.got)
+			die("out of memory");
+	}
+	counters_get(u.c, &a);
+	for (unsigned blk = 0; blk < blocks; blk++) {
+		struct tally ours = {0}, ref = {0};
+
+		for (unsigned ph = 0; ph < 4; ph++) {
+			uint64_t end = now_ns() + burst_ns;
+
+			if (!phase_is_ours(ph))
+				up_ref(&u, is_write, end, &ref);
+			else if (is_write)
+				up_write(&u, end, &ours);
+			else
+				up_read(&u, end, &ours);
+		}
+		pairs_add(&pr, tally_rate(&ours, -1), tally_rate(&ref, -1),
+			  (double[]){tally_rate(&ours, 0), tally_rate(&ours, 1)});
+		tally_add(&all, &ours);
+	}
+	counters_get(u.c, &b);
+	check_executed(pr.name, &a, &b, is_write, &all);
+	pairs_print(&pr);
+	report_lat(pr.kind_names[0], &u.lat[0]);
+	report_lat(pr.kind_names[1], &u.lat[1]);
+	report_lat(pr.ref_name, &u.ref_lat);
+	check(u.c, kvp_session_close(u.s), "kvp_session_close");
+	kvp_pool_close(u.p);
+	kvp_disconnect(u.c);
+	resp_close(&u.rs);
+	free(u.cmd.bytes);
+	free(u.got);
+}
+
+/* ---- pinning the unpipelined client and both servers to one CPU ------------ */
+
+/* On this project's VMs a wake-up from one vCPU to the other is slow (an
+ * IPI through the hypervisor) and one on the same vCPU is not: an
+ * unpipelined round trip is 12-15 us or 40-110 us depending on where the
+ * scheduler happens to have put client and server, and it keeps a placement
+ * for seconds, differently for kvpalaced and for redis-server, so even
+ * interleaved bursts compare placements rather than servers. With the
+ * client and both servers on one CPU every round trip is two context
+ * switches there, the same for both, and the ratio compares the work each
+ * server does. The servers' previous masks are put back afterwards. */
+
+#define PIN_MAX_THREADS 256
+
+struct pinned {
+	pid_t tid[PIN_MAX_THREADS];
+	cpu_set_t old[PIN_MAX_THREADS];
+	unsigned n;
+	cpu_set_t self_old;
+	int active;
+};
+
+/* The pid of the process listening at the other end of fd. */
+static pid_t peer_pid(int fd)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0 || cr.pid <= 0)
+		return -1;
+	return cr.pid;
+}
+
+/* Pins every thread of pid to set; returns 0 or -errno. */
+static int pin_process(struct pinned *p, pid_t pid, const cpu_set_t *set)
+{
+	char path[64];
+	struct dirent *de;
+	DIR *d;
+	int ret = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d)) && ret == 0) {
+		pid_t tid = (pid_t)atoi(de->d_name);
+
+		if (tid <= 0)
+			continue;
+		if (p->n == PIN_MAX_THREADS) {
+			ret = -E2BIG;
+			break;
+		}
+		if (sched_getaffinity(tid, sizeof(cpu_set_t), &p->old[p->n]) < 0 ||
+		    sched_setaffinity(tid, sizeof(cpu_set_t), set) < 0) {
+			/* a thread that ended meanwhile, or one the kernel
+			 * keeps where it is (io_uring's workers): not ours to
+			 * place */
+			if (errno == ESRCH || errno == EINVAL)
+				continue;
+			ret = -errno;
+			break;
+		}
+		p->tid[p->n++] = tid;
+	}
+	closedir(d);
+	return ret;
+}
+
+static void unpin(struct pinned *p)
+{
+	for (unsigned i = 0; i < p->n; i++)
+		sched_setaffinity(p->tid[i], sizeof(cpu_set_t), &p->old[i]);
+	if (p->active)
+		sched_setaffinity(0, sizeof(cpu_set_t), &p->self_old);
+	p->n = 0;
+	p->active = 0;
+}
+
+/* Pins this process, kvpalaced and redis-server to CPU o->cpu (the first
+ * CPU this process may use when o->cpu is -1; not at all when -2). Says on
+ * stderr what it did; a server it may not pin leaves everything unpinned. */
+static void pin_all(const struct opts *o, struct pinned *p)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	pid_t daemon_pid = -1, redis_pid;
+	struct resp rs;
+	cpu_set_t set;
+	int cpu = o->cpu, fd, r;
+
+	memset(p, 0, sizeof(*p));
+	if (cpu == -2)
+		return;
+	if (sched_getaffinity(0, sizeof(cpu_set_t), &p->self_old) < 0)
+		die("sched_getaffinity: %s", strerror(errno));
+	for (int i = 0; cpu == -1 && i < CPU_SETSIZE; i++)
+		if (CPU_ISSET(i, &p->self_old))
+			cpu = i;
+	if (cpu < 0 || cpu >= CPU_SETSIZE)
+		die("no CPU to pin to");
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd >= 0 && strlen(o->socket) < sizeof(sa.sun_path)) {
+		strcpy(sa.sun_path, o->socket);
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			daemon_pid = peer_pid(fd);
+	}
+	if (fd >= 0)
+		close(fd);
+	resp_connect(&rs, o->redis);
+	redis_pid = peer_pid(rs.fd);
+	resp_close(&rs);
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (daemon_pid < 0 || redis_pid < 0) {
+		fprintf(stderr, "  not pinned: no pid of kvpalaced (%d) or redis-server (%d)\n",
+			(int)daemon_pid, (int)redis_pid);
+		return;
+	}
+	r = pin_process(p, daemon_pid, &set);
+	if (r == 0)
+		r = pin_process(p, redis_pid, &set);
+	if (r == 0 && sched_setaffinity(0, sizeof(cpu_set_t), &set) < 0)
+		r = -errno;
+	p->active = 1;
+	if (r < 0) {
+		unpin(p);
+		fprintf(stderr, "  not pinned: %s\n", strerror(-r));
+		return;
+	}
+	fprintf(stderr, "  client, kvpalaced (pid %d) and redis-server (pid %d) pinned to CPU %d\n",
+		(int)daemon_pid, (int)redis_pid, cpu);
 }
 
 static void bench_unpipelined(const struct opts *o)
 {
-	kvp_client *c = lib_connect(o->socket);
-	struct counters a, b;
-	kvp_pool *p;
-	uint64_t ops;
+	struct pinned p;
 
-	fprintf(stderr, "rpc: 1 client, unpipelined, libkvpalace\n");
-	check(c, kvp_pool_open(c, RPC_MODEL, &rpc_layout, &p), "kvp_pool_open");
-	counters_get(c, &a);
-	ops = lib_append(c, p, o->seconds);
-	counters_get(c, &b);
-	check_executed("rpc.append", &a, &b, 0, ops);
-	ops = lib_commit(c, p, o->seconds);
-	counters_get(c, &a);
-	check_executed("rpc.commit", &b, &a, 1, ops);
-	ops = lib_match(c, p, o->seconds);
-	counters_get(c, &b);
-	check_executed("rpc.match", &a, &b, 2, ops);
-	kvp_pool_close(p);
-	kvp_disconnect(c);
+	fprintf(stderr,
+		"rpc: 1 client, unpipelined, libkvpalace, against Redis in the same process "
+		"(%u ms bursts, A B B A)\n",
+		o->burst_ms);
+	pin_all(o, &p);
+	bench_unpipelined_kind(o, 1);
+	bench_unpipelined_kind(o, 0);
+	unpin(&p);
 }
 
 /* ---- the raw protocol, for pipelining -------------------------------------- */
@@ -587,14 +941,15 @@ struct burst {
 	Kvpalace__V1__MatchPrefixRequest match;
 	Kvpalace__V1__ReleaseRequest release;
 	uint32_t token;
-	uint64_t *leases; /* match: lease of the k-th request; release: lease to end */
+	uint32_t token_base; /* append: the k-th request appends token_base + k */
+	uint64_t *leases;    /* match: lease of the k-th request; release: lease to end */
 };
 
 static void burst_fill(struct burst *b, uint32_t k)
 {
 	switch (b->op) {
 	case KVPALACE__V1__REQUEST__OP_APPEND:
-		b->token = k;
+		b->token = b->token_base + k;
 		break;
 	case KVPALACE__V1__REQUEST__OP_RELEASE:
 		b->release.lease_id = b->leases[k];
@@ -623,12 +978,9 @@ static void burst_check(struct burst *b, uint32_t k, const Kvpalace__V1__Respons
  * freed slots' next requests together, as back-to-back frames in one
  * datagram, after each batch of replies (recvmmsg; a reply datagram may
  * gather several frames). Request ids encode (k << 8 | slot) so out-of-order replies
- * find their slot. Records each request's round trip in lat when given and
- * returns the elapsed time of the burst. */
-static uint64_t raw_pipeline(struct raw *r, struct burst *b, uint32_t n, unsigned depth,
-			     struct lat *lat)
+ * find their slot. Returns the elapsed time of the burst. */
+static uint64_t raw_pipeline(struct raw *r, struct burst *b, uint32_t n, unsigned depth)
 {
-	uint64_t sent_at[MAX_DEPTH];
 	uint32_t slot_k[MAX_DEPTH];
 	uint32_t free_slots[MAX_DEPTH];
 	struct mmsghdr msgs[MAX_DEPTH];
@@ -642,7 +994,6 @@ static uint64_t raw_pipeline(struct raw *r, struct burst *b, uint32_t n, unsigne
 	}
 	while (done < n) {
 		unsigned m = 0;
-		uint64_t t;
 		int got;
 
 		/* refill every free slot */
@@ -662,7 +1013,6 @@ static uint64_t raw_pipeline(struct raw *r, struct burst *b, uint32_t n, unsigne
 		}
 		/* All refilled requests go in one datagram of back-to-back frames,
 		 * as redis-benchmark -P writes its commands in one write(). */
-		t = now_ns();
 		if (m) {
 			struct msghdr h = {.msg_iov = iov, .msg_iovlen = m};
 			ssize_t s;
@@ -672,8 +1022,6 @@ static uint64_t raw_pipeline(struct raw *r, struct burst *b, uint32_t n, unsigne
 			while (s < 0 && errno == EINTR);
 			if (s <= 0)
 				die("sendmsg: %s", s < 0 ? strerror(errno) : "sent nothing");
-			for (unsigned i = 0; i < m; i++)
-				sent_at[((uint8_t *)iov[i].iov_base - r->tx) / TX_SLOT_BYTES] = t;
 		}
 
 		/* wait for at least one reply, take every one that is there */
@@ -691,7 +1039,6 @@ static uint64_t raw_pipeline(struct raw *r, struct burst *b, uint32_t n, unsigne
 			die("recvmmsg: %s", strerror(errno));
 		if (got == 0)
 			die("the daemon closed the connection");
-		t = now_ns();
 		for (int i = 0; i < got; i++) {
 			const uint8_t *payload;
 			size_t off = 0, plen;
@@ -716,8 +1063,6 @@ static uint64_t raw_pipeline(struct raw *r, struct burst *b, uint32_t n, unsigne
 				    slot_k[slot] == UINT32_MAX)
 					die("reply with unknown id %" PRIu64, resp->id);
 				burst_check(b, slot_k[slot], resp);
-				if (lat)
-					lat_push(lat, t - sent_at[slot]);
 				slot_k[slot] = UINT32_MAX;
 				free_slots[n_free++] = slot;
 				done++;
@@ -729,85 +1074,95 @@ static uint64_t raw_pipeline(struct raw *r, struct burst *b, uint32_t n, unsigne
 	return now_ns() - t0;
 }
 
-enum pipe_kind { PIPE_APPEND, PIPE_COMMIT, PIPE_MATCH };
+/* ---- pipelined: several client processes ------------------------------------ */
 
-static const char *const pipe_names[] = {
-	[PIPE_APPEND] = "rpc.append_pipelined",
-	[PIPE_COMMIT] = "rpc.commit_pipelined",
-	[PIPE_MATCH] = "rpc.match_pipelined",
+/* What the clients share with the parent: the common start, then each
+ * client's tallies per burst. */
+struct pipe_shared {
+	uint64_t t0_ns; /* written by the parent before the start */
 };
 
-/* What a pipelined client leaves for the parent in the shared mapping; its
- * latency samples follow it. */
 struct child_result {
-	uint64_t ops;
-	uint64_t timed_ns;
-	uint64_t n_lat;
 	int ok;
+	struct tally phase[4 * MAX_BLOCKS];
 };
 
-static size_t child_stride(void)
+/* Sets up the two bursts of one pipelined client's pair: Append then Commit
+ * of 1 token each (write) or MatchPrefix of the prompt then Release (read). */
+static void pipe_bursts(struct raw *r, int is_write, uint64_t session, struct burst *b1,
+			struct burst *b2, uint64_t *leases, uint32_t token_base)
 {
-	return sizeof(struct child_result) + (size_t)LAT_CAP_PER_CLIENT * sizeof(uint64_t);
+	*b1 = (struct burst){.req = KVPALACE__V1__REQUEST__INIT};
+	*b2 = (struct burst){.req = KVPALACE__V1__REQUEST__INIT};
+	if (is_write) {
+		b1->op = KVPALACE__V1__REQUEST__OP_APPEND;
+		b1->append = (Kvpalace__V1__AppendRequest)KVPALACE__V1__APPEND_REQUEST__INIT;
+		b1->req.append = &b1->append;
+		b1->append.session_id = session;
+		b1->append.tokens = &b1->token;
+		b1->append.n_tokens = 1;
+		b1->token_base = token_base;
+		b2->op = KVPALACE__V1__REQUEST__OP_COMMIT;
+		b2->commit = (Kvpalace__V1__CommitRequest)KVPALACE__V1__COMMIT_REQUEST__INIT;
+		b2->req.commit = &b2->commit;
+		b2->commit.session_id = session;
+		b2->commit.n_tokens = 1;
+	} else {
+		b1->op = KVPALACE__V1__REQUEST__OP_MATCH_PREFIX;
+		b1->match =
+			(Kvpalace__V1__MatchPrefixRequest)KVPALACE__V1__MATCH_PREFIX_REQUEST__INIT;
+		b1->req.match_prefix = &b1->match;
+		b1->match.pool_id = r->pool_id;
+		b1->match.tokens = prompt;
+		b1->match.n_tokens = PROMPT_TOKENS;
+		b1->leases = leases;
+		b2->op = KVPALACE__V1__REQUEST__OP_RELEASE;
+		b2->release = (Kvpalace__V1__ReleaseRequest)KVPALACE__V1__RELEASE_REQUEST__INIT;
+		b2->req.release = &b2->release;
+		b2->leases = leases;
+	}
+	b1->req.op_case = (Kvpalace__V1__Request__OpCase)b1->op;
+	b2->req.op_case = (Kvpalace__V1__Request__OpCase)b2->op;
 }
 
 /* One pipelined client: sets up, tells the parent it is ready, waits for
- * the start (EOF on go_fd), runs bursts for o->seconds, stores its result. */
-static void pipe_child(const struct opts *o, enum pipe_kind kind, struct child_result *res,
+ * the start (EOF on go_fd), then runs the bursts, each until its fixed end
+ * (t0 + (k + 1) bursts), so that every client switches at the same
+ * instants; stores its tallies. */
+static void pipe_child(const struct opts *o, int is_write, unsigned index,
+		       const volatile struct pipe_shared *sh, struct child_result *res,
 		       int ready_fd, int go_fd)
 {
-	static uint32_t toks[SESSION_TOKENS];
 	static uint64_t leases[MATCH_BURST];
-	struct lat lat = {
-		.ns = (uint64_t *)(res + 1),
-		.cap = LAT_CAP_PER_CLIENT,
-		.fixed = 1,
-	};
-	struct burst b = {.req = KVPALACE__V1__REQUEST__INIT};
-	struct burst rel = {.req = KVPALACE__V1__REQUEST__INIT};
+	uint64_t burst_ns = (uint64_t)o->burst_ms * 1000000u, t0, session;
+	unsigned phases = 4 * n_blocks(o), depth = o->depth;
+	struct resp_cmd one, batch;
+	struct burst b1, b2;
+	uint32_t in_session = 0;
+	struct resp rs;
 	struct raw r;
-	uint64_t session, ops = 0, timed = 0, stop;
-	char c;
+	uint8_t *got;
+	char key[96], c;
 
-	for (uint32_t i = 0; i < SESSION_TOKENS; i++)
-		toks[i] = i;
-	raw_open(&r, o->socket, RPC_MODEL, &rpc_layout, o->depth);
+	raw_open(&r, o->socket, RPC_MODEL, &rpc_layout, depth);
 	session = raw_session_create(&r);
-	b.append = (Kvpalace__V1__AppendRequest)KVPALACE__V1__APPEND_REQUEST__INIT;
-	b.commit = (Kvpalace__V1__CommitRequest)KVPALACE__V1__COMMIT_REQUEST__INIT;
-	b.match = (Kvpalace__V1__MatchPrefixRequest)KVPALACE__V1__MATCH_PREFIX_REQUEST__INIT;
-	b.leases = leases;
-	switch (kind) {
-	case PIPE_APPEND:
-		b.op = KVPALACE__V1__REQUEST__OP_APPEND;
-		b.req.append = &b.append;
-		b.append.session_id = session;
-		b.append.tokens = &b.token;
-		b.append.n_tokens = 1;
-		break;
-	case PIPE_COMMIT:
-		b.op = KVPALACE__V1__REQUEST__OP_COMMIT;
-		b.req.commit = &b.commit;
-		b.commit.session_id = session;
-		b.commit.n_tokens = 1;
-		raw_append_sync(&r, session, toks, SESSION_TOKENS);
-		break;
-	case PIPE_MATCH:
-		b.op = KVPALACE__V1__REQUEST__OP_MATCH_PREFIX;
-		b.req.match_prefix = &b.match;
-		b.match.pool_id = r.pool_id;
-		b.match.tokens = prompt;
-		b.match.n_tokens = PROMPT_TOKENS;
+	resp_connect(&rs, o->redis);
+	snprintf(key, sizeof(key), "kvp-bench-rpc:p%s:%u:%d", is_write ? "set" : "get", index,
+		 (int)getpid());
+	if (is_write) {
+		one = resp_cmd_set(key, set_val, set_bytes);
+	} else {
 		raw_append_sync(&r, session, prompt, PROMPT_TOKENS);
 		raw_commit_sync(&r, session, PROMPT_TOKENS);
-		rel.op = KVPALACE__V1__REQUEST__OP_RELEASE;
-		rel.release = (Kvpalace__V1__ReleaseRequest)KVPALACE__V1__RELEASE_REQUEST__INIT;
-		rel.req.release = &rel.release;
-		rel.req.op_case = KVPALACE__V1__REQUEST__OP_RELEASE;
-		rel.leases = leases;
-		break;
+		ref_put_get_value(&rs, key);
+		one = resp_cmd_get(key);
 	}
-	b.req.op_case = (Kvpalace__V1__Request__OpCase)b.op;
+	batch = resp_cmd_repeat(&one, depth);
+	got = malloc((size_t)depth * get_bytes);
+	if (!got)
+		die("out of memory");
+	/* tokens of one client never repeat, nor another client's */
+	pipe_bursts(&r, is_write, session, &b1, &b2, leases, index << 24);
 
 	if (write(ready_fd, "r", 1) != 1)
 		die("ready pipe: %s", strerror(errno));
@@ -815,61 +1170,97 @@ static void pipe_child(const struct opts *o, enum pipe_kind kind, struct child_r
 	if (read(go_fd, &c, 1) != 0)
 		die("go pipe");
 	close(go_fd);
+	t0 = sh->t0_ns;
+	{
+		struct timespec ts = {.tv_sec = (time_t)(t0 / 1000000000u),
+				      .tv_nsec = (long)(t0 % 1000000000u)};
 
-	stop = now_ns() + (uint64_t)(o->seconds * 1e9);
-	while (now_ns() < stop) {
-		uint32_t n = kind == PIPE_MATCH ? MATCH_BURST : SESSION_TOKENS;
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+	}
 
-		timed += raw_pipeline(&r, &b, n, o->depth, &lat);
-		ops += n;
-		/* untimed: a fresh session, or the burst's leases released */
-		switch (kind) {
-		case PIPE_APPEND:
-			raw_commit_sync(&r, session, SESSION_TOKENS);
-			raw_session_close(&r, session);
-			session = raw_session_create(&r);
-			b.append.session_id = session;
-			break;
-		case PIPE_COMMIT:
-			raw_session_close(&r, session);
-			session = raw_session_create(&r);
-			b.commit.session_id = session;
-			raw_append_sync(&r, session, toks, SESSION_TOKENS);
-			break;
-		case PIPE_MATCH:
-			raw_pipeline(&r, &rel, n, o->depth, NULL);
-			break;
-		}
+	for (unsigned ph = 0; ph < phases; ph++) {
+		uint64_t end = t0 + (ph + 1) * burst_ns;
+		struct tally *t = &res->phase[ph];
+
+		/* at least one batch a burst: a client the scheduler held past
+		 * a whole burst still takes part in it */
+		do {
+			if (!phase_is_ours(ph)) {
+				uint64_t a = now_ns(), z;
+
+				resp_send(&rs, &batch);
+				for (unsigned i = 0; i < depth; i++)
+					if (is_write)
+						resp_expect_ok(&rs, "SET");
+					else
+						resp_expect_bulk(&rs, got + (size_t)i * get_bytes,
+								 get_bytes, "GET");
+				z = now_ns();
+				resp_expect_drained(&rs, is_write ? "SET" : "GET");
+				for (unsigned i = 0; !is_write && i < depth; i++)
+					if (memcmp(got + (size_t)i * get_bytes, get_val, get_bytes))
+						die("redis GET: other bytes than were SET");
+				t->ns[0] += z - a;
+				t->ops[0] += depth;
+			} else if (is_write) {
+				if (in_session + WRITE_BURST > SESSION_TOKENS) {
+					/* untimed: a fresh session */
+					raw_session_close(&r, session);
+					session = raw_session_create(&r);
+					b1.append.session_id = session;
+					b2.commit.session_id = session;
+					in_session = 0;
+				}
+				t->ns[0] += raw_pipeline(&r, &b1, WRITE_BURST, depth);
+				t->ns[1] += raw_pipeline(&r, &b2, WRITE_BURST, depth);
+				t->ops[0] += WRITE_BURST;
+				t->ops[1] += WRITE_BURST;
+				b1.token_base += WRITE_BURST;
+				in_session += WRITE_BURST;
+			} else {
+				t->ns[0] += raw_pipeline(&r, &b1, MATCH_BURST, depth);
+				t->ns[1] += raw_pipeline(&r, &b2, MATCH_BURST, depth);
+				t->ops[0] += MATCH_BURST;
+				t->ops[1] += MATCH_BURST;
+			}
+		} while (now_ns() < end);
 	}
 	raw_session_close(&r, session);
 	raw_close(&r);
-	res->ops = ops;
-	res->timed_ns = timed;
-	res->n_lat = lat.n;
+	resp_close(&rs);
+	free(one.bytes);
+	free(batch.bytes);
+	free(got);
 	res->ok = 1;
 }
 
-static void bench_pipelined_kind(const struct opts *o, enum pipe_kind kind)
+static void bench_pipelined_kind(const struct opts *o, int is_write)
 {
-	size_t stride = child_stride();
-	uint8_t *shared;
-	pid_t pids[MAX_CLIENTS];
-	int ready[2], go[2];
-	unsigned n_ready = 0;
-	uint64_t ops = 0, n_lat = 0, *all;
-	double rate = 0;
-	char ch;
-	int failed = 0;
+	struct pairs pr = {
+		.name = is_write ? "rpc.write_pipelined" : "rpc.read_pipelined",
+		.ref_name = is_write ? "redis.p16.set" : "redis.p16.get",
+		.kind_names = {is_write ? "rpc.append_pipelined" : "rpc.match_pipelined",
+			       is_write ? "rpc.commit_pipelined" : "rpc.release_pipelined"},
+	};
+	size_t bytes = sizeof(struct pipe_shared) + o->clients * sizeof(struct child_result);
+	unsigned blocks = n_blocks(o), n_ready = 0;
+	struct child_result *results;
 	struct counters before, after;
+	struct pipe_shared *sh;
+	struct tally all = {0};
+	pid_t pids[MAX_CLIENTS];
+	int ready[2], go[2], failed = 0;
 	kvp_client *c = lib_connect(o->socket);
+	char ch;
 
 	/* no connection of ours is open while the clients run */
 	counters_get(c, &before);
 	kvp_disconnect(c);
-	shared = mmap(NULL, stride * o->clients, PROT_READ | PROT_WRITE,
-		      MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (shared == MAP_FAILED)
+	sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sh == MAP_FAILED)
 		die("mmap: %s", strerror(errno));
+	results = (struct child_result *)(sh + 1);
 	if (pipe2(ready, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0)
 		die("pipe: %s", strerror(errno));
 	fflush(stdout);
@@ -883,8 +1274,7 @@ static void bench_pipelined_kind(const struct opts *o, enum pipe_kind kind)
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
 			close(ready[0]);
 			close(go[1]);
-			pipe_child(o, kind, (struct child_result *)(shared + i * stride), ready[1],
-				   go[0]);
+			pipe_child(o, is_write, i, sh, &results[i], ready[1], go[0]);
 			fflush(stderr);
 			_exit(0);
 		}
@@ -894,6 +1284,9 @@ static void bench_pipelined_kind(const struct opts *o, enum pipe_kind kind)
 	while (read(ready[0], &ch, 1) == 1)
 		n_ready++;
 	close(ready[0]);
+	/* everyone starts at the same instant, a little after the go */
+	sh->t0_ns = now_ns() + 5000000u;
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	close(go[1]); /* start: every child's read returns 0 */
 	for (unsigned i = 0; i < o->clients; i++) {
 		int st;
@@ -902,47 +1295,49 @@ static void bench_pipelined_kind(const struct opts *o, enum pipe_kind kind)
 			failed = 1;
 	}
 	if (failed || n_ready != o->clients)
-		die("%s: a client failed", pipe_names[kind]);
+		die("%s: a client failed", pr.name);
+	for (unsigned i = 0; i < o->clients; i++)
+		if (!results[i].ok)
+			die("%s: client %u reported nothing", pr.name, i);
 
-	for (unsigned i = 0; i < o->clients; i++) {
-		struct child_result *res = (struct child_result *)(shared + i * stride);
+	/* Per block, the aggregate rate of each side is the sum of each
+	 * client's rate over its bursts of that side. */
+	for (unsigned blk = 0; blk < blocks; blk++) {
+		double r_all = 0, r_kind[2] = {0, 0}, r_ref = 0;
 
-		if (!res->ok || !res->timed_ns)
-			die("%s: client %u reported nothing", pipe_names[kind], i);
-		ops += res->ops;
-		rate += (double)res->ops * 1e9 / (double)res->timed_ns;
-		n_lat += res->n_lat;
+		for (unsigned i = 0; i < o->clients; i++) {
+			struct tally a = {0}, b = {0};
+
+			for (unsigned ph = 4 * blk; ph < 4 * blk + 4; ph++)
+				tally_add(phase_is_ours(ph) ? &a : &b, &results[i].phase[ph]);
+			if (!a.ns[0] || !a.ns[1] || !b.ns[0])
+				die("%s: client %u did nothing in a burst of block %u", pr.name, i,
+				    blk);
+			r_all += tally_rate(&a, -1);
+			r_kind[0] += tally_rate(&a, 0);
+			r_kind[1] += tally_rate(&a, 1);
+			r_ref += tally_rate(&b, 0);
+			tally_add(&all, &a);
+		}
+		pairs_add(&pr, r_all, r_ref, r_kind);
 	}
 	c = lib_connect(o->socket);
 	counters_get(c, &after);
 	kvp_disconnect(c);
-	check_executed(pipe_names[kind], &before, &after, (int)kind, ops);
-	all = malloc(n_lat * sizeof(*all) + 1);
-	if (!all)
-		die("out of memory");
-	n_lat = 0;
-	for (unsigned i = 0; i < o->clients; i++) {
-		struct child_result *res = (struct child_result *)(shared + i * stride);
-
-		memcpy(all + n_lat, res + 1, res->n_lat * sizeof(*all));
-		n_lat += res->n_lat;
-	}
-	/* the aggregate rate is the sum of each client's rate over its timed
-	 * bursts; report() derives the same figure from ops and time */
-	report(pipe_names[kind], ops, (uint64_t)((double)ops * 1e9 / rate), all, n_lat);
-	free(all);
-	munmap(shared, stride * o->clients);
+	check_executed(pr.name, &before, &after, is_write, &all);
+	pairs_print(&pr);
+	munmap(sh, bytes);
 }
 
 static void bench_pipelined(const struct opts *o)
 {
-	fprintf(stderr, "rpc: %u clients (processes), %u requests in flight each, raw protocol\n",
-		o->clients, o->depth);
-	bench_pipelined_kind(o, PIPE_APPEND);
-	bench_pipelined_kind(o, PIPE_COMMIT);
-	bench_pipelined_kind(o, PIPE_MATCH);
+	fprintf(stderr,
+		"rpc: %u clients (processes), %u requests in flight each, raw protocol; Redis "
+		"pipelined %u deep on a connection of each client (%u ms bursts, A B B A)\n",
+		o->clients, o->depth, o->depth, o->burst_ms);
+	bench_pipelined_kind(o, 1);
+	bench_pipelined_kind(o, 0);
 }
-
 /* ---- the data path: writing page K/V in place ------------------------------ */
 
 /* Writes the K/V of every (layer, kv, head, position) of s from src, one
@@ -1008,12 +1403,6 @@ static void read_back_child(const struct opts *o, const uint32_t *toks, uint32_t
 	kvp_disconnect(c);
 }
 
-static double median(uint64_t *v, size_t n)
-{
-	qsort(v, n, sizeof(*v), cmp_u64);
-	return n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2;
-}
-
 static void bench_page_write(const struct opts *o)
 {
 	kvp_client *c = lib_connect(o->socket);
@@ -1022,8 +1411,11 @@ static void bench_page_write(const struct opts *o)
 	uint32_t *toks, n_tok, n_pages;
 	size_t row, total, page_data;
 	uint8_t *src, *dst;
-	uint64_t t_arena[BW_PASSES], t_copy[BW_PASSES], x = 0x9e3779b97f4a7c15u;
-	double arena_bw, copy_bw;
+	struct pairs pr = {
+		.name = "rpc.page_write_bw",
+		.ref_name = "ref.memcpy_bw",
+	};
+	uint64_t x = 0x9e3779b97f4a7c15u;
 	pid_t pid;
 	int st;
 
@@ -1062,16 +1454,22 @@ static void bench_page_write(const struct opts *o)
 	/* untimed first passes: fault the pages in on both sides */
 	write_in_place(s, &bw_layout, n_tok, src, row);
 	write_memcpy(dst, src, total, page_data);
-	for (int i = 0; i < BW_PASSES; i++) {
-		t_arena[i] = write_in_place(s, &bw_layout, n_tok, src, row);
-		t_copy[i] = write_memcpy(dst, src, total, page_data);
+	/* A B B A: in place, memcpy, memcpy, in place; bytes per ns = GB/s */
+	for (int blk = 0; blk < BW_BLOCKS; blk++) {
+		uint64_t ta = write_in_place(s, &bw_layout, n_tok, src, row);
+		uint64_t tc = write_memcpy(dst, src, total, page_data);
+		double a, b;
+
+		tc += write_memcpy(dst, src, total, page_data);
+		ta += write_in_place(s, &bw_layout, n_tok, src, row);
+		a = 2.0 * (double)total / (double)ta;
+		b = 2.0 * (double)total / (double)tc;
+		pairs_add(&pr, a, b, NULL);
+		fprintf(stderr, "  %-24s %10.2f GB/s   memcpy %.2f GB/s\n", pr.name, a, b);
 	}
-	arena_bw = (double)total / median(t_arena, BW_PASSES);
-	copy_bw = (double)total / median(t_copy, BW_PASSES);
-	sample("rpc.page_write_bw", arena_bw);
-	sample("ref.memcpy_bw", copy_bw);
-	fprintf(stderr, "  %-24s %10.2f GB/s   memcpy %.2f GB/s\n", "rpc.page_write_bw", arena_bw,
-		copy_bw);
+	pairs_print(&pr);
+	if (memcmp(dst, src, total))
+		die("memcpy reference: the copy differs");
 
 	/* publish, then read the same bytes back from another process */
 	check(c, kvp_commit(s, n_tok), "kvp_commit (bw)");
@@ -1103,76 +1501,73 @@ static void bench_page_write(const struct opts *o)
 
 static void usage(FILE *f)
 {
-	fputs("usage: kvp-bench-rpc --socket PATH [--seconds S] [--clients N] [--depth D]\n"
-	      "                     [--bw-mib M] [--only unpipelined,pipelined,bw]\n"
-	      "Measures Append, Commit and MatchPrefix round trips against a running\n"
-	      "kvpalaced and the in-place page write bandwidth; prints 'sample NAME VALUE'\n"
-	      "lines (rates in ops/s or bytes/ns = GB/s, latencies in microseconds).\n",
+	fputs("usage: kvp-bench-rpc --socket PATH --redis PATH [--seconds S] [--burst-ms MS]\n"
+	      "                     [--cpu N|any|none] [--clients N] [--depth D] [--bw-mib M]\n"
+	      "                     [--only unpipelined,pipelined,bw]\n"
+	      "Measures Append+Commit and MatchPrefix+Release round trips against a running\n"
+	      "kvpalaced, interleaved with Redis SET and GET on its Unix socket (bursts of\n"
+	      "MS ms, A B B A; S seconds of ours per figure), and the in-place page write\n"
+	      "bandwidth against memcpy; prints 'sample NAME VALUE' lines (rates in\n"
+	      "requests/s, bytes/ns = GB/s, latencies in microseconds, NAME:pair ratios).\n"
+	      "The unpipelined client, kvpalaced and redis-server run pinned to CPU N (any:\n"
+	      "the first this process may use, the default) unless --cpu none.\n",
 	      f);
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{"socket", required_argument, NULL, 's'},
-		{"seconds", required_argument, NULL, 't'},
-		{"clients", required_argument, NULL, 'c'},
-		{"depth", required_argument, NULL, 'd'},
-		{"bw-mib", required_argument, NULL, 'b'},
-		{"only", required_argument, NULL, 'o'},
-		{"help", no_argument, NULL, 'h'},
-		{0},
-	};
 	struct opts o = {
 		.seconds = 2,
+		.burst_ms = 50,
 		.clients = 4,
 		.depth = 16,
 		.bw_mib = 64,
-		.do_unpipelined = 1,
-		.do_pipelined = 1,
-		.do_bw = 1,
 	};
-	int ch;
+	const char *only = "unpipelined,pipelined,bw", *cpu = "any";
+	const struct bench_opt opts[] = {
+		{"socket", BENCH_OPT_STR, &o.socket, 0, 0},
+		{"redis", BENCH_OPT_STR, &o.redis, 0, 0},
+		{"seconds", BENCH_OPT_DOUBLE, &o.seconds, 0.001, 3600},
+		{"burst-ms", BENCH_OPT_UINT, &o.burst_ms, 5, 10000},
+		{"cpu", BENCH_OPT_STR, &cpu, 0, 0},
+		{"clients", BENCH_OPT_UINT, &o.clients, 1, MAX_CLIENTS},
+		{"depth", BENCH_OPT_UINT, &o.depth, 1, MAX_DEPTH},
+		{"bw-mib", BENCH_OPT_UINT, &o.bw_mib, 1, 4096},
+		{"only", BENCH_OPT_STR, &only, 0, 0},
+	};
+	struct bench_opt cpu_opt = {"cpu", BENCH_OPT_INT, &o.cpu, 0, CPU_SETSIZE - 1};
+	char *parts, *part, *save;
 
-	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-		switch (ch) {
-		case 's':
-			o.socket = optarg;
-			break;
-		case 't':
-			o.seconds = strtod(optarg, NULL);
-			break;
-		case 'c':
-			o.clients = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'd':
-			o.depth = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'b':
-			o.bw_mib = (unsigned)strtoul(optarg, NULL, 10);
-			break;
-		case 'o':
-			o.do_unpipelined = strstr(optarg, "unpipelined") != NULL;
-			o.do_pipelined = strstr(optarg, ",pipelined") != NULL ||
-					 strncmp(optarg, "pipelined", 9) == 0;
-			o.do_bw = strstr(optarg, "bw") != NULL;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
+	bench_parse_opts(argc, argv, opts, (int)(sizeof(opts) / sizeof(opts[0])), usage);
+	parts = strdup(only);
+	for (part = strtok_r(parts, ",", &save); part; part = strtok_r(NULL, ",", &save)) {
+		if (!strcmp(part, "unpipelined"))
+			o.do_unpipelined = 1;
+		else if (!strcmp(part, "pipelined"))
+			o.do_pipelined = 1;
+		else if (!strcmp(part, "bw"))
+			o.do_bw = 1;
+		else
+			o.do_bw = -1; /* marks a usage error */
 	}
-	if (!o.socket || optind != argc || !(o.seconds > 0 && o.seconds < 3600) || o.clients < 1 ||
-	    o.clients > MAX_CLIENTS || o.depth < 1 || o.depth > MAX_DEPTH || o.bw_mib < 1 ||
-	    o.bw_mib > 4096) {
+	free(parts);
+	if (!strcmp(cpu, "none"))
+		o.cpu = -2;
+	else if (!strcmp(cpu, "any"))
+		o.cpu = -1;
+	else if (bench_opt_set(&cpu_opt, cpu) < 0)
+		o.do_bw = -1;
+	if (!o.socket || (!o.redis && (o.do_unpipelined || o.do_pipelined)) || o.do_bw < 0) {
 		usage(stderr);
 		return 2;
 	}
 	for (uint32_t i = 0; i < PROMPT_TOKENS; i++)
 		prompt[i] = PROMPT_BASE + i;
+	ref_values();
+	fprintf(stderr,
+		"rpc: Redis values of %zu bytes (SET, as our Append) and %zu (GET, as our "
+		"MatchPrefix)\n",
+		set_bytes, get_bytes);
 
 	if (o.do_unpipelined)
 		bench_unpipelined(&o);
