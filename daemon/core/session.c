@@ -36,21 +36,24 @@ static void ref_page(struct pool *p, uint32_t slot)
 	prefix_index_update(&p->ix, &p->pa, slot);
 }
 
-/* Brings the writer's count of reserved pages up to date with s. */
+/* Brings the writer's and the pool's counts of reserved pages up to date
+ * with s. */
 static void account_reserved(struct session *s)
 {
 	uint32_t now = s->account ? session_reserved_pages(s) : 0;
 
 	if (s->account)
 		s->account->reserved_pages = s->account->reserved_pages - s->reserved_counted + now;
+	s->pool->reserved_pages = s->pool->reserved_pages - s->reserved_counted + now;
 	s->reserved_counted = now;
 }
 
-/* The writer's hold ends: its account forgets s. */
+/* The writer's hold ends: its account and the pool forget s. */
 static void end_writer(struct session *s)
 {
 	if (s->account)
 		s->account->reserved_pages -= s->reserved_counted;
+	s->pool->reserved_pages -= s->reserved_counted;
 	s->account = NULL;
 	s->reserved_counted = 0;
 	s->writer = NULL;
@@ -79,6 +82,11 @@ int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
 	s->pol.budget = c->cfg->session_budget;
 	s->pol.auto_compact = (uint8_t)c->cfg->session_auto_compact;
 	if (idmap_put(&c->sessions, s->id, s) < 0) {
+		free(s);
+		return -ENOMEM;
+	}
+	if (idseq_add(&p->by_id, s->id, s) < 0) {
+		idmap_del(&c->sessions, s->id);
 		free(s);
 		return -ENOMEM;
 	}
@@ -151,6 +159,7 @@ void session_close(struct cache *c, struct session *s)
 	place_session(c, s, n_hashes);
 	gpu_session_free(s);
 	idmap_del(&c->sessions, s->id);
+	idseq_del(&s->pool->by_id, s->id);
 	list_del(&s->pool_link);
 	s->pool->n_sessions--;
 	tokvec_fini(&s->tok);

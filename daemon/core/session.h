@@ -246,8 +246,9 @@ int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const u
 
 /* Pages holding only uncommitted positions. */
 uint32_t session_reserved_pages(const struct session *s);
-/* Pages of p's sessions holding only uncommitted positions (once
- * pool_reserved_pages: pool.c is below the sessions). O(sessions). */
+/* Pages of p's sessions holding only uncommitted positions, counted
+ * session by session: what p->reserved_pages must equal (cache_check).
+ * O(sessions). */
 uint32_t session_pool_reserved_pages(const struct pool *p);
 /* Pages of s that someone else (index, lease, another session) holds too. */
 uint32_t session_shared_pages(const struct session *s);

@@ -84,7 +84,9 @@ static int check_pool(const struct cache *c, const struct pool *p)
 			refs[s->pages[i]]++;
 		}
 	}
-	if (persistent != p->n_persistent || unowned != p->n_unowned)
+	if (persistent != p->n_persistent || unowned != p->n_unowned ||
+	    session_pool_reserved_pages(p) != p->reserved_pages ||
+	    idseq_count(&p->by_id) != p->n_sessions)
 		goto out;
 	for (size_t i = 0; i < c->leases.cap; i++) {
 		const struct lease *l = c->leases.slots[i].ptr;
