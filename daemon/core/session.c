@@ -247,9 +247,14 @@ uint32_t session_expire_idle(struct cache *c, uint64_t now_ns, uint64_t timeout_
 	return n;
 }
 
+/* The page and hash tables' first capacity: a short session (most of
+ * them, by count) pays for two pages, not 64 (1.3 KB); longer ones
+ * double from there, so growing stays O(1) amortized. */
+#define SESSION_MIN_PAGES 2u
+
 static int grow(void **arr, uint64_t *cap, uint64_t need, size_t elem)
 {
-	uint64_t n = *cap ? *cap : 64;
+	uint64_t n = *cap ? *cap : SESSION_MIN_PAGES;
 	void *p;
 
 	if (need <= *cap)
@@ -294,10 +299,10 @@ uint64_t session_next_pos(const struct session *s)
 }
 
 /* The slots growing the page and hash tables to need pages charges: they
- * double from 64. */
+ * double from SESSION_MIN_PAGES. */
 static uint64_t pages_charge(const struct session *s, uint32_t need)
 {
-	uint64_t n = s->cap_pages ? s->cap_pages : 64;
+	uint64_t n = s->cap_pages ? s->cap_pages : SESSION_MIN_PAGES;
 
 	if (need <= s->cap_pages)
 		return 0;

@@ -7,8 +7,9 @@
 #include "log.h"
 #include "tokvec.h"
 
-/* The smallest chunk: a short session costs little. */
-#define TOKVEC_MIN_CAP 64u
+/* The smallest chunk: a short session costs little (16 tokens, 320
+ * bytes; the last chunk doubles from there up to per_chunk). */
+#define TOKVEC_MIN_CAP 16u
 
 void tokvec_init(struct tokvec *v, uint32_t block_tokens, uint64_t *account)
 {
@@ -53,7 +54,7 @@ void tokvec_cut(struct tokvec *v, uint64_t n)
 /* Room for n chunk pointers. */
 static int table_room(struct tokvec *v, uint32_t n)
 {
-	uint32_t cap = v->cap_chunks ? v->cap_chunks : 4;
+	uint32_t cap = v->cap_chunks ? v->cap_chunks : 1;
 	struct tokvec_chunk **t;
 
 	if (n <= v->cap_chunks)
