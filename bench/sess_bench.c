@@ -244,6 +244,10 @@ int main(int argc, char **argv)
 
 	sample("sess.bytes_16", b16);
 	sample("sess.bytes_1024", b1024);
+	/* The same figures again, for bench/run's records against Redis. */
+	sample("sess.bytes_16_vs_redis", b16);
+	sample("sess.bytes_1024_vs_redis", b1024);
+	sample("sess.stats_vs_ping_us", s1);
 	sample("sess.bytes_per_token", per_tok);
 	sample("sess.bytes_fixed", fixed);
 	sample("sess.goal_16", 512 + 8 * 16);
