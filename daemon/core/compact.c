@@ -257,7 +257,7 @@ int compact_score_start(struct session *s, int topic, uint32_t layer, uint32_t n
 	j->n_q_heads = n_q_heads;
 	memcpy(j->q, q, n_q * sizeof(*q));
 	for (uint64_t t = 0; topic && t < n; t++)
-		j->turns[t] = tokvec_meta(&s->tok, t)->turn;
+		j->turns[t] = tokvec_meta(&s->tok, t).turn;
 	hold_pages(s, n_slots, j);
 	return 0;
 }
@@ -466,7 +466,7 @@ static void apply_gather(struct session *s, struct compact_job *j)
 	for (size_t i = 0; i < k; i++) {
 		uint32_t id = tokvec_id(&s->tok, j->keep[i]);
 
-		*tokvec_meta_w(&s->tok, i) = *tokvec_meta(&s->tok, j->keep[i]);
+		*tokvec_meta_w(&s->tok, i) = tokvec_meta(&s->tok, j->keep[i]);
 		tokvec_put(&s->tok, i, 1, &id, NULL);
 	}
 	for (uint32_t i = 0; i < s->n_pages; i++) {

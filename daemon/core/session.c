@@ -272,30 +272,38 @@ static int grow(void **arr, uint64_t *cap, uint64_t need, size_t elem)
 /* Makes positions [from, to) writable (to may pass n_tokens: room to
  * append), charged to the session's tenant, whose sessions together hold
  * at most max-tenant-tokens slots. -EDQUOT past it. */
-static int prepare_tokens(struct cache *c, struct session *s, uint64_t from, uint64_t to)
+static int prepare_tokens(struct cache *c, struct session *s, uint64_t from, uint64_t to,
+			  int with_meta)
 {
-	return tokvec_prepare(&s->tok, s->n_tokens, from, to, c->cfg->max_tenant_tokens);
+	return tokvec_prepare(&s->tok, s->n_tokens, from, to, c->cfg->max_tenant_tokens, with_meta);
 }
 
 int session_own_meta(struct cache *c, struct session *s, uint64_t from, uint64_t to)
 {
 	kvp_assert(from <= to && to <= s->n_tokens);
-	return prepare_tokens(c, s, from, to);
+	return prepare_tokens(c, s, from, to, 1);
 }
 
 /* Untagged metadata of tokens [from, to) (prepared) at positions pos0
- * onwards. */
+ * onwards. A chunk without metadata of its own already says so when
+ * positions are indexes and the turn is 0 (the caller prepared with_meta
+ * otherwise). */
 static void default_meta(struct session *s, uint64_t from, uint64_t to, uint64_t pos0,
 			 uint32_t turn)
 {
-	for (uint64_t i = from; i < to; i++)
+	for (uint64_t i = from; i < to; i++) {
+		if (!tokvec_has_meta(&s->tok, i)) {
+			kvp_assert(pos0 + i - from == i && turn == 0);
+			continue;
+		}
 		*tokvec_meta_w(&s->tok, i) =
 			(struct token_meta){.pos = (uint32_t)(pos0 + i - from), .turn = turn};
+	}
 }
 
 uint64_t session_next_pos(const struct session *s)
 {
-	return s->n_tokens ? (uint64_t)tokvec_meta(&s->tok, s->n_tokens - 1)->pos + 1 : 0;
+	return s->n_tokens ? (uint64_t)tokvec_meta(&s->tok, s->n_tokens - 1).pos + 1 : 0;
 }
 
 /* The slots growing the page and hash tables to need pages charges: they
@@ -339,9 +347,9 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 		   struct tier_park *pk, uint64_t *ret_first_token)
 {
 	struct pagealloc *pa = &s->pool->pa;
-	uint64_t end = s->n_tokens + n, more;
-	uint32_t need, have = s->n_pages;
-	int ret;
+	uint64_t end = s->n_tokens + n, more, pos0;
+	uint32_t need, have = s->n_pages, turn;
+	int ret, with_meta;
 
 	if (s->writer && s->writer != writer)
 		return -EBUSY;
@@ -363,15 +371,20 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 	ret = tier_make_room(c, s->pool, need - have, pk);
 	if (ret < 0)
 		return ret;
-	ret = prepare_tokens(c, s, s->n_tokens, end);
+	/* Metadata is stored only where it differs from the default
+	 * (position = index, untagged): an exact, untagged session keeps
+	 * none (tokvec.h). */
+	pos0 = session_next_pos(s);
+	turn = tag && tag->has_turn ? tag->turn : s->cur_turn;
+	with_meta = pos0 != s->n_tokens || turn || (tag && (tag->role || tag->flags));
+	ret = prepare_tokens(c, s, s->n_tokens, end, with_meta);
 	if (ret == 0)
 		ret = reserve_pages(c, s, need);
 	if (ret < 0)
 		return ret;
-	if (tag && tag->has_turn)
-		s->cur_turn = tag->turn;
-	default_meta(s, s->n_tokens, end, session_next_pos(s), s->cur_turn);
-	for (uint64_t i = s->n_tokens; tag && i < end; i++) {
+	s->cur_turn = turn;
+	default_meta(s, s->n_tokens, end, pos0, s->cur_turn);
+	for (uint64_t i = s->n_tokens; tag && (tag->role || tag->flags) && i < end; i++) {
 		tokvec_meta_w(&s->tok, i)->role = tag->role;
 		tokvec_meta_w(&s->tok, i)->flags = tag->flags;
 	}
@@ -405,7 +418,7 @@ static void index_page(struct pool *p, struct session *s, uint32_t i)
 	int permanent = 0;
 
 	for (uint64_t t = (uint64_t)i * bt; t < (uint64_t)(i + 1) * bt; t++)
-		permanent |= tokvec_meta(&s->tok, t)->flags & TOKEN_PERMANENT;
+		permanent |= tokvec_meta(&s->tok, t).flags & TOKEN_PERMANENT;
 	s->hashes[i] = h;
 	if (e && e->slot != PINDEX_NONE && e->slot != s->pages[i]) {
 		/* Someone committed the same tokens after the same prefix:
@@ -538,7 +551,7 @@ int session_truncate(struct cache *c, struct session *s, const void *writer, uin
 static int set_tokens(struct cache *c, struct session *s, const uint32_t *ids,
 		      const struct token_meta *meta, uint64_t n)
 {
-	int ret = prepare_tokens(c, s, 0, n);
+	int ret = prepare_tokens(c, s, 0, n, meta != NULL);
 
 	if (ret < 0)
 		return ret;
@@ -678,10 +691,10 @@ int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const u
 		return ret;
 	}
 	for (uint64_t i = 0; i < n; i++)
-		s->compacted |= tokvec_meta(&s->tok, i)->pos != i;
+		s->compacted |= tokvec_meta(&s->tok, i).pos != i;
 	s->unindexed = s->compacted || lossy;
 	if (n)
-		s->cur_turn = tokvec_meta(&s->tok, n - 1)->turn;
+		s->cur_turn = tokvec_meta(&s->tok, n - 1).turn;
 	/* The session takes over the slots' references. */
 	memcpy(s->pages, slots, need * sizeof(uint32_t));
 	s->n_pages = need;

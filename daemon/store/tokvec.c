@@ -69,9 +69,11 @@ static int table_room(struct tokvec *v, uint32_t n)
 	return 0;
 }
 
-/* A private chunk of cap tokens holding the first keep of old (NULL:
- * none). */
-static struct tokvec_chunk *chunk_new(uint32_t cap, const struct tokvec_chunk *old, uint32_t keep)
+/* A private chunk of cap tokens from position start holding the first
+ * keep of old (NULL: none), with metadata when old has some or with_meta
+ * (the defaults where old had none). */
+static struct tokvec_chunk *chunk_new(uint32_t cap, uint64_t start, const struct tokvec_chunk *old,
+				      uint32_t keep, int with_meta)
 {
 	struct tokvec_chunk *k = calloc(1, sizeof(*k));
 
@@ -80,15 +82,19 @@ static struct tokvec_chunk *chunk_new(uint32_t cap, const struct tokvec_chunk *o
 	k->refs = 1;
 	k->cap = cap;
 	k->ids = malloc(cap * sizeof(*k->ids));
-	k->meta = malloc(cap * sizeof(*k->meta));
-	if (!k->ids || !k->meta) {
+	if (with_meta || (old && old->meta))
+		k->meta = malloc(cap * sizeof(*k->meta));
+	if (!k->ids || ((with_meta || (old && old->meta)) && !k->meta)) {
 		chunk_free(k);
 		return NULL;
 	}
-	if (old && keep) {
+	if (old && keep)
 		memcpy(k->ids, old->ids, keep * sizeof(*k->ids));
+	if (k->meta && old && old->meta && keep)
 		memcpy(k->meta, old->meta, keep * sizeof(*k->meta));
-	}
+	else if (k->meta)
+		for (uint32_t i = 0; i < cap; i++)
+			k->meta[i] = (struct token_meta){.pos = (uint32_t)(start + i)};
 	return k;
 }
 
@@ -111,14 +117,15 @@ static uint32_t cap_for(const struct tokvec *v, uint32_t ci, uint64_t to)
  * in its place, with the slots that adds to the account in *ret_charge
  * (a shared chunk's copy costs its whole capacity, a grown one the
  * difference). */
-static uint32_t chunk_plan(const struct tokvec *v, uint32_t ci, uint64_t to, uint64_t *ret_charge)
+static uint32_t chunk_plan(const struct tokvec *v, uint32_t ci, uint64_t to, int with_meta,
+			   uint64_t *ret_charge)
 {
 	const struct tokvec_chunk *old = ci < v->n_chunks ? v->chunks[ci] : NULL;
 	uint32_t cap = cap_for(v, ci, to);
 
 	*ret_charge = 0;
-	if (old && old->refs == 1 && old->cap >= cap)
-		return 0; /* ours, with room */
+	if (old && old->refs == 1 && old->cap >= cap && (old->meta || !with_meta))
+		return 0; /* ours, with room (and metadata when asked) */
 	if (old && old->cap > cap)
 		cap = old->cap;
 	*ret_charge = !old || old->refs > 1 ? cap : cap - old->cap;
@@ -133,13 +140,14 @@ uint64_t tokvec_charge(const struct tokvec *v, uint64_t from, uint64_t to)
 		return 0;
 	for (uint32_t ci = (uint32_t)(from / v->per_chunk);
 	     ci <= (uint32_t)((to - 1) / v->per_chunk); ci++) {
-		chunk_plan(v, ci, to, &more);
+		chunk_plan(v, ci, to, 0, &more);
 		charge += more;
 	}
 	return charge;
 }
 
-int tokvec_prepare(struct tokvec *v, uint64_t len, uint64_t from, uint64_t to, uint64_t limit)
+int tokvec_prepare(struct tokvec *v, uint64_t len, uint64_t from, uint64_t to, uint64_t limit,
+		   int with_meta)
 {
 	uint32_t first, last, n_new;
 	struct tokvec_chunk **made;
@@ -164,14 +172,14 @@ int tokvec_prepare(struct tokvec *v, uint64_t len, uint64_t from, uint64_t to, u
 	for (uint32_t ci = first; ci <= last; ci++) {
 		struct tokvec_chunk *old = ci < v->n_chunks ? v->chunks[ci] : NULL;
 		uint64_t start = (uint64_t)ci * v->per_chunk, more;
-		uint32_t cap = chunk_plan(v, ci, to, &more), keep = 0;
+		uint32_t cap = chunk_plan(v, ci, to, with_meta, &more), keep = 0;
 
 		if (!cap)
 			continue; /* ours, with room */
 		if (old && len > start)
 			keep = (uint32_t)(len - start < old->cap ? len - start : old->cap);
 		charge += more;
-		made[ci - first] = chunk_new(cap, old, keep);
+		made[ci - first] = chunk_new(cap, start, old, keep, with_meta);
 		if (!made[ci - first])
 			goto fail;
 	}
@@ -230,8 +238,11 @@ void tokvec_get(const struct tokvec *v, uint64_t from, uint64_t n, uint32_t *ids
 
 		if (ids)
 			memcpy(ids + done, k->ids + off, span * sizeof(*ids));
-		if (meta)
+		if (meta && k->meta)
 			memcpy(meta + done, k->meta + off, span * sizeof(*meta));
+		else if (meta)
+			for (uint64_t j = 0; j < span; j++)
+				meta[done + j] = (struct token_meta){.pos = (uint32_t)(i + j)};
 		done += span;
 	}
 }
@@ -246,7 +257,7 @@ void tokvec_put(struct tokvec *v, uint64_t from, uint64_t n, const uint32_t *ids
 		struct tokvec_chunk *k = v->chunks[i / v->per_chunk];
 		uint64_t span = v->per_chunk - off < n - done ? v->per_chunk - off : n - done;
 
-		kvp_assert(k->refs == 1 && off + span <= k->cap);
+		kvp_assert(k->refs == 1 && off + span <= k->cap && (!meta || k->meta));
 		memcpy(k->ids + off, ids + done, span * sizeof(*ids));
 		if (meta)
 			memcpy(k->meta + off, meta + done, span * sizeof(*meta));
