@@ -6,6 +6,7 @@
  * (cache.h); compaction (compact.c) calls sessions, never the other
  * way. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,9 +61,60 @@ static void end_writer(struct session *s)
 	list_del(&s->writer_link);
 }
 
+static struct session_policy *policy_of(const struct session *s)
+{
+	return (struct session_policy *)((char *)s->pol - offsetof(struct session_policy, pol));
+}
+
+void session_policy_unref(struct session_policy *sp)
+{
+	if (sp && --sp->refs == 0)
+		free(sp);
+}
+
+/* The configured policy, shared: the cache's while the configuration
+ * still says the same (a reload makes a new one for new sessions; the
+ * old one lives while its sessions do). A reference for the caller, or
+ * NULL (no memory). */
+static struct session_policy *default_policy(struct cache *c)
+{
+	struct session_policy *sp = c->default_pol;
+	struct policy want;
+
+	memset(&want, 0, sizeof(want)); /* compared whole, padding included */
+	policy_defaults(&want, (enum policy_kind)c->cfg->session_policy);
+	want.budget = c->cfg->session_budget;
+	want.auto_compact = (uint8_t)c->cfg->session_auto_compact;
+	if (!sp || memcmp(&sp->pol, &want, sizeof(want))) {
+		sp = calloc(1, sizeof(*sp));
+		if (!sp)
+			return NULL;
+		sp->refs = 1; /* the cache's */
+		sp->pol = want;
+		session_policy_unref(c->default_pol);
+		c->default_pol = sp;
+	}
+	sp->refs++;
+	return sp;
+}
+
+int session_set_policy(struct session *s, const struct policy *pol)
+{
+	struct session_policy *sp = calloc(1, sizeof(*sp));
+
+	if (!sp)
+		return -ENOMEM;
+	sp->refs = 1;
+	sp->pol = *pol;
+	session_policy_unref(policy_of(s));
+	s->pol = &sp->pol;
+	return 0;
+}
+
 int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
 		   struct session **ret_session)
 {
+	struct session_policy *sp;
 	struct session *s;
 
 	if (p->n_sessions >= c->cfg->max_sessions_per_pool)
@@ -70,6 +122,13 @@ int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
+	/* The configured policy; a client may set its own (compact.h). */
+	sp = default_policy(c);
+	if (!sp) {
+		free(s);
+		return -ENOMEM;
+	}
+	s->pol = &sp->pol;
 	s->id = cache_new_id(c, p->uid);
 	s->pool = p;
 	tokvec_init(&s->tok, p->layout.block_tokens, &cache_tenant(c, p->uid)->meta_tokens);
@@ -77,16 +136,14 @@ int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
 	s->last_use_ns = clock_now_ns();
 	list_init(&s->writer_link);
 	list_init(&s->owner_link);
-	/* The configured policy; a client may set its own (compact.h). */
-	policy_defaults(&s->pol, (enum policy_kind)c->cfg->session_policy);
-	s->pol.budget = c->cfg->session_budget;
-	s->pol.auto_compact = (uint8_t)c->cfg->session_auto_compact;
 	if (idmap_put(&c->sessions, s->id, s) < 0) {
+		session_policy_unref(sp);
 		free(s);
 		return -ENOMEM;
 	}
 	if (idseq_add(&p->by_id, s->id, s) < 0) {
 		idmap_del(&c->sessions, s->id);
+		session_policy_unref(sp);
 		free(s);
 		return -ENOMEM;
 	}
@@ -166,6 +223,7 @@ void session_close(struct cache *c, struct session *s)
 	*s->tok.account -= s->cap_pages;
 	free(s->pages);
 	free(s->hashes);
+	session_policy_unref(policy_of(s));
 	free(s);
 }
 
@@ -621,6 +679,8 @@ int session_fork(struct cache *c, struct session *s, uint64_t n, struct tier_par
 	if (ret == 0) {
 		/* The fork keeps the policy, the tags and, when compacted, the
 		 * privacy of its pages. */
+		session_policy_unref(policy_of(*ret_session));
+		policy_of(s)->refs++;
 		(*ret_session)->pol = s->pol;
 		(*ret_session)->cur_turn = s->cur_turn;
 		(*ret_session)->compacted = s->compacted;

@@ -48,6 +48,9 @@ void cache_fini(struct cache *c)
 			session_close(c, list_entry(p->sessions.next, struct session, pool_link));
 		pool_free(c, p);
 	}
+	/* Every session has let go of it: the cache's reference is the last. */
+	session_policy_unref(c->default_pol);
+	c->default_pol = NULL;
 	cache_registry_fini(c);
 }
 

@@ -464,7 +464,7 @@ static int do_session_meta(struct cache *cache, struct peer *c,
 	kvpalace__v1__session_meta_response__init(out);
 	out->n_tokens = s->n_tokens;
 	out->compacted = s->compacted;
-	out->policy = (Kvpalace__V1__Policy)s->pol.kind;
+	out->policy = (Kvpalace__V1__Policy)s->pol->kind;
 	out->positions = (uint32_t *)heap;
 	out->roles = out->positions + n;
 	out->turns = out->roles + n;

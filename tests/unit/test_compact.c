@@ -218,7 +218,7 @@ static size_t expected_keep(const struct session *s, const struct snap *sn, uint
 	size_t k;
 
 	assert_non_null(scratch);
-	k = policy_select(&s->pol, sn->meta, sn->n, policy_budget(&s->pol, sn->n), keep, scratch);
+	k = policy_select(s->pol, sn->meta, sn->n, policy_budget(s->pol, sn->n), keep, scratch);
 	free(scratch);
 	return k;
 }
