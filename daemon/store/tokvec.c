@@ -22,7 +22,6 @@ void tokvec_init(struct tokvec *v, uint32_t block_tokens, uint64_t *account)
 
 static void chunk_free(struct tokvec_chunk *k)
 {
-	free(k->ids);
 	free(k->meta);
 	free(k);
 }
@@ -38,7 +37,8 @@ static void chunk_unref(struct tokvec *v, struct tokvec_chunk *k)
 void tokvec_fini(struct tokvec *v)
 {
 	tokvec_cut(v, 0);
-	free(v->chunks);
+	if (v->chunks != &v->one)
+		free(v->chunks);
 	v->chunks = NULL;
 	v->cap_chunks = 0;
 }
@@ -59,11 +59,20 @@ static int table_room(struct tokvec *v, uint32_t n)
 
 	if (n <= v->cap_chunks)
 		return 0;
+	if (n == 1) {
+		v->chunks = &v->one;
+		v->cap_chunks = 1;
+		return 0;
+	}
 	while (cap < n)
 		cap *= 2;
-	t = realloc(v->chunks, cap * sizeof(*t));
+	t = malloc(cap * sizeof(*t));
 	if (!t)
 		return -ENOMEM;
+	if (v->n_chunks)
+		memcpy(t, v->chunks, v->n_chunks * sizeof(*t));
+	if (v->chunks != &v->one)
+		free(v->chunks);
 	v->chunks = t;
 	v->cap_chunks = cap;
 	return 0;
@@ -75,16 +84,18 @@ static int table_room(struct tokvec *v, uint32_t n)
 static struct tokvec_chunk *chunk_new(uint32_t cap, uint64_t start, const struct tokvec_chunk *old,
 				      uint32_t keep, int with_meta)
 {
-	struct tokvec_chunk *k = calloc(1, sizeof(*k));
+	/* The ids in the chunk's own allocation: one malloc, not two. */
+	struct tokvec_chunk *k = malloc(sizeof(*k) + (size_t)cap * sizeof(*k->ids));
 
 	if (!k)
 		return NULL;
+	memset(k, 0, sizeof(*k));
 	k->refs = 1;
 	k->cap = cap;
-	k->ids = malloc(cap * sizeof(*k->ids));
+	k->ids = (uint32_t *)(k + 1);
 	if (with_meta || (old && old->meta))
 		k->meta = malloc(cap * sizeof(*k->meta));
-	if (!k->ids || ((with_meta || (old && old->meta)) && !k->meta)) {
+	if ((with_meta || (old && old->meta)) && !k->meta) {
 		chunk_free(k);
 		return NULL;
 	}

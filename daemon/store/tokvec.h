@@ -37,7 +37,7 @@ struct tokvec_chunk {
 	uint32_t refs;	   /* vectors holding it */
 	uint32_t cap;	   /* tokens it has room for, <= per_chunk */
 	uint64_t *account; /* charged cap at its making */
-	uint32_t *ids;	   /* [cap] */
+	uint32_t *ids;	   /* [cap], in the same allocation, after the chunk */
 	/* [cap], or NULL while every token's metadata is the default one
 	 * (position = its index, untagged, no score): what an exact session's
 	 * tokens have unless tagged or scored, 16 bytes a token not spent.
@@ -46,10 +46,13 @@ struct tokvec_chunk {
 };
 
 struct tokvec {
-	struct tokvec_chunk **chunks; /* [cap_chunks], n_chunks used */
+	struct tokvec_chunk **chunks; /* [cap_chunks], n_chunks used; &one while cap_chunks is 1 */
 	uint32_t n_chunks, cap_chunks;
 	uint32_t per_chunk;
 	uint64_t *account; /* token slots charged (cache_tenant.meta_tokens) */
+	/* The table of a vector of one chunk (up to 4096 tokens: most of
+	 * them), which saves an allocation. The vector may not be moved. */
+	struct tokvec_chunk *one;
 };
 
 /* An empty vector whose chunks hold a multiple of block_tokens tokens,
