@@ -221,8 +221,7 @@ void session_close(struct cache *c, struct session *s)
 	s->pool->n_sessions--;
 	tokvec_fini(&s->tok);
 	*s->tok.account -= s->cap_pages;
-	free(s->pages);
-	free(s->hashes);
+	free(s->hashes); /* and the pages after them */
 	session_policy_unref(policy_of(s));
 	free(s);
 }
@@ -310,23 +309,6 @@ uint32_t session_expire_idle(struct cache *c, uint64_t now_ns, uint64_t timeout_
  * double from there, so growing stays O(1) amortized. */
 #define SESSION_MIN_PAGES 2u
 
-static int grow(void **arr, uint64_t *cap, uint64_t need, size_t elem)
-{
-	uint64_t n = *cap ? *cap : SESSION_MIN_PAGES;
-	void *p;
-
-	if (need <= *cap)
-		return 0;
-	while (n < need)
-		n *= 2;
-	p = realloc(*arr, n * elem);
-	if (!p)
-		return -ENOMEM;
-	*arr = p;
-	*cap = n;
-	return 0;
-}
-
 /* Makes positions [from, to) writable (to may pass n_tokens: room to
  * append), charged to the session's tenant, whose sessions together hold
  * at most max-tenant-tokens slots. -EDQUOT past it. */
@@ -382,21 +364,28 @@ static uint64_t pages_charge(const struct session *s, uint32_t need)
  * max-tenant-tokens). */
 static int reserve_pages(struct cache *c, struct session *s, uint32_t need)
 {
-	uint64_t cap = s->cap_pages, cap2 = s->cap_pages, more = pages_charge(s, need);
-	int ret;
+	uint64_t more = pages_charge(s, need), cap = s->cap_pages + more;
+	XXH128_hash_t *h;
 
 	if (!more)
 		return 0;
 	if (*s->tok.account + more > c->cfg->max_tenant_tokens)
 		return -EDQUOT;
-	ret = grow((void **)&s->pages, &cap, need, sizeof(uint32_t));
-	if (ret == 0)
-		ret = grow((void **)&s->hashes, &cap2, need, sizeof(XXH128_hash_t));
-	if (ret < 0)
-		return ret;
-	/* Both grew to the same power-of-two capacity. */
-	*s->tok.account += (cap < cap2 ? cap : cap2) - s->cap_pages;
-	s->cap_pages = (uint32_t)(cap < cap2 ? cap : cap2);
+	/* One allocation for both tables, the hashes first (their
+	 * alignment), the slots after them: a short session makes one
+	 * malloc, not two. */
+	h = malloc(cap * (sizeof(*s->hashes) + sizeof(*s->pages)));
+	if (!h)
+		return -ENOMEM;
+	if (s->cap_pages) {
+		memcpy(h, s->hashes, s->n_hashes * sizeof(*h));
+		memcpy(h + cap, s->pages, s->n_pages * sizeof(*s->pages));
+	}
+	free(s->hashes);
+	s->hashes = h;
+	s->pages = (uint32_t *)(h + cap);
+	*s->tok.account += more;
+	s->cap_pages = (uint32_t)cap;
 	return 0;
 }
 

@@ -90,7 +90,7 @@ struct session {
 	uint64_t n_committed;
 	/* Page slots (n_pages used) and chain hashes, charged with the
 	 * tokens to the tenant's max-tenant-tokens. */
-	uint32_t *pages; /* [cap_pages] page slots, n_pages used */
+	uint32_t *pages; /* [cap_pages] page slots, n_pages used; after hashes, one allocation */
 	uint32_t n_pages;
 	uint32_t cap_pages;
 	XXH128_hash_t *hashes; /* [cap_pages] chain hash of each full committed page */
