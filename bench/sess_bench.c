@@ -10,8 +10,8 @@
  *    fixed and the per-token cost.
  *  - Stats with those sessions, alternating with kvp_ping (A/B/A/B, one
  *    call each, the median of each): Stats should cost a round trip
- *    whatever the sessions; and Stats with no session made yet, the same
- *    way, so the growth shows (each in pings: the round trip drifts
+ *    whatever the sessions; and Stats with one session in each pool, the
+ *    same way, so the growth shows (each in pings: the round trip drifts
  *    between the two windows).
  *  - ListSessions: the whole listing paged with kvp_list_sessions_page
  *    (limit KVP_LIST_SESSIONS_MAX), the median page beside the ping; the
@@ -233,14 +233,18 @@ int main(int argc, char **argv)
 	n_big = n / (uint32_t)big_div ? n / (uint32_t)big_div : 1;
 	check(kvp_connect(sock, &c), "kvp_connect");
 
-	/* Stats before any session: what it costs with nothing to walk. */
+	/* Stats with one session of each size: the same pools and request
+	 * types in its reply as later (it lists a latency histogram per type
+	 * served), so what differs later is only the number of sessions. */
+	fill(c, pid, 1, 16);
+	fill(c, pid, 1, 1024);
 	stats_vs_ping(c, reps, &s0, &p0);
 	b16 = fill(c, pid, n, 16);
 	b1024 = fill(c, pid, n_big, 1024);
 	per_tok = (b1024 - b16) / (1024 - 16);
 	fixed = b16 - 16 * per_tok;
 	stats_vs_ping(c, reps, &s1, &p1);
-	list_pages(c, reps / 50 ? reps / 50 : 1, (uint64_t)n + n_big, &page, &pfirst, &plast,
+	list_pages(c, reps / 50 ? reps / 50 : 1, (uint64_t)n + n_big + 2, &page, &pfirst, &plast,
 		   &pping);
 
 	sample("sess.bytes_16", b16);
