@@ -817,10 +817,36 @@ struct kvp_session_info {
 /* Every session of the caller's pools (of every pool on an admin
  * connection), or of pool_id only when it is not 0, in id order: *ret_n
  * entries in a malloc'd array, which is not NULL even when empty. Free the
- * array with free(). Long lists take several requests; sessions created or
- * closed meanwhile may or may not appear. */
+ * array with free(). Long lists take several requests (up to
+ * KVP_LIST_SESSIONS_MAX sessions each, through kvp_list_sessions_page);
+ * a session that exists throughout is listed exactly once, sessions
+ * created or closed meanwhile may or may not appear. A user's connection
+ * lists only its own tenant's sessions; a pool_id of another tenant lists
+ * nothing. */
 KVP_PUBLIC int kvp_list_sessions(kvp_client *c, uint64_t pool_id,
 				 struct kvp_session_info **ret_sessions, size_t *ret_n);
+
+/* The most sessions one ListSessions reply holds: a larger limit is
+ * capped to it by the daemon. */
+#define KVP_LIST_SESSIONS_MAX 1024u
+
+/* One page of the same listing: the sessions with id above after_id (0:
+ * from the first), in id order, at most limit of them (1 or more; capped
+ * at KVP_LIST_SESSIONS_MAX, and fewer when the reply would pass the
+ * daemon's message cap), in a malloc'd array of *ret_n entries (not NULL
+ * even when empty; free() it). *ret_more is 1 when more sessions follow:
+ * pass the last id listed as after_id to go on. Ids only grow, so paging
+ * this way lists each session that exists throughout exactly once, in
+ * order, whatever is created or closed between pages; one created
+ * meanwhile may or may not appear (a tenant's new ids are larger than
+ * its earlier ones, but an admin's listing may have passed its tenant),
+ * one closed meanwhile may have been listed already. A page costs the
+ * daemon O(limit + log sessions). Returns 0, -EINVAL (limit 0, a NULL
+ * argument), -EPROTO (a reply out of order: connection broken), or a
+ * connection error. */
+KVP_PUBLIC int kvp_list_sessions_page(kvp_client *c, uint64_t pool_id, uint64_t after_id,
+				      uint32_t limit, struct kvp_session_info **ret_sessions,
+				      size_t *ret_n, int *ret_more);
 
 /* ---- checkpoints -------------------------------------------------------- */
 

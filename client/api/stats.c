@@ -258,58 +258,60 @@ static int list_take(const Kvpalace__V1__ListSessionsResponse *r, uint64_t pool_
 	return 0;
 }
 
-KVP_PUBLIC int kvp_list_sessions(kvp_client *c, uint64_t pool_id,
-				 struct kvp_session_info **ret_sessions, size_t *ret_n)
+/* One ListSessions round trip: the sessions of pool_id (0: every pool
+ * the caller sees) after after_id, at most limit (0: the daemon's cap),
+ * appended to *arr; *ret_more and *ret_last (the last id listed, after_id
+ * when none) say where the next page starts. Returns 0 or a negative
+ * errno (the connection broken on a reply that breaks the rules). */
+static int list_page(kvp_client *c, uint64_t pool_id, uint64_t after_id, uint32_t limit,
+		     struct kvp_session_info **arr, size_t *n, size_t *cap, int *ret_more,
+		     uint64_t *ret_last)
 {
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__ListSessionsRequest lr = KVPALACE__V1__LIST_SESSIONS_REQUEST__INIT;
 	Kvpalace__V1__Response *resp;
 	const Kvpalace__V1__ListSessionsResponse *r;
-	struct kvp_session_info *arr = NULL;
-	size_t n = 0;
-	size_t cap = 0;
+	size_t before = *n;
 	int ret;
 
-	if (!c || !ret_sessions || !ret_n)
-		return -EINVAL;
-	conn_clear_error(c);
-	ret = conn_usable(c);
-	if (ret < 0)
-		return ret;
 	lr.has_pool_id = pool_id != 0;
 	lr.pool_id = pool_id;
+	lr.has_after_id = after_id != 0;
+	lr.after_id = after_id;
+	lr.has_limit = limit != 0;
+	lr.limit = limit;
 	req.op_case = KVPALACE__V1__REQUEST__OP_LIST_SESSIONS;
 	req.list_sessions = &lr;
-	for (;;) {
-		ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_LIST_SESSIONS, &resp, NULL);
-		if (ret < 0)
-			goto fail;
-		r = resp->list_sessions;
-		/* A reply that promises more must move us forward. */
-		if (r->more && !r->n_sessions) {
-			ret = conn_break(c, -EPROTO,
-					 "kvpalaced promised more sessions after session %llu but "
-					 "listed none",
-					 (unsigned long long)lr.after_id);
-			goto fail;
-		}
-		ret = list_take(r, pool_id, lr.after_id, &arr, &n, &cap);
-		if (ret == -EPROTO) {
-			ret = conn_break(c, -EPROTO,
-					 "kvpalaced listed %zu sessions after session %llu that "
-					 "are out of id order, of another pool or commit more "
-					 "tokens than they hold",
-					 r->n_sessions, (unsigned long long)lr.after_id);
-			goto fail;
-		}
-		if (ret < 0)
-			goto fail;
-		if (!r->more)
-			break;
-		lr.has_after_id = 1;
-		lr.after_id = arr[n - 1].session_id;
-	}
-	/* Never NULL on success, so free() and a NULL check both work. */
+	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_LIST_SESSIONS, &resp, NULL);
+	if (ret < 0)
+		return ret;
+	r = resp->list_sessions;
+	/* A reply that promises more must move us forward, and may not list
+	 * more than asked. */
+	if ((r->more && !r->n_sessions) || (limit && r->n_sessions > limit))
+		return conn_break(c, -EPROTO,
+				  "kvpalaced listed %zu sessions after session %llu (limit %u), "
+				  "promising %s",
+				  r->n_sessions, (unsigned long long)after_id, limit,
+				  r->more ? "more" : "no more");
+	ret = list_take(r, pool_id, after_id, arr, n, cap);
+	if (ret == -EPROTO)
+		return conn_break(c, -EPROTO,
+				  "kvpalaced listed %zu sessions after session %llu that are out "
+				  "of id order, of another pool or commit more tokens than they "
+				  "hold",
+				  r->n_sessions, (unsigned long long)after_id);
+	if (ret < 0)
+		return ret;
+	*ret_more = !!r->more;
+	*ret_last = *n > before ? (*arr)[*n - 1].session_id : after_id;
+	return 0;
+}
+
+/* Never NULL on success, so free() and a NULL check both work. */
+static int list_done(struct kvp_session_info *arr, size_t n, struct kvp_session_info **ret_sessions,
+		     size_t *ret_n)
+{
 	if (!arr) {
 		arr = calloc(1, sizeof(*arr));
 		if (!arr)
@@ -318,7 +320,57 @@ KVP_PUBLIC int kvp_list_sessions(kvp_client *c, uint64_t pool_id,
 	*ret_sessions = arr;
 	*ret_n = n;
 	return 0;
+}
+
+KVP_PUBLIC int kvp_list_sessions(kvp_client *c, uint64_t pool_id,
+				 struct kvp_session_info **ret_sessions, size_t *ret_n)
+{
+	struct kvp_session_info *arr = NULL;
+	size_t n = 0, cap = 0;
+	uint64_t after = 0;
+	int ret, more = 1;
+
+	if (!c || !ret_sessions || !ret_n)
+		return -EINVAL;
+	conn_clear_error(c);
+	ret = conn_usable(c);
+	if (ret < 0)
+		return ret;
+	while (more) {
+		ret = list_page(c, pool_id, after, 0, &arr, &n, &cap, &more, &after);
+		if (ret < 0)
+			goto fail;
+	}
+	ret = list_done(arr, n, ret_sessions, ret_n);
+	if (ret == 0)
+		return 0;
 fail:
 	free(arr);
 	return ret;
+}
+
+KVP_PUBLIC int kvp_list_sessions_page(kvp_client *c, uint64_t pool_id, uint64_t after_id,
+				      uint32_t limit, struct kvp_session_info **ret_sessions,
+				      size_t *ret_n, int *ret_more)
+{
+	struct kvp_session_info *arr = NULL;
+	size_t n = 0, cap = 0;
+	uint64_t last;
+	int ret, more;
+
+	if (!c || !ret_sessions || !ret_n || !ret_more || limit == 0)
+		return -EINVAL;
+	conn_clear_error(c);
+	ret = conn_usable(c);
+	if (ret < 0)
+		return ret;
+	ret = list_page(c, pool_id, after_id, limit, &arr, &n, &cap, &more, &last);
+	if (ret == 0)
+		ret = list_done(arr, n, ret_sessions, ret_n);
+	if (ret < 0) {
+		free(arr);
+		return ret;
+	}
+	*ret_more = more;
+	return 0;
 }

@@ -95,11 +95,14 @@ struct pool;
 
 struct cache {
 	const struct config *cfg;
-	struct aio *aio;	  /* disk I/O, or NULL when there is none */
-	const struct loop *loop;  /* the event loop (its kind, for Stats), or NULL */
-	struct gpu *gpu;	  /* the device tier (gpu_available), or NULL */
-	struct worker *worker;	  /* threads for blocking work (checkpoints) */
-	int ckpt_dir_fd;	  /* <state-dir>/checkpoints, or -1 */
+	struct aio *aio;	 /* disk I/O, or NULL when there is none */
+	const struct loop *loop; /* the event loop (its kind, for Stats), or NULL */
+	struct gpu *gpu;	 /* the device tier (gpu_available), or NULL */
+	struct worker *worker;	 /* threads for blocking work (checkpoints) */
+	int ckpt_dir_fd;	 /* <state-dir>/checkpoints, or -1 */
+	/* The policy new sessions share while the configuration's stays the
+	 * same (struct session_policy, session.c), or NULL before the first. */
+	struct session_policy *default_pol;
 	struct idmap pools;	  /* id → struct pool */
 	struct idmap sessions;	  /* id → struct session */
 	struct idmap leases;	  /* id → struct lease */

@@ -27,7 +27,11 @@ int compact_set_policy(struct session *s, const struct policy *pol, uint32_t *re
 
 	if (ret < 0)
 		return ret;
-	s->pol = *pol;
+	ret = session_set_policy(s, pol);
+	if (ret < 0) {
+		*why = "no memory for the policy";
+		return ret;
+	}
 	*ret_budget = policy_budget(pol, s->n_tokens);
 	return 0;
 }
@@ -80,10 +84,10 @@ static void add_mass(struct session *s, uint64_t first, const float *mass, size_
 		struct token_meta *m = tokvec_meta_w(&s->tok, at);
 
 		if (lo < hi)
-			policy_add_mass(m, len, s->pol.decay, lo - at, mass + (lo - first),
+			policy_add_mass(m, len, s->pol->decay, lo - at, mass + (lo - first),
 					hi - lo);
 		else
-			policy_add_mass(m, len, s->pol.decay, len, NULL, 0);
+			policy_add_mass(m, len, s->pol->decay, len, NULL, 0);
 	}
 }
 
@@ -257,7 +261,7 @@ int compact_score_start(struct session *s, int topic, uint32_t layer, uint32_t n
 	j->n_q_heads = n_q_heads;
 	memcpy(j->q, q, n_q * sizeof(*q));
 	for (uint64_t t = 0; topic && t < n; t++)
-		j->turns[t] = tokvec_meta(&s->tok, t)->turn;
+		j->turns[t] = tokvec_meta(&s->tok, t).turn;
 	hold_pages(s, n_slots, j);
 	return 0;
 }
@@ -466,7 +470,7 @@ static void apply_gather(struct session *s, struct compact_job *j)
 	for (size_t i = 0; i < k; i++) {
 		uint32_t id = tokvec_id(&s->tok, j->keep[i]);
 
-		*tokvec_meta_w(&s->tok, i) = *tokvec_meta(&s->tok, j->keep[i]);
+		*tokvec_meta_w(&s->tok, i) = tokvec_meta(&s->tok, j->keep[i]);
 		tokvec_put(&s->tok, i, 1, &id, NULL);
 	}
 	for (uint32_t i = 0; i < s->n_pages; i++) {
@@ -635,12 +639,12 @@ int compact_gather_start(struct cache *c, struct session *s, struct tier_park *p
 
 	memset(j, 0, sizeof(*j));
 	list_init(&j->link);
-	if (s->pol.kind == POLICY_NONE)
+	if (s->pol->kind == POLICY_NONE)
 		return -EINVAL;
 	if (s->n_committed != s->n_tokens || s->dev_copying)
 		return -EBUSY;
 	ret = -ENOMEM;
-	budget = policy_budget(&s->pol, n);
+	budget = policy_budget(s->pol, n);
 	j->keep = malloc((n ? n : 1) * sizeof(*j->keep));
 	if (!j->keep)
 		goto fail;
@@ -651,7 +655,7 @@ int compact_gather_start(struct cache *c, struct session *s, struct tier_park *p
 	if (!j->meta)
 		goto fail;
 	tokvec_get(&s->tok, 0, n, NULL, j->meta);
-	j->pol = s->pol;
+	j->pol = *s->pol;
 	j->budget = budget;
 	j->late = budget >= n;
 	n_new = j->late ? 0 : (uint32_t)((budget + bt - 1) / bt);
@@ -705,9 +709,9 @@ int compact_session(struct cache *c, struct session *s, struct tier_park *pk, ui
 
 int compact_due(const struct session *s, uint64_t more)
 {
-	return s->pol.auto_compact && s->pol.kind != POLICY_NONE &&
+	return s->pol->auto_compact && s->pol->kind != POLICY_NONE &&
 	       s->n_committed + more == s->n_tokens &&
-	       s->n_tokens > policy_budget(&s->pol, s->n_tokens);
+	       s->n_tokens > policy_budget(s->pol, s->n_tokens);
 }
 
 int compact_gather_start_now(struct cache *c, struct session *s, struct compact_job *j)

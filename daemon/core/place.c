@@ -115,8 +115,8 @@ static int place_later(struct cache *c, struct session *s, uint32_t n_hashes, ui
 	j->c = c;
 	j->tenant = cache_tenant(c, s->pool->uid);
 	j->pool_id = s->pool->id;
-	j->pol = s->pol;
-	j->budget = policy_budget(&s->pol, s->n_tokens);
+	j->pol = *s->pol;
+	j->budget = policy_budget(s->pol, s->n_tokens);
 	j->n_hashes = n_hashes;
 	j->n = n;
 	j->wj.run = place_run;
@@ -134,7 +134,7 @@ void place_session(struct cache *c, struct session *s, uint32_t n_hashes)
 	uint32_t *keep, *scratch;
 	uint8_t *layer;
 
-	if (s->pol.kind != POLICY_HIERARCHY || s->unindexed || n == 0 || n > s->n_tokens)
+	if (s->pol->kind != POLICY_HIERARCHY || s->unindexed || n == 0 || n > s->n_tokens)
 		return;
 	if (n > PLACE_INLINE_TOKENS) {
 		/* One placement per tenant on the workers; a tenant closing
@@ -151,7 +151,7 @@ void place_session(struct cache *c, struct session *s, uint32_t n_hashes)
 	meta = malloc(n * sizeof(*meta));
 	if (keep && scratch && layer && meta) {
 		tokvec_get(&s->tok, 0, n, NULL, meta);
-		policy_layers(&s->pol, meta, n, policy_budget(&s->pol, s->n_tokens), layer, keep,
+		policy_layers(s->pol, meta, n, policy_budget(s->pol, s->n_tokens), layer, keep,
 			      scratch);
 		demote_rest(p, s->hashes, n_hashes, layer);
 		cache_count(c, p->uid, placed_sessions, 1);

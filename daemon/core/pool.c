@@ -169,6 +169,7 @@ void pool_free(struct cache *c, struct pool *p)
 	close(p->arena_fd);
 	prefix_index_fini(&p->ix, &p->pa);
 	pagealloc_fini(&p->pa);
+	idseq_fini(&p->by_id);
 	free(p);
 }
 

@@ -15,6 +15,7 @@
 
 #include "cache.h"
 #include "gpu.h"
+#include "idseq.h"
 #include "layout.h"
 #include "list.h"
 #include "pagealloc.h"
@@ -64,11 +65,16 @@ struct pool {
 	struct list waiters;  /* struct tier_waiter.link: requests parked on I/O */
 	struct list ios;      /* struct tier_io.link: disk I/O in flight */
 	struct list sessions; /* struct session.pool_link */
+	struct idseq by_id;   /* the same sessions in id order (ListSessions) */
 	uint32_t n_sessions;
 	/* Of them the persistent ones (session_own), and of those the ones
 	 * no open connection owns. */
 	uint32_t n_persistent;
 	uint32_t n_unowned;
+	/* Pages of its sessions holding only uncommitted positions, kept by
+	 * session.c as reservations change (Stats reads it in O(1);
+	 * cache_check compares it with session_pool_reserved_pages). */
+	uint32_t reserved_pages;
 	struct list link; /* cache.pool_list */
 };
 

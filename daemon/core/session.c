@@ -6,6 +6,7 @@
  * (cache.h); compaction (compact.c) calls sessions, never the other
  * way. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,30 +37,84 @@ static void ref_page(struct pool *p, uint32_t slot)
 	prefix_index_update(&p->ix, &p->pa, slot);
 }
 
-/* Brings the writer's count of reserved pages up to date with s. */
+/* Brings the writer's and the pool's counts of reserved pages up to date
+ * with s. */
 static void account_reserved(struct session *s)
 {
 	uint32_t now = s->account ? session_reserved_pages(s) : 0;
 
 	if (s->account)
 		s->account->reserved_pages = s->account->reserved_pages - s->reserved_counted + now;
+	s->pool->reserved_pages = s->pool->reserved_pages - s->reserved_counted + now;
 	s->reserved_counted = now;
 }
 
-/* The writer's hold ends: its account forgets s. */
+/* The writer's hold ends: its account and the pool forget s. */
 static void end_writer(struct session *s)
 {
 	if (s->account)
 		s->account->reserved_pages -= s->reserved_counted;
+	s->pool->reserved_pages -= s->reserved_counted;
 	s->account = NULL;
 	s->reserved_counted = 0;
 	s->writer = NULL;
 	list_del(&s->writer_link);
 }
 
+static struct session_policy *policy_of(const struct session *s)
+{
+	return (struct session_policy *)((char *)s->pol - offsetof(struct session_policy, pol));
+}
+
+void session_policy_unref(struct session_policy *sp)
+{
+	if (sp && --sp->refs == 0)
+		free(sp);
+}
+
+/* The configured policy, shared: the cache's while the configuration
+ * still says the same (a reload makes a new one for new sessions; the
+ * old one lives while its sessions do). A reference for the caller, or
+ * NULL (no memory). */
+static struct session_policy *default_policy(struct cache *c)
+{
+	struct session_policy *sp = c->default_pol;
+	struct policy want;
+
+	memset(&want, 0, sizeof(want)); /* compared whole, padding included */
+	policy_defaults(&want, (enum policy_kind)c->cfg->session_policy);
+	want.budget = c->cfg->session_budget;
+	want.auto_compact = (uint8_t)c->cfg->session_auto_compact;
+	if (!sp || memcmp(&sp->pol, &want, sizeof(want))) {
+		sp = calloc(1, sizeof(*sp));
+		if (!sp)
+			return NULL;
+		sp->refs = 1; /* the cache's */
+		sp->pol = want;
+		session_policy_unref(c->default_pol);
+		c->default_pol = sp;
+	}
+	sp->refs++;
+	return sp;
+}
+
+int session_set_policy(struct session *s, const struct policy *pol)
+{
+	struct session_policy *sp = calloc(1, sizeof(*sp));
+
+	if (!sp)
+		return -ENOMEM;
+	sp->refs = 1;
+	sp->pol = *pol;
+	session_policy_unref(policy_of(s));
+	s->pol = &sp->pol;
+	return 0;
+}
+
 int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
 		   struct session **ret_session)
 {
+	struct session_policy *sp;
 	struct session *s;
 
 	if (p->n_sessions >= c->cfg->max_sessions_per_pool)
@@ -67,6 +122,13 @@ int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
+	/* The configured policy; a client may set its own (compact.h). */
+	sp = default_policy(c);
+	if (!sp) {
+		free(s);
+		return -ENOMEM;
+	}
+	s->pol = &sp->pol;
 	s->id = cache_new_id(c, p->uid);
 	s->pool = p;
 	tokvec_init(&s->tok, p->layout.block_tokens, &cache_tenant(c, p->uid)->meta_tokens);
@@ -74,11 +136,14 @@ int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
 	s->last_use_ns = clock_now_ns();
 	list_init(&s->writer_link);
 	list_init(&s->owner_link);
-	/* The configured policy; a client may set its own (compact.h). */
-	policy_defaults(&s->pol, (enum policy_kind)c->cfg->session_policy);
-	s->pol.budget = c->cfg->session_budget;
-	s->pol.auto_compact = (uint8_t)c->cfg->session_auto_compact;
 	if (idmap_put(&c->sessions, s->id, s) < 0) {
+		session_policy_unref(sp);
+		free(s);
+		return -ENOMEM;
+	}
+	if (idseq_add(&p->by_id, s->id, s) < 0) {
+		idmap_del(&c->sessions, s->id);
+		session_policy_unref(sp);
 		free(s);
 		return -ENOMEM;
 	}
@@ -151,12 +216,13 @@ void session_close(struct cache *c, struct session *s)
 	place_session(c, s, n_hashes);
 	gpu_session_free(s);
 	idmap_del(&c->sessions, s->id);
+	idseq_del(&s->pool->by_id, s->id);
 	list_del(&s->pool_link);
 	s->pool->n_sessions--;
 	tokvec_fini(&s->tok);
 	*s->tok.account -= s->cap_pages;
-	free(s->pages);
-	free(s->hashes);
+	free(s->hashes); /* and the pages after them */
+	session_policy_unref(policy_of(s));
 	free(s);
 }
 
@@ -238,57 +304,53 @@ uint32_t session_expire_idle(struct cache *c, uint64_t now_ns, uint64_t timeout_
 	return n;
 }
 
-static int grow(void **arr, uint64_t *cap, uint64_t need, size_t elem)
-{
-	uint64_t n = *cap ? *cap : 64;
-	void *p;
-
-	if (need <= *cap)
-		return 0;
-	while (n < need)
-		n *= 2;
-	p = realloc(*arr, n * elem);
-	if (!p)
-		return -ENOMEM;
-	*arr = p;
-	*cap = n;
-	return 0;
-}
+/* The page and hash tables' first capacity: a short session (most of
+ * them, by count) pays for two pages, not 64 (1.3 KB); longer ones
+ * double from there, so growing stays O(1) amortized. */
+#define SESSION_MIN_PAGES 2u
 
 /* Makes positions [from, to) writable (to may pass n_tokens: room to
  * append), charged to the session's tenant, whose sessions together hold
  * at most max-tenant-tokens slots. -EDQUOT past it. */
-static int prepare_tokens(struct cache *c, struct session *s, uint64_t from, uint64_t to)
+static int prepare_tokens(struct cache *c, struct session *s, uint64_t from, uint64_t to,
+			  int with_meta)
 {
-	return tokvec_prepare(&s->tok, s->n_tokens, from, to, c->cfg->max_tenant_tokens);
+	return tokvec_prepare(&s->tok, s->n_tokens, from, to, c->cfg->max_tenant_tokens, with_meta);
 }
 
 int session_own_meta(struct cache *c, struct session *s, uint64_t from, uint64_t to)
 {
 	kvp_assert(from <= to && to <= s->n_tokens);
-	return prepare_tokens(c, s, from, to);
+	return prepare_tokens(c, s, from, to, 1);
 }
 
 /* Untagged metadata of tokens [from, to) (prepared) at positions pos0
- * onwards. */
+ * onwards. A chunk without metadata of its own already says so when
+ * positions are indexes and the turn is 0 (the caller prepared with_meta
+ * otherwise). */
 static void default_meta(struct session *s, uint64_t from, uint64_t to, uint64_t pos0,
 			 uint32_t turn)
 {
-	for (uint64_t i = from; i < to; i++)
+	for (uint64_t i = from; i < to; i++) {
+		if (!tokvec_has_meta(&s->tok, i)) {
+			kvp_assert(pos0 + i - from == i && turn == 0);
+			continue;
+		}
 		*tokvec_meta_w(&s->tok, i) =
 			(struct token_meta){.pos = (uint32_t)(pos0 + i - from), .turn = turn};
+	}
 }
 
 uint64_t session_next_pos(const struct session *s)
 {
-	return s->n_tokens ? (uint64_t)tokvec_meta(&s->tok, s->n_tokens - 1)->pos + 1 : 0;
+	return s->n_tokens ? (uint64_t)tokvec_meta(&s->tok, s->n_tokens - 1).pos + 1 : 0;
 }
 
 /* The slots growing the page and hash tables to need pages charges: they
- * double from 64. */
+ * double from SESSION_MIN_PAGES. */
 static uint64_t pages_charge(const struct session *s, uint32_t need)
 {
-	uint64_t n = s->cap_pages ? s->cap_pages : 64;
+	uint64_t n = s->cap_pages ? s->cap_pages : SESSION_MIN_PAGES;
 
 	if (need <= s->cap_pages)
 		return 0;
@@ -302,21 +364,28 @@ static uint64_t pages_charge(const struct session *s, uint32_t need)
  * max-tenant-tokens). */
 static int reserve_pages(struct cache *c, struct session *s, uint32_t need)
 {
-	uint64_t cap = s->cap_pages, cap2 = s->cap_pages, more = pages_charge(s, need);
-	int ret;
+	uint64_t more = pages_charge(s, need), cap = s->cap_pages + more;
+	XXH128_hash_t *h;
 
 	if (!more)
 		return 0;
 	if (*s->tok.account + more > c->cfg->max_tenant_tokens)
 		return -EDQUOT;
-	ret = grow((void **)&s->pages, &cap, need, sizeof(uint32_t));
-	if (ret == 0)
-		ret = grow((void **)&s->hashes, &cap2, need, sizeof(XXH128_hash_t));
-	if (ret < 0)
-		return ret;
-	/* Both grew to the same power-of-two capacity. */
-	*s->tok.account += (cap < cap2 ? cap : cap2) - s->cap_pages;
-	s->cap_pages = (uint32_t)(cap < cap2 ? cap : cap2);
+	/* One allocation for both tables, the hashes first (their
+	 * alignment), the slots after them: a short session makes one
+	 * malloc, not two. */
+	h = malloc(cap * (sizeof(*s->hashes) + sizeof(*s->pages)));
+	if (!h)
+		return -ENOMEM;
+	if (s->cap_pages) {
+		memcpy(h, s->hashes, s->n_hashes * sizeof(*h));
+		memcpy(h + cap, s->pages, s->n_pages * sizeof(*s->pages));
+	}
+	free(s->hashes);
+	s->hashes = h;
+	s->pages = (uint32_t *)(h + cap);
+	*s->tok.account += more;
+	s->cap_pages = (uint32_t)cap;
 	return 0;
 }
 
@@ -325,9 +394,9 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 		   struct tier_park *pk, uint64_t *ret_first_token)
 {
 	struct pagealloc *pa = &s->pool->pa;
-	uint64_t end = s->n_tokens + n, more;
-	uint32_t need, have = s->n_pages;
-	int ret;
+	uint64_t end = s->n_tokens + n, more, pos0;
+	uint32_t need, have = s->n_pages, turn;
+	int ret, with_meta;
 
 	if (s->writer && s->writer != writer)
 		return -EBUSY;
@@ -349,15 +418,20 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 	ret = tier_make_room(c, s->pool, need - have, pk);
 	if (ret < 0)
 		return ret;
-	ret = prepare_tokens(c, s, s->n_tokens, end);
+	/* Metadata is stored only where it differs from the default
+	 * (position = index, untagged): an exact, untagged session keeps
+	 * none (tokvec.h). */
+	pos0 = session_next_pos(s);
+	turn = tag && tag->has_turn ? tag->turn : s->cur_turn;
+	with_meta = pos0 != s->n_tokens || turn || (tag && (tag->role || tag->flags));
+	ret = prepare_tokens(c, s, s->n_tokens, end, with_meta);
 	if (ret == 0)
 		ret = reserve_pages(c, s, need);
 	if (ret < 0)
 		return ret;
-	if (tag && tag->has_turn)
-		s->cur_turn = tag->turn;
-	default_meta(s, s->n_tokens, end, session_next_pos(s), s->cur_turn);
-	for (uint64_t i = s->n_tokens; tag && i < end; i++) {
+	s->cur_turn = turn;
+	default_meta(s, s->n_tokens, end, pos0, s->cur_turn);
+	for (uint64_t i = s->n_tokens; tag && (tag->role || tag->flags) && i < end; i++) {
 		tokvec_meta_w(&s->tok, i)->role = tag->role;
 		tokvec_meta_w(&s->tok, i)->flags = tag->flags;
 	}
@@ -391,7 +465,7 @@ static void index_page(struct pool *p, struct session *s, uint32_t i)
 	int permanent = 0;
 
 	for (uint64_t t = (uint64_t)i * bt; t < (uint64_t)(i + 1) * bt; t++)
-		permanent |= tokvec_meta(&s->tok, t)->flags & TOKEN_PERMANENT;
+		permanent |= tokvec_meta(&s->tok, t).flags & TOKEN_PERMANENT;
 	s->hashes[i] = h;
 	if (e && e->slot != PINDEX_NONE && e->slot != s->pages[i]) {
 		/* Someone committed the same tokens after the same prefix:
@@ -524,7 +598,7 @@ int session_truncate(struct cache *c, struct session *s, const void *writer, uin
 static int set_tokens(struct cache *c, struct session *s, const uint32_t *ids,
 		      const struct token_meta *meta, uint64_t n)
 {
-	int ret = prepare_tokens(c, s, 0, n);
+	int ret = prepare_tokens(c, s, 0, n, meta != NULL);
 
 	if (ret < 0)
 		return ret;
@@ -594,6 +668,8 @@ int session_fork(struct cache *c, struct session *s, uint64_t n, struct tier_par
 	if (ret == 0) {
 		/* The fork keeps the policy, the tags and, when compacted, the
 		 * privacy of its pages. */
+		session_policy_unref(policy_of(*ret_session));
+		policy_of(s)->refs++;
 		(*ret_session)->pol = s->pol;
 		(*ret_session)->cur_turn = s->cur_turn;
 		(*ret_session)->compacted = s->compacted;
@@ -664,10 +740,10 @@ int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const u
 		return ret;
 	}
 	for (uint64_t i = 0; i < n; i++)
-		s->compacted |= tokvec_meta(&s->tok, i)->pos != i;
+		s->compacted |= tokvec_meta(&s->tok, i).pos != i;
 	s->unindexed = s->compacted || lossy;
 	if (n)
-		s->cur_turn = tokvec_meta(&s->tok, n - 1)->turn;
+		s->cur_turn = tokvec_meta(&s->tok, n - 1).turn;
 	/* The session takes over the slots' references. */
 	memcpy(s->pages, slots, need * sizeof(uint32_t));
 	s->n_pages = need;

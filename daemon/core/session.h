@@ -90,7 +90,7 @@ struct session {
 	uint64_t n_committed;
 	/* Page slots (n_pages used) and chain hashes, charged with the
 	 * tokens to the tenant's max-tenant-tokens. */
-	uint32_t *pages; /* [cap_pages] page slots, n_pages used */
+	uint32_t *pages; /* [cap_pages] page slots, n_pages used; after hashes, one allocation */
 	uint32_t n_pages;
 	uint32_t cap_pages;
 	XXH128_hash_t *hashes; /* [cap_pages] chain hash of each full committed page */
@@ -107,8 +107,8 @@ struct session {
 	/* Context-cache policy (daemon/core/compact.h). A compacted session holds
 	 * kept tokens whose meta[].pos are their original positions, in
 	 * private pages that never enter the prefix index (n_hashes is 0). */
-	struct policy pol; /* kind POLICY_NONE: exact */
-	uint32_t cur_turn; /* the turn of appended tokens without a tag */
+	const struct policy *pol; /* &(a struct session_policy).pol; kind POLICY_NONE: exact */
+	uint32_t cur_turn;	  /* the turn of appended tokens without a tag */
 	uint8_t compacted;
 	/* Pages that never enter the prefix index: compacted, or restored
 	 * from pages stored quantized (lossy: no one else should match
@@ -125,6 +125,17 @@ struct session {
 	int dev_error;	 /* a copy back failed: commits fail */
 };
 
+/* A policy sessions share: the configured default (cache.default_pol, one
+ * for all sessions made under the same configuration) until a client sets
+ * its own; forks share their source's. 64 bytes a session not spent. */
+struct session_policy {
+	uint32_t refs; /* sessions using it, and the cache for its default */
+	struct policy pol;
+};
+
+/* Drops a reference (NULL accepted); the last frees it. */
+void session_policy_unref(struct session_policy *sp);
+
 /* Tags of appended tokens (role, turn, flags of struct token_meta). */
 struct session_tag {
 	uint8_t role;
@@ -137,6 +148,10 @@ struct session_tag {
  * -EDQUOT (pool's session limit) or -ENOMEM. */
 int session_create(struct cache *c, struct pool *p, XXH128_hash_t root,
 		   struct session **ret_session);
+
+/* Gives s the policy pol (validated by the caller), a copy of its own.
+ * Returns 0 or -ENOMEM (s keeps its policy). */
+int session_set_policy(struct session *s, const struct policy *pol);
 
 /* Rolls back uncommitted tokens, drops the page references and frees the
  * session. Pages pinned by leases or listed in the index stay. */
@@ -246,8 +261,9 @@ int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const u
 
 /* Pages holding only uncommitted positions. */
 uint32_t session_reserved_pages(const struct session *s);
-/* Pages of p's sessions holding only uncommitted positions (once
- * pool_reserved_pages: pool.c is below the sessions). O(sessions). */
+/* Pages of p's sessions holding only uncommitted positions, counted
+ * session by session: what p->reserved_pages must equal (cache_check).
+ * O(sessions). */
 uint32_t session_pool_reserved_pages(const struct pool *p);
 /* Pages of s that someone else (index, lease, another session) holds too. */
 uint32_t session_shared_pages(const struct session *s);

@@ -48,6 +48,9 @@ void cache_fini(struct cache *c)
 			session_close(c, list_entry(p->sessions.next, struct session, pool_link));
 		pool_free(c, p);
 	}
+	/* Every session has let go of it: the cache's reference is the last. */
+	session_policy_unref(c->default_pol);
+	c->default_pol = NULL;
 	cache_registry_fini(c);
 }
 
@@ -84,7 +87,9 @@ static int check_pool(const struct cache *c, const struct pool *p)
 			refs[s->pages[i]]++;
 		}
 	}
-	if (persistent != p->n_persistent || unowned != p->n_unowned)
+	if (persistent != p->n_persistent || unowned != p->n_unowned ||
+	    session_pool_reserved_pages(p) != p->reserved_pages ||
+	    idseq_count(&p->by_id) != p->n_sessions)
 		goto out;
 	for (size_t i = 0; i < c->leases.cap; i++) {
 		const struct lease *l = c->leases.slots[i].ptr;

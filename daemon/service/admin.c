@@ -95,8 +95,8 @@ static int show_session(struct cache *cache, const Kvpalace__V1__ShowSessionRequ
 		out->writer_pid = (uint32_t)((const struct peer *)s->writer)->pid;
 	}
 	out->has_policy = out->has_budget = out->has_compacted = out->has_dropped_tokens = 1;
-	out->policy = (Kvpalace__V1__Policy)s->pol.kind;
-	out->budget = s->pol.kind ? policy_budget(&s->pol, s->n_tokens) : 0;
+	out->policy = (Kvpalace__V1__Policy)s->pol->kind;
+	out->budget = s->pol->kind ? policy_budget(s->pol, s->n_tokens) : 0;
 	out->compacted = s->compacted;
 	out->dropped_tokens = s->dropped_tokens;
 	out->n_page_slots = n;

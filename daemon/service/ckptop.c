@@ -1003,10 +1003,10 @@ int ckptop_checkpoint(struct cache *cache, struct peer *c, uint64_t req_id,
 	for (uint64_t i = 0; i < n; i++)
 		j->tokens[i] = (struct ckpt_token){
 			.id = tokvec_id(&s->tok, i),
-			.pos = tokvec_meta(&s->tok, i)->pos,
-			.turn = tokvec_meta(&s->tok, i)->turn,
-			.role = tokvec_meta(&s->tok, i)->role,
-			.flags = tokvec_meta(&s->tok, i)->flags & CKPT_TOKEN_FLAGS,
+			.pos = tokvec_meta(&s->tok, i).pos,
+			.turn = tokvec_meta(&s->tok, i).turn,
+			.role = tokvec_meta(&s->tok, i).role,
+			.flags = tokvec_meta(&s->tok, i).flags & CKPT_TOKEN_FLAGS,
 		};
 	/* References keep the pages' slots from being freed or reused while
 	 * the worker reads them; committed positions are never rewritten. */

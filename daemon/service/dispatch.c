@@ -718,11 +718,14 @@ static int do_list_sessions(struct cache *cache, struct peer *c,
 			    const Kvpalace__V1__ListSessionsRequest *in, struct reply *r,
 			    const char **why)
 {
+	/* A page is bounded whatever the client asks: the reply's length and
+	 * the loop's time with it. */
+	uint32_t limit = !in->has_limit || in->limit > STATS_LIST_MAX ? STATS_LIST_MAX : in->limit;
 	int ret;
 
 	kvpalace__v1__list_sessions_response__init(&r->u.list_sessions);
 	ret = stats_list_sessions(cache, c->uid, c->admin, in->has_pool_id ? in->pool_id : 0,
-				  in->has_after_id ? in->after_id : 0,
+				  in->has_after_id ? in->after_id : 0, limit,
 				  cache->cfg->max_message_bytes, &r->u.list_sessions, &r->heap);
 	if (ret < 0) {
 		*why = "cannot list sessions";

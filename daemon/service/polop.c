@@ -464,7 +464,7 @@ static int do_session_meta(struct cache *cache, struct peer *c,
 	kvpalace__v1__session_meta_response__init(out);
 	out->n_tokens = s->n_tokens;
 	out->compacted = s->compacted;
-	out->policy = (Kvpalace__V1__Policy)s->pol.kind;
+	out->policy = (Kvpalace__V1__Policy)s->pol->kind;
 	out->positions = (uint32_t *)heap;
 	out->roles = out->positions + n;
 	out->turns = out->roles + n;
@@ -472,7 +472,7 @@ static int do_session_meta(struct cache *cache, struct peer *c,
 	out->permanent = (protobuf_c_boolean *)(out->scores + n);
 	out->n_positions = out->n_roles = out->n_turns = out->n_scores = out->n_permanent = n;
 	for (uint64_t i = 0; i < n; i++) {
-		const struct token_meta *m = tokvec_meta(&s->tok, in->first + i);
+		const struct token_meta m_ = tokvec_meta(&s->tok, in->first + i), *m = &m_;
 
 		out->positions[i] = m->pos;
 		out->roles[i] = m->role;

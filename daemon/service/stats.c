@@ -236,7 +236,7 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 		ps->page_bytes = p->page_bytes;
 		ps->n_pages = p->pa.n_pages;
 		ps->free_pages = p->pa.n_free;
-		ps->reserved_pages = session_pool_reserved_pages(p);
+		ps->reserved_pages = p->reserved_pages;
 		ps->leased_pages = pagealloc_n_pinned(&p->pa);
 		ps->n_sessions = p->n_sessions;
 		ps->has_persistent_sessions = ps->has_unowned_sessions = 1;
@@ -300,62 +300,72 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	return 0;
 }
 
-struct session_entry {
-	Kvpalace__V1__SessionInfo si;
+/* Where a listing stands in one pool's id-ordered sessions. */
+struct list_cursor {
+	const struct idseq *q;
+	size_t at; /* a live entry, or q->n when the pool has no more */
 };
 
-static int by_id(const void *a, const void *b)
-{
-	const struct session *x = *(struct session *const *)a;
-	const struct session *y = *(struct session *const *)b;
-
-	return x->id < y->id ? -1 : x->id > y->id;
-}
-
 int stats_list_sessions(const struct cache *c, uid_t uid, int admin, uint64_t pool_id,
-			uint64_t after_id, uint32_t max_bytes,
+			uint64_t after_id, uint32_t limit, uint32_t max_bytes,
 			Kvpalace__V1__ListSessionsResponse *out, void **ret_heap)
 {
-	size_t n = 0, i, budget = reply_room(max_bytes, 64);
+	size_t n_pools = 0, n_cur = 0, i = 0, budget = reply_room(max_bytes, 64);
 	uint64_t now = clock_now_ns();
-	struct session **all;
-	struct session_entry *e;
-	Kvpalace__V1__SessionInfo **ptrs;
+	const struct list *it;
+	struct list_cursor *cur;
+	Kvpalace__V1__SessionInfo *e, **ptrs;
 	void *heap;
 
-	for (i = 0; i < c->sessions.cap; i++)
-		n += c->sessions.slots[i].id != 0;
-	heap = calloc(n ? n : 1, sizeof(*all) + sizeof(*e) + sizeof(*ptrs));
+	kvp_assert(limit >= 1 && limit <= STATS_LIST_MAX);
+	for (it = c->pool_list.next; it != &c->pool_list; it = it->next)
+		n_pools++;
+	heap = calloc(1, (n_pools ? n_pools : 1) * sizeof(*cur) +
+				 limit * (sizeof(*e) + sizeof(*ptrs)));
 	if (!heap)
 		return -ENOMEM;
-	all = heap;
-	e = (struct session_entry *)(all + (n ? n : 1));
-	ptrs = (Kvpalace__V1__SessionInfo **)(e + (n ? n : 1));
-	n = 0;
-	for (i = 0; i < c->sessions.cap; i++) {
-		struct session *s = c->sessions.slots[i].ptr;
+	e = heap;
+	ptrs = (Kvpalace__V1__SessionInfo **)(e + limit);
+	cur = (struct list_cursor *)(ptrs + limit);
+	/* The pools the caller may see, each from its first session past
+	 * after_id. A pool's ids grow with its tenant's counter, so every
+	 * pool's sequence is in id order and the page merges them. */
+	for (it = c->pool_list.next; it != &c->pool_list; it = it->next) {
+		const struct pool *p = list_entry(it, struct pool, link);
 
-		if (!c->sessions.slots[i].id || s->id <= after_id)
+		if ((!admin && p->uid != uid) || (pool_id && p->id != pool_id))
 			continue;
-		if ((!admin && s->pool->uid != uid) || (pool_id && s->pool->id != pool_id))
-			continue;
-		all[n++] = s;
+		cur[n_cur].q = &p->by_id;
+		cur[n_cur].at = idseq_live(&p->by_id, idseq_after(&p->by_id, after_id));
+		n_cur++;
 	}
-	qsort(all, n, sizeof(*all), by_id);
 	out->more = 0;
-	for (i = 0; i < n; i++) {
-		const struct session *s = all[i];
-		Kvpalace__V1__SessionInfo *si = &e[i].si;
+	for (;;) {
+		struct list_cursor *best = NULL;
+		const struct session *s;
 		size_t sz;
 
-		stats_session_info(s, now, si);
-		sz = kvpalace__v1__session_info__get_packed_size(si) + 8;
+		for (size_t k = 0; k < n_cur; k++)
+			if (cur[k].at < cur[k].q->n &&
+			    (!best || cur[k].q->v[cur[k].at].id < best->q->v[best->at].id))
+				best = &cur[k];
+		if (!best)
+			break;
+		if (i == limit) {
+			out->more = 1;
+			break;
+		}
+		s = best->q->v[best->at].ptr;
+		stats_session_info(s, now, &e[i]);
+		sz = kvpalace__v1__session_info__get_packed_size(&e[i]) + 8;
 		if (sz > budget) {
 			out->more = 1;
 			break;
 		}
 		budget -= sz;
-		ptrs[i] = si;
+		ptrs[i] = &e[i];
+		i++;
+		best->at = idseq_live(best->q, best->at + 1);
 	}
 	out->n_sessions = i;
 	out->sessions = ptrs;

@@ -44,12 +44,19 @@ void stats_session_info(const struct session *s, uint64_t now_ns, Kvpalace__V1__
 int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	       Kvpalace__V1__StatsResponse *out, void **ret_heap);
 
+/* Sessions one ListSessions reply lists at most, whatever its limit asks
+ * (KVP_LIST_SESSIONS_MAX in client/kvpalace.h: test_sizes checks). */
+#define STATS_LIST_MAX 1024u
+
 /* Fills out with sessions of uid's pools (every pool when admin; pool_id
- * only when not 0) whose id is above after_id, in id order, as many as fit
- * in max_bytes; sets more when others follow. Storage in *ret_heap (free()
- * it after packing). Returns 0 or -ENOMEM. */
+ * only when not 0) whose id is above after_id, in id order, at most limit
+ * (1..STATS_LIST_MAX, capped by the caller) and as many as fit in
+ * max_bytes; sets more when others follow. Storage in *ret_heap (free()
+ * it after packing). O(pools · (log sessions + limit)) through the pools'
+ * id-ordered sequences, not a walk of every session. Returns 0 or
+ * -ENOMEM. */
 int stats_list_sessions(const struct cache *c, uid_t uid, int admin, uint64_t pool_id,
-			uint64_t after_id, uint32_t max_bytes,
+			uint64_t after_id, uint32_t limit, uint32_t max_bytes,
 			Kvpalace__V1__ListSessionsResponse *out, void **ret_heap);
 
 #endif

@@ -65,7 +65,6 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 	case KVPALACE__V1__REQUEST__OP_FORK_LEASE:
 	case KVPALACE__V1__REQUEST__OP_TRUNCATE:
 	case KVPALACE__V1__REQUEST__OP_SESSION_PAGES:
-	case KVPALACE__V1__REQUEST__OP_LIST_SESSIONS:
 	case KVPALACE__V1__REQUEST__OP_DROP_SESSION:
 	case KVPALACE__V1__REQUEST__OP_DROP_POOL:
 	case KVPALACE__V1__REQUEST__OP_CONFIG_SHOW:
@@ -124,6 +123,10 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 			REJECT(-EINVAL, "append of zero tokens");
 		if (req->append->n_tokens > lim->max_tokens_per_request)
 			REJECT(-EMSGSIZE, "too many tokens in one request");
+		break;
+	case KVPALACE__V1__REQUEST__OP_LIST_SESSIONS:
+		if (req->list_sessions->has_limit && req->list_sessions->limit == 0)
+			REJECT(-EINVAL, "ListSessions limit 0: ask for 1 session or more");
 		break;
 	case KVPALACE__V1__REQUEST__OP_COMMIT:
 		if (req->commit->n_tokens == 0)

@@ -11,6 +11,7 @@ int pagealloc_init(struct pagealloc *pa, uint32_t n_pages)
 	pa->n_pages = n_pages;
 	pa->n_free = n_pages;
 	pa->n_released = n_pages; /* nothing touched yet */
+	pa->n_pinned = 0;
 	pa->free_stack = calloc(n_pages ? n_pages : 1, sizeof(uint32_t));
 	pa->refs = calloc(n_pages ? n_pages : 1, sizeof(uint32_t));
 	pa->pins = calloc(n_pages ? n_pages : 1, sizeof(uint32_t));
@@ -30,7 +31,7 @@ void pagealloc_fini(struct pagealloc *pa)
 	free(pa->refs);
 	free(pa->pins);
 	pa->free_stack = pa->refs = pa->pins = NULL;
-	pa->n_free = pa->n_pages = 0;
+	pa->n_free = pa->n_pages = pa->n_pinned = 0;
 }
 
 int pagealloc_get(struct pagealloc *pa, uint32_t *ret_slot)
@@ -66,13 +67,15 @@ uint32_t pagealloc_unref(struct pagealloc *pa, uint32_t slot)
 void pagealloc_pin(struct pagealloc *pa, uint32_t slot)
 {
 	pagealloc_ref(pa, slot);
-	pa->pins[slot]++;
+	if (pa->pins[slot]++ == 0)
+		pa->n_pinned++;
 }
 
 void pagealloc_unpin(struct pagealloc *pa, uint32_t slot)
 {
 	kvp_assert(slot < pa->n_pages && pa->pins[slot] > 0);
-	pa->pins[slot]--;
+	if (--pa->pins[slot] == 0)
+		pa->n_pinned--;
 	pagealloc_unref(pa, slot);
 }
 
@@ -131,7 +134,7 @@ uint32_t pagealloc_warmed(struct pagealloc *pa, uint32_t pos, uint32_t n, const 
 	return n;
 }
 
-uint32_t pagealloc_n_pinned(const struct pagealloc *pa)
+uint32_t pagealloc_count_pinned(const struct pagealloc *pa)
 {
 	uint32_t n = 0;
 
@@ -142,7 +145,7 @@ uint32_t pagealloc_n_pinned(const struct pagealloc *pa)
 
 int pagealloc_check(const struct pagealloc *pa)
 {
-	uint32_t held = 0;
+	uint32_t held = 0, pinned = 0;
 	int ret = 0;
 	unsigned char *seen;
 
@@ -166,8 +169,9 @@ int pagealloc_check(const struct pagealloc *pa)
 			goto out;
 		}
 		held += pa->refs[i] > 0;
+		pinned += pa->pins[i] > 0;
 	}
-	if (held + pa->n_free != pa->n_pages)
+	if (held + pa->n_free != pa->n_pages || pinned != pa->n_pinned)
 		ret = -EUCLEAN;
 out:
 	free(seen);

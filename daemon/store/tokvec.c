@@ -7,8 +7,9 @@
 #include "log.h"
 #include "tokvec.h"
 
-/* The smallest chunk: a short session costs little. */
-#define TOKVEC_MIN_CAP 64u
+/* The smallest chunk: a short session costs little (16 tokens, 320
+ * bytes; the last chunk doubles from there up to per_chunk). */
+#define TOKVEC_MIN_CAP 16u
 
 void tokvec_init(struct tokvec *v, uint32_t block_tokens, uint64_t *account)
 {
@@ -21,7 +22,6 @@ void tokvec_init(struct tokvec *v, uint32_t block_tokens, uint64_t *account)
 
 static void chunk_free(struct tokvec_chunk *k)
 {
-	free(k->ids);
 	free(k->meta);
 	free(k);
 }
@@ -37,7 +37,8 @@ static void chunk_unref(struct tokvec *v, struct tokvec_chunk *k)
 void tokvec_fini(struct tokvec *v)
 {
 	tokvec_cut(v, 0);
-	free(v->chunks);
+	if (v->chunks != &v->one)
+		free(v->chunks);
 	v->chunks = NULL;
 	v->cap_chunks = 0;
 }
@@ -53,41 +54,58 @@ void tokvec_cut(struct tokvec *v, uint64_t n)
 /* Room for n chunk pointers. */
 static int table_room(struct tokvec *v, uint32_t n)
 {
-	uint32_t cap = v->cap_chunks ? v->cap_chunks : 4;
+	uint32_t cap = v->cap_chunks ? v->cap_chunks : 1;
 	struct tokvec_chunk **t;
 
 	if (n <= v->cap_chunks)
 		return 0;
+	if (n == 1) {
+		v->chunks = &v->one;
+		v->cap_chunks = 1;
+		return 0;
+	}
 	while (cap < n)
 		cap *= 2;
-	t = realloc(v->chunks, cap * sizeof(*t));
+	t = malloc(cap * sizeof(*t));
 	if (!t)
 		return -ENOMEM;
+	if (v->n_chunks)
+		memcpy(t, v->chunks, v->n_chunks * sizeof(*t));
+	if (v->chunks != &v->one)
+		free(v->chunks);
 	v->chunks = t;
 	v->cap_chunks = cap;
 	return 0;
 }
 
-/* A private chunk of cap tokens holding the first keep of old (NULL:
- * none). */
-static struct tokvec_chunk *chunk_new(uint32_t cap, const struct tokvec_chunk *old, uint32_t keep)
+/* A private chunk of cap tokens from position start holding the first
+ * keep of old (NULL: none), with metadata when old has some or with_meta
+ * (the defaults where old had none). */
+static struct tokvec_chunk *chunk_new(uint32_t cap, uint64_t start, const struct tokvec_chunk *old,
+				      uint32_t keep, int with_meta)
 {
-	struct tokvec_chunk *k = calloc(1, sizeof(*k));
+	/* The ids in the chunk's own allocation: one malloc, not two. */
+	struct tokvec_chunk *k = malloc(sizeof(*k) + (size_t)cap * sizeof(*k->ids));
 
 	if (!k)
 		return NULL;
+	memset(k, 0, sizeof(*k));
 	k->refs = 1;
 	k->cap = cap;
-	k->ids = malloc(cap * sizeof(*k->ids));
-	k->meta = malloc(cap * sizeof(*k->meta));
-	if (!k->ids || !k->meta) {
+	k->ids = (uint32_t *)(k + 1);
+	if (with_meta || (old && old->meta))
+		k->meta = malloc(cap * sizeof(*k->meta));
+	if ((with_meta || (old && old->meta)) && !k->meta) {
 		chunk_free(k);
 		return NULL;
 	}
-	if (old && keep) {
+	if (old && keep)
 		memcpy(k->ids, old->ids, keep * sizeof(*k->ids));
+	if (k->meta && old && old->meta && keep)
 		memcpy(k->meta, old->meta, keep * sizeof(*k->meta));
-	}
+	else if (k->meta)
+		for (uint32_t i = 0; i < cap; i++)
+			k->meta[i] = (struct token_meta){.pos = (uint32_t)(start + i)};
 	return k;
 }
 
@@ -110,14 +128,15 @@ static uint32_t cap_for(const struct tokvec *v, uint32_t ci, uint64_t to)
  * in its place, with the slots that adds to the account in *ret_charge
  * (a shared chunk's copy costs its whole capacity, a grown one the
  * difference). */
-static uint32_t chunk_plan(const struct tokvec *v, uint32_t ci, uint64_t to, uint64_t *ret_charge)
+static uint32_t chunk_plan(const struct tokvec *v, uint32_t ci, uint64_t to, int with_meta,
+			   uint64_t *ret_charge)
 {
 	const struct tokvec_chunk *old = ci < v->n_chunks ? v->chunks[ci] : NULL;
 	uint32_t cap = cap_for(v, ci, to);
 
 	*ret_charge = 0;
-	if (old && old->refs == 1 && old->cap >= cap)
-		return 0; /* ours, with room */
+	if (old && old->refs == 1 && old->cap >= cap && (old->meta || !with_meta))
+		return 0; /* ours, with room (and metadata when asked) */
 	if (old && old->cap > cap)
 		cap = old->cap;
 	*ret_charge = !old || old->refs > 1 ? cap : cap - old->cap;
@@ -132,13 +151,14 @@ uint64_t tokvec_charge(const struct tokvec *v, uint64_t from, uint64_t to)
 		return 0;
 	for (uint32_t ci = (uint32_t)(from / v->per_chunk);
 	     ci <= (uint32_t)((to - 1) / v->per_chunk); ci++) {
-		chunk_plan(v, ci, to, &more);
+		chunk_plan(v, ci, to, 0, &more);
 		charge += more;
 	}
 	return charge;
 }
 
-int tokvec_prepare(struct tokvec *v, uint64_t len, uint64_t from, uint64_t to, uint64_t limit)
+int tokvec_prepare(struct tokvec *v, uint64_t len, uint64_t from, uint64_t to, uint64_t limit,
+		   int with_meta)
 {
 	uint32_t first, last, n_new;
 	struct tokvec_chunk **made;
@@ -163,14 +183,14 @@ int tokvec_prepare(struct tokvec *v, uint64_t len, uint64_t from, uint64_t to, u
 	for (uint32_t ci = first; ci <= last; ci++) {
 		struct tokvec_chunk *old = ci < v->n_chunks ? v->chunks[ci] : NULL;
 		uint64_t start = (uint64_t)ci * v->per_chunk, more;
-		uint32_t cap = chunk_plan(v, ci, to, &more), keep = 0;
+		uint32_t cap = chunk_plan(v, ci, to, with_meta, &more), keep = 0;
 
 		if (!cap)
 			continue; /* ours, with room */
 		if (old && len > start)
 			keep = (uint32_t)(len - start < old->cap ? len - start : old->cap);
 		charge += more;
-		made[ci - first] = chunk_new(cap, old, keep);
+		made[ci - first] = chunk_new(cap, start, old, keep, with_meta);
 		if (!made[ci - first])
 			goto fail;
 	}
@@ -229,8 +249,11 @@ void tokvec_get(const struct tokvec *v, uint64_t from, uint64_t n, uint32_t *ids
 
 		if (ids)
 			memcpy(ids + done, k->ids + off, span * sizeof(*ids));
-		if (meta)
+		if (meta && k->meta)
 			memcpy(meta + done, k->meta + off, span * sizeof(*meta));
+		else if (meta)
+			for (uint64_t j = 0; j < span; j++)
+				meta[done + j] = (struct token_meta){.pos = (uint32_t)(i + j)};
 		done += span;
 	}
 }
@@ -245,7 +268,7 @@ void tokvec_put(struct tokvec *v, uint64_t from, uint64_t n, const uint32_t *ids
 		struct tokvec_chunk *k = v->chunks[i / v->per_chunk];
 		uint64_t span = v->per_chunk - off < n - done ? v->per_chunk - off : n - done;
 
-		kvp_assert(k->refs == 1 && off + span <= k->cap);
+		kvp_assert(k->refs == 1 && off + span <= k->cap && (!meta || k->meta));
 		memcpy(k->ids + off, ids + done, span * sizeof(*ids));
 		if (meta)
 			memcpy(k->meta + off, meta + done, span * sizeof(*meta));

@@ -27,24 +27,32 @@
 
 #include <stdint.h>
 
+#include "log.h"
 #include "policy.h"
 
 /* Tokens per chunk, rounded up to a multiple of block_tokens. */
 #define TOKVEC_CHUNK_TOKENS 4096u
 
 struct tokvec_chunk {
-	uint32_t refs;		 /* vectors holding it */
-	uint32_t cap;		 /* tokens it has room for, <= per_chunk */
-	uint64_t *account;	 /* charged cap at its making */
-	uint32_t *ids;		 /* [cap] */
-	struct token_meta *meta; /* [cap] */
+	uint32_t refs;	   /* vectors holding it */
+	uint32_t cap;	   /* tokens it has room for, <= per_chunk */
+	uint64_t *account; /* charged cap at its making */
+	uint32_t *ids;	   /* [cap], in the same allocation, after the chunk */
+	/* [cap], or NULL while every token's metadata is the default one
+	 * (position = its index, untagged, no score): what an exact session's
+	 * tokens have unless tagged or scored, 16 bytes a token not spent.
+	 * Made on the first write that needs it (tokvec_prepare's with_meta). */
+	struct token_meta *meta;
 };
 
 struct tokvec {
-	struct tokvec_chunk **chunks; /* [cap_chunks], n_chunks used */
+	struct tokvec_chunk **chunks; /* [cap_chunks], n_chunks used; &one while cap_chunks is 1 */
 	uint32_t n_chunks, cap_chunks;
 	uint32_t per_chunk;
 	uint64_t *account; /* token slots charged (cache_tenant.meta_tokens) */
+	/* The table of a vector of one chunk (up to 4096 tokens: most of
+	 * them), which saves an allocation. The vector may not be moved. */
+	struct tokvec_chunk *one;
 };
 
 /* An empty vector whose chunks hold a multiple of block_tokens tokens,
@@ -56,9 +64,13 @@ void tokvec_fini(struct tokvec *v);
 /* Makes positions [from, to) writable in a vector holding len valid
  * tokens (to may exceed len: room to append): the chunks covering them
  * exist, have room, and are held by v alone (shared ones are copied, with
- * the valid tokens they hold). Returns 0, -EDQUOT when *account would
- * pass limit, or -ENOMEM; either way v's contents are unchanged. */
-int tokvec_prepare(struct tokvec *v, uint64_t len, uint64_t from, uint64_t to, uint64_t limit);
+ * the valid tokens they hold); with with_meta their metadata too (made,
+ * as the defaults, where a chunk had none). Without it, only default
+ * metadata may be written there (tokvec_meta_w needs tokvec_has_meta).
+ * Returns 0, -EDQUOT when *account would pass limit, or -ENOMEM; either
+ * way v's contents are unchanged. The charge is the same either way. */
+int tokvec_prepare(struct tokvec *v, uint64_t len, uint64_t from, uint64_t to, uint64_t limit,
+		   int with_meta);
 
 /* The slots tokvec_prepare(v, len, from, to, ...) would add to *account
  * now, changing nothing: a caller checks the limit with it before doing
@@ -86,15 +98,29 @@ static inline uint32_t tokvec_id(const struct tokvec *v, uint64_t i)
 	return v->chunks[i / v->per_chunk]->ids[i % v->per_chunk];
 }
 
-static inline const struct token_meta *tokvec_meta(const struct tokvec *v, uint64_t i)
+/* Position i's metadata (a copy: a chunk without any holds the default). */
+static inline struct token_meta tokvec_meta(const struct tokvec *v, uint64_t i)
 {
-	return &v->chunks[i / v->per_chunk]->meta[i % v->per_chunk];
+	const struct tokvec_chunk *k = v->chunks[i / v->per_chunk];
+
+	if (k->meta)
+		return k->meta[i % v->per_chunk];
+	return (struct token_meta){.pos = (uint32_t)i};
 }
 
-/* Position i's metadata, for writing: i must be prepared. */
+/* Whether position i's chunk holds metadata of its own. */
+static inline int tokvec_has_meta(const struct tokvec *v, uint64_t i)
+{
+	return v->chunks[i / v->per_chunk]->meta != NULL;
+}
+
+/* Position i's metadata, for writing: i must be prepared with_meta. */
 static inline struct token_meta *tokvec_meta_w(struct tokvec *v, uint64_t i)
 {
-	return &v->chunks[i / v->per_chunk]->meta[i % v->per_chunk];
+	struct tokvec_chunk *k = v->chunks[i / v->per_chunk];
+
+	kvp_assert(k->meta);
+	return &k->meta[i % v->per_chunk];
 }
 
 /* The ids from position i to the end of its chunk: a page's tokens are

@@ -694,6 +694,7 @@ static int b_lists(struct iso *k)
 	kvp_pool *p;
 	kvp_session *s;
 	size_t n;
+	int more;
 
 	CHILD_CHECK_EQ(kvp_connect(k->h->sock, &c), 0);
 	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
@@ -706,6 +707,17 @@ static int b_lists(struct iso *k)
 	free(si);
 	CHILD_CHECK_EQ(kvp_list_sessions(c, k->pool_a, &si, &n), 0);
 	CHILD_CHECK_EQ(n, 0);
+	free(si);
+	/* Paged, from before A's sessions on: still only its own, and
+	 * nothing of A's pool. */
+	CHILD_CHECK_EQ(kvp_list_sessions_page(c, 0, k->session_a - 1, 1000, &si, &n, &more), 0);
+	CHILD_CHECK_EQ(n, 1);
+	CHILD_CHECK_EQ(more, 0);
+	CHILD_CHECK_EQ(si[0].uid, UID_B);
+	free(si);
+	CHILD_CHECK_EQ(kvp_list_sessions_page(c, k->pool_a, 0, 1, &si, &n, &more), 0);
+	CHILD_CHECK_EQ(n, 0);
+	CHILD_CHECK_EQ(more, 0);
 	free(si);
 	CHILD_CHECK_EQ(kvp_stats(c, &st), 0);
 	CHILD_CHECK_EQ(st->n_pools, 1);

@@ -104,7 +104,7 @@ static uint8_t pattern(uint32_t pos, uint32_t kv, uint64_t j)
 static void write_kv(struct core_fixture *f, struct session *s)
 {
 	for (uint64_t i = s->n_committed; i < s->n_tokens; i++) {
-		uint32_t pos = tokvec_meta(&s->tok, i)->pos;
+		uint32_t pos = tokvec_meta(&s->tok, i).pos;
 
 		for (uint32_t kv = 0; kv < 2; kv++) {
 			uint8_t *row = kv_row(f, s->pages, i, kv);
@@ -199,7 +199,7 @@ static void assert_unchanged(const struct core_fixture *f, const struct session 
 	assert_int_equal(s->n_pages, sn->n_pages);
 	assert_memory_equal(s->pages, sn->pages, sn->n_pages * sizeof(*sn->pages));
 	for (uint64_t i = 0; i < sn->n; i++) {
-		struct token_meta m = *tokvec_meta(&s->tok, i);
+		struct token_meta m = tokvec_meta(&s->tok, i);
 
 		assert_int_equal(tokvec_id(&s->tok, i), sn->ids[i]);
 		assert_memory_equal(&m, &sn->meta[i], sizeof(m));
@@ -218,7 +218,7 @@ static size_t expected_keep(const struct session *s, const struct snap *sn, uint
 	size_t k;
 
 	assert_non_null(scratch);
-	k = policy_select(&s->pol, sn->meta, sn->n, policy_budget(&s->pol, sn->n), keep, scratch);
+	k = policy_select(s->pol, sn->meta, sn->n, policy_budget(s->pol, sn->n), keep, scratch);
 	free(scratch);
 	return k;
 }
@@ -239,7 +239,7 @@ static void assert_compacted(const struct core_fixture *f, const struct session 
 	assert_true(s->compacted);
 	assert_int_equal(s->n_hashes, 0); /* private: never indexed */
 	for (size_t i = 0; i < k; i++) {
-		const struct token_meta *m = tokvec_meta(&s->tok, i);
+		const struct token_meta m_ = tokvec_meta(&s->tok, i), *m = &m_;
 
 		assert_int_equal(tokvec_id(&s->tok, i), sn->ids[keep[i]]);
 		assert_int_equal(m->pos, sn->meta[keep[i]].pos);
@@ -425,7 +425,7 @@ static void test_hierarchy_keeps_permanent_and_hot_turns(void **state)
 			found |= keep[j] == i;
 		assert_true(found);
 	}
-	assert_true(tokvec_meta(&s->tok, 0)->flags & TOKEN_PERMANENT);
+	assert_true(tokvec_meta(&s->tok, 0).flags & TOKEN_PERMANENT);
 	session_close(&f->c, s);
 	core_check(f);
 }
@@ -474,14 +474,14 @@ static void test_compact_twice_and_after_commit(void **state)
 	assert_int_equal(compact_and_check(f, s, keep), 8);
 	assert_int_equal(session_next_pos(s), 20);
 	append_write_commit(f, s, 7000, 10);
-	assert_int_equal(tokvec_meta(&s->tok, 8)->pos, 20);
-	assert_int_equal(tokvec_meta(&s->tok, 17)->pos, 29);
+	assert_int_equal(tokvec_meta(&s->tok, 8).pos, 20);
+	assert_int_equal(tokvec_meta(&s->tok, 17).pos, 29);
 	assert_int_equal(compact_and_check(f, s, keep), 8);
 	/* Sinks 0 and 1, then positions 24..29. */
-	assert_int_equal(tokvec_meta(&s->tok, 0)->pos, 0);
-	assert_int_equal(tokvec_meta(&s->tok, 1)->pos, 1);
+	assert_int_equal(tokvec_meta(&s->tok, 0).pos, 0);
+	assert_int_equal(tokvec_meta(&s->tok, 1).pos, 1);
 	for (uint32_t i = 2; i < 8; i++) {
-		assert_int_equal(tokvec_meta(&s->tok, i)->pos, 22 + i);
+		assert_int_equal(tokvec_meta(&s->tok, i).pos, 22 + i);
 		assert_int_equal(tokvec_id(&s->tok, i), 7000 + 2 + i);
 	}
 
@@ -687,7 +687,7 @@ static void test_long_session_across_chunks(void **state)
 	policy_add_mass(want, n, pol.decay, 0, mass, n);
 	core_check(f);
 	for (uint32_t i = 0; i < n; i++) {
-		const struct token_meta *m = tokvec_meta(&s->tok, i);
+		const struct token_meta m_ = tokvec_meta(&s->tok, i), *m = &m_;
 
 		assert_int_equal(m->pos, want[i].pos);
 		assert_true(m->score == want[i].score);

@@ -16,6 +16,8 @@
 #include "kvpalace.h"
 #include "layout.h"
 #include "pagealloc.h"
+#include "session.h"
+#include "stats.h"
 #include "validate.h"
 
 #define SHOW(T) printf("%-40s %6zu\n", #T, sizeof(T))
@@ -26,6 +28,9 @@ static void test_print_sizes(void **state)
 	SHOW(struct frame_arena);
 	SHOW(struct shm_layout);
 	SHOW(struct pagealloc);
+	SHOW(struct session);
+	SHOW(struct tokvec_chunk);
+	SHOW(struct policy);
 	SHOW(struct validate_limits);
 	SHOW(struct kvp_layout);
 	SHOW(struct kvp_pool_stats);
@@ -77,6 +82,8 @@ static void test_abi_sizes(void **state)
 	assert_int_equal(KVP_DTYPE_INT8, KVPALACE__V1__DTYPE__DTYPE_INT8);
 	assert_int_equal(KVP_DTYPE_FP8_E4M3, KVPALACE__V1__DTYPE__DTYPE_FP8_E4M3);
 	assert_int_equal(KVP_DTYPE_INT4, KVPALACE__V1__DTYPE__DTYPE_INT4);
+	/* The daemon's page cap is the one the manual promises. */
+	assert_int_equal(STATS_LIST_MAX, KVP_LIST_SESSIONS_MAX);
 	/* A model id of the longest allowed length fits kvp_pool_stats. */
 	assert_true(sizeof(((struct kvp_pool_stats *)0)->model_id) > VALIDATE_MODEL_ID_MAX);
 }

@@ -29,7 +29,7 @@ static void append(struct tokvec *v, uint64_t len, uint64_t n, uint32_t base)
 	assert_non_null(ids);
 	for (uint64_t i = 0; i < n; i++)
 		ids[i] = base + (uint32_t)(len + i);
-	assert_int_equal(tokvec_prepare(v, len, len, len + n, LIMIT), 0);
+	assert_int_equal(tokvec_prepare(v, len, len, len + n, LIMIT, 1), 0);
 	tokvec_put(v, len, n, ids, NULL);
 	for (uint64_t i = 0; i < n; i++)
 		*tokvec_meta_w(v, len + i) = (struct token_meta){.pos = (uint32_t)(len + i)};
@@ -40,7 +40,7 @@ static void check(const struct tokvec *v, uint64_t from, uint64_t to, uint32_t b
 {
 	for (uint64_t i = from; i < to; i++) {
 		assert_int_equal(tokvec_id(v, i), base + (uint32_t)i);
-		assert_int_equal(tokvec_meta(v, i)->pos, i);
+		assert_int_equal(tokvec_meta(v, i).pos, i);
 	}
 }
 
@@ -69,10 +69,10 @@ static void test_fork_shares_then_copies_what_it_writes(void **state)
 	check(&b, 10000, 10500, 2000000);
 	check(&a, 10000, 10500, 3000000);
 	/* Rewriting metadata in the middle copies the chunk holding it. */
-	assert_int_equal(tokvec_prepare(&b, 10500, 5, 6, LIMIT), 0);
+	assert_int_equal(tokvec_prepare(&b, 10500, 5, 6, LIMIT, 1), 0);
 	tokvec_meta_w(&b, 5)->score = 1.0f;
-	assert_true(tokvec_meta(&a, 5)->score == 0.0f);
-	assert_true(tokvec_meta(&b, 5)->score == 1.0f);
+	assert_true(tokvec_meta(&a, 5).score == 0.0f);
+	assert_true(tokvec_meta(&b, 5).score == 1.0f);
 	check(&b, 0, 10000, 1000000);
 	/* The charge goes with the last holder. */
 	tokvec_fini(&a);
@@ -94,15 +94,15 @@ static void test_refused_growth_changes_nothing(void **state)
 	assert_int_equal(tokvec_share(&b, &a, 100), 0);
 	before = account;
 	/* b's own copy of the chunk would pass the limit. */
-	assert_int_equal(tokvec_prepare(&b, 100, 100, 101, before), -EDQUOT);
+	assert_int_equal(tokvec_prepare(&b, 100, 100, 101, before, 1), -EDQUOT);
 	assert_int_equal(account, before);
 	assert_ptr_equal(b.chunks[0], a.chunks[0]);
 	check(&b, 0, 100, 0);
 	/* Writing in place needs no room: a lowered limit does not refuse it. */
-	assert_int_equal(tokvec_prepare(&a, 100, 100, 101, 0), -EDQUOT);
+	assert_int_equal(tokvec_prepare(&a, 100, 100, 101, 0, 1), -EDQUOT);
 	tokvec_fini(&b);
-	assert_int_equal(tokvec_prepare(&a, 100, 10, 20, 0), 0);
-	assert_int_equal(tokvec_prepare(&a, 100, 100, 101, LIMIT), 0);
+	assert_int_equal(tokvec_prepare(&a, 100, 10, 20, 0, 1), 0);
+	assert_int_equal(tokvec_prepare(&a, 100, 100, 101, LIMIT, 1), 0);
 	tokvec_put(&a, 100, 1, &id, NULL);
 	assert_int_equal(tokvec_id(&a, 100), 7);
 	tokvec_fini(&a);
@@ -174,6 +174,60 @@ static void test_cut_and_get(void **state)
 	assert_int_equal(account, 0);
 }
 
+/* Metadata only where it differs from the default: a vector prepared
+ * without it reads the default (position = index) everywhere, costs the
+ * same charge, and gets defaults it can overwrite when a write needs them
+ * — in its own chunk, and in a copy of a shared one, the sharer's left
+ * as it was. */
+static void test_metadata_made_when_needed(void **state)
+{
+	uint64_t account = 0, charged;
+	uint32_t ids[100];
+	struct token_meta meta[100];
+	struct tokvec a, b;
+
+	(void)state;
+	for (uint32_t i = 0; i < 100; i++)
+		ids[i] = 7 + i;
+	tokvec_init(&a, 16, &account);
+	assert_int_equal(tokvec_charge(&a, 0, 100), 128);
+	assert_int_equal(tokvec_prepare(&a, 0, 0, 100, LIMIT, 0), 0);
+	charged = account;
+	assert_int_equal(charged, 128);
+	tokvec_put(&a, 0, 100, ids, NULL);
+	assert_false(tokvec_has_meta(&a, 0));
+	tokvec_get(&a, 0, 100, NULL, meta);
+	for (uint32_t i = 0; i < 100; i++) {
+		assert_int_equal(tokvec_meta(&a, i).pos, i);
+		assert_int_equal(tokvec_meta(&a, i).turn, 0);
+		assert_int_equal(meta[i].pos, i);
+		assert_true(meta[i].score == 0);
+	}
+	/* A fork shares the chunk; its write of metadata copies it. */
+	tokvec_init(&b, 16, &account);
+	assert_int_equal(tokvec_share(&b, &a, 100), 0);
+	assert_int_equal(tokvec_prepare(&b, 100, 40, 41, LIMIT, 1), 0);
+	assert_true(tokvec_has_meta(&b, 40));
+	assert_false(tokvec_has_meta(&a, 40));
+	tokvec_meta_w(&b, 40)->score = 2.0f;
+	tokvec_meta_w(&b, 40)->turn = 3;
+	for (uint32_t i = 0; i < 100; i++) {
+		assert_int_equal(tokvec_meta(&b, i).pos, i);
+		assert_int_equal(tokvec_id(&b, i), 7 + i);
+		assert_int_equal(tokvec_meta(&a, i).turn, 0);
+	}
+	assert_int_equal(tokvec_meta(&b, 40).turn, 3);
+	/* Its own chunk made whole with defaults: the same charge. */
+	assert_int_equal(tokvec_prepare(&a, 100, 0, 100, LIMIT, 1), 0);
+	assert_true(tokvec_has_meta(&a, 0));
+	assert_int_equal(tokvec_meta(&a, 99).pos, 99);
+	assert_int_equal(tokvec_id(&a, 99), 7 + 99);
+	tokvec_fini(&b);
+	assert_int_equal(account, charged);
+	tokvec_fini(&a);
+	assert_int_equal(account, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -181,6 +235,7 @@ int main(void)
 		cmocka_unit_test(test_refused_growth_changes_nothing),
 		cmocka_unit_test(test_charge_is_what_prepare_charges),
 		cmocka_unit_test(test_cut_and_get),
+		cmocka_unit_test(test_metadata_made_when_needed),
 	};
 
 	return cmocka_run_group_tests_name("tokvec", tests, NULL, NULL);
