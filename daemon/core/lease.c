@@ -25,30 +25,38 @@ int lease_create(struct cache *c, struct pool *p, const void *owner, struct list
 	return 0;
 }
 
+int lease_reserve(struct lease *l, uint64_t n_pages)
+{
+	uint32_t bt = l->pool->layout.block_tokens;
+	uint32_t *p, *t;
+	XXH128_hash_t *h;
+
+	if (n_pages <= l->cap_pages)
+		return 0;
+	if (n_pages > UINT32_MAX)
+		return -ENOMEM;
+	p = realloc(l->pages, n_pages * sizeof(*p));
+	if (p)
+		l->pages = p;
+	h = realloc(l->hashes, n_pages * sizeof(*h));
+	if (h)
+		l->hashes = h;
+	t = realloc(l->tokens, n_pages * bt * sizeof(*t));
+	if (t)
+		l->tokens = t;
+	if (!p || !h || !t)
+		return -ENOMEM;
+	l->cap_pages = (uint32_t)n_pages;
+	return 0;
+}
+
 int lease_add_page(struct lease *l, uint32_t slot, XXH128_hash_t hash, const uint32_t *tokens)
 {
 	uint32_t bt = l->pool->layout.block_tokens;
 
-	if (l->n_pages == l->cap_pages) {
-		uint64_t cap = l->cap_pages ? (uint64_t)l->cap_pages * 2 : 16;
-		uint32_t *p, *t;
-		XXH128_hash_t *h;
-
-		if (cap > UINT32_MAX)
-			return -ENOMEM;
-		p = realloc(l->pages, cap * sizeof(*p));
-		if (p)
-			l->pages = p;
-		h = realloc(l->hashes, cap * sizeof(*h));
-		if (h)
-			l->hashes = h;
-		t = realloc(l->tokens, cap * bt * sizeof(*t));
-		if (t)
-			l->tokens = t;
-		if (!p || !h || !t)
-			return -ENOMEM;
-		l->cap_pages = (uint32_t)cap;
-	}
+	if (l->n_pages == l->cap_pages &&
+	    lease_reserve(l, l->cap_pages ? (uint64_t)l->cap_pages * 2 : 16) < 0)
+		return -ENOMEM;
 	pagealloc_pin(&l->pool->pa, slot);
 	prefix_index_update(&l->pool->ix, &l->pool->pa, slot);
 	memcpy(l->tokens + (uint64_t)l->n_pages * bt, tokens, bt * sizeof(uint32_t));

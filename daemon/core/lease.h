@@ -60,6 +60,11 @@ struct lease {
 int lease_create(struct cache *c, struct pool *p, const void *owner, struct list *owner_list,
 		 struct lease **ret_lease);
 
+/* Makes room for n_pages matched pages in all, so that a match whose
+ * length is known ahead grows its tables once, not by doubling. Returns 0
+ * or -ENOMEM (the lease unchanged but for room already gained). */
+int lease_reserve(struct lease *l, uint64_t n_pages);
+
 /* Pins slot, the next page of the match, whose chain hash is hash and
  * whose block_tokens tokens are tokens, and appends it to the lease.
  * Returns 0 or -ENOMEM (nothing pinned then). */

@@ -143,8 +143,8 @@ uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, co
 }
 
 int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void *owner,
-		struct list *owner_list, const uint32_t *tokens, size_t n, struct lease **ret_lease,
-		struct match_result *ret)
+		struct list *owner_list, const uint32_t *tokens, size_t n, uint64_t reserve_pages,
+		struct lease **ret_lease, struct match_result *ret)
 {
 	struct lease *l;
 	int err;
@@ -153,7 +153,9 @@ int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void 
 	if (err < 0)
 		return err;
 	l->root = l->chain = root;
-	err = walk(l, tokens, n, ret);
+	err = lease_reserve(l, reserve_pages);
+	if (err == 0)
+		err = walk(l, tokens, n, ret);
 	if (err < 0 || (l->complete && l->n_tokens == 0)) {
 		lease_release(c, l);
 		return err < 0 ? err : 0;
