@@ -50,7 +50,8 @@ int lease_reserve(struct lease *l, uint64_t n_pages)
 	return 0;
 }
 
-int lease_add_page(struct lease *l, uint32_t slot, XXH128_hash_t hash, const uint32_t *tokens)
+int lease_add_page(struct lease *l, uint32_t slot, XXH128_hash_t hash, const uint32_t *tokens,
+		   uint64_t now_ns)
 {
 	uint32_t bt = l->pool->layout.block_tokens;
 
@@ -58,7 +59,7 @@ int lease_add_page(struct lease *l, uint32_t slot, XXH128_hash_t hash, const uin
 	    lease_reserve(l, l->cap_pages ? (uint64_t)l->cap_pages * 2 : 16) < 0)
 		return -ENOMEM;
 	pagealloc_pin(&l->pool->pa, slot);
-	prefix_index_update(&l->pool->ix, &l->pool->pa, slot);
+	prefix_index_update_at(&l->pool->ix, &l->pool->pa, slot, now_ns);
 	memcpy(l->tokens + (uint64_t)l->n_pages * bt, tokens, bt * sizeof(uint32_t));
 	l->hashes[l->n_pages] = hash;
 	l->pages[l->n_pages++] = slot;
@@ -67,6 +68,8 @@ int lease_add_page(struct lease *l, uint32_t slot, XXH128_hash_t hash, const uin
 
 void lease_drop_pages(struct lease *l, uint32_t keep)
 {
+	uint64_t now = prefix_index_now_ns(); /* one use, one time */
+
 	/* Leaves first, so a chain's pages become evictable child before
 	 * parent. */
 	while (l->n_dev > keep)
@@ -75,7 +78,7 @@ void lease_drop_pages(struct lease *l, uint32_t keep)
 		uint32_t slot = l->pages[--l->n_pages];
 
 		pagealloc_unpin(&l->pool->pa, slot);
-		prefix_index_update(&l->pool->ix, &l->pool->pa, slot);
+		prefix_index_update_at(&l->pool->ix, &l->pool->pa, slot, now);
 	}
 }
 

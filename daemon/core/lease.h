@@ -66,9 +66,11 @@ int lease_create(struct cache *c, struct pool *p, const void *owner, struct list
 int lease_reserve(struct lease *l, uint64_t n_pages);
 
 /* Pins slot, the next page of the match, whose chain hash is hash and
- * whose block_tokens tokens are tokens, and appends it to the lease.
+ * whose block_tokens tokens are tokens, and appends it to the lease, as a
+ * use at now_ns (prefix_index_now_ns, taken once per walk).
  * Returns 0 or -ENOMEM (nothing pinned then). */
-int lease_add_page(struct lease *l, uint32_t slot, XXH128_hash_t hash, const uint32_t *tokens);
+int lease_add_page(struct lease *l, uint32_t slot, XXH128_hash_t hash, const uint32_t *tokens,
+		   uint64_t now_ns);
 
 /* Unpins the pages after the first keep, newest first, and forgets them
  * (a chunk of a match that failed half-way), with their device slots. */
