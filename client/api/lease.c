@@ -15,7 +15,10 @@
  * stops sending, and replies to chunks already in flight are collected and
  * ignored: whatever the daemon did with them, the lease handle covers only
  * the pages matched up to that reply. On any error the lease is released
- * before returning. Not thread-safe: one thread at a time per client.
+ * before returning. Tokens go as tokens_le and slots come back as
+ * page_slots_le, 4 little-endian bytes each: on a little-endian host
+ * packing and unpacking them is a copy, where varints cost a few ns a
+ * token each way. Not thread-safe: one thread at a time per client.
  *
  * Layer: api, the top of libkvpalace (client/README.md): uses handle/,
  * rpc/ and base/; gpu.c and pool.c of its own folder call it.
