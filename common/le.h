@@ -9,6 +9,7 @@
 #ifndef KVP_LE_H
 #define KVP_LE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 static inline void le_put16(unsigned char *p, uint16_t v)
@@ -42,6 +43,23 @@ static inline uint32_t le_get32(const unsigned char *p)
 static inline uint64_t le_get64(const unsigned char *p)
 {
 	return (uint64_t)le_get32(p) | (uint64_t)le_get32(p + 4) << 32;
+}
+
+/* Arrays of uint32 stored as 4-byte little-endian fields (token lists and
+ * page tables on the wire): on a little-endian host the stored form is the
+ * native one, and a 4-aligned array may be read in place. */
+#define LE_NATIVE (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
+
+static inline void le_get32_array(uint32_t *dst, const unsigned char *src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = le_get32(src + 4 * i);
+}
+
+static inline void le_put32_array(unsigned char *dst, const uint32_t *src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		le_put32(dst + 4 * i, src[i]);
 }
 
 #endif

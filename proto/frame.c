@@ -326,6 +326,109 @@ void frame_pack_sized(const ProtobufCMessage *m, size_t total, void *buf)
 	protobuf_c_message_pack(m, (uint8_t *)buf + FRAME_HEADER_BYTES);
 }
 
+static size_t varint_bytes(uint64_t v)
+{
+	size_t n = 1;
+
+	while (v >= 0x80) {
+		v >>= 7;
+		n++;
+	}
+	return n;
+}
+
+static size_t put_varint(uint8_t *p, uint64_t v)
+{
+	size_t n = 0;
+
+	while (v >= 0x80) {
+		p[n++] = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	p[n++] = (uint8_t)v;
+	return n;
+}
+
+/* The operation message of r, or NULL (none set), and its field number. */
+static const ProtobufCMessage *response_op(const Kvpalace__V1__Response *r, unsigned int *ret_field)
+{
+	const ProtobufCFieldDescriptor *f;
+
+	if (r->op_case == KVPALACE__V1__RESPONSE__OP__NOT_SET)
+		return NULL;
+	/* A oneof's case is its member's field number. */
+	f = protobuf_c_message_descriptor_get_field(&kvpalace__v1__response__descriptor,
+						    (unsigned int)r->op_case);
+	if (!f || f->type != PROTOBUF_C_TYPE_MESSAGE)
+		return NULL;
+	*ret_field = f->id;
+	return *(const ProtobufCMessage *const *)(const void *)((const char *)r + f->offset);
+}
+
+/* Fields 1 to 3 and the op fields' numbers fit one-byte and two-byte
+ * tags; status is an enum, packed as an int32 (negative: 10 bytes). */
+#define RESP_ID_TAG	(1u << 3)
+#define RESP_STATUS_TAG (2u << 3)
+#define RESP_ERROR_TAG	(3u << 3 | 2u)
+
+size_t frame_response_packed_bytes(const Kvpalace__V1__Response *r, size_t *ret_op_bytes)
+{
+	const ProtobufCMessage *op;
+	unsigned int field = 0;
+	size_t n;
+
+	*ret_op_bytes = SIZE_MAX;
+	if (r->base.n_unknown_fields)
+		return frame_packed_bytes(&r->base); /* never built by us: the slow way */
+	n = 1 + varint_bytes(r->id) + 1 + varint_bytes((uint64_t)(int64_t)r->status);
+	if (r->error) {
+		size_t len = strlen(r->error);
+
+		n += 1 + varint_bytes(len) + len;
+	}
+	op = response_op(r, &field);
+	if (op) {
+		*ret_op_bytes = protobuf_c_message_get_packed_size(op);
+		n += varint_bytes((uint64_t)field << 3 | 2) + varint_bytes(*ret_op_bytes) +
+		     *ret_op_bytes;
+	} else {
+		*ret_op_bytes = 0;
+	}
+	return n + FRAME_HEADER_BYTES;
+}
+
+void frame_response_pack_sized(const Kvpalace__V1__Response *r, size_t total, size_t op_bytes,
+			       void *buf)
+{
+	uint8_t *p = (uint8_t *)buf + FRAME_HEADER_BYTES;
+	const ProtobufCMessage *op;
+	unsigned int field = 0;
+
+	if (op_bytes == SIZE_MAX) {
+		frame_pack_sized(&r->base, total, buf);
+		return;
+	}
+	frame_header_encode(buf, (uint32_t)(total - FRAME_HEADER_BYTES));
+	*p++ = RESP_ID_TAG;
+	p += put_varint(p, r->id);
+	*p++ = RESP_STATUS_TAG;
+	p += put_varint(p, (uint64_t)(int64_t)r->status);
+	if (r->error) {
+		size_t len = strlen(r->error);
+
+		*p++ = RESP_ERROR_TAG;
+		p += put_varint(p, len);
+		memcpy(p, r->error, len);
+		p += len;
+	}
+	op = response_op(r, &field);
+	if (op) {
+		p += put_varint(p, (uint64_t)field << 3 | 2);
+		p += put_varint(p, op_bytes);
+		protobuf_c_message_pack(op, p);
+	}
+}
+
 static int pack_checked(const ProtobufCMessage *m, void *buf, size_t cap, uint32_t max_bytes)
 {
 	size_t total = frame_packed_bytes(m);

@@ -127,6 +127,16 @@ int frame_pack_response(const Kvpalace__V1__Response *resp, void *buf, size_t ca
 size_t frame_packed_bytes(const ProtobufCMessage *m);
 void frame_pack_sized(const ProtobufCMessage *m, size_t total, void *buf);
 
+/* The same for a Response, byte for byte what protobuf-c would write:
+ * the envelope (id, status, error) by hand and the one operation's
+ * message once sized and once packed, instead of protobuf-c's walk over
+ * every field of the oneof, twice, and the operation sized twice (the
+ * daemon packs one reply per request). *ret_op_bytes carries the
+ * operation's size from one call to the other. */
+size_t frame_response_packed_bytes(const Kvpalace__V1__Response *r, size_t *ret_op_bytes);
+void frame_response_pack_sized(const Kvpalace__V1__Response *r, size_t total, size_t op_bytes,
+			       void *buf);
+
 /* Blocking datagram I/O for the client library and tests (the daemon does
  * its own I/O through io_uring but parses ancillary data with
  * frame_cmsg_fd). frame_send sends len bytes and, when pass_fd >= 0, that fd

@@ -15,7 +15,10 @@
  * stops sending, and replies to chunks already in flight are collected and
  * ignored: whatever the daemon did with them, the lease handle covers only
  * the pages matched up to that reply. On any error the lease is released
- * before returning. Not thread-safe: one thread at a time per client.
+ * before returning. Tokens go as tokens_le and slots come back as
+ * page_slots_le, 4 little-endian bytes each: on a little-endian host
+ * packing and unpacking them is a copy, where varints cost a few ns a
+ * token each way. Not thread-safe: one thread at a time per client.
  *
  * Layer: api, the top of libkvpalace (client/README.md): uses handle/,
  * rpc/ and base/; gpu.c and pool.c of its own folder call it.
@@ -26,13 +29,20 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "le.h"
 #include "lease.h"
 #include "rpc.h"
 
-/* Chunk requests in flight at most, and their bytes: bounded so that our
- * sends never wait on a daemon that waits for us to read its replies. */
+/* Chunk requests in flight at most, and their bytes. A send may wait for
+ * the daemon to read (the socket is blocking); the daemon reads as long as
+ * its replies to us go out, and the replies of LEASE_WINDOW chunks (a few
+ * KiB of slots each) fit its socket buffer whether or not we read: no
+ * circle of waits. The bytes are bounded below the default socket
+ * buffer (212,992 bytes), so that three chunks of a 64 KiB frame are
+ * queued behind the one the daemon walks: it never waits for our next
+ * send. */
 #define LEASE_WINDOW	     8u
-#define LEASE_INFLIGHT_BYTES (96u << 10)
+#define LEASE_INFLIGHT_BYTES (168u << 10)
 
 /* One chunk request in flight and, once it came, its reply. */
 struct match_chunk {
@@ -113,6 +123,7 @@ static int lease_keep(struct kvp_lease *l, struct match_chunk *ch,
 {
 	struct kvp_client *c = l->pool->client;
 	const Kvpalace__V1__MatchPrefixResponse *r;
+	size_t n;
 	int ret;
 
 	ch->arrived = 1;
@@ -125,20 +136,29 @@ static int lease_keep(struct kvp_lease *l, struct match_chunk *ch,
 		return 0;
 	}
 	r = resp->match_prefix;
-	/* A chunk of len tokens spans at most pages_for(len) + 1 pages. */
-	if (r->n_page_slots > pool_pages_for(l->pool, ch->len) + 1)
-		return conn_break(c, -EPROTO, "kvpalaced answered MatchPrefix with %zu slots",
-				  r->n_page_slots);
-	if (r->n_page_slots) {
-		ch->slots = malloc(r->n_page_slots * sizeof(uint32_t));
+	/* We send tokens_le, so the slots come as page_slots_le, whole
+	 * 4-byte slots; a chunk of len tokens spans at most pages_for(len) + 1
+	 * pages. */
+	n = r->has_page_slots_le ? r->page_slots_le.len / 4 : 0;
+	if (r->n_page_slots || (r->has_page_slots_le && r->page_slots_le.len % 4) ||
+	    n > pool_pages_for(l->pool, ch->len) + 1)
+		return conn_break(
+			c, -EPROTO,
+			"kvpalaced answered MatchPrefix with %zu slots and %zu bytes of them",
+			r->n_page_slots, r->has_page_slots_le ? r->page_slots_le.len : (size_t)0);
+	if (n) {
+		ch->slots = malloc(n * sizeof(uint32_t));
 		if (!ch->slots) {
 			ch->err = -ENOMEM;
 			snprintf(ch->msg, sizeof(ch->msg), "out of memory");
 			return 0;
 		}
-		memcpy(ch->slots, r->page_slots, r->n_page_slots * sizeof(uint32_t));
+		if (LE_NATIVE)
+			memcpy(ch->slots, r->page_slots_le.data, n * sizeof(uint32_t));
+		else
+			le_get32_array(ch->slots, r->page_slots_le.data, n);
 	}
-	ch->n_slots = r->n_page_slots;
+	ch->n_slots = n;
 	ch->lease_id = r->lease_id;
 	ch->matched = r->matched_tokens;
 	ch->first_page = r->first_page;
@@ -168,9 +188,12 @@ static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n)
 	char err_msg[CONN_ERR_MSG_BYTES] = "";
 	Kvpalace__V1__Response *resp;
 	struct match_chunk *got;
+	unsigned char *le = NULL; /* a chunk's tokens_le on a big-endian host */
 	int ret = 0;
 	int fd;
 
+	if (!LE_NATIVE && !(le = malloc(c->chunk_tokens * 4)))
+		return conn_error(c, -ENOMEM, "out of memory");
 	memset(win, 0, sizeof(win));
 	mp.pool_id = l->pool->id;
 	/* Host matches say nothing of tiers, as before there were tiers. */
@@ -189,8 +212,16 @@ static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n)
 			size_t bytes;
 			uint64_t id;
 
-			mp.tokens = (uint32_t *)tokens + sent;
-			mp.n_tokens = len;
+			/* 4 bytes a token as they lie in memory (a copy, not a
+			 * varint each), converted on a big-endian host. */
+			mp.has_tokens_le = 1;
+			mp.tokens_le.len = len * 4;
+			if (LE_NATIVE) {
+				mp.tokens_le.data = (uint8_t *)(uintptr_t)(tokens + sent);
+			} else {
+				le_put32_array(le, tokens + sent, len);
+				mp.tokens_le.data = le;
+			}
 			mp.has_lease_id = next_send > 0;
 			mp.lease_id = l->id;
 			/* The salt picks the hash chain; the lease remembers it.
@@ -282,6 +313,7 @@ static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n)
 out:
 	for (unsigned int i = 0; i < LEASE_WINDOW; i++)
 		free(win[i].slots);
+	free(le);
 	return ret;
 }
 

@@ -30,6 +30,12 @@ void *idmap_get(const struct idmap *m, uint64_t id)
 	}
 }
 
+void idmap_prefetch(const struct idmap *m, uint64_t id)
+{
+	if (m->cap)
+		__builtin_prefetch(&m->slots[slot_of(id, m->cap)]);
+}
+
 static int grow(struct idmap *m)
 {
 	size_t cap = m->cap ? m->cap * 2 : 64;

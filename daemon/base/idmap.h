@@ -25,6 +25,9 @@ struct idmap {
 void idmap_fini(struct idmap *m);
 /* Returns the pointer stored for id, or NULL. */
 void *idmap_get(const struct idmap *m, uint64_t id);
+/* Starts loading the table slot where a lookup of id begins, so that a
+ * caller with several lookups to make overlaps their cache misses. */
+void idmap_prefetch(const struct idmap *m, uint64_t id);
 /* Stores ptr under id (must be absent, non-zero). Returns 0 or -ENOMEM. */
 int idmap_put(struct idmap *m, uint64_t id, void *ptr);
 /* Removes id; returns the pointer it held or NULL. */

@@ -18,6 +18,10 @@
 #include "list.h"
 #include "pool.h"
 
+/* Room for the tables of a match of a few pages inside the lease: 6
+ * pages of 16 tokens, the rpc benchmark's 4-page prompt among them. */
+#define LEASE_INLINE_BYTES 512u
+
 struct lease {
 	uint64_t id;
 	struct pool *pool;
@@ -39,11 +43,15 @@ struct lease {
 	/* An admin purged some of its pages (daemon/service/purge.c): the match
 	 * stopped, and a session forked from it indexes nothing. */
 	int purged;
+	/* The three tables lie in one block: inline_tables while they fit
+	 * (a short prompt's match allocates nothing more than the lease),
+	 * else tables, malloc'd. */
 	uint32_t *tokens;      /* [cap_pages * block_tokens] tokens of the matched pages */
 	XXH128_hash_t *hashes; /* [cap_pages] chain hash of each matched page */
 	uint32_t *pages;       /* [cap_pages] pinned slots, n_pages used */
 	uint32_t n_pages;
 	uint32_t cap_pages;
+	void *tables; /* the malloc'd block, or NULL */
 	/* Device copies (LeaseDevice, daemon/core/gpu.c): dev_slots[i] is the
 	 * device slot of pages[i] for i < n_dev; held until release. */
 	uint32_t *dev_slots;
@@ -53,6 +61,7 @@ struct lease {
 	uint32_t dev_jobs;	/* its LeaseDevice jobs in flight (gpu.c) */
 	int dev_error;		/* a copy it waited for failed: answered once */
 	struct list owner_link; /* the owner's list of leases */
+	_Alignas(16) unsigned char inline_tables[LEASE_INLINE_BYTES];
 };
 
 /* Creates an empty lease on p for owner, linked into owner_list. Returns
@@ -60,10 +69,17 @@ struct lease {
 int lease_create(struct cache *c, struct pool *p, const void *owner, struct list *owner_list,
 		 struct lease **ret_lease);
 
+/* Makes room for n_pages matched pages in all, so that a match whose
+ * length is known ahead grows its tables once, not by doubling. Returns 0
+ * or -ENOMEM (the lease unchanged but for room already gained). */
+int lease_reserve(struct lease *l, uint64_t n_pages);
+
 /* Pins slot, the next page of the match, whose chain hash is hash and
- * whose block_tokens tokens are tokens, and appends it to the lease.
+ * whose block_tokens tokens are tokens, and appends it to the lease, as a
+ * use at now_ns (prefix_index_now_ns, taken once per walk).
  * Returns 0 or -ENOMEM (nothing pinned then). */
-int lease_add_page(struct lease *l, uint32_t slot, XXH128_hash_t hash, const uint32_t *tokens);
+int lease_add_page(struct lease *l, uint32_t slot, XXH128_hash_t hash, const uint32_t *tokens,
+		   uint64_t now_ns);
 
 /* Unpins the pages after the first keep, newest first, and forgets them
  * (a chunk of a match that failed half-way), with their device slots. */

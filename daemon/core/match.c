@@ -6,15 +6,22 @@
 #include "match.h"
 #include "tier.h"
 
+/* Pages a walk hashes ahead of its lookups: their index lookups, each a
+ * cache miss or two in a big index, then overlap. A miss wastes the
+ * hashing of at most this many pages. */
+#define WALK_AHEAD 16u
+
 /* Walks the pages of carry ‖ tokens from the lease's chain hash, pinning
  * each page found; keeps an incomplete last page's tokens as the new carry.
- * Sets l->complete at the first miss. */
+ * Sets l->complete at the first miss. In batches of WALK_AHEAD pages:
+ * hash them (each hash needs the one before, not its lookup) and prefetch
+ * their index slots, then look each up and pin it in order. */
 static int walk(struct lease *l, const uint32_t *tokens, size_t n, struct match_result *ret)
 {
 	struct pool *p = l->pool;
 	uint32_t bt = p->layout.block_tokens;
 	uint32_t first = l->n_pages, n_carry = l->n_carry;
-	uint64_t n_tokens = l->n_tokens;
+	uint64_t n_tokens = l->n_tokens, now = prefix_index_now_ns();
 	XXH128_hash_t chain = l->chain;
 	uint32_t *page = NULL;
 	size_t at = 0;
@@ -24,40 +31,60 @@ static int walk(struct lease *l, const uint32_t *tokens, size_t n, struct match_
 	if (l->complete)
 		return 0;
 	while (!l->complete && l->n_carry + (n - at) >= bt) {
-		const uint32_t *toks = tokens + at;
-		struct pindex_entry *e;
-		XXH128_hash_t h;
+		XXH128_hash_t hs[WALK_AHEAD], h = l->chain;
+		const uint32_t *toks[WALK_AHEAD];
+		struct pindex_entry *es[WALK_AHEAD];
+		uint32_t k = 0;
 
-		if (l->n_carry) {
-			/* A page cut by the previous chunk's end. */
-			if (!page && !(page = malloc((size_t)bt * sizeof(uint32_t))))
-				return -ENOMEM;
-			memcpy(page, l->carry, l->n_carry * sizeof(uint32_t));
-			memcpy(page + l->n_carry, tokens + at,
-			       (bt - l->n_carry) * sizeof(uint32_t));
-			at += bt - l->n_carry;
-			l->n_carry = 0;
-			toks = page;
-		} else {
-			at += bt;
+		while (k < WALK_AHEAD && l->n_carry + (n - at) >= bt) {
+			toks[k] = tokens + at;
+			if (l->n_carry) {
+				/* A page cut by the previous chunk's end: only
+				 * ever the walk's first. */
+				if (!(page = malloc((size_t)bt * sizeof(uint32_t)))) {
+					err = -ENOMEM;
+					break;
+				}
+				memcpy(page, l->carry, l->n_carry * sizeof(uint32_t));
+				memcpy(page + l->n_carry, tokens + at,
+				       (bt - l->n_carry) * sizeof(uint32_t));
+				at += bt - l->n_carry;
+				l->n_carry = 0;
+				toks[k] = page;
+			} else {
+				at += bt;
+			}
+			h = hs[k] = prefix_index_hash_page(h, toks[k], bt);
+			prefix_index_prefetch(&p->ix, h);
+			k++;
 		}
-		h = prefix_index_hash_page(l->chain, toks, bt);
+		if (err < 0)
+			break;
 		/* A page whose write to disk is in flight is still in its
 		 * host slot, which the write's reference keeps: served like
 		 * any other (issue 13: pages on their way to disk were
 		 * misses). The lease's pin keeps the slot after the write:
 		 * the page then stays in the host tier (tier.c, on_written).
 		 * Pages being read in have no host slot yet (e->slot). */
-		e = prefix_index_find_host(&p->ix, h);
-		if (!e) {
-			l->complete = 1;
-			break;
+		for (uint32_t i = 0; i < k; i++) {
+			es[i] = prefix_index_find_host(&p->ix, hs[i]);
+			if (!es[i])
+				break;
+			__builtin_prefetch(es[i]);
 		}
-		err = lease_add_page(l, e->slot, h, toks);
+		for (uint32_t i = 0; i < k; i++) {
+			if (!es[i]) {
+				l->complete = 1;
+				break;
+			}
+			err = lease_add_page(l, es[i]->slot, hs[i], toks[i], now);
+			if (err < 0)
+				break;
+			l->chain = hs[i];
+			l->n_tokens += bt;
+		}
 		if (err < 0)
 			break;
-		l->chain = h;
-		l->n_tokens += bt;
 	}
 	free(page);
 	if (err == 0 && !l->complete && at < n) {
@@ -143,8 +170,8 @@ uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, co
 }
 
 int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void *owner,
-		struct list *owner_list, const uint32_t *tokens, size_t n, struct lease **ret_lease,
-		struct match_result *ret)
+		struct list *owner_list, const uint32_t *tokens, size_t n, uint64_t reserve_pages,
+		struct lease **ret_lease, struct match_result *ret)
 {
 	struct lease *l;
 	int err;
@@ -153,7 +180,9 @@ int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void 
 	if (err < 0)
 		return err;
 	l->root = l->chain = root;
-	err = walk(l, tokens, n, ret);
+	err = lease_reserve(l, reserve_pages);
+	if (err == 0)
+		err = walk(l, tokens, n, ret);
 	if (err < 0 || (l->complete && l->n_tokens == 0)) {
 		lease_release(c, l);
 		return err < 0 ? err : 0;

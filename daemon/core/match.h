@@ -40,11 +40,13 @@ uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, co
 			uint32_t n_carry, const uint32_t *tokens, size_t n, struct tier_park *pk);
 
 /* First chunk: walks tokens[0..n) from root. Creates a lease owned by
- * owner (linked into owner_list) unless the walk missed at once; returns 1
- * with it in *ret_lease, 0 on a miss (no lease), or -ENOMEM. */
+ * owner (linked into owner_list) unless the walk missed at once, with room
+ * for reserve_pages pages (the whole prompt's, when the caller knows it:
+ * its tables then grow once; 0: as the match grows); returns 1 with it in
+ * *ret_lease, 0 on a miss (no lease), or -ENOMEM. */
 int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void *owner,
-		struct list *owner_list, const uint32_t *tokens, size_t n, struct lease **ret_lease,
-		struct match_result *ret);
+		struct list *owner_list, const uint32_t *tokens, size_t n, uint64_t reserve_pages,
+		struct lease **ret_lease, struct match_result *ret);
 
 /* A later chunk: continues the lease's walk with tokens[0..n). Returns 0
  * (the lease says how far it got and whether it is complete) or -ENOMEM. */

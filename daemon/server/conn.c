@@ -249,13 +249,13 @@ static void refuse(int fd, int status, const char *why)
 {
 	Kvpalace__V1__Response resp = KVPALACE__V1__RESPONSE__INIT;
 	unsigned char buf[512], cbuf[FRAME_CMSG_BYTES];
-	size_t n;
+	size_t n, op_bytes;
 
 	resp.status = status;
 	resp.error = (char *)why;
-	n = frame_packed_bytes(&resp.base);
+	n = frame_response_packed_bytes(&resp, &op_bytes);
 	if (n <= sizeof(buf)) {
-		frame_pack_sized(&resp.base, n, buf);
+		frame_response_pack_sized(&resp, n, op_bytes, buf);
 		(void)send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
 	}
 	for (int i = 0; i < 16; i++) {
@@ -372,7 +372,8 @@ static void submit_send(struct conn *c)
  * so without allocating): only when nothing is queued or being sent before
  * it, so replies stay in order, and only when the socket takes it whole
  * now. Takes pass_fd on success. Returns 0, or -1 when it was not sent. */
-static int send_unqueued(struct conn *c, const Kvpalace__V1__Response *resp, size_t n, int pass_fd)
+static int send_unqueued(struct conn *c, const Kvpalace__V1__Response *resp, size_t n,
+			 size_t op_bytes, int pass_fd)
 {
 	static unsigned char buf[FRAME_MAX_MAX_BYTES]; /* loop thread only */
 	unsigned char cbuf[FRAME_CMSG_BYTES];
@@ -381,7 +382,7 @@ static int send_unqueued(struct conn *c, const Kvpalace__V1__Response *resp, siz
 
 	if (c->out_head || c->sending || c->closed || n > sizeof(buf))
 		return -1;
-	frame_pack_sized(&resp->base, n, buf);
+	frame_response_pack_sized(resp, n, op_bytes, buf);
 	if (pass_fd >= 0)
 		frame_cmsg_put_fd(&msg, cbuf, pass_fd);
 	if (sendmsg(c->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)n)
@@ -396,7 +397,7 @@ static void queue_reply(struct conn *c, const Kvpalace__V1__Response *resp, int 
 			uint64_t batch)
 {
 	Kvpalace__V1__Response err = KVPALACE__V1__RESPONSE__INIT;
-	size_t n = frame_packed_bytes(&resp->base);
+	size_t op_bytes, n = frame_response_packed_bytes(resp, &op_bytes);
 	struct conn_out *o;
 
 	if (n > c->srv->cfg->max_message_bytes) {
@@ -408,7 +409,7 @@ static void queue_reply(struct conn *c, const Kvpalace__V1__Response *resp, int 
 		err.status = KVPALACE__V1__STATUS__STATUS_INTERNAL;
 		err.error = "reply too large";
 		resp = &err;
-		n = frame_packed_bytes(&resp->base);
+		n = frame_response_packed_bytes(resp, &op_bytes);
 		if (pass_fd >= 0)
 			close(pass_fd);
 		pass_fd = -1;
@@ -419,7 +420,7 @@ static void queue_reply(struct conn *c, const Kvpalace__V1__Response *resp, int 
 		 * without the id of what it made (a session, a lease). Send it
 		 * at once when it can go out in order, else end the connection
 		 * once what is queued is out (the client would wait forever). */
-		if (send_unqueued(c, resp, n, pass_fd) == 0)
+		if (send_unqueued(c, resp, n, op_bytes, pass_fd) == 0)
 			return;
 		log_ctx_err(LOG_CONN(c->id, c->peer.uid, c->peer.pid),
 			    "connection %llu: out of memory for a reply",
@@ -429,7 +430,7 @@ static void queue_reply(struct conn *c, const Kvpalace__V1__Response *resp, int 
 		c->draining = 1;
 		return;
 	}
-	frame_pack_sized(&resp->base, n, o->buf);
+	frame_response_pack_sized(resp, n, op_bytes, o->buf);
 	o->len = n;
 	o->batch = batch;
 	o->fd = pass_fd;

@@ -17,6 +17,7 @@
 #include "dispatch.h"
 #include "frame.h"
 #include "gpu.h"
+#include "le.h"
 #include "lease.h"
 #include "match.h"
 #include "polop.h"
@@ -541,6 +542,76 @@ static int do_session_pages(struct cache *cache, struct peer *c,
 #define LEASED_PAGES_WHY                                                                           \
 	"this client's leases pin max-leased-pages-per-client pages: release some first"
 
+/* The request's tokens as host uint32s in *ret_tokens: tokens, or
+ * tokens_le read in place when the host is little-endian and the bytes
+ * 4-aligned (the frame arena aligns them, which is not relied on), else
+ * converted into a copy hung off r. On a big-endian host that copy also
+ * has room, after the tokens, for the reply's slots in little-endian
+ * form (*ret_slots_le; at most one page per bt tokens plus the page the
+ * carried tokens complete): taken before anything is pinned, so that
+ * nothing fails once the walk is done. validate_request checked the
+ * length. Returns 0 or -ENOMEM. */
+static int match_tokens(const Kvpalace__V1__MatchPrefixRequest *in, uint32_t bt, struct reply *r,
+			const uint32_t **ret_tokens, size_t *ret_n, unsigned char **ret_slots_le)
+{
+	size_t n = validate_match_tokens(in), room = LE_NATIVE ? 0 : n / bt + 2;
+	uint32_t *copy;
+
+	*ret_n = n;
+	*ret_slots_le = NULL;
+	if (!in->has_tokens_le) {
+		*ret_tokens = in->tokens;
+		return 0;
+	}
+	if (LE_NATIVE && ((uintptr_t)in->tokens_le.data & 3) == 0) {
+		*ret_tokens = n ? (const uint32_t *)(const void *)in->tokens_le.data : NULL;
+		return 0;
+	}
+	copy = malloc((n + room) * sizeof(uint32_t) + 1);
+	if (!copy)
+		return -ENOMEM;
+	le_get32_array(copy, in->tokens_le.data, n);
+	r->heap = copy;
+	*ret_tokens = copy;
+	if (!LE_NATIVE)
+		*ret_slots_le = (unsigned char *)(copy + n);
+	return 0;
+}
+
+/* Puts the n slots of a match reply in page_slots_le: in place from the
+ * lease's table on a little-endian host, else converted into room, which
+ * match_tokens sized. */
+static void match_slots_le(Kvpalace__V1__MatchPrefixResponse *out, unsigned char *room,
+			   const uint32_t *slots, size_t n)
+{
+	out->has_page_slots_le = 1;
+	out->page_slots_le.len = n * 4;
+	if (LE_NATIVE || !n) {
+		out->page_slots_le.data = (uint8_t *)(uintptr_t)slots;
+		return;
+	}
+	le_put32_array(room, slots, n);
+	out->page_slots_le.data = room;
+}
+
+/* The pages a new lease makes room for at once: the whole prompt's when
+ * the first chunk declares its length (validated against
+ * max-session-tokens), but no more than the client may still pin
+ * (max-leased-pages-per-client, which one request may pass by its own
+ * pages): a declared length reserves nothing it could not use. */
+static uint64_t match_reserve_pages(const struct cache *cache, const struct peer *c,
+				    const struct pool *p,
+				    const Kvpalace__V1__MatchPrefixRequest *in, size_t n_tokens)
+{
+	uint64_t bt = p->layout.block_tokens;
+	uint64_t want = (in->has_prompt_tokens ? in->prompt_tokens : n_tokens) / bt;
+	uint64_t room = n_tokens / bt;
+
+	if (c->n_leased_pages < cache->cfg->max_leased_pages)
+		room += cache->cfg->max_leased_pages - c->n_leased_pages;
+	return want < room ? want : room;
+}
+
 static int do_match_prefix(struct cache *cache, struct peer *c,
 			   const Kvpalace__V1__MatchPrefixRequest *in, struct reply *r,
 			   struct tier_park *pk, const char **why)
@@ -551,11 +622,18 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 	struct lease *l = NULL;
 	uint64_t before = 0, queried_before = 0, queried;
 	uint32_t pages_before = 0;
+	const uint32_t *tokens;
+	unsigned char *slots_le;
+	size_t n_tokens;
 	int tier, ret;
 
 	if (!p) {
 		*why = "no such pool";
 		return -ENOENT;
+	}
+	if (match_tokens(in, p->layout.block_tokens, r, &tokens, &n_tokens, &slots_le) < 0) {
+		*why = "out of memory";
+		return -ENOMEM;
 	}
 	/* Before anything is pinned: a GPU match without a GPU is refused
 	 * whole unless the host will do. */
@@ -574,15 +652,15 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 			return -EDQUOT;
 		}
 		if (!pk->no_park && !l->complete &&
-		    match_prefetch(cache, p, l->chain, l->carry, l->n_carry, in->tokens,
-				   in->n_tokens, pk)) {
+		    match_prefetch(cache, p, l->chain, l->carry, l->n_carry, tokens, n_tokens,
+				   pk)) {
 			pk->park_on = p; /* pages are coming from disk */
 			return -EAGAIN;
 		}
 		before = l->n_tokens;
 		pages_before = l->n_pages;
 		queried_before = l->queried_tokens;
-		ret = match_extend(cache, l, in->tokens, in->n_tokens, &mr);
+		ret = match_extend(cache, l, tokens, n_tokens, &mr);
 	} else {
 		XXH128_hash_t root = p->root;
 
@@ -599,12 +677,12 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 			*why = LEASED_PAGES_WHY;
 			return -EDQUOT;
 		}
-		if (!pk->no_park &&
-		    match_prefetch(cache, p, root, NULL, 0, in->tokens, in->n_tokens, pk)) {
+		if (!pk->no_park && match_prefetch(cache, p, root, NULL, 0, tokens, n_tokens, pk)) {
 			pk->park_on = p; /* pages are coming from disk */
 			return -EAGAIN;
 		}
-		ret = match_start(cache, p, root, c, &c->leases, in->tokens, in->n_tokens, &l, &mr);
+		ret = match_start(cache, p, root, c, &c->leases, tokens, n_tokens,
+				  match_reserve_pages(cache, c, p, in, n_tokens), &l, &mr);
 		if (ret == 1)
 			c->n_leases++;
 		if (ret == 0)
@@ -630,16 +708,15 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 	if (l) {
 		if (!in->has_lease_id)
 			l->declared_tokens = in->has_prompt_tokens ? in->prompt_tokens : 0;
-		l->received_tokens += in->n_tokens;
+		l->received_tokens += n_tokens;
 		queried = l->declared_tokens > l->received_tokens ? l->declared_tokens
 								  : l->received_tokens;
 		if (queried < l->queried_tokens)
 			queried = l->queried_tokens;
 		l->queried_tokens = queried;
 	} else {
-		queried = in->has_prompt_tokens && in->prompt_tokens > in->n_tokens
-				  ? in->prompt_tokens
-				  : in->n_tokens;
+		queried = in->has_prompt_tokens && in->prompt_tokens > n_tokens ? in->prompt_tokens
+										: n_tokens;
 	}
 	cache_count(cache, p->uid, queried_tokens, queried - queried_before);
 	cache_count(cache, p->uid, queried_pages,
@@ -661,9 +738,13 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 	out->lease_id = l->id;
 	out->matched_tokens = l->n_tokens;
 	out->first_page = mr.first_page;
+	out->complete = l->complete;
+	if (in->has_tokens_le) {
+		match_slots_le(out, slots_le, mr.slots, mr.n_slots);
+		return 0;
+	}
 	out->page_slots = (uint32_t *)mr.slots;
 	out->n_page_slots = mr.n_slots;
-	out->complete = l->complete;
 	return 0;
 }
 

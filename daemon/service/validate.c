@@ -135,13 +135,17 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 	case KVPALACE__V1__REQUEST__OP_MATCH_PREFIX:
 		if (req->match_prefix->has_tier && !validate_read_tier(req->match_prefix->tier))
 			REJECT(-EINVAL, "match into an unknown tier or the disk tier");
-		if (req->match_prefix->n_tokens > lim->max_tokens_per_request)
+		if (req->match_prefix->has_tokens_le && req->match_prefix->n_tokens)
+			REJECT(-EINVAL, "tokens and tokens_le in one request");
+		if (req->match_prefix->has_tokens_le && req->match_prefix->tokens_le.len % 4)
+			REJECT(-EINVAL, "tokens_le is not a whole number of 4-byte tokens");
+		if (validate_match_tokens(req->match_prefix) > lim->max_tokens_per_request)
 			REJECT(-EMSGSIZE, "too many tokens in one request");
 		if (req->match_prefix->has_lease_id && req->match_prefix->lease_id == 0)
 			REJECT(-EINVAL, "lease id 0 does not exist");
 		if (req->match_prefix->has_prompt_tokens &&
 		    (req->match_prefix->has_lease_id ||
-		     req->match_prefix->prompt_tokens < req->match_prefix->n_tokens))
+		     req->match_prefix->prompt_tokens < validate_match_tokens(req->match_prefix)))
 			REJECT(-EINVAL,
 			       "prompt_tokens goes with the first chunk and counts its tokens");
 		if (req->match_prefix->has_prompt_tokens &&

@@ -8,6 +8,7 @@
 #ifndef KVPD_VALIDATE_H
 #define KVPD_VALIDATE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kvpalace.pb-c.h"
@@ -28,6 +29,13 @@ struct validate_limits {
  * and a static reason in *ret_reason. */
 int validate_request(const Kvpalace__V1__Request *req, const struct validate_limits *lim,
 		     const char **ret_reason);
+
+/* The tokens a MatchPrefix carries, in whichever form (tokens or
+ * tokens_le, whole 4-byte tokens only: validate_request refuses the rest). */
+static inline size_t validate_match_tokens(const Kvpalace__V1__MatchPrefixRequest *m)
+{
+	return m->has_tokens_le ? m->tokens_le.len / 4 : m->n_tokens;
+}
 
 /* Converts and checks a wire layout. Returns 0 and fills *ret, or -EINVAL. */
 int validate_layout(const Kvpalace__V1__Layout *in, struct shm_layout *ret);

@@ -97,6 +97,11 @@ struct pindex_entry *prefix_index_find(const struct prefix_index *ix, XXH128_has
 	return e && XXH128_isEqual(e->hash, hash) ? e : NULL;
 }
 
+void prefix_index_prefetch(const struct prefix_index *ix, XXH128_hash_t hash)
+{
+	idmap_prefetch(&ix->by_hash, key_of(hash));
+}
+
 struct pindex_entry *prefix_index_find_host(const struct prefix_index *ix, XXH128_hash_t hash)
 {
 	struct pindex_entry *e = prefix_index_find(ix, hash);
@@ -379,15 +384,22 @@ int prefix_index_insert_disk(struct prefix_index *ix, XXH128_hash_t hash,
 	return 0;
 }
 
-void prefix_index_update(struct prefix_index *ix, const struct pagealloc *pa, uint32_t slot)
+void prefix_index_update_at(struct prefix_index *ix, const struct pagealloc *pa, uint32_t slot,
+			    uint64_t now_ns)
 {
 	struct pindex_entry *e = ix->by_slot[slot];
 
 	if (e) {
 		/* A session, lease or job took or let go of the page: a use. */
-		e->used_ns = prefix_index_now_ns();
+		e->used_ns = now_ns;
 		place(ix, pa, e, 0);
 	}
+}
+
+void prefix_index_update(struct prefix_index *ix, const struct pagealloc *pa, uint32_t slot)
+{
+	if (ix->by_slot[slot])
+		prefix_index_update_at(ix, pa, slot, prefix_index_now_ns());
 }
 
 void prefix_index_attach_host(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e,

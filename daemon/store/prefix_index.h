@@ -144,6 +144,10 @@ XXH128_hash_t prefix_index_hash_page(XXH128_hash_t parent, const uint32_t *token
 struct pindex_entry *prefix_index_find(const struct prefix_index *ix, XXH128_hash_t hash);
 /* The entry of hash when its page is in a host slot, or NULL. */
 struct pindex_entry *prefix_index_find_host(const struct prefix_index *ix, XXH128_hash_t hash);
+/* Starts loading what prefix_index_find of hash reads first: a walk
+ * hashes a few pages ahead and prefetches, so that its lookups' cache
+ * misses overlap instead of following one another. */
+void prefix_index_prefetch(const struct prefix_index *ix, XXH128_hash_t hash);
 /* True when e's only copy is a lossy one (a disk copy stored quantized):
  * its bytes are not the ones written, so it is no exact page. Host copies
  * are always exact: they come from commits and from disk copies stored as
@@ -179,6 +183,10 @@ int prefix_index_insert_disk(struct prefix_index *ix, XXH128_hash_t hash,
  * holders changed. An entry that joins a list goes to its most recently
  * used end. */
 void prefix_index_update(struct prefix_index *ix, const struct pagealloc *pa, uint32_t slot);
+/* The same with the time of the use given (prefix_index_now_ns), for
+ * callers that update many pages at once. */
+void prefix_index_update_at(struct prefix_index *ix, const struct pagealloc *pa, uint32_t slot,
+			    uint64_t now_ns);
 /* The same for an entry whose I/O state or copies changed. */
 void prefix_index_reconsider(struct prefix_index *ix, const struct pagealloc *pa,
 			     struct pindex_entry *e);

@@ -33,6 +33,7 @@
 #include "ckpt.h"
 #include "frame.h"
 #include "fuzz.h"
+#include "le.h"
 #include "spill.h"
 
 static const char *root_dir;
@@ -271,6 +272,36 @@ static void r_match_chunk(struct dgram *d, uint64_t pool, uint32_t seed, size_t 
 	m.n_tokens = n;
 	m.has_lease_id = 1;
 	m.lease_id = id_of(lease);
+	q.op_case = KVPALACE__V1__REQUEST__OP_MATCH_PREFIX;
+	q.match_prefix = &m;
+	dg_add(d, &q);
+}
+
+/* MatchPrefix of seed's tokens from..from+n as tokens_le bytes (as
+ * libkvpalace sends them), cut short by `cut` bytes; a later chunk of
+ * lease when lease is not 0, with the varint form too when both. */
+static void r_match_le(struct dgram *d, uint64_t pool, uint32_t seed, size_t from, size_t n,
+		       uint64_t lease, size_t cut, int both)
+{
+	static uint8_t le[4 * 4096];
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__MatchPrefixRequest m = KVPALACE__V1__MATCH_PREFIX_REQUEST__INIT;
+
+	fill_tokens(seed, from + n);
+	for (size_t i = 0; i < n && i < 4096; i++)
+		le_put32(le + 4 * i, tok[from + i]);
+	m.pool_id = id_of(pool);
+	m.has_tokens_le = 1;
+	m.tokens_le.data = le;
+	m.tokens_le.len = 4 * n - cut;
+	if (both) {
+		m.tokens = tok + from;
+		m.n_tokens = n;
+	}
+	m.has_lease_id = lease != 0;
+	m.lease_id = id_of(lease);
+	m.has_prompt_tokens = lease == 0;
+	m.prompt_tokens = from + n + 100;
 	q.op_case = KVPALACE__V1__REQUEST__OP_MATCH_PREFIX;
 	q.match_prefix = &m;
 	dg_add(d, &q);
@@ -879,6 +910,22 @@ static void gen_requests(void)
 	r_match(&d, 1, 5, 70, 0, "another-salt");
 	r_fork_lease(&d, 3, 150);
 	emit_req("req-salted-chunks", 0, &d);
+
+	/* -- a match as tokens_le bytes, in chunks cut inside pages, and
+	 * malformed: a token cut short, both forms at once, none -- */
+	dg_reset(&d);
+	r_open_pool(&d, "m", layout_tiny());
+	r_create_session(&d, 1, NULL);
+	r_append(&d, 2, 6, 200);
+	r_commit(&d, 2, 200);
+	r_match_le(&d, 1, 6, 0, 70, 0, 0, 0);
+	r_match_le(&d, 1, 6, 70, 70, 3, 0, 0);
+	r_match_le(&d, 1, 6, 140, 70, 3, 0, 0);
+	r_fork_lease(&d, 3, 150);
+	r_match_le(&d, 1, 6, 0, 70, 0, 1, 0);
+	r_match_le(&d, 1, 6, 0, 70, 0, 0, 1);
+	r_match_le(&d, 1, 6, 0, 0, 0, 0, 0);
+	emit_req("req-match-tokens-le", 0, &d);
 
 	/* -- the GPU tier, which the fuzzed daemon does not have: tiers on
 	 * Append, MatchPrefix and Prefetch (GPU refused or served from the

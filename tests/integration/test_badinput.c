@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "le.h"
 
 #define MAX_MESSAGE 8192
 #define MODEL	    "bad-input-model"
@@ -552,6 +553,165 @@ static void test_too_many_tokens(void **state)
 	raw_close(&r);
 }
 
+/* MatchPrefix with its tokens as tokens_le bytes, as libkvpalace sends
+ * them: lengths that are no whole number of tokens, both forms at once,
+ * more tokens than a request may carry and none at all are refused or
+ * answered as a miss, on a connection that stays usable; the slots of a
+ * hit come back as page_slots_le, the same slots the varint form gives. */
+static void test_tokens_le(void **state)
+{
+	struct harness *h = *state;
+	Kvpalace__V1__Request req;
+	Kvpalace__V1__HelloRequest hello;
+	Kvpalace__V1__MatchPrefixRequest mp;
+	Kvpalace__V1__ReleaseRequest rel;
+	Kvpalace__V1__Response *resp;
+	uint32_t tokens[40], slots[2], max_tokens;
+	unsigned char *le;
+	uint64_t pool_id;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	struct raw r;
+
+	harness_tokens(tokens, 40, 11, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	assert_int_equal(harness_commit_session(p, tokens, 40, &s), 0);
+
+	assert_int_equal(raw_open(&r, h->sock), 0);
+	raw_req_hello(&req, &hello, KVP_PROTOCOL_VERSION);
+	assert_int_equal(raw_call(&r, &req, &resp, NULL), 1);
+	max_tokens = resp->hello->max_tokens_per_request;
+	assert_int_equal(raw_open_pool(&r, MODEL, &harness_layout, &pool_id), 0);
+	assert_int_equal(pool_id, kvp_pool_id(p));
+	le = calloc(max_tokens + 1, 4);
+	assert_non_null(le);
+	for (size_t i = 0; i < 40; i++)
+		le_put32(le + 4 * i, tokens[i]);
+
+	/* The varint form: 2 pages. */
+	raw_req_match(&req, &mp, pool_id, tokens, 40);
+	assert_int_equal(raw_call(&r, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(OK));
+	assert_int_equal(resp->match_prefix->matched_tokens, 32);
+	assert_int_equal(resp->match_prefix->n_page_slots, 2);
+	assert_false(resp->match_prefix->has_page_slots_le);
+	memcpy(slots, resp->match_prefix->page_slots, sizeof(slots));
+	kvpalace__v1__release_request__init(&rel);
+	rel.lease_id = resp->match_prefix->lease_id;
+	req.op_case = KVPALACE__V1__REQUEST__OP_RELEASE;
+	req.release = &rel;
+	expect_status(&r, &req, ST(OK));
+
+	/* The same match as bytes: the same slots, little-endian. */
+	raw_req_match(&req, &mp, pool_id, NULL, 0);
+	mp.has_tokens_le = 1;
+	mp.tokens_le.data = le;
+	mp.tokens_le.len = 40 * 4;
+	assert_int_equal(raw_call(&r, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(OK));
+	assert_int_equal(resp->match_prefix->matched_tokens, 32);
+	assert_int_equal(resp->match_prefix->n_page_slots, 0);
+	assert_true(resp->match_prefix->has_page_slots_le);
+	assert_int_equal(resp->match_prefix->page_slots_le.len, 8);
+	assert_int_equal(le_get32(resp->match_prefix->page_slots_le.data), slots[0]);
+	assert_int_equal(le_get32(resp->match_prefix->page_slots_le.data + 4), slots[1]);
+	rel.lease_id = resp->match_prefix->lease_id;
+	req.op_case = KVPALACE__V1__REQUEST__OP_RELEASE;
+	req.release = &rel;
+	expect_status(&r, &req, ST(OK));
+
+	/* A token cut short, at every length that is not a multiple of 4. */
+	for (size_t cut = 1; cut < 4; cut++) {
+		raw_req_match(&req, &mp, pool_id, NULL, 0);
+		mp.has_tokens_le = 1;
+		mp.tokens_le.data = le;
+		mp.tokens_le.len = 40 * 4 - cut;
+		expect_status(&r, &req, ST(INVALID));
+	}
+	raw_req_match(&req, &mp, pool_id, NULL, 0);
+	mp.has_tokens_le = 1;
+	mp.tokens_le.data = le;
+	mp.tokens_le.len = 3;
+	expect_status(&r, &req, ST(INVALID));
+	/* Both forms in one request. */
+	raw_req_match(&req, &mp, pool_id, tokens, 16);
+	mp.has_tokens_le = 1;
+	mp.tokens_le.data = le;
+	mp.tokens_le.len = 16 * 4;
+	expect_status(&r, &req, ST(INVALID));
+	/* More tokens than one request may carry (the message still fits). */
+	raw_req_match(&req, &mp, pool_id, NULL, 0);
+	mp.has_tokens_le = 1;
+	mp.tokens_le.data = le;
+	mp.tokens_le.len = ((size_t)max_tokens + 1) * 4;
+	expect_status(&r, &req, ST(TOO_BIG));
+	/* prompt_tokens below what the bytes carry. */
+	raw_req_match(&req, &mp, pool_id, NULL, 0);
+	mp.has_tokens_le = 1;
+	mp.tokens_le.data = le;
+	mp.tokens_le.len = 40 * 4;
+	mp.has_prompt_tokens = 1;
+	mp.prompt_tokens = 39;
+	expect_status(&r, &req, ST(INVALID));
+	/* No bytes at all: as an empty varint list, a first chunk that
+	 * matched nothing yet (a lease later chunks may extend), whose
+	 * release works. */
+	raw_req_match(&req, &mp, pool_id, NULL, 0);
+	mp.has_tokens_le = 1;
+	mp.tokens_le.data = NULL;
+	mp.tokens_le.len = 0;
+	assert_int_equal(raw_call(&r, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(OK));
+	assert_int_equal(resp->match_prefix->matched_tokens, 0);
+	assert_int_equal(resp->match_prefix->page_slots_le.len, 0);
+	assert_false(resp->match_prefix->complete);
+	rel.lease_id = resp->match_prefix->lease_id;
+	req.op_case = KVPALACE__V1__REQUEST__OP_RELEASE;
+	req.release = &rel;
+	expect_status(&r, &req, ST(OK));
+	expect_alive(&r);
+	raw_close(&r);
+
+	/* A bytes field whose length runs past the message: the frame does
+	 * not decode, the connection goes, the daemon stays. By hand:
+	 * Request { id = 1, match_prefix (16) = { pool_id, tokens_le (9) of
+	 * 1 GiB, carrying one byte } }. */
+	{
+		unsigned char buf[64], m[32];
+		size_t n = 0, mn = 0;
+
+		m[mn++] = 1 << 3; /* pool_id, a varint */
+		for (uint64_t v = pool_id; mn < 12; v >>= 7) {
+			m[mn++] = (unsigned char)((v & 0x7f) | (v >> 7 ? 0x80 : 0));
+			if (!(v >> 7))
+				break;
+		}
+		m[mn++] = 9 << 3 | 2;
+		m[mn++] = 0x80;
+		m[mn++] = 0x80;
+		m[mn++] = 0x80;
+		m[mn++] = 0x80;
+		m[mn++] = 0x04; /* 1 << 30 */
+		m[mn++] = 0xab;
+		buf[FRAME_HEADER_BYTES + n++] = 1 << 3; /* id = 1 */
+		buf[FRAME_HEADER_BYTES + n++] = 1;
+		buf[FRAME_HEADER_BYTES + n++] = 0x82; /* field 16, length-delimited */
+		buf[FRAME_HEADER_BYTES + n++] = 0x01;
+		buf[FRAME_HEADER_BYTES + n++] = (unsigned char)mn;
+		memcpy(buf + FRAME_HEADER_BYTES + n, m, mn);
+		n += mn;
+		frame_header_encode(buf, (uint32_t)n);
+		send_bad(h, buf, FRAME_HEADER_BYTES + n, -1, ST(PROTOCOL));
+	}
+	assert_true(harness_daemon_alive(h));
+	free(le);
+	assert_int_equal(kvp_session_close(s), 0);
+	kvp_pool_close(p);
+	kvp_disconnect(c);
+}
+
 static void test_other_clients_reservation(void **state)
 {
 	struct harness *h = *state;
@@ -912,6 +1072,7 @@ int main(void)
 		T(test_nul_inside_names),
 		T(test_commit_beyond_reservation),
 		T(test_too_many_tokens),
+		T(test_tokens_le),
 		T(test_other_clients_reservation),
 		T(test_foreign_lease),
 		T(test_index_ops_bad_arguments),

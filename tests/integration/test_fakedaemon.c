@@ -44,6 +44,7 @@
 #include "arena.h"
 #include "harness.h"
 #include "layout.h"
+#include "le.h"
 
 #define ST(x)	   KVPALACE__V1__STATUS__STATUS_##x
 #define FAKE_PAGES 16
@@ -172,6 +173,7 @@ static int fake_daemon(void *arg)
 		const char *ckpt_name = NULL;
 		Kvpalace__V1__Request *req;
 		uint32_t slots[64];
+		unsigned char slots_le[64 * 4];
 		int fd = -1, n, len, ret;
 
 		n = frame_recv(c, buf, sizeof(buf), &fd);
@@ -434,23 +436,30 @@ static int fake_daemon(void *arg)
 			resp.truncate = &tr;
 			break;
 		}
-		case KVPALACE__V1__REQUEST__OP_MATCH_PREFIX:
-			/* Whole pages of what was asked, in slots 0.. */
+		case KVPALACE__V1__REQUEST__OP_MATCH_PREFIX: {
+			/* Whole pages of what was asked, in slots 0.., in the
+			 * form the daemon answers a tokens_le request with. */
+			size_t asked = req->match_prefix->has_tokens_le
+					       ? req->match_prefix->tokens_le.len / 4
+					       : req->match_prefix->n_tokens;
+			size_t n_slots;
+
 			mp.lease_id = 9;
-			mp.matched_tokens = req->match_prefix->n_tokens / layout.block_tokens *
-					    layout.block_tokens;
+			mp.matched_tokens = asked / layout.block_tokens * layout.block_tokens;
 			if (f->mode == FAKE_MATCH_TOO_LONG)
 				mp.matched_tokens += 16;
 			if (f->mode == FAKE_MATCH_PARTIAL)
-				mp.matched_tokens = req->match_prefix->n_tokens;
+				mp.matched_tokens = asked;
 			mp.first_page = 0;
-			mp.n_page_slots =
+			n_slots =
 				(mp.matched_tokens + layout.block_tokens - 1) / layout.block_tokens;
-			if (mp.n_page_slots > 64)
+			if (n_slots > 64)
 				return 1;
-			for (size_t i = 0; i < mp.n_page_slots; i++)
-				slots[i] = (uint32_t)i;
-			mp.page_slots = slots;
+			for (size_t i = 0; i < n_slots; i++)
+				le_put32(slots_le + 4 * i, (uint32_t)i);
+			mp.has_page_slots_le = 1;
+			mp.page_slots_le.data = slots_le;
+			mp.page_slots_le.len = n_slots * 4;
 			mp.complete = 1;
 			if (IS_GPU_MODE(f->mode) && req->match_prefix->has_tier) {
 				mp.has_tier = 1;
@@ -459,6 +468,7 @@ static int fake_daemon(void *arg)
 			resp.op_case = KVPALACE__V1__RESPONSE__OP_MATCH_PREFIX;
 			resp.match_prefix = &mp;
 			break;
+		}
 		case KVPALACE__V1__REQUEST__OP_RELEASE:
 			resp.op_case = KVPALACE__V1__RESPONSE__OP_RELEASE;
 			resp.release = &rel;

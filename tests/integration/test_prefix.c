@@ -818,6 +818,96 @@ static void test_truncate(void **state)
 }
 
 /* kvp_list_sessions: every field, the pool filter, id order. */
+/* ---- a long prompt through the default message cap ----------------------- */
+
+/* 40,007 tokens: 2,500 full pages and 7 tokens more, matched in four
+ * chunks of the default cap (some 13,000 tokens each) that the library
+ * keeps in flight together. */
+#define LONG_TOKENS 40007u
+#define LONG_FULL   40000u
+#define LONG_EXTRA  5000u
+
+/* A query that agrees with A's prompt up to token `at` (and differs there)
+ * matches the whole pages before the page holding `at`, each with A's
+ * bytes: never a page past the first difference, wherever it falls
+ * relative to the chunks. */
+static void long_mismatch(kvp_pool *p, const uint32_t *a, uint32_t *q, size_t at)
+{
+	kvp_lease *l;
+
+	memcpy(q, a, LONG_TOKENS * sizeof(uint32_t));
+	q[at] ^= 0x5555;
+	assert_int_equal(kvp_match_prefix(p, q, LONG_TOKENS, &l), 0);
+	if (kvp_lease_tokens(l) != at / BT * BT)
+		fail_msg("a difference at token %zu matched %llu tokens", at,
+			 (unsigned long long)kvp_lease_tokens(l));
+	assert_int_equal(harness_pkv_check_lease(l, p, q, at / BT * BT), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+}
+
+static void test_long_prompt(void **state)
+{
+	/* Inside chunk 1, at the first token of chunk 2 (13,052 tokens a
+	 * chunk), inside chunk 2, inside the last chunk and in the last
+	 * full page. */
+	static const size_t at[] = {13060, 26104, 30001, 39160, 39999};
+	struct harness *h = *state;
+	uint32_t *a = malloc((LONG_TOKENS + LONG_EXTRA) * sizeof(uint32_t));
+	uint32_t *q = malloc(LONG_TOKENS * sizeof(uint32_t));
+	kvp_client *ca, *cb;
+	kvp_pool *pa, *pb;
+	kvp_session *s, *f;
+	kvp_lease *l;
+
+	assert_non_null(a);
+	assert_non_null(q);
+	harness_tokens(a, LONG_TOKENS + LONG_EXTRA, 23, 0);
+	assert_int_equal(kvp_connect(h->sock, &ca), 0);
+	assert_int_equal(kvp_pool_open(ca, MODEL, &harness_layout, &pa), 0);
+	assert_int_equal(harness_pkv_commit_session(pa, a, LONG_TOKENS, &s), 0);
+
+	/* Another client matches the whole prompt and more: every full page,
+	 * the 7 tokens of the last one left out, nothing of what follows. */
+	assert_int_equal(kvp_connect(h->sock, &cb), 0);
+	assert_int_equal(kvp_pool_open(cb, MODEL, &harness_layout, &pb), 0);
+	assert_int_equal(kvp_match_prefix(pb, a, LONG_TOKENS, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), LONG_FULL);
+	assert_int_equal(harness_pkv_check_lease(l, pb, a, LONG_FULL), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+	assert_int_equal(kvp_match_prefix(pb, a, LONG_TOKENS + LONG_EXTRA, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), LONG_FULL);
+	assert_int_equal(harness_pkv_check_lease(l, pb, a, LONG_FULL), 0);
+
+	/* A session forked from the lease late in the prompt has the
+	 * prompt's tokens (the lease kept them) and bytes; what it appends
+	 * is matched after them. */
+	assert_int_equal(kvp_lease_fork(l, 33333, &f), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+	assert_int_equal(kvp_session_tokens(f), 33333);
+	assert_int_equal(harness_pkv_check_session(pb, f, a, 0, 33333), 0);
+	memcpy(q, a, 33333 * sizeof(uint32_t));
+	harness_tokens(q + 33333, 35, 24, 33333);
+	assert_int_equal(kvp_append(f, q + 33333, 35), 0);
+	assert_int_equal(harness_pkv_write_session(pb, f, q, 33333, 33368), 0);
+	assert_int_equal(kvp_commit(f, 35), 0);
+	assert_int_equal(kvp_match_prefix(pa, q, 33368, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 33360);
+	assert_int_equal(harness_pkv_check_lease(l, pa, q, 33360), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+	assert_int_equal(kvp_session_close(f), 0);
+
+	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++)
+		long_mismatch(pb, a, q, at[i]);
+
+	assert_int_equal(kvp_session_close(s), 0);
+	kvp_pool_close(pb);
+	kvp_disconnect(cb);
+	kvp_pool_close(pa);
+	kvp_disconnect(ca);
+	free(a);
+	free(q);
+}
+
 static void test_list_sessions(void **state)
 {
 	struct harness *h = *state;
@@ -896,6 +986,7 @@ int main(void)
 		T(test_fork),
 		T(test_truncate),
 		T(test_list_sessions),
+		T(test_long_prompt),
 	};
 
 	return cmocka_run_group_tests_name("prefix", tests, NULL, NULL);

@@ -49,6 +49,7 @@
 #include "config.h"
 #include "dispatch.h"
 #include "kvpalace.pb-c.h"
+#include "le.h"
 #include "lease.h"
 #include "log.h"
 #include "loop.h"
@@ -617,6 +618,49 @@ static void test_session_append_commit_match_release(void **state)
 	arena_unmap(&a2);
 }
 
+/* MatchPrefix with tokens_le: bytes at any address (the daemon reads them
+ * in place only when they are 4-aligned) match as the varint form does and
+ * answer with the same slots in page_slots_le. */
+static void test_match_tokens_le_any_alignment(void **state)
+{
+	struct dfx *f = *state;
+	struct arena a;
+	uint64_t pool = open_pool(f, PEER_A, "model-x", &a);
+	uint64_t s1, matched;
+	uint32_t slots[3], got[3], ids[10];
+	unsigned char buf[4 * 10 + 8];
+	Kvpalace__V1__MatchPrefixRequest mp;
+	Kvpalace__V1__ReleaseRequest rl;
+	Kvpalace__V1__Request req;
+	struct reply r;
+
+	s1 = create_session(f, PEER_A, pool, 0);
+	append_write_commit(f, PEER_A, s1, &a, 100, 10, 0x40, slots);
+	assert_true(match(f, PEER_A2, pool, 100, 10, &matched, got) != 0);
+	assert_int_equal(matched, 8);
+	tokens(ids, 10, 100);
+	for (size_t off = 0; off < 4; off++) {
+		for (size_t i = 0; i < 10; i++)
+			le_put32(buf + off + 4 * i, ids[i]);
+		req = match_req(&mp, pool, NULL, 0);
+		mp.has_tokens_le = 1;
+		mp.tokens_le.data = buf + off;
+		mp.tokens_le.len = 40;
+		assert_int_equal(send_req(f, PEER_A2, &req, 0, &r), 0);
+		assert_int_equal(r.resp.status, ST(OK));
+		assert_int_equal(r.resp.match_prefix->matched_tokens, 8);
+		assert_int_equal(r.resp.match_prefix->n_page_slots, 0);
+		assert_true(r.resp.match_prefix->has_page_slots_le);
+		assert_int_equal(r.resp.match_prefix->page_slots_le.len, 8);
+		assert_int_equal(le_get32(r.resp.match_prefix->page_slots_le.data), got[0]);
+		assert_int_equal(le_get32(r.resp.match_prefix->page_slots_le.data + 4), got[1]);
+		req = release_req(&rl, r.resp.match_prefix->lease_id);
+		reply_fini(&r);
+		assert_int_equal(status_of(f, PEER_A2, &req, NULL, 0), ST(OK));
+	}
+	arena_unmap(&a);
+}
+
 /* Another uid presenting a session id it did not make gets NOT_FOUND for
  * every operation, and the session is untouched. */
 static void test_other_tenants_session_not_found(void **state)
@@ -1100,6 +1144,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hello, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_pool_per_tenant, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_session_append_commit_match_release, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_match_tokens_le_any_alignment, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_other_tenants_session_not_found, setup,
 						teardown),

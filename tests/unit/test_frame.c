@@ -413,6 +413,89 @@ static void test_roundtrip_error_response(void **state)
 	assert_string_equal(out->error, resp.error);
 }
 
+/* frame_response_pack_sized writes what protobuf-c writes, byte for byte:
+ * errors with and without text, an empty text, ids of every varint
+ * length, operations empty, with repeated and bytes fields, with nested
+ * messages, and a case set with no message. */
+static void expect_same_bytes(const Kvpalace__V1__Response *r)
+{
+	static unsigned char a[8192], b[8192];
+	size_t n = frame_packed_bytes(&r->base), op, m;
+
+	assert_true(n <= sizeof(a));
+	frame_pack_sized(&r->base, n, a);
+	m = frame_response_packed_bytes(r, &op);
+	assert_int_equal(m, n);
+	memset(b, 0xee, sizeof(b));
+	frame_response_pack_sized(r, m, op, b);
+	assert_memory_equal(a, b, n);
+}
+
+static void test_response_pack_same_bytes(void **state)
+{
+	static const uint64_t ids[] = {0, 1, 127, 128, 300, 1ull << 35, UINT64_MAX};
+	static uint32_t slots[] = {0, 1, 300, 70000, 0xffffffffu};
+	static uint8_t le[] = {1, 0, 0, 0, 0x2c, 1, 0, 0};
+	Kvpalace__V1__Response r = KVPALACE__V1__RESPONSE__INIT;
+	Kvpalace__V1__MatchPrefixResponse mp = KVPALACE__V1__MATCH_PREFIX_RESPONSE__INIT;
+	Kvpalace__V1__ReleaseResponse rel = KVPALACE__V1__RELEASE_RESPONSE__INIT;
+	Kvpalace__V1__HelloResponse h = KVPALACE__V1__HELLO_RESPONSE__INIT;
+	Kvpalace__V1__StatsResponse st = KVPALACE__V1__STATS_RESPONSE__INIT;
+	Kvpalace__V1__PoolStats ps = KVPALACE__V1__POOL_STATS__INIT, *pools[2] = {&ps, &ps};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+		r = (Kvpalace__V1__Response)KVPALACE__V1__RESPONSE__INIT;
+		r.id = ids[i];
+		r.status = KVPALACE__V1__STATUS__STATUS_NOT_FOUND;
+		r.error = "no such lease in this pool";
+		expect_same_bytes(&r);
+		r.error = "";
+		expect_same_bytes(&r);
+		r.error = NULL;
+		expect_same_bytes(&r);
+
+		r.status = KVPALACE__V1__STATUS__STATUS_OK;
+		r.op_case = KVPALACE__V1__RESPONSE__OP_RELEASE;
+		r.release = &rel;
+		expect_same_bytes(&r);
+		r.release = NULL; /* a case without its message: nothing packed */
+		expect_same_bytes(&r);
+
+		mp.lease_id = ids[i];
+		mp.matched_tokens = 64;
+		mp.first_page = 3;
+		mp.page_slots = slots;
+		mp.n_page_slots = sizeof(slots) / sizeof(slots[0]);
+		mp.complete = 1;
+		mp.has_tier = 1;
+		mp.tier = KVPALACE__V1__TIER__TIER_HOST;
+		r.op_case = KVPALACE__V1__RESPONSE__OP_MATCH_PREFIX;
+		r.match_prefix = &mp;
+		expect_same_bytes(&r);
+		mp.n_page_slots = 0;
+		mp.has_page_slots_le = 1;
+		mp.page_slots_le.data = le;
+		mp.page_slots_le.len = sizeof(le);
+		expect_same_bytes(&r);
+
+		h.protocol_version = 1;
+		h.max_message_bytes = 65536;
+		h.max_tokens_per_request = 13052;
+		r.op_case = KVPALACE__V1__RESPONSE__OP_HELLO;
+		r.hello = &h;
+		expect_same_bytes(&r);
+
+		ps.pool_id = ids[i];
+		ps.model_id = "m";
+		st.pools = pools;
+		st.n_pools = 2;
+		r.op_case = KVPALACE__V1__RESPONSE__OP_STATS;
+		r.stats = &st;
+		expect_same_bytes(&r);
+	}
+}
+
 static void test_pack_too_big(void **state)
 {
 	struct fixture *f = *state;
@@ -861,6 +944,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_roundtrip_open_pool, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_roundtrip_response, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_roundtrip_error_response, setup, teardown),
+		cmocka_unit_test(test_response_pack_same_bytes),
 		cmocka_unit_test_setup_teardown(test_pack_too_big, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unpack_malformed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_budget_huge_declared_length, setup, teardown),

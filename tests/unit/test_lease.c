@@ -48,8 +48,8 @@ static struct lease *lease_on(struct core_fixture *f, uint32_t base, uint32_t n)
 
 	assert_non_null(ids);
 	core_tokens(ids, n, base);
-	assert_int_equal(match_start(&f->c, f->p, f->p->root, &f->a, &f->a.leases, ids, n, &l, &mr),
-			 1);
+	assert_int_equal(
+		match_start(&f->c, f->p, f->p->root, &f->a, &f->a.leases, ids, n, 0, &l, &mr), 1);
 	core_check(f);
 	free(ids);
 	return l;
@@ -110,6 +110,51 @@ static void test_lease_pins_pages_until_released(void **state)
 	assert_int_equal(f->p->pa.n_free, N_PAGES);
 	assert_int_equal(f->p->ix.n_entries, 0);
 	assert_int_equal(core_match_tokens(f, 0, 12), 0);
+}
+
+/* A lease's tables outgrow the room inside it (14 pages of 4 tokens) and
+ * move to the heap with what they hold: after a match of every page of
+ * the pool, in chunks cut inside pages, each page's slot, chain hash and
+ * tokens are still the session's (ForkLease rebuilds a session from
+ * them). */
+static void test_tables_grow_with_what_they_hold(void **state)
+{
+	struct core_fixture *f = *state;
+	struct session *s = core_session(f, &f->a);
+	uint32_t ids[N_PAGES * 4], bt = f->p->layout.block_tokens;
+	static const uint32_t cuts[] = {7, 13, 30, N_PAGES * 4};
+	struct match_result mr;
+	XXH128_hash_t h = f->p->root;
+	struct lease *l = NULL;
+	uint32_t at = 0;
+
+	assert_int_equal(bt, 4);
+	core_append_commit(f, &f->a, s, 0, N_PAGES * 4);
+	core_tokens(ids, N_PAGES * 4, 0);
+	for (size_t c = 0; c < sizeof(cuts) / sizeof(cuts[0]); c++) {
+		if (!at)
+			assert_int_equal(match_start(&f->c, f->p, f->p->root, &f->a, &f->a.leases,
+						     ids, cuts[c], 0, &l, &mr),
+					 1);
+		else
+			assert_int_equal(match_extend(&f->c, l, ids + at, cuts[c] - at, &mr), 0);
+		at = cuts[c];
+		assert_int_equal(l->n_tokens, at / bt * bt);
+		core_check(f);
+	}
+	assert_int_equal(l->n_pages, N_PAGES);
+	assert_true(l->cap_pages > 14);
+	assert_non_null(l->tables);
+	for (uint32_t i = 0; i < N_PAGES; i++) {
+		h = prefix_index_hash_page(h, ids + i * bt, bt);
+		assert_int_equal(l->pages[i], s->pages[i]);
+		assert_true(XXH128_isEqual(l->hashes[i], h));
+		assert_memory_equal(l->tokens + i * bt, ids + i * bt, bt * sizeof(uint32_t));
+	}
+	lease_release(&f->c, l);
+	core_check(f);
+	session_close(&f->c, s);
+	core_check(f);
 }
 
 /* Only the owner finds its lease; a released id is gone for good. */
@@ -238,6 +283,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_lease_pins_pages_until_released, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_tables_grow_with_what_they_hold, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_lease_belongs_to_its_owner, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_drop_pages_keeps_the_prefix, setup, teardown),
