@@ -253,100 +253,124 @@ static int push_free(struct spill *sp, uint32_t extent)
 	return 0;
 }
 
-int spill_scan(struct spill *sp,
-	       int (*fn)(void *arg, uint32_t extent, const struct spill_page_hdr *h), void *arg)
+/* Calls each(arg, extent, h) for every page header of sp that verifies and
+ * whose data lies inside a file of file_bytes, in extent order, reading
+ * the header region in 512 KiB chunks and skipping holes (a fresh or
+ * lightly used file is mostly one); counts the others of sp's pool in
+ * sp->n_gone and keeps sp->seq above every sequence number seen. each
+ * returns 0 to go on, > 0 to stop there (returned), < 0 for an error
+ * (returned). Returns 0 at the end, or -errno from a read. */
+static int each_header(struct spill *sp, uint64_t file_bytes,
+		       int (*each)(void *arg, uint32_t extent, const struct spill_page_hdr *h),
+		       void *arg)
 {
 	const size_t chunk = 4096 * SPILL_PAGE_HDR; /* headers per read */
-	struct spill_page_hdr *hdrs = NULL;
 	unsigned char *buf = malloc(chunk);
-	struct idmap seen = {0}; /* hash → extent + 1 of the newest header */
-	uint32_t n_hdrs = 0, cap_hdrs = 0, *keep = NULL;
-	int accepted = 0, ret = 0;
-	struct stat st;
+	int ret = 0;
 
 	if (!buf)
 		return -ENOMEM;
-	/* What the file holds now: a file cut short while the daemon was
-	 * down keeps headers of pages whose data is gone. */
-	if (fstat(sp->fd_meta, &st) < 0) {
-		free(buf);
-		return -errno;
-	}
 	sp->n_gone = 0;
-	for (uint64_t e0 = 0; e0 < sp->cap; e0 += chunk / SPILL_PAGE_HDR) {
+	for (uint64_t e0 = 0; e0 < sp->cap && ret == 0; e0 += chunk / SPILL_PAGE_HDR) {
 		uint64_t want = (sp->cap - e0) * SPILL_PAGE_HDR;
+		off_t at = (off_t)spill_hdr_off((uint32_t)e0), data;
 		ssize_t n;
 
 		if (want > chunk)
 			want = chunk;
-		/* Skip holes: a fresh or lightly used file is mostly one. */
-		{
-			off_t at = (off_t)spill_hdr_off((uint32_t)e0);
-			off_t data = lseek(sp->fd_meta, at, SEEK_DATA);
-
-			if (data < 0 || (uint64_t)data >= sp->data_off)
-				break; /* no header written from here on */
-			if (data >= at + (off_t)want)
-				continue;
-		}
-		n = pread(sp->fd_meta, buf, want, (off_t)spill_hdr_off((uint32_t)e0));
+		data = lseek(sp->fd_meta, at, SEEK_DATA);
+		if (data < 0 || (uint64_t)data >= sp->data_off)
+			break; /* no header written from here on */
+		if (data >= at + (off_t)want)
+			continue;
+		n = pread(sp->fd_meta, buf, want, at);
 		if (n < 0) {
 			ret = -errno;
-			goto out;
+			break;
 		}
-		for (size_t i = 0; i + SPILL_PAGE_HDR <= (size_t)n; i += SPILL_PAGE_HDR) {
+		for (size_t i = 0; ret == 0 && i + SPILL_PAGE_HDR <= (size_t)n;
+		     i += SPILL_PAGE_HDR) {
 			uint32_t extent = (uint32_t)(e0 + i / SPILL_PAGE_HDR);
 			struct spill_page_hdr h;
-			uintptr_t prev;
 
 			if (spill_hdr_decode(sp, buf + i, &h) < 0)
 				continue;
 			if (h.seq > sp->seq)
 				sp->seq = h.seq;
-			if (spill_data_off(sp, extent) + h.stored_bytes > (uint64_t)st.st_size) {
+			if (spill_data_off(sp, extent) + h.stored_bytes > file_bytes) {
 				sp->n_gone++; /* its data is not in the file: not found */
 				continue;
 			}
-			if (n_hdrs == cap_hdrs) {
-				uint32_t c = cap_hdrs ? cap_hdrs * 2 : 256;
-				void *a = realloc(hdrs, c * sizeof(*hdrs)), *b;
-
-				if (a)
-					hdrs = a;
-				b = realloc(keep, c * sizeof(*keep));
-				if (b)
-					keep = b;
-				if (!a || !b) {
-					ret = -ENOMEM;
-					goto out;
-				}
-				cap_hdrs = c;
-			}
-			prev = (uintptr_t)idmap_get(&seen, h.hash.low64 | 1);
-			if (prev && hdrs[prev - 1].seq >= h.seq)
-				continue; /* an older copy of the same page */
-			if (prev) {
-				keep[prev - 1] = UINT32_MAX;
-				idmap_del(&seen, h.hash.low64 | 1);
-			}
-			hdrs[n_hdrs] = h;
-			keep[n_hdrs] = extent;
-			if (idmap_put(&seen, h.hash.low64 | 1, (void *)(uintptr_t)(n_hdrs + 1)) <
-			    0) {
-				ret = -ENOMEM;
-				goto out;
-			}
-			n_hdrs++;
+			ret = each(arg, extent, &h);
 		}
 		if ((uint64_t)n < want)
 			break; /* the file ends: the rest was never written */
 	}
+	free(buf);
+	return ret;
+}
+
+struct dedup {
+	struct spill_page_hdr *hdrs;
+	uint32_t *keep; /* extent of hdrs[i], UINT32_MAX: a newer copy won */
+	uint32_t n, cap;
+	struct idmap seen; /* hash → index + 1 of the newest header */
+};
+
+/* Keeps the newest header of each hash (each_header's callback). */
+static int dedup_one(void *arg, uint32_t extent, const struct spill_page_hdr *h)
+{
+	struct dedup *d = arg;
+	uintptr_t prev;
+
+	if (d->n == d->cap) {
+		uint32_t c = d->cap ? d->cap * 2 : 256;
+		void *a = realloc(d->hdrs, c * sizeof(*d->hdrs)), *b;
+
+		if (a)
+			d->hdrs = a;
+		b = realloc(d->keep, c * sizeof(*d->keep));
+		if (b)
+			d->keep = b;
+		if (!a || !b)
+			return -ENOMEM;
+		d->cap = c;
+	}
+	prev = (uintptr_t)idmap_get(&d->seen, h->hash.low64 | 1);
+	if (prev && d->hdrs[prev - 1].seq >= h->seq)
+		return 0; /* an older copy of the same page */
+	if (prev) {
+		d->keep[prev - 1] = UINT32_MAX;
+		idmap_del(&d->seen, h->hash.low64 | 1);
+	}
+	d->hdrs[d->n] = *h;
+	d->keep[d->n] = extent;
+	if (idmap_put(&d->seen, h->hash.low64 | 1, (void *)(uintptr_t)(d->n + 1)) < 0)
+		return -ENOMEM;
+	d->n++;
+	return 0;
+}
+
+int spill_scan(struct spill *sp,
+	       int (*fn)(void *arg, uint32_t extent, const struct spill_page_hdr *h), void *arg)
+{
+	struct dedup d = {0};
+	int accepted = 0, ret;
+	struct stat st;
+
+	/* What the file holds now: a file cut short while the daemon was
+	 * down keeps headers of pages whose data is gone. */
+	if (fstat(sp->fd_meta, &st) < 0)
+		return -errno;
+	ret = each_header(sp, (uint64_t)st.st_size, dedup_one, &d);
+	if (ret < 0)
+		goto out;
 	/* Parents before children is the caller's business (it sees them all
 	 * first); here every extent is either accepted or free. */
 	sp->hwm = 0;
-	for (uint32_t i = 0; i < n_hdrs; i++)
-		if (keep[i] != UINT32_MAX && keep[i] + 1 > sp->hwm)
-			sp->hwm = keep[i] + 1;
+	for (uint32_t i = 0; i < d.n; i++)
+		if (d.keep[i] != UINT32_MAX && d.keep[i] + 1 > sp->hwm)
+			sp->hwm = d.keep[i] + 1;
 	{
 		unsigned char *used = calloc(sp->hwm ? sp->hwm : 1, 1);
 
@@ -354,10 +378,10 @@ int spill_scan(struct spill *sp,
 			ret = -ENOMEM;
 			goto out;
 		}
-		for (uint32_t i = 0; i < n_hdrs; i++) {
-			if (keep[i] == UINT32_MAX || fn(arg, keep[i], &hdrs[i]) < 0)
+		for (uint32_t i = 0; i < d.n; i++) {
+			if (d.keep[i] == UINT32_MAX || fn(arg, d.keep[i], &d.hdrs[i]) < 0)
 				continue;
-			used[keep[i]] = 1;
+			used[d.keep[i]] = 1;
 			accepted++;
 		}
 		sp->n_used = 0;
@@ -373,10 +397,9 @@ int spill_scan(struct spill *sp,
 	if (ret == 0)
 		ret = accepted;
 out:
-	idmap_fini(&seen);
-	free(hdrs);
-	free(keep);
-	free(buf);
+	idmap_fini(&d.seen);
+	free(d.hdrs);
+	free(d.keep);
 	return ret;
 }
 
@@ -441,12 +464,12 @@ int spill_set_used(struct spill *sp, uint32_t extent, XXH128_hash_t hash, uint64
 
 /* ---- reclaiming junk at start ------------------------------------------- */
 
-static int count_page(void *arg, uint32_t extent, const struct spill_page_hdr *h)
+static int found_page(void *arg, uint32_t extent, const struct spill_page_hdr *h)
 {
+	(void)arg;
 	(void)extent;
 	(void)h;
-	++*(uint32_t *)arg;
-	return -1; /* counted, not kept: the scan frees everything */
+	return 1; /* one is enough: stop */
 }
 
 /* Why the spill file open as fd, named for (uid, root), is not worth
@@ -455,7 +478,7 @@ static const char *junk_reason(int fd, uid_t uid, XXH128_hash_t root, const stru
 {
 	unsigned char b[SPILL_FILE_HDR];
 	struct spill sp = {.fd_meta = fd, .fd_data = -1, .uid = uid, .root = root};
-	uint32_t format, found = 0;
+	uint32_t format;
 	uint64_t cap;
 	int ret;
 
@@ -475,14 +498,13 @@ static const char *junk_reason(int fd, uid_t uid, XXH128_hash_t root, const stru
 		return "a header with impossible sizes";
 	sp.cap = (uint32_t)cap;
 	sp.data_off = (SPILL_FILE_HDR + cap * SPILL_PAGE_HDR + 4095) / 4096 * 4096;
-	sp.free = malloc(sizeof(uint32_t) * 64);
-	if (!sp.free)
-		return NULL; /* out of memory: keep it, decide next time */
-	ret = spill_scan(&sp, count_page, &found);
-	free(sp.free);
+	/* Only whether one page is there: the first that verifies ends the
+	 * look (a full scan of every file here would delay the start by the
+	 * time of every pool's warm restart). */
+	ret = each_header(&sp, (uint64_t)st->st_size, found_page, NULL);
 	if (ret < 0)
 		return NULL; /* unreadable now: not proof of junk */
-	return found ? NULL : "no page a restart could find";
+	return ret > 0 ? NULL : "no page a restart could find";
 }
 
 int spill_reclaim(const char *dir, uint64_t *ret_bytes, uint32_t *ret_files)
