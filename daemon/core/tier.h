@@ -96,8 +96,14 @@ void tier_reclaim(struct cache *c);
  * since their header was written (blocking: at a stop or a pool's end).
  * I/O must be over (tier_pool_busy). */
 void tier_pool_close(struct cache *c, struct pool *p);
-/* True while p has disk I/O in flight. */
+/* True while p has disk I/O in flight or its warm-restart scan runs. */
 int tier_pool_busy(const struct pool *p);
+/* True while p's warm-restart scan runs: pages of the spill file not
+ * listed yet may still come (a purge waits for the end: tier_wait). */
+int tier_pool_scanning(const struct pool *p);
+/* Makes p's scan end at its next step (the daemon stops); what it did not
+ * read stays in the file for the next start. */
+void tier_pool_stop_scan(struct pool *p);
 
 /* Converts a page stored quantized in layout stored (shm_layout_quantized
  * of l), which fills the start of page, back to layout l in place, with

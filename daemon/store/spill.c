@@ -236,6 +236,9 @@ void spill_close(struct spill *sp)
 		close(sp->fd_meta);
 	free(sp->free);
 	sp->free = NULL;
+	free(sp->scan_map);
+	sp->scan_map = NULL;
+	sp->scanning = 0;
 	sp->fd_data = sp->fd_meta = -1;
 }
 
@@ -407,6 +410,10 @@ int spill_alloc(struct spill *sp, uint32_t *ret_extent)
 {
 	if (sp->n_free) {
 		*ret_extent = sp->free[--sp->n_free];
+		if (sp->scanning)
+			sp->scan_map[*ret_extent] = 1;
+	} else if (sp->scanning) {
+		return -EAGAIN; /* the rest may hold pages not found yet */
 	} else if (sp->hwm < sp->cap) {
 		*ret_extent = sp->hwm++;
 	} else {
@@ -419,6 +426,8 @@ int spill_alloc(struct spill *sp, uint32_t *ret_extent)
 void spill_free(struct spill *sp, uint32_t extent)
 {
 	sp->n_used--;
+	if (sp->scanning && extent < sp->scan_upto)
+		sp->scan_map[extent] = 0;
 	if (extent >= sp->cap)
 		return; /* beyond a capacity lowered by ENOSPC: never again */
 	if (push_free(sp, extent) < 0) {
@@ -460,6 +469,188 @@ int spill_set_used(struct spill *sp, uint32_t extent, XXH128_hash_t hash, uint64
 	if (pwrite(sp->fd_meta, b + PH_USED, PH_END - PH_USED, at + PH_USED) != PH_END - PH_USED)
 		return errno ? -errno : -EIO;
 	return 0;
+}
+
+/* ---- the stepwise scan ------------------------------------------------------ */
+
+int spill_scanner_init(const struct spill *sp, struct spill_scanner *s)
+{
+	struct stat st;
+
+	memset(s, 0, sizeof(*s));
+	/* What the file holds now: a file cut short while the daemon was
+	 * down keeps headers of pages whose data is gone. */
+	if (fstat(sp->fd_meta, &st) < 0)
+		return -errno;
+	s->file_bytes = (uint64_t)st.st_size;
+	s->cap = sp->cap;
+	s->eof = s->cap == 0;
+	return 0;
+}
+
+void spill_scanner_fini(struct spill_scanner *s)
+{
+	idmap_fini(&s->seen);
+	free(s->rec);
+	s->rec = NULL;
+}
+
+/* Records h at extent as the newest copy of its hash; sets *ret_replaces
+ * to the extent of the copy it supersedes. Returns 1 when h is older than
+ * a copy seen already (skip it), 0, or -ENOMEM. */
+static int scanner_seen(struct spill_scanner *s, uint32_t extent, const struct spill_page_hdr *h,
+			uint32_t *ret_replaces)
+{
+	uint64_t key = h->hash.low64 | 1;
+	uintptr_t k = (uintptr_t)idmap_get(&s->seen, key);
+
+	*ret_replaces = UINT32_MAX;
+	if (k && XXH128_isEqual(s->rec[k - 1].hash, h->hash)) {
+		if (s->rec[k - 1].seq >= h->seq)
+			return 1;
+		*ret_replaces = s->rec[k - 1].extent;
+		s->rec[k - 1].seq = h->seq;
+		s->rec[k - 1].extent = extent;
+		return 0;
+	}
+	if (k)
+		return 0; /* another hash with the same key: the index refuses one */
+	if (s->n_rec == s->cap_rec) {
+		uint32_t c = s->cap_rec ? 2 * s->cap_rec : 1024;
+		void *v = realloc(s->rec, c * sizeof(*s->rec));
+
+		if (!v)
+			return -ENOMEM;
+		s->rec = v;
+		s->cap_rec = c;
+	}
+	s->rec[s->n_rec] = (struct spill_seen){.seq = h->seq, .hash = h->hash, .extent = extent};
+	if (idmap_put(&s->seen, key, (void *)(uintptr_t)(s->n_rec + 1)) < 0)
+		return -ENOMEM;
+	s->n_rec++;
+	return 0;
+}
+
+int spill_scanner_step(const struct spill *sp, struct spill_scanner *s, struct spill_found *out,
+		       uint32_t max, uint32_t *ret_n)
+{
+	unsigned char buf[512 * SPILL_PAGE_HDR];
+	uint32_t n_out = 0;
+
+	*ret_n = 0;
+	while (!s->eof && n_out < max) {
+		uint64_t want = (uint64_t)(s->cap - s->next) * SPILL_PAGE_HDR;
+		off_t at = (off_t)spill_hdr_off(s->next), data;
+		ssize_t n;
+
+		if (want > sizeof(buf))
+			want = sizeof(buf);
+		if (want > (uint64_t)(max - n_out) * SPILL_PAGE_HDR)
+			want = (uint64_t)(max - n_out) * SPILL_PAGE_HDR;
+		/* Skip holes: a fresh or lightly used file is mostly one. */
+		data = lseek(sp->fd_meta, at, SEEK_DATA);
+		if (data < 0 || (uint64_t)data >= sp->data_off) {
+			s->eof = 1; /* no header written from here on */
+			break;
+		}
+		if (data >= at + (off_t)want) {
+			s->next = (uint32_t)(((uint64_t)data - SPILL_FILE_HDR) / SPILL_PAGE_HDR);
+			continue;
+		}
+		n = pread(sp->fd_meta, buf, want, at);
+		if (n < 0)
+			return -errno;
+		for (size_t i = 0; i + SPILL_PAGE_HDR <= (size_t)n; i += SPILL_PAGE_HDR) {
+			uint32_t extent = (uint32_t)(s->next + i / SPILL_PAGE_HDR), replaces;
+			struct spill_page_hdr h;
+			int ret;
+
+			if (spill_hdr_decode(sp, buf + i, &h) < 0)
+				continue;
+			if (h.seq > s->seq)
+				s->seq = h.seq;
+			if (spill_data_off(sp, extent) + h.stored_bytes > s->file_bytes) {
+				s->n_gone++; /* its data is not in the file: not found */
+				continue;
+			}
+			ret = scanner_seen(s, extent, &h, &replaces);
+			if (ret < 0)
+				return ret;
+			if (ret == 0)
+				out[n_out++] = (struct spill_found){
+					.h = h, .extent = extent, .replaces = replaces};
+		}
+		s->next += (uint32_t)((size_t)n / SPILL_PAGE_HDR);
+		if ((uint64_t)n < want || s->next >= s->cap)
+			s->eof = 1; /* the file ends: the rest was never written */
+	}
+	*ret_n = n_out;
+	return 0;
+}
+
+void spill_scan_begin(struct spill *sp)
+{
+	sp->scanning = 1;
+	sp->scan_upto = 0;
+	sp->hwm = 0;
+	sp->n_free = 0;
+	sp->n_used = 0;
+	free(sp->scan_map);
+	sp->scan_map = NULL;
+}
+
+int spill_scan_advance(struct spill *sp, uint32_t to, const struct spill_found *v, uint32_t n)
+{
+	uint32_t from = sp->scan_upto;
+
+	if (to > from) {
+		uint8_t *m = realloc(sp->scan_map, to);
+
+		if (!m)
+			return -ENOMEM;
+		sp->scan_map = m;
+		memset(m + from, 0, to - from);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		if (v[i].extent >= from && v[i].extent < to && !sp->scan_map[v[i].extent]) {
+			sp->scan_map[v[i].extent] = 1;
+			sp->n_used++;
+		}
+	/* Highest first, so the lowest free extent is handed out first. */
+	for (uint32_t e = to; e-- > from;)
+		if (!sp->scan_map[e] && push_free(sp, e) < 0)
+			sp->scan_map[e] = 1; /* out of memory: kept out of use */
+	if (to > from)
+		sp->scan_upto = sp->hwm = to;
+	return 0;
+}
+
+void spill_scan_end(struct spill *sp, int complete, uint64_t seq, uint32_t n_gone)
+{
+	uint32_t hwm = 0;
+
+	if (seq > sp->seq)
+		sp->seq = seq;
+	sp->n_gone = n_gone;
+	for (uint32_t e = sp->scan_upto; e-- > 0;)
+		if (sp->scan_map[e]) {
+			hwm = e + 1;
+			break;
+		}
+	if (!complete && sp->cap > sp->scan_upto) {
+		/* Past scan_upto pages may wait for the next start: none of
+		 * those extents is handed out in this run. */
+		sp->cap = sp->scan_upto;
+		hwm = sp->scan_upto;
+	}
+	sp->hwm = hwm;
+	sp->n_free = 0;
+	for (uint32_t e = hwm; e-- > 0;)
+		if (!sp->scan_map[e] && push_free(sp, e) < 0)
+			break; /* lost until a restart: the scan finds them free */
+	free(sp->scan_map);
+	sp->scan_map = NULL;
+	sp->scanning = 0;
 }
 
 /* ---- reclaiming junk at start ------------------------------------------- */

@@ -156,7 +156,7 @@ static void working_set_4x(struct harness *h)
 	kvp_pool *p;
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	assert_int_equal(kvp_pool_n_pages(p), 256);
 	write_convs(p, all, 0, N_CONV);
 	ps = pool_stats(c, p);
@@ -201,7 +201,7 @@ static void fill_and_restart(struct harness *h, int sig, const uint32_t *all)
 	kvp_pool *p;
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	write_convs(p, all, 0, N_CONV);
 	kvp_disconnect(c);
 	assert_int_equal(harness_restart(h, sig, disk_args), 0);
@@ -217,7 +217,7 @@ static void warm_restart(struct harness *h, int sig)
 
 	fill_and_restart(h, sig, all);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	ps = pool_stats(c, p);
 	if (sig == SIGTERM) {
 		/* A clean stop writes what was only in host: all of it. */
@@ -307,7 +307,7 @@ static void test_corruption(void **state)
 
 	assert_int_equal(harness_run_child(read_convs, &r), 0); /* right bytes or misses */
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	ps = pool_stats(c, p);
 	assert_true(ps.verify_failures > 0);
 	assert_true(ps.restored_pages < N_CONV * CONV_PAGES);
@@ -337,7 +337,7 @@ static void test_file_size_limit(void **state)
 	signal(SIGXFSZ, SIG_DFL);
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	write_convs(p, all, 0, N_CONV);
 	ps = pool_stats(c, p);
 	/* The data region starts at 516 KiB: about 250 extents fit. */
@@ -414,7 +414,7 @@ static void test_quantized_spill(void **state)
 
 	assert_int_equal(harness_restart(h, SIGTERM, quant_args), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, "quant-model", &page16k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, "quant-model", &page16k, &p), 0);
 	assert_int_equal(kvp_pool_page_bytes(p), 16384);
 	assert_int_equal(kvp_pool_n_pages(p), 64);
 	/* Conversation 0 is a permanent span (a system prompt). */
@@ -441,7 +441,7 @@ static void test_quantized_spill(void **state)
 	 * finds every page in its format, and still matches no lossy one. */
 	assert_int_equal(harness_restart(h, SIGTERM, quant_args), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, "quant-model", &page16k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, "quant-model", &page16k, &p), 0);
 	ps = pool_stats(c, p);
 	assert_int_equal(ps.restored_pages, Q_CONV * CONV_PAGES);
 	assert_true(read_quantized(p, all, 1) < Q_CONV);
@@ -469,7 +469,7 @@ static void test_lossy_never_exact(void **state)
 
 	assert_int_equal(harness_restart(h, SIGTERM, quant_args), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, "quant-model", &page16k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, "quant-model", &page16k, &p), 0);
 	/* Conversation 1 checkpointed while it is exact. */
 	assert_int_equal(harness_pkv_commit_session(p, t1, CONV, &s), 0);
 	assert_int_equal(kvp_session_checkpoint(s, "conv1", NULL), 0);
@@ -529,7 +529,7 @@ static void test_restart_keeps_recency(void **state)
 	kvp_pool *p;
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	write_convs(p, all, 0, 32);
 	ps = pool_stats(c, p);
 	assert_true(ps.spilled_pages >= 16 * CONV_PAGES); /* A and B are on disk */
@@ -538,7 +538,7 @@ static void test_restart_keeps_recency(void **state)
 	assert_int_equal(harness_restart(h, SIGTERM, recency_args), 0);
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	ps = pool_stats(c, p);
 	assert_int_equal(ps.restored_pages, 32 * CONV_PAGES);
 	write_convs(p, more, 0, 56);
@@ -581,7 +581,7 @@ static void test_truncated_file(void **state)
 	assert_int_equal(harness_restart(h, SIGTERM, disk_args), 0);
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	ps = pool_stats(c, p);
 	assert_true(ps.restored_pages <= 16); /* what the file still holds, no more */
 	assert_true(ps.disk_gone_pages > 0);
@@ -648,9 +648,9 @@ static void test_junk_reclaimed(void **state)
 	int fd;
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	write_convs(p, all, 0, 4); /* in the host tier; the clean stop writes them */
-	assert_int_equal(kvp_pool_open(c, "empty-model", &page4k, &empty), 0);
+	assert_int_equal(harness_pool_open(h, c, "empty-model", &page4k, &empty), 0);
 	kvp_disconnect(c);
 	snprintf(path, sizeof(path), "%s/cache/spill-%u-0123456789abcdef0123456789abcdef.kvs",
 		 h->dir, (unsigned)getuid());
@@ -673,7 +673,7 @@ static void test_junk_reclaimed(void **state)
 	assert_int_equal(count_spill_files(h), 1); /* the junk and the empty pool's */
 	assert_int_equal(access(path, F_OK), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	ps = pool_stats(c, p);
 	assert_int_equal(ps.restored_pages, 4 * CONV_PAGES);
 	kvp_disconnect(c);
@@ -742,8 +742,8 @@ static void test_tenant_disk_share(void **state)
 	int whole;
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &pa), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL "-b", &page4k, &pb), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &pa), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL "-b", &page4k, &pb), 0);
 	write_convs(pa, all, 0, N_CONV);
 	write_convs(pb, all, 0, N_CONV);
 	a = pool_stats(c, pa);
@@ -790,7 +790,7 @@ static void test_disk_reserve(void **state)
 	int whole;
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	write_convs(p, all, 0, N_CONV);
 	ps = pool_stats(c, p);
 	assert_int_equal(ps.spilled_pages, 0);
@@ -853,7 +853,7 @@ static void test_pinned_share(void **state)
 		char model[32];
 
 		snprintf(model, sizeof(model), MODEL "-pin-%d", i);
-		assert_int_equal(kvp_pool_open(c, model, &page4k, &p[i]), 0);
+		assert_int_equal(harness_pool_open(h, c, model, &page4k, &p[i]), 0);
 	}
 	pin = vm_pin_kib(h->pid);
 	print_message("8 pools of 2 MiB, host tier 8 MiB: daemon VmPin %ld kB\n", pin);
@@ -919,7 +919,7 @@ static void test_open_makes_nothing_resident(void **state)
 		char model[32];
 
 		snprintf(model, sizeof(model), MODEL "-open-%d", i);
-		assert_int_equal(kvp_pool_open(c, model, &page4k, &p[i]), 0);
+		assert_int_equal(harness_pool_open(h, c, model, &page4k, &p[i]), 0);
 		assert_true(pool_stats(c, p[i]).has_disk);
 	}
 	after = rss_kib(h->pid);
