@@ -618,6 +618,78 @@ static void test_truncated_file(void **state)
 	free(newest);
 }
 
+/* ---- a restart with many pages: listed while the daemon serves ----------- */
+
+/* Issue 17 item 6: the spill file is scanned in steps of 2048 headers on a
+ * worker while the daemon serves. KVPALACED_DEBUG_SCAN_STEP_MS (a debug
+ * knob, kvpalaced(8)) pauses each step, so the scan of 4096 pages is
+ * still running while this client is served; afterwards every page is
+ * found with its bytes, and a stop in mid-scan loses nothing. */
+#define SCAN_SETS 4
+static const char *const scan_args[] = {"--host-pool-size", "1M", "--disk-pool-size", "64M", NULL};
+
+static void restart_scan_slow(struct harness *h, const char *ms)
+{
+	if (ms)
+		setenv("KVPALACED_DEBUG_SCAN_STEP_MS", ms, 1);
+	assert_int_equal(harness_restart(h, SIGTERM, scan_args), 0);
+	unsetenv("KVPALACED_DEBUG_SCAN_STEP_MS");
+}
+
+static void read_all_sets(struct harness *h, uint32_t **sets)
+{
+	for (int k = 0; k < SCAN_SETS; k++) {
+		struct reader r = {h->sock, sets[k], 0, N_CONV, N_CONV};
+
+		assert_int_equal(harness_run_child(read_convs, &r), 0);
+	}
+}
+
+static void test_scan_while_serving(void **state)
+{
+	struct harness *h = *state;
+	uint32_t *sets[SCAN_SETS];
+	struct kvp_pool_stats ps;
+	kvp_client *c;
+	kvp_pool *p;
+
+	restart_scan_slow(h, NULL);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	for (int k = 0; k < SCAN_SETS; k++) {
+		sets[k] = conv_tokens_from(1000 + 100 * (uint32_t)k);
+		write_convs(p, sets[k], 0, N_CONV);
+	}
+	kvp_disconnect(c);
+
+	/* Slowed down: served while the scan runs, the pages come later. */
+	restart_scan_slow(h, "1000");
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(kvp_ping(c), 0);
+	ps = pool_stats(c, p);
+	print_message("during the scan: %llu of %u pages listed\n",
+		      (unsigned long long)ps.restored_pages, SCAN_SETS * N_CONV * CONV_PAGES);
+	assert_true(ps.restored_pages < SCAN_SETS * N_CONV * CONV_PAGES);
+	/* A stop in mid-scan: nothing leaks, nothing is lost. */
+	kvp_disconnect(c);
+	restart_scan_slow(h, "1000");
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	kvp_disconnect(c);
+	restart_scan_slow(h, NULL);
+
+	/* Every page found, with its bytes. */
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
+	ps = pool_stats(c, p);
+	assert_int_equal(ps.restored_pages, SCAN_SETS * N_CONV * CONV_PAGES);
+	read_all_sets(h, sets);
+	kvp_disconnect(c);
+	for (int k = 0; k < SCAN_SETS; k++)
+		free(sets[k]);
+}
+
 static size_t count_spill_files(struct harness *h)
 {
 	char pattern[160];
@@ -950,6 +1022,8 @@ int main(void)
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_truncated_file, setup_disk, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_junk_reclaimed, setup_disk, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_scan_while_serving, setup_disk,
+						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_tenant_disk_share, setup_share,
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_disk_reserve, setup_reserve, harness_teardown),
