@@ -52,6 +52,17 @@ static int grow(struct idmap *m)
 	return 0;
 }
 
+int idmap_reserve(struct idmap *m, size_t n)
+{
+	while ((n + 1) * 4 > m->cap * 3) {
+		int ret = grow(m);
+
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}
+
 int idmap_put(struct idmap *m, uint64_t id, void *ptr)
 {
 	size_t i;

@@ -27,6 +27,10 @@ void idmap_fini(struct idmap *m);
 void *idmap_get(const struct idmap *m, uint64_t id);
 /* Stores ptr under id (must be absent, non-zero). Returns 0 or -ENOMEM. */
 int idmap_put(struct idmap *m, uint64_t id, void *ptr);
+/* Makes room for n ids in all without growing again (a caller about to
+ * add many at once: growing rehashes every id, one long pause).
+ * Returns 0 or -ENOMEM (the map is as it was). */
+int idmap_reserve(struct idmap *m, size_t n);
 /* Removes id; returns the pointer it held or NULL. */
 void *idmap_del(struct idmap *m, uint64_t id);
 

@@ -133,6 +133,10 @@ struct prefix_index {
 int prefix_index_init(struct prefix_index *ix, uint32_t n_pages);
 /* Drops every entry's reference through pa and frees the index. */
 void prefix_index_fini(struct prefix_index *ix, struct pagealloc *pa);
+/* Makes room for n more entries in the hash map at once, so listing many
+ * (a warm restart) never pauses to rehash all of them. Returns 0 or
+ * -ENOMEM (nothing changed; the map grows as it goes). */
+int prefix_index_reserve(struct prefix_index *ix, size_t n);
 
 /* The chain root of a pool identity and salt (salt_len ≤ 64). */
 XXH128_hash_t prefix_index_root(const char *model_id, const struct shm_layout *layout,

@@ -485,6 +485,16 @@ int spill_scanner_init(const struct spill *sp, struct spill_scanner *s)
 	s->file_bytes = (uint64_t)st.st_size;
 	s->cap = sp->cap;
 	s->eof = s->cap == 0;
+	/* Headers are written from the lowest extent up: the first hole of
+	 * the header region bounds how many there are (cheaply). */
+	{
+		off_t hole = lseek(sp->fd_meta, SPILL_FILE_HDR, SEEK_HOLE);
+		uint64_t end =
+			hole < 0 || (uint64_t)hole > sp->data_off ? sp->data_off : (uint64_t)hole;
+		uint64_t n = end > SPILL_FILE_HDR ? (end - SPILL_FILE_HDR) / SPILL_PAGE_HDR : 0;
+
+		s->estimate = n < s->cap ? (uint32_t)n : s->cap;
+	}
 	return 0;
 }
 

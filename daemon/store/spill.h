@@ -140,6 +140,7 @@ struct spill_scanner {
 	int eof;	     /* nothing is left to read */
 	uint64_t seq;	     /* the highest sequence number seen */
 	uint32_t n_gone;     /* valid headers whose data lies past the end */
+	uint32_t estimate;   /* at most this many headers: the written part */
 	struct idmap seen;   /* hash.low64 | 1 → index + 1 in rec */
 	struct spill_seen {
 		uint64_t seq;

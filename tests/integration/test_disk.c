@@ -620,7 +620,7 @@ static void test_truncated_file(void **state)
 
 /* ---- a restart with many pages: listed while the daemon serves ----------- */
 
-/* Issue 17 item 6: the spill file is scanned in steps of 2048 headers on a
+/* Issue 17 item 6: the spill file is scanned in steps of 1024 headers on a
  * worker while the daemon serves. KVPALACED_DEBUG_SCAN_STEP_MS (a debug
  * knob, kvpalaced(8)) pauses each step, so the scan of 4096 pages is
  * still running while this client is served; afterwards every page is
@@ -663,7 +663,7 @@ static void test_scan_while_serving(void **state)
 	kvp_disconnect(c);
 
 	/* Slowed down: served while the scan runs, the pages come later. */
-	restart_scan_slow(h, "1000");
+	restart_scan_slow(h, "500");
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
 	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
 	assert_int_equal(kvp_ping(c), 0);
@@ -673,7 +673,7 @@ static void test_scan_while_serving(void **state)
 	assert_true(ps.restored_pages < SCAN_SETS * N_CONV * CONV_PAGES);
 	/* A stop in mid-scan: nothing leaks, nothing is lost. */
 	kvp_disconnect(c);
-	restart_scan_slow(h, "1000");
+	restart_scan_slow(h, "500");
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
 	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
 	kvp_disconnect(c);
