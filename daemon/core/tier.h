@@ -26,10 +26,12 @@
  * write.
  *
  * At pool creation tier_pool_open finds the pool's spill file from an
- * earlier run (clean stop or crash) and lists every page whose header
- * verifies and whose data the file still holds as a disk-only index
- * entry, least recently used first by the last-use stamps of the headers
- * (daemon/store/spill.h): a warm restart. tier_pool_close writes the stamps of
+ * earlier run (clean stop or crash) and starts listing every page whose
+ * header verifies and whose data the file still holds as a disk-only
+ * index entry: a warm restart. The scan runs in steps on a worker while
+ * the daemon serves (tier.c, "warm restart"); pages are matchable as it
+ * finds them, and at its end the disk LRU is put least recently used
+ * first by the last-use stamps of the headers (daemon/store/spill.h). tier_pool_close writes the stamps of
  * pages used since they were written, so after a clean stop the disk
  * tier drops pages in the order they were last used; after a crash, in
  * the order of their last write. A read that comes back short (the file

@@ -38,8 +38,10 @@
  * The file is preallocated lazily: extents are handed out from the lowest
  * free one, and a write that fails with ENOSPC lowers the capacity to what
  * the file system holds. An exclusive flock keeps a second daemon off it.
- * Blocking calls (open, scan) run at start or pool creation only.
- * Event-loop thread only.
+ * Blocking calls (open, spill_scan) run at start or pool creation only;
+ * a warm restart scans in steps on a worker (spill_scanner_step) while
+ * the loop hands out only the extents already classified. Event-loop
+ * thread only, but for spill_scanner_step and spill_forget.
  */
 #ifndef KVPD_SPILL_H
 #define KVPD_SPILL_H
