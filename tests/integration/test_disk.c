@@ -686,6 +686,31 @@ static void test_scan_while_serving(void **state)
 	assert_int_equal(ps.restored_pages, SCAN_SETS * N_CONV * CONV_PAGES);
 	read_all_sets(h, sets);
 	kvp_disconnect(c);
+
+	/* In mid-scan a drop is refused, and a purge of the pool waits for
+	 * the scan's end: it forgets the pages not listed when it came too,
+	 * so the next start finds none. */
+	restart_scan_slow(h, "500");
+	{
+		struct kvp_purge_spec spec = {.flags = KVP_PURGE_POOL};
+		struct kvp_purge_result pr;
+		kvp_client *admin;
+
+		assert_int_equal(kvp_connect(h->sock, &c), 0);
+		assert_int_equal(kvp_connect(h->admin_sock, &admin), 0);
+		assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+		spec.pool_id = kvp_pool_id(p);
+		assert_int_equal(kvp_admin_drop_pool(admin, spec.pool_id, 0, NULL), -EBUSY);
+		assert_int_equal(kvp_admin_purge(admin, &spec, &pr), 0);
+		assert_int_equal(pr.pages, SCAN_SETS * N_CONV * CONV_PAGES);
+		kvp_disconnect(admin);
+		kvp_disconnect(c);
+	}
+	restart_scan_slow(h, NULL);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
+	assert_int_equal(pool_stats(c, p).restored_pages, 0);
+	kvp_disconnect(c);
 	for (int k = 0; k < SCAN_SETS; k++)
 		free(sets[k]);
 }
