@@ -1010,44 +1010,45 @@ static int list_one(struct tier_scan *ts, const struct spill_found *f, int final
 /* Lists f, then every child that waited for it, and theirs. */
 static void list_with_children(struct tier_scan *ts, const struct spill_found *f, int final)
 {
+	/* By value and by index: waiting again (a 64-bit key shared by two
+	 * parents) may move ts->wait. */
+	struct spill_found at = *f;
 	uint32_t *stack = NULL, n = 0, cap = 0;
 
-	if (!list_one(ts, f, final) || !ts->n_waiting)
+	if (!list_one(ts, &at, final) || !ts->n_waiting)
 		return;
-	for (const struct spill_found *at = f;;) {
-		uintptr_t k = (uintptr_t)idmap_del(&ts->waiting, at->h.hash.low64 | 1);
+	for (;;) {
+		uintptr_t k = (uintptr_t)idmap_del(&ts->waiting, at.h.hash.low64 | 1);
 
 		while (k) {
-			struct scan_wait *w = &ts->wait[k - 1];
+			uint32_t i = (uint32_t)(k - 1);
+			struct spill_found child = ts->wait[i].f;
 
-			k = w->next;
-			w->waiting = 0;
-			if (!XXH128_isEqual(w->f.h.parent, at->h.hash)) {
+			k = ts->wait[i].next;
+			ts->wait[i].waiting = 0;
+			ts->n_waiting--;
+			if (!XXH128_isEqual(child.h.parent, at.h.hash)) {
 				/* Another parent with the same 64-bit key: waits on. */
-				ts->n_waiting--;
-				if (wait_for_parent(ts, &w->f) < 0)
+				if (wait_for_parent(ts, &child) < 0)
 					ts->kept++;
 				continue;
 			}
-			ts->n_waiting--;
-			if (!list_one(ts, &w->f, final))
+			if (!list_one(ts, &child, final))
 				continue;
 			if (n == cap) {
 				uint32_t c = cap ? 2 * cap : 64;
-				uint32_t *s = realloc(stack, c * sizeof(*s));
+				uint32_t *st = realloc(stack, c * sizeof(*st));
 
-				if (!s) {
-					ts->kept++; /* its children stay waiting; freed at the end */
-					continue;
-				}
-				stack = s;
+				if (!st)
+					continue; /* its children wait on: listed at the end */
+				stack = st;
 				cap = c;
 			}
-			stack[n++] = (uint32_t)(w - ts->wait);
+			stack[n++] = i;
 		}
 		if (!n)
 			break;
-		at = &ts->wait[stack[--n]].f;
+		at = ts->wait[stack[--n]].f;
 	}
 	free(stack);
 }
