@@ -495,6 +495,17 @@ int spill_scanner_init(const struct spill *sp, struct spill_scanner *s)
 
 		s->estimate = n < s->cap ? (uint32_t)n : s->cap;
 	}
+	/* Room for them at once: a map and an array that grow as they go
+	 * copy everything at each doubling (on the worker, but beside the
+	 * loop on a machine of two cores). Only address space until used;
+	 * on failure they grow as they go. */
+	if (s->estimate) {
+		uint32_t n = s->estimate < (1u << 22) ? s->estimate : 1u << 22;
+
+		s->rec = malloc((size_t)n * sizeof(*s->rec));
+		s->cap_rec = s->rec ? n : 0;
+		(void)idmap_reserve(&s->seen, n);
+	}
 	return 0;
 }
 
