@@ -894,6 +894,9 @@ struct tier_scan {
 	struct scan_lru *lru; /* listed pages, for the order at the end */
 	size_t n_lru, cap_lru, lru_at;
 	uint32_t kept;	   /* short of memory: unlisted, extent kept */
+	size_t table_want; /* entries the first step makes the index's table for */
+	struct idmap_entry *table;
+	size_t table_cap;
 	uint32_t delay_ms; /* KVPALACED_DEBUG_SCAN_STEP: a pause per step */
 	uint32_t step;
 };
@@ -1075,6 +1078,10 @@ static void scan_run(struct worker_job *j)
 	if (ts->phase == 0) {
 		if (ts->delay_ms)
 			usleep(ts->delay_ms * 1000u);
+		if (ts->table_want) {
+			ts->table = idmap_table_new(ts->table_want, &ts->table_cap);
+			ts->table_want = 0;
+		}
 		ts->err = spill_scanner_step(ts->p->spill, &ts->sc, ts->v[ts->cur], SCAN_STEP,
 					     &ts->n);
 	} else if (ts->phase == 1) {
@@ -1097,6 +1104,7 @@ static void scan_finish(struct tier_scan *ts)
 	struct pool *p = ts->p;
 
 	p->scan = NULL;
+	free(ts->table);
 	idmap_fini(&ts->waiting);
 	free(ts->wait);
 	free(ts->lru);
@@ -1208,6 +1216,12 @@ static void scan_done(struct worker_job *j)
 		int ret = ts->err ? ts->err : spill_scan_advance(p->spill, ts->sc.next, v, n);
 		int more;
 
+		if (ts->table) {
+			if (prefix_index_adopt_table(&p->ix, ts->table, ts->table_cap) < 0)
+				free(ts->table);
+			ts->table = NULL;
+		}
+
 		if (ret < 0) {
 			log_ctx_err(LOG_POOL_UID(p->id, p->uid),
 				    "pool %llu: cannot read the page headers of %s past extent %u: "
@@ -1289,12 +1303,13 @@ static int scan_start(struct cache *c, struct pool *p)
 	ts->job.done = scan_done;
 	/* Room for what the file may hold, at once: growing the index's map
 	 * or the list of found pages as they come copies all of them on the
-	 * loop (20 ms and more at 400k pages). Only address space until
-	 * used; on failure they grow as they go. */
+	 * loop (20 ms and more at 400k pages). The map's table is made and
+	 * faulted in by the first step, on the worker (scan_run). On failure
+	 * they grow as they go. */
 	if (ts->sc.estimate) {
 		uint32_t n = ts->sc.estimate < (1u << 22) ? ts->sc.estimate : 1u << 22;
 
-		(void)prefix_index_reserve(&p->ix, n);
+		ts->table_want = n;
 		ts->lru = malloc(n * sizeof(*ts->lru));
 		ts->cap_lru = ts->lru ? n : 0;
 	}
