@@ -8,7 +8,9 @@
  * file. Calls nothing of the core above it; completions come back from
  * daemon/io/aio.h through the aio_req.done pointers stored here, and
  * parked requests are woken through tier_waiter.wake. Event-loop thread
- * only (tier_page_unquantize excepted).
+ * only, but for tier_page_unquantize and the run() of the warm restart's
+ * scan jobs (daemon/io/worker.h), which touch only their job and the
+ * spill file's descriptor.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -848,8 +850,8 @@ int tier_promote(struct cache *c, struct pool *p, struct pindex_entry *e, struct
  * 0.4-1.5 s on the loop, and nobody was served meanwhile). Each step is a
  * worker job that reads and verifies SCAN_STEP headers and resolves
  * duplicates (spill_scanner_step); its done() lists what it found, on the
- * loop (1-2 ms for 1024 pages on the project's machine), and submits the
- * next step. A page is matchable as soon as its step is listed and its
+ * loop (1-2 ms for 1024 pages on the project's machine), after submitting
+ * the next step, which the worker reads meanwhile. A page is matchable as soon as its step is listed and its
  * parent is: a child found before its parent waits in a map under its
  * parent's hash until the parent comes (the scan reads in extent order,
  * which is not write order once extents are reused), and a child whose
@@ -897,7 +899,7 @@ struct tier_scan {
 	size_t table_want; /* entries the first step makes the index's table for */
 	struct idmap_entry *table;
 	size_t table_cap;
-	uint32_t delay_ms; /* KVPALACED_DEBUG_SCAN_STEP: a pause per step */
+	uint32_t delay_ms; /* KVPALACED_DEBUG_SCAN_STEP_MS: a pause per step */
 	uint32_t step;
 };
 
@@ -947,8 +949,9 @@ static int wait_for_parent(struct tier_scan *ts, const struct spill_found *f)
 	return 0;
 }
 
-/* Lists one page found; 1 when it was listed (its waiting children may
- * follow), else 0. final: the scan is over, a missing parent never comes. */
+/* Lists one page found; 1 when the index has its hash afterwards (its
+ * waiting children may follow), else 0. final: the scan is over, a
+ * missing parent never comes. */
 static int list_one(struct tier_scan *ts, const struct spill_found *f, int final)
 {
 	struct pool *p = ts->p;
@@ -956,21 +959,32 @@ static int list_one(struct tier_scan *ts, const struct spill_found *f, int final
 	int ret;
 
 	if (e) {
-		/* The newer copy of a page listed already takes its place when
-		 * nothing uses the old one; else one of the two goes. */
 		if (f->replaces != UINT32_MAX && e->extent == f->replaces &&
 		    e->io == PINDEX_IO_NONE && e->disk_dtype == f->h.dtype) {
+			/* The newer copy of a page listed already takes the old
+			 * one's place when nothing uses it. */
 			spill_free(p->spill, e->extent);
-			e->extent = f->extent;
-			e->disk_sum = f->h.sum;
-			e->disk_used = f->h.used;
-			if (f->h.used > e->used)
-				e->used = f->h.used;
-			lru_note(ts, f);
+		} else if (e->extent == PINDEX_NONE && e->io == PINDEX_IO_NONE && f->h.dtype == 0) {
+			/* In the index already without a disk copy (a warm-up
+			 * checkpoint or a commit came first): this is its copy,
+			 * so a stop does not write the page again. */
+			p->ix.n_disk++;
+			p->tier.restored++;
 		} else {
-			spill_free(p->spill, f->extent);
+			spill_free(p->spill, f->extent); /* one of the two goes */
+			return 1;
 		}
-		return 0;
+		e->extent = f->extent;
+		e->disk_sum = f->h.sum;
+		e->disk_dtype = (uint8_t)f->h.dtype;
+		e->disk_used = f->h.used;
+		if (f->h.used > e->used)
+			e->used = f->h.used;
+		if (f->h.used > p->ix.clock)
+			p->ix.clock = f->h.used;
+		prefix_index_reconsider(&p->ix, &p->pa, e);
+		lru_note(ts, f);
+		return 1;
 	}
 	/* A quantized page this pool cannot turn back is a miss. */
 	if (f->h.dtype && stored_bytes(p, f->h.dtype) != f->h.stored_bytes) {
