@@ -386,7 +386,7 @@ static int start_write(struct cache *c, struct pool *p, struct pindex_entry *e, 
 		if (drop_one_disk_page(p) < 0)
 			return -ENOSPC;
 	if (ret < 0)
-		return -ENOSPC; /* a scan runs: no classified extent is free yet */
+		return -ENOSPC; /* a scan runs: no classified or fresh extent is free */
 	if (extent >= p->spill->hwm - 1 && c->disk_avail_bytes != UINT64_MAX)
 		/* Grown: counted until the next statvfs. */
 		c->disk_avail_bytes -=
@@ -1327,7 +1327,7 @@ static int scan_start(struct cache *c, struct pool *p)
 		ts->lru = malloc(n * sizeof(*ts->lru));
 		ts->cap_lru = ts->lru ? n : 0;
 	}
-	spill_scan_begin(p->spill);
+	spill_scan_begin(p->spill, ts->sc.virgin);
 	p->scan = ts;
 	if (c->worker) {
 		worker_submit(c->worker, &ts->job);

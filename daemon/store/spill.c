@@ -238,6 +238,7 @@ void spill_close(struct spill *sp)
 	sp->free = NULL;
 	free(sp->scan_map);
 	sp->scan_map = NULL;
+	sp->scan_map_len = 0;
 	sp->scanning = 0;
 	sp->fd_data = sp->fd_meta = -1;
 }
@@ -406,6 +407,22 @@ out:
 	return ret;
 }
 
+/* The scan map covers [0, len): what it did not cover is 0. */
+static int scan_map_cover(struct spill *sp, uint32_t len)
+{
+	uint8_t *m;
+
+	if (len <= sp->scan_map_len)
+		return 0;
+	m = realloc(sp->scan_map, len);
+	if (!m)
+		return -ENOMEM;
+	memset(m + sp->scan_map_len, 0, len - sp->scan_map_len);
+	sp->scan_map = m;
+	sp->scan_map_len = len;
+	return 0;
+}
+
 int spill_alloc(struct spill *sp, uint32_t *ret_extent)
 {
 	if (sp->n_free) {
@@ -413,7 +430,17 @@ int spill_alloc(struct spill *sp, uint32_t *ret_extent)
 		if (sp->scanning)
 			sp->scan_map[*ret_extent] = 1;
 	} else if (sp->scanning) {
-		return -EAGAIN; /* the rest may hold pages not found yet */
+		uint32_t e = sp->scan_virgin_next;
+
+		/* Only past every header written: the rest may hold pages not
+		 * found yet. */
+		if (e >= sp->cap || scan_map_cover(sp, e + 1) < 0)
+			return -EAGAIN;
+		sp->scan_map[e] = 1;
+		sp->scan_virgin_next++;
+		if (e + 1 > sp->hwm)
+			sp->hwm = e + 1; /* handed out: below hwm, as tier_check expects */
+		*ret_extent = e;
 	} else if (sp->hwm < sp->cap) {
 		*ret_extent = sp->hwm++;
 	} else {
@@ -426,7 +453,7 @@ int spill_alloc(struct spill *sp, uint32_t *ret_extent)
 void spill_free(struct spill *sp, uint32_t extent)
 {
 	sp->n_used--;
-	if (sp->scanning && extent < sp->scan_upto)
+	if (sp->scanning && extent < sp->scan_map_len)
 		sp->scan_map[extent] = 0;
 	if (extent >= sp->cap)
 		return; /* beyond a capacity lowered by ENOSPC: never again */
@@ -485,15 +512,31 @@ int spill_scanner_init(const struct spill *sp, struct spill_scanner *s)
 	s->file_bytes = (uint64_t)st.st_size;
 	s->cap = sp->cap;
 	s->eof = s->cap == 0;
-	/* Headers are written from the lowest extent up: the first hole of
-	 * the header region bounds how many there are (cheaply). */
+	/* The end of the header data: extents past it never held a header
+	 * (handed out from the lowest up, never cut). A few data runs are
+	 * followed (a dense file has one); past that, or where the file
+	 * system has no SEEK_DATA, every extent counts as written. */
 	{
-		off_t hole = lseek(sp->fd_meta, SPILL_FILE_HDR, SEEK_HOLE);
-		uint64_t end =
-			hole < 0 || (uint64_t)hole > sp->data_off ? sp->data_off : (uint64_t)hole;
-		uint64_t n = end > SPILL_FILE_HDR ? (end - SPILL_FILE_HDR) / SPILL_PAGE_HDR : 0;
+		uint64_t end = SPILL_FILE_HDR, n;
+		off_t at = SPILL_FILE_HDR;
 
-		s->estimate = n < s->cap ? (uint32_t)n : s->cap;
+		for (int runs = 0;; runs++) {
+			off_t d = lseek(sp->fd_meta, at, SEEK_DATA), h;
+
+			if (d < 0 || (uint64_t)d >= sp->data_off)
+				break;
+			h = runs < 64 ? lseek(sp->fd_meta, d, SEEK_HOLE) : -1;
+			if (h < 0 || (uint64_t)h >= sp->data_off) {
+				end = sp->data_off;
+				break;
+			}
+			end = (uint64_t)h;
+			at = h;
+		}
+		n = (end - SPILL_FILE_HDR + SPILL_PAGE_HDR - 1) / SPILL_PAGE_HDR;
+		s->virgin = s->estimate = n < s->cap ? (uint32_t)n : s->cap;
+		s->cap = s->virgin; /* the loop writes past it meanwhile */
+		s->eof = s->cap == 0;
 	}
 	/* Room for them at once: a map and an array that grow as they go
 	 * copy everything at each doubling (on the worker, but beside the
@@ -609,29 +652,27 @@ int spill_scanner_step(const struct spill *sp, struct spill_scanner *s, struct s
 	return 0;
 }
 
-void spill_scan_begin(struct spill *sp)
+void spill_scan_begin(struct spill *sp, uint32_t virgin)
 {
 	sp->scanning = 1;
 	sp->scan_upto = 0;
-	sp->hwm = 0;
+	sp->scan_virgin = sp->scan_virgin_next = virgin;
+	sp->hwm = virgin; /* tier_check sees what may be in use */
 	sp->n_free = 0;
 	sp->n_used = 0;
 	free(sp->scan_map);
 	sp->scan_map = NULL;
+	sp->scan_map_len = 0;
 }
 
 int spill_scan_advance(struct spill *sp, uint32_t to, const struct spill_found *v, uint32_t n)
 {
 	uint32_t from = sp->scan_upto;
 
-	if (to > from) {
-		uint8_t *m = realloc(sp->scan_map, to);
-
-		if (!m)
-			return -ENOMEM;
-		sp->scan_map = m;
-		memset(m + from, 0, to - from);
-	}
+	if (to > sp->scan_virgin)
+		to = sp->scan_virgin; /* the scanner reads nothing past it */
+	if (to > from && scan_map_cover(sp, to) < 0)
+		return -ENOMEM;
 	for (uint32_t i = 0; i < n; i++)
 		if (v[i].extent >= from && v[i].extent < to && !sp->scan_map[v[i].extent]) {
 			sp->scan_map[v[i].extent] = 1;
@@ -642,7 +683,7 @@ int spill_scan_advance(struct spill *sp, uint32_t to, const struct spill_found *
 		if (!sp->scan_map[e] && push_free(sp, e) < 0)
 			sp->scan_map[e] = 1; /* out of memory: kept out of use */
 	if (to > from)
-		sp->scan_upto = sp->hwm = to;
+		sp->scan_upto = to;
 	return 0;
 }
 
@@ -653,24 +694,27 @@ void spill_scan_end(struct spill *sp, int complete, uint64_t seq, uint32_t n_gon
 	if (seq > sp->seq)
 		sp->seq = seq;
 	sp->n_gone = n_gone;
-	for (uint32_t e = sp->scan_upto; e-- > 0;)
+	for (uint32_t e = sp->scan_map_len; e-- > 0;)
 		if (sp->scan_map[e]) {
 			hwm = e + 1;
 			break;
 		}
-	if (!complete && sp->cap > sp->scan_upto) {
-		/* Past scan_upto pages may wait for the next start: none of
-		 * those extents is handed out in this run. */
-		sp->cap = sp->scan_upto;
-		hwm = sp->scan_upto;
-	}
+	/* Not complete: between scan_upto and scan_virgin pages may wait for
+	 * the next start; none of those extents is handed out in this run
+	 * (below hwm, never on the free stack). */
+	if (!complete && hwm < sp->scan_virgin)
+		hwm = sp->scan_virgin;
 	sp->hwm = hwm;
 	sp->n_free = 0;
-	for (uint32_t e = hwm; e-- > 0;)
-		if (!sp->scan_map[e] && push_free(sp, e) < 0)
+	for (uint32_t e = hwm; e-- > 0;) {
+		if (!complete && e >= sp->scan_upto && e < sp->scan_virgin)
+			continue;
+		if ((e >= sp->scan_map_len || !sp->scan_map[e]) && push_free(sp, e) < 0)
 			break; /* lost until a restart: the scan finds them free */
+	}
 	free(sp->scan_map);
 	sp->scan_map = NULL;
+	sp->scan_map_len = 0;
 	sp->scanning = 0;
 }
 

@@ -88,12 +88,17 @@ struct spill {
 	uint32_t n_free;
 	uint64_t seq;
 	uint32_t n_gone; /* valid headers the last scan found past the end of the file */
-	/* A stepwise scan (spill_scan_begin .. spill_scan_end) runs: only
-	 * extents below scan_upto are classified, and spill_alloc hands out
-	 * none of the others (they may hold a page not found yet). */
+	/* A stepwise scan (spill_scan_begin .. spill_scan_end) runs: the
+	 * extents below scan_upto are classified, those from scan_virgin on
+	 * never held a header (past the last header data of the file), and
+	 * spill_alloc hands out none of the others (they may hold a page not
+	 * found yet). */
 	int scanning;
 	uint32_t scan_upto;
-	uint8_t *scan_map; /* [scan_upto]: 1 in use (found or allocated since) */
+	uint32_t scan_virgin;	   /* the first extent past every header written */
+	uint32_t scan_virgin_next; /* the next of them spill_alloc hands out */
+	uint8_t *scan_map;	   /* [scan_map_len]: 1 in use (found or allocated) */
+	uint32_t scan_map_len;
 };
 
 /* The file name of a pool's spill file (without the directory). */
@@ -143,6 +148,7 @@ struct spill_scanner {
 	uint64_t seq;	     /* the highest sequence number seen */
 	uint32_t n_gone;     /* valid headers whose data lies past the end */
 	uint32_t estimate;   /* at most this many headers: the written part */
+	uint32_t virgin;     /* extents from here on never held a header */
 	struct idmap seen;   /* hash.low64 | 1 → index + 1 in rec */
 	struct spill_seen {
 		uint64_t seq;
@@ -152,7 +158,9 @@ struct spill_scanner {
 	uint32_t n_rec, cap_rec;
 };
 
-/* Starts a scanner on sp (loop thread). Returns 0 or -errno. */
+/* Starts a scanner on sp (loop thread): it reads the extents below the
+ * end of the header data the file holds (s->virgin). Returns 0 or
+ * -errno. */
 int spill_scanner_init(const struct spill *sp, struct spill_scanner *s);
 /* Reads the next step: up to max headers from s->next (holes skipped),
  * writes what verifies to out (at most max) and sets *ret_n, and moves
@@ -163,15 +171,18 @@ int spill_scanner_step(const struct spill *sp, struct spill_scanner *s, struct s
 		       uint32_t max, uint32_t *ret_n);
 void spill_scanner_fini(struct spill_scanner *s);
 
-/* The file's extents become unclassified: none is in use, none free. */
-void spill_scan_begin(struct spill *sp);
+/* The file's extents become unclassified (none in use, none free) but
+ * for those from virgin on (spill_scanner.virgin), which held no header
+ * ever: spill_alloc hands those out meanwhile, so pages spill while the
+ * scan runs. */
+void spill_scan_begin(struct spill *sp, uint32_t virgin);
 /* Classifies the extents below to (from scan_upto on): those of v[0..n)
  * are in use, the others free. Returns 0 or -ENOMEM (nothing changed). */
 int spill_scan_advance(struct spill *sp, uint32_t to, const struct spill_found *v, uint32_t n);
 /* Ends the scan: the free stack is rebuilt from what is in use; when
- * complete is 0 (an error, a stop) the extents never classified are cut
- * off (the capacity ends at scan_upto) so none is handed out for this
- * run. seq and n_gone come from the scanner. */
+ * complete is 0 (an error, a stop) the extents never classified stay out
+ * of use for this run (the next start reads them). seq and n_gone come
+ * from the scanner. */
 void spill_scan_end(struct spill *sp, int complete, uint64_t seq, uint32_t n_gone);
 
 /* Takes a free extent. Returns 0, -ENOSPC when the file is full, or

@@ -175,7 +175,7 @@ static void check_steps(struct spill *sp, struct seen *s, uint32_t step)
 	s->max_seq = 0;
 	if (spill_scanner_init(sp, &sc) < 0)
 		die("spill_scanner_init failed");
-	spill_scan_begin(sp);
+	spill_scan_begin(sp, sc.virgin);
 	while (!sc.eof) {
 		uint32_t from = sc.next;
 
@@ -214,13 +214,14 @@ static void check_steps(struct spill *sp, struct seen *s, uint32_t step)
 			s->accepted[x] = 1;
 			s->n_accepted++;
 		}
-		/* Mid-scan: only classified, free extents come out. */
+		/* Mid-scan: only classified free extents, or ones past every
+		 * header written, come out. */
 		if (spill_alloc(sp, &e) == 0) {
-			if (e >= sp->scan_upto || s->accepted[e])
+			if ((e >= sp->scan_upto && e < sc.virgin) || e >= s->cap || s->accepted[e])
 				die("spill_alloc in mid-scan handed out extent %u (classified "
 				    "below "
-				    "%u, in use: %d)",
-				    e, sp->scan_upto, s->accepted[e]);
+				    "%u, fresh from %u, in use: %d)",
+				    e, sp->scan_upto, sc.virgin, s->accepted[e]);
 			spill_free(sp, e);
 		}
 	}
