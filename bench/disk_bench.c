@@ -39,6 +39,16 @@
  *                client pings the daemon in a loop: the open's time, the
  *                growth of the daemon's resident memory (--daemon-pid, from
  *                /proc/PID/smaps_rollup) and the worst ping during it.
+ *  --mode restart-fill  writes --pages pages of 4 KiB (the smallest a
+ *                pool takes) in sessions of 256 pages into a pool of its
+ *                own (model id per --seed); the daemon spills what its host
+ *                pool cannot hold, and its clean stop writes the rest.
+ *  --mode restart  against the daemon restarted after restart-fill (same
+ *                --pages, --seed), while a forked client pings: the pool
+ *                open's time, the time to the first hit (the oldest
+ *                session matches whole; its bytes are checked), the time
+ *                until every page is listed (the pool's restored pages
+ *                reach --pages), the cost per page, the worst ping.
  *
  * Write and read regenerate the same token ids from --seed, so the read
  * pass matches exactly what the write pass committed. The layout makes
@@ -84,6 +94,7 @@ static struct {
 	unsigned prefix_tokens;
 	unsigned ckpt_mib;
 	unsigned daemon_pid;
+	unsigned pages;
 	uint64_t seed;
 	double seconds;
 } opt = {
@@ -93,6 +104,7 @@ static struct {
 	.prefix_tokens = 4096,
 	.ckpt_mib = 64,
 	.seed = 1,
+	.pages = 25600,
 	.seconds = 1,
 };
 
@@ -574,11 +586,192 @@ static void mode_open(void)
 	kvp_disconnect(c);
 }
 
+/* ---- restart: the warm-restart scan of many small spilled pages ------------- */
+
+/* Pages of 4 KiB, the smallest a pool takes (one layer, one head of 64,
+ * 16 tokens, f16), so many pages cost little disk; sessions of 256 pages. */
+#define RS_PAGES_PER_SESSION 256u
+static struct kvp_layout rs_layout = {
+	.n_layers = 1,
+	.n_kv_heads = 1,
+	.head_dim = 64,
+	.block_tokens = BLOCK,
+	.dtype = KVP_DTYPE_F16,
+};
+
+static void rs_open(kvp_client **c, kvp_pool **p)
+{
+	char model[64];
+	int r = kvp_connect(opt.sock, c);
+
+	if (r < 0)
+		die("kvp_connect %s: %s", opt.sock, strerror(-r));
+	snprintf(model, sizeof(model), "kvp-bench-restart-%" PRIu64, opt.seed);
+	check(*c, kvp_pool_open(*c, model, &rs_layout, p), "kvp_pool_open");
+}
+
+/* Session i's tokens; its page k starts with (i, k) so a read can tell. */
+static void rs_tokens(uint32_t *t, uint64_t i)
+{
+	fill_tokens(t, (size_t)RS_PAGES_PER_SESSION * BLOCK, session_seed(i) * 7919u);
+}
+
+/* Writes --pages pages (whole sessions) into the pool of --seed; the
+ * daemon spills what its host pool cannot hold and writes the rest at
+ * its clean stop (bench/run stops it). */
+static void mode_restart_fill(void)
+{
+	size_t n_tok = (size_t)RS_PAGES_PER_SESSION * BLOCK;
+	uint32_t *tokens = malloc(n_tok * sizeof(uint32_t));
+	uint64_t n = opt.pages / RS_PAGES_PER_SESSION, t0 = now_ns();
+	kvp_client *c;
+	kvp_pool *p;
+
+	if (!tokens)
+		die("out of memory");
+	rs_open(&c, &p);
+	if (!pool_stats(c, p).has_disk)
+		die("the pool has no disk tier (kvpalaced --disk-pool-size, --cache-dir)");
+	for (uint64_t i = 0; i < n; i++) {
+		kvp_session *s;
+
+		rs_tokens(tokens, i);
+		check(c, kvp_session_create(p, &s), "kvp_session_create");
+		check(c, kvp_append(s, tokens, n_tok), "kvp_append");
+		for (size_t k = 0; k < RS_PAGES_PER_SESSION; k++) {
+			uint32_t *page = kvp_session_kv(s, k * BLOCK, 0, 0, 0);
+
+			if (!page)
+				die("kvp_session_kv gave NULL");
+			memset(page, 0x5a, kvp_pool_page_bytes(p));
+			page[0] = (uint32_t)i;
+			page[1] = (uint32_t)k;
+		}
+		check(c, kvp_commit(s, n_tok), "kvp_commit");
+		check(c, kvp_session_close(s), "kvp_session_close");
+	}
+	fprintf(stderr, "restart fill: %" PRIu64 " pages in %.2f s\n", n * RS_PAGES_PER_SESSION,
+		(double)(now_ns() - t0) / 1e9);
+	kvp_pool_close(p);
+	kvp_disconnect(c);
+	free(tokens);
+}
+
+/* 1 when session i matches whole and its pages hold what the fill wrote. */
+static int rs_hit(kvp_client *c, kvp_pool *p, const uint32_t *tokens, uint64_t i)
+{
+	size_t n_tok = (size_t)RS_PAGES_PER_SESSION * BLOCK;
+	kvp_lease *l;
+	int hit;
+
+	check(c, kvp_match_prefix(p, tokens, n_tok, &l), "kvp_match_prefix");
+	hit = kvp_lease_tokens(l) == n_tok;
+	for (size_t k = 0; hit && k < RS_PAGES_PER_SESSION; k++) {
+		const uint32_t *page = kvp_lease_kv(l, k * BLOCK, 0, 0, 0);
+
+		if (!page || page[0] != (uint32_t)i || page[1] != (uint32_t)k)
+			die("session %" PRIu64 " page %zu: wrong bytes after the restart", i, k);
+	}
+	check(c, kvp_lease_release(l), "kvp_lease_release");
+	return hit;
+}
+
+/* Against the daemon restarted after --mode restart-fill with the same
+ * --pages and --seed, while a forked client pings: the pool open's time,
+ * the time until the first session matches (pages are matchable as the
+ * scan finds them), until every page is listed (the pool's restored
+ * pages reach --pages), the worst ping meanwhile, and the cost per page
+ * of the whole scan. Samples disk.restart_*_PAGES. */
+static void mode_restart(void)
+{
+	size_t n_tok = (size_t)RS_PAGES_PER_SESSION * BLOCK;
+	uint32_t *first = malloc(n_tok * sizeof(uint32_t)),
+		 *last = malloc(n_tok * sizeof(uint32_t));
+	uint64_t n = opt.pages / RS_PAGES_PER_SESSION, want = n * RS_PAGES_PER_SESSION;
+	uint64_t res[2], t0, t_open, t_hit = 0, t_all = 0, restored = 0;
+	int stop[2], out[2];
+	char name[64], b;
+	kvp_client *c;
+	kvp_pool *p;
+	pid_t pid;
+
+	if (!first || !last || n == 0)
+		die("out of memory, or --pages below one session");
+	rs_tokens(first, 0);
+	rs_tokens(last, n - 1);
+	if (pipe(stop) < 0 || pipe(out) < 0 || fcntl(stop[0], F_SETFL, O_NONBLOCK) < 0)
+		die("pipe: %s", strerror(errno));
+	pid = fork();
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	if (pid == 0) {
+		close(stop[1]);
+		close(out[0]);
+		pinger(stop[0], out[1]);
+	}
+	close(stop[0]);
+	close(out[1]);
+	if (read(out[0], &b, 1) != 1)
+		die("the pinging client did not connect");
+	usleep(50000); /* the pinger's median before the open */
+	t0 = now_ns();
+	rs_open(&c, &p);
+	t_open = now_ns() - t0;
+	/* The oldest session first: a scan in extent order finds it first. */
+	while (!t_hit || !t_all) {
+		if (!t_hit && rs_hit(c, p, first, 0))
+			t_hit = now_ns() - t0;
+		if (!t_all) {
+			restored = pool_stats(c, p).restored_pages;
+			if (restored >= want)
+				t_all = now_ns() - t0;
+		}
+		/* A client that retries, not one that floods the loop the
+		 * scan shares: 1 ms between looks (the resolution of both). */
+		usleep(1000);
+		if (now_ns() - t0 > 60ull * 1000000000u)
+			die("after 60 s: %s, %" PRIu64 " of %" PRIu64 " pages listed",
+			    t_hit ? "first session found" : "first session not found", restored,
+			    want);
+	}
+	close(stop[1]);
+	if (read(out[0], res, sizeof(res)) != (ssize_t)sizeof(res))
+		die("the pinging client failed");
+	waitpid(pid, NULL, 0);
+	if (!rs_hit(c, p, last, n - 1))
+		die("the newest session is not found after the scan");
+	snprintf(name, sizeof(name), "%" PRIu64, want);
+#define RS_SAMPLE(what, v)                                                                         \
+	do {                                                                                       \
+		char k_[96];                                                                       \
+		snprintf(k_, sizeof(k_), "disk.restart_%s_%s", what, name);                        \
+		sample(k_, v);                                                                     \
+	} while (0)
+	RS_SAMPLE("open_ms", (double)t_open / 1e6);
+	RS_SAMPLE("first_hit_ms", (double)t_hit / 1e6);
+	RS_SAMPLE("all_ms", (double)t_all / 1e6);
+	RS_SAMPLE("page_ns", (double)t_all / (double)want);
+	RS_SAMPLE("ping_worst_us", (double)res[0] / 1e3);
+	RS_SAMPLE("ping_median_us", (double)res[1] / 1e3);
+#undef RS_SAMPLE
+	fprintf(stderr,
+		"disk restart, %" PRIu64 " pages: open %.3f ms, first hit %.3f ms, all listed "
+		"%.3f ms (%.0f ns per page), ping worst %.0f us (median %.0f us)\n",
+		want, (double)t_open / 1e6, (double)t_hit / 1e6, (double)t_all / 1e6,
+		(double)t_all / (double)want, (double)res[0] / 1e3, (double)res[1] / 1e3);
+	kvp_pool_close(p);
+	kvp_disconnect(c);
+	free(first);
+	free(last);
+}
+
 /* ---- main -------------------------------------------------------------------- */
 
 static void usage(FILE *f)
 {
-	fputs("usage: kvp-bench-disk --socket PATH --mode write|read|ckpt|open [--seed N]\n"
+	fputs("usage: kvp-bench-disk --socket PATH --mode "
+	      "write|read|ckpt|open|restart-fill|restart\n"
+	      "         [--seed N] [--pages N]\n"
 	      "         [--page-kib K] [--working-mib M] [--session-pages N]\n"
 	      "         [--prefix-tokens N] [--seconds S] [--ckpt-mib M --state-dir DIR]\n"
 	      "         [--daemon-pid PID]\n"
@@ -615,6 +808,7 @@ int main(int argc, char **argv)
 		{"state-dir", required_argument, NULL, 'd'},
 		{"seconds", required_argument, NULL, 't'},
 		{"daemon-pid", required_argument, NULL, 'p'},
+		{"pages", required_argument, NULL, 'P'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -652,6 +846,9 @@ int main(int argc, char **argv)
 		case 'p':
 			opt.daemon_pid = parse_uint(optarg, "daemon-pid", 1, 1u << 30);
 			break;
+		case 'P':
+			opt.pages = parse_uint(optarg, "pages", RS_PAGES_PER_SESSION, 1u << 24);
+			break;
 		case 't':
 			opt.seconds = strtod(optarg, NULL);
 			break;
@@ -677,6 +874,10 @@ int main(int argc, char **argv)
 		mode_ckpt();
 	else if (!strcmp(opt.mode, "open"))
 		mode_open();
+	else if (!strcmp(opt.mode, "restart-fill"))
+		mode_restart_fill();
+	else if (!strcmp(opt.mode, "restart"))
+		mode_restart();
 	else {
 		usage(stderr);
 		return 2;

@@ -683,7 +683,10 @@ struct kvp_pool_stats {
 	uint64_t verify_failures;    /* read back with a wrong checksum: served as misses */
 	uint64_t io_errors;	     /* disk reads or writes that failed */
 	uint64_t disk_dropped;	     /* disk-only pages dropped for room */
-	uint64_t restored_pages;     /* found in the spill file when the daemon started */
+	uint64_t restored_pages;     /* found in the spill file when the daemon started;
+				      * grows while the pool's first open after a
+				      * start scans the file (pages are matchable as
+				      * they are found, misses before) */
 	uint32_t permanent_pages;    /* indexed pages of permanent spans: leave host last */
 	uint64_t quantized_pages;    /* spilled in the daemon's spill-dtype (lossy) */
 	/* The GPU tier; all 0 when the pool has no device arena (has_gpu 0). */
@@ -1048,7 +1051,8 @@ struct kvp_drop_pool_result {
  * then its sessions are closed and the leases on it released first, and
  * their owners' later calls on them fail with -ENOENT. Processes that
  * mapped the arena keep a valid mapping of memory nobody else uses.
- * Errors: -ENOENT, -EBUSY (also: disk I/O or a checkpoint in flight),
+ * Errors: -ENOENT, -EBUSY (also: disk I/O, a checkpoint or the scan of the
+ * spill file after a restart in flight),
  * -EIO and others from removing the spill file (nothing dropped; or, for
  * -EIO, dropped but the removal may not survive a crash), -EPERM. */
 KVP_PUBLIC int kvp_admin_drop_pool(kvp_client *c, uint64_t pool_id, unsigned int flags,
@@ -1154,7 +1158,9 @@ struct kvp_purge_result {
  * unknown flag, a salt over 64 bytes or a bad model id; -ENOENT no such
  * pool; -EBUSY a pool's disk I/O would not finish (nothing purged: try
  * again); -EIO purged, but the disk copies could not be invalidated (a
- * restart may find them); -EPERM not the admin socket. */
+ * restart may find them); -EPERM not the admin socket. While the spill
+ * file of a pool is still being scanned after a restart the purge waits
+ * for the scan's end (a page not listed yet could not be forgotten). */
 KVP_PUBLIC int kvp_admin_purge(kvp_client *c, const struct kvp_purge_spec *spec,
 			       struct kvp_purge_result *ret);
 

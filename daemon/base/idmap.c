@@ -36,13 +36,10 @@ void idmap_prefetch(const struct idmap *m, uint64_t id)
 		__builtin_prefetch(&m->slots[slot_of(id, m->cap)]);
 }
 
-static int grow(struct idmap *m)
+/* Moves every id into s, a zeroed table of cap slots (a power of two,
+ * above n), which m owns from then on. */
+static void move_into(struct idmap *m, struct idmap_entry *s, size_t cap)
 {
-	size_t cap = m->cap ? m->cap * 2 : 64;
-	struct idmap_entry *s = calloc(cap, sizeof(*s));
-
-	if (!s)
-		return -ENOMEM;
 	for (size_t i = 0; i < m->cap; i++) {
 		size_t j;
 
@@ -55,7 +52,60 @@ static int grow(struct idmap *m)
 	free(m->slots);
 	m->slots = s;
 	m->cap = cap;
+}
+
+static int rehash(struct idmap *m, size_t cap)
+{
+	struct idmap_entry *s = calloc(cap, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	move_into(m, s, cap);
 	return 0;
+}
+
+static size_t cap_for(size_t n, size_t cap)
+{
+	cap = cap ? cap : 64;
+	while ((n + 1) * 4 > cap * 3)
+		cap *= 2;
+	return cap;
+}
+
+struct idmap_entry *idmap_table_new(size_t n, size_t *ret_cap)
+{
+	size_t cap = cap_for(n, 0);
+	struct idmap_entry *s = calloc(cap, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	/* calloc's fresh pages are zero but not there yet: fault them in. */
+	for (size_t i = 0; i < cap; i += 4096 / sizeof(*s))
+		((volatile struct idmap_entry *)s)[i].id = 0;
+	*ret_cap = cap;
+	return s;
+}
+
+int idmap_adopt(struct idmap *m, struct idmap_entry *slots, size_t cap)
+{
+	if (cap <= m->cap || (m->n + 1) * 4 > cap * 3)
+		return -ENOSPC;
+	move_into(m, slots, cap);
+	return 0;
+}
+
+static int grow(struct idmap *m)
+{
+	return rehash(m, m->cap ? m->cap * 2 : 64);
+}
+
+int idmap_reserve(struct idmap *m, size_t n)
+{
+	size_t cap = cap_for(n, m->cap);
+
+	/* One table of the final size: a doubling each would copy the ids
+	 * at every step. */
+	return cap == m->cap ? 0 : rehash(m, cap);
 }
 
 int idmap_put(struct idmap *m, uint64_t id, void *ptr)

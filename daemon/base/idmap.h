@@ -30,6 +30,20 @@ void *idmap_get(const struct idmap *m, uint64_t id);
 void idmap_prefetch(const struct idmap *m, uint64_t id);
 /* Stores ptr under id (must be absent, non-zero). Returns 0 or -ENOMEM. */
 int idmap_put(struct idmap *m, uint64_t id, void *ptr);
+/* Makes room for n ids in all without growing again (a caller about to
+ * add many at once: growing rehashes every id, one long pause).
+ * Returns 0 or -ENOMEM (the map is as it was). */
+int idmap_reserve(struct idmap *m, size_t n);
+/* A zeroed table with room for n ids (its size in *ret_cap), every page
+ * of it touched, for idmap_adopt: made on a worker thread, it spares the
+ * map's own thread the page faults of a large table (thousands of them,
+ * milliseconds, when many ids come at once). Touches no map: any thread.
+ * Returns NULL when out of memory. */
+struct idmap_entry *idmap_table_new(size_t n, size_t *ret_cap);
+/* Moves every id of m into slots (from idmap_table_new), which m then
+ * owns. Returns 0, or -ENOSPC when slots is not larger than m's table or
+ * too small for its ids (nothing changed: the caller frees slots). */
+int idmap_adopt(struct idmap *m, struct idmap_entry *slots, size_t cap);
 /* Removes id; returns the pointer it held or NULL. */
 void *idmap_del(struct idmap *m, uint64_t id);
 

@@ -8,11 +8,14 @@
  * file. Calls nothing of the core above it; completions come back from
  * daemon/io/aio.h through the aio_req.done pointers stored here, and
  * parked requests are woken through tier_waiter.wake. Event-loop thread
- * only (tier_page_unquantize excepted).
+ * only, but for tier_page_unquantize and the run() of the warm restart's
+ * scan jobs (daemon/io/worker.h), which touch only their job and the
+ * spill file's descriptor.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "aio.h"
 #include "guard.h"
@@ -22,6 +25,7 @@
 #include "pool.h"
 #include "spill.h"
 #include "tier.h"
+#include "worker.h"
 
 /* After this many I/O errors in a row a pool stops spilling (reads of what
  * is on disk still go on, and fail into misses). */
@@ -104,7 +108,7 @@ int tier_check(const struct pool *p, uint32_t *refs)
 
 int tier_pool_busy(const struct pool *p)
 {
-	return p->io_inflight != 0;
+	return p->io_inflight != 0 || p->scan;
 }
 
 static void io_done(struct tier_io *io)
@@ -381,6 +385,8 @@ static int start_write(struct cache *c, struct pool *p, struct pindex_entry *e, 
 	while ((ret = spill_alloc(p->spill, &extent)) == -ENOSPC)
 		if (drop_one_disk_page(p) < 0)
 			return -ENOSPC;
+	if (ret < 0)
+		return -ENOSPC; /* a scan runs: no classified or fresh extent is free */
 	if (extent >= p->spill->hwm - 1 && c->disk_avail_bytes != UINT64_MAX)
 		/* Grown: counted until the next statvfs. */
 		c->disk_avail_bytes -=
@@ -517,6 +523,9 @@ uint32_t tier_flush(struct cache *c, struct pool *p)
 
 	if (!p->spill)
 		return 0;
+	/* A scan still running ends at its next step: what it has not read
+	 * stays for the next start. */
+	tier_pool_stop_scan(p);
 	/* Every page only the index holds, each after its ancestors; they
 	 * stay in the host tier (the daemon is stopping). */
 	for (uint32_t slot = 0; slot < p->pa.n_pages; slot++) {
@@ -837,155 +846,510 @@ int tier_promote(struct cache *c, struct pool *p, struct pindex_entry *e, struct
 
 /* ---- warm restart --------------------------------------------------------- */
 
-struct found {
-	struct spill_page_hdr h;
-	uint32_t extent;
-	int state; /* 0 not yet, 1 listed, -1 useless (parent missing...), -2 kept unlisted */
+/* The scan of a restart runs in steps (issue 17 item 6: 400k pages took
+ * 0.4-1.5 s on the loop, and nobody was served meanwhile). Each step is a
+ * worker job that reads and verifies SCAN_STEP headers and resolves
+ * duplicates (spill_scanner_step); its done() lists what it found, on the
+ * loop (1-2 ms for 1024 pages on the project's machine), after submitting
+ * the next step, which the worker reads meanwhile. A page is matchable as soon as its step is listed and its
+ * parent is: a child found before its parent waits in a map under its
+ * parent's hash until the parent comes (the scan reads in extent order,
+ * which is not write order once extents are reused), and a child whose
+ * parent never comes is freed at the end. The spill file hands out only
+ * extents the steps have classified (spill_scan_advance); the free stack
+ * is rebuilt and the disk LRU put in last-use order at the end, the sort
+ * on a worker and the reordering in steps on the loop. While the scan
+ * runs the pool counts as busy (tier_pool_busy: no drop) and scanning
+ * (tier_pool_scanning: a purge waits, since a page not found yet could
+ * not be forgotten). A stop ends it at the next step (tier_flush) and
+ * keeps what was not read for the next start. */
+#define SCAN_STEP 1024u
+
+struct scan_wait {
+	struct spill_found f;
+	uint32_t next; /* index + 1 of the next child of the same parent, 0: none */
+	int waiting;   /* still in the map */
 };
 
-struct scan {
-	struct found *v;
-	size_t n, cap;
+struct scan_lru {
+	uint64_t used, seq;
+	XXH128_hash_t hash;
 };
 
-static int collect(void *arg, uint32_t extent, const struct spill_page_hdr *h)
+struct tier_scan {
+	struct worker_job job;
+	struct cache *c;
+	struct pool *p;
+	struct spill_scanner sc; /* the worker's during run() */
+	/* [2][SCAN_STEP]: the step in flight fills v[cur] while the loop
+	 * lists the other (read ahead: the worker reads and verifies the next
+	 * step while the loop lists this one). */
+	struct spill_found *v[2];
+	int cur;
+	uint32_t n;
+	int err;	      /* of the step */
+	int stop;	      /* the daemon stops: end at the next done() */
+	int phase;	      /* 0 reading, 1 sorting, 2 ordering, 3 freeing */
+	struct idmap waiting; /* parent.low64 | 1 → index + 1 in wait */
+	struct scan_wait *wait;
+	uint32_t n_wait, cap_wait, n_waiting;
+	struct scan_lru *lru; /* listed pages, for the order at the end */
+	size_t n_lru, cap_lru, lru_at;
+	uint32_t kept;	   /* short of memory: unlisted, extent kept */
+	size_t table_want; /* entries the first step makes the index's table for */
+	struct idmap_entry *table;
+	size_t table_cap;
+	uint32_t delay_ms; /* KVPALACED_DEBUG_SCAN_STEP_MS: a pause per step */
+	uint32_t step;
+};
+
+int tier_pool_scanning(const struct pool *p)
 {
-	struct scan *s = arg;
+	return p->scan != NULL;
+}
 
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? 2 * s->cap : 256;
-		struct found *v = realloc(s->v, cap * sizeof(*v));
+static void lru_note(struct tier_scan *ts, const struct spill_found *f)
+{
+	if (ts->n_lru == ts->cap_lru) {
+		size_t cap = ts->cap_lru ? 2 * ts->cap_lru : 1024;
+		struct scan_lru *v = realloc(ts->lru, cap * sizeof(*v));
+
+		if (!v)
+			return; /* its place in the order is where it was listed */
+		ts->lru = v;
+		ts->cap_lru = cap;
+	}
+	ts->lru[ts->n_lru++] =
+		(struct scan_lru){.used = f->h.used, .seq = f->h.seq, .hash = f->h.hash};
+}
+
+static int wait_for_parent(struct tier_scan *ts, const struct spill_found *f)
+{
+	uint64_t key = f->h.parent.low64 | 1;
+	uintptr_t first = (uintptr_t)idmap_get(&ts->waiting, key);
+
+	if (ts->n_wait == ts->cap_wait) {
+		uint32_t cap = ts->cap_wait ? 2 * ts->cap_wait : 256;
+		struct scan_wait *v = realloc(ts->wait, cap * sizeof(*v));
 
 		if (!v)
 			return -ENOMEM;
-		s->v = v;
-		s->cap = cap;
+		ts->wait = v;
+		ts->cap_wait = cap;
 	}
-	s->v[s->n++] = (struct found){.h = *h, .extent = extent};
+	if (first)
+		idmap_del(&ts->waiting, key);
+	if (idmap_put(&ts->waiting, key, (void *)(uintptr_t)(ts->n_wait + 1)) < 0) {
+		if (first)
+			idmap_put(&ts->waiting, key, (void *)first); /* room was there */
+		return -ENOMEM;
+	}
+	ts->wait[ts->n_wait++] = (struct scan_wait){.f = *f, .next = (uint32_t)first, .waiting = 1};
+	ts->n_waiting++;
 	return 0;
 }
 
-/* Least recently used first: by last-use stamp, pages without one (a
- * format 2 file) before the stamped ones, in write order. */
-static int by_last_use(const void *a, const void *b)
+/* Lists one page found; 1 when the index has its hash afterwards (its
+ * waiting children may follow), else 0. final: the scan is over, a
+ * missing parent never comes. */
+static int list_one(struct tier_scan *ts, const struct spill_found *f, int final)
 {
-	const struct found *x = a, *y = b;
+	struct pool *p = ts->p;
+	struct pindex_entry *e = prefix_index_find(&p->ix, f->h.hash), *parent = NULL;
+	int ret;
 
-	if (x->h.used != y->h.used)
-		return x->h.used < y->h.used ? -1 : 1;
-	return x->h.seq < y->h.seq ? -1 : x->h.seq > y->h.seq;
-}
-
-/* Lists the scanned pages, least recently used first (the order disk_lru
- * takes), parents before children; a page whose parent is not there can
- * never be matched, so its extent is freed. A page that memory ran short
- * for (and its descendants) stays unlisted but keeps its extent for this
- * run: handing the extent out would overwrite a page the next start can
- * still find. */
-static void list_found(struct pool *p, struct scan *s)
-{
-	struct idmap by_hash = {0}; /* hash.low64 | 1 → index + 1 */
-	size_t *path = malloc(sizeof(size_t) * (s->n ? s->n : 1));
-	uint32_t kept = 0;
-	int short_of_memory = !path;
-
-	if (s->n) /* qsort wants a non-null base even for none */
-		qsort(s->v, s->n, sizeof(*s->v), by_last_use);
-	/* Stamps handed out from now on come after every one found. */
-	for (size_t i = 0; i < s->n; i++)
-		if (s->v[i].h.used > p->ix.clock)
-			p->ix.clock = s->v[i].h.used;
-
-	for (size_t i = 0; i < s->n; i++)
-		if (idmap_put(&by_hash, s->v[i].h.hash.low64 | 1, (void *)(uintptr_t)(i + 1)) < 0) {
-			s->v[i].state = -2;
-			short_of_memory = 1;
+	if (e) {
+		if (f->replaces != UINT32_MAX && e->extent == f->replaces &&
+		    e->io == PINDEX_IO_NONE && e->disk_dtype == f->h.dtype) {
+			/* The newer copy of a page listed already takes the old
+			 * one's place when nothing uses it. */
+			spill_free(p->spill, e->extent);
+		} else if (e->extent == PINDEX_NONE && e->io == PINDEX_IO_NONE && f->h.dtype == 0) {
+			/* In the index already without a disk copy (a warm-up
+			 * checkpoint or a commit came first): this is its copy,
+			 * so a stop does not write the page again. */
+			p->ix.n_disk++;
+			p->tier.restored++;
+		} else {
+			spill_free(p->spill, f->extent); /* one of the two goes */
+			return 1;
 		}
-	for (size_t i = 0; path && i < s->n; i++) {
-		size_t depth = 0, j = i;
-		int state;
-
-		if (s->v[i].state)
-			continue;
-		/* Climb to a listed page, a first page or a missing parent. */
-		while (s->v[j].state == 0) {
-			uintptr_t k;
-
-			if (depth == s->n) { /* a cycle: hashes cannot form one */
-				j = SIZE_MAX;
-				break;
+		e->extent = f->extent;
+		e->disk_sum = f->h.sum;
+		e->disk_dtype = (uint8_t)f->h.dtype;
+		e->disk_used = f->h.used;
+		if (f->h.used > e->used)
+			e->used = f->h.used;
+		if (f->h.used > p->ix.clock)
+			p->ix.clock = f->h.used;
+		prefix_index_reconsider(&p->ix, &p->pa, e);
+		lru_note(ts, f);
+		return 1;
+	}
+	/* A quantized page this pool cannot turn back is a miss. */
+	if (f->h.dtype && stored_bytes(p, f->h.dtype) != f->h.stored_bytes) {
+		spill_free(p->spill, f->extent);
+		return 0;
+	}
+	if (!(f->h.flags & SPILL_PAGE_FIRST)) {
+		parent = prefix_index_find(&p->ix, f->h.parent);
+		if (!parent) {
+			if (final) {
+				spill_free(p->spill, f->extent); /* can never be matched */
+			} else if (wait_for_parent(ts, f) < 0) {
+				ts->kept++; /* in use until the next start */
 			}
-			path[depth++] = j;
-			if (s->v[j].h.flags & SPILL_PAGE_FIRST)
-				break;
-			k = (uintptr_t)idmap_get(&by_hash, s->v[j].h.parent.low64 | 1);
-			if (!k) {
-				j = SIZE_MAX;
-				break;
-			}
-			j = k - 1;
-		}
-		/* A parent missing from a map that ran short may be there. */
-		if (j == SIZE_MAX)
-			state = short_of_memory ? -2 : -1;
-		else if (j != path[depth - 1] && s->v[j].state < 0)
-			state = s->v[j].state;
-		else
-			state = 1;
-		while (depth--) {
-			struct found *f = &s->v[path[depth]];
-			struct pindex_entry *parent = NULL;
-
-			if (state > 0 && !(f->h.flags & SPILL_PAGE_FIRST)) {
-				parent = prefix_index_find(&p->ix, f->h.parent);
-				if (!parent)
-					state = -1;
-			}
-			/* A quantized page this pool cannot turn back is a miss. */
-			if (state > 0 && f->h.dtype &&
-			    stored_bytes(p, f->h.dtype) != f->h.stored_bytes)
-				state = -1;
-			if (state > 0) {
-				int ret = prefix_index_insert_disk(&p->ix, f->h.hash, parent,
-								   f->extent, f->h.sum,
-								   (uint8_t)f->h.dtype);
-
-				if (ret < 0)
-					state = ret == -ENOMEM ? -2 : -1;
-			}
-			/* A first page's header names its chain root. */
-			if (state > 0 && (f->h.flags & SPILL_PAGE_FIRST))
-				prefix_index_find(&p->ix, f->h.hash)->root = f->h.parent;
-			f->state = state;
-			if (state == -1) {
-				spill_free(p->spill, f->extent);
-			} else if (state == -2) {
-				kept++; /* in use until the next start */
-			} else {
-				/* Its own stamp, not the tick of listing it. */
-				struct pindex_entry *e = prefix_index_find(&p->ix, f->h.hash);
-
-				e->used = e->disk_used = f->h.used;
-				p->tier.restored++;
-			}
+			return 0;
 		}
 	}
-	if (!path) /* out of memory: nothing listed, everything kept */
-		kept = (uint32_t)s->n;
-	if (kept)
-		log_ctx_warn(
-			LOG_POOL_UID(p->id, p->uid),
-			"pool %llu: out of memory listing %u pages of %s; kept on disk for the "
-			"next start",
-			(unsigned long long)p->id, kept, p->spill->path);
-	free(path);
-	idmap_fini(&by_hash);
+	ret = prefix_index_insert_disk(&p->ix, f->h.hash, parent, f->extent, f->h.sum,
+				       (uint8_t)f->h.dtype);
+	if (ret == -ENOMEM) {
+		/* Kept unlisted: handing the extent out would overwrite a page
+		 * the next start can still find. */
+		ts->kept++;
+		return 0;
+	}
+	if (ret < 0) {
+		spill_free(p->spill, f->extent);
+		return 0;
+	}
+	e = prefix_index_find(&p->ix, f->h.hash);
+	/* A first page's header names its chain root. */
+	if (f->h.flags & SPILL_PAGE_FIRST)
+		e->root = f->h.parent;
+	/* Its own stamp, not the tick of listing it; stamps handed out from
+	 * now on come after it. */
+	e->used = e->disk_used = f->h.used;
+	if (f->h.used > p->ix.clock)
+		p->ix.clock = f->h.used;
+	p->tier.restored++;
+	lru_note(ts, f);
+	return 1;
+}
+
+/* Lists f, then every child that waited for it, and theirs. */
+static void list_with_children(struct tier_scan *ts, const struct spill_found *f, int final)
+{
+	/* By value and by index: waiting again (a 64-bit key shared by two
+	 * parents) may move ts->wait. */
+	struct spill_found at = *f;
+	uint32_t *stack = NULL, n = 0, cap = 0;
+
+	if (!list_one(ts, &at, final) || !ts->n_waiting)
+		return;
+	for (;;) {
+		uintptr_t k = (uintptr_t)idmap_del(&ts->waiting, at.h.hash.low64 | 1);
+
+		while (k) {
+			uint32_t i = (uint32_t)(k - 1);
+			struct spill_found child = ts->wait[i].f;
+
+			k = ts->wait[i].next;
+			ts->wait[i].waiting = 0;
+			ts->n_waiting--;
+			if (!XXH128_isEqual(child.h.parent, at.h.hash)) {
+				/* Another parent with the same 64-bit key: waits on. */
+				if (wait_for_parent(ts, &child) < 0)
+					ts->kept++;
+				continue;
+			}
+			if (!list_one(ts, &child, final))
+				continue;
+			if (n == cap) {
+				uint32_t c = cap ? 2 * cap : 64;
+				uint32_t *st = realloc(stack, c * sizeof(*st));
+
+				if (!st)
+					continue; /* its children wait on: listed at the end */
+				stack = st;
+				cap = c;
+			}
+			stack[n++] = i;
+		}
+		if (!n)
+			break;
+		at = ts->wait[stack[--n]].f;
+	}
+	free(stack);
+}
+
+/* Newest first: by last-use stamp, pages without one (a format 2 file)
+ * after the stamped ones, then by write order. */
+static int by_last_use_desc(const void *a, const void *b)
+{
+	const struct scan_lru *x = a, *y = b;
+
+	if (x->used != y->used)
+		return x->used > y->used ? -1 : 1;
+	return x->seq > y->seq ? -1 : x->seq < y->seq;
+}
+
+static void scan_run(struct worker_job *j)
+{
+	struct tier_scan *ts = (struct tier_scan *)j;
+
+	if (ts->phase == 0) {
+		if (ts->delay_ms)
+			usleep(ts->delay_ms * 1000u);
+		if (ts->table_want) {
+			ts->table = idmap_table_new(ts->table_want, &ts->table_cap);
+			ts->table_want = 0;
+		}
+		ts->err = spill_scanner_step(ts->p->spill, &ts->sc, ts->v[ts->cur], SCAN_STEP,
+					     &ts->n);
+	} else if (ts->phase == 1) {
+		/* The reading is over: its maps go here, not on the loop
+		 * (freeing tens of MiB took it 10-15 ms). Newest first, the
+		 * order scan_order_step walks. */
+		spill_scanner_fini(&ts->sc);
+		qsort(ts->lru, ts->n_lru, sizeof(*ts->lru), by_last_use_desc);
+	} else if (ts->phase == 3) {
+		free(ts->lru); /* as above */
+		ts->lru = NULL;
+		free(ts->wait);
+		ts->wait = NULL;
+	}
+	/* phase 2: nothing here; done() reorders a step's worth on the loop */
+}
+
+static void scan_finish(struct tier_scan *ts)
+{
+	struct pool *p = ts->p;
+
+	p->scan = NULL;
+	free(ts->table);
+	idmap_fini(&ts->waiting);
+	free(ts->wait);
+	free(ts->lru);
+	free(ts->v[0]);
+	free(ts->v[1]);
+	spill_scanner_fini(&ts->sc);
+	log_ctx_info(LOG_POOL_UID(p->id, p->uid),
+		     "pool %llu: disk tier %s: %llu pages found from an earlier run",
+		     (unsigned long long)p->id, p->spill->path,
+		     (unsigned long long)p->tier.restored);
+	free(ts);
+	tier_wake_all(p); /* purges that waited for the scan */
+}
+
+/* The end of the reading: what waited for a parent that a commit brought
+ * meanwhile is listed, the rest can never be matched (freed; kept for the
+ * next start when the scan did not complete); the free stack is rebuilt. */
+static void scan_end_reading(struct tier_scan *ts, int complete)
+{
+	struct pool *p = ts->p;
+
+	for (uint32_t i = 0; i < ts->n_wait && ts->n_waiting; i++) {
+		struct scan_wait *w = &ts->wait[i];
+
+		if (!w->waiting || !prefix_index_find(&p->ix, w->f.h.parent))
+			continue;
+		/* Out of its parent's chain first, so it is listed once. */
+		{
+			uint64_t key = w->f.h.parent.low64 | 1;
+			uintptr_t k = (uintptr_t)idmap_del(&ts->waiting, key), keep = 0;
+
+			/* The chain minus w goes back under the key. */
+			while (k) {
+				struct scan_wait *o = &ts->wait[k - 1];
+				uintptr_t next = o->next;
+
+				if (o != w) {
+					o->next = (uint32_t)keep;
+					keep = k;
+				}
+				k = next;
+			}
+			if (keep && idmap_put(&ts->waiting, key, (void *)keep) < 0)
+				continue; /* out of memory: those stay as orphans */
+		}
+		w->waiting = 0;
+		ts->n_waiting--;
+		list_with_children(ts, &w->f, 1);
+	}
+	for (uint32_t i = 0; complete && i < ts->n_wait; i++)
+		if (ts->wait[i].waiting) {
+			ts->wait[i].waiting = 0;
+			spill_free(p->spill, ts->wait[i].f.extent);
+		}
+	idmap_fini(&ts->waiting);
+	ts->n_waiting = 0;
+	spill_scan_end(p->spill, complete, ts->sc.seq, ts->sc.n_gone);
+	if (p->spill->n_gone)
+		log_ctx_warn(LOG_POOL_UID(p->id, p->uid),
+			     "pool %llu: %u pages of %s lie past its end (the file was cut short): "
+			     "not found",
+			     (unsigned long long)p->id, p->spill->n_gone, p->spill->path);
+	p->tier.gone += p->spill->n_gone;
+	if (ts->kept)
+		log_ctx_warn(LOG_POOL_UID(p->id, p->uid),
+			     "pool %llu: out of memory listing %u pages of %s; kept on disk for "
+			     "the next start",
+			     (unsigned long long)p->id, ts->kept, p->spill->path);
+}
+
+/* Moves the listed pages that are still disk-only leaves to the cold end
+ * of the disk LRU, newest first, a step's worth: the oldest ends coldest,
+ * pages spilled since the start stay warmer than every one found. */
+static void scan_order_step(struct tier_scan *ts)
+{
+	struct prefix_index *ix = &ts->p->ix;
+	size_t end = ts->lru_at + 4 * SCAN_STEP;
+
+	if (end > ts->n_lru)
+		end = ts->n_lru;
+	for (; ts->lru_at < end; ts->lru_at++) {
+		struct pindex_entry *e = prefix_index_find(ix, ts->lru[ts->lru_at].hash);
+
+		if (!e || e->list != PINDEX_LIST_DISK)
+			continue;
+		list_del(&e->lru_link);
+		list_add_tail(ix->disk_lru.next, &e->lru_link); /* before the first: the head */
+	}
+}
+
+static void scan_done(struct worker_job *j);
+
+static void scan_again(struct tier_scan *ts)
+{
+	if (ts->c->worker)
+		worker_submit(ts->c->worker, &ts->job);
+	/* else tier_pool_open runs the steps in a row */
+}
+
+static void scan_done(struct worker_job *j)
+{
+	struct tier_scan *ts = (struct tier_scan *)j;
+	struct pool *p = ts->p;
+	int stop = ts->stop || !ts->c->aio; /* stopping, or torn down */
+
+	if (ts->phase == 0) {
+		const struct spill_found *v = ts->v[ts->cur];
+		uint32_t n = ts->n;
+		int ret = ts->err ? ts->err : spill_scan_advance(p->spill, ts->sc.next, v, n);
+		int more;
+
+		if (ts->table) {
+			if (prefix_index_adopt_table(&p->ix, ts->table, ts->table_cap) < 0)
+				free(ts->table);
+			ts->table = NULL;
+		}
+
+		if (ret < 0) {
+			log_ctx_err(LOG_POOL_UID(p->id, p->uid),
+				    "pool %llu: cannot read the page headers of %s past extent %u: "
+				    "%s; the rest waits for the next start",
+				    (unsigned long long)p->id, p->spill->path, p->spill->scan_upto,
+				    strerror(-ret));
+			scan_end_reading(ts, 0);
+			scan_finish(ts);
+			return;
+		}
+		/* The next step first, into the other buffer: from here on the
+		 * worker owns ts->sc, ts->n, ts->err and v[cur]. */
+		more = !ts->sc.eof && !stop;
+		if (more) {
+			ts->cur ^= 1;
+			scan_again(ts);
+		}
+		for (uint32_t i = 0; i < n; i++)
+			list_with_children(ts, &v[i], 0);
+		ts->step++;
+		if (more)
+			return;
+		scan_end_reading(ts, ts->sc.eof);
+		if (stop || ts->n_lru < 2) {
+			scan_finish(ts);
+			return;
+		}
+		ts->phase = 1; /* the sort, on the worker */
+		scan_again(ts);
+		return;
+	}
+	if (ts->phase == 3) {
+		scan_finish(ts);
+		return;
+	}
+	if (ts->phase == 1) {
+		ts->phase = 2;
+		ts->lru_at = 0;
+	}
+	if (!stop)
+		scan_order_step(ts);
+	if (stop) {
+		scan_finish(ts);
+		return;
+	}
+	if (ts->lru_at >= ts->n_lru) {
+		ts->phase = 3; /* the frees, on the worker */
+		scan_again(ts);
+		return;
+	}
+	scan_again(ts);
+}
+
+/* Starts the stepwise scan of p's spill file. Returns 0 or -errno. */
+static int scan_start(struct cache *c, struct pool *p)
+{
+	struct tier_scan *ts = calloc(1, sizeof(*ts));
+	const char *dbg = getenv("KVPALACED_DEBUG_SCAN_STEP_MS");
+	int ret;
+
+	if (!ts)
+		return -ENOMEM;
+	ts->v[0] = malloc(SCAN_STEP * sizeof(*ts->v[0]));
+	ts->v[1] = malloc(SCAN_STEP * sizeof(*ts->v[1]));
+	ret = ts->v[0] && ts->v[1] ? spill_scanner_init(p->spill, &ts->sc) : -ENOMEM;
+	if (ret < 0) {
+		free(ts->v[0]);
+		free(ts->v[1]);
+		free(ts);
+		return ret;
+	}
+	/* A debug knob (kvpalaced(8), ENVIRONMENT): tests slow the scan down
+	 * to act while it runs. */
+	if (dbg)
+		ts->delay_ms = (uint32_t)strtoul(dbg, NULL, 10) % 60000u;
+	ts->c = c;
+	ts->p = p;
+	ts->job.run = scan_run;
+	ts->job.done = scan_done;
+	/* Room for what the file may hold, at once: growing the index's map
+	 * or the list of found pages as they come copies all of them on the
+	 * loop (20 ms and more at 400k pages). The map's table is made and
+	 * faulted in by the first step, on the worker (scan_run). On failure
+	 * they grow as they go. */
+	if (ts->sc.estimate) {
+		uint32_t n = ts->sc.estimate < (1u << 22) ? ts->sc.estimate : 1u << 22;
+
+		ts->table_want = n;
+		ts->lru = malloc(n * sizeof(*ts->lru));
+		ts->cap_lru = ts->lru ? n : 0;
+	}
+	spill_scan_begin(p->spill, ts->sc.virgin);
+	p->scan = ts;
+	if (c->worker) {
+		worker_submit(c->worker, &ts->job);
+		return 0;
+	}
+	/* No worker threads: the whole scan here, as before. */
+	while (p->scan) {
+		scan_run(&ts->job);
+		scan_done(&ts->job);
+	}
+	return 0;
+}
+
+void tier_pool_stop_scan(struct pool *p)
+{
+	if (p->scan)
+		p->scan->stop = 1;
 }
 
 void tier_pool_open(struct cache *c, struct pool *p)
 {
 	const struct config *cfg = c->cfg;
-	struct scan s = {0};
 	char why[4400];
 	int ret;
 
@@ -1003,27 +1367,12 @@ void tier_pool_open(struct cache *c, struct pool *p)
 			ret = p->spill_data < 0 ? p->spill_data : p->spill_meta;
 		snprintf(why, sizeof(why), "cannot use %s: %s", p->spill->path, strerror(-ret));
 	}
-	if (ret == 0) {
-		ret = spill_scan(p->spill, collect, &s);
-		if (ret < 0)
-			snprintf(why, sizeof(why), "cannot read the page headers of %s: %s",
-				 p->spill->path, strerror(-ret));
-	}
 	if (ret < 0) {
 		log_ctx_err(LOG_POOL_UID(p->id, p->uid), "pool %llu: no disk tier: %s",
 			    (unsigned long long)p->id, why);
 		tier_pool_close(c, p);
-		free(s.v);
 		return;
 	}
-	list_found(p, &s);
-	free(s.v);
-	if (p->spill->n_gone)
-		log_ctx_warn(LOG_POOL_UID(p->id, p->uid),
-			     "pool %llu: %u pages of %s lie past its end (the file was cut short): "
-			     "not found",
-			     (unsigned long long)p->id, p->spill->n_gone, p->spill->path);
-	p->tier.gone += p->spill->n_gone;
 	p->ix.disk = 1;
 	if (cfg->spill_dtype) {
 		struct shm_layout ql;
@@ -1050,10 +1399,16 @@ void tier_pool_open(struct cache *c, struct pool *p)
 	 * pins the 2 MiB or so of each request as it starts it; spill and
 	 * promote measure the same either way, bench/run's disk area). */
 	log_ctx_info(LOG_POOL_UID(p->id, p->uid),
-		     "pool %llu: disk tier %s, %u pages%s, %llu found from an earlier run",
+		     "pool %llu: disk tier %s, %u pages%s; looking for pages of an earlier run",
 		     (unsigned long long)p->id, p->spill->path, p->spill->cap,
-		     p->spill->direct ? " (O_DIRECT)" : " (no O_DIRECT on this file system)",
-		     (unsigned long long)p->tier.restored);
+		     p->spill->direct ? " (O_DIRECT)" : " (no O_DIRECT on this file system)");
+	ret = scan_start(c, p);
+	if (ret < 0) {
+		log_ctx_err(LOG_POOL_UID(p->id, p->uid),
+			    "pool %llu: no disk tier: cannot scan %s: %s",
+			    (unsigned long long)p->id, p->spill->path, strerror(-ret));
+		tier_pool_close(c, p);
+	}
 }
 
 void tier_reclaim(struct cache *c)

@@ -26,10 +26,12 @@
  * write.
  *
  * At pool creation tier_pool_open finds the pool's spill file from an
- * earlier run (clean stop or crash) and lists every page whose header
- * verifies and whose data the file still holds as a disk-only index
- * entry, least recently used first by the last-use stamps of the headers
- * (daemon/store/spill.h): a warm restart. tier_pool_close writes the stamps of
+ * earlier run (clean stop or crash) and starts listing every page whose
+ * header verifies and whose data the file still holds as a disk-only
+ * index entry: a warm restart. The scan runs in steps on a worker while
+ * the daemon serves (tier.c, "warm restart"); pages are matchable as it
+ * finds them, and at its end the disk LRU is put least recently used
+ * first by the last-use stamps of the headers (daemon/store/spill.h). tier_pool_close writes the stamps of
  * pages used since they were written, so after a clean stop the disk
  * tier drops pages in the order they were last used; after a crash, in
  * the order of their last write. A read that comes back short (the file
@@ -96,8 +98,14 @@ void tier_reclaim(struct cache *c);
  * since their header was written (blocking: at a stop or a pool's end).
  * I/O must be over (tier_pool_busy). */
 void tier_pool_close(struct cache *c, struct pool *p);
-/* True while p has disk I/O in flight. */
+/* True while p has disk I/O in flight or its warm-restart scan runs. */
 int tier_pool_busy(const struct pool *p);
+/* True while p's warm-restart scan runs: pages of the spill file not
+ * listed yet may still come (a purge waits for the end: tier_wait). */
+int tier_pool_scanning(const struct pool *p);
+/* Makes p's scan end at its next step (the daemon stops); what it did not
+ * read stays in the file for the next start. */
+void tier_pool_stop_scan(struct pool *p);
 
 /* Converts a page stored quantized in layout stored (shm_layout_quantized
  * of l), which fills the start of page, back to layout l in place, with

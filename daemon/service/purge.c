@@ -327,8 +327,10 @@ static int forget_in_pool(struct ctx *x, int (*pick)(void *, const struct pindex
 	if (dry_run) {
 		n = prefix_index_forget(&p->ix, &p->pa, pick, gone, x, 1);
 		/* A header write in flight could land after the invalidation
-		 * and bring a page back: wait for the pool's I/O. */
-		if (n == -EBUSY || (n > 0 && p->io_inflight)) {
+		 * and bring a page back: wait for the pool's I/O. A warm
+		 * restart's scan may still list pages the purge would take:
+		 * wait for its end too. */
+		if (n == -EBUSY || (n > 0 && p->io_inflight) || tier_pool_scanning(p)) {
 			x->pk->park_on = p;
 			return -EBUSY;
 		}

@@ -40,6 +40,11 @@ int prefix_index_init(struct prefix_index *ix, uint32_t n_pages)
 	return ix->by_slot ? 0 : -ENOMEM;
 }
 
+int prefix_index_adopt_table(struct prefix_index *ix, struct idmap_entry *slots, size_t cap)
+{
+	return idmap_adopt(&ix->by_hash, slots, cap);
+}
+
 void prefix_index_fini(struct prefix_index *ix, struct pagealloc *pa)
 {
 	/* Every entry is in by_hash; host copies also hold a slot reference. */

@@ -133,6 +133,11 @@ struct prefix_index {
 int prefix_index_init(struct prefix_index *ix, uint32_t n_pages);
 /* Drops every entry's reference through pa and frees the index. */
 void prefix_index_fini(struct prefix_index *ix, struct pagealloc *pa);
+/* Gives the hash map a larger table at once (idmap_table_new, made on a
+ * worker), so listing many entries (a warm restart) never pauses to
+ * rehash them all or to fault a large table in. Returns 0, or -ENOSPC
+ * (not larger: the caller frees slots; the map grows as it goes). */
+int prefix_index_adopt_table(struct prefix_index *ix, struct idmap_entry *slots, size_t cap);
 
 /* The chain root of a pool identity and salt (salt_len ≤ 64). */
 XXH128_hash_t prefix_index_root(const char *model_id, const struct shm_layout *layout,

@@ -236,6 +236,10 @@ void spill_close(struct spill *sp)
 		close(sp->fd_meta);
 	free(sp->free);
 	sp->free = NULL;
+	free(sp->scan_map);
+	sp->scan_map = NULL;
+	sp->scan_map_len = 0;
+	sp->scanning = 0;
 	sp->fd_data = sp->fd_meta = -1;
 }
 
@@ -253,100 +257,124 @@ static int push_free(struct spill *sp, uint32_t extent)
 	return 0;
 }
 
-int spill_scan(struct spill *sp,
-	       int (*fn)(void *arg, uint32_t extent, const struct spill_page_hdr *h), void *arg)
+/* Calls each(arg, extent, h) for every page header of sp that verifies and
+ * whose data lies inside a file of file_bytes, in extent order, reading
+ * the header region in 512 KiB chunks and skipping holes (a fresh or
+ * lightly used file is mostly one); counts the others of sp's pool in
+ * sp->n_gone and keeps sp->seq above every sequence number seen. each
+ * returns 0 to go on, > 0 to stop there (returned), < 0 for an error
+ * (returned). Returns 0 at the end, or -errno from a read. */
+static int each_header(struct spill *sp, uint64_t file_bytes,
+		       int (*each)(void *arg, uint32_t extent, const struct spill_page_hdr *h),
+		       void *arg)
 {
 	const size_t chunk = 4096 * SPILL_PAGE_HDR; /* headers per read */
-	struct spill_page_hdr *hdrs = NULL;
 	unsigned char *buf = malloc(chunk);
-	struct idmap seen = {0}; /* hash → extent + 1 of the newest header */
-	uint32_t n_hdrs = 0, cap_hdrs = 0, *keep = NULL;
-	int accepted = 0, ret = 0;
-	struct stat st;
+	int ret = 0;
 
 	if (!buf)
 		return -ENOMEM;
-	/* What the file holds now: a file cut short while the daemon was
-	 * down keeps headers of pages whose data is gone. */
-	if (fstat(sp->fd_meta, &st) < 0) {
-		free(buf);
-		return -errno;
-	}
 	sp->n_gone = 0;
-	for (uint64_t e0 = 0; e0 < sp->cap; e0 += chunk / SPILL_PAGE_HDR) {
+	for (uint64_t e0 = 0; e0 < sp->cap && ret == 0; e0 += chunk / SPILL_PAGE_HDR) {
 		uint64_t want = (sp->cap - e0) * SPILL_PAGE_HDR;
+		off_t at = (off_t)spill_hdr_off((uint32_t)e0), data;
 		ssize_t n;
 
 		if (want > chunk)
 			want = chunk;
-		/* Skip holes: a fresh or lightly used file is mostly one. */
-		{
-			off_t at = (off_t)spill_hdr_off((uint32_t)e0);
-			off_t data = lseek(sp->fd_meta, at, SEEK_DATA);
-
-			if (data < 0 || (uint64_t)data >= sp->data_off)
-				break; /* no header written from here on */
-			if (data >= at + (off_t)want)
-				continue;
-		}
-		n = pread(sp->fd_meta, buf, want, (off_t)spill_hdr_off((uint32_t)e0));
+		data = lseek(sp->fd_meta, at, SEEK_DATA);
+		if (data < 0 || (uint64_t)data >= sp->data_off)
+			break; /* no header written from here on */
+		if (data >= at + (off_t)want)
+			continue;
+		n = pread(sp->fd_meta, buf, want, at);
 		if (n < 0) {
 			ret = -errno;
-			goto out;
+			break;
 		}
-		for (size_t i = 0; i + SPILL_PAGE_HDR <= (size_t)n; i += SPILL_PAGE_HDR) {
+		for (size_t i = 0; ret == 0 && i + SPILL_PAGE_HDR <= (size_t)n;
+		     i += SPILL_PAGE_HDR) {
 			uint32_t extent = (uint32_t)(e0 + i / SPILL_PAGE_HDR);
 			struct spill_page_hdr h;
-			uintptr_t prev;
 
 			if (spill_hdr_decode(sp, buf + i, &h) < 0)
 				continue;
 			if (h.seq > sp->seq)
 				sp->seq = h.seq;
-			if (spill_data_off(sp, extent) + h.stored_bytes > (uint64_t)st.st_size) {
+			if (spill_data_off(sp, extent) + h.stored_bytes > file_bytes) {
 				sp->n_gone++; /* its data is not in the file: not found */
 				continue;
 			}
-			if (n_hdrs == cap_hdrs) {
-				uint32_t c = cap_hdrs ? cap_hdrs * 2 : 256;
-				void *a = realloc(hdrs, c * sizeof(*hdrs)), *b;
-
-				if (a)
-					hdrs = a;
-				b = realloc(keep, c * sizeof(*keep));
-				if (b)
-					keep = b;
-				if (!a || !b) {
-					ret = -ENOMEM;
-					goto out;
-				}
-				cap_hdrs = c;
-			}
-			prev = (uintptr_t)idmap_get(&seen, h.hash.low64 | 1);
-			if (prev && hdrs[prev - 1].seq >= h.seq)
-				continue; /* an older copy of the same page */
-			if (prev) {
-				keep[prev - 1] = UINT32_MAX;
-				idmap_del(&seen, h.hash.low64 | 1);
-			}
-			hdrs[n_hdrs] = h;
-			keep[n_hdrs] = extent;
-			if (idmap_put(&seen, h.hash.low64 | 1, (void *)(uintptr_t)(n_hdrs + 1)) <
-			    0) {
-				ret = -ENOMEM;
-				goto out;
-			}
-			n_hdrs++;
+			ret = each(arg, extent, &h);
 		}
 		if ((uint64_t)n < want)
 			break; /* the file ends: the rest was never written */
 	}
+	free(buf);
+	return ret;
+}
+
+struct dedup {
+	struct spill_page_hdr *hdrs;
+	uint32_t *keep; /* extent of hdrs[i], UINT32_MAX: a newer copy won */
+	uint32_t n, cap;
+	struct idmap seen; /* hash → index + 1 of the newest header */
+};
+
+/* Keeps the newest header of each hash (each_header's callback). */
+static int dedup_one(void *arg, uint32_t extent, const struct spill_page_hdr *h)
+{
+	struct dedup *d = arg;
+	uintptr_t prev;
+
+	if (d->n == d->cap) {
+		uint32_t c = d->cap ? d->cap * 2 : 256;
+		void *a = realloc(d->hdrs, c * sizeof(*d->hdrs)), *b;
+
+		if (a)
+			d->hdrs = a;
+		b = realloc(d->keep, c * sizeof(*d->keep));
+		if (b)
+			d->keep = b;
+		if (!a || !b)
+			return -ENOMEM;
+		d->cap = c;
+	}
+	prev = (uintptr_t)idmap_get(&d->seen, h->hash.low64 | 1);
+	if (prev && d->hdrs[prev - 1].seq >= h->seq)
+		return 0; /* an older copy of the same page */
+	if (prev) {
+		d->keep[prev - 1] = UINT32_MAX;
+		idmap_del(&d->seen, h->hash.low64 | 1);
+	}
+	d->hdrs[d->n] = *h;
+	d->keep[d->n] = extent;
+	if (idmap_put(&d->seen, h->hash.low64 | 1, (void *)(uintptr_t)(d->n + 1)) < 0)
+		return -ENOMEM;
+	d->n++;
+	return 0;
+}
+
+int spill_scan(struct spill *sp,
+	       int (*fn)(void *arg, uint32_t extent, const struct spill_page_hdr *h), void *arg)
+{
+	struct dedup d = {0};
+	int accepted = 0, ret;
+	struct stat st;
+
+	/* What the file holds now: a file cut short while the daemon was
+	 * down keeps headers of pages whose data is gone. */
+	if (fstat(sp->fd_meta, &st) < 0)
+		return -errno;
+	ret = each_header(sp, (uint64_t)st.st_size, dedup_one, &d);
+	if (ret < 0)
+		goto out;
 	/* Parents before children is the caller's business (it sees them all
 	 * first); here every extent is either accepted or free. */
 	sp->hwm = 0;
-	for (uint32_t i = 0; i < n_hdrs; i++)
-		if (keep[i] != UINT32_MAX && keep[i] + 1 > sp->hwm)
-			sp->hwm = keep[i] + 1;
+	for (uint32_t i = 0; i < d.n; i++)
+		if (d.keep[i] != UINT32_MAX && d.keep[i] + 1 > sp->hwm)
+			sp->hwm = d.keep[i] + 1;
 	{
 		unsigned char *used = calloc(sp->hwm ? sp->hwm : 1, 1);
 
@@ -354,10 +382,10 @@ int spill_scan(struct spill *sp,
 			ret = -ENOMEM;
 			goto out;
 		}
-		for (uint32_t i = 0; i < n_hdrs; i++) {
-			if (keep[i] == UINT32_MAX || fn(arg, keep[i], &hdrs[i]) < 0)
+		for (uint32_t i = 0; i < d.n; i++) {
+			if (d.keep[i] == UINT32_MAX || fn(arg, d.keep[i], &d.hdrs[i]) < 0)
 				continue;
-			used[keep[i]] = 1;
+			used[d.keep[i]] = 1;
 			accepted++;
 		}
 		sp->n_used = 0;
@@ -373,17 +401,46 @@ int spill_scan(struct spill *sp,
 	if (ret == 0)
 		ret = accepted;
 out:
-	idmap_fini(&seen);
-	free(hdrs);
-	free(keep);
-	free(buf);
+	idmap_fini(&d.seen);
+	free(d.hdrs);
+	free(d.keep);
 	return ret;
+}
+
+/* The scan map covers [0, len): what it did not cover is 0. */
+static int scan_map_cover(struct spill *sp, uint32_t len)
+{
+	uint8_t *m;
+
+	if (len <= sp->scan_map_len)
+		return 0;
+	m = realloc(sp->scan_map, len);
+	if (!m)
+		return -ENOMEM;
+	memset(m + sp->scan_map_len, 0, len - sp->scan_map_len);
+	sp->scan_map = m;
+	sp->scan_map_len = len;
+	return 0;
 }
 
 int spill_alloc(struct spill *sp, uint32_t *ret_extent)
 {
 	if (sp->n_free) {
 		*ret_extent = sp->free[--sp->n_free];
+		if (sp->scanning)
+			sp->scan_map[*ret_extent] = 1;
+	} else if (sp->scanning) {
+		uint32_t e = sp->scan_virgin_next;
+
+		/* Only past every header written: the rest may hold pages not
+		 * found yet. */
+		if (e >= sp->cap || scan_map_cover(sp, e + 1) < 0)
+			return -EAGAIN;
+		sp->scan_map[e] = 1;
+		sp->scan_virgin_next++;
+		if (e + 1 > sp->hwm)
+			sp->hwm = e + 1; /* handed out: below hwm, as tier_check expects */
+		*ret_extent = e;
 	} else if (sp->hwm < sp->cap) {
 		*ret_extent = sp->hwm++;
 	} else {
@@ -396,6 +453,8 @@ int spill_alloc(struct spill *sp, uint32_t *ret_extent)
 void spill_free(struct spill *sp, uint32_t extent)
 {
 	sp->n_used--;
+	if (sp->scanning && extent < sp->scan_map_len)
+		sp->scan_map[extent] = 0;
 	if (extent >= sp->cap)
 		return; /* beyond a capacity lowered by ENOSPC: never again */
 	if (push_free(sp, extent) < 0) {
@@ -439,14 +498,234 @@ int spill_set_used(struct spill *sp, uint32_t extent, XXH128_hash_t hash, uint64
 	return 0;
 }
 
+/* ---- the stepwise scan ------------------------------------------------------ */
+
+int spill_scanner_init(const struct spill *sp, struct spill_scanner *s)
+{
+	struct stat st;
+
+	memset(s, 0, sizeof(*s));
+	/* What the file holds now: a file cut short while the daemon was
+	 * down keeps headers of pages whose data is gone. */
+	if (fstat(sp->fd_meta, &st) < 0)
+		return -errno;
+	s->file_bytes = (uint64_t)st.st_size;
+	s->cap = sp->cap;
+	s->eof = s->cap == 0;
+	/* The end of the header data: extents past it never held a header
+	 * (handed out from the lowest up, never cut). A few data runs are
+	 * followed (a dense file has one); past that, or where the file
+	 * system has no SEEK_DATA, every extent counts as written. */
+	{
+		uint64_t end = SPILL_FILE_HDR, n;
+		off_t at = SPILL_FILE_HDR;
+
+		for (int runs = 0;; runs++) {
+			off_t d = lseek(sp->fd_meta, at, SEEK_DATA), h;
+
+			if (d < 0 || (uint64_t)d >= sp->data_off)
+				break;
+			h = runs < 64 ? lseek(sp->fd_meta, d, SEEK_HOLE) : -1;
+			if (h < 0 || (uint64_t)h >= sp->data_off) {
+				end = sp->data_off;
+				break;
+			}
+			end = (uint64_t)h;
+			at = h;
+		}
+		n = (end - SPILL_FILE_HDR + SPILL_PAGE_HDR - 1) / SPILL_PAGE_HDR;
+		s->virgin = s->estimate = n < s->cap ? (uint32_t)n : s->cap;
+		s->cap = s->virgin; /* the loop writes past it meanwhile */
+		s->eof = s->cap == 0;
+	}
+	/* Room for them at once: a map and an array that grow as they go
+	 * copy everything at each doubling (on the worker, but beside the
+	 * loop on a machine of two cores). Only address space until used;
+	 * on failure they grow as they go. */
+	if (s->estimate) {
+		uint32_t n = s->estimate < (1u << 22) ? s->estimate : 1u << 22;
+
+		s->rec = malloc((size_t)n * sizeof(*s->rec));
+		s->cap_rec = s->rec ? n : 0;
+		(void)idmap_reserve(&s->seen, n);
+	}
+	return 0;
+}
+
+void spill_scanner_fini(struct spill_scanner *s)
+{
+	idmap_fini(&s->seen);
+	free(s->rec);
+	s->rec = NULL;
+}
+
+/* Records h at extent as the newest copy of its hash; sets *ret_replaces
+ * to the extent of the copy it supersedes. Returns 1 when h is older than
+ * a copy seen already (skip it), 0, or -ENOMEM. */
+static int scanner_seen(struct spill_scanner *s, uint32_t extent, const struct spill_page_hdr *h,
+			uint32_t *ret_replaces)
+{
+	uint64_t key = h->hash.low64 | 1;
+	uintptr_t k = (uintptr_t)idmap_get(&s->seen, key);
+
+	*ret_replaces = UINT32_MAX;
+	if (k && XXH128_isEqual(s->rec[k - 1].hash, h->hash)) {
+		if (s->rec[k - 1].seq >= h->seq)
+			return 1;
+		*ret_replaces = s->rec[k - 1].extent;
+		s->rec[k - 1].seq = h->seq;
+		s->rec[k - 1].extent = extent;
+		return 0;
+	}
+	if (k)
+		return 0; /* another hash with the same key: the index refuses one */
+	if (s->n_rec == s->cap_rec) {
+		uint32_t c = s->cap_rec ? 2 * s->cap_rec : 1024;
+		void *v = realloc(s->rec, c * sizeof(*s->rec));
+
+		if (!v)
+			return -ENOMEM;
+		s->rec = v;
+		s->cap_rec = c;
+	}
+	s->rec[s->n_rec] = (struct spill_seen){.seq = h->seq, .hash = h->hash, .extent = extent};
+	if (idmap_put(&s->seen, key, (void *)(uintptr_t)(s->n_rec + 1)) < 0)
+		return -ENOMEM;
+	s->n_rec++;
+	return 0;
+}
+
+int spill_scanner_step(const struct spill *sp, struct spill_scanner *s, struct spill_found *out,
+		       uint32_t max, uint32_t *ret_n)
+{
+	unsigned char buf[512 * SPILL_PAGE_HDR];
+	uint32_t n_out = 0;
+
+	*ret_n = 0;
+	while (!s->eof && n_out < max) {
+		uint64_t want = (uint64_t)(s->cap - s->next) * SPILL_PAGE_HDR;
+		off_t at = (off_t)spill_hdr_off(s->next), data;
+		ssize_t n;
+
+		if (want > sizeof(buf))
+			want = sizeof(buf);
+		if (want > (uint64_t)(max - n_out) * SPILL_PAGE_HDR)
+			want = (uint64_t)(max - n_out) * SPILL_PAGE_HDR;
+		/* Skip holes: a fresh or lightly used file is mostly one. */
+		data = lseek(sp->fd_meta, at, SEEK_DATA);
+		if (data < 0 || (uint64_t)data >= sp->data_off) {
+			s->eof = 1; /* no header written from here on */
+			break;
+		}
+		if (data >= at + (off_t)want) {
+			s->next = (uint32_t)(((uint64_t)data - SPILL_FILE_HDR) / SPILL_PAGE_HDR);
+			continue;
+		}
+		n = pread(sp->fd_meta, buf, want, at);
+		if (n < 0)
+			return -errno;
+		for (size_t i = 0; i + SPILL_PAGE_HDR <= (size_t)n; i += SPILL_PAGE_HDR) {
+			uint32_t extent = (uint32_t)(s->next + i / SPILL_PAGE_HDR), replaces;
+			struct spill_page_hdr h;
+			int ret;
+
+			if (spill_hdr_decode(sp, buf + i, &h) < 0)
+				continue;
+			if (h.seq > s->seq)
+				s->seq = h.seq;
+			if (spill_data_off(sp, extent) + h.stored_bytes > s->file_bytes) {
+				s->n_gone++; /* its data is not in the file: not found */
+				continue;
+			}
+			ret = scanner_seen(s, extent, &h, &replaces);
+			if (ret < 0)
+				return ret;
+			if (ret == 0)
+				out[n_out++] = (struct spill_found){
+					.h = h, .extent = extent, .replaces = replaces};
+		}
+		s->next += (uint32_t)((size_t)n / SPILL_PAGE_HDR);
+		if ((uint64_t)n < want || s->next >= s->cap)
+			s->eof = 1; /* the file ends: the rest was never written */
+	}
+	*ret_n = n_out;
+	return 0;
+}
+
+void spill_scan_begin(struct spill *sp, uint32_t virgin)
+{
+	sp->scanning = 1;
+	sp->scan_upto = 0;
+	sp->scan_virgin = sp->scan_virgin_next = virgin;
+	sp->hwm = virgin; /* tier_check sees what may be in use */
+	sp->n_free = 0;
+	sp->n_used = 0;
+	free(sp->scan_map);
+	sp->scan_map = NULL;
+	sp->scan_map_len = 0;
+}
+
+int spill_scan_advance(struct spill *sp, uint32_t to, const struct spill_found *v, uint32_t n)
+{
+	uint32_t from = sp->scan_upto;
+
+	if (to > sp->scan_virgin)
+		to = sp->scan_virgin; /* the scanner reads nothing past it */
+	if (to > from && scan_map_cover(sp, to) < 0)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		if (v[i].extent >= from && v[i].extent < to && !sp->scan_map[v[i].extent]) {
+			sp->scan_map[v[i].extent] = 1;
+			sp->n_used++;
+		}
+	/* Highest first, so the lowest free extent is handed out first. */
+	for (uint32_t e = to; e-- > from;)
+		if (!sp->scan_map[e] && push_free(sp, e) < 0)
+			sp->scan_map[e] = 1; /* out of memory: kept out of use */
+	if (to > from)
+		sp->scan_upto = to;
+	return 0;
+}
+
+void spill_scan_end(struct spill *sp, int complete, uint64_t seq, uint32_t n_gone)
+{
+	uint32_t hwm = 0;
+
+	if (seq > sp->seq)
+		sp->seq = seq;
+	sp->n_gone = n_gone;
+	for (uint32_t e = sp->scan_map_len; e-- > 0;)
+		if (sp->scan_map[e]) {
+			hwm = e + 1;
+			break;
+		}
+	/* Not complete: between scan_upto and scan_virgin pages may wait for
+	 * the next start; none of those extents is handed out in this run
+	 * (below hwm, never on the free stack). */
+	if (!complete && hwm < sp->scan_virgin)
+		hwm = sp->scan_virgin;
+	sp->hwm = hwm;
+	sp->n_free = 0;
+	for (uint32_t e = hwm; e-- > 0;) {
+		if (!complete && e >= sp->scan_upto && e < sp->scan_virgin)
+			continue;
+		if ((e >= sp->scan_map_len || !sp->scan_map[e]) && push_free(sp, e) < 0)
+			break; /* lost until a restart: the scan finds them free */
+	}
+	free(sp->scan_map);
+	sp->scan_map = NULL;
+	sp->scan_map_len = 0;
+	sp->scanning = 0;
+}
+
 /* ---- reclaiming junk at start ------------------------------------------- */
 
-static int count_page(void *arg, uint32_t extent, const struct spill_page_hdr *h)
+static int found_page(void *arg, uint32_t extent, const struct spill_page_hdr *h)
 {
+	(void)arg;
 	(void)extent;
 	(void)h;
-	++*(uint32_t *)arg;
-	return -1; /* counted, not kept: the scan frees everything */
+	return 1; /* one is enough: stop */
 }
 
 /* Why the spill file open as fd, named for (uid, root), is not worth
@@ -455,7 +734,7 @@ static const char *junk_reason(int fd, uid_t uid, XXH128_hash_t root, const stru
 {
 	unsigned char b[SPILL_FILE_HDR];
 	struct spill sp = {.fd_meta = fd, .fd_data = -1, .uid = uid, .root = root};
-	uint32_t format, found = 0;
+	uint32_t format;
 	uint64_t cap;
 	int ret;
 
@@ -475,14 +754,13 @@ static const char *junk_reason(int fd, uid_t uid, XXH128_hash_t root, const stru
 		return "a header with impossible sizes";
 	sp.cap = (uint32_t)cap;
 	sp.data_off = (SPILL_FILE_HDR + cap * SPILL_PAGE_HDR + 4095) / 4096 * 4096;
-	sp.free = malloc(sizeof(uint32_t) * 64);
-	if (!sp.free)
-		return NULL; /* out of memory: keep it, decide next time */
-	ret = spill_scan(&sp, count_page, &found);
-	free(sp.free);
+	/* Only whether one page is there: the first that verifies ends the
+	 * look (a full scan of every file here would delay the start by the
+	 * time of every pool's warm restart). */
+	ret = each_header(&sp, (uint64_t)st->st_size, found_page, NULL);
 	if (ret < 0)
 		return NULL; /* unreadable now: not proof of junk */
-	return found ? NULL : "no page a restart could find";
+	return ret > 0 ? NULL : "no page a restart could find";
 }
 
 int spill_reclaim(const char *dir, uint64_t *ret_bytes, uint32_t *ret_files)

@@ -38,8 +38,10 @@
  * The file is preallocated lazily: extents are handed out from the lowest
  * free one, and a write that fails with ENOSPC lowers the capacity to what
  * the file system holds. An exclusive flock keeps a second daemon off it.
- * Blocking calls (open, scan) run at start or pool creation only.
- * Event-loop thread only.
+ * Blocking calls (open, spill_scan) run at start or pool creation only;
+ * a warm restart scans in steps on a worker (spill_scanner_step) while
+ * the loop hands out only the extents already classified. Event-loop
+ * thread only, but for spill_scanner_step and spill_forget.
  */
 #ifndef KVPD_SPILL_H
 #define KVPD_SPILL_H
@@ -49,6 +51,7 @@
 #include <sys/types.h>
 #include <xxhash.h>
 
+#include "idmap.h"
 #include "layout.h"
 
 #define SPILL_FORMAT	   3u
@@ -85,6 +88,17 @@ struct spill {
 	uint32_t n_free;
 	uint64_t seq;
 	uint32_t n_gone; /* valid headers the last scan found past the end of the file */
+	/* A stepwise scan (spill_scan_begin .. spill_scan_end) runs: the
+	 * extents below scan_upto are classified, those from scan_virgin on
+	 * never held a header (past the last header data of the file), and
+	 * spill_alloc hands out none of the others (they may hold a page not
+	 * found yet). */
+	int scanning;
+	uint32_t scan_upto;
+	uint32_t scan_virgin;	   /* the first extent past every header written */
+	uint32_t scan_virgin_next; /* the next of them spill_alloc hands out */
+	uint8_t *scan_map;	   /* [scan_map_len]: 1 in use (found or allocated) */
+	uint32_t scan_map_len;
 };
 
 /* The file name of a pool's spill file (without the directory). */
@@ -110,7 +124,69 @@ void spill_close(struct spill *sp);
 int spill_scan(struct spill *sp,
 	       int (*fn)(void *arg, uint32_t extent, const struct spill_page_hdr *h), void *arg);
 
-/* Takes a free extent. Returns 0, or -ENOSPC when the file is full. */
+/* ---- the stepwise scan of a warm restart ----------------------------------
+ *
+ * A restart with many pages lists them while the daemon serves: a
+ * scanner (owned by a worker job) reads the header region a step at a
+ * time, and the loop lists what each step found before the next one.
+ * Meanwhile the spill file hands out only extents the steps have
+ * classified. */
+
+/* A valid header a step found: newest first when two name one hash, so a
+ * later one replaces the copy it names (UINT32_MAX: none). */
+struct spill_found {
+	struct spill_page_hdr h;
+	uint32_t extent;
+	uint32_t replaces;
+};
+
+struct spill_scanner {
+	uint64_t file_bytes; /* the file's size at the start */
+	uint32_t cap;	     /* the capacity at the start */
+	uint32_t next;	     /* the first extent not read yet */
+	int eof;	     /* nothing is left to read */
+	uint64_t seq;	     /* the highest sequence number seen */
+	uint32_t n_gone;     /* valid headers whose data lies past the end */
+	uint32_t estimate;   /* at most this many headers: the written part */
+	uint32_t virgin;     /* extents from here on never held a header */
+	struct idmap seen;   /* hash.low64 | 1 → index + 1 in rec */
+	struct spill_seen {
+		uint64_t seq;
+		XXH128_hash_t hash;
+		uint32_t extent;
+	} * rec;
+	uint32_t n_rec, cap_rec;
+};
+
+/* Starts a scanner on sp (loop thread): it reads the extents below the
+ * end of the header data the file holds (s->virgin). Returns 0 or
+ * -errno. */
+int spill_scanner_init(const struct spill *sp, struct spill_scanner *s);
+/* Reads the next step: up to max headers from s->next (holes skipped),
+ * writes what verifies to out (at most max) and sets *ret_n, and moves
+ * s->next past what it read (s->eof at the end). Touches only s and
+ * sp's descriptor and constants, so it runs on a worker thread while the
+ * loop uses sp. Returns 0 or -errno (a read failed). */
+int spill_scanner_step(const struct spill *sp, struct spill_scanner *s, struct spill_found *out,
+		       uint32_t max, uint32_t *ret_n);
+void spill_scanner_fini(struct spill_scanner *s);
+
+/* The file's extents become unclassified (none in use, none free) but
+ * for those from virgin on (spill_scanner.virgin), which held no header
+ * ever: spill_alloc hands those out meanwhile, so pages spill while the
+ * scan runs. */
+void spill_scan_begin(struct spill *sp, uint32_t virgin);
+/* Classifies the extents below to (from scan_upto on): those of v[0..n)
+ * are in use, the others free. Returns 0 or -ENOMEM (nothing changed). */
+int spill_scan_advance(struct spill *sp, uint32_t to, const struct spill_found *v, uint32_t n);
+/* Ends the scan: the free stack is rebuilt from what is in use; when
+ * complete is 0 (an error, a stop) the extents never classified stay out
+ * of use for this run (the next start reads them). seq and n_gone come
+ * from the scanner. */
+void spill_scan_end(struct spill *sp, int complete, uint64_t seq, uint32_t n_gone);
+
+/* Takes a free extent. Returns 0, -ENOSPC when the file is full, or
+ * -EAGAIN while a scan runs and no classified extent is free. */
 int spill_alloc(struct spill *sp, uint32_t *ret_extent);
 /* Returns an extent; its old header stays (and names valid data or fails
  * verification), which is harmless. */

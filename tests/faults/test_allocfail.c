@@ -2083,6 +2083,8 @@ static void test_startup(void **state)
 			}
 		}
 		assert_int_equal(disk_client(x), 0);
+		/* The pages come as the restart's scan lists them. */
+		assert_int_equal(harness_wait_scans(&x->h), 0);
 		for (uint32_t i = 0; i < 3; i++) {
 			kvp_lease *l;
 			uint64_t m;

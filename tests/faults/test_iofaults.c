@@ -101,7 +101,7 @@ static uint32_t *conv_tokens(void)
 static void connect_pool(struct harness *h, kvp_client **c, kvp_pool **p)
 {
 	assert_int_equal(kvp_connect(h->sock, c), 0);
-	assert_int_equal(kvp_pool_open(*c, MODEL, &lay, p), 0);
+	assert_int_equal(harness_pool_open(h, *c, MODEL, &lay, p), 0);
 }
 
 static struct kvp_pool_stats pool_stats(kvp_client *c, kvp_pool *p)

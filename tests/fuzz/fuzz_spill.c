@@ -16,7 +16,11 @@
  * its data (a truncated file), a count that disagrees with the
  * callback's, a sequence number above the file's, or free/used accounting
  * that spill_alloc then contradicts (every extent must be handed out
- * exactly once, none that the scan kept). Memory errors are the
+ * exactly once, none that the scan kept). The stepwise scan of a warm
+ * restart (spill_scanner_step, spill_scan_advance, spill_scan_end) then
+ * runs over the same file in steps of 1 to 7 headers (the flags' upper
+ * bits) under the same checks, and in mid-scan spill_alloc must hand out
+ * only extents already classified free. Memory errors are the
  * sanitizers'.
  */
 #include <errno.h>
@@ -152,6 +156,82 @@ static void check_scan(struct spill *sp, const struct seen *s)
 	free(handed);
 }
 
+/* The stepwise scan of a warm restart over the same file, in steps of
+ * step headers, as daemon/core/tier.c drives it: each step's extents are
+ * classified before the next, a newer copy frees the one it replaces,
+ * picky refuses odd extents; between steps spill_alloc may hand out only
+ * classified free extents. Then the same accounting as spill_scan's. */
+static void check_steps(struct spill *sp, struct seen *s, uint32_t step)
+{
+	struct spill_found *v = malloc(step * sizeof(*v));
+	struct spill_scanner sc;
+	uint32_t n, e;
+
+	if (!v)
+		die("out of memory");
+	memset(s->accepted, 0, s->cap);
+	memset(s->called, 0, s->cap);
+	s->n_accepted = 0;
+	s->max_seq = 0;
+	if (spill_scanner_init(sp, &sc) < 0)
+		die("spill_scanner_init failed");
+	spill_scan_begin(sp, sc.virgin);
+	while (!sc.eof) {
+		uint32_t from = sc.next;
+
+		if (spill_scanner_step(sp, &sc, v, step, &n) < 0)
+			die("spill_scanner_step failed");
+		if (n > step)
+			die("spill_scanner_step: %u found in a step of %u", n, step);
+		if (spill_scan_advance(sp, sc.next, v, n) < 0)
+			goto out; /* out of memory */
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t x = v[i].extent;
+
+			if (x >= s->cap || x < from || x >= sc.next)
+				die("scanner: extent %u outside its step [%u, %u)", x, from,
+				    sc.next);
+			if (s->called[x]++)
+				die("scanner: extent %u reported twice", x);
+			if (s->cut)
+				die("scanner: extent %u listed, its data is past the end", x);
+			if (v[i].h.seq > s->max_seq)
+				s->max_seq = v[i].h.seq;
+			if (v[i].replaces != UINT32_MAX) {
+				if (v[i].replaces >= x || !s->called[v[i].replaces])
+					die("scanner: extent %u replaces %u, not an earlier one", x,
+					    v[i].replaces);
+				if (s->accepted[v[i].replaces]) {
+					s->accepted[v[i].replaces] = 0;
+					s->n_accepted--;
+					spill_free(sp, v[i].replaces);
+				}
+			}
+			if (s->picky && x % 2) {
+				spill_free(sp, x);
+				continue;
+			}
+			s->accepted[x] = 1;
+			s->n_accepted++;
+		}
+		/* Mid-scan: only classified free extents, or ones past every
+		 * header written, come out. */
+		if (spill_alloc(sp, &e) == 0) {
+			if ((e >= sp->scan_upto && e < sc.virgin) || e >= s->cap || s->accepted[e])
+				die("spill_alloc in mid-scan handed out extent %u (classified "
+				    "below "
+				    "%u, fresh from %u, in use: %d)",
+				    e, sp->scan_upto, sc.virgin, s->accepted[e]);
+			spill_free(sp, e);
+		}
+	}
+	spill_scan_end(sp, 1, sc.seq, sc.n_gone);
+	check_scan(sp, s);
+out:
+	spill_scanner_fini(&sc);
+	free(v);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct shm_layout layout = FUZZ_SPILL_LAYOUT;
@@ -228,6 +308,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (ret != s.n_accepted)
 		die("spill_scan returned %d, its callback accepted %d", ret, s.n_accepted);
 	check_scan(&sp, &s);
+	check_steps(&sp, &s, 1 + (uint32_t)(flags >> 3) % 7);
 out:
 	spill_close(&sp);
 	free(s.accepted);

@@ -1204,3 +1204,37 @@ int raw_create_session(struct raw *r, uint64_t pool_id, uint64_t *ret_session_id
 	*ret_session_id = resp->create_session->session_id;
 	return 0;
 }
+
+int harness_wait_scans(struct harness *h)
+{
+	/* A purge of a salt nobody uses forgets nothing, but waits for the
+	 * warm-restart scan of every pool (a page not listed yet could not
+	 * be forgotten): once it answers, every page is listed. Retried while
+	 * the daemon is short of memory or busy (fault-injection tests). */
+	static const char salt[] = "harness: no page has this salt";
+	struct kvp_purge_spec spec = {
+		.flags = KVP_PURGE_SALT, .salt = salt, .salt_len = sizeof(salt) - 1};
+	kvp_client *admin;
+	int r = -EAGAIN;
+
+	for (int tries = 0; tries < 100 && r < 0; tries++) {
+		if (tries)
+			usleep(10 * 1000);
+		r = kvp_connect(h->admin_sock, &admin);
+		if (r < 0)
+			continue;
+		r = kvp_admin_purge(admin, &spec, NULL);
+		kvp_disconnect(admin);
+		if (r < 0 && r != -ENOMEM && r != -EBUSY && r != -EIO)
+			return r;
+	}
+	return r < 0 ? r : 0;
+}
+
+int harness_pool_open(struct harness *h, kvp_client *c, const char *model_id,
+		      const struct kvp_layout *layout, kvp_pool **ret)
+{
+	int r = kvp_pool_open(c, model_id, layout, ret);
+
+	return r < 0 ? r : harness_wait_scans(h);
+}

@@ -49,6 +49,16 @@ int harness_stop(struct harness *h);
  * directories — with the options in extra. Returns 0, or -1 after printing
  * why (the old daemon did not end, the new one did not start). */
 int harness_restart(struct harness *h, int sig, const char *const *extra);
+/* Waits until the warm-restart scan of every open pool has listed what
+ * its spill file holds (through a purge that forgets nothing). Returns 0
+ * or the purge's error. */
+int harness_wait_scans(struct harness *h);
+/* kvp_pool_open, then waits until the warm-restart scan of every pool has
+ * listed what the spill files hold (pools open at once and list their
+ * pages while the daemon serves). Returns as kvp_pool_open, or the
+ * error of the wait. */
+int harness_pool_open(struct harness *h, kvp_client *c, const char *model_id,
+		      const struct kvp_layout *layout, kvp_pool **ret);
 
 /* True while the daemon process has not exited. */
 int harness_daemon_alive(struct harness *h);

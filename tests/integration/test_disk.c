@@ -156,7 +156,7 @@ static void working_set_4x(struct harness *h)
 	kvp_pool *p;
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	assert_int_equal(kvp_pool_n_pages(p), 256);
 	write_convs(p, all, 0, N_CONV);
 	ps = pool_stats(c, p);
@@ -201,7 +201,7 @@ static void fill_and_restart(struct harness *h, int sig, const uint32_t *all)
 	kvp_pool *p;
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	write_convs(p, all, 0, N_CONV);
 	kvp_disconnect(c);
 	assert_int_equal(harness_restart(h, sig, disk_args), 0);
@@ -217,7 +217,7 @@ static void warm_restart(struct harness *h, int sig)
 
 	fill_and_restart(h, sig, all);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	ps = pool_stats(c, p);
 	if (sig == SIGTERM) {
 		/* A clean stop writes what was only in host: all of it. */
@@ -305,9 +305,10 @@ static void test_corruption(void **state)
 	close(fd);
 	assert_int_equal(harness_restart(h, SIGTERM, disk_args), 0);
 
-	assert_int_equal(harness_run_child(read_convs, &r), 0); /* right bytes or misses */
+	/* Every page listed first, so the reads meet the damaged ones. */
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_run_child(read_convs, &r), 0); /* right bytes or misses */
 	ps = pool_stats(c, p);
 	assert_true(ps.verify_failures > 0);
 	assert_true(ps.restored_pages < N_CONV * CONV_PAGES);
@@ -337,7 +338,7 @@ static void test_file_size_limit(void **state)
 	signal(SIGXFSZ, SIG_DFL);
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	write_convs(p, all, 0, N_CONV);
 	ps = pool_stats(c, p);
 	/* The data region starts at 516 KiB: about 250 extents fit. */
@@ -414,7 +415,7 @@ static void test_quantized_spill(void **state)
 
 	assert_int_equal(harness_restart(h, SIGTERM, quant_args), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, "quant-model", &page16k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, "quant-model", &page16k, &p), 0);
 	assert_int_equal(kvp_pool_page_bytes(p), 16384);
 	assert_int_equal(kvp_pool_n_pages(p), 64);
 	/* Conversation 0 is a permanent span (a system prompt). */
@@ -441,7 +442,7 @@ static void test_quantized_spill(void **state)
 	 * finds every page in its format, and still matches no lossy one. */
 	assert_int_equal(harness_restart(h, SIGTERM, quant_args), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, "quant-model", &page16k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, "quant-model", &page16k, &p), 0);
 	ps = pool_stats(c, p);
 	assert_int_equal(ps.restored_pages, Q_CONV * CONV_PAGES);
 	assert_true(read_quantized(p, all, 1) < Q_CONV);
@@ -469,7 +470,7 @@ static void test_lossy_never_exact(void **state)
 
 	assert_int_equal(harness_restart(h, SIGTERM, quant_args), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, "quant-model", &page16k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, "quant-model", &page16k, &p), 0);
 	/* Conversation 1 checkpointed while it is exact. */
 	assert_int_equal(harness_pkv_commit_session(p, t1, CONV, &s), 0);
 	assert_int_equal(kvp_session_checkpoint(s, "conv1", NULL), 0);
@@ -529,7 +530,7 @@ static void test_restart_keeps_recency(void **state)
 	kvp_pool *p;
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	write_convs(p, all, 0, 32);
 	ps = pool_stats(c, p);
 	assert_true(ps.spilled_pages >= 16 * CONV_PAGES); /* A and B are on disk */
@@ -538,7 +539,7 @@ static void test_restart_keeps_recency(void **state)
 	assert_int_equal(harness_restart(h, SIGTERM, recency_args), 0);
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	ps = pool_stats(c, p);
 	assert_int_equal(ps.restored_pages, 32 * CONV_PAGES);
 	write_convs(p, more, 0, 56);
@@ -581,7 +582,7 @@ static void test_truncated_file(void **state)
 	assert_int_equal(harness_restart(h, SIGTERM, disk_args), 0);
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	ps = pool_stats(c, p);
 	assert_true(ps.restored_pages <= 16); /* what the file still holds, no more */
 	assert_true(ps.disk_gone_pages > 0);
@@ -618,6 +619,107 @@ static void test_truncated_file(void **state)
 	free(newest);
 }
 
+/* ---- a restart with many pages: listed while the daemon serves ----------- */
+
+/* Issue 17 item 6: the spill file is scanned in steps of 1024 headers on a
+ * worker while the daemon serves. KVPALACED_DEBUG_SCAN_STEP_MS (a debug
+ * knob, kvpalaced(8)) pauses each step, so the scan of 4096 pages is
+ * still running while this client is served; afterwards every page is
+ * found with its bytes, and a stop in mid-scan loses nothing. */
+#define SCAN_SETS 4
+static const char *const scan_args[] = {"--host-pool-size", "1M", "--disk-pool-size", "64M", NULL};
+
+static void restart_scan_slow(struct harness *h, const char *ms)
+{
+	if (ms)
+		setenv("KVPALACED_DEBUG_SCAN_STEP_MS", ms, 1);
+	assert_int_equal(harness_restart(h, SIGTERM, scan_args), 0);
+	unsetenv("KVPALACED_DEBUG_SCAN_STEP_MS");
+}
+
+static void read_all_sets(struct harness *h, uint32_t **sets)
+{
+	for (int k = 0; k <= SCAN_SETS; k++) {
+		struct reader r = {h->sock, sets[k], 0, N_CONV, N_CONV};
+
+		assert_int_equal(harness_run_child(read_convs, &r), 0);
+	}
+}
+
+static void test_scan_while_serving(void **state)
+{
+	struct harness *h = *state;
+	uint32_t *sets[SCAN_SETS + 1];
+	struct kvp_pool_stats ps;
+	kvp_client *c;
+	kvp_pool *p;
+
+	restart_scan_slow(h, NULL);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	for (int k = 0; k < SCAN_SETS; k++) {
+		sets[k] = conv_tokens_from(1000 + 100 * (uint32_t)k);
+		write_convs(p, sets[k], 0, N_CONV);
+	}
+	kvp_disconnect(c);
+
+	/* Slowed down: served while the scan runs, the pages come later. */
+	restart_scan_slow(h, "500");
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(kvp_ping(c), 0);
+	ps = pool_stats(c, p);
+	print_message("during the scan: %llu of %u pages listed\n",
+		      (unsigned long long)ps.restored_pages, SCAN_SETS * N_CONV * CONV_PAGES);
+	assert_true(ps.restored_pages < SCAN_SETS * N_CONV * CONV_PAGES);
+	/* Commits meanwhile spill past every header written before (the
+	 * host pool holds 256 pages): the pages not found yet survive. */
+	sets[SCAN_SETS] = conv_tokens_from(1000 + 100 * SCAN_SETS);
+	write_convs(p, sets[SCAN_SETS], 0, N_CONV);
+	/* A stop in mid-scan: nothing leaks, nothing is lost. */
+	kvp_disconnect(c);
+	restart_scan_slow(h, "500");
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	kvp_disconnect(c);
+	restart_scan_slow(h, NULL);
+
+	/* Every page found, with its bytes. */
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
+	ps = pool_stats(c, p);
+	assert_int_equal(ps.restored_pages, (SCAN_SETS + 1) * N_CONV * CONV_PAGES);
+	read_all_sets(h, sets);
+	kvp_disconnect(c);
+
+	/* In mid-scan a drop is refused, and a purge of the pool waits for
+	 * the scan's end: it forgets the pages not listed when it came too,
+	 * so the next start finds none. */
+	restart_scan_slow(h, "500");
+	{
+		struct kvp_purge_spec spec = {.flags = KVP_PURGE_POOL};
+		struct kvp_purge_result pr;
+		kvp_client *admin;
+
+		assert_int_equal(kvp_connect(h->sock, &c), 0);
+		assert_int_equal(kvp_connect(h->admin_sock, &admin), 0);
+		assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+		spec.pool_id = kvp_pool_id(p);
+		assert_int_equal(kvp_admin_drop_pool(admin, spec.pool_id, 0, NULL), -EBUSY);
+		assert_int_equal(kvp_admin_purge(admin, &spec, &pr), 0);
+		assert_int_equal(pr.pages, (SCAN_SETS + 1) * N_CONV * CONV_PAGES);
+		kvp_disconnect(admin);
+		kvp_disconnect(c);
+	}
+	restart_scan_slow(h, NULL);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
+	assert_int_equal(pool_stats(c, p).restored_pages, 0);
+	kvp_disconnect(c);
+	for (int k = 0; k <= SCAN_SETS; k++)
+		free(sets[k]);
+}
+
 static size_t count_spill_files(struct harness *h)
 {
 	char pattern[160];
@@ -648,9 +750,9 @@ static void test_junk_reclaimed(void **state)
 	int fd;
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	write_convs(p, all, 0, 4); /* in the host tier; the clean stop writes them */
-	assert_int_equal(kvp_pool_open(c, "empty-model", &page4k, &empty), 0);
+	assert_int_equal(harness_pool_open(h, c, "empty-model", &page4k, &empty), 0);
 	kvp_disconnect(c);
 	snprintf(path, sizeof(path), "%s/cache/spill-%u-0123456789abcdef0123456789abcdef.kvs",
 		 h->dir, (unsigned)getuid());
@@ -673,7 +775,7 @@ static void test_junk_reclaimed(void **state)
 	assert_int_equal(count_spill_files(h), 1); /* the junk and the empty pool's */
 	assert_int_equal(access(path, F_OK), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	ps = pool_stats(c, p);
 	assert_int_equal(ps.restored_pages, 4 * CONV_PAGES);
 	kvp_disconnect(c);
@@ -742,8 +844,8 @@ static void test_tenant_disk_share(void **state)
 	int whole;
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &pa), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL "-b", &page4k, &pb), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &pa), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL "-b", &page4k, &pb), 0);
 	write_convs(pa, all, 0, N_CONV);
 	write_convs(pb, all, 0, N_CONV);
 	a = pool_stats(c, pa);
@@ -790,7 +892,7 @@ static void test_disk_reserve(void **state)
 	int whole;
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	write_convs(p, all, 0, N_CONV);
 	ps = pool_stats(c, p);
 	assert_int_equal(ps.spilled_pages, 0);
@@ -853,7 +955,7 @@ static void test_pinned_share(void **state)
 		char model[32];
 
 		snprintf(model, sizeof(model), MODEL "-pin-%d", i);
-		assert_int_equal(kvp_pool_open(c, model, &page4k, &p[i]), 0);
+		assert_int_equal(harness_pool_open(h, c, model, &page4k, &p[i]), 0);
 	}
 	pin = vm_pin_kib(h->pid);
 	print_message("8 pools of 2 MiB, host tier 8 MiB: daemon VmPin %ld kB\n", pin);
@@ -919,7 +1021,7 @@ static void test_open_makes_nothing_resident(void **state)
 		char model[32];
 
 		snprintf(model, sizeof(model), MODEL "-open-%d", i);
-		assert_int_equal(kvp_pool_open(c, model, &page4k, &p[i]), 0);
+		assert_int_equal(harness_pool_open(h, c, model, &page4k, &p[i]), 0);
 		assert_true(pool_stats(c, p[i]).has_disk);
 	}
 	after = rss_kib(h->pid);
@@ -950,6 +1052,8 @@ int main(void)
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_truncated_file, setup_disk, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_junk_reclaimed, setup_disk, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_scan_while_serving, setup_disk,
+						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_tenant_disk_share, setup_share,
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_disk_reserve, setup_reserve, harness_teardown),

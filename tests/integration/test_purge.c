@@ -151,7 +151,7 @@ static void test_evict_demotes(void **state)
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
 	assert_int_equal(kvp_connect(h->admin_sock, &admin), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	snprintf(id, sizeof(id), "%" PRIu64, kvp_pool_id(p));
 	for (int i = 0; i < 4; i++)
 		write_conv(p, all, i);
@@ -197,7 +197,7 @@ static void test_evict_demotes(void **state)
 	/* A crash: the spill file's headers were invalidated and synced. */
 	assert_int_equal(harness_restart(h, SIGKILL, disk_args), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	ps = stats_of(c, p);
 	assert_int_equal(ps.restored_pages, 0);
 	for (int i = 0; i < 5; i++)
@@ -222,7 +222,7 @@ static void test_drop_pool_forgets_disk(void **state)
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
 	assert_int_equal(kvp_connect(h->admin_sock, &admin), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	for (int i = 0; i < 4; i++)
 		write_conv(p, all, i);
 	/* A clean stop writes them to the spill file; the next start finds
@@ -232,7 +232,7 @@ static void test_drop_pool_forgets_disk(void **state)
 	assert_int_equal(harness_restart(h, SIGTERM, disk_args), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
 	assert_int_equal(kvp_connect(h->admin_sock, &admin), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	assert_int_equal(stats_of(c, p).restored_pages, 4 * CONV_PAGES);
 	assert_int_equal(stats_of(c, p).disk_pages, 4 * CONV_PAGES);
 	/* In use: only --force drops it. */
@@ -243,7 +243,7 @@ static void test_drop_pool_forgets_disk(void **state)
 	kvp_pool_close(p);
 
 	/* A pool of the same identity, in this run: empty. */
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	ps = stats_of(c, p);
 	assert_int_equal(ps.restored_pages, 0);
 	assert_int_equal(ps.indexed_pages, 0);
@@ -255,7 +255,7 @@ static void test_drop_pool_forgets_disk(void **state)
 	/* And after a restart (a clean stop, then a crash). */
 	assert_int_equal(harness_restart(h, SIGTERM, disk_args), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	ps = stats_of(c, p);
 	assert_int_equal(ps.restored_pages, 0);
 	for (int i = 0; i < 5; i++)
@@ -280,8 +280,8 @@ static void test_drop_session_forgets(void **state)
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
 	assert_int_equal(kvp_connect(h->sock, &reader), 0);
 	assert_int_equal(kvp_connect(h->admin_sock, &admin), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
-	assert_int_equal(kvp_pool_open(reader, MODEL, &page4k, &rp), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, reader, MODEL, &page4k, &rp), 0);
 	assert_int_equal(harness_pkv_commit_session(p, conv(all, 0), CONV, &s0), 0);
 	assert_int_equal(harness_pkv_commit_session(p, conv(all, 1), CONV, &s1), 0);
 	write_conv(p, all, 2); /* cached, nobody's session */
@@ -303,7 +303,7 @@ static void test_drop_session_forgets(void **state)
 	/* A clean stop writes what is cached to disk: nothing dropped is. */
 	assert_int_equal(harness_restart(h, SIGTERM, disk_args), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	assert_int_equal(matched(p, all, 0), 0);
 	assert_int_equal(matched(p, all, 1), 2 * BT);
 	assert_int_equal(matched(p, all, 2), CONV);
@@ -333,8 +333,8 @@ static void test_purge_salt_and_age(void **state)
 	assert_int_equal(kvp_connect(h->sock, &ca), 0);
 	assert_int_equal(kvp_connect(h->sock, &cb), 0);
 	assert_int_equal(kvp_connect(h->admin_sock, &admin), 0);
-	assert_int_equal(kvp_pool_open(ca, MODEL, &page4k, &pa), 0);
-	assert_int_equal(kvp_pool_open(cb, MODEL, &page4k, &pb), 0);
+	assert_int_equal(harness_pool_open(h, ca, MODEL, &page4k, &pa), 0);
+	assert_int_equal(harness_pool_open(h, cb, MODEL, &page4k, &pb), 0);
 	assert_int_equal(kvp_pool_id(pa), kvp_pool_id(pb));
 	assert_int_equal(kvp_pool_set_salt(pa, "leaked-salt", 11), 0);
 	assert_int_equal(kvp_pool_set_salt(pb, "other-salt", 10), 0);
@@ -403,8 +403,8 @@ static void test_purge_salt_and_age(void **state)
 	assert_int_equal(kvp_connect(h->sock, &ca), 0);
 	assert_int_equal(kvp_connect(h->sock, &cb), 0);
 	assert_int_equal(kvp_connect(h->admin_sock, &admin), 0);
-	assert_int_equal(kvp_pool_open(ca, MODEL, &page4k, &pa), 0);
-	assert_int_equal(kvp_pool_open(cb, MODEL, &page4k, &pb), 0);
+	assert_int_equal(harness_pool_open(h, ca, MODEL, &page4k, &pa), 0);
+	assert_int_equal(harness_pool_open(h, cb, MODEL, &page4k, &pb), 0);
 	assert_int_equal(kvp_pool_set_salt(pa, "leaked-salt", 11), 0);
 	assert_int_equal(kvp_pool_set_salt(pb, "other-salt", 10), 0);
 	ps = stats_of(cb, pb);

@@ -119,7 +119,7 @@ static void test_spill_reaches_low_mark_and_keeps_parents(void **state)
 	uint64_t promoted;
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	assert_int_equal(kvp_pool_n_pages(p), 40);
 	cache_conv(p, a, 10, 1);
 	w = hold_pages(p, 28, 2);
@@ -163,7 +163,7 @@ static void crash_after_partial_spill(struct harness *h, int sig)
 	kvp_session *w;
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	cache_conv(p, a, 10, 1);
 	w = hold_pages(p, 28, 2);
 	harness_tokens(more, BT, 3, 0);
@@ -173,7 +173,7 @@ static void crash_after_partial_spill(struct harness *h, int sig)
 	assert_int_equal(harness_restart(h, sig, disk40), 0);
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	ps = stats(c, p);
 	if (sig == SIGKILL) {
 		/* Whatever is listed matches whole, with the right bytes. */
@@ -212,7 +212,7 @@ static void failed_append_evicts_nothing(struct harness *h)
 	kvp_session *held, *w;
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	cache_conv(p, x, 2, 10);
 	held = hold_pages(p, 32, 11);
 	ps = stats(c, p);
@@ -257,7 +257,7 @@ static void test_watermark_is_exact(void **state)
 	kvp_pool *p;
 
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	assert_int_equal(kvp_pool_n_pages(p), 100);
 	for (uint32_t i = 0; i < 57; i++)
 		cache_conv(p, t, 1, 100 + i);
@@ -286,7 +286,7 @@ static void test_parked_match_waits_for_all_reads(void **state)
 
 	assert_non_null(chain);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	assert_int_equal(kvp_pool_n_pages(p), 256);
 	cache_conv(p, chain, 100, 300);
 	/* 300 one-page conversations push the chain to disk and fill the
@@ -329,7 +329,7 @@ static void test_page_being_written_is_matched(void **state)
 
 	assert_non_null(raw);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &page4k, &p), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	cache_conv(p, a, 10, 20);
 	/* A raw client holds 28 pages: 38 used, the high mark. */
 	assert_int_equal(raw_open(raw, h->sock), 0);
