@@ -231,9 +231,10 @@ KVP_PUBLIC uint64_t kvp_session_committed(const kvp_session *s);
  * The new pages' page tables are prefaulted in this process
  * (MADV_POPULATE_READ, Linux 5.14+, one system call per run of
  * neighbouring pages) so that writing them takes no page fault per 4 KiB;
- * only the pages handed out are touched, never the rest of the arena, and
+ * only the pages handed out are touched, never the rest of the arena;
  * KVPALACE_PREFAULT=0 in the environment turns it off (for this and for
- * kvp_match_prefix).
+ * kvp_match_prefix), and kvp_append_tier's KVP_APPEND_NO_PREFAULT for one
+ * append whose pages are written with kvp_session_write.
  * Errors: -ENOSPC the host tier is full; -EBUSY another client holds
  * uncommitted reservations on this session; -EDQUOT the session would exceed
  * the daemon's token limit; -ENOENT the session was closed. */
