@@ -266,6 +266,32 @@ static uint64_t arena_allocated(uint64_t pool_id)
 	return got;
 }
 
+/* Whether this process's descriptor of the pool's arena is on hugetlbfs. */
+static int arena_is_hugetlb(uint64_t pool_id)
+{
+	char want[64], path[300], link[256];
+	struct dirent *e;
+	struct statfs fs;
+	int huge = 0;
+	DIR *d = opendir("/proc/self/fd");
+
+	assert_non_null(d);
+	snprintf(want, sizeof(want), "/memfd:kvpalace-pool-%llu ", (unsigned long long)pool_id);
+	while ((e = readdir(d))) {
+		ssize_t n;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = 0;
+		if (!strncmp(link, want, strlen(want)) && statfs(path, &fs) == 0)
+			huge = fs.f_type == HUGETLBFS_MAGIC;
+	}
+	closedir(d);
+	return huge;
+}
+
 static void test_free_memory_ready(void **state)
 {
 	struct harness *h = *state;
@@ -281,6 +307,11 @@ static void test_free_memory_ready(void **state)
 	pb = kvp_pool_page_bytes(p);
 	keep = kvp_pool_n_pages(p) / 32;
 	assert_true(keep >= 16);
+	if (arena_is_hugetlb(kvp_pool_id(p))) {
+		/* Reserved huge pages are not warmed (pool.h): nothing to see. */
+		kvp_disconnect(c);
+		skip();
+	}
 	harness_tokens(tokens, 64 * 16, SEQ, 1000);
 	/* A pool nobody wrote holds nothing. */
 	assert_true(arena_allocated(kvp_pool_id(p)) < pb);
@@ -336,32 +367,6 @@ static int huge_setup(void **state)
 					    NULL};
 
 	return harness_setup_args(state, extra);
-}
-
-/* Whether this process's descriptor of the pool's arena is on hugetlbfs. */
-static int arena_is_hugetlb(uint64_t pool_id)
-{
-	char want[64], path[300], link[256];
-	struct dirent *e;
-	struct statfs fs;
-	int huge = 0;
-	DIR *d = opendir("/proc/self/fd");
-
-	assert_non_null(d);
-	snprintf(want, sizeof(want), "/memfd:kvpalace-pool-%llu ", (unsigned long long)pool_id);
-	while ((e = readdir(d))) {
-		ssize_t n;
-
-		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-		n = readlink(path, link, sizeof(link) - 1);
-		if (n <= 0)
-			continue;
-		link[n] = 0;
-		if (!strncmp(link, want, strlen(want)) && statfs(path, &fs) == 0)
-			huge = fs.f_type == HUGETLBFS_MAGIC;
-	}
-	closedir(d);
-	return huge;
 }
 
 /* A pool whose arena got hugetlb pages (the daemon takes them when enough
