@@ -68,7 +68,8 @@ static int page_io(const struct kvp_pool *p, uint32_t slot, uint64_t off, void *
 	if (write && p->arena_hugetlb) {
 		/* pwrite to hugetlbfs is -EINVAL; its mapping faults per 2
 		 * MiB and zeroes nothing a pwrite would have spared. */
-		memcpy(p->arena + at, buf, n);
+		if (n) /* src may be NULL then */
+			memcpy(p->arena + at, buf, n);
 		return 0;
 	}
 	while (n) {

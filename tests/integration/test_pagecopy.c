@@ -359,6 +359,37 @@ static void test_free_memory_ready(void **state)
 	kvp_disconnect(c);
 }
 
+/* Once the connection is lost the daemon may lend the slots to someone
+ * else: neither copy touches them then. */
+static void test_copy_after_lost_connection(void **state)
+{
+	struct harness *h = *state;
+	unsigned char buf[64] = {0};
+	uint32_t tokens[32];
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	kvp_lease *l;
+
+	harness_tokens(tokens, 32, SEQ, 500);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &layout, &p), 0);
+	assert_int_equal(kvp_session_create(p, &s), 0);
+	assert_int_equal(kvp_append(s, tokens, 16), 0);
+	assert_int_equal(harness_write_session(p, s, 0, tokens, 16), 0);
+	assert_int_equal(kvp_commit(s, 16), 0);
+	assert_int_equal(kvp_append(s, tokens + 16, 16), 0);
+	assert_int_equal(kvp_match_prefix(p, tokens, 16, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 16);
+	assert_int_equal(kvp_session_write(s, 1, 0, buf, sizeof(buf)), 0);
+	assert_int_equal(kvp_lease_read(l, 0, 0, buf, sizeof(buf)), 0);
+	assert_int_equal(harness_stop(h), 0);
+	assert_true(kvp_ping(c) < 0);
+	assert_int_equal(kvp_session_write(s, 1, 0, buf, sizeof(buf)), -ENOTCONN);
+	assert_int_equal(kvp_lease_read(l, 0, 0, buf, sizeof(buf)), -ENOTCONN);
+	kvp_disconnect(c);
+}
+
 /* ---- a hugetlb arena ------------------------------------------------------ */
 
 static int huge_setup(void **state)
@@ -411,6 +442,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_copy_in_and_out, harness_setup,
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_free_memory_ready, warm_setup,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_copy_after_lost_connection, harness_setup,
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_write_hugetlb, huge_setup, harness_teardown),
 	};
