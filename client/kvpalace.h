@@ -321,7 +321,9 @@ KVP_PUBLIC int kvp_session_page(kvp_session *s, uint64_t page, struct kvp_page_v
  * are published, as ever, by kvp_commit. Only pages that hold no
  * committed token can be written this way (committed K/V may be read by
  * other processes: write the rest of a partly committed page through
- * kvp_session_page). Errors: -EINVAL s NULL, or src NULL with n > 0;
+ * kvp_session_page). A hugetlb arena has no write(2): there the bytes
+ * go through this process's mapping (faulted per 2 MiB anyway).
+ * Errors: -EINVAL s NULL, or src NULL with n > 0;
  * -ERANGE no such page, or off + n past page_bytes; -EROFS the page
  * holds committed tokens; -ENOTCONN the connection was lost; another
  * negative errno from pwrite(2). */

@@ -15,6 +15,7 @@
  * Layer: api (client/README.md): uses handle/ only.
  */
 #include <errno.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "handle.h"
@@ -64,6 +65,13 @@ static int page_io(const struct kvp_pool *p, uint32_t slot, uint64_t off, void *
 
 	if (p->arena_fd < 0)
 		return -EBADF;
+	if (write && p->arena_hugetlb) {
+		/* pwrite to hugetlbfs is -EINVAL; its mapping faults per 2
+		 * MiB and zeroes nothing a pwrite would have spared. */
+		if (n) /* src may be NULL then */
+			memcpy(p->arena + at, buf, n);
+		return 0;
+	}
 	while (n) {
 		ssize_t k = write ? pwrite(p->arena_fd, buf, n, (off_t)at)
 				  : pread(p->arena_fd, buf, n, (off_t)at);

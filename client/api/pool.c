@@ -17,7 +17,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statfs.h>
 #include <unistd.h>
+
+#include <linux/magic.h>
 
 #include "arena.h"
 #include "handle.h"
@@ -70,6 +73,7 @@ KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id, const struct k
 	Kvpalace__V1__Response *resp;
 	const Kvpalace__V1__OpenPoolResponse *r;
 	struct kvp_pool *p;
+	struct statfs fs;
 	void *addr;
 	int fd = -1;
 	int ret;
@@ -132,6 +136,7 @@ KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id, const struct k
 	}
 	p->arena_fd = fd;
 	fd = -1;
+	p->arena_hugetlb = fstatfs(p->arena_fd, &fs) == 0 && fs.f_type == HUGETLBFS_MAGIC;
 	p->id = r->pool_id;
 	p->page_bytes = r->page_bytes;
 	p->row_bytes = shm_row_bytes(&p->shm);

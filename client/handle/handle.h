@@ -58,6 +58,9 @@ struct kvp_pool {
 	 * (pwrite/pread need no page tables in this process); -1 when
 	 * none. */
 	int arena_fd;
+	/* The arena is on hugetlbfs, which has no write(2): kvp_session_write
+	 * copies through the mapping instead (pread works). */
+	int arena_hugetlb;
 	unsigned char *pages; /* arena + arena_offset: page slot 0 */
 	unsigned char salt[POOL_SALT_MAX_BYTES];
 	size_t salt_bytes; /* 0: no salt */

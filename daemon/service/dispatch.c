@@ -598,17 +598,28 @@ static void match_slots_le(Kvpalace__V1__MatchPrefixResponse *out, unsigned char
  * the first chunk declares its length (validated against
  * max-session-tokens), but no more than the client may still pin
  * (max-leased-pages-per-client, which one request may pass by its own
- * pages): a declared length reserves nothing it could not use. */
+ * pages): a declared length reserves nothing it could not use. The room
+ * the client's other leases hold counts as pinned here, not only their
+ * pinned pages: else every one-page match declaring a long prompt would
+ * reserve max-leased-pages of tables anew (4096 leases a connection).
+ * The walk over them is only for a prompt longer than this chunk. */
 static uint64_t match_reserve_pages(const struct cache *cache, const struct peer *c,
 				    const struct pool *p,
 				    const Kvpalace__V1__MatchPrefixRequest *in, size_t n_tokens)
 {
 	uint64_t bt = p->layout.block_tokens;
 	uint64_t want = (in->has_prompt_tokens ? in->prompt_tokens : n_tokens) / bt;
-	uint64_t room = n_tokens / bt;
+	uint64_t room = n_tokens / bt, held = c->n_leased_pages;
 
-	if (c->n_leased_pages < cache->cfg->max_leased_pages)
-		room += cache->cfg->max_leased_pages - c->n_leased_pages;
+	if (want <= room)
+		return want;
+	for (const struct list *it = c->leases.next; it != &c->leases; it = it->next) {
+		const struct lease *l = list_entry(it, struct lease, owner_link);
+
+		held += l->cap_pages > l->n_pages ? l->cap_pages - l->n_pages : 0;
+	}
+	if (held < cache->cfg->max_leased_pages)
+		room += cache->cfg->max_leased_pages - held;
 	return want < room ? want : room;
 }
 

@@ -661,6 +661,45 @@ static void test_match_tokens_le_any_alignment(void **state)
 	arena_unmap(&a);
 }
 
+/* A first chunk that declares a long prompt reserves the lease's tables
+ * for it (lease_reserve), but what the client's leases reserve together
+ * stays within max-leased-pages: a client holding many one-page matches
+ * of declared max-session-tokens prompts must not make the daemon
+ * allocate max-leased-pages of tables for each of them. */
+static void test_match_declared_prompt_reserve_capped(void **state)
+{
+	struct dfx *f = *state;
+	struct arena a;
+	uint64_t pool = open_pool(f, PEER_A, "model-x", &a);
+	uint64_t s1, leased_cap = 0, n = 0;
+	uint32_t ids[BT], slots[1];
+	Kvpalace__V1__MatchPrefixRequest mp;
+	Kvpalace__V1__Request req;
+	struct reply r;
+
+	f->cfg.max_leased_pages = 4096;
+	f->cfg.max_leases_per_conn = 64;
+	s1 = create_session(f, PEER_A, pool, 0);
+	append_write_commit(f, PEER_A, s1, &a, 100, BT, 0x40, slots);
+	tokens(ids, BT, 100);
+	for (int i = 0; i < 16; i++) {
+		req = match_req(&mp, pool, ids, BT);
+		mp.has_prompt_tokens = 1;
+		mp.prompt_tokens = f->cfg.max_session_tokens;
+		assert_int_equal(send_req(f, PEER_A2, &req, 0, &r), 0);
+		assert_int_equal(r.resp.status, ST(OK));
+		assert_int_equal(r.resp.match_prefix->matched_tokens, BT);
+		reply_fini(&r);
+	}
+	for (struct list *it = f->peers[PEER_A2].leases.next; it != &f->peers[PEER_A2].leases;
+	     it = it->next, n++)
+		leased_cap += list_entry(it, struct lease, owner_link)->cap_pages;
+	assert_int_equal(n, 16);
+	/* Each lease may keep its inline room and its own page besides. */
+	assert_true(leased_cap <= f->cfg.max_leased_pages + n * (LEASE_INLINE_BYTES / 16 + 1));
+	arena_unmap(&a);
+}
+
 /* Another uid presenting a session id it did not make gets NOT_FOUND for
  * every operation, and the session is untouched. */
 static void test_other_tenants_session_not_found(void **state)
@@ -1146,6 +1185,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_session_append_commit_match_release, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_match_tokens_le_any_alignment, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_match_declared_prompt_reserve_capped, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_other_tenants_session_not_found, setup,
 						teardown),
