@@ -275,6 +275,18 @@ static void pairs_print(struct pairs *p)
 		v[p->n - 1]);
 }
 
+/* The prompt as libkvpalace sends it: 4-byte little-endian tokens
+ * (tokens_le), not varints. */
+static void match_tokens(Kvpalace__V1__MatchPrefixRequest *mp)
+{
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "kvp-bench-rpc sends the prompt's tokens as they lie in memory: little-endian only"
+#endif
+	mp->has_tokens_le = 1;
+	mp->tokens_le.data = (uint8_t *)prompt;
+	mp->tokens_le.len = sizeof(prompt);
+}
+
 /* The Redis values, and the request sizes they copy. */
 static void ref_values(void)
 {
@@ -300,8 +312,7 @@ static void ref_values(void)
 	req.append = NULL;
 	req.match_prefix = &mp;
 	mp.pool_id = 1;
-	mp.tokens = prompt;
-	mp.n_tokens = PROMPT_TOKENS;
+	match_tokens(&mp);
 	n = frame_pack_request(&req, buf, sizeof(buf), FRAME_DEFAULT_MAX_BYTES);
 	if (n <= 0)
 		die("frame_pack_request (MatchPrefix): %s", strerror(-n));
@@ -1113,8 +1124,7 @@ static void pipe_bursts(struct raw *r, int is_write, uint64_t session, struct bu
 			(Kvpalace__V1__MatchPrefixRequest)KVPALACE__V1__MATCH_PREFIX_REQUEST__INIT;
 		b1->req.match_prefix = &b1->match;
 		b1->match.pool_id = r->pool_id;
-		b1->match.tokens = prompt;
-		b1->match.n_tokens = PROMPT_TOKENS;
+		match_tokens(&b1->match);
 		b1->leases = leases;
 		b2->op = KVPALACE__V1__REQUEST__OP_RELEASE;
 		b2->release = (Kvpalace__V1__ReleaseRequest)KVPALACE__V1__RELEASE_REQUEST__INIT;
