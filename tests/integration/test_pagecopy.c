@@ -236,60 +236,52 @@ static int warm_setup(void **state)
 	return harness_setup_args(state, extra);
 }
 
-/* Bytes of memory the pool's arena holds (allocated shmem pages, touched
- * or not), from the memfd the library keeps for kvp_session_write: the
- * one of this process's descriptors named after the pool. */
-static uint64_t arena_allocated(uint64_t pool_id)
+/* The /proc/self/fd path of the memfd the library keeps for the pool's
+ * arena (for kvp_session_write): the descriptor named after the pool. */
+static void arena_fd_path(uint64_t pool_id, char *path, size_t cap)
 {
-	char want[64], path[300], link[256];
-	uint64_t got = UINT64_MAX;
+	char want[64], link[256];
 	struct dirent *e;
-	struct stat st;
+	int found = 0;
 	DIR *d = opendir("/proc/self/fd");
 
 	assert_non_null(d);
 	snprintf(want, sizeof(want), "/memfd:kvpalace-pool-%llu ", (unsigned long long)pool_id);
-	while ((e = readdir(d))) {
+	while (!found && (e = readdir(d))) {
 		ssize_t n;
 
-		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		snprintf(path, cap, "/proc/self/fd/%s", e->d_name);
 		n = readlink(path, link, sizeof(link) - 1);
 		if (n <= 0)
 			continue;
 		link[n] = 0;
-		if (strncmp(link, want, strlen(want)) || stat(path, &st) < 0)
-			continue;
-		got = (uint64_t)st.st_blocks * 512;
+		found = !strncmp(link, want, strlen(want));
 	}
 	closedir(d);
-	assert_true(got != UINT64_MAX);
-	return got;
+	assert_true(found);
 }
 
-/* Whether this process's descriptor of the pool's arena is on hugetlbfs. */
+/* Bytes of memory the pool's arena holds (allocated shmem pages, touched
+ * or not). */
+static uint64_t arena_allocated(uint64_t pool_id)
+{
+	char path[300];
+	struct stat st;
+
+	arena_fd_path(pool_id, path, sizeof(path));
+	assert_int_equal(stat(path, &st), 0);
+	return (uint64_t)st.st_blocks * 512;
+}
+
+/* Whether the pool's arena is on hugetlbfs. */
 static int arena_is_hugetlb(uint64_t pool_id)
 {
-	char want[64], path[300], link[256];
-	struct dirent *e;
+	char path[300];
 	struct statfs fs;
-	int huge = 0;
-	DIR *d = opendir("/proc/self/fd");
 
-	assert_non_null(d);
-	snprintf(want, sizeof(want), "/memfd:kvpalace-pool-%llu ", (unsigned long long)pool_id);
-	while ((e = readdir(d))) {
-		ssize_t n;
-
-		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-		n = readlink(path, link, sizeof(link) - 1);
-		if (n <= 0)
-			continue;
-		link[n] = 0;
-		if (!strncmp(link, want, strlen(want)) && statfs(path, &fs) == 0)
-			huge = fs.f_type == HUGETLBFS_MAGIC;
-	}
-	closedir(d);
-	return huge;
+	arena_fd_path(pool_id, path, sizeof(path));
+	assert_int_equal(statfs(path, &fs), 0);
+	return fs.f_type == HUGETLBFS_MAGIC;
 }
 
 static void test_free_memory_ready(void **state)
