@@ -330,7 +330,17 @@ static void mode_read(void)
 		die("out of memory");
 	open_pool(&c, &p, MODEL);
 	page_bytes = kvp_pool_page_bytes(p);
-	ps0 = pool_stats(c, p);
+	/* The warm restart lists the spill file's pages while the daemon
+	 * serves (pages not listed yet are misses): this mode times reads
+	 * from disk, so it starts once every page is listed. */
+	t0 = now_ns();
+	while ((ps0 = pool_stats(c, p)).disk_scanning) {
+		if (now_ns() - t0 > 60ull * 1000000000u)
+			die("the daemon still scans the spill file after 60 s (%" PRIu64
+			    " pages listed)",
+			    ps0.restored_pages);
+		usleep(1000);
+	}
 	fprintf(stderr,
 		"disk read: after a restart, %u pages on disk (%" PRIu64
 		" found in the spill file), %u indexed in host; I/O backend %s\n",

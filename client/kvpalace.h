@@ -538,8 +538,7 @@ KVP_PUBLIC int kvp_lease_page(const kvp_lease *l, uint64_t page, struct kvp_page
  * -ERANGE no such page (a miss has none), or off + n past page_bytes;
  * -ENOTCONN the connection was lost; another negative errno from
  * pread(2). */
-KVP_PUBLIC int kvp_lease_read(const kvp_lease *l, uint64_t page, uint64_t off, void *dst,
-			      size_t n);
+KVP_PUBLIC int kvp_lease_read(const kvp_lease *l, uint64_t page, uint64_t off, void *dst, size_t n);
 
 /* Creates a session holding the first n_tokens of the lease's match
  * (n_tokens <= kvp_lease_tokens()), sharing its pages copy-on-write as
@@ -690,6 +689,8 @@ struct kvp_pool_stats {
 				      * grows while the pool's first open after a
 				      * start scans the file (pages are matchable as
 				      * they are found, misses before) */
+	int disk_scanning;	     /* 1 while that scan runs, 0 once every page
+				      * of the file is listed */
 	uint32_t permanent_pages;    /* indexed pages of permanent spans: leave host last */
 	uint64_t quantized_pages;    /* spilled in the daemon's spill-dtype (lossy) */
 	/* The GPU tier; all 0 when the pool has no device arena (has_gpu 0). */

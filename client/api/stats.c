@@ -195,6 +195,7 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 		out->lossy_replaced_pages =
 			in->has_lossy_replaced_pages ? in->lossy_replaced_pages : 0;
 		out->disk_refused_pages = in->has_disk_refused_pages ? in->disk_refused_pages : 0;
+		out->disk_scanning = in->has_disk_scanning && in->disk_scanning;
 	}
 	*ret_stats = st;
 	return 0;

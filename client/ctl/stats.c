@@ -193,11 +193,12 @@ static void pools_detail(const struct kvp_stats *st)
 			printf("pool %" PRIu64 " spill file: %u of %u page%s; %" PRIu64
 			       " spilled, %" PRIu64 " promoted, %" PRIu64
 			       " dropped for room, %" PRIu64 " refused, %" PRIu64
-			       " restored at start; %" PRIu64 " verify failure%s, %" PRIu64
+			       " restored at start%s; %" PRIu64 " verify failure%s, %" PRIu64
 			       " I/O error%s\n",
 			       p->pool_id, p->disk_pages, p->disk_capacity,
 			       plural(p->disk_capacity), p->spilled_pages, p->promoted_pages,
 			       p->disk_dropped, p->disk_refused_pages, p->restored_pages,
+			       p->disk_scanning ? " (still scanning the file)" : "",
 			       p->verify_failures, plural(p->verify_failures), p->io_errors,
 			       plural(p->io_errors));
 		if (p->has_gpu)

@@ -283,6 +283,8 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 			ps->lossy_replaced_pages = p->tier.lossy_replaced;
 			ps->has_disk_refused_pages = 1;
 			ps->disk_refused_pages = p->tier.refused;
+			ps->has_disk_scanning = 1;
+			ps->disk_scanning = tier_pool_scanning(p) != 0;
 		}
 		sz = kvpalace__v1__pool_stats__get_packed_size(ps) + 8;
 		if (sz > budget) {

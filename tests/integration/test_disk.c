@@ -672,6 +672,7 @@ static void test_scan_while_serving(void **state)
 	print_message("during the scan: %llu of %u pages listed\n",
 		      (unsigned long long)ps.restored_pages, SCAN_SETS * N_CONV * CONV_PAGES);
 	assert_true(ps.restored_pages < SCAN_SETS * N_CONV * CONV_PAGES);
+	assert_int_equal(ps.disk_scanning, 1); /* and Stats says so */
 	/* Commits meanwhile spill past every header written before (the
 	 * host pool holds 256 pages): the pages not found yet survive. */
 	sets[SCAN_SETS] = conv_tokens_from(1000 + 100 * SCAN_SETS);
@@ -689,6 +690,7 @@ static void test_scan_while_serving(void **state)
 	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
 	ps = pool_stats(c, p);
 	assert_int_equal(ps.restored_pages, (SCAN_SETS + 1) * N_CONV * CONV_PAGES);
+	assert_int_equal(ps.disk_scanning, 0);
 	read_all_sets(h, sets);
 	kvp_disconnect(c);
 
