@@ -49,6 +49,7 @@ static void fill(void)
 	pools[0].disk_pages = 250;
 	pools[0].spilled_pages = 300;
 	pools[0].io_errors = 3;
+	pools[0].disk_scanning = 1;
 	pools[0].has_gpu = 1;
 	pools[0].device_pages = 64;
 	pools[0].device_used_pages = 16;
@@ -162,6 +163,7 @@ static void test_names(void **state)
 	       "state=\"used\"} 16");
 	has(t, "kvpalace_pool_spilled_pages_total{pool=\"7\",uid=\"1000\",model=\"llama\"} 300");
 	has(t, "kvpalace_pool_io_errors_total{pool=\"7\",uid=\"1000\",model=\"llama\"} 3");
+	has(t, "kvpalace_pool_disk_scanning{pool=\"7\",uid=\"1000\",model=\"llama\"} 1");
 	has(t, "kvpalace_pool_device_copy_errors_total{pool=\"7\",uid=\"1000\",model=\"llama\"} 2");
 	/* Pool 8 has no disk and no GPU: present 0, no samples of theirs. */
 	has(t, "kvpalace_pool_tier_present{pool=\"8\",uid=\"1001\",model="
