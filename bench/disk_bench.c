@@ -532,32 +532,25 @@ static void pinger(int stop_fd, int out_fd)
 	_exit(0);
 }
 
-/* Opens a new pool (a model id of its own per --seed) in a daemon whose
- * host pool is the arena size under test, while a forked client pings:
- * the open's time, the daemon's resident growth, the pinger's worst round
- * trip during it against its median. Samples disk.open_ms, disk.open_rss_mib,
- * disk.open_ping_worst_us, disk.open_ping_median_us. */
-static void mode_open(void)
-{
-	int stop[2], out[2];
-	uint64_t res[2], t0, t;
-	long rss0, rss1;
-	char model[64];
-	kvp_client *c;
-	kvp_pool *p;
+/* A pinging client beside the parent's work (pinger): started connected,
+ * then stopped with its worst and median round trip (ns). */
+struct pinging {
 	pid_t pid;
+	int stop_w, out_r;
+};
+
+static struct pinging pinger_start(void)
+{
+	struct pinging g;
+	int stop[2], out[2];
 	char b;
 
-	if (!opt.daemon_pid)
-		die("--mode open wants --daemon-pid");
-	if (pipe(stop) < 0 || pipe(out) < 0)
+	if (pipe(stop) < 0 || pipe(out) < 0 || fcntl(stop[0], F_SETFL, O_NONBLOCK) < 0)
 		die("pipe: %s", strerror(errno));
-	if (fcntl(stop[0], F_SETFL, O_NONBLOCK) < 0)
-		die("fcntl: %s", strerror(errno));
-	pid = fork();
-	if (pid < 0)
+	g.pid = fork();
+	if (g.pid < 0)
 		die("fork: %s", strerror(errno));
-	if (pid == 0) {
+	if (g.pid == 0) {
 		close(stop[1]);
 		close(out[0]);
 		pinger(stop[0], out[1]);
@@ -566,6 +559,37 @@ static void mode_open(void)
 	close(out[1]);
 	if (read(out[0], &b, 1) != 1)
 		die("the pinging client did not connect");
+	g.stop_w = stop[1];
+	g.out_r = out[0];
+	return g;
+}
+
+static void pinger_stop(struct pinging *g, uint64_t res[2])
+{
+	close(g->stop_w);
+	if (read(g->out_r, res, 2 * sizeof(*res)) != (ssize_t)(2 * sizeof(*res)))
+		die("the pinging client failed");
+	close(g->out_r);
+	waitpid(g->pid, NULL, 0);
+}
+
+/* Opens a new pool (a model id of its own per --seed) in a daemon whose
+ * host pool is the arena size under test, while a forked client pings:
+ * the open's time, the daemon's resident growth, the pinger's worst round
+ * trip during it against its median. Samples disk.open_ms, disk.open_rss_mib,
+ * disk.open_ping_worst_us, disk.open_ping_median_us. */
+static void mode_open(void)
+{
+	struct pinging g;
+	uint64_t res[2], t0, t;
+	long rss0, rss1;
+	char model[64];
+	kvp_client *c;
+	kvp_pool *p;
+
+	if (!opt.daemon_pid)
+		die("--mode open wants --daemon-pid");
+	g = pinger_start();
 	if (kvp_connect(opt.sock, &c) < 0)
 		die("kvp_connect %s", opt.sock);
 	usleep(50000); /* the pinger's median before the open */
@@ -576,10 +600,7 @@ static void mode_open(void)
 	t = now_ns() - t0;
 	rss1 = daemon_rss_kib(opt.daemon_pid);
 	usleep(50000);
-	close(stop[1]);
-	if (read(out[0], res, sizeof(res)) != (ssize_t)sizeof(res))
-		die("the pinging client failed");
-	waitpid(pid, NULL, 0);
+	pinger_stop(&g, res);
 	if (!pool_stats(c, p).has_disk)
 		die("the pool has no disk tier (kvpalaced --disk-pool-size, --cache-dir)");
 	sample("disk.open_ms", (double)t / 1e6);
@@ -699,30 +720,16 @@ static void mode_restart(void)
 		 *last = malloc(n_tok * sizeof(uint32_t));
 	uint64_t n = opt.pages / RS_PAGES_PER_SESSION, want = n * RS_PAGES_PER_SESSION;
 	uint64_t res[2], t0, t_open, t_hit = 0, t_all = 0, restored = 0;
-	int stop[2], out[2];
-	char name[64], b;
+	struct pinging g;
+	char name[64];
 	kvp_client *c;
 	kvp_pool *p;
-	pid_t pid;
 
 	if (!first || !last || n == 0)
 		die("out of memory, or --pages below one session");
 	rs_tokens(first, 0);
 	rs_tokens(last, n - 1);
-	if (pipe(stop) < 0 || pipe(out) < 0 || fcntl(stop[0], F_SETFL, O_NONBLOCK) < 0)
-		die("pipe: %s", strerror(errno));
-	pid = fork();
-	if (pid < 0)
-		die("fork: %s", strerror(errno));
-	if (pid == 0) {
-		close(stop[1]);
-		close(out[0]);
-		pinger(stop[0], out[1]);
-	}
-	close(stop[0]);
-	close(out[1]);
-	if (read(out[0], &b, 1) != 1)
-		die("the pinging client did not connect");
+	g = pinger_start();
 	usleep(50000); /* the pinger's median before the open */
 	t0 = now_ns();
 	rs_open(&c, &p);
@@ -744,10 +751,7 @@ static void mode_restart(void)
 			    t_hit ? "first session found" : "first session not found", restored,
 			    want);
 	}
-	close(stop[1]);
-	if (read(out[0], res, sizeof(res)) != (ssize_t)sizeof(res))
-		die("the pinging client failed");
-	waitpid(pid, NULL, 0);
+	pinger_stop(&g, res);
 	if (!rs_hit(c, p, last, n - 1))
 		die("the newest session is not found after the scan");
 	snprintf(name, sizeof(name), "%" PRIu64, want);
