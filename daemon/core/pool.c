@@ -241,26 +241,23 @@ static void warm_done(struct worker_job *wj)
 	struct pool *p = j->p;
 
 	close(j->fd);
-	if (!p) {
-		free(j->slots);
-		free(j);
-		return;
-	}
-	p->warm_job = NULL;
-	if (j->err) {
-		/* Out of memory, or a file system that cannot: the writers
-		 * fault their pages in as before. */
-		log_ctx_info(LOG_POOL_UID(p->id, p->uid),
-			     "pool %llu: cannot make free pages' memory resident ahead of "
-			     "writers: %s (not tried again)",
-			     (unsigned long long)p->id, strerror(j->err));
-		p->warm_failed = 1;
-	} else {
-		pagealloc_warmed(&p->pa, j->pos, j->n, j->slots);
+	if (p) { /* NULL: the pool went first (pool_free) */
+		p->warm_job = NULL;
+		if (j->err) {
+			/* Out of memory, or a file system that cannot: the
+			 * writers fault their pages in as before. */
+			log_ctx_info(LOG_POOL_UID(p->id, p->uid),
+				     "pool %llu: cannot make free pages' memory resident ahead of "
+				     "writers: %s (not tried again)",
+				     (unsigned long long)p->id, strerror(j->err));
+			p->warm_failed = 1;
+		} else {
+			pagealloc_warmed(&p->pa, j->pos, j->n, j->slots);
+		}
 	}
 	free(j->slots);
 	free(j);
-	if (p->warm_wanted)
+	if (p && p->warm_wanted)
 		warm_submit(c, p); /* until the reserve is full */
 }
 
