@@ -41,6 +41,16 @@
  * leases) must be used by one thread at a time; use one client per thread
  * for parallelism. Different clients are independent.
  *
+ * fork(): a client belongs to the process that connected it. In a child
+ * (fork(), Python's multiprocessing with the "fork" start method) every
+ * call that talks to the daemon fails with -ECHILD, since parent and child
+ * would share one socket and read each other's replies; the child calls
+ * kvp_connect() for a client of its own (and may kvp_disconnect() the
+ * inherited one, which closes only the child's copy of the socket: the
+ * parent's connection, leases and sessions are untouched). Pointers into
+ * the arenas stay valid in the child as in the parent, for as long as
+ * the parent holds what they point to.
+ *
  * Lifetime: closing the client (kvp_disconnect) ends every lease and every
  * uncommitted reservation it holds, closes every session it created
  * (kvp_session_create, kvp_session_fork, kvp_lease_fork,
@@ -132,6 +142,17 @@ KVP_PUBLIC void kvp_disconnect(kvp_client *c);
 KVP_PUBLIC int kvp_default_socket_path(char *buf, size_t n);
 KVP_PUBLIC int kvp_default_admin_socket_path(char *buf, size_t n);
 
+/* This library's version, "major.minor.patch" (also in the three
+ * pointers, each may be NULL): the version it was built as, whatever
+ * header the caller compiled against. The protocol it speaks is
+ * KVP_PROTOCOL_VERSION. */
+KVP_PUBLIC const char *kvp_version(unsigned int *ret_major, unsigned int *ret_minor,
+				   unsigned int *ret_patch);
+
+/* The daemon's version as its Hello reply gave it ("kvpalaced 0.1.0"):
+ * valid as long as the client; NULL for a NULL client. */
+KVP_PUBLIC const char *kvp_server_version(const kvp_client *c);
+
 /* Round trip to the daemon (a Hello). Returns 0. */
 KVP_PUBLIC int kvp_ping(kvp_client *c);
 
@@ -144,6 +165,27 @@ KVP_PUBLIC int kvp_is_admin(const kvp_client *c);
 KVP_PUBLIC const char *kvp_strerror(const kvp_client *c, int err);
 
 /* ---- pools -------------------------------------------------------------- */
+
+/* The KV layout of a common open model by name, from its published
+ * config.json (num_hidden_layers, num_key_value_heads, head_dim or
+ * hidden_size / num_attention_heads): "llama-3-8b", "llama-3-70b",
+ * "llama-3.1-405b", "mistral-7b", "qwen2.5-72b", "gemma-2-9b", ... and
+ * the test model "stories260k"; kvp_layout_name() lists them. The name
+ * is matched ignoring case, and the Hugging Face repository id
+ * ("meta-llama/Meta-Llama-3-8B") works too; fine-tunes share their base
+ * model's shape. dtype and block_tokens are the caller's choice and are
+ * copied as given (kvp_pool_open validates them); quant_group is 32 for
+ * the quantized dtypes (the whole head where head_dim is no multiple of
+ * 32), else 0. Tensor-parallel ranks holding a share of the KV heads
+ * divide n_kv_heads themselves. Errors: -EINVAL name or out NULL;
+ * -ENOENT no such model. */
+KVP_PUBLIC int kvp_layout_named(const char *name, uint32_t dtype, uint32_t block_tokens,
+				struct kvp_layout *out);
+
+/* Name i (0, 1, ...) of kvp_layout_named()'s table, and in *ret_hf_id
+ * (may be NULL) the Hugging Face repository its numbers come from; NULL
+ * past the end. */
+KVP_PUBLIC const char *kvp_layout_name(size_t i, const char **ret_hf_id);
 
 /* Finds or creates the pool of (this user, model_id, layout) and maps its
  * host arena. Every process of the same user that opens the same model_id

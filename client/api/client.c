@@ -14,6 +14,7 @@
  * thread-safe: one thread at a time per client.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "conn.h"
@@ -73,6 +74,8 @@ static int client_hello(struct kvp_client *c, int first)
 	 * that bounds a commit's pages would bound them by its per-request
 	 * count too. */
 	c->reply_pages = c->chunk_tokens;
+	snprintf(c->server_version, sizeof(c->server_version), "%s",
+		 h->server_version ? h->server_version : "");
 	c->admin = !!h->admin;
 	c->uid = h->uid;
 	c->gpu = h->has_gpu && h->gpu;
@@ -127,4 +130,25 @@ KVP_PUBLIC int kvp_ping(kvp_client *c)
 KVP_PUBLIC int kvp_is_admin(const kvp_client *c)
 {
 	return c ? c->admin : 0;
+}
+
+KVP_PUBLIC const char *kvp_version(unsigned int *ret_major, unsigned int *ret_minor,
+				   unsigned int *ret_patch)
+{
+	unsigned int v[3] = {0, 0, 0};
+
+	/* KVP_VERSION is meson's project version, "major.minor.patch". */
+	sscanf(KVP_VERSION, "%u.%u.%u", &v[0], &v[1], &v[2]);
+	if (ret_major)
+		*ret_major = v[0];
+	if (ret_minor)
+		*ret_minor = v[1];
+	if (ret_patch)
+		*ret_patch = v[2];
+	return KVP_VERSION;
+}
+
+KVP_PUBLIC const char *kvp_server_version(const kvp_client *c)
+{
+	return c ? c->server_version : NULL;
 }

@@ -62,6 +62,17 @@ int conn_break(struct kvp_client *c, int err, const char *fmt, ...)
 
 int conn_usable(struct kvp_client *c)
 {
+	/* After fork() parent and child share the socket: the child's
+	 * requests would be answered to whichever process reads first, and
+	 * each would take the other's replies. The child's copy refuses
+	 * instead, without closing or breaking anything (the parent's
+	 * connection is intact). getpid() is a system call on glibc 2.25
+	 * and later: ~0.1 µs against a round trip of ~10 µs. */
+	if (c->pid != getpid())
+		return conn_error(c, -ECHILD,
+				  "this kvpalace client was connected by process %d; after fork() "
+				  "a child must kvp_connect() on its own",
+				  (int)c->pid);
 	if (!c->dead)
 		return 0;
 	return conn_error(c, -ENOTCONN, "the connection to kvpalaced was lost earlier");
@@ -125,6 +136,7 @@ static struct kvp_client *conn_new(void)
 	if (!c)
 		return NULL;
 	c->fd = -1;
+	c->pid = getpid();
 	c->next_id = 1;
 	/* Until the Hello reply says otherwise, send no more than any daemon
 	 * accepts. Receive buffers take the largest frame a daemon may send. */

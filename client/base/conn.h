@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "frame.h"
 #include "kvpalace.h"
@@ -28,6 +29,8 @@ struct kvp_client {
 	int admin;
 	int gpu;
 	uint32_t uid;
+	pid_t pid; /* the process that connected: a forked child may not use the socket */
+	char server_version[64];    /* Hello's server_version, NUL-terminated */
 	uint32_t max_message_bytes; /* the daemon's cap, header included */
 	uint32_t chunk_tokens;	    /* tokens per Append/MatchPrefix request */
 	uint32_t reply_pages;	    /* pages one Commit may fill: its reply lists their slots */

@@ -1,0 +1,200 @@
+/* tests/integration/test_engineapi.c — the small calls an engine needs
+ * before anything else (issue 18): versions, named model layouts, and a
+ * client inherited across fork().
+ *
+ *  - kvp_version() is the project's version, and its three numbers are
+ *    the string's; kvp_server_version() is what the daemon's Hello said
+ *    ("kvpalaced <version>").
+ *  - kvp_layout_named() gives published config.json numbers for a few
+ *    models (by short name, any case, and by Hugging Face id), -ENOENT
+ *    for an unknown one; every listed entry is a layout the daemon
+ *    accepts (each opens a pool), names are unique.
+ *  - After fork() the child's copy of the parent's client refuses with
+ *    -ECHILD (and says why) instead of sharing the socket; the child's
+ *    own client matches and reads the parent's prefix byte for byte; the
+ *    child disconnecting its copy leaves the parent's connection, its
+ *    session and its lease intact.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#define N_TOKENS    100 /* six pages of 16 and a partial one */
+#define N_COMMITTED 90	/* before the fork: five whole pages */
+
+static void test_versions(void **state)
+{
+	struct harness *h = *state;
+	unsigned int major = 99, minor = 99, patch = 99;
+	char want[64];
+	kvp_client *c;
+
+	assert_string_equal(kvp_version(&major, &minor, &patch), KVP_VERSION);
+	snprintf(want, sizeof(want), "%u.%u.%u", major, minor, patch);
+	assert_string_equal(want, KVP_VERSION);
+	assert_non_null(kvp_version(NULL, NULL, NULL));
+	assert_null(kvp_server_version(NULL));
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	snprintf(want, sizeof(want), "kvpalaced %s", KVP_VERSION);
+	assert_string_equal(kvp_server_version(c), want);
+	kvp_disconnect(c);
+}
+
+static void expect_layout(const char *name, uint32_t layers, uint32_t kv_heads, uint32_t dim)
+{
+	struct kvp_layout l;
+
+	assert_int_equal(kvp_layout_named(name, KVP_DTYPE_BF16, 16, &l), 0);
+	assert_int_equal(l.n_layers, layers);
+	assert_int_equal(l.n_kv_heads, kv_heads);
+	assert_int_equal(l.head_dim, dim);
+	assert_int_equal(l.block_tokens, 16);
+	assert_int_equal(l.dtype, KVP_DTYPE_BF16);
+	assert_int_equal(l.quant_group, 0);
+}
+
+static void test_named_layouts(void **state)
+{
+	struct harness *h = *state;
+	struct kvp_layout l;
+	const char *name, *hf, *other;
+	kvp_client *c;
+	kvp_pool *p;
+	size_t i, j;
+
+	/* From the published config.json files. */
+	expect_layout("llama-3-8b", 32, 8, 128);
+	expect_layout("LLaMA-3-70B", 80, 8, 128);
+	expect_layout("meta-llama/Meta-Llama-3-8B", 32, 8, 128);
+	expect_layout("llama-3.1-405b", 126, 8, 128);
+	expect_layout("llama-2-7b", 32, 32, 128);
+	expect_layout("qwen2.5-7b", 28, 4, 128);
+	expect_layout("gemma-2-9b", 42, 8, 256);
+	expect_layout("phi-3-mini", 32, 32, 96);
+	expect_layout("stories260k", 5, 4, 8);
+
+	assert_int_equal(kvp_layout_named("llama-3-8b", KVP_DTYPE_INT8, 16, &l), 0);
+	assert_int_equal(l.quant_group, 32);
+	assert_int_equal(kvp_layout_named("stories260k", KVP_DTYPE_INT4, 16, &l), 0);
+	assert_int_equal(l.quant_group, 8);
+	assert_int_equal(kvp_layout_named("llama-3-9b", KVP_DTYPE_F16, 16, &l), -ENOENT);
+	assert_int_equal(kvp_layout_named("", KVP_DTYPE_F16, 16, &l), -ENOENT);
+	assert_int_equal(kvp_layout_named(NULL, KVP_DTYPE_F16, 16, &l), -EINVAL);
+	assert_int_equal(kvp_layout_named("llama-3-8b", KVP_DTYPE_F16, 16, NULL), -EINVAL);
+
+	/* Every entry is one the daemon takes, under its own name; one
+	 * token a page keeps the arenas of the big ones small. */
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	for (i = 0; (name = kvp_layout_name(i, &hf)); i++) {
+		assert_non_null(hf);
+		for (j = 0; j < i; j++) {
+			other = kvp_layout_name(j, NULL);
+			assert_true(strcasecmp(name, other) != 0);
+		}
+		assert_int_equal(kvp_layout_named(hf, KVP_DTYPE_F16, 1, &l), 0);
+		assert_int_equal(kvp_pool_open(c, name, &l, &p), 0);
+		kvp_pool_close(p);
+	}
+	assert_true(i >= 15);
+	assert_null(kvp_layout_name(i, &hf));
+	kvp_disconnect(c);
+}
+
+struct forked {
+	struct harness *h;
+	kvp_client *c; /* the parent's, inherited */
+	kvp_pool *p;
+	uint32_t tokens[N_TOKENS];
+	struct kvp_layout layout;
+};
+
+static int child(void *arg)
+{
+	struct forked *f = arg;
+	kvp_lease *l = NULL;
+	kvp_client *own;
+	kvp_pool *p;
+	uint64_t whole = harness_whole(N_COMMITTED, f->layout.block_tokens);
+
+	/* The inherited client refuses, and says why. */
+	CHILD_CHECK_EQ(kvp_ping(f->c), -ECHILD);
+	if (!strstr(kvp_strerror(f->c, -ECHILD), "fork"))
+		return 2;
+	CHILD_CHECK_EQ(kvp_match_prefix(f->p, f->tokens, N_TOKENS, &l), -ECHILD);
+	CHILD_CHECK_EQ(kvp_pool_open(f->c, "engineapi", &f->layout, &p), -ECHILD);
+	/* Dropping the copy closes only the child's socket. */
+	kvp_disconnect(f->c);
+
+	CHILD_CHECK_EQ(kvp_connect(f->h->sock, &own), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(own, "engineapi", &f->layout, &p), 0);
+	CHILD_CHECK_EQ(kvp_match_prefix(p, f->tokens, N_TOKENS, &l), 0);
+	CHILD_CHECK_EQ(kvp_lease_tokens(l), whole);
+	CHILD_CHECK_EQ(harness_check_lease(l, p, f->tokens, whole), 0);
+	kvp_disconnect(own);
+	return 0;
+}
+
+static void test_fork(void **state)
+{
+	struct forked *f = calloc(1, sizeof(*f));
+	uint64_t whole;
+	kvp_session *s;
+	kvp_lease *l;
+
+	assert_non_null(f);
+	f->h = *state;
+	assert_int_equal(kvp_layout_named("stories260k", KVP_DTYPE_F16, 16, &f->layout), 0);
+	whole = harness_whole(N_COMMITTED, f->layout.block_tokens);
+	harness_tokens(f->tokens, N_TOKENS, 3, 0);
+	assert_int_equal(kvp_connect(f->h->sock, &f->c), 0);
+	assert_int_equal(kvp_pool_open(f->c, "engineapi", &f->layout, &f->p), 0);
+	assert_int_equal(harness_commit_session(f->p, f->tokens, N_COMMITTED, &s), 0);
+	assert_int_equal(kvp_match_prefix(f->p, f->tokens, N_TOKENS, &l), 0);
+
+	assert_int_equal(harness_run_child(child, f), 0);
+
+	/* The parent's connection, lease and session are as they were. */
+	assert_int_equal(kvp_ping(f->c), 0);
+	assert_int_equal(kvp_lease_tokens(l), whole);
+	assert_int_equal(harness_check_lease(l, f->p, f->tokens, whole), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+	assert_int_equal(kvp_append(s, f->tokens + N_COMMITTED, N_TOKENS - N_COMMITTED), 0);
+	assert_int_equal(harness_write_session(f->p, s, N_COMMITTED, f->tokens + N_COMMITTED,
+					       N_TOKENS - N_COMMITTED),
+			 0);
+	assert_int_equal(kvp_commit(s, N_TOKENS - N_COMMITTED), 0);
+	assert_int_equal(kvp_session_committed(s), N_TOKENS);
+	kvp_disconnect(f->c);
+	free(f);
+}
+
+/* A pool for every named model: more than the default 16 per tenant. */
+static int setup_many_pools(void **state)
+{
+	static const char *const args[] = {"--max-pools-per-tenant", "64", NULL};
+
+	return harness_setup_args(state, args);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_versions, harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_named_layouts, setup_many_pools,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_fork, harness_setup, harness_teardown),
+	};
+
+	return cmocka_run_group_tests_name("engineapi", tests, NULL, NULL);
+}
