@@ -555,6 +555,46 @@ KVP_PUBLIC int kvp_match_prefix(kvp_pool *p, const uint32_t *tokens, size_t n,
 KVP_PUBLIC int kvp_prefetch(kvp_pool *p, const uint32_t *tokens, size_t n,
 			    uint32_t *ret_pages_coming);
 
+/* How much of a prompt the pool holds, asked without changing anything:
+ * what an engine's scheduler asks, many times per request, before it
+ * decides where a request goes and how many tokens it must compute.
+ * tokens/n_tokens: the prompt; salt: NULL for the pool handle's salt
+ * (kvp_pool_set_salt), else salt_len bytes (0..64; salt_len 0: no salt)
+ * for this query alone. */
+struct kvp_lookup_query {
+	const uint32_t *tokens;
+	size_t n_tokens;
+	const void *salt;
+	size_t salt_len;
+};
+
+struct kvp_lookup_result {
+	uint64_t matched_tokens; /* whole pages a kvp_match_prefix would find now */
+	uint64_t host_tokens;	 /* of them, the leading ones already in host
+				    memory (the rest would be read from disk) */
+};
+
+/* Fills out[i] for each of queries[0..n): the longest prefix, in whole
+ * pages, of the query's tokens in the pool's prefix index, as
+ * kvp_match_prefix would match it at this moment (pages only on disk
+ * count, lossy ones end it as they end a match). Changes nothing: no
+ * page is pinned, promoted or prefetched, no page's recency changes, no
+ * hit or miss is counted; so the answer is a moment's: pages may leave
+ * before the match that follows (which is what a lease is for). The
+ * batch goes in as few requests as the daemon's limits allow (64
+ * queries and max-tokens-per-request tokens a request; a long prompt is
+ * sent in pieces, invisibly). Errors: -EINVAL p NULL, queries or out
+ * NULL with n > 0, a query with n_tokens but no tokens, a salt over 64
+ * bytes; -EMSGSIZE one page's tokens do not fit a request to this daemon;
+ * -ENOENT the pool is gone; the connection's errors. out is undefined
+ * after an error. */
+KVP_PUBLIC int kvp_lookup_batch(kvp_pool *p, const struct kvp_lookup_query *queries, size_t n,
+				struct kvp_lookup_result *out);
+
+/* kvp_lookup_batch of one prompt under the handle's salt: the tokens a
+ * match would find, in *ret_tokens (0 after an error). */
+KVP_PUBLIC int kvp_lookup(kvp_pool *p, const uint32_t *tokens, size_t n, uint64_t *ret_tokens);
+
 /* Tokens matched by the lease. */
 KVP_PUBLIC uint64_t kvp_lease_tokens(const kvp_lease *l);
 

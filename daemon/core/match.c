@@ -197,3 +197,26 @@ int match_extend(struct cache *c, struct lease *l, const uint32_t *tokens, size_
 	(void)c;
 	return walk(l, tokens, n, ret);
 }
+
+void match_lookup(const struct pool *p, XXH128_hash_t chain, const uint32_t *tokens, size_t n,
+		  struct match_lookup_result *ret)
+{
+	uint32_t bt = p->layout.block_tokens;
+	int in_host = 1;
+
+	*ret = (struct match_lookup_result){.chain = chain};
+	for (size_t at = 0; at + bt <= n; at += bt) {
+		XXH128_hash_t h = prefix_index_hash_page(ret->chain, tokens + at, bt);
+		const struct pindex_entry *e = prefix_index_find(&p->ix, h);
+
+		if (!e || prefix_index_lossy(e)) {
+			ret->complete = 1;
+			return;
+		}
+		/* A page being read in has no host slot yet. */
+		in_host = in_host && e->slot != PINDEX_NONE;
+		ret->host_tokens += in_host ? bt : 0;
+		ret->matched_tokens += bt;
+		ret->chain = h;
+	}
+}

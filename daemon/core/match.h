@@ -53,4 +53,21 @@ int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void 
 int match_extend(struct cache *c, struct lease *l, const uint32_t *tokens, size_t n,
 		 struct match_result *ret);
 
+/* What a lookup found: see match_lookup. */
+struct match_lookup_result {
+	uint64_t matched_tokens; /* whole pages of tokens the index holds, in order */
+	uint64_t host_tokens;	 /* of them, the leading ones with a host copy */
+	int complete;		 /* stopped at a missing (or lossy) page */
+	XXH128_hash_t chain;	 /* the chain after the last matched page */
+};
+
+/* Walks the whole pages of tokens[0..n) from chain through p's prefix
+ * index and changes nothing: no pin, no recency, no promotion, no
+ * counter (a scheduler asks this many times per request). Pages whose
+ * only copy is lossy (a quantized spill) end the walk, as they end a
+ * match; pages only on disk, or on their way in, count as matched but
+ * not as host. A partial last page is not looked at. */
+void match_lookup(const struct pool *p, XXH128_hash_t chain, const uint32_t *tokens, size_t n,
+		  struct match_lookup_result *ret);
+
 #endif

@@ -623,6 +623,75 @@ static uint64_t match_reserve_pages(const struct cache *cache, const struct peer
 	return want < room ? want : room;
 }
 
+/* Lookup: for each query, how much the pool's index holds (match_lookup),
+ * changing nothing. One allocation holds the results and the tokens of
+ * whichever query needs converting (tokens_le unaligned, or a big-endian
+ * host); validate_request bounded both. */
+static int do_lookup(struct cache *cache, struct peer *c, const Kvpalace__V1__LookupRequest *in,
+		     struct reply *r, const char **why)
+{
+	Kvpalace__V1__LookupResponse *out = &r->u.lookup;
+	const struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
+	size_t n = in->n_queries, most = 0;
+	Kvpalace__V1__LookupResult *res, **ptrs;
+	unsigned char *chains;
+	uint32_t *copy;
+
+	if (!p) {
+		*why = "no such pool";
+		return -ENOENT;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (in->queries[i]->tokens_le.len / 4 > most)
+			most = in->queries[i]->tokens_le.len / 4;
+	res = malloc(n * (sizeof(*res) + sizeof(*ptrs) + 16) + most * sizeof(uint32_t) + 1);
+	if (!res) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	r->heap = res;
+	ptrs = (Kvpalace__V1__LookupResult **)(res + n);
+	copy = (uint32_t *)(ptrs + n);
+	chains = (unsigned char *)(copy + most);
+	for (size_t i = 0; i < n; i++) {
+		const Kvpalace__V1__LookupQuery *q = in->queries[i];
+		size_t n_tokens = q->tokens_le.len / 4;
+		const uint32_t *tokens = copy;
+		struct match_lookup_result lr;
+		XXH128_hash_t root = p->root;
+
+		if (q->has_chain)
+			root = (XXH128_hash_t){.low64 = le_get64(q->chain.data),
+					       .high64 = le_get64(q->chain.data + 8)};
+		else if (q->has_cache_salt)
+			root = prefix_index_root(p->model_id, &p->layout, q->cache_salt.data,
+						 q->cache_salt.len);
+		if (LE_NATIVE && ((uintptr_t)q->tokens_le.data & 3) == 0)
+			tokens = (const uint32_t *)(const void *)q->tokens_le.data;
+		else
+			le_get32_array(copy, q->tokens_le.data, n_tokens);
+		match_lookup(p, root, n_tokens ? tokens : NULL, n_tokens, &lr);
+		kvpalace__v1__lookup_result__init(&res[i]);
+		res[i].matched_tokens = lr.matched_tokens;
+		res[i].host_tokens = lr.host_tokens;
+		res[i].complete = lr.complete;
+		if (!lr.complete) {
+			le_put64(chains + 16 * i, lr.chain.low64);
+			le_put64(chains + 16 * i + 8, lr.chain.high64);
+			res[i].has_chain = 1;
+			res[i].chain.data = chains + 16 * i;
+			res[i].chain.len = 16;
+		}
+		ptrs[i] = &res[i];
+	}
+	kvpalace__v1__lookup_response__init(out);
+	out->n_results = n;
+	out->results = ptrs;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_LOOKUP;
+	r->resp.lookup = out;
+	return 0;
+}
+
 static int do_match_prefix(struct cache *cache, struct peer *c,
 			   const Kvpalace__V1__MatchPrefixRequest *in, struct reply *r,
 			   struct tier_park *pk, const char **why)
@@ -903,6 +972,8 @@ static int run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request 
 		return do_commit(cache, c, req->id, req->commit, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_MATCH_PREFIX:
 		return do_match_prefix(cache, c, req->match_prefix, r, pk, why);
+	case KVPALACE__V1__REQUEST__OP_LOOKUP:
+		return do_lookup(cache, c, req->lookup, r, why);
 	case KVPALACE__V1__REQUEST__OP_RELEASE:
 		return do_release(cache, c, req->release, r, why);
 	case KVPALACE__V1__REQUEST__OP_PREFETCH:

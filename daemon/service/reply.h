@@ -47,6 +47,7 @@ struct reply {
 		Kvpalace__V1__WarmupResponse warmup;
 		Kvpalace__V1__DeleteCheckpointResponse delete_checkpoint;
 		Kvpalace__V1__PrefetchResponse prefetch;
+		Kvpalace__V1__LookupResponse lookup;
 		Kvpalace__V1__SetPolicyResponse set_policy;
 		Kvpalace__V1__TagSpanResponse tag_span;
 		Kvpalace__V1__ReportImportanceResponse report_importance;

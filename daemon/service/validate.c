@@ -132,6 +132,28 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 		if (req->commit->n_tokens == 0)
 			REJECT(-EINVAL, "commit of zero tokens");
 		break;
+	case KVPALACE__V1__REQUEST__OP_LOOKUP: {
+		size_t total = 0;
+
+		if (req->lookup->n_queries > VALIDATE_LOOKUP_MAX_QUERIES)
+			REJECT(-EMSGSIZE, "more than 64 queries in one Lookup");
+		for (size_t i = 0; i < req->lookup->n_queries; i++) {
+			const Kvpalace__V1__LookupQuery *q = req->lookup->queries[i];
+
+			if (q->tokens_le.len % 4)
+				REJECT(-EINVAL, "tokens_le is not a whole number of 4-byte tokens");
+			if (q->has_cache_salt && q->cache_salt.len > PREFIX_INDEX_MAX_SALT)
+				REJECT(-EINVAL, "cache salt longer than 64 bytes");
+			if (q->has_chain && q->chain.len != 16)
+				REJECT(-EINVAL, "a lookup chain is 16 bytes");
+			if (q->has_chain && q->has_cache_salt)
+				REJECT(-EINVAL, "a lookup continuing a chain takes no salt");
+			total += q->tokens_le.len / 4;
+		}
+		if (total > lim->max_tokens_per_request)
+			REJECT(-EMSGSIZE, "too many tokens in one request");
+		break;
+	}
 	case KVPALACE__V1__REQUEST__OP_MATCH_PREFIX:
 		if (req->match_prefix->has_tier && !validate_read_tier(req->match_prefix->tier))
 			REJECT(-EINVAL, "match into an unknown tier or the disk tier");

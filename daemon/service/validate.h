@@ -18,6 +18,10 @@
 /* Page slots one ShowSession may ask for (admin.h). */
 #define VALIDATE_SHOW_SLOTS_MAX 4096u
 
+/* Queries one Lookup may carry: their results (at most 48 bytes each)
+ * fit the smallest message cap a daemon may have (FRAME_MIN_MAX_BYTES). */
+#define VALIDATE_LOOKUP_MAX_QUERIES 64u
+
 struct validate_limits {
 	uint32_t max_tokens_per_request; /* tokens in one Append/MatchPrefix */
 	uint64_t max_prompt_tokens;	 /* a MatchPrefix's prompt_tokens (max-session-tokens) */
