@@ -404,6 +404,47 @@ static void r_prefetch(struct dgram *d, uint64_t pool, uint32_t seed, size_t n)
 	dg_add(d, &q);
 }
 
+/* Lookup of n queries of seed's first n_tokens tokens as tokens_le: the
+ * even ones under salt (when not NULL), the odd ones continuing a made-up
+ * chain of chain_len bytes (none when 0). */
+static void r_lookup(struct dgram *d, uint64_t pool, uint32_t seed, size_t n, size_t n_tokens,
+		     const char *salt, size_t chain_len)
+{
+	static uint8_t le[4 * 256], chain[32];
+	static Kvpalace__V1__LookupQuery qs[80];
+	static Kvpalace__V1__LookupQuery *qp[80];
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__LookupRequest m = KVPALACE__V1__LOOKUP_REQUEST__INIT;
+
+	fill_tokens(seed, n_tokens);
+	for (size_t i = 0; i < n_tokens && i < 256; i++)
+		le_put32(le + 4 * i, tok[i]);
+	memset(chain, 0x5c, sizeof(chain));
+	for (size_t i = 0; i < n && i < 80; i++) {
+		kvpalace__v1__lookup_query__init(&qs[i]);
+		qs[i].has_tokens_le = 1;
+		qs[i].tokens_le.data = le;
+		qs[i].tokens_le.len = 4 * (n_tokens - i % (n_tokens + 1));
+		if (salt && i % 2 == 0) {
+			qs[i].has_cache_salt = 1;
+			qs[i].cache_salt.data = (uint8_t *)salt;
+			qs[i].cache_salt.len = strlen(salt);
+		}
+		if (chain_len && i % 2) {
+			qs[i].has_chain = 1;
+			qs[i].chain.data = chain;
+			qs[i].chain.len = chain_len;
+		}
+		qp[i] = &qs[i];
+	}
+	m.pool_id = id_of(pool);
+	m.n_queries = n < 80 ? n : 80;
+	m.queries = qp;
+	q.op_case = KVPALACE__V1__REQUEST__OP_LOOKUP;
+	q.lookup = &m;
+	dg_add(d, &q);
+}
+
 static void r_set_policy(struct dgram *d, uint64_t session, Kvpalace__V1__Policy kind,
 			 uint32_t budget, int auto_compact)
 {
@@ -821,6 +862,23 @@ static void gen_requests(void)
 	r_session_pages(&d, 9, 0);
 	r_prefetch(&d, 9, 1, 3);
 	emit_req("req-unknown-ids", 0, &d);
+
+	/* -- Lookup: batches, salts, chains, and what the daemon refuses -- */
+	dg_reset(&d);
+	r_hello(&d, 1);
+	r_open_pool(&d, "llama-3-8b", layout_f16());
+	r_create_session(&d, 1, NULL);
+	r_append(&d, 2, 1, 64);
+	r_commit(&d, 2, 64);
+	r_lookup(&d, 1, 1, 1, 64, NULL, 0);
+	r_lookup(&d, 1, 1, 8, 64, "salt", 16);
+	r_lookup(&d, 1, 1, 64, 48, NULL, 16);
+	r_lookup(&d, 1, 1, 65, 16, NULL, 0); /* one query too many */
+	r_lookup(&d, 1, 1, 2, 16, NULL, 15); /* a short chain */
+	r_lookup(&d, 1, 2, 3, 200, "salt", 16);
+	r_lookup(&d, 7, 1, 1, 16, NULL, 0); /* no such pool */
+	r_lookup(&d, 1, 1, 0, 0, NULL, 0);
+	emit_req("req-lookup", 0, &d);
 
 	/* -- a session's life: pool 1, session 2, lease 3, forks 4 and 5 -- */
 	dg_reset(&d);
