@@ -595,6 +595,28 @@ KVP_PUBLIC int kvp_lookup_batch(kvp_pool *p, const struct kvp_lookup_query *quer
  * match would find, in *ret_tokens (0 after an error). */
 KVP_PUBLIC int kvp_lookup(kvp_pool *p, const uint32_t *tokens, size_t n, uint64_t *ret_tokens);
 
+/* The lease's id in the daemon, 0 for a miss (nothing to hand on). */
+KVP_PUBLIC uint64_t kvp_lease_id(const kvp_lease *l);
+
+/* A lease of this client's own on the pages that lease lease_id holds,
+ * lease_id being kvp_lease_id() of a lease of the same user, taken by
+ * any of its processes in the same pool (model and layout): how an
+ * engine's scheduler, which matched a prompt, hands the match to the
+ * worker process that loads the pages, without matching again and
+ * perhaps finding less. Send the id to the worker any way you like; the
+ * worker adopts it, and then either side may release its own lease in
+ * any order: the pages stay pinned while either holds them. The new
+ * lease has the source's tokens so far (kvp_lease_tokens), its salt and
+ * its pages, in the host tier (ask for device copies as for any lease),
+ * and is released like any lease (kvp_lease_release, or when this client
+ * disconnects). Adopt before the source is released: its holder's
+ * release or disconnect ends it. Errors: -EINVAL p or ret_lease NULL,
+ * lease_id 0; -ENOENT no such lease in this pool (released, its client
+ * gone, another user's: leases never cross users); -EDQUOT this client's
+ * limits on leases or leased pages (max-leases-per-client,
+ * max-leased-pages-per-client); the connection's errors. */
+KVP_PUBLIC int kvp_lease_adopt(kvp_pool *p, uint64_t lease_id, kvp_lease **ret_lease);
+
 /* Tokens matched by the lease. */
 KVP_PUBLIC uint64_t kvp_lease_tokens(const kvp_lease *l);
 

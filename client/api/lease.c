@@ -74,6 +74,21 @@ static int lease_send_release(struct kvp_client *c, uint64_t id)
 	return rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_RELEASE, &resp, NULL);
 }
 
+/* Releases lease id, half-built by a call that failed, keeping the
+ * error that call reports. */
+static void lease_give_back(struct kvp_client *c, uint64_t id)
+{
+	int code = c->err_code;
+	char msg[CONN_ERR_MSG_BYTES];
+
+	if (c->dead)
+		return;
+	memcpy(msg, c->err_msg, sizeof(msg));
+	lease_send_release(c, id);
+	c->err_code = code;
+	memcpy(c->err_msg, msg, sizeof(msg));
+}
+
 /* Checks the reply of the chunk at ch->off (the replies before it have
  * been applied) and extends the lease; last is true for the chunk that
  * holds the last token. Sets *stop when the match cannot go further.
@@ -401,16 +416,8 @@ int lease_match_tier(struct kvp_pool *p, const uint32_t *tokens, size_t n, uint3
 	*ret_lease = l;
 	return 0;
 fail:
-	if (l->id && !c->dead) {
-		/* Give the half-built lease back; report the first error. */
-		int code = c->err_code;
-		char msg[CONN_ERR_MSG_BYTES];
-
-		memcpy(msg, c->err_msg, sizeof(msg));
-		lease_send_release(c, l->id);
-		c->err_code = code;
-		memcpy(c->err_msg, msg, sizeof(msg));
-	}
+	if (l->id)
+		lease_give_back(c, l->id);
 	free(l->slots);
 	free(l->dev_slots);
 	free(l);
@@ -452,4 +459,119 @@ KVP_PUBLIC int kvp_lease_release(kvp_lease *l)
 	}
 	handle_lease_free(l);
 	return ret;
+}
+
+KVP_PUBLIC uint64_t kvp_lease_id(const kvp_lease *l)
+{
+	return l ? l->id : 0;
+}
+
+/* Checks n slots of a reply for pages [first, first + n) of l (whose
+ * table has room for them all) and copies them in. Returns 0 or -EPROTO
+ * (the client broken). */
+static int adopt_slots(struct kvp_lease *l, uint64_t first, const uint32_t *slots, size_t n)
+{
+	const struct kvp_pool *p = l->pool;
+	uint64_t pages = l->n_tokens / p->layout.block_tokens;
+
+	if (first > pages || n > pages - first || (!n && first < pages))
+		return conn_break(
+			p->client, -EPROTO,
+			"kvpalaced sent %zu slots from page %llu of a lease of %llu pages", n,
+			(unsigned long long)first, (unsigned long long)pages);
+	for (size_t i = 0; i < n; i++)
+		if (slots[i] >= p->n_pages)
+			return conn_break(p->client, -EPROTO, "kvpalaced sent slot %u of %u",
+					  slots[i], p->n_pages);
+	memcpy(l->slots + first, slots, n * sizeof(uint32_t));
+	return 0;
+}
+
+/* The page table of l from page `have` on, by LeasePages requests. */
+static int adopt_rest(struct kvp_lease *l, uint64_t have)
+{
+	struct kvp_client *c = l->pool->client;
+	uint64_t pages = l->n_tokens / l->pool->layout.block_tokens;
+
+	while (have < pages) {
+		Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+		Kvpalace__V1__LeasePagesRequest lp = KVPALACE__V1__LEASE_PAGES_REQUEST__INIT;
+		Kvpalace__V1__Response *resp;
+		int ret;
+
+		lp.lease_id = l->id;
+		lp.first_page = have;
+		req.op_case = KVPALACE__V1__REQUEST__OP_LEASE_PAGES;
+		req.lease_pages = &lp;
+		ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_LEASE_PAGES, &resp, NULL);
+		if (ret < 0)
+			return ret;
+		if (resp->lease_pages->first_page != have)
+			return conn_break(c, -EPROTO, "kvpalaced answered LeasePages out of order");
+		ret = adopt_slots(l, have, resp->lease_pages->page_slots,
+				  resp->lease_pages->n_page_slots);
+		if (ret < 0)
+			return ret;
+		have += resp->lease_pages->n_page_slots;
+	}
+	return 0;
+}
+
+KVP_PUBLIC int kvp_lease_adopt(kvp_pool *p, uint64_t lease_id, kvp_lease **ret_lease)
+{
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__AdoptLeaseRequest ar = KVPALACE__V1__ADOPT_LEASE_REQUEST__INIT;
+	Kvpalace__V1__Response *resp;
+	const Kvpalace__V1__AdoptLeaseResponse *r;
+	struct kvp_client *c;
+	struct kvp_lease *l;
+	int ret;
+
+	if (!p || !ret_lease || !lease_id)
+		return -EINVAL;
+	c = p->client;
+	conn_clear_error(c);
+	ret = conn_usable(c);
+	if (ret < 0)
+		return ret;
+	ar.pool_id = p->id;
+	ar.lease_id = lease_id;
+	req.op_case = KVPALACE__V1__REQUEST__OP_ADOPT_LEASE;
+	req.adopt_lease = &ar;
+	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_ADOPT_LEASE, &resp, NULL);
+	if (ret < 0)
+		return ret;
+	r = resp->adopt_lease;
+	if (!r->lease_id || r->matched_tokens % p->layout.block_tokens ||
+	    r->matched_tokens / p->layout.block_tokens > p->n_pages)
+		return conn_break(c, -EPROTO, "kvpalaced sent an inconsistent AdoptLease reply");
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		/* The daemon holds the lease: give it back. */
+		lease_send_release(c, r->lease_id);
+		return conn_error(c, -ENOMEM, "out of memory");
+	}
+	l->pool = p;
+	l->id = r->lease_id;
+	l->n_tokens = r->matched_tokens;
+	l->want_tier = KVP_TIER_HOST;
+	l->tier = KVP_TIER_HOST;
+	list_init(&l->link);
+	ret = handle_table_reserve(&l->slots, &l->cap, pool_pages_for(p, l->n_tokens));
+	if (ret < 0)
+		ret = conn_error(c, ret, "out of memory");
+	if (ret == 0)
+		ret = adopt_slots(l, 0, r->page_slots, r->n_page_slots);
+	if (ret == 0)
+		ret = adopt_rest(l, r->n_page_slots);
+	if (ret < 0) {
+		lease_give_back(c, l->id);
+		free(l->slots);
+		free(l);
+		return ret;
+	}
+	handle_lease_populate(l);
+	list_add_tail(&p->leases, &l->link);
+	*ret_lease = l;
+	return 0;
 }

@@ -875,6 +875,104 @@ static int do_release(struct cache *cache, struct peer *c, const Kvpalace__V1__R
 	return 0;
 }
 
+/* AdoptLease: a new lease of c's pinning the pages another lease of the
+ * same user holds (proto: AdoptLeaseRequest). The source may belong to
+ * any connection of the user, c's own included; its pages so far are
+ * taken, none of its unfinished match state, so the new lease is
+ * complete. Nothing is counted as a hit or a query again. */
+static int do_adopt_lease(struct cache *cache, struct peer *c,
+			  const Kvpalace__V1__AdoptLeaseRequest *in, struct reply *r,
+			  const char **why)
+{
+	Kvpalace__V1__AdoptLeaseResponse *out = &r->u.adopt_lease;
+	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
+	const struct lease *src = idmap_get(&cache->leases, in->lease_id);
+	uint32_t bt, n;
+	uint64_t now, fit = slots_that_fit(cache);
+	struct lease *l;
+	int ret;
+
+	if (!p) {
+		*why = "no such pool";
+		return -ENOENT;
+	}
+	/* pool_get checked the user: a lease of p is the caller's user's. */
+	if (!src || src->pool != p) {
+		*why = "no such lease in this pool";
+		return -ENOENT;
+	}
+	n = src->n_pages;
+	if (c->n_leases >= cache->cfg->max_leases_per_conn) {
+		*why = "too many leases held by this client";
+		return -EDQUOT;
+	}
+	if (c->n_leased_pages + n > cache->cfg->max_leased_pages) {
+		*why = LEASED_PAGES_WHY;
+		return -EDQUOT;
+	}
+	ret = lease_create(cache, p, c, &c->leases, &l);
+	if (ret == 0)
+		ret = lease_reserve(l, n);
+	if (ret < 0) {
+		lease_release(cache, l);
+		*why = "out of memory";
+		return ret;
+	}
+	bt = p->layout.block_tokens;
+	now = prefix_index_now_ns();
+	for (uint32_t i = 0; i < n; i++) {
+		/* Cannot fail: the tables have room for n pages. */
+		ret = lease_add_page(l, src->pages[i], src->hashes[i],
+				     src->tokens + (uint64_t)i * bt, now);
+		kvp_assert(ret == 0);
+	}
+	l->root = src->root;
+	l->chain = src->chain;
+	l->n_tokens = (uint64_t)n * bt;
+	l->complete = 1;
+	l->counted = 1;
+	l->purged = src->purged;
+	c->n_leases++;
+	c->n_leased_pages += n;
+
+	kvpalace__v1__adopt_lease_response__init(out);
+	out->lease_id = l->id;
+	out->matched_tokens = l->n_tokens;
+	out->page_slots = n ? l->pages : NULL;
+	out->n_page_slots = n < fit ? n : fit;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_ADOPT_LEASE;
+	r->resp.adopt_lease = out;
+	return 0;
+}
+
+/* LeasePages: the slots of one of c's leases from first_page on. */
+static int do_lease_pages(struct cache *cache, struct peer *c,
+			  const Kvpalace__V1__LeasePagesRequest *in, struct reply *r,
+			  const char **why)
+{
+	Kvpalace__V1__LeasePagesResponse *out = &r->u.lease_pages;
+	struct lease *l = lease_get(cache, in->lease_id, c);
+	uint64_t fit = slots_that_fit(cache);
+
+	if (!l) {
+		*why = "no such lease";
+		return -ENOENT;
+	}
+	if (in->first_page > l->n_pages) {
+		*why = "first page past the lease's pages";
+		return -ERANGE;
+	}
+	kvpalace__v1__lease_pages_response__init(out);
+	out->first_page = in->first_page;
+	out->page_slots = l->n_pages > in->first_page ? l->pages + in->first_page : NULL;
+	out->n_page_slots = l->n_pages - in->first_page;
+	if (out->n_page_slots > fit)
+		out->n_page_slots = fit;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_LEASE_PAGES;
+	r->resp.lease_pages = out;
+	return 0;
+}
+
 static int do_list_sessions(struct cache *cache, struct peer *c,
 			    const Kvpalace__V1__ListSessionsRequest *in, struct reply *r,
 			    const char **why)
@@ -976,6 +1074,10 @@ static int run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request 
 		return do_lookup(cache, c, req->lookup, r, why);
 	case KVPALACE__V1__REQUEST__OP_RELEASE:
 		return do_release(cache, c, req->release, r, why);
+	case KVPALACE__V1__REQUEST__OP_ADOPT_LEASE:
+		return do_adopt_lease(cache, c, req->adopt_lease, r, why);
+	case KVPALACE__V1__REQUEST__OP_LEASE_PAGES:
+		return do_lease_pages(cache, c, req->lease_pages, r, why);
 	case KVPALACE__V1__REQUEST__OP_PREFETCH:
 		return do_prefetch(cache, c, req->prefetch, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_STATS:

@@ -48,6 +48,8 @@ struct reply {
 		Kvpalace__V1__DeleteCheckpointResponse delete_checkpoint;
 		Kvpalace__V1__PrefetchResponse prefetch;
 		Kvpalace__V1__LookupResponse lookup;
+		Kvpalace__V1__AdoptLeaseResponse adopt_lease;
+		Kvpalace__V1__LeasePagesResponse lease_pages;
 		Kvpalace__V1__SetPolicyResponse set_policy;
 		Kvpalace__V1__TagSpanResponse tag_span;
 		Kvpalace__V1__ReportImportanceResponse report_importance;

@@ -445,6 +445,26 @@ static void r_lookup(struct dgram *d, uint64_t pool, uint32_t seed, size_t n, si
 	dg_add(d, &q);
 }
 
+/* AdoptLease of lease in pool, then LeasePages of the new lease (the
+ * next id) from first_page. */
+static void r_adopt(struct dgram *d, uint64_t pool, uint64_t lease, uint64_t first_page)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__AdoptLeaseRequest a = KVPALACE__V1__ADOPT_LEASE_REQUEST__INIT;
+	Kvpalace__V1__LeasePagesRequest lp = KVPALACE__V1__LEASE_PAGES_REQUEST__INIT;
+
+	a.pool_id = id_of(pool);
+	a.lease_id = id_of(lease);
+	q.op_case = KVPALACE__V1__REQUEST__OP_ADOPT_LEASE;
+	q.adopt_lease = &a;
+	dg_add(d, &q);
+	lp.lease_id = id_of(lease + 1);
+	lp.first_page = first_page;
+	q.op_case = KVPALACE__V1__REQUEST__OP_LEASE_PAGES;
+	q.lease_pages = &lp;
+	dg_add(d, &q);
+}
+
 static void r_set_policy(struct dgram *d, uint64_t session, Kvpalace__V1__Policy kind,
 			 uint32_t budget, int auto_compact)
 {
@@ -879,6 +899,23 @@ static void gen_requests(void)
 	r_lookup(&d, 7, 1, 1, 16, NULL, 0); /* no such pool */
 	r_lookup(&d, 1, 1, 0, 0, NULL, 0);
 	emit_req("req-lookup", 0, &d);
+
+	/* -- AdoptLease and LeasePages: pool 1, session 2, lease 3 -- */
+	dg_reset(&d);
+	r_hello(&d, 1);
+	r_open_pool(&d, "llama-3-8b", layout_f16());
+	r_create_session(&d, 1, NULL);
+	r_append(&d, 2, 1, 64);
+	r_commit(&d, 2, 64);
+	r_match(&d, 1, 1, 64, 0, NULL);
+	r_adopt(&d, 1, 3, 0);
+	r_adopt(&d, 1, 3, 2);
+	r_adopt(&d, 1, 3, 9);  /* past its pages */
+	r_adopt(&d, 7, 3, 0);  /* no such pool */
+	r_adopt(&d, 1, 99, 0); /* no such lease */
+	r_release(&d, 3);
+	r_adopt(&d, 1, 3, 0); /* released */
+	emit_req("req-adopt", 0, &d);
 
 	/* -- a session's life: pool 1, session 2, lease 3, forks 4 and 5 -- */
 	dg_reset(&d);
