@@ -348,6 +348,46 @@ struct kvp_page_view {
  * lent the slots to someone else). */
 KVP_PUBLIC int kvp_session_page(kvp_session *s, uint64_t page, struct kvp_page_view *ret);
 
+/* Pages [first_page, first_page + n) of s as a block table: in
+ * ret_bases[i] the address of page first_page + i in this process's
+ * mapping (kvp_page_view.base), in ret_slots[i] its arena slot (base =
+ * kvp_arena.base + slot * page_bytes: host slots; device copies have
+ * slots of their own, kvp_session_device_kv); either array may be NULL. What an engine hands its
+ * kernels in one call instead of a kvp_session_page per page. Valid as
+ * kvp_session_page's views are: ask again after kvp_commit (dedup may
+ * move a page to an identical indexed copy), truncate or compact.
+ * Errors: -EINVAL s NULL, or both arrays NULL with n > 0; -ERANGE pages
+ * past the session's (ceil(kvp_session_tokens() / block_tokens));
+ * -ENOTCONN the connection was lost. */
+KVP_PUBLIC int kvp_session_block_table(const kvp_session *s, uint64_t first_page, size_t n,
+				       void **ret_bases, uint32_t *ret_slots);
+
+/* The same for a read lease's whole pages (kvp_lease_tokens() /
+ * block_tokens of them), valid until it is released. */
+KVP_PUBLIC int kvp_lease_block_table(const kvp_lease *l, uint64_t first_page, size_t n,
+				     void **ret_bases, uint32_t *ret_slots);
+
+/* The pool's host arena as this process maps it: page slot s lies at
+ * base + s * page_bytes, for s < n_pages (bytes in all). An engine
+ * registers it once for asynchronous device copies
+ * (cudaHostRegister(base, bytes, ...): then copies from and to any page
+ * are DMA, without staging). fd is the arena's memfd (this library's: do
+ * not close it; -1 when the daemon sent none), whose offset fd_offset is
+ * slot 0, for pread/pwrite or a mapping of one's own; hugetlb is set
+ * when the arena is on hugetlbfs. Valid until kvp_pool_close. Errors:
+ * -EINVAL p or ret NULL; -ENOTCONN the connection was lost (slots may be
+ * another's now). */
+struct kvp_arena {
+	void *base;
+	size_t bytes;
+	size_t page_bytes;
+	uint32_t n_pages;
+	int fd;
+	uint64_t fd_offset;
+	int hugetlb;
+};
+KVP_PUBLIC int kvp_pool_arena(const kvp_pool *p, struct kvp_arena *ret);
+
 /* Copies n bytes from src into page `page` of s, starting at byte `off` of
  * the page (the offsets of struct kvp_page_view: layer * layer_stride +
  * kv * kv_stride + ..., the scales after data_bytes, up to page_bytes),

@@ -56,6 +56,62 @@ KVP_PUBLIC int kvp_lease_page(const kvp_lease *l, uint64_t page, struct kvp_page
 	return 0;
 }
 
+/* Pages [first, first + n) of a page table of `have` pages, as
+ * addresses and/or slots. */
+static int block_table(const struct kvp_pool *p, const uint32_t *slots, uint64_t have,
+		       uint64_t first, size_t n, void **ret_bases, uint32_t *ret_slots)
+{
+	if (p->client->dead)
+		return -ENOTCONN;
+	if (first > have || n > have - first)
+		return -ERANGE;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t slot = slots[first + i];
+
+		if (ret_bases)
+			ret_bases[i] = p->pages + (uint64_t)slot * p->page_bytes;
+		if (ret_slots)
+			ret_slots[i] = slot;
+	}
+	return 0;
+}
+
+KVP_PUBLIC int kvp_session_block_table(const kvp_session *s, uint64_t first_page, size_t n,
+				       void **ret_bases, uint32_t *ret_slots)
+{
+	if (!s || (n && !ret_bases && !ret_slots))
+		return -EINVAL;
+	return block_table(s->pool, s->slots, pool_pages_for(s->pool, s->n_tokens), first_page, n,
+			   ret_bases, ret_slots);
+}
+
+KVP_PUBLIC int kvp_lease_block_table(const kvp_lease *l, uint64_t first_page, size_t n,
+				     void **ret_bases, uint32_t *ret_slots)
+{
+	if (!l || (n && !ret_bases && !ret_slots))
+		return -EINVAL;
+	return block_table(l->pool, l->slots, l->n_tokens / l->pool->layout.block_tokens,
+			   first_page, n, ret_bases, ret_slots);
+}
+
+KVP_PUBLIC int kvp_pool_arena(const kvp_pool *p, struct kvp_arena *ret)
+{
+	if (!p || !ret)
+		return -EINVAL;
+	if (p->client->dead)
+		return -ENOTCONN;
+	*ret = (struct kvp_arena){
+		.base = p->pages,
+		.bytes = (size_t)p->n_pages * p->page_bytes,
+		.page_bytes = p->page_bytes,
+		.n_pages = p->n_pages,
+		.fd = p->arena_fd,
+		.fd_offset = (uint64_t)(p->pages - p->arena),
+		.hugetlb = p->arena_hugetlb,
+	};
+	return 0;
+}
+
 /* pwrite/pread of [off, off + n) of slot `slot`'s page, to the end: the
  * kernel may copy less than asked (a signal). */
 static int page_io(const struct kvp_pool *p, uint32_t slot, uint64_t off, void *buf, size_t n,

@@ -14,6 +14,9 @@
  *    own client matches and reads the parent's prefix byte for byte; the
  *    child disconnecting its copy leaves the parent's connection, its
  *    session and its lease intact.
+ *  - Block tables of sessions and leases give kvp_*_page's addresses and
+ *    slots for a run of pages in one call; the arena's base, size and
+ *    memfd (for cudaHostRegister, pread) agree with them.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -179,6 +182,69 @@ static void test_fork(void **state)
 	free(f);
 }
 
+/* Block tables and the arena: every address is the one kvp_*_page
+ * gives, every slot lands on it through the arena's base, and the memfd
+ * at fd_offset holds the same bytes. */
+static void test_block_tables(void **state)
+{
+	struct harness *h = *state;
+	uint32_t tokens[N_TOKENS], slots[8];
+	void *bases[8];
+	struct kvp_page_view v;
+	struct kvp_layout layout;
+	struct kvp_arena a;
+	unsigned char *buf;
+	kvp_session *s;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_lease *l;
+
+	assert_int_equal(kvp_layout_named("stories260k", KVP_DTYPE_F16, 16, &layout), 0);
+	harness_tokens(tokens, N_TOKENS, 4, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, "engineapi-bt", &layout, &p), 0);
+	assert_int_equal(kvp_pool_arena(p, &a), 0);
+	assert_int_equal(a.page_bytes, kvp_pool_page_bytes(p));
+	assert_int_equal(a.n_pages, kvp_pool_n_pages(p));
+	assert_int_equal(a.bytes, (size_t)a.n_pages * a.page_bytes);
+	assert_true(a.fd >= 0);
+	buf = malloc(a.page_bytes);
+	assert_non_null(buf);
+
+	assert_int_equal(harness_commit_session(p, tokens, N_TOKENS, &s), 0);
+	/* 100 tokens: six whole pages and a partial seventh. */
+	assert_int_equal(kvp_session_block_table(s, 0, 7, bases, slots), 0);
+	for (int i = 0; i < 7; i++) {
+		assert_int_equal(kvp_session_page(s, i, &v), 0);
+		assert_ptr_equal(bases[i], v.base);
+		assert_int_equal(slots[i], v.slot);
+		assert_ptr_equal((unsigned char *)a.base + (size_t)slots[i] * a.page_bytes,
+				 bases[i]);
+	}
+	assert_int_equal(kvp_session_block_table(s, 7, 1, bases, NULL), -ERANGE);
+	assert_int_equal(kvp_session_block_table(s, 5, 3, bases, NULL), -ERANGE);
+	assert_int_equal(kvp_session_block_table(s, 7, 0, NULL, NULL), 0);
+	assert_int_equal(kvp_session_block_table(s, 0, 1, NULL, NULL), -EINVAL);
+
+	assert_int_equal(kvp_match_prefix(p, tokens, N_TOKENS, &l), 0);
+	assert_int_equal(kvp_lease_block_table(l, 2, 4, NULL, slots), 0);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(kvp_lease_page(l, 2 + i, &v), 0);
+		assert_int_equal(slots[i], v.slot);
+		/* The file holds what the mapping shows. */
+		assert_int_equal(pread(a.fd, buf, a.page_bytes,
+				       (off_t)(a.fd_offset + (uint64_t)slots[i] * a.page_bytes)),
+				 (ssize_t)a.page_bytes);
+		assert_memory_equal(buf, v.base, v.data_bytes);
+	}
+	assert_int_equal(kvp_lease_block_table(l, 0, 7, bases, NULL), -ERANGE); /* whole only */
+	assert_int_equal(kvp_lease_block_table(NULL, 0, 1, bases, NULL), -EINVAL);
+	assert_int_equal(kvp_pool_arena(NULL, &a), -EINVAL);
+	assert_int_equal(kvp_lease_release(l), 0);
+	free(buf);
+	kvp_disconnect(c);
+}
+
 /* A pool for every named model: more than the default 16 per tenant. */
 static int setup_many_pools(void **state)
 {
@@ -194,6 +260,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_named_layouts, setup_many_pools,
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_fork, harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_block_tables, harness_setup, harness_teardown),
 	};
 
 	return cmocka_run_group_tests_name("engineapi", tests, NULL, NULL);
