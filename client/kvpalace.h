@@ -196,6 +196,35 @@ KVP_PUBLIC const char *kvp_layout_name(size_t i, const char **ret_hf_id);
 KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id, const struct kvp_layout *layout,
 			     kvp_pool **ret_pool);
 
+/* Options of kvp_pool_open_opts; zero them (= {0}) and set what you
+ * need, so that fields added later keep their defaults. */
+struct kvp_pool_opts {
+	/* Tensor parallelism: rank tp_rank of tp_size holds a share of the
+	 * KV heads (layout.n_kv_heads is the rank's count: the model's
+	 * divided by tp_size, at least 1). Each rank gets a pool of its own
+	 * under the model's identity: model_id "llama-3-70b", rank 1 of 4,
+	 * is the pool "llama-3-70b#tp1/4" (kvpalacectl and Stats show that
+	 * name). The ranks store and match the same prefix in their pools:
+	 * what all of them can serve is the smallest of their matches
+	 * (kvp_lookup each pool; one process of the user may open all of
+	 * them). Without it, ranks with equal per-rank layouts would share
+	 * one pool and read each other's heads as their own. tp_size 0 or 1:
+	 * no tensor parallelism (tp_rank must be 0). */
+	uint32_t tp_rank;
+	uint32_t tp_size;
+};
+
+/* Ranks kvp_pool_opts.tp_size may have. */
+#define KVP_TP_SIZE_MAX 1024u
+
+/* kvp_pool_open with options (NULL: none, as kvp_pool_open). Errors: those
+ * of kvp_pool_open; -EINVAL tp_rank >= tp_size or tp_size over
+ * KVP_TP_SIZE_MAX, tp_rank without tp_size, model_id too long for its
+ * rank's suffix ("#tp<rank>/<size>" within 127 bytes). */
+KVP_PUBLIC int kvp_pool_open_opts(kvp_client *c, const char *model_id,
+				  const struct kvp_layout *layout, const struct kvp_pool_opts *opts,
+				  kvp_pool **ret_pool);
+
 /* Frees the pool handle and unmaps the arena. Sessions and leases opened
  * through it must be closed first (their handles are freed with it
  * otherwise, and the daemon keeps them until the connection closes).

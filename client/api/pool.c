@@ -15,6 +15,7 @@
  * own folder.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statfs.h>
@@ -62,6 +63,41 @@ static int pool_check_reply(struct kvp_pool *p, const Kvpalace__V1__OpenPoolResp
 	if (r->n_pages > room / r->page_bytes)
 		return -EPROTO;
 	return 0;
+}
+
+KVP_PUBLIC int kvp_pool_open_opts(kvp_client *c, const char *model_id,
+				  const struct kvp_layout *layout, const struct kvp_pool_opts *opts,
+				  kvp_pool **ret_pool)
+{
+	char id[POOL_MODEL_ID_MAX + 2];
+	int n;
+
+	if (!opts || opts->tp_size <= 1) {
+		if (opts && opts->tp_rank)
+			return c ? conn_error(c, -EINVAL, "tp_rank %u without tp_size",
+					      opts->tp_rank)
+				 : -EINVAL;
+		return kvp_pool_open(c, model_id, layout, ret_pool);
+	}
+	if (!c || !model_id || !layout || !ret_pool)
+		return -EINVAL;
+	conn_clear_error(c);
+	if (model_id_check(model_id) < 0)
+		return conn_error(c, -EINVAL, "model id must be 1..%u bytes of printable ASCII",
+				  POOL_MODEL_ID_MAX);
+	if (opts->tp_rank >= opts->tp_size || opts->tp_size > KVP_TP_SIZE_MAX)
+		return conn_error(c, -EINVAL, "tp_rank %u of tp_size %u (at most %u ranks)",
+				  opts->tp_rank, opts->tp_size, KVP_TP_SIZE_MAX);
+	/* The rank is part of the pool's identity, so two ranks' pages,
+	 * whose heads differ behind the same tokens and the same per-rank
+	 * layout, never meet in one prefix index, spill file or checkpoint
+	 * check. */
+	n = snprintf(id, sizeof(id), "%s#tp%u/%u", model_id, opts->tp_rank, opts->tp_size);
+	if (n < 0 || (size_t)n > POOL_MODEL_ID_MAX)
+		return conn_error(c, -EINVAL,
+				  "model id with its rank (\"#tp%u/%u\") must be 1..%u bytes",
+				  opts->tp_rank, opts->tp_size, POOL_MODEL_ID_MAX);
+	return kvp_pool_open(c, id, layout, ret_pool);
 }
 
 KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id, const struct kvp_layout *layout,

@@ -17,6 +17,8 @@
  *  - Block tables of sessions and leases give kvp_*_page's addresses and
  *    slots for a run of pages in one call; the arena's base, size and
  *    memfd (for cudaHostRegister, pread) agree with them.
+ *  - Tensor-parallel ranks (kvp_pool_open_opts) each get a pool of their
+ *    own: a rank never reads another's heads behind the same tokens.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -245,6 +247,101 @@ static void test_block_tables(void **state)
 	kvp_disconnect(c);
 }
 
+/* Tensor-parallel ranks: rank 1's pages (in a child) never meet rank
+ * 0's, though tokens and per-rank layout are the same; each rank's match
+ * reads its own; one process of the user sees both pools. */
+struct ranks {
+	struct harness *h;
+	struct kvp_layout layout;
+	uint32_t tokens[N_TOKENS];
+};
+
+static int rank_one(void *arg)
+{
+	struct ranks *r = arg;
+	struct kvp_pool_opts o = {.tp_rank = 1, .tp_size = 2};
+	uint64_t got = 1;
+	kvp_session *s;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_lease *l;
+
+	CHILD_CHECK_EQ(kvp_connect(r->h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open_opts(c, "engineapi-tp", &r->layout, &o, &p), 0);
+	CHILD_CHECK_EQ(kvp_lookup(p, r->tokens, N_TOKENS, &got), 0);
+	CHILD_CHECK_EQ(got, 0); /* rank 0 committed; nothing of it here */
+	/* Rank 1's K/V: the prefix formula of other tokens, so a page of
+	 * rank 0's would read wrong. */
+	CHILD_CHECK_EQ(harness_pkv_commit_session(p, r->tokens, N_TOKENS, &s), 0);
+	CHILD_CHECK_EQ(kvp_match_prefix(p, r->tokens, N_TOKENS, &l), 0);
+	CHILD_CHECK_EQ(kvp_lease_tokens(l), 96);
+	CHILD_CHECK_EQ(harness_pkv_check_lease(l, p, r->tokens, 96), 0);
+	kvp_disconnect(c);
+	return 0;
+}
+
+static void test_tp_ranks(void **state)
+{
+	struct ranks *r = calloc(1, sizeof(*r));
+	struct kvp_pool_opts o = {.tp_rank = 0, .tp_size = 2};
+	struct kvp_stats *st;
+	char long_id[130];
+	uint64_t got;
+	kvp_client *c;
+	kvp_pool *p0, *p1, *plain;
+	kvp_session *s;
+	kvp_lease *l;
+	int seen = 0;
+
+	assert_non_null(r);
+	r->h = *state;
+	assert_int_equal(kvp_layout_named("stories260k", KVP_DTYPE_F16, 16, &r->layout), 0);
+	r->layout.n_kv_heads /= 2; /* each rank holds half the heads */
+	harness_tokens(r->tokens, N_TOKENS, 6, 0);
+	assert_int_equal(kvp_connect(r->h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open_opts(c, "engineapi-tp", &r->layout, &o, &p0), 0);
+	assert_int_equal(harness_commit_session(p0, r->tokens, N_TOKENS, &s), 0);
+	assert_int_equal(harness_run_child(rank_one, r), 0);
+
+	/* Rank 0 still reads its own bytes. */
+	assert_int_equal(kvp_match_prefix(p0, r->tokens, N_TOKENS, &l), 0);
+	assert_int_equal(harness_check_lease(l, p0, r->tokens, 96), 0);
+	assert_int_equal(kvp_lease_release(l), 0);
+	/* One process sees both ranks' pools; the plain name is a third. */
+	o.tp_rank = 1;
+	assert_int_equal(kvp_pool_open_opts(c, "engineapi-tp", &r->layout, &o, &p1), 0);
+	assert_true(kvp_pool_id(p1) != kvp_pool_id(p0));
+	assert_int_equal(kvp_lookup(p1, r->tokens, N_TOKENS, &got), 0);
+	assert_int_equal(got, 96);
+	assert_int_equal(kvp_pool_open_opts(c, "engineapi-tp", &r->layout, NULL, &plain), 0);
+	assert_int_equal(kvp_lookup(plain, r->tokens, N_TOKENS, &got), 0);
+	assert_int_equal(got, 0);
+	assert_int_equal(kvp_stats(c, &st), 0);
+	for (size_t i = 0; i < st->n_pools; i++)
+		seen += !strcmp(st->pools[i].model_id, "engineapi-tp#tp0/2") +
+			!strcmp(st->pools[i].model_id, "engineapi-tp#tp1/2");
+	assert_int_equal(seen, 2);
+	kvp_stats_free(st);
+
+	/* Refused, with a reason. */
+	o = (struct kvp_pool_opts){.tp_rank = 2, .tp_size = 2};
+	assert_int_equal(kvp_pool_open_opts(c, "engineapi-tp", &r->layout, &o, &plain), -EINVAL);
+	assert_non_null(strstr(kvp_strerror(c, -EINVAL), "tp_rank"));
+	o = (struct kvp_pool_opts){.tp_rank = 1, .tp_size = 0};
+	assert_int_equal(kvp_pool_open_opts(c, "engineapi-tp", &r->layout, &o, &plain), -EINVAL);
+	o = (struct kvp_pool_opts){.tp_rank = 0, .tp_size = 4096};
+	assert_int_equal(kvp_pool_open_opts(c, "engineapi-tp", &r->layout, &o, &plain), -EINVAL);
+	memset(long_id, 'm', 122);
+	long_id[122] = 0; /* 122 + "#tp0/2" = 128 bytes: one too many */
+	o = (struct kvp_pool_opts){.tp_rank = 0, .tp_size = 2};
+	assert_int_equal(kvp_pool_open_opts(c, long_id, &r->layout, &o, &plain), -EINVAL);
+	long_id[121] = 0;
+	assert_int_equal(kvp_pool_open_opts(c, long_id, &r->layout, &o, &plain), 0);
+	assert_int_equal(kvp_pool_open_opts(c, "", &r->layout, &o, &plain), -EINVAL);
+	kvp_disconnect(c);
+	free(r);
+}
+
 /* A pool for every named model: more than the default 16 per tenant. */
 static int setup_many_pools(void **state)
 {
@@ -261,6 +358,7 @@ int main(void)
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_fork, harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_block_tables, harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_tp_ranks, harness_setup, harness_teardown),
 	};
 
 	return cmocka_run_group_tests_name("engineapi", tests, NULL, NULL);
