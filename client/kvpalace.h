@@ -686,6 +686,68 @@ KVP_PUBLIC uint64_t kvp_lease_id(const kvp_lease *l);
  * max-leased-pages-per-client); the connection's errors. */
 KVP_PUBLIC int kvp_lease_adopt(kvp_pool *p, uint64_t lease_id, kvp_lease **ret_lease);
 
+/* ---- submitting without waiting ----------------------------------------- */
+
+/* A scheduler that must not block on one round trip per waiting request
+ * submits, goes on, and collects completions when the client's socket
+ * polls readable (kvp_client_fd, POLLIN) or whenever it likes:
+ *
+ *	kvp_lookup_submit(pool, queries, n, results, 7);
+ *	... poll(kvp_client_fd(c)) among the engine's own fds ...
+ *	n = kvp_complete(c, done, 16, 0);   // done[i].user_data == 7, .result 0
+ *
+ * At most KVP_ASYNC_MAX requests are in flight per client (-EAGAIN
+ * beyond: complete some first). Blocking calls may be made meanwhile on
+ * the same client; replies to submitted requests that arrive during them
+ * are kept for kvp_complete. A completion's memory (the queries' tokens,
+ * salts, results) belongs to the caller and must stay valid until it
+ * completes: a long lookup batch sends its later pieces from
+ * kvp_complete. Closing the pool (or the client) first drops its
+ * operations: they never complete. The client's one-thread-at-a-time
+ * rule holds for these calls too. */
+#define KVP_ASYNC_MAX 16u
+
+enum kvp_async_op {
+	KVP_ASYNC_LOOKUP = 1,
+	KVP_ASYNC_PREFETCH = 2,
+};
+
+struct kvp_completion {
+	uint64_t user_data; /* as submitted */
+	int result;	    /* 0 (a lookup: results filled), pages coming (a
+			       prefetch), or a negative errno */
+	uint32_t op;	    /* enum kvp_async_op */
+};
+
+/* The client's socket, for poll/epoll (POLLIN: a reply may be waiting;
+ * readiness is a hint, kvp_complete may find nothing complete yet). Do
+ * not read, write or close it. Errors: -EINVAL c NULL; -ENOTCONN. */
+KVP_PUBLIC int kvp_client_fd(const kvp_client *c);
+
+/* kvp_lookup_batch, submitted: out[0..n) is filled when it completes.
+ * Errors (nothing submitted): kvp_lookup_batch's; -EAGAIN KVP_ASYNC_MAX
+ * requests in flight. Errors of the lookup itself come as the
+ * completion's result. */
+KVP_PUBLIC int kvp_lookup_submit(kvp_pool *p, const struct kvp_lookup_query *queries, size_t n,
+				 struct kvp_lookup_result *out, uint64_t user_data);
+
+/* kvp_prefetch, submitted: the completion's result is the number of
+ * pages coming from disk, or a negative errno. Errors (nothing
+ * submitted): -EINVAL, -EAGAIN, the connection's. */
+KVP_PUBLIC int kvp_prefetch_submit(kvp_pool *p, const uint32_t *tokens, size_t n,
+				   uint64_t user_data);
+
+/* Collects up to max completions of c's submitted operations, waiting up
+ * to timeout_ms (poll's: -1 for ever, 0 not at all) for a reply while
+ * none has completed. Returns how many it wrote to out (0: none in
+ * time, or nothing in flight), or a negative errno: -EINVAL; the
+ * connection's errors (it is then broken: what was in flight never
+ * completes). */
+KVP_PUBLIC int kvp_complete(kvp_client *c, struct kvp_completion *out, size_t max, int timeout_ms);
+
+/* Operations submitted on c that have not completed. */
+KVP_PUBLIC size_t kvp_in_flight(const kvp_client *c);
+
 /* Tokens matched by the lease. */
 KVP_PUBLIC uint64_t kvp_lease_tokens(const kvp_lease *l);
 

@@ -9,7 +9,8 @@
  * daemon keeps no state between requests, so each reply gives the hash
  * chain a query's next piece continues from. A query whose walk stopped
  * (a page missing) sends nothing more; the tokens of a partial last page
- * are never sent (they cannot match).
+ * are never sent (they cannot match). The batch is a state machine
+ * (lookup.h) that async.c drives too, one reaped reply at a time.
  *
  * Layer: api (client/README.md), over rpc/ and handle/.
  */
@@ -20,72 +21,104 @@
 #include "conn.h"
 #include "handle.h"
 #include "le.h"
+#include "lookup.h"
 #include "rpc.h"
 
-/* Queries a Lookup may carry (the daemon's VALIDATE_LOOKUP_MAX_QUERIES). */
-#define LOOKUP_MAX_QUERIES 64u
-/* Wire bytes of a request besides its queries, and of a query besides
- * its tokens and salt: tags, lengths, the pool id, a 16-byte chain. */
-#define LOOKUP_REQUEST_OVERHEAD 64u
-#define LOOKUP_QUERY_OVERHEAD	40u
-
-struct lookup_state {
-	size_t pos;    /* tokens looked up: whole pages */
-	size_t end;    /* whole pages of the query's tokens */
-	int done;      /* stopped at a missing page, or all sent */
-	int has_chain; /* continue from chain, not from the salt */
-	unsigned char chain[16];
-	size_t sent; /* tokens of the piece in flight */
-};
-
-/* The salt field of query q: its own, or the pool handle's. */
-static int query_salt(kvp_pool *p, const struct kvp_lookup_query *q, protobuf_c_boolean *has,
-		      ProtobufCBinaryData *field)
+/* The salt field of query q: its own (lookup_check bounded it), or the
+ * pool handle's. */
+static void query_salt(kvp_pool *p, const struct kvp_lookup_query *q, protobuf_c_boolean *has,
+		       ProtobufCBinaryData *field)
 {
 	if (!q->salt) {
 		pool_salt_field(p, has, field);
-		return 0;
+		return;
 	}
-	if (q->salt_len > POOL_SALT_MAX_BYTES)
-		return -EINVAL;
 	*has = q->salt_len != 0;
 	field->data = (uint8_t *)(uintptr_t)q->salt;
 	field->len = q->salt_len;
+}
+
+int lookup_check(kvp_pool *p, const struct kvp_lookup_query *queries, size_t n,
+		 struct kvp_lookup_result *out)
+{
+	struct kvp_client *c;
+	int ret;
+
+	if (!p || (n && (!queries || !out)))
+		return -EINVAL;
+	c = p->client;
+	conn_clear_error(c);
+	ret = conn_usable(c);
+	if (ret < 0)
+		return ret;
+	for (size_t i = 0; i < n; i++) {
+		if (!queries[i].tokens && queries[i].n_tokens)
+			return conn_error(c, -EINVAL, "lookup query %zu has no tokens", i);
+		if (queries[i].salt && queries[i].salt_len > POOL_SALT_MAX_BYTES)
+			return conn_error(c, -EINVAL, "a cache salt has at most %u bytes",
+					  POOL_SALT_MAX_BYTES);
+	}
 	return 0;
 }
 
-/* One Lookup request with the next pieces of the pending queries, and its
- * reply applied to st and out. Returns 0, or a negative errno. */
-static int lookup_round(kvp_pool *p, const struct kvp_lookup_query *qs, size_t n,
-			struct lookup_state *st, struct kvp_lookup_result *out,
-			Kvpalace__V1__LookupQuery *wq, Kvpalace__V1__LookupQuery **wptr,
-			size_t *which, unsigned char *le)
+struct lookup_state *lookup_start(kvp_pool *p, const struct kvp_lookup_query *queries, size_t n,
+				  struct kvp_lookup_result *out)
 {
+	struct lookup_state *st = calloc(1, sizeof(*st) + (n ? n : 1) * sizeof(st->q[0]));
+
+	if (!st)
+		return NULL;
+	if (!LE_NATIVE) {
+		st->le = malloc((size_t)p->client->chunk_tokens * 4);
+		if (!st->le) {
+			free(st);
+			return NULL;
+		}
+	}
+	st->p = p;
+	st->qs = queries;
+	st->out = out;
+	st->n = n;
+	memset(out, 0, n * sizeof(*out));
+	for (size_t i = 0; i < n; i++) {
+		st->q[i].end = queries[i].n_tokens - queries[i].n_tokens % p->layout.block_tokens;
+		st->q[i].done = st->q[i].end == 0;
+		st->pending += !st->q[i].done;
+	}
+	return st;
+}
+
+void lookup_state_free(struct lookup_state *st)
+{
+	if (!st)
+		return;
+	free(st->le);
+	free(st);
+}
+
+int lookup_build(struct lookup_state *st, Kvpalace__V1__Request *req)
+{
+	kvp_pool *p = st->p;
 	struct kvp_client *c = p->client;
-	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
-	Kvpalace__V1__LookupRequest lr = KVPALACE__V1__LOOKUP_REQUEST__INIT;
-	Kvpalace__V1__Response *resp;
 	size_t bt = p->layout.block_tokens, tokens_left = c->chunk_tokens;
 	size_t bytes_left = c->max_message_bytes - FRAME_HEADER_BYTES - LOOKUP_REQUEST_OVERHEAD;
-	size_t k = 0, le_at = 0;
-	int ret;
+	size_t le_at = 0;
 
-	for (size_t i = 0; i < n && k < LOOKUP_MAX_QUERIES; i++) {
-		Kvpalace__V1__LookupQuery *q = &wq[k];
-		size_t len = st[i].end - st[i].pos, cost;
+	st->k = 0;
+	for (size_t i = 0; i < st->n && st->k < LOOKUP_MAX_QUERIES; i++) {
+		Kvpalace__V1__LookupQuery *q = &st->wq[st->k];
+		struct lookup_query_state *qs = &st->q[i];
+		size_t len = qs->end - qs->pos, cost;
 
-		if (st[i].done)
+		if (qs->done)
 			continue;
 		kvpalace__v1__lookup_query__init(q);
-		if (!st[i].has_chain) {
-			ret = query_salt(p, &qs[i], &q->has_cache_salt, &q->cache_salt);
-			if (ret < 0)
-				return conn_error(c, ret, "a cache salt has at most %u bytes",
-						  POOL_SALT_MAX_BYTES);
+		if (!qs->has_chain) {
+			query_salt(p, &st->qs[i], &q->has_cache_salt, &q->cache_salt);
 		} else {
 			q->has_chain = 1;
-			q->chain.data = st[i].chain;
-			q->chain.len = sizeof(st[i].chain);
+			q->chain.data = qs->chain;
+			q->chain.len = sizeof(qs->chain);
 		}
 		cost = LOOKUP_QUERY_OVERHEAD + (q->has_cache_salt ? q->cache_salt.len : 0);
 		if (cost >= bytes_left)
@@ -100,37 +133,44 @@ static int lookup_round(kvp_pool *p, const struct kvp_lookup_query *qs, size_t n
 		q->has_tokens_le = 1;
 		q->tokens_le.len = len * 4;
 		if (LE_NATIVE) {
-			q->tokens_le.data = (uint8_t *)(uintptr_t)(qs[i].tokens + st[i].pos);
+			q->tokens_le.data = (uint8_t *)(uintptr_t)(st->qs[i].tokens + qs->pos);
 		} else {
-			le_put32_array(le + le_at, qs[i].tokens + st[i].pos, len);
-			q->tokens_le.data = le + le_at;
+			le_put32_array(st->le + le_at, st->qs[i].tokens + qs->pos, len);
+			q->tokens_le.data = st->le + le_at;
 			le_at += len * 4;
 		}
-		st[i].sent = len;
+		qs->sent = len;
 		tokens_left -= len;
 		bytes_left -= cost + len * 4;
-		wptr[k] = q;
-		which[k++] = i;
+		st->wptr[st->k] = q;
+		st->which[st->k++] = i;
 	}
-	if (!k)
+	if (!st->k)
 		return conn_error(c, -EMSGSIZE,
 				  "a page of %zu tokens does not fit one request to this daemon",
 				  bt);
-	lr.pool_id = p->id;
-	lr.n_queries = k;
-	lr.queries = wptr;
-	req.op_case = KVPALACE__V1__REQUEST__OP_LOOKUP;
-	req.lookup = &lr;
-	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_LOOKUP, &resp, NULL);
-	if (ret < 0)
-		return ret;
-	if (resp->lookup->n_results != k)
+	kvpalace__v1__lookup_request__init(&st->lr);
+	st->lr.pool_id = p->id;
+	st->lr.n_queries = st->k;
+	st->lr.queries = st->wptr;
+	kvpalace__v1__request__init(req);
+	req->op_case = KVPALACE__V1__REQUEST__OP_LOOKUP;
+	req->lookup = &st->lr;
+	return 0;
+}
+
+int lookup_apply(struct lookup_state *st, const Kvpalace__V1__Response *resp)
+{
+	struct kvp_client *c = st->p->client;
+	size_t bt = st->p->layout.block_tokens;
+
+	if (resp->lookup->n_results != st->k)
 		return conn_break(c, -EPROTO, "kvpalaced answered %zu lookups of %zu",
-				  resp->lookup->n_results, k);
-	for (size_t j = 0; j < k; j++) {
+				  resp->lookup->n_results, st->k);
+	for (size_t j = 0; j < st->k; j++) {
 		const Kvpalace__V1__LookupResult *res = resp->lookup->results[j];
-		struct lookup_state *s = &st[which[j]];
-		struct kvp_lookup_result *o = &out[which[j]];
+		struct lookup_query_state *s = &st->q[st->which[j]];
+		struct kvp_lookup_result *o = &st->out[st->which[j]];
 
 		if (res->matched_tokens > s->sent || res->host_tokens > res->matched_tokens ||
 		    res->matched_tokens % bt ||
@@ -143,6 +183,7 @@ static int lookup_round(kvp_pool *p, const struct kvp_lookup_query *qs, size_t n
 		o->matched_tokens += res->matched_tokens;
 		s->pos += res->matched_tokens;
 		s->done = res->complete || s->pos == s->end;
+		st->pending -= s->done;
 		if (!s->done) {
 			memcpy(s->chain, res->chain.data, sizeof(s->chain));
 			s->has_chain = 1;
@@ -154,55 +195,27 @@ static int lookup_round(kvp_pool *p, const struct kvp_lookup_query *qs, size_t n
 KVP_PUBLIC int kvp_lookup_batch(kvp_pool *p, const struct kvp_lookup_query *queries, size_t n,
 				struct kvp_lookup_result *out)
 {
-	struct lookup_state *st = NULL;
-	Kvpalace__V1__LookupQuery *wq = NULL;
-	Kvpalace__V1__LookupQuery **wptr = NULL;
-	size_t *which = NULL, pending;
-	unsigned char *le = NULL;
-	struct kvp_client *c;
-	int ret;
+	Kvpalace__V1__Request req;
+	Kvpalace__V1__Response *resp;
+	struct lookup_state *st;
+	int ret = lookup_check(p, queries, n, out);
 
-	if (!p || (n && (!queries || !out)))
-		return -EINVAL;
-	c = p->client;
-	conn_clear_error(c);
-	ret = conn_usable(c);
 	if (ret < 0)
 		return ret;
-	for (size_t i = 0; i < n; i++)
-		if (!queries[i].tokens && queries[i].n_tokens)
-			return conn_error(c, -EINVAL, "lookup query %zu has no tokens", i);
-	memset(out, 0, n * sizeof(*out));
-	st = calloc(n ? n : 1, sizeof(*st));
-	wq = calloc(LOOKUP_MAX_QUERIES, sizeof(*wq));
-	wptr = calloc(LOOKUP_MAX_QUERIES, sizeof(*wptr));
-	which = calloc(LOOKUP_MAX_QUERIES, sizeof(*which));
-	if (!LE_NATIVE)
-		le = malloc((size_t)c->chunk_tokens * 4);
-	if (!st || !wq || !wptr || !which || (!LE_NATIVE && !le)) {
-		ret = conn_error(c, -ENOMEM, "out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < n; i++) {
-		st[i].end = queries[i].n_tokens - queries[i].n_tokens % p->layout.block_tokens;
-		st[i].done = st[i].end == 0;
-	}
-	for (;;) {
-		pending = 0;
-		for (size_t i = 0; i < n; i++)
-			pending += !st[i].done;
-		if (!pending)
-			break;
-		ret = lookup_round(p, queries, n, st, out, wq, wptr, which, le);
+	st = lookup_start(p, queries, n, out);
+	if (!st)
+		return conn_error(p->client, -ENOMEM, "out of memory");
+	while (st->pending) {
+		ret = lookup_build(st, &req);
+		if (ret == 0)
+			ret = rpc_call(p->client, &req, KVPALACE__V1__RESPONSE__OP_LOOKUP, &resp,
+				       NULL);
+		if (ret == 0)
+			ret = lookup_apply(st, resp);
 		if (ret < 0)
 			break;
 	}
-out:
-	free(le);
-	free(which);
-	free(wptr);
-	free(wq);
-	free(st);
+	lookup_state_free(st);
 	return ret;
 }
 

@@ -133,6 +133,7 @@ KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id, const struct k
 	list_init(&p->link);
 	list_init(&p->sessions);
 	list_init(&p->leases);
+	list_init(&p->async);
 	if (shm_layout_check(&p->shm) < 0) {
 		ret = conn_error(c, -EINVAL, "invalid layout");
 		goto fail;

@@ -161,6 +161,8 @@ void conn_free(struct kvp_client *c)
 {
 	if (c->fd >= 0)
 		close(c->fd);
+	for (size_t i = 0; i < c->n_async; i++)
+		free(c->async[i].frame);
 	free(c->sbuf);
 	free(c->rbuf);
 	frame_arena_fini(&c->arena);

@@ -23,6 +23,22 @@
 
 #define CONN_ERR_MSG_BYTES 256
 
+/* Requests submitted without waiting (rpc_submit) in flight at most: their
+ * replies (a Lookup's: under 4 KiB) fit the socket buffers whether or not
+ * the client reads, so a blocking send never waits on a daemon that waits
+ * on us. */
+#define CONN_ASYNC_MAX 16u
+
+/* A submitted request in flight: its id and the caller's tag (NULL once
+ * forgotten: its reply is dropped); frame, when not NULL, is its reply,
+ * received while another call waited for its own (len bytes, malloc'd). */
+struct conn_async {
+	uint64_t id;
+	void *tag;
+	unsigned char *frame;
+	size_t len;
+};
+
 struct kvp_client {
 	int fd;	  /* -1 once dead or closed */
 	int dead; /* a transport/protocol error happened: -ENOTCONN from now on */
@@ -40,8 +56,10 @@ struct kvp_client {
 	unsigned char *abuf;	    /* unpacking arena for one incoming frame */
 	size_t abuf_bytes;
 	struct frame_arena arena;
-	struct list pools; /* struct kvp_pool.link */
-	int err_code;	   /* negative errno that err_msg explains, 0 for none */
+	struct list pools;			 /* struct kvp_pool.link */
+	struct conn_async async[CONN_ASYNC_MAX]; /* [n_async] in submission order */
+	size_t n_async;
+	int err_code; /* negative errno that err_msg explains, 0 for none */
 	char err_msg[CONN_ERR_MSG_BYTES];
 };
 

@@ -16,6 +16,7 @@
 #include "arena.h"
 #include "devmap.h"
 #include "handle.h"
+#include "rpc.h"
 
 int handle_table_reserve(uint32_t **slots, size_t *cap, uint64_t n)
 {
@@ -55,6 +56,13 @@ void handle_lease_free(struct kvp_lease *l)
 
 void handle_pool_free(struct kvp_pool *p)
 {
+	while (!list_empty(&p->async)) {
+		struct handle_async *op = list_entry(p->async.next, struct handle_async, link);
+
+		list_del(&op->link);
+		rpc_forget(p->client, op);
+		op->free(op);
+	}
 	while (!list_empty(&p->leases))
 		handle_lease_free(list_entry(p->leases.next, struct kvp_lease, link));
 	while (!list_empty(&p->sessions))

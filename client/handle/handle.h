@@ -41,11 +41,21 @@
 /* Bytes of a cache salt at most (the daemon's limit, kvpalace.proto). */
 #define POOL_SALT_MAX_BYTES 64u
 
+/* An operation submitted without waiting (api/async.c), on its pool's
+ * list until it completes. When the pool closes first, its request is
+ * forgotten (the reply will be dropped) and free() is called: the api
+ * layer's destructor, handed down. */
+struct handle_async {
+	struct list link; /* in kvp_pool.async */
+	void (*free)(struct handle_async *op);
+};
+
 struct kvp_pool {
 	struct kvp_client *client;
 	struct list link;     /* in client->pools */
 	struct list sessions; /* struct kvp_session.link */
 	struct list leases;   /* struct kvp_lease.link */
+	struct list async;    /* struct handle_async.link: submitted, not completed */
 	uint64_t id;
 	struct kvp_layout layout;
 	struct shm_layout shm; /* the same layout for shm/layout.h */

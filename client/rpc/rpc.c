@@ -12,6 +12,9 @@
  * text it records) and below the handles and the calls that use it.
  */
 #include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "rpc.h"
@@ -90,7 +93,10 @@ int rpc_send(struct kvp_client *c, Kvpalace__V1__Request *req, uint64_t *ret_id)
 	return 0;
 }
 
-int rpc_recv(struct kvp_client *c, Kvpalace__V1__Response **ret_resp, int *ret_fd)
+/* Receives and unpacks one reply, whatever it answers; *ret_n gets the
+ * frame's bytes in c->rbuf. */
+static int recv_one(struct kvp_client *c, Kvpalace__V1__Response **ret_resp, int *ret_fd,
+		    size_t *ret_n)
 {
 	Kvpalace__V1__Response *resp;
 	int fd;
@@ -124,7 +130,151 @@ int rpc_recv(struct kvp_client *c, Kvpalace__V1__Response **ret_resp, int *ret_f
 	}
 	*ret_resp = resp;
 	*ret_fd = fd;
+	*ret_n = (size_t)n;
 	return 0;
+}
+
+/* The index of the submitted request id in c->async, or -1. */
+static int async_find(const struct kvp_client *c, uint64_t id)
+{
+	for (size_t i = 0; i < c->n_async; i++)
+		if (c->async[i].id == id)
+			return (int)i;
+	return -1;
+}
+
+static void async_remove(struct kvp_client *c, size_t i)
+{
+	free(c->async[i].frame);
+	memmove(&c->async[i], &c->async[i + 1], (c->n_async - i - 1) * sizeof(c->async[0]));
+	c->n_async--;
+}
+
+int rpc_recv(struct kvp_client *c, Kvpalace__V1__Response **ret_resp, int *ret_fd)
+{
+	for (;;) {
+		Kvpalace__V1__Response *resp;
+		size_t n;
+		int i, fd, ret = recv_one(c, &resp, &fd, &n);
+
+		if (ret < 0)
+			return ret;
+		i = resp->id ? async_find(c, resp->id) : -1;
+		if (i < 0 || c->async[i].frame) {
+			/* Ours, a stray, or a second reply to a submitted id
+			 * (which the caller reports as a stray). */
+			*ret_resp = resp;
+			*ret_fd = fd;
+			return 0;
+		}
+		/* A submitted request's reply, while a call waits for its
+		 * own: kept for rpc_reap (no submitted operation takes an
+		 * fd), or dropped when its submitter went away. */
+		if (fd >= 0)
+			close(fd);
+		if (!c->async[i].tag) {
+			async_remove(c, (size_t)i);
+			continue;
+		}
+		c->async[i].frame = malloc(n);
+		if (!c->async[i].frame)
+			return conn_break(c, -ENOMEM, "out of memory keeping a reply");
+		memcpy(c->async[i].frame, c->rbuf, n);
+		c->async[i].len = n;
+	}
+}
+
+int rpc_submit(struct kvp_client *c, Kvpalace__V1__Request *req, void *tag)
+{
+	uint64_t id;
+	int ret;
+
+	if (c->n_async == CONN_ASYNC_MAX)
+		return conn_error(c, -EAGAIN,
+				  "%u requests submitted and not completed: kvp_complete first",
+				  CONN_ASYNC_MAX);
+	ret = rpc_send(c, req, &id);
+	if (ret < 0)
+		return ret;
+	c->async[c->n_async++] = (struct conn_async){.id = id, .tag = tag};
+	return 0;
+}
+
+void rpc_forget(struct kvp_client *c, const void *tag)
+{
+	for (size_t i = 0; i < c->n_async;) {
+		if (c->async[i].tag != tag) {
+			i++;
+			continue;
+		}
+		c->async[i].tag = NULL;
+		if (c->async[i].frame) /* came already: nobody will reap it */
+			async_remove(c, i);
+		else
+			i++;
+	}
+}
+
+/* Unpacks the kept reply of c->async[i] from c->rbuf. */
+static int unpack_kept(struct kvp_client *c, size_t i, Kvpalace__V1__Response **ret_resp)
+{
+	size_t n = c->async[i].len;
+	int len;
+
+	memcpy(c->rbuf, c->async[i].frame, n);
+	len = frame_header_check(c->rbuf, n, FRAME_MAX_MAX_BYTES);
+	if (len < 0)
+		return conn_break(c, -EPROTO, "a kept reply lost its header");
+	unpack_budget(c, (size_t)len);
+	*ret_resp = frame_unpack_response(&c->arena, c->rbuf + FRAME_HEADER_BYTES, (size_t)len);
+	if (!*ret_resp)
+		return conn_break(c, -EPROTO, "a kept reply does not decode");
+	return 0;
+}
+
+int rpc_reap(struct kvp_client *c, int timeout_ms, void **ret_tag,
+	     Kvpalace__V1__Response **ret_resp)
+{
+	for (;;) {
+		Kvpalace__V1__Response *resp;
+		struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+		size_t n;
+		int i, fd, ret;
+
+		if (c->dead)
+			return conn_usable(c);
+		for (size_t k = 0; k < c->n_async; k++) {
+			if (!c->async[k].frame)
+				continue;
+			*ret_tag = c->async[k].tag;
+			ret = unpack_kept(c, k, ret_resp);
+			async_remove(c, k);
+			return ret < 0 ? ret : 1;
+		}
+		if (!c->n_async)
+			return 0;
+		ret = poll(&pfd, 1, timeout_ms);
+		if (ret < 0 && errno == EINTR)
+			return 0;
+		if (ret < 0)
+			return conn_error(c, -errno, "poll: %s", kvp_strerror(NULL, -errno));
+		if (ret == 0)
+			return 0;
+		ret = recv_one(c, &resp, &fd, &n);
+		if (ret < 0)
+			return ret;
+		if (fd >= 0)
+			close(fd);
+		i = resp->id ? async_find(c, resp->id) : -1;
+		if (i < 0)
+			return rpc_stray(c, resp);
+		*ret_tag = c->async[i].tag;
+		async_remove(c, (size_t)i);
+		if (!*ret_tag)
+			continue; /* forgotten: dropped */
+		*ret_resp = resp;
+		return 1;
+	}
 }
 
 int rpc_stray(struct kvp_client *c, const Kvpalace__V1__Response *resp)

@@ -29,6 +29,24 @@ int rpc_send(struct kvp_client *c, Kvpalace__V1__Request *req, uint64_t *ret_id)
  * reply, -EPROTONOSUPPORT other frame version, or the socket's errno. */
 int rpc_recv(struct kvp_client *c, Kvpalace__V1__Response **ret_resp, int *ret_fd);
 
+/* Sends req without waiting for its reply, which rpc_reap returns with
+ * tag (not NULL). Replies to submitted requests that arrive while
+ * another call waits for its own are kept for rpc_reap. Returns 0;
+ * -EAGAIN CONN_ASYNC_MAX are in flight (nothing sent); rpc_send's
+ * errors. */
+int rpc_submit(struct kvp_client *c, Kvpalace__V1__Request *req, void *tag);
+
+/* Waits up to timeout_ms (poll's: -1 for ever, 0 not at all) for a reply
+ * to a submitted request, a kept one first. Returns 1 with its tag and
+ * the reply (valid until the next rpc call on c), 0 when none came in
+ * time (or none is in flight, or a signal came), or a negative errno
+ * (the client broken, as rpc_recv's). */
+int rpc_reap(struct kvp_client *c, int timeout_ms, void **ret_tag,
+	     Kvpalace__V1__Response **ret_resp);
+
+/* Forgets the submitted requests of tag: their replies are dropped. */
+void rpc_forget(struct kvp_client *c, const void *tag);
+
 /* Handles a reply whose id matches no request in flight: a reply with id 0
  * and an error status is the daemon's last word before it closes the
  * connection; anything else is a protocol error. Breaks the client and
