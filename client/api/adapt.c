@@ -20,17 +20,16 @@
 #include "kernels.h"
 #include "kvpalace.h"
 
-KVP_PUBLIC int kvp_engine_cache_init(struct kvp_engine_cache *ret, uint32_t kind,
-				     uint32_t n_layers, void *const *k_layers,
-				     void *const *v_layers, uint32_t num_blocks,
-				     uint32_t block_size, uint32_t n_heads, uint32_t head_dim,
-				     uint32_t elem_bytes)
+KVP_PUBLIC int kvp_engine_cache_init(struct kvp_engine_cache *ret, uint32_t kind, uint32_t n_layers,
+				     void *const *k_layers, void *const *v_layers,
+				     uint32_t num_blocks, uint32_t block_size, uint32_t n_heads,
+				     uint32_t head_dim, uint32_t elem_bytes)
 {
 	struct kvp_engine_cache c;
 	uint64_t row = (uint64_t)n_heads * head_dim, blk, bytes;
 
-	if (!ret || !k_layers || !n_layers || !num_blocks || !block_size || !n_heads ||
-	    !head_dim || (elem_bytes != 2 && elem_bytes != 4))
+	if (!ret || !k_layers || !n_layers || !num_blocks || !block_size || !n_heads || !head_dim ||
+	    (elem_bytes != 2 && elem_bytes != 4))
 		return -EINVAL;
 	/* both tensors of a layer, in bytes, within 63 bits */
 	if (__builtin_mul_overflow(row, (uint64_t)block_size, &blk) ||

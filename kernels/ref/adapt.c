@@ -83,7 +83,8 @@ int kref_adapt_plan(const struct shm_layout *l, size_t n_pages, uint32_t last_pa
 		    a.head_first >= l->n_kv_heads || a.n_heads > l->n_kv_heads - a.head_first ||
 		    a.engine_layer_first >= e->n_layers ||
 		    a.n_layers > e->n_layers - a.engine_layer_first ||
-		    a.engine_head_first >= e->n_heads || a.n_heads > e->n_heads - a.engine_head_first)
+		    a.engine_head_first >= e->n_heads ||
+		    a.n_heads > e->n_heads - a.engine_head_first)
 			return -ERANGE;
 	} else {
 		if (e->n_layers != l->n_layers || e->n_heads != l->n_kv_heads)
