@@ -23,7 +23,7 @@ struct adapt_args {
 	uint64_t v_offset_bytes;
 	uint64_t block_stride_bytes, token_stride_bytes, head_stride_bytes;
 	uint64_t page_layer_stride, page_kv_stride, page_head_stride; /* bytes */
-	uint64_t n_items;					      /* pages x layers x 2 x heads */
+	uint64_t n_items; /* pages x layers x 2 x heads */
 	uint64_t n_pages;
 	uint32_t row_bytes, block_tokens, last_page_tokens, num_blocks;
 	struct kern_adapt_range r;

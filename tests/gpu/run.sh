@@ -32,7 +32,7 @@ if [ ! -f "$build/build.ninja" ]; then
 		{ cat "$log/setup"; exit 1; }
 fi
 say "building the GPU tests and benchmarks in $build"
-ninja -C "$build" tests/gpu/test_gpu tests/gpu/test_gpu_tier daemon/kvpalaced \
+ninja -C "$build" tests/gpu/test_gpu tests/gpu/test_gpu_adapt tests/gpu/test_gpu_tier daemon/kvpalaced \
 	client/kvpalacectl bench/kvp-bench-kernel bench/kvp-bench-gpu >"$log/build" 2>&1 ||
 	{ tail -n 60 "$log/build"; exit 1; }
 if command -v nvidia-smi >/dev/null 2>&1; then
