@@ -784,7 +784,7 @@ struct kvp_engine_cache {
 	uint64_t block_stride;
 	uint64_t token_stride;
 	uint64_t head_stride;
-	uint64_t v_offset;	     /* when v_layers is NULL */
+	uint64_t v_offset;     /* when v_layers is NULL */
 	void *const *k_layers; /* [n_layers] base of layer L's K (or K and V) */
 	void *const *v_layers; /* [n_layers] base of layer L's V, or NULL */
 };
@@ -797,11 +797,10 @@ struct kvp_engine_cache {
  * elem_bytes not 2 or 4, v_layers NULL for KVP_ENGINE_SGLANG; -ERANGE a
  * tensor whose extent overflows 63 bits of bytes. Nothing is read
  * through the layer arrays (they may hold device pointers). */
-KVP_PUBLIC int kvp_engine_cache_init(struct kvp_engine_cache *ret, uint32_t kind,
-				     uint32_t n_layers, void *const *k_layers,
-				     void *const *v_layers, uint32_t num_blocks,
-				     uint32_t block_size, uint32_t n_heads, uint32_t head_dim,
-				     uint32_t elem_bytes);
+KVP_PUBLIC int kvp_engine_cache_init(struct kvp_engine_cache *ret, uint32_t kind, uint32_t n_layers,
+				     void *const *k_layers, void *const *v_layers,
+				     uint32_t num_blocks, uint32_t block_size, uint32_t n_heads,
+				     uint32_t head_dim, uint32_t elem_bytes);
 
 /* Which layers and heads a copy moves (NULL: every layer and head, the
  * engine then holding exactly the pages' layers and heads): page layer

@@ -2,7 +2,8 @@
 # tests/gpu/run.sh — the GPU check of kvpalace on a machine with a GPU:
 # configures a CUDA build in build-gpu/ (or $KVP_BUILD_DIR) with
 # -Dcuda=enabled, builds the GPU tests and benchmarks, runs the test suite
-# `gpu` (each CUDA kernel against its C reference; the GPU tier shared
+# `gpu` (each CUDA kernel against its C reference, the engine-layout
+# adapters among them: test_gpu_adapt; the GPU tier shared
 # across processes: test_gpu_tier), then the GPU benchmarks (kernels in
 # GB/s next to a device-to-device cudaMemcpy of the same bytes; the GPU
 # tier's host→device migration and device read-back next to pinned
