@@ -236,7 +236,8 @@ int kref_adapt_plan(const struct shm_layout *l, size_t n_pages, uint32_t last_pa
  * last, [0, last_page_tokens) of the last, layers and heads of r (NULL:
  * all). Bytes unchanged; nothing else of either side is written.
  * Errors: those of kref_adapt_plan; -EINVAL pages, block_ids or a page
- * base NULL (n_pages > 0), a NULL layer base; -ERANGE a block id < 0 or
+ * base NULL (n_pages > 0), a NULL layer base, dir unknown; -ERANGE a
+ * block id < 0 or
  * >= num_blocks, a layer base whose tensor wraps the address space.
  * Everything is checked before anything is written. */
 int kref_adapt(const struct shm_layout *l, void *const *pages /* [n_pages] */, size_t n_pages,
@@ -306,7 +307,9 @@ int kcuda_score_cosine(const float *d_a, uint32_t n_a, const float *d_b, uint32_
  * layer whose base is NULL, are skipped on the device where the
  * reference refuses the call, so check untrusted ids first. Rows move
  * in 16-byte vectors where both sides are 16-byte aligned (else 4, else
- * 1). Errors: those of kref_adapt_plan, -ENODEV, -EIO. */
+ * 1). Errors: those of kref_adapt_plan; -EINVAL d_pages, d_block_ids or
+ * e->k_layers NULL (n_pages > 0), dir unknown; -ERANGE more runs than 64
+ * bits count; -ENODEV no usable GPU; -EIO any other CUDA error. */
 int kcuda_adapt(const struct shm_layout *l, void *const *d_pages /* [n_pages] */, size_t n_pages,
 		uint32_t last_page_tokens, const struct kern_engine *e,
 		const int32_t *d_block_ids /* [n_pages] */, const struct kern_adapt_range *r,

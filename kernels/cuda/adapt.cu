@@ -109,6 +109,9 @@ extern "C" int kcuda_adapt(const struct shm_layout *l, void *const *d_pages, siz
 		return 0;
 	if (!d_pages || !d_block_ids || !e->k_layers)
 		return -EINVAL;
+	/* one block per run: the count must fit the grid-stride index */
+	if (n_pages > UINT64_MAX / 2 / a.r.n_layers / a.r.n_heads)
+		return -ERANGE;
 	es = e->elem_bytes;
 	a.pages = d_pages;
 	a.block_ids = d_block_ids;
