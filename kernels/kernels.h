@@ -237,8 +237,8 @@ int kref_adapt_plan(const struct shm_layout *l, size_t n_pages, uint32_t last_pa
  * all). Bytes unchanged; nothing else of either side is written.
  * Errors: those of kref_adapt_plan; -EINVAL pages, block_ids or a page
  * base NULL (n_pages > 0), a NULL layer base, dir unknown; -ERANGE a
- * block id < 0 or
- * >= num_blocks, a layer base whose tensor wraps the address space.
+ * block id < 0 or >= num_blocks, a layer base whose tensor wraps the
+ * address space.
  * Everything is checked before anything is written. */
 int kref_adapt(const struct shm_layout *l, void *const *pages /* [n_pages] */, size_t n_pages,
 	       uint32_t last_page_tokens, const struct kern_engine *e,
