@@ -15,10 +15,24 @@
  *                                 of keys read)
  *   kernel.cosine                 64 topics against 4096 span embeddings
  *                                 (GB/s of embeddings read)
+ *   kernel.adapt_{fa,hnd}_to_engine  engine-layout adapters (kref_adapt, the
+ *   kernel.adapt_{fa,hnd}_to_pages   library's kvp_pages_to_engine and
+ *                                 kvp_engine_to_pages): --adapt-blocks
+ *                                 Llama-3-8B pages (32 layers, 8 KV heads,
+ *                                 head_dim 128, f16, 16 tokens: 2 MiB) to
+ *                                 and from a vLLM FlashAttention cache
+ *                                 (256-byte rows) or a FlashInfer HND one
+ *                                 (4 KiB runs), blocks in shuffled order,
+ *                                 next to
+ *   kernel.ref.adapt_memcpy_bw    memcpy of the same bytes, measured with
+ *                                 them (GB/s of page bytes copied)
  * GPU (built with CUDA, and a GPU present; --no-gpu skips): the same
  * quantize, dequantize, attention, gather and Q·Kᵀ kernels on device pages
  * (--gpu-mib of them), next to a device-to-device cudaMemcpyAsync of the
- * same bytes (gpu.ref.d2d_bw), timed with CUDA events on one stream.
+ * same bytes (gpu.ref.d2d_bw), timed with CUDA events on one stream; and
+ * the adapters (kcuda_adapt, gpu.adapt_{fa,hnd}_to_{engine,pages}) on
+ * --adapt-blocks device pages, next to a D2D copy of the same bytes
+ * (gpu.ref.adapt_d2d_bw).
  *
  * Each figure is the best of repeated timed calls over at least --seconds
  * (after a warm-up call), so it measures the kernel, not the first touch
@@ -43,6 +57,9 @@
 static double seconds = 0.5;
 
 static const struct shm_layout f16_layout = {8, 8, 128, 16, SHM_DTYPE_F16, 0};
+/* Llama-3-8B: the adapters' pages */
+static const struct shm_layout llama3_layout = {32, 8, 128, 16, SHM_DTYPE_F16, 0};
+static uint32_t adapt_blocks = 256;
 
 static double now_s(void)
 {
@@ -359,6 +376,125 @@ static void bench_cpu(uint32_t mib)
 	pages_free(&copy);
 }
 
+/* ---- engine-layout adapters (CPU) ----------------------------------------- */
+
+/* An engine cache of layout kind (0 FlashAttention [2, NB, bs, H, D], 1
+ * FlashInfer HND [NB, 2, H, bs, D]) over one buffer per layer. */
+static void engine_fill(struct kern_engine *e, int kind, void **k, uint32_t nb)
+{
+	const struct shm_layout *l = &llama3_layout;
+	uint64_t D = l->head_dim, bs = l->block_tokens, H = l->n_kv_heads, blk = bs * H * D;
+
+	memset(e, 0, sizeof(*e));
+	e->k_layers = k;
+	e->n_layers = l->n_layers;
+	e->num_blocks = nb;
+	e->block_size = l->block_tokens;
+	e->n_heads = l->n_kv_heads;
+	e->head_dim = l->head_dim;
+	e->elem_bytes = 2;
+	if (kind == 0) {
+		e->block_stride = blk;
+		e->token_stride = H * D;
+		e->head_stride = D;
+		e->v_offset = nb * blk;
+	} else {
+		e->block_stride = 2 * blk;
+		e->token_stride = D;
+		e->head_stride = bs * D;
+		e->v_offset = blk;
+	}
+}
+
+/* block ids 0..n-1, shuffled (an engine's free list is in no order) */
+static void shuffled_ids(int32_t *ids, uint32_t n)
+{
+	uint64_t x = 0x243f6a8885a308d3ull;
+
+	for (uint32_t i = 0; i < n; i++)
+		ids[i] = (int32_t)i;
+	for (uint32_t i = n - 1; i > 0; i--) {
+		uint32_t j;
+		int32_t t;
+
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		j = (uint32_t)((x >> 33) % (i + 1));
+		t = ids[i];
+		ids[i] = ids[j];
+		ids[j] = t;
+	}
+}
+
+struct adapt_arg {
+	struct pages *pg;
+	struct kern_engine *e;
+	const int32_t *ids;
+	uint32_t dir;
+	void *flat; /* memcpy reference: the engine's bytes as one block */
+};
+
+static void run_adapt(void *a)
+{
+	struct adapt_arg *c = a;
+	int ret = kref_adapt(&c->pg->l, c->pg->p, c->pg->n, c->pg->l.block_tokens, c->e, c->ids,
+			     NULL, c->dir);
+
+	if (ret < 0)
+		die("kref_adapt", ret);
+}
+
+static void run_adapt_memcpy(void *a)
+{
+	struct adapt_arg *c = a;
+
+	memcpy(c->flat, c->pg->p[0], c->pg->page_bytes * c->pg->n);
+}
+
+static void bench_adapt_cpu(void)
+{
+	const struct shm_layout *l = &llama3_layout;
+	uint32_t nb = adapt_blocks;
+	size_t layer_bytes = (size_t)2 * nb * l->block_tokens * l->n_kv_heads * l->head_dim * 2;
+	int32_t *ids = calloc(nb, sizeof(*ids));
+	void *k[32];
+	uint8_t *eng;
+	struct kern_engine e;
+	struct pages pg;
+	double t, bytes;
+
+	if (!ids)
+		die("allocation", ENOMEM);
+	pages_alloc(&pg, l, nb);
+	fill_f16(&pg);
+	eng = xalloc(layer_bytes * l->n_layers);
+	for (uint32_t i = 0; i < l->n_layers; i++)
+		k[i] = eng + layer_bytes * i;
+	shuffled_ids(ids, nb);
+	bytes = (double)pg.page_bytes * nb;
+	fprintf(stderr, "kvp-bench-kernel: adapters, %u Llama-3-8B pages of %zu KiB\n", nb,
+		pg.page_bytes >> 10);
+	{
+		struct adapt_arg c = {&pg, &e, ids, 0, eng};
+
+		t = best_time(run_adapt_memcpy, &c);
+		sample("kernel.ref.adapt_memcpy_bw", bytes / t / 1e9);
+	}
+	for (int kind = 0; kind < 2; kind++)
+		for (uint32_t dir = 0; dir < 2; dir++) {
+			struct adapt_arg c = {&pg, &e, ids, dir, NULL};
+			char name[64];
+
+			engine_fill(&e, kind, k, nb);
+			t = best_time(run_adapt, &c);
+			snprintf(name, sizeof(name), "kernel.adapt_%s_to_%s", kind ? "hnd" : "fa",
+				 dir ? "pages" : "engine");
+			sample(name, bytes / t / 1e9);
+		}
+	free(eng);
+	pages_free(&pg);
+	free(ids);
+}
+
 /* ---- GPU -------------------------------------------------------------------- */
 
 #ifdef KVP_HAVE_CUDA
@@ -505,6 +641,83 @@ static int gpu_qk(void *a)
 			      stream);
 }
 
+struct gadapt {
+	struct dpages *pg;
+	struct kern_engine *e;
+	const int32_t *d_ids;
+	uint32_t dir;
+	void *flat;
+};
+
+static int gpu_adapt(void *a)
+{
+	struct gadapt *c = a;
+
+	return kcuda_adapt(&c->pg->l, c->pg->d_table, c->pg->n, c->pg->l.block_tokens, c->e,
+			   c->d_ids, NULL, c->dir, stream);
+}
+
+static int gpu_adapt_memcpy(void *a)
+{
+	struct gadapt *c = a;
+
+	return cudaMemcpyAsync(c->flat, c->pg->base, c->pg->page_bytes * c->pg->n,
+			       cudaMemcpyDeviceToDevice, stream) == cudaSuccess
+		       ? 0
+		       : -EIO;
+}
+
+/* kcuda_adapt on device pages and a device engine cache. Called from
+ * bench_gpu, with its stream and events. */
+static void bench_adapt_gpu(void)
+{
+	const struct shm_layout *l = &llama3_layout;
+	uint32_t nb = adapt_blocks;
+	size_t layer_bytes = (size_t)2 * nb * l->block_tokens * l->n_kv_heads * l->head_dim * 2;
+	int32_t *ids = calloc(nb, sizeof(*ids)), *d_ids;
+	void *k[32], **d_k;
+	uint8_t *eng;
+	struct kern_engine e;
+	struct dpages pg;
+	double t, bytes;
+
+	if (!ids)
+		die("allocation", ENOMEM);
+	dpages_alloc(&pg, l, nb);
+	CU(cudaMalloc((void **)&eng, layer_bytes * l->n_layers));
+	CU(cudaMemset(eng, 0, layer_bytes * l->n_layers));
+	for (uint32_t i = 0; i < l->n_layers; i++)
+		k[i] = eng + layer_bytes * i;
+	CU(cudaMalloc((void **)&d_k, sizeof(k)));
+	CU(cudaMemcpy(d_k, k, sizeof(k), cudaMemcpyHostToDevice));
+	shuffled_ids(ids, nb);
+	CU(cudaMalloc((void **)&d_ids, nb * sizeof(*ids)));
+	CU(cudaMemcpy(d_ids, ids, nb * sizeof(*ids), cudaMemcpyHostToDevice));
+	bytes = (double)pg.page_bytes * nb;
+	{
+		struct gadapt c = {&pg, &e, d_ids, 0, eng};
+
+		t = gpu_best(gpu_adapt_memcpy, &c);
+		sample("gpu.ref.adapt_d2d_bw", bytes / t / 1e9);
+	}
+	for (int kind = 0; kind < 2; kind++)
+		for (uint32_t dir = 0; dir < 2; dir++) {
+			struct gadapt c = {&pg, &e, d_ids, dir, NULL};
+			char name[64];
+
+			engine_fill(&e, kind, (void **)d_k, nb);
+			t = gpu_best(gpu_adapt, &c);
+			snprintf(name, sizeof(name), "gpu.adapt_%s_to_%s", kind ? "hnd" : "fa",
+				 dir ? "pages" : "engine");
+			sample(name, bytes / t / 1e9);
+		}
+	cudaFree(d_ids);
+	cudaFree(d_k);
+	cudaFree(eng);
+	dpages_free(&pg);
+	free(ids);
+}
+
 static void bench_gpu(uint32_t mib)
 {
 	uint32_t n_pages = (uint32_t)(((uint64_t)mib << 20) / shm_page_bytes(&f16_layout));
@@ -623,6 +836,8 @@ static void bench_gpu(uint32_t mib)
 	}
 	dpages_free(&src);
 	dpages_free(&copy);
+	if (adapt_blocks)
+		bench_adapt_gpu();
 	cudaEventDestroy(ev0);
 	cudaEventDestroy(ev1);
 	cudaStreamDestroy(stream);
@@ -638,6 +853,7 @@ int main(int argc, char **argv)
 		{"gpu-mib", required_argument, NULL, 'G'},
 		{"no-gpu", no_argument, NULL, 'n'},
 		{"gpu-only", no_argument, NULL, 'g'},
+		{"adapt-blocks", required_argument, NULL, 'a'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -655,6 +871,9 @@ int main(int argc, char **argv)
 		case 'G':
 			gpu_mib = strtoul(optarg, NULL, 10);
 			break;
+		case 'a':
+			adapt_blocks = (uint32_t)strtoul(optarg, NULL, 10);
+			break;
 		case 'n':
 			gpu = 0;
 			break;
@@ -663,19 +882,21 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			printf("Usage: kvp-bench-kernel [--seconds S] [--mib N] [--gpu-mib N] "
-			       "[--no-gpu | --gpu-only]\n");
+			       "[--adapt-blocks N] [--no-gpu | --gpu-only]\n");
 			return 0;
 		default:
 			return 2;
 		}
 	}
 	if (!(seconds > 0 && seconds < 600) || mib < 1 || mib > 65536 || gpu_mib < 1 ||
-	    gpu_mib > 1u << 20) {
+	    gpu_mib > 1u << 20 || adapt_blocks > 65536) {
 		fprintf(stderr, "kvp-bench-kernel: bad argument\n");
 		return 2;
 	}
 	if (cpu)
 		bench_cpu((uint32_t)mib);
+	if (cpu && adapt_blocks)
+		bench_adapt_cpu();
 #ifdef KVP_HAVE_CUDA
 	if (gpu && kcuda_device_count() > 0)
 		bench_gpu((uint32_t)gpu_mib);

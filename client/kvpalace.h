@@ -890,6 +890,124 @@ KVP_PUBLIC uint32_t kvp_lease_tier(const kvp_lease *l);
 KVP_PUBLIC void *kvp_lease_device_kv(const kvp_lease *l, uint64_t pos, uint32_t layer, uint32_t kv,
 				     uint32_t kv_head);
 
+/* ---- engine layouts ------------------------------------------------------ */
+
+/* Inference engines keep their KV cache in paged layouts of their own, per
+ * layer; these calls copy whole pages between kvpalace pages (struct
+ * kvp_page_view.base of kvp_session_page / kvp_lease_page) and an engine's
+ * blocks, for a list of pages in one call, on the CPU. The engine's cache
+ * is described by element strides: element c (c < head_dim, contiguous) of
+ * (block b, token t, head h) of layer L's K is at byte
+ *   k_layers[L] + (b * block_stride + t * token_stride + h * head_stride + c)
+ *                 * elem_bytes
+ * and of its V at the same offset from v_layers[L], or, when v_layers is
+ * NULL, from k_layers[L] + v_offset * elem_bytes (K and V in one tensor).
+ * The named layouts (kvp_engine_cache_init), H heads, D head_dim, bs
+ * block_size, per layer:
+ *   KVP_ENGINE_FLASH_ATTN      vLLM's FlashAttention: one tensor
+ *                              [2, num_blocks, bs, H, D], K then V
+ *                              (v_offset num_blocks * bs * H * D), or two
+ *                              [num_blocks, bs, H, D] given as v_layers
+ *   KVP_ENGINE_FLASHINFER_NHD  [num_blocks, 2, bs, H, D]
+ *   KVP_ENGINE_FLASHINFER_HND  [num_blocks, 2, H, bs, D]
+ *   KVP_ENGINE_SGLANG          a K pool and a V pool [num_blocks * bs, H, D]
+ *                              (token slots; block b is slots b * bs ..
+ *                              b * bs + bs - 1), v_layers required
+ * A latent cache (MLA: one "head" of the latent width) is H = 1. Other
+ * layouts: fill the struct yourself (kind 0 means "strides given"). */
+enum kvp_engine_kind {
+	KVP_ENGINE_FLASH_ATTN = 1,
+	KVP_ENGINE_FLASHINFER_NHD = 2,
+	KVP_ENGINE_FLASHINFER_HND = 3,
+	KVP_ENGINE_SGLANG = 4,
+};
+
+/* An engine's paged cache. The layer arrays belong to the caller and must
+ * stay valid (and point to the tensors) while the struct is used; nothing
+ * is allocated. Strides and v_offset count elements. */
+struct kvp_engine_cache {
+	uint32_t kind; /* enum kvp_engine_kind, or 0 */
+	uint32_t n_layers;
+	uint32_t num_blocks;
+	uint32_t block_size; /* tokens per block: the pages' block_tokens */
+	uint32_t n_heads;    /* KV heads this engine holds */
+	uint32_t head_dim;
+	uint32_t elem_bytes; /* 2 (f16, bf16) or 4 (f32): the pages' element size */
+	uint32_t reserved;   /* 0 */
+	uint64_t block_stride;
+	uint64_t token_stride;
+	uint64_t head_stride;
+	uint64_t v_offset;     /* when v_layers is NULL */
+	void *const *k_layers; /* [n_layers] base of layer L's K (or K and V) */
+	void *const *v_layers; /* [n_layers] base of layer L's V, or NULL */
+};
+
+/* Fills *ret for one of the named layouts above: k_layers[L] is the base
+ * of layer L's tensor (element 0 of its K), v_layers NULL (K and V in one
+ * tensor: FlashAttention's [2, ...] and FlashInfer's) or the bases of the
+ * layers' V (FlashAttention's split K and V, SGLang's V pools). Errors:
+ * -EINVAL ret or k_layers NULL, an unknown kind, a zero dimension,
+ * elem_bytes not 2 or 4, v_layers NULL for KVP_ENGINE_SGLANG; -ERANGE a
+ * tensor whose extent overflows 63 bits of bytes. Nothing is read
+ * through the layer arrays (they may hold device pointers). */
+KVP_PUBLIC int kvp_engine_cache_init(struct kvp_engine_cache *ret, uint32_t kind, uint32_t n_layers,
+				     void *const *k_layers, void *const *v_layers,
+				     uint32_t num_blocks, uint32_t block_size, uint32_t n_heads,
+				     uint32_t head_dim, uint32_t elem_bytes);
+
+/* Which layers and heads a copy moves (NULL: every layer and head, the
+ * engine then holding exactly the pages' layers and heads): page layer
+ * layer_first + i and head head_first + j <-> engine layer
+ * engine_layer_first + i and head engine_head_first + j, for i < n_layers,
+ * j < n_heads. A tensor-parallel rank holding heads [8r, 8r + 8) of the
+ * model's KV heads passes head_first 8r, n_heads 8, engine_head_first 0. */
+struct kvp_adapt_range {
+	uint32_t layer_first;
+	uint32_t n_layers; /* >= 1 */
+	uint32_t head_first;
+	uint32_t n_heads; /* >= 1 */
+	uint32_t engine_layer_first;
+	uint32_t engine_head_first;
+};
+
+/* Copies, for i < n_pages, the K and V rows of the page at page_bases[i]
+ * (laid out as layout says, the pool's: kvp_pool_layout) into engine block
+ * block_ids[i]: tokens [0, block_tokens) of each page but the last, and
+ * [0, last_page_tokens) of the last (a partial page: its view's n_tokens),
+ * of the layers and heads of range. Bytes are copied unchanged (the
+ * engine's element type is the pages'); nothing else of the engine's
+ * cache is written. Writing into pages follows kvp_session_kv's rules
+ * (only reserved, uncommitted positions), and pages of different tokens
+ * must not be the same page. Thread-safe (no state, no daemon): several
+ * threads may copy disjoint lists at once.
+ * Errors (checked before anything is written):
+ *   -EINVAL   layout, cache, or (n_pages > 0) page_bases, block_ids, a
+ *             page base or a layer base NULL; a layout kvp_pool_open
+ *             would refuse; a zero cache dimension; elem_bytes, head_dim
+ *             or block_size that differ from the layout's; strides under
+ *             which two rows of one engine tensor overlap; last_page_tokens
+ *             0 or above block_tokens; range with a zero count; no range
+ *             while the engine's n_layers or n_heads differ from the
+ *             layout's; cache->reserved not 0
+ *   -EOPNOTSUPP  a quantized layout (int8, fp8-e4m3, int4)
+ *   -ERANGE   a block id < 0 or >= num_blocks; range past the layout's or
+ *             the engine's layers or heads; an engine tensor whose extent
+ *             overflows 63 bits of bytes or wraps the address space
+ * n_pages 0 is a no-op that returns 0 once the geometry checks pass. */
+KVP_PUBLIC int kvp_pages_to_engine(const struct kvp_layout *layout,
+				   void *const *page_bases /* [n_pages] */, size_t n_pages,
+				   uint32_t last_page_tokens, const struct kvp_engine_cache *cache,
+				   const int32_t *block_ids /* [n_pages] */,
+				   const struct kvp_adapt_range *range);
+
+/* The other way: engine block block_ids[i] into the page at
+ * page_bases[i], same rows, same arguments, same errors. */
+KVP_PUBLIC int kvp_engine_to_pages(const struct kvp_layout *layout,
+				   void *const *page_bases /* [n_pages] */, size_t n_pages,
+				   uint32_t last_page_tokens, const struct kvp_engine_cache *cache,
+				   const int32_t *block_ids /* [n_pages] */,
+				   const struct kvp_adapt_range *range);
+
 /* ---- statistics --------------------------------------------------------- */
 
 struct kvp_pool_stats {

@@ -169,6 +169,82 @@ int kref_score_cosine(const float *a /* [n_a][dim] */, uint32_t n_a,
 		      const float *b /* [n_b][dim] */, uint32_t n_b, uint32_t dim,
 		      float *sim /* [n_a][n_b] */);
 
+/* ---- engine cache layouts (ref/adapt.c) ---------------------------------- */
+
+/* An inference engine's paged KV cache, per layer a K and a V tensor
+ * addressed with element strides (head_dim elements contiguous): element
+ * c of (block b, token t, head h) of layer L's K is at byte
+ *   k_layers[L] + ((b * block_stride + t * token_stride + h * head_stride)
+ *                  + c) * elem_bytes
+ * and of its V at the same offset from v_layers[L], or from k_layers[L] +
+ * v_offset elements when v_layers is NULL (K and V in one tensor: vLLM's
+ * FlashAttention [2, num_blocks, block_size, H, D], FlashInfer's
+ * [num_blocks, 2, ...]). The arrays belong to the caller: host arrays of
+ * host pointers for kref_adapt, device arrays of device pointers for
+ * kcuda_adapt. client/kvpalace.h's struct kvp_engine_cache is the same
+ * description for engines; its constructor fills the strides of the
+ * engines' named layouts. */
+struct kern_engine {
+	void *const *k_layers; /* [n_layers] */
+	void *const *v_layers; /* [n_layers] or NULL */
+	uint64_t v_offset;     /* elements, when v_layers is NULL */
+	uint64_t block_stride; /* elements */
+	uint64_t token_stride; /* elements */
+	uint64_t head_stride;  /* elements */
+	uint32_t n_layers;
+	uint32_t num_blocks;
+	uint32_t block_size; /* tokens per block: the layout's block_tokens */
+	uint32_t n_heads;
+	uint32_t head_dim;
+	uint32_t elem_bytes; /* 2 or 4: the layout's element size */
+};
+
+/* Which layers and heads a copy moves: page layer layer_first + i and head
+ * head_first + j <-> engine layer engine_layer_first + i, head
+ * engine_head_first + j, for i < n_layers, j < n_heads (a tensor-parallel
+ * rank's engine holds a range of the heads a page holds, a pipeline
+ * stage a range of its layers). */
+struct kern_adapt_range {
+	uint32_t layer_first, n_layers;
+	uint32_t head_first, n_heads;
+	uint32_t engine_layer_first, engine_head_first;
+};
+
+enum kern_adapt_dir {
+	KERN_ADAPT_TO_ENGINE = 0, /* pages -> engine blocks */
+	KERN_ADAPT_TO_PAGES = 1,  /* engine blocks -> pages */
+};
+
+/* What kref_adapt and kcuda_adapt check before touching memory, and the
+ * range a copy runs over: 0 and *ret_range (r, or every layer and head
+ * when r is NULL) when the geometry is consistent. Reads no pointer
+ * array. Errors: -EINVAL a layout refused by shm_layout_check, an engine
+ * with a zero dimension, elem_bytes or head_dim or block_size that differ
+ * from the layout's, strides under which two rows of one tensor overlap,
+ * last_page_tokens 0 or above block_tokens (with n_pages > 0), a zero
+ * count in r, no range with layouts of different layer or head counts;
+ * -EOPNOTSUPP a quantized layout; -ERANGE a range past the layout's or
+ * the engine's layers or heads, or an engine tensor whose extent
+ * (including v_offset) overflows 63 bits of bytes. */
+int kref_adapt_plan(const struct shm_layout *l, size_t n_pages, uint32_t last_page_tokens,
+		    const struct kern_engine *e, const struct kern_adapt_range *r,
+		    struct kern_adapt_range *ret_range);
+
+/* Copies, for i < n_pages, the rows of kvpalace page pages[i] (layout l)
+ * to engine block block_ids[i] (dir KERN_ADAPT_TO_ENGINE) or back
+ * (KERN_ADAPT_TO_PAGES): tokens [0, block_size) of every page but the
+ * last, [0, last_page_tokens) of the last, layers and heads of r (NULL:
+ * all). Bytes unchanged; nothing else of either side is written.
+ * Errors: those of kref_adapt_plan; -EINVAL pages, block_ids or a page
+ * base NULL (n_pages > 0), a NULL layer base, dir unknown; -ERANGE a
+ * block id < 0 or >= num_blocks, a layer base whose tensor wraps the
+ * address space.
+ * Everything is checked before anything is written. */
+int kref_adapt(const struct shm_layout *l, void *const *pages /* [n_pages] */, size_t n_pages,
+	       uint32_t last_page_tokens, const struct kern_engine *e,
+	       const int32_t *block_ids /* [n_pages] */, const struct kern_adapt_range *r,
+	       uint32_t dir);
+
 /* ---- CUDA (kernels/cuda/, only with KVP_HAVE_CUDA) --------------------- */
 
 /* Number of usable CUDA devices (>= 1), or -ENODEV when the runtime reports
@@ -222,6 +298,22 @@ int kcuda_score_qk(struct cublasContext *blas, const float *d_q, const float *d_
 /* As kref_score_cosine. */
 int kcuda_score_cosine(const float *d_a, uint32_t n_a, const float *d_b, uint32_t n_b, uint32_t dim,
 		       float *d_sim, struct CUstream_st *stream);
+
+/* As kref_adapt, one launch for the whole list: d_pages and d_block_ids
+ * are device arrays, e's k_layers/v_layers device arrays of device
+ * pointers (kvpalace GPU-tier pages, engine tensors, or pinned host
+ * memory mapped for the device). The arrays are not read on the host:
+ * a page whose block id is out of range or whose base is NULL, and a
+ * layer whose base is NULL, are skipped on the device where the
+ * reference refuses the call, so check untrusted ids first. Rows move
+ * in 16-byte vectors where both sides are 16-byte aligned (else 4, else
+ * 1). Errors: those of kref_adapt_plan; -EINVAL d_pages, d_block_ids or
+ * e->k_layers NULL (n_pages > 0), dir unknown; -ERANGE more runs than 64
+ * bits count; -ENODEV no usable GPU; -EIO any other CUDA error. */
+int kcuda_adapt(const struct shm_layout *l, void *const *d_pages /* [n_pages] */, size_t n_pages,
+		uint32_t last_page_tokens, const struct kern_engine *e,
+		const int32_t *d_block_ids /* [n_pages] */, const struct kern_adapt_range *r,
+		uint32_t dir, struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,8 @@
 # tests/gpu/run.sh — the GPU check of kvpalace on a machine with a GPU:
 # configures a CUDA build in build-gpu/ (or $KVP_BUILD_DIR) with
 # -Dcuda=enabled, builds the GPU tests and benchmarks, runs the test suite
-# `gpu` (each CUDA kernel against its C reference; the GPU tier shared
+# `gpu` (each CUDA kernel against its C reference, the engine-layout
+# adapters among them: test_gpu_adapt; the GPU tier shared
 # across processes: test_gpu_tier), then the GPU benchmarks (kernels in
 # GB/s next to a device-to-device cudaMemcpy of the same bytes; the GPU
 # tier's host→device migration and device read-back next to pinned
@@ -32,7 +33,7 @@ if [ ! -f "$build/build.ninja" ]; then
 		{ cat "$log/setup"; exit 1; }
 fi
 say "building the GPU tests and benchmarks in $build"
-ninja -C "$build" tests/gpu/test_gpu tests/gpu/test_gpu_tier daemon/kvpalaced \
+ninja -C "$build" tests/gpu/test_gpu tests/gpu/test_gpu_adapt tests/gpu/test_gpu_tier daemon/kvpalaced \
 	client/kvpalacectl bench/kvp-bench-kernel bench/kvp-bench-gpu >"$log/build" 2>&1 ||
 	{ tail -n 60 "$log/build"; exit 1; }
 if command -v nvidia-smi >/dev/null 2>&1; then
