@@ -27,6 +27,7 @@ static PyObject *client_tp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	PyObject *path = Py_None, *bytes = NULL;
 	struct connect_arg ca = {0};
 	struct kvpy_client *o;
+	PyThreadState *ts;
 	int ret;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:Client", kwlist, &path))
@@ -48,9 +49,10 @@ static PyObject *client_tp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		Py_DECREF(o);
 		return PyErr_NoMemory();
 	}
-	Py_BEGIN_ALLOW_THREADS ret = do_connect(&ca);
-	Py_END_ALLOW_THREADS if (ret < 0)
-	{
+	ts = PyEval_SaveThread();
+	ret = do_connect(&ca);
+	PyEval_RestoreThread(ts);
+	if (ret < 0) {
 		char msg[512];
 
 		snprintf(msg, sizeof(msg), "cannot connect to kvpalaced%s%s: %s",

@@ -104,7 +104,12 @@ int kvpy_tokens_get(PyObject *o, struct kvpy_tokens *tk)
 
 	memset(tk, 0, sizeof(*tk));
 	tk->t = no_tokens;
-	if (PyObject_CheckBuffer(o) && !PyBytes_Check(o) && !PyByteArray_Check(o)) {
+	if (PyBytes_Check(o) || PyByteArray_Check(o) || PyUnicode_Check(o)) {
+		PyErr_SetString(PyExc_TypeError,
+				"tokens must be ints or a uint32 buffer, not bytes or str");
+		return -1;
+	}
+	if (PyObject_CheckBuffer(o)) {
 		if (PyObject_GetBuffer(o, &tk->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
 			if (buffer_is_u32(&tk->view)) {
 				tk->has_view = 1;

@@ -74,6 +74,7 @@ void kvpy_node_try_free(struct kvpy_node *n)
 	struct kvpy_node *parent;
 	struct kvpy_client *cl = n->client;
 	struct free_arg f;
+	PyThreadState *ts;
 	void **h;
 
 	if (!n->closed || n->freed || n->pins > 0)
@@ -86,10 +87,11 @@ void kvpy_node_try_free(struct kvpy_node *n)
 	if (f.h) {
 		/* The error of a close (the connection is gone, a forked child)
 		 * is of no use to anyone: the handle is freed either way. */
-		Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(cl->lock, WAIT_LOCK);
+		ts = PyEval_SaveThread();
+		PyThread_acquire_lock(cl->lock, WAIT_LOCK);
 		free_handle(&f);
 		PyThread_release_lock(cl->lock);
-		Py_END_ALLOW_THREADS
+		PyEval_RestoreThread(ts);
 	}
 	parent = n->parent;
 	if (parent) {
@@ -184,16 +186,19 @@ int kvpy_node_check(struct kvpy_node *n)
 int kvpy_call(struct kvpy_node *n, int (*fn)(void *arg), void *arg, char *msg, size_t msg_n)
 {
 	struct kvpy_client *cl = n->client;
+	PyThreadState *ts;
 	int ret;
 
 	Py_INCREF(n);
 	n->pins++;
-	Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(cl->lock, WAIT_LOCK);
+	ts = PyEval_SaveThread();
+	PyThread_acquire_lock(cl->lock, WAIT_LOCK);
 	ret = fn(arg);
 	if (ret < 0 && msg)
 		snprintf(msg, msg_n, "%s", kvp_strerror(cl->c, ret));
 	PyThread_release_lock(cl->lock);
-	Py_END_ALLOW_THREADS kvpy_node_unpin(n);
+	PyEval_RestoreThread(ts);
+	kvpy_node_unpin(n);
 	Py_DECREF(n);
 	return ret;
 }
