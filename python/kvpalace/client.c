@@ -43,6 +43,7 @@ static PyObject *client_tp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return NULL;
 	}
 	kvpy_node_link(&o->node, NULL, KVPY_CLIENT);
+	o->fork_gen = kvpy_fork_gen;
 	o->lock = PyThread_allocate_lock();
 	if (!o->lock) {
 		Py_XDECREF(bytes);

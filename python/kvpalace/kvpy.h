@@ -52,7 +52,17 @@ struct kvpy_client {
 	struct kvpy_node node;
 	kvp_client *c;
 	PyThread_type_lock lock;
+	unsigned int fork_gen; /* kvpy_fork_gen when connected */
 };
+
+/* Bumped in a forked child (pthread_atfork): a client connected before
+ * the fork is not locked there (a thread of the parent may have held the
+ * lock at the fork, and no longer exists to release it); libkvpalace
+ * answers -ECHILD for it. */
+extern volatile unsigned int kvpy_fork_gen;
+/* The client's lock, unless it was connected before a fork: then 0. */
+int kvpy_lock(struct kvpy_client *cl);
+void kvpy_unlock(struct kvpy_client *cl, int locked);
 
 struct kvpy_pool {
 	struct kvpy_node node;

@@ -10,6 +10,7 @@
  * subclass it. Runs holding the GIL.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "kvpy.h"
@@ -246,6 +247,11 @@ static PyObject *new_error(PyObject *m, const char *name, PyObject *extra, const
 	return cls;
 }
 
+static void after_fork_child(void)
+{
+	kvpy_fork_gen++;
+}
+
 PyMODINIT_FUNC PyInit__kvpalace(void);
 PyMODINIT_FUNC PyInit__kvpalace(void)
 {
@@ -256,6 +262,10 @@ PyMODINIT_FUNC PyInit__kvpalace(void)
 
 	if (!m)
 		return NULL;
+	if (pthread_atfork(NULL, NULL, after_fork_child) != 0) {
+		Py_DECREF(m);
+		return PyErr_NoMemory();
+	}
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
 		if (PyType_Ready(types[i]) < 0 ||
 		    PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0)

@@ -10,6 +10,22 @@
  */
 #include "kvpy.h"
 
+volatile unsigned int kvpy_fork_gen;
+
+int kvpy_lock(struct kvpy_client *cl)
+{
+	if (cl->fork_gen != kvpy_fork_gen)
+		return 0;
+	PyThread_acquire_lock(cl->lock, WAIT_LOCK);
+	return 1;
+}
+
+void kvpy_unlock(struct kvpy_client *cl, int locked)
+{
+	if (locked)
+		PyThread_release_lock(cl->lock);
+}
+
 void kvpy_node_link(struct kvpy_node *n, struct kvpy_node *parent, enum kvpy_kind kind)
 {
 	n->kind = kind;
@@ -75,6 +91,7 @@ void kvpy_node_try_free(struct kvpy_node *n)
 	struct kvpy_client *cl = n->client;
 	struct free_arg f;
 	PyThreadState *ts;
+	int locked;
 	void **h;
 
 	if (!n->closed || n->freed || n->pins > 0)
@@ -88,9 +105,9 @@ void kvpy_node_try_free(struct kvpy_node *n)
 		/* The error of a close (the connection is gone, a forked child)
 		 * is of no use to anyone: the handle is freed either way. */
 		ts = PyEval_SaveThread();
-		PyThread_acquire_lock(cl->lock, WAIT_LOCK);
+		locked = kvpy_lock(cl);
 		free_handle(&f);
-		PyThread_release_lock(cl->lock);
+		kvpy_unlock(cl, locked);
 		PyEval_RestoreThread(ts);
 	}
 	parent = n->parent;
@@ -187,16 +204,16 @@ int kvpy_call(struct kvpy_node *n, int (*fn)(void *arg), void *arg, char *msg, s
 {
 	struct kvpy_client *cl = n->client;
 	PyThreadState *ts;
-	int ret;
+	int locked, ret;
 
 	Py_INCREF(n);
 	n->pins++;
 	ts = PyEval_SaveThread();
-	PyThread_acquire_lock(cl->lock, WAIT_LOCK);
+	locked = kvpy_lock(cl);
 	ret = fn(arg);
 	if (ret < 0 && msg)
 		snprintf(msg, msg_n, "%s", kvp_strerror(cl->c, ret));
-	PyThread_release_lock(cl->lock);
+	kvpy_unlock(cl, locked);
 	PyEval_RestoreThread(ts);
 	kvpy_node_unpin(n);
 	Py_DECREF(n);

@@ -241,6 +241,43 @@ def test_fork_child_gets_child_process_error(daemon, client, pool):
     assert pool.lookup([1, 2, 3]) == 0
 
 
+def test_fork_while_another_thread_holds_the_client(daemon, client):
+    """The child of a fork taken while a thread waits on the daemon through
+    the client (holding its lock) still gets ForkedChild, not a hang."""
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    resume = subprocess.Popen(["sh", "-c", "sleep 5; kill -CONT %d" % daemon.proc.pid])
+    try:
+        th = threading.Thread(target=client.ping)
+        th.start()
+        time.sleep(0.2)  # the ping is in flight, the lock taken
+        pid = os.fork()
+        if pid == 0:
+            code = 20
+            try:
+                client.ping()
+            except kvpalace.ForkedChild:
+                code = 0
+            except BaseException:  # noqa: B036
+                code = 21
+            os._exit(code)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.01)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung on the client's lock")
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+        resume.wait()
+    th.join(30)
+    client.ping()
+
+
 def test_view_outlives_with_blocks(daemon):
     tokens = list(range(300, 332))
     watcher = kvpalace.Client(daemon.sock)
