@@ -435,3 +435,30 @@ def test_use_after_close_and_context_managers(daemon):
     with pytest.raises(ValueError):
         with c:
             pass
+
+
+def test_quantized_page_through_write_and_read(client):
+    """int8 pages: Session.write of a whole page (data and scales) comes
+    back the same through Lease.read, the array view and a memoryview."""
+    layout = kvpalace.Layout(2, 2, 64, 16, "int8", 32)
+    with client.open_pool("py-int8-%d" % os.getpid(), layout) as p:
+        rng = np.random.default_rng(4)
+        data = rng.integers(0, 256, p.page_bytes, dtype=np.uint8).tobytes()
+        tokens = np.arange(16, dtype=np.uint32)
+        with p.session() as s:
+            s.append(tokens)
+            s.write(0, 0, data)
+            with pytest.raises(kvpalace.Error) as e:
+                s.write(0, p.page_bytes - 1, b"xy")
+            assert e.value.errno == errno.ERANGE
+            s.commit()
+        with p.match(tokens) as lease:
+            assert lease.read(0, 0, p.page_bytes) == data
+            pg = lease.page(0)
+            st = pg.strides
+            assert st["scales_offset"] >= st["data_bytes"] and st["scale_row_bytes"] == 4
+            a = pg.array()
+            assert a.shape == (2, 2, 2, 16, 64) and a.tobytes() == data[: st["data_bytes"]]
+            with memoryview(pg) as m:
+                assert m.readonly and len(m) == p.page_bytes and m.tobytes() == data
+            del a
