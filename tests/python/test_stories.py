@@ -7,15 +7,15 @@ two processes — one prefills and commits whole pages, the other matches them a
 get logits identical to a full recompute, with the hit count equal to the pages stored.
 
 The model-only tests need numpy alone; the two-process test needs the kvpalace package and a
-daemon, and is skipped when `import kvpalace` fails.
+daemon (conftest.py's, or with --noconftest one started from $KVPALACED or build/), and is
+skipped when `import kvpalace` fails. Without the package built, run
+`/usr/bin/python3 -m pytest --noconftest tests/python/test_stories.py` (conftest.py imports it).
 """
 
+import argparse
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
-import time
 
 import numpy as np
 import pytest
@@ -158,33 +158,22 @@ def _kvpalaced():
 
 @pytest.fixture
 def daemon_socket(request):
-    """The daemon of tests/python/conftest.py when it offers one, else one started here."""
+    """The socket of tests/python/conftest.py's daemon; under --noconftest, a daemon of our own."""
     pytest.importorskip("kvpalace")
-    for name in ("daemon_socket_path", "kvpalaced_socket", "socket_path"):
-        try:
-            return request.getfixturevalue(name)
-        except pytest.FixtureLookupError:
-            pass
+    try:
+        return request.getfixturevalue("daemon").sock
+    except pytest.FixtureLookupError:
+        pass
     binary = _kvpalaced()
     if not binary:
         pytest.skip("no kvpalaced binary (set KVPALACED or build into build/)")
-    tmp = tempfile.mkdtemp(prefix="kvp-stories-test-")
-    sock = os.path.join(tmp, "kvpalace.sock")
-    log = open(os.path.join(tmp, "daemon.log"), "w")
-    p = subprocess.Popen(
-        [binary, "--socket", sock, "--admin-socket", os.path.join(tmp, "admin.sock"),
-         "--state-dir", os.path.join(tmp, "state"), "--cache-dir", os.path.join(tmp, "cache")],
-        stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(200):
-        if os.path.exists(sock) or p.poll() is not None:
-            break
-        time.sleep(0.05)
-    if p.poll() is not None:
-        pytest.fail("kvpalaced exited: " + open(log.name).read())
+    import demo
+
+    proc, sock, tmp = demo.start_daemon(binary)
 
     def stop():
-        p.terminate()
-        p.wait(timeout=10)
+        proc.terminate()
+        proc.wait(timeout=20)
         shutil.rmtree(tmp, ignore_errors=True)
 
     request.addfinalizer(stop)
@@ -195,7 +184,7 @@ def test_two_processes_share_prompt_kv_with_identical_logits(daemon_socket):
     pytest.importorskip("kvpalace")
     import demo
 
-    args = demo.main.__globals__["argparse"].Namespace(
+    args = argparse.Namespace(
         socket=daemon_socket, daemon=None, prompt_tokens=200, decode=24, block_tokens=16)
     prompt, a, b = demo.run_demo(args)
     assert a["pid"] != b["pid"] and a["pid"] != os.getpid()
