@@ -133,7 +133,7 @@ def run_reader(args, prompt):
         "hit_tokens": use,
         "computed_tokens": len(prompt) - use,
         "decoded": args.decode,
-        "generated": out[len(prompt) :] + [nxt],
+        "generated": out[len(prompt) :],
         "cold_prefill_s": cold_s,
         "warm_prefill_s": warm_s,
         "saved_s": cold_s - warm_s,

@@ -7,7 +7,7 @@ two processes — one prefills and commits whole pages, the other matches them a
 get logits identical to a full recompute, with the hit count equal to the pages stored.
 
 The model-only tests need numpy alone; the two-process test needs the kvpalace package and a
-daemon (conftest.py's, or with --noconftest one started from $KVPALACED or build/), and is
+daemon (started from $KVPALACED or build/daemon/kvpalaced), and is
 skipped when `import kvpalace` fails. Without the package built, run
 `/usr/bin/python3 -m pytest --noconftest tests/python/test_stories.py` (conftest.py imports it).
 """
@@ -158,12 +158,12 @@ def _kvpalaced():
 
 @pytest.fixture
 def daemon_socket(request):
-    """The socket of tests/python/conftest.py's daemon; under --noconftest, a daemon of our own."""
+    """A kvpalaced of this test's own ($KVPALACED, as conftest.py's, or build/'s).
+
+    Not conftest.py's session daemon: the other tests leave a pool each there and the daemon's
+    per-user pool limit would refuse ours depending on test order.
+    """
     pytest.importorskip("kvpalace")
-    try:
-        return request.getfixturevalue("daemon").sock
-    except pytest.FixtureLookupError:
-        pass
     binary = _kvpalaced()
     if not binary:
         pytest.skip("no kvpalaced binary (set KVPALACED or build into build/)")
