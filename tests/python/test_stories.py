@@ -14,6 +14,7 @@ skipped when `import kvpalace` fails. Without the package built, run
 
 import argparse
 import os
+import re
 import shutil
 import sys
 
@@ -41,6 +42,10 @@ def prompt(model):
 def test_model_file_is_the_published_one():
     assert os.path.getsize(stories.MODEL_PATH) == 1056540
     assert stories.file_sha256() == stories.MODEL_SHA256
+    # ... and the sha256 the model's README gives.
+    with open(os.path.join(stories.MODEL_DIR, "README.md")) as f:
+        readme = f.read()
+    assert re.search(r"sha256\s+`([0-9a-f]{64})`", readme).group(1) == stories.file_sha256()
     for name in ("LICENSE", "README.md"):
         assert os.path.exists(os.path.join(stories.MODEL_DIR, name))
     with open(os.path.join(stories.MODEL_DIR, "LICENSE")) as f:
