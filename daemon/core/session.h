@@ -82,7 +82,10 @@ struct session_dev_range {
 struct session {
 	uint64_t id;
 	struct pool *pool;
-	XXH128_hash_t root; /* chain root: pool identity + salt */
+	XXH128_hash_t root; /* chain root: pool identity + salt + extra key */
+	/* Key spans of its tokens (absolute positions), folded into the
+	 * hashes of the pages they overlap; cut with the tokens. */
+	struct pindex_spans spans;
 	/* Token ids and their position, tags and score (n_tokens used),
 	 * shared copy-on-write with forks. */
 	struct tokvec tok;
@@ -257,7 +260,25 @@ int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n, struc
  * caller's. */
 int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const uint32_t *tokens,
 		    const struct token_meta *meta, uint64_t n, const uint32_t *slots, int lossy,
-		    struct session **ret_session, uint32_t *ret_shared);
+		    const struct pindex_span *spans, uint32_t n_spans, struct session **ret_session,
+		    uint32_t *ret_shared);
+
+/* Most key spans a session holds. */
+#define SESSION_MAX_SPANS 65536u
+
+/* Adds the key spans add[0..n) (sorted, disjoint: validate_key_spans) to
+ * s, which come with tokens [from, to) of an append (to: the session's
+ * n_tokens after it). Each must start at or after the end of s's last
+ * span and the first token of the page holding from (the earlier pages
+ * may be hashed already), and before to. Returns 0, -EINVAL with a
+ * static reason in *why, -EDQUOT (past SESSION_MAX_SPANS) or -ENOMEM;
+ * s unchanged on failure. */
+int session_add_spans(struct session *s, const struct pindex_span *add, uint32_t n, uint64_t from,
+		      uint64_t to, const char **why);
+/* The same rule for a match's chunk, from a sequence's spans so far
+ * (done: its whole pages already hashed). Returns 0 or -EINVAL. */
+int session_check_spans(const struct pindex_spans *have, const struct pindex_span *add,
+			uint32_t n, uint64_t done, uint64_t to, const char **why);
 
 /* Pages holding only uncommitted positions. */
 uint32_t session_reserved_pages(const struct session *s);
