@@ -29,6 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "keys.h"
 #include "le.h"
 #include "lease.h"
 #include "rpc.h"
@@ -173,8 +174,10 @@ static int lease_keep(struct kvp_lease *l, struct match_chunk *ch,
 /* Runs the chunked match of tokens[0..n) into l (whose page table holds
  * pool_pages_for(n) entries). Returns 0 or a negative errno; on error the
  * lease may exist in the daemon (l->id) and must be released. */
-static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n)
+static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n,
+		       const struct kvp_match_opts *keys, struct keys_wire *w)
 {
+	size_t next_span = 0, n_spans = keys ? keys->n_spans : 0;
 	struct kvp_client *c = l->pool->client;
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__MatchPrefixRequest mp = KVPALACE__V1__MATCH_PREFIX_REQUEST__INIT;
@@ -209,8 +212,23 @@ static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n)
 		       !(next_send > 0 && next_apply == 0)) {
 			struct match_chunk *ch = &win[next_send % LEASE_WINDOW];
 			size_t len = n - sent < c->chunk_tokens ? n - sent : c->chunk_tokens;
+			size_t end_span;
 			size_t bytes;
 			uint64_t id;
+
+			/* The spans that start in the chunk, at most 256: a
+			 * chunk ends before the 257th (a span's first token
+			 * is past the one before's, so the chunk is not empty). */
+			end_span = n_spans ? keys_first_at(keys->spans, n_spans, sent + len) : 0;
+			if (end_span - next_span > KEYS_MAX_PER_REQUEST) {
+				end_span = next_span + KEYS_MAX_PER_REQUEST;
+				len = (size_t)(keys->spans[end_span].first_token - sent);
+			}
+			if (w) {
+				keys_wire_set(w, keys->spans, next_span, end_span);
+				mp.key_spans = w->p;
+				mp.n_key_spans = w->n;
+			}
 
 			/* 4 bytes a token as they lie in memory (a copy, not a
 			 * varint each), converted on a big-endian host. */
@@ -228,10 +246,18 @@ static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n)
 			 * The prompt's length goes first too: the daemon counts
 			 * it as asked (Stats) though we stop sending chunks once
 			 * the match stops. */
-			if (next_send == 0)
+			if (next_send == 0 && keys && keys->salt) {
+				mp.has_cache_salt = keys->salt_len != 0;
+				mp.cache_salt.data = (uint8_t *)(uintptr_t)keys->salt;
+				mp.cache_salt.len = keys->salt_len;
+			} else if (next_send == 0) {
 				pool_salt_field(l->pool, &mp.has_cache_salt, &mp.cache_salt);
-			else
+			} else {
 				mp.has_cache_salt = 0;
+			}
+			mp.has_extra_key = next_send == 0 && keys && keys->extra_key_len;
+			mp.extra_key.data = keys ? (uint8_t *)(uintptr_t)keys->extra_key : NULL;
+			mp.extra_key.len = keys ? keys->extra_key_len : 0;
 			mp.has_prompt_tokens = next_send == 0;
 			mp.prompt_tokens = n;
 			bytes = protobuf_c_message_get_packed_size(&req.base) + FRAME_HEADER_BYTES;
@@ -254,6 +280,7 @@ static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n)
 			ch->wire_bytes = bytes;
 			inflight_bytes += bytes;
 			sent += len;
+			next_span = end_span;
 			next_send++;
 		}
 		if (next_apply == next_send)
@@ -317,6 +344,10 @@ out:
 	return ret;
 }
 
+static int prefetch(kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
+		    unsigned int flags, const struct kvp_match_opts *keys,
+		    uint32_t *ret_pages_coming);
+
 KVP_PUBLIC int kvp_prefetch(kvp_pool *p, const uint32_t *tokens, size_t n,
 			    uint32_t *ret_pages_coming)
 {
@@ -326,6 +357,58 @@ KVP_PUBLIC int kvp_prefetch(kvp_pool *p, const uint32_t *tokens, size_t n,
 KVP_PUBLIC int kvp_prefetch_tier(kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
 				 unsigned int flags, uint32_t *ret_pages_coming)
 {
+	return prefetch(p, tokens, n, tier, flags, NULL, ret_pages_coming);
+}
+
+/* Normalizes opts (NULL: defaults) into *o and checks its keys. */
+static int match_opts(kvp_pool *p, const struct kvp_match_opts *opts, struct kvp_match_opts *o)
+{
+	const char *why;
+
+	keys_opts_copy(o, sizeof(*o), opts, sizeof(*o));
+	if (!p)
+		return -EINVAL;
+	conn_clear_error(p->client);
+	if (o->salt && o->salt_len > POOL_SALT_MAX_BYTES)
+		return conn_error(p->client, -EINVAL, "a cache salt has at most 64 bytes");
+	if (keys_check_extra(o->extra_key, o->extra_key_len) < 0)
+		return conn_error(p->client, -EINVAL, "an extra key has 1..64 bytes");
+	if (keys_check(o->spans, o->n_spans, &why) < 0)
+		return conn_error(p->client, -EINVAL, "%s", why);
+	return 0;
+}
+
+KVP_PUBLIC int kvp_prefetch_opts(kvp_pool *p, const uint32_t *tokens, size_t n,
+				 const struct kvp_match_opts *opts, uint32_t *ret_pages_coming)
+{
+	struct kvp_match_opts o;
+	int ret = match_opts(p, opts, &o);
+
+	if (ret < 0)
+		return ret;
+	return prefetch(p, tokens, n, o.tier ? o.tier : KVP_TIER_HOST, o.flags, &o,
+			ret_pages_coming);
+}
+
+KVP_PUBLIC int kvp_match_prefix_opts(kvp_pool *p, const uint32_t *tokens, size_t n,
+				     const struct kvp_match_opts *opts, kvp_lease **ret_lease)
+{
+	struct kvp_match_opts o;
+	int ret = match_opts(p, opts, &o);
+
+	if (ret < 0)
+		return ret;
+	if (!ret_lease)
+		return -EINVAL;
+	return lease_match_any(p, tokens, n, o.tier ? o.tier : KVP_TIER_HOST, o.flags, &o,
+			       ret_lease);
+}
+
+static int prefetch(kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
+		    unsigned int flags, const struct kvp_match_opts *keys,
+		    uint32_t *ret_pages_coming)
+{
+	struct keys_wire *w = NULL;
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__PrefetchRequest pf = KVPALACE__V1__PREFETCH_REQUEST__INIT;
 	Kvpalace__V1__Response *resp;
@@ -347,10 +430,32 @@ KVP_PUBLIC int kvp_prefetch_tier(kvp_pool *p, const uint32_t *tokens, size_t n, 
 	pf.or_host = pf.has_or_host;
 	pf.tokens = (uint32_t *)tokens;
 	pf.n_tokens = n < c->chunk_tokens ? n : c->chunk_tokens;
-	pool_salt_field(p, &pf.has_cache_salt, &pf.cache_salt);
+	if (keys && keys->salt) {
+		pf.has_cache_salt = keys->salt_len != 0;
+		pf.cache_salt.data = (uint8_t *)(uintptr_t)keys->salt;
+		pf.cache_salt.len = keys->salt_len;
+	} else {
+		pool_salt_field(p, &pf.has_cache_salt, &pf.cache_salt);
+	}
+	if (keys && keys->extra_key_len) {
+		pf.has_extra_key = 1;
+		pf.extra_key.data = (uint8_t *)(uintptr_t)keys->extra_key;
+		pf.extra_key.len = keys->extra_key_len;
+	}
+	if (keys && keys->n_spans) {
+		/* The spans starting in the tokens sent, at most 256. */
+		size_t end = keys_first_at(keys->spans, keys->n_spans, pf.n_tokens);
+
+		if (!(w = malloc(sizeof(*w))))
+			return conn_error(c, -ENOMEM, "out of memory");
+		keys_wire_set(w, keys->spans, 0, end);
+		pf.key_spans = w->p;
+		pf.n_key_spans = w->n;
+	}
 	req.op_case = KVPALACE__V1__REQUEST__OP_PREFETCH;
 	req.prefetch = &pf;
 	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_PREFETCH, &resp, NULL);
+	free(w);
 	if (ret < 0)
 		return ret;
 	if (ret_pages_coming)
@@ -363,12 +468,13 @@ KVP_PUBLIC int kvp_match_prefix(kvp_pool *p, const uint32_t *tokens, size_t n,
 {
 	if (!p || !ret_lease)
 		return -EINVAL;
-	return lease_match_tier(p, tokens, n, KVP_TIER_HOST, 0, ret_lease);
+	return lease_match_tier(p, tokens, n, KVP_TIER_HOST, 0, NULL, ret_lease);
 }
 
 int lease_match_tier(struct kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
-		     int or_host, struct kvp_lease **ret_lease)
+		     int or_host, const struct kvp_match_opts *keys, struct kvp_lease **ret_lease)
 {
+	struct keys_wire *w = NULL;
 	struct kvp_client *c;
 	struct kvp_lease *l;
 	int ret;
@@ -392,7 +498,12 @@ int lease_match_tier(struct kvp_pool *p, const uint32_t *tokens, size_t n, uint3
 		ret = handle_table_reserve(&l->slots, &l->cap, pool_pages_for(p, n));
 		if (ret < 0)
 			goto fail;
-		ret = lease_match(l, tokens, n);
+		if (keys && keys->n_spans && !(w = malloc(sizeof(*w)))) {
+			ret = conn_error(c, -ENOMEM, "out of memory");
+			goto fail;
+		}
+		ret = lease_match(l, tokens, n, keys, w);
+		free(w);
 		if (ret < 0)
 			goto fail;
 	}

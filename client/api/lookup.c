@@ -9,7 +9,10 @@
  * daemon keeps no state between requests, so each reply gives the hash
  * chain a query's next piece continues from. A query whose walk stopped
  * (a page missing) sends nothing more; the tokens of a partial last page
- * are never sent (they cannot match).
+ * are never sent (they cannot match). A piece carries the key spans that
+ * overlap it, in the query's absolute positions, with first_token saying
+ * where the piece starts; a request carries at most 256 spans in all (a
+ * piece ends before the span that would pass that).
  *
  * Layer: api (client/README.md), over rpc/ and handle/.
  */
@@ -19,6 +22,7 @@
 
 #include "conn.h"
 #include "handle.h"
+#include "keys.h"
 #include "le.h"
 #include "rpc.h"
 
@@ -59,7 +63,7 @@ static int query_salt(kvp_pool *p, const struct kvp_lookup_query *q, protobuf_c_
 static int lookup_round(kvp_pool *p, const struct kvp_lookup_query *qs, size_t n,
 			struct lookup_state *st, struct kvp_lookup_result *out,
 			Kvpalace__V1__LookupQuery *wq, Kvpalace__V1__LookupQuery **wptr,
-			size_t *which, unsigned char *le)
+			size_t *which, unsigned char *le, struct keys_wire *w)
 {
 	struct kvp_client *c = p->client;
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
@@ -70,6 +74,7 @@ static int lookup_round(kvp_pool *p, const struct kvp_lookup_query *qs, size_t n
 	size_t k = 0, le_at = 0;
 	int ret;
 
+	w->n = 0;
 	for (size_t i = 0; i < n && k < LOOKUP_MAX_QUERIES; i++) {
 		Kvpalace__V1__LookupQuery *q = &wq[k];
 		size_t len = st[i].end - st[i].pos, cost;
@@ -87,7 +92,13 @@ static int lookup_round(kvp_pool *p, const struct kvp_lookup_query *qs, size_t n
 			q->chain.data = st[i].chain;
 			q->chain.len = sizeof(st[i].chain);
 		}
-		cost = LOOKUP_QUERY_OVERHEAD + (q->has_cache_salt ? q->cache_salt.len : 0);
+		if (!st[i].has_chain && qs[i].extra_key_len) {
+			q->has_extra_key = 1;
+			q->extra_key.data = (uint8_t *)(uintptr_t)qs[i].extra_key;
+			q->extra_key.len = qs[i].extra_key_len;
+		}
+		cost = LOOKUP_QUERY_OVERHEAD + (q->has_cache_salt ? q->cache_salt.len : 0) +
+		       (q->has_extra_key ? q->extra_key.len + 4 : 0);
 		if (cost >= bytes_left)
 			break;
 		if (len > tokens_left)
@@ -95,6 +106,32 @@ static int lookup_round(kvp_pool *p, const struct kvp_lookup_query *qs, size_t n
 		if (len * 4 > bytes_left - cost)
 			len = (bytes_left - cost) / 4;
 		len -= len % bt;
+		if (len && qs[i].n_spans) {
+			/* The spans overlapping the piece, within the
+			 * request's 256 and its bytes. */
+			const struct kvp_key_span *sp = qs[i].spans;
+			size_t lo = keys_first_ending_after(sp, qs[i].n_spans, st[i].pos);
+			size_t hi = keys_first_at(sp, qs[i].n_spans, st[i].pos + len);
+			size_t room = KEYS_MAX_PER_REQUEST - w->n, span_bytes = 0;
+
+			if (hi - lo > room) {
+				hi = lo + room;
+				len = (size_t)(sp[hi].first_token - st[i].pos);
+				len -= len % bt;
+			}
+			for (size_t j = lo; j < hi; j++)
+				span_bytes += 32 + sp[j].key_len;
+			if (len && cost + span_bytes + len * 4 > bytes_left) {
+				len = 0; /* next request */
+			} else if (len) {
+				q->has_first_token = 1;
+				q->first_token = st[i].pos;
+				q->key_spans = w->p + w->n;
+				keys_wire_add(w, sp, lo, hi);
+				q->n_key_spans = hi - lo;
+				cost += span_bytes;
+			}
+		}
 		if (!len)
 			break; /* not a page more fits: next request */
 		q->has_tokens_le = 1;
@@ -114,7 +151,8 @@ static int lookup_round(kvp_pool *p, const struct kvp_lookup_query *qs, size_t n
 	}
 	if (!k)
 		return conn_error(c, -EMSGSIZE,
-				  "a page of %zu tokens does not fit one request to this daemon",
+				  "a page of %zu tokens (and its key spans) does not fit one "
+				  "request to this daemon",
 				  bt);
 	lr.pool_id = p->id;
 	lr.n_queries = k;
@@ -158,6 +196,7 @@ KVP_PUBLIC int kvp_lookup_batch(kvp_pool *p, const struct kvp_lookup_query *quer
 	Kvpalace__V1__LookupQuery *wq = NULL;
 	Kvpalace__V1__LookupQuery **wptr = NULL;
 	size_t *which = NULL, pending;
+	struct keys_wire *w = NULL;
 	unsigned char *le = NULL;
 	struct kvp_client *c;
 	int ret;
@@ -169,17 +208,26 @@ KVP_PUBLIC int kvp_lookup_batch(kvp_pool *p, const struct kvp_lookup_query *quer
 	ret = conn_usable(c);
 	if (ret < 0)
 		return ret;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		const char *why;
+
 		if (!queries[i].tokens && queries[i].n_tokens)
 			return conn_error(c, -EINVAL, "lookup query %zu has no tokens", i);
+		if (keys_check_extra(queries[i].extra_key, queries[i].extra_key_len) < 0)
+			return conn_error(c, -EINVAL,
+					  "lookup query %zu: an extra key has 1..64 bytes", i);
+		if (keys_check(queries[i].spans, queries[i].n_spans, &why) < 0)
+			return conn_error(c, -EINVAL, "lookup query %zu: %s", i, why);
+	}
 	memset(out, 0, n * sizeof(*out));
 	st = calloc(n ? n : 1, sizeof(*st));
 	wq = calloc(LOOKUP_MAX_QUERIES, sizeof(*wq));
 	wptr = calloc(LOOKUP_MAX_QUERIES, sizeof(*wptr));
 	which = calloc(LOOKUP_MAX_QUERIES, sizeof(*which));
+	w = malloc(sizeof(*w));
 	if (!LE_NATIVE)
 		le = malloc((size_t)c->chunk_tokens * 4);
-	if (!st || !wq || !wptr || !which || (!LE_NATIVE && !le)) {
+	if (!st || !wq || !wptr || !which || !w || (!LE_NATIVE && !le)) {
 		ret = conn_error(c, -ENOMEM, "out of memory");
 		goto out;
 	}
@@ -193,11 +241,12 @@ KVP_PUBLIC int kvp_lookup_batch(kvp_pool *p, const struct kvp_lookup_query *quer
 			pending += !st[i].done;
 		if (!pending)
 			break;
-		ret = lookup_round(p, queries, n, st, out, wq, wptr, which, le);
+		ret = lookup_round(p, queries, n, st, out, wq, wptr, which, le, w);
 		if (ret < 0)
 			break;
 	}
 out:
+	free(w);
 	free(le);
 	free(which);
 	free(wptr);

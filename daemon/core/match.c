@@ -214,8 +214,8 @@ void match_lookup(const struct pool *p, XXH128_hash_t chain, const uint32_t *tok
 
 	*ret = (struct match_lookup_result){.chain = chain};
 	for (size_t at = 0; at + bt <= n; at += bt) {
-		XXH128_hash_t h =
-			prefix_index_hash_keyed(ret->chain, tokens + at, bt, pos + at, spans, n_spans);
+		XXH128_hash_t h = prefix_index_hash_keyed(ret->chain, tokens + at, bt, pos + at,
+							  spans, n_spans);
 		const struct pindex_entry *e = prefix_index_find(&p->ix, h);
 
 		if (!e || prefix_index_lossy(e)) {

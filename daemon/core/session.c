@@ -227,11 +227,11 @@ void session_close(struct cache *c, struct session *s)
 	free(s);
 }
 
-int session_check_spans(const struct pindex_spans *have, const struct pindex_span *add,
-			uint32_t n, uint64_t done, uint64_t to, const char **why)
+int session_check_spans(const struct pindex_spans *have, const struct pindex_span *add, uint32_t n,
+			uint64_t done, uint64_t to, const char **why)
 {
-	uint64_t after = have->n ? have->v[have->n - 1].first_token + have->v[have->n - 1].n_tokens
-				 : 0;
+	uint64_t after =
+		have->n ? have->v[have->n - 1].first_token + have->v[have->n - 1].n_tokens : 0;
 
 	if (n && add[0].first_token < after) {
 		*why = "a key span overlaps or precedes one sent before";
@@ -495,9 +495,8 @@ static void index_page(struct pool *p, struct session *s, uint32_t i)
 {
 	uint32_t bt = p->layout.block_tokens;
 	XXH128_hash_t parent = i ? s->hashes[i - 1] : s->root;
-	XXH128_hash_t h =
-		prefix_index_hash_keyed(parent, tokvec_ids_at(&s->tok, (uint64_t)i * bt), bt,
-					(uint64_t)i * bt, s->spans.v, s->spans.n);
+	XXH128_hash_t h = prefix_index_hash_keyed(parent, tokvec_ids_at(&s->tok, (uint64_t)i * bt),
+						  bt, (uint64_t)i * bt, s->spans.v, s->spans.n);
 	struct pindex_entry *e = prefix_index_find(&p->ix, h);
 	int permanent = 0;
 
@@ -703,8 +702,8 @@ int session_fork(struct cache *c, struct session *s, uint64_t n, struct tier_par
 	if (n > s->n_committed)
 		return -ERANGE;
 	s->last_use_ns = clock_now_ns();
-	ret = fork_from(c, s->pool, s->root, &s->tok, NULL, s->pages, s->hashes, s->n_hashes, &s->spans, n, pk,
-			ret_session);
+	ret = fork_from(c, s->pool, s->root, &s->tok, NULL, s->pages, s->hashes, s->n_hashes,
+			&s->spans, n, pk, ret_session);
 	if (ret == 0) {
 		/* The fork keeps the policy, the tags and, when compacted, the
 		 * privacy of its pages. */
@@ -725,8 +724,8 @@ int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n, struc
 
 	if (n > l->n_tokens)
 		return -ERANGE;
-	ret = fork_from(c, l->pool, l->root, NULL, l->tokens, l->pages, l->hashes, l->n_pages, &l->spans, n,
-			pk, ret_session);
+	ret = fork_from(c, l->pool, l->root, NULL, l->tokens, l->pages, l->hashes, l->n_pages,
+			&l->spans, n, pk, ret_session);
 	/* What is computed on purged pages must not enter the index either. */
 	if (ret == 0)
 		(*ret_session)->unindexed = l->purged;

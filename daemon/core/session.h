@@ -277,8 +277,8 @@ int session_add_spans(struct session *s, const struct pindex_span *add, uint32_t
 		      uint64_t to, const char **why);
 /* The same rule for a match's chunk, from a sequence's spans so far
  * (done: its whole pages already hashed). Returns 0 or -EINVAL. */
-int session_check_spans(const struct pindex_spans *have, const struct pindex_span *add,
-			uint32_t n, uint64_t done, uint64_t to, const char **why);
+int session_check_spans(const struct pindex_spans *have, const struct pindex_span *add, uint32_t n,
+			uint64_t done, uint64_t to, const char **why);
 
 /* Pages holding only uncommitted positions. */
 uint32_t session_reserved_pages(const struct session *s);

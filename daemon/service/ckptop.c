@@ -1,9 +1,9 @@
 /* daemon/service/ckptop.c — checkpoint requests on worker threads (see ckptop.h). */
 #include <dirent.h>
 #include <errno.h>
-#include <stddef.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +46,8 @@ enum job_op {
 _Static_assert(sizeof(struct ckpt_span) == sizeof(struct pindex_span) &&
 		       offsetof(struct ckpt_span, first_token) ==
 			       offsetof(struct pindex_span, first_token) &&
-		       offsetof(struct ckpt_span, n_tokens) == offsetof(struct pindex_span, n_tokens) &&
+		       offsetof(struct ckpt_span, n_tokens) ==
+			       offsetof(struct pindex_span, n_tokens) &&
 		       offsetof(struct ckpt_span, key) == offsetof(struct pindex_span, key),
 	       "ckpt_span is pindex_span");
 
@@ -559,8 +560,8 @@ static int take_pool(struct job *j)
 			ids[k] = j->rd.tokens[(uint64_t)i * bt + k].id;
 		/* ckpt_span and pindex_span: the same three fields. */
 		parent = j->hashes[i] = prefix_index_hash_keyed(
-			parent, ids, bt, (uint64_t)i * bt, (const struct pindex_span *)j->meta.spans,
-			j->meta.n_spans);
+			parent, ids, bt, (uint64_t)i * bt,
+			(const struct pindex_span *)j->meta.spans, j->meta.n_spans);
 		e = prefix_index_find_host(&p->ix, parent);
 		if (!e || e->io == PINDEX_IO_READ)
 			continue;

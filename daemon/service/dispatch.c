@@ -257,10 +257,10 @@ static int do_create_session(struct cache *cache, struct peer *c,
 	}
 	if (in->has_session_id)
 		return adopt_session(cache, c, p, in, r, why);
-	ret = session_create(cache, p,
-			     chain_root(p, in->has_cache_salt, in->cache_salt, in->has_extra_key,
-					in->extra_key),
-			     &s);
+	ret = session_create(
+		cache, p,
+		chain_root(p, in->has_cache_salt, in->cache_salt, in->has_extra_key, in->extra_key),
+		&s);
 	if (ret < 0) {
 		*why = ret == -EDQUOT ? "too many sessions in this pool" : "cannot create session";
 		return ret;
@@ -838,8 +838,8 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 			*why = LEASED_PAGES_WHY;
 			return -EDQUOT;
 		}
-		if (!pk->no_park && match_prefetch(cache, p, root, NULL, 0, tokens, n_tokens, 0, spans,
-						   n_spans, pk)) {
+		if (!pk->no_park && match_prefetch(cache, p, root, NULL, 0, tokens, n_tokens, 0,
+						   spans, n_spans, pk)) {
 			pk->park_on = p; /* pages are coming from disk */
 			return -EAGAIN;
 		}
@@ -930,9 +930,8 @@ static int do_prefetch(struct cache *cache, struct peer *c, const Kvpalace__V1__
 		return tier;
 	root = chain_root(p, in->has_cache_salt, in->cache_salt, in->has_extra_key, in->extra_key);
 	kvpalace__v1__prefetch_response__init(&r->u.prefetch);
-	r->u.prefetch.pages_coming =
-		match_prefetch(cache, p, root, NULL, 0, in->tokens, in->n_tokens, 0, spans, n_spans,
-			       pk);
+	r->u.prefetch.pages_coming = match_prefetch(cache, p, root, NULL, 0, in->tokens,
+						    in->n_tokens, 0, spans, n_spans, pk);
 	r->u.prefetch.has_tier = 1;
 	r->u.prefetch.tier = KVPALACE__V1__TIER__TIER_HOST;
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_PREFETCH;

@@ -51,7 +51,8 @@ int validate_key_spans(Kvpalace__V1__KeySpan *const *spans, size_t n, const char
 			return -EINVAL;
 		}
 		if (i && k->first_token < spans[i - 1]->first_token + spans[i - 1]->n_tokens) {
-			*ret_reason = "key spans must be sorted by first_token and must not overlap";
+			*ret_reason =
+				"key spans must be sorted by first_token and must not overlap";
 			return -EINVAL;
 		}
 	}

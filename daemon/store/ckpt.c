@@ -588,9 +588,9 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 		le_put64(p + 8, m->spans[i].n_tokens);
 		XXH128_canonicalFromHash((XXH128_canonical_t *)(p + 16), m->spans[i].key);
 	}
-	encode_header(head, &mm, name, created_ns, &g,
-		      XXH3_64bits(head + HDR_BYTES, g.tokens_bytes),
-		      XXH3_64bits(head + HDR_BYTES + g.tokens_bytes, g.spans_bytes));
+	encode_header(
+		head, &mm, name, created_ns, &g, XXH3_64bits(head + HDR_BYTES, g.tokens_bytes),
+		m->n_spans ? XXH3_64bits(head + HDR_BYTES + g.tokens_bytes, g.spans_bytes) : 0);
 	XXH3_128bits_reset(xs);
 	XXH3_128bits_update(xs, head, g.pages_off);
 
@@ -803,7 +803,7 @@ static int decode_header(const unsigned char *h, uint64_t file_bytes, struct ckp
 	}
 	m->n_spans = m->version >= 4 ? le_get32(h + H_N_SPANS) : 0;
 	m->spans = NULL;
-	g->spans_xxh = m->version >= 4 ? le_get64(h + H_SPANS_XXH) : XXH3_64bits(NULL, 0);
+	g->spans_xxh = m->version >= 4 ? le_get64(h + H_SPANS_XXH) : 0;
 	for (size_t i = m->version >= 4	  ? H_SPANS_ZERO
 			: m->version >= 3 ? H_RESERVED
 			: m->version >= 2 ? H_NAME
@@ -950,7 +950,7 @@ static int read_spans(struct ckpt_reader *r, const struct geom *g, char *why, si
 	int ret;
 
 	if (!r->meta.n_spans) {
-		if (XXH3_64bits(NULL, 0) != g->spans_xxh) {
+		if (g->spans_xxh) {
 			say(why, whylen, "key span records checksum mismatch");
 			return -EBADMSG;
 		}

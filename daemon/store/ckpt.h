@@ -83,7 +83,9 @@
  *             name never serves another checkpoint's content
  *   376  4    n_spans (version 4): key span records, ≤ CKPT_MAX_SPANS
  *   380  4    zero
- *   384  8    XXH3_64 of the key span records (version 4)
+ *   384  8    XXH3_64 of the key span records (version 4), 0 without any
+ *             (a version 4 file without spans is a version 3 file but
+ *             for the version field)
  *   392  120  reserved, zero
  *
  * Token record (16 bytes): id u32, pos u32, turn u32, role u16, flags u16.

@@ -217,8 +217,8 @@ void prefix_index_spans_cut(struct pindex_spans *s, uint64_t n_tokens)
 		s->v[s->n - 1].n_tokens = n_tokens - s->v[s->n - 1].first_token;
 }
 
-int prefix_index_spans_copy(struct pindex_spans *dst, const struct pindex_span *src,
-			    uint32_t n_src, uint64_t n_tokens)
+int prefix_index_spans_copy(struct pindex_spans *dst, const struct pindex_span *src, uint32_t n_src,
+			    uint64_t n_tokens)
 {
 	int ret = prefix_index_spans_add(dst, src, n_src, UINT32_MAX);
 

@@ -206,8 +206,8 @@ int prefix_index_spans_add(struct pindex_spans *s, const struct pindex_span *add
  * crossing it is cut short there (the hashes of the pages before stay). */
 void prefix_index_spans_cut(struct pindex_spans *s, uint64_t n_tokens);
 /* dst (empty) gets src's spans cut at n_tokens. Returns 0 or -ENOMEM. */
-int prefix_index_spans_copy(struct pindex_spans *dst, const struct pindex_span *src,
-			    uint32_t n_src, uint64_t n_tokens);
+int prefix_index_spans_copy(struct pindex_spans *dst, const struct pindex_span *src, uint32_t n_src,
+			    uint64_t n_tokens);
 
 /* The entry of hash, or NULL. It may have no host copy (check e->slot). */
 struct pindex_entry *prefix_index_find(const struct prefix_index *ix, XXH128_hash_t hash);

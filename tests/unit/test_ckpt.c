@@ -428,7 +428,7 @@ static void test_format_as_documented(void **state)
 	b = slurp(d, "fmt", &len);
 
 	assert_memory_equal(b, "KVPCKPT\0", 8);
-	assert_int_equal(le32(b + 8), 3);
+	assert_int_equal(le32(b + 8), 4);
 	assert_int_equal(le32(b + 12), 512);
 	memcpy(hdr, b, 512);
 	memset(hdr + 16, 0, 8);
