@@ -1325,6 +1325,10 @@ struct kvp_purge_spec {
 	const void *salt; /* the bytes a client gave kvp_pool_set_salt() */
 	size_t salt_len;  /* 0..64 */
 	int64_t unused_since;
+	/* With KVP_PURGE_SALT: the pages of that salt under this extra key
+	 * (kvp_session_opts; NULL/0: those under none). 1..64 bytes. */
+	const void *extra_key;
+	size_t extra_key_len;
 };
 
 struct kvp_purge_result {

@@ -91,6 +91,18 @@ size_t keys_first_ending_after(const struct kvp_key_span *spans, size_t n, uint6
 	return lo;
 }
 
+size_t keys_take(const struct kvp_key_span *spans, size_t n, size_t lo, uint64_t limit,
+		 uint32_t max_message_bytes, size_t *ret_bytes)
+{
+	size_t most = keys_max_count(max_message_bytes), bytes = 0, hi = lo;
+
+	while (hi < n && spans[hi].first_token < limit && hi - lo < most &&
+	       bytes + KEYS_WIRE_BYTES(&spans[hi]) <= max_message_bytes / 2)
+		bytes += KEYS_WIRE_BYTES(&spans[hi++]);
+	*ret_bytes = bytes;
+	return hi;
+}
+
 void keys_opts_copy(void *out, size_t out_size, const void *in, size_t first_size)
 {
 	size_t size;

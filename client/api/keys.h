@@ -43,6 +43,27 @@ size_t keys_first_at(const struct kvp_key_span *spans, size_t n, uint64_t pos);
 /* The index of the first of spans[0..n) (sorted) ending after pos. */
 size_t keys_first_ending_after(const struct kvp_key_span *spans, size_t n, uint64_t pos);
 
+/* Spans one request to a daemon of max_message_bytes may carry: at most
+ * KEYS_MAX_PER_REQUEST and max_message_bytes / 64, which the daemon's
+ * unpacking arena (8 bytes per message byte, frame_arena_bytes) holds
+ * beside the tokens (about 350 bytes a span). */
+static inline size_t keys_max_count(uint32_t max_message_bytes)
+{
+	size_t n = max_message_bytes / 64;
+
+	return n < KEYS_MAX_PER_REQUEST ? n : KEYS_MAX_PER_REQUEST;
+}
+
+/* Wire bytes of a span at most (tags, lengths, two 10-byte varints). */
+#define KEYS_WIRE_BYTES(k) (26u + (k)->key_len)
+
+/* The spans of spans[lo..n) (sorted) starting before limit that one
+ * request may carry: at most keys_max_count and together at most
+ * max_message_bytes / 2 wire bytes. Returns the index after the last,
+ * their wire bytes in *ret_bytes. */
+size_t keys_take(const struct kvp_key_span *spans, size_t n, size_t lo, uint64_t limit,
+		 uint32_t max_message_bytes, size_t *ret_bytes);
+
 /* Copies the first size bytes of an options struct (0: first_size) into
  * out (out_size bytes, zeroed first). NULL in: all zeros. */
 void keys_opts_copy(void *out, size_t out_size, const void *in, size_t first_size);

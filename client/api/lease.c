@@ -219,10 +219,20 @@ static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n,
 			/* The spans that start in the chunk, at most 256: a
 			 * chunk ends before the 257th (a span's first token
 			 * is past the one before's, so the chunk is not empty). */
-			end_span = n_spans ? keys_first_at(keys->spans, n_spans, sent + len) : 0;
-			if (end_span - next_span > KEYS_MAX_PER_REQUEST) {
-				end_span = next_span + KEYS_MAX_PER_REQUEST;
-				len = (size_t)(keys->spans[end_span].first_token - sent);
+			end_span = next_span;
+			if (n_spans) {
+				size_t span_bytes;
+
+				end_span = keys_take(keys->spans, n_spans, next_span, sent + len,
+						     c->max_message_bytes, &span_bytes);
+				if (end_span < n_spans &&
+				    keys->spans[end_span].first_token < sent + len)
+					len = (size_t)(keys->spans[end_span].first_token - sent);
+				if (len > c->chunk_tokens - (span_bytes + 4) / 5)
+					len = c->chunk_tokens - (span_bytes + 4) / 5;
+				while (end_span > next_span &&
+				       keys->spans[end_span - 1].first_token >= sent + len)
+					end_span--;
 			}
 			if (w) {
 				keys_wire_set(w, keys->spans, next_span, end_span);
@@ -443,8 +453,15 @@ static int prefetch(kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier
 		pf.extra_key.len = keys->extra_key_len;
 	}
 	if (keys && keys->n_spans) {
-		/* The spans starting in the tokens sent, at most 256. */
-		size_t end = keys_first_at(keys->spans, keys->n_spans, pf.n_tokens);
+		/* The spans starting in the tokens sent, as many as fit. */
+		size_t span_bytes;
+		size_t end = keys_take(keys->spans, keys->n_spans, 0, pf.n_tokens,
+				       c->max_message_bytes, &span_bytes);
+
+		if (pf.n_tokens > c->chunk_tokens - (span_bytes + 4) / 5)
+			pf.n_tokens = c->chunk_tokens - (span_bytes + 4) / 5;
+		while (end > 0 && keys->spans[end - 1].first_token >= pf.n_tokens)
+			end--;
 
 		if (!(w = malloc(sizeof(*w))))
 			return conn_error(c, -ENOMEM, "out of memory");

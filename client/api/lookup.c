@@ -112,11 +112,13 @@ static int lookup_round(kvp_pool *p, const struct kvp_lookup_query *qs, size_t n
 			const struct kvp_key_span *sp = qs[i].spans;
 			size_t lo = keys_first_ending_after(sp, qs[i].n_spans, st[i].pos);
 			size_t hi = keys_first_at(sp, qs[i].n_spans, st[i].pos + len);
-			size_t room = KEYS_MAX_PER_REQUEST - w->n, span_bytes = 0;
+			size_t room = keys_max_count(c->max_message_bytes) - w->n, span_bytes = 0;
 
 			if (hi - lo > room) {
 				hi = lo + room;
-				len = (size_t)(sp[hi].first_token - st[i].pos);
+				len = sp[hi].first_token > st[i].pos
+					      ? (size_t)(sp[hi].first_token - st[i].pos)
+					      : 0;
 				len -= len % bt;
 			}
 			for (size_t j = lo; j < hi; j++)

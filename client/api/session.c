@@ -280,18 +280,27 @@ static int append_chunks(kvp_session *s, const uint32_t *tokens, size_t n, uint3
 	while (done < n) {
 		size_t len = n - done < c->chunk_tokens ? n - done : c->chunk_tokens;
 		uint64_t known = pool_pages_for(s->pool, s->n_tokens);
-		size_t end_span = keys_first_at(spans, n_spans, s->n_tokens + len);
+		size_t end_span = next_span, span_bytes = 0;
 
-		if (end_span - next_span > KEYS_MAX_PER_REQUEST) {
-			/* A request ends before the 257th span starting in it. */
-			uint64_t at = spans[next_span + KEYS_MAX_PER_REQUEST].first_token;
-
-			if (at <= s->n_tokens)
-				return conn_error(c, -EMSGSIZE,
-						  "more than 256 key spans start before "
-						  "the appended tokens");
-			len = (size_t)(at - s->n_tokens);
-			end_span = next_span + KEYS_MAX_PER_REQUEST;
+		if (n_spans) {
+			/* The spans starting in the request, as many as one
+			 * request holds: it ends before the first that does
+			 * not fit, and makes room for their bytes. */
+			end_span = keys_take(spans, n_spans, next_span, s->n_tokens + len,
+					     c->max_message_bytes, &span_bytes);
+			if (end_span < n_spans && spans[end_span].first_token < s->n_tokens + len) {
+				if (spans[end_span].first_token <= s->n_tokens)
+					return conn_error(c, -EMSGSIZE,
+							  "more key spans start before the "
+							  "appended tokens than one request "
+							  "holds");
+				len = (size_t)(spans[end_span].first_token - s->n_tokens);
+			}
+			if (len > c->chunk_tokens - (span_bytes + 4) / 5)
+				len = c->chunk_tokens - (span_bytes + 4) / 5;
+			while (end_span > next_span &&
+			       spans[end_span - 1].first_token >= s->n_tokens + len)
+				end_span--;
 		}
 		if (w) {
 			keys_wire_set(w, spans, next_span, end_span);
