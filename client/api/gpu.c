@@ -23,6 +23,7 @@
 
 #include "devmap.h"
 #include "handle.h"
+#include "keys.h"
 #include "lease.h"
 #include "rpc.h"
 
@@ -137,6 +138,20 @@ KVP_PUBLIC int kvp_match_prefix_tier(kvp_pool *p, const uint32_t *tokens, size_t
 				     unsigned int flags, kvp_lease **ret_lease)
 {
 	return lease_match_any(p, tokens, n, tier, flags, NULL, ret_lease);
+}
+
+KVP_PUBLIC int kvp_match_prefix_opts(kvp_pool *p, const uint32_t *tokens, size_t n,
+				     const struct kvp_match_opts *opts, kvp_lease **ret_lease)
+{
+	struct kvp_match_opts o;
+	int ret = keys_match_opts(p, opts, &o);
+
+	if (ret < 0)
+		return ret;
+	if (!ret_lease)
+		return -EINVAL;
+	return lease_match_any(p, tokens, n, o.tier ? o.tier : KVP_TIER_HOST, o.flags, &o,
+			       ret_lease);
 }
 
 int lease_match_any(struct kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,

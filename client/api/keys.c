@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "handle.h"
 #include "keys.h"
 
 #define KEYS_MAX_POSITION (1ull << 48)
@@ -115,3 +116,21 @@ void keys_opts_copy(void *out, size_t out_size, const void *in, size_t first_siz
 		size = first_size;
 	memcpy(out, in, size < out_size ? size : out_size);
 }
+
+int keys_match_opts(kvp_pool *p, const struct kvp_match_opts *opts, struct kvp_match_opts *o)
+{
+	const char *why;
+
+	keys_opts_copy(o, sizeof(*o), opts, sizeof(*o));
+	if (!p)
+		return -EINVAL;
+	conn_clear_error(p->client);
+	if (o->salt && o->salt_len > POOL_SALT_MAX_BYTES)
+		return conn_error(p->client, -EINVAL, "a cache salt has at most 64 bytes");
+	if (keys_check_extra(o->extra_key, o->extra_key_len) < 0)
+		return conn_error(p->client, -EINVAL, "an extra key has 1..64 bytes");
+	if (keys_check(o->spans, o->n_spans, &why) < 0)
+		return conn_error(p->client, -EINVAL, "%s", why);
+	return 0;
+}
+

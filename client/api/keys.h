@@ -68,4 +68,8 @@ size_t keys_take(const struct kvp_key_span *spans, size_t n, size_t lo, uint64_t
  * out (out_size bytes, zeroed first). NULL in: all zeros. */
 void keys_opts_copy(void *out, size_t out_size, const void *in, size_t first_size);
 
+/* Normalizes opts (NULL: defaults) into *o and checks its salt, extra
+ * key and spans. Returns 0, or -EINVAL with the client's error set. */
+int keys_match_opts(kvp_pool *p, const struct kvp_match_opts *opts, struct kvp_match_opts *o);
+
 #endif

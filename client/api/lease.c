@@ -370,48 +370,16 @@ KVP_PUBLIC int kvp_prefetch_tier(kvp_pool *p, const uint32_t *tokens, size_t n, 
 	return prefetch(p, tokens, n, tier, flags, NULL, ret_pages_coming);
 }
 
-/* Normalizes opts (NULL: defaults) into *o and checks its keys. */
-static int match_opts(kvp_pool *p, const struct kvp_match_opts *opts, struct kvp_match_opts *o)
-{
-	const char *why;
-
-	keys_opts_copy(o, sizeof(*o), opts, sizeof(*o));
-	if (!p)
-		return -EINVAL;
-	conn_clear_error(p->client);
-	if (o->salt && o->salt_len > POOL_SALT_MAX_BYTES)
-		return conn_error(p->client, -EINVAL, "a cache salt has at most 64 bytes");
-	if (keys_check_extra(o->extra_key, o->extra_key_len) < 0)
-		return conn_error(p->client, -EINVAL, "an extra key has 1..64 bytes");
-	if (keys_check(o->spans, o->n_spans, &why) < 0)
-		return conn_error(p->client, -EINVAL, "%s", why);
-	return 0;
-}
-
 KVP_PUBLIC int kvp_prefetch_opts(kvp_pool *p, const uint32_t *tokens, size_t n,
 				 const struct kvp_match_opts *opts, uint32_t *ret_pages_coming)
 {
 	struct kvp_match_opts o;
-	int ret = match_opts(p, opts, &o);
+	int ret = keys_match_opts(p, opts, &o);
 
 	if (ret < 0)
 		return ret;
 	return prefetch(p, tokens, n, o.tier ? o.tier : KVP_TIER_HOST, o.flags, &o,
 			ret_pages_coming);
-}
-
-KVP_PUBLIC int kvp_match_prefix_opts(kvp_pool *p, const uint32_t *tokens, size_t n,
-				     const struct kvp_match_opts *opts, kvp_lease **ret_lease)
-{
-	struct kvp_match_opts o;
-	int ret = match_opts(p, opts, &o);
-
-	if (ret < 0)
-		return ret;
-	if (!ret_lease)
-		return -EINVAL;
-	return lease_match_any(p, tokens, n, o.tier ? o.tier : KVP_TIER_HOST, o.flags, &o,
-			       ret_lease);
 }
 
 static int prefetch(kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
