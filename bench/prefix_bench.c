@@ -390,6 +390,55 @@ static void bench_hash(void)
 	sample("prefix.xxh3_ns_per_token", ns);
 	fprintf(stderr, "  one-shot XXH3-128, same    %8.2f ns/token\n", ns);
 
+	/* Keyed hashing (issue 18), beside the plain chain measured again in
+	 * the same run: a sequence with 16 spans none of the pages overlaps
+	 * (the span search alone), and one whose every page lies in an image
+	 * span (the keyed fold on each page: the worst case). */
+	{
+		struct pindex_span far[16],
+			all = {0, MAX_PROMPT, prefix_index_key_digest("img", 3)};
+		double plain_ns = 0, none_ns = 0, every_ns = 0, zero_ns = 0;
+
+		for (size_t k = 0; k < 16; k++)
+			far[k] = (struct pindex_span){(uint64_t)MAX_PROMPT + 100 * k, 10, all.key};
+		for (int mode = 0; mode < 4; mode++) {
+			for (size_t r = 0; r < 15; r++) {
+				uint64_t t0 = now_ns();
+
+				h = root;
+				for (uint32_t i = 0; i < MAX_PROMPT; i += 16)
+					h = mode == 0	? prefix_index_hash_page(h, tokens + i, 16)
+					    : mode == 1 ? prefix_index_hash_keyed(h, tokens + i, 16,
+										  i, far, 16)
+					    : mode == 2 ? prefix_index_hash_keyed(h, tokens + i, 16,
+										  i, &all, 1)
+							: prefix_index_hash_keyed(h, tokens + i, 16,
+										  i, NULL, 0);
+				v[r] = now_ns() - t0;
+				sink ^= h.low64;
+			}
+			ns = median_ns(v, 15) / MAX_PROMPT;
+			if (mode == 0)
+				plain_ns = ns;
+			else if (mode == 1)
+				none_ns = ns;
+			else if (mode == 2)
+				every_ns = ns;
+			else
+				zero_ns = ns;
+		}
+		sample("prefix.keyed_zero_ns_per_token", zero_ns);
+		sample("prefix.keyed_none_ns_per_token", none_ns);
+		sample("prefix.keyed_every_ns_per_token", every_ns);
+		sample("ref.plain_hash_ns_per_token", plain_ns);
+		fprintf(stderr,
+			"  keyed hash, no spans at all    %6.2f ns/token, %.2fx plain\n"
+			"  keyed hash, no page in a span  %6.2f ns/token, %.2fx plain (%.2f)\n"
+			"  keyed hash, every page in one  %6.2f ns/token, %.2fx plain\n",
+			zero_ns, zero_ns / plain_ns, none_ns, none_ns / plain_ns, plain_ns,
+			every_ns, every_ns / plain_ns);
+	}
+
 	/* An index holding 128k tokens' pages; a 32k-token match walks 2048
 	 * of them: a hash and a lookup each. */
 	if (pagealloc_init(&pa, MAX_PROMPT / 16) < 0 || prefix_index_init(&ix, MAX_PROMPT / 16) < 0)

