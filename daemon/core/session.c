@@ -248,20 +248,6 @@ int session_check_spans(const struct pindex_spans *have, const struct pindex_spa
 	return 0;
 }
 
-int session_add_spans(struct session *s, const struct pindex_span *add, uint32_t n, uint64_t from,
-		      uint64_t to, const char **why)
-{
-	uint32_t bt = s->pool->layout.block_tokens;
-	int ret = session_check_spans(&s->spans, add, n, from / bt * bt, to, why);
-
-	if (ret < 0)
-		return ret;
-	ret = prefix_index_spans_add(&s->spans, add, n, SESSION_MAX_SPANS);
-	if (ret == -EDQUOT)
-		*why = "a session holds at most 65536 key spans";
-	return ret;
-}
-
 struct session *session_get(struct cache *c, uint64_t id, uid_t uid, int admin)
 {
 	struct session *s = idmap_get(&c->sessions, id);

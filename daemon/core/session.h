@@ -266,17 +266,14 @@ int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const u
 /* Most key spans a session holds. */
 #define SESSION_MAX_SPANS 65536u
 
-/* Adds the key spans add[0..n) (sorted, disjoint: validate_key_spans) to
- * s, which come with tokens [from, to) of an append (to: the session's
- * n_tokens after it). Each must start at or after the end of s's last
- * span and the first token of the page holding from (the earlier pages
- * may be hashed already), and before to. Returns 0, -EINVAL with a
- * static reason in *why, -EDQUOT (past SESSION_MAX_SPANS) or -ENOMEM;
- * s unchanged on failure. */
-int session_add_spans(struct session *s, const struct pindex_span *add, uint32_t n, uint64_t from,
-		      uint64_t to, const char **why);
-/* The same rule for a match's chunk, from a sequence's spans so far
- * (done: its whole pages already hashed). Returns 0 or -EINVAL. */
+/* Whether the key spans add[0..n) (sorted, disjoint: validate_key_spans)
+ * may join a sequence's spans so far, have, with tokens up to position to
+ * (exclusive) received and its whole pages before done hashed: each must
+ * start at or after the end of have's last span and at or after done
+ * (for an append, the first token of the page its first token lands on),
+ * and before to. Returns 0 or -EINVAL with a static reason in *why.
+ * Callers add them (prefix_index_spans_add, at most SESSION_MAX_SPANS)
+ * once the request can no longer fail or park. */
 int session_check_spans(const struct pindex_spans *have, const struct pindex_span *add, uint32_t n,
 			uint64_t done, uint64_t to, const char **why);
 
