@@ -150,8 +150,15 @@ XXH128_hash_t prefix_index_hash_keyed(XXH128_hash_t parent, const uint32_t *toke
 				      uint64_t pos, const struct pindex_span *spans,
 				      uint32_t n_spans)
 {
-	uint32_t i = n_spans ? prefix_index_span_seek(spans, n_spans, pos) : 0;
+	uint32_t i;
 	XXH3_state_t st;
+
+	/* Before the first span or after the last (text around the images):
+	 * no search. */
+	if (!n_spans || pos + n <= spans[0].first_token ||
+	    spans[n_spans - 1].first_token + spans[n_spans - 1].n_tokens <= pos)
+		return prefix_index_hash_page(parent, tokens, n);
+	i = prefix_index_span_seek(spans, n_spans, pos);
 
 	if (i == n_spans || spans[i].first_token >= pos + n)
 		return prefix_index_hash_page(parent, tokens, n);
