@@ -390,6 +390,59 @@ static void bench_hash(void)
 	sample("prefix.xxh3_ns_per_token", ns);
 	fprintf(stderr, "  one-shot XXH3-128, same    %8.2f ns/token\n", ns);
 
+	/* Keyed hashing (issue 18), beside the plain chain measured again in
+	 * the same run: a sequence with 16 spans none of the pages overlaps
+	 * (the span search alone), and one whose every page lies in an image
+	 * span (the keyed fold on each page: the worst case). */
+	{
+		XXH128_hash_t key = prefix_index_key_digest("img", 3);
+		struct pindex_span far[16], mix[16], all = {0, MAX_PROMPT, key};
+		/* mode 0: prefix_index_hash_page; the others hash_keyed with: */
+		const struct pindex_span *set[5] = {NULL, NULL, far, mix, &all};
+		const uint32_t n_set[5] = {0, 0, 16, 16, 1};
+		static const char *const what[5] = {
+			"plain",
+			"no spans at all",
+			"16 spans past the prompt",
+			"16 images of 576 in 128k",
+			"every page in one span",
+		};
+		static const char *const name[5] = {"ref.plain_hash", "prefix.keyed_zero",
+						    "prefix.keyed_none", "prefix.keyed_mix",
+						    "prefix.keyed_every"};
+		double res[5];
+
+		for (size_t k = 0; k < 16; k++) {
+			far[k] = (struct pindex_span){(uint64_t)MAX_PROMPT + 100 * k, 10, key};
+			/* A ViT's 24x24 patches every 8k tokens, from mid-page:
+			 * 7 % of the pages keyed. */
+			mix[k] = (struct pindex_span){8192 * k + 1005, 576, key};
+		}
+		for (int mode = 0; mode < 5; mode++) {
+			for (size_t r = 0; r < 15; r++) {
+				uint64_t t0 = now_ns();
+
+				h = root;
+				for (uint32_t i = 0; i < MAX_PROMPT; i += 16)
+					h = mode == 0 ? prefix_index_hash_page(h, tokens + i, 16)
+						      : prefix_index_hash_keyed(h, tokens + i, 16,
+										i, set[mode],
+										n_set[mode]);
+				v[r] = now_ns() - t0;
+				sink ^= h.low64;
+			}
+			res[mode] = median_ns(v, 15) / MAX_PROMPT;
+		}
+		for (int mode = 0; mode < 5; mode++) {
+			char sname[64];
+
+			snprintf(sname, sizeof(sname), "%s_ns_per_token", name[mode]);
+			sample(sname, res[mode]);
+			fprintf(stderr, "  keyed hash, %-26s %6.2f ns/token, %.2fx plain\n",
+				what[mode], res[mode], res[mode] / res[0]);
+		}
+	}
+
 	/* An index holding 128k tokens' pages; a 32k-token match walks 2048
 	 * of them: a hash and a lookup each. */
 	if (pagealloc_init(&pa, MAX_PROMPT / 16) < 0 || prefix_index_init(&ix, MAX_PROMPT / 16) < 0)

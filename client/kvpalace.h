@@ -262,6 +262,56 @@ KVP_PUBLIC int kvp_session_create(kvp_pool *p, kvp_session **ret_session);
  * Errors as kvp_session_create. */
 KVP_PUBLIC int kvp_session_create_persistent(kvp_pool *p, kvp_session **ret_session);
 
+/* ---- extra keys and options structs (issue 18) ---------------------------
+ *
+ * What the tokens alone do not say about the KV keys its pages too:
+ *   - the extra key (1..64 bytes; a LoRA adapter's id), one for a whole
+ *     sequence, folded into its hash chain's root beside the salt: pages
+ *     made under one extra key are never matched under another, or under
+ *     none. The salt isolates trust domains (kvp_pool_set_salt); the
+ *     extra key isolates what changes the model's output.
+ *   - key spans: tokens [first_token, first_token + n_tokens) (absolute
+ *     positions in the sequence, from 0) stand for content key names (an
+ *     image's content hash, 1..64 bytes, behind its placeholder tokens).
+ *     Every page the span overlaps hashes the key and the span's start
+ *     relative to the page, so two images behind the same placeholder
+ *     tokens never share a page, and neither does one image at another
+ *     position; pages before the span still match. A page that overlaps
+ *     no span hashes as without spans. Spans of a call are sorted by
+ *     first_token and disjoint (one may start where the one before ends);
+ *     the daemon refuses others (-EINVAL, kvp_strerror says why).
+ *
+ * Options structs: zero-initialize them (= {0}, or memset), then set
+ * size = sizeof(struct ...) and the fields wanted. Fields are only ever
+ * added at the end, and a zero field means what the call did before it
+ * existed; the library reads only the first size bytes (size 0: the
+ * struct as first published here), so a program built against this
+ * header keeps working with a later library. A NULL opts pointer means
+ * all defaults. The memory they point to is only read during the call. */
+struct kvp_key_span {
+	uint64_t first_token; /* absolute position of its first token */
+	uint64_t n_tokens;    /* >= 1 */
+	const void *key;      /* key_len bytes, 1..64 */
+	size_t key_len;
+};
+
+struct kvp_session_opts {
+	size_t size;	       /* sizeof(struct kvp_session_opts), or 0 */
+	int persistent;	       /* kvp_session_create_persistent's */
+	const void *salt;      /* NULL: the pool handle's salt; else salt_len bytes (0..64) */
+	size_t salt_len;       /* with salt: 0 is no salt */
+	const void *extra_key; /* NULL/0: none; else 1..64 bytes */
+	size_t extra_key_len;
+};
+
+/* kvp_session_create with options (NULL: kvp_session_create's). The
+ * session keeps its salt and extra key for good: its forks, lease forks
+ * of its pages and checkpoints have them too. Errors as
+ * kvp_session_create, and -EINVAL a salt over 64 bytes or an extra key
+ * over 64 bytes. */
+KVP_PUBLIC int kvp_session_create_opts(kvp_pool *p, const struct kvp_session_opts *opts,
+				       kvp_session **ret_session);
+
 /* Makes s persistent (persistent 1: it outlives this connection, as
  * kvp_session_create_persistent's) or not (0: it is closed when this
  * connection closes), whoever made it; either way it now belongs to this
@@ -310,6 +360,31 @@ KVP_PUBLIC uint64_t kvp_session_committed(const kvp_session *s);
  * uncommitted reservations on this session; -EDQUOT the session would exceed
  * the daemon's token limit; -ENOENT the session was closed. */
 KVP_PUBLIC int kvp_append(kvp_session *s, const uint32_t *tokens, size_t n);
+
+struct kvp_append_opts {
+	size_t size;	    /* sizeof(struct kvp_append_opts), or 0 */
+	uint32_t tier;	    /* 0 or KVP_TIER_HOST: kvp_append; KVP_TIER_GPU: kvp_append_tier's */
+	unsigned int flags; /* KVP_TIER_OR_HOST, KVP_APPEND_NO_PREFAULT (kvp_append_tier) */
+	/* Key spans in the session's absolute positions. Each starts at or
+	 * after the end of the session's last span (those of earlier
+	 * appends) and at or after the first token of the page the first
+	 * appended token lands on, and before the end of these tokens; it
+	 * may run past them: the tokens after come with later appends (an
+	 * image cut by an append boundary), still under it. Truncating the
+	 * session inside a span cuts the span there. */
+	const struct kvp_key_span *spans;
+	size_t n_spans;
+};
+
+/* kvp_append with options (NULL: kvp_append). A long list is split into
+ * requests as kvp_append's, each carrying the spans that start in it (at
+ * most 256 a request: a request ends early before a 257th).
+ * Errors as kvp_append_tier, and -EINVAL spans unsorted, overlapping,
+ * empty, with a key of 0 or over 64 bytes, or starting where the daemon
+ * refuses them (above); -EMSGSIZE more than 256 spans start before the
+ * appended tokens' first page ends. */
+KVP_PUBLIC int kvp_append_opts(kvp_session *s, const uint32_t *tokens, size_t n,
+			       const struct kvp_append_opts *opts);
 
 /* Pointer to element 0 of the head_dim elements of position pos, layer,
  * kv (0 = K, 1 = V), kv_head, inside the shared arena. pos must be below
@@ -624,17 +699,52 @@ KVP_PUBLIC int kvp_match_prefix(kvp_pool *p, const uint32_t *tokens, size_t n,
 KVP_PUBLIC int kvp_prefetch(kvp_pool *p, const uint32_t *tokens, size_t n,
 			    uint32_t *ret_pages_coming);
 
+struct kvp_match_opts {
+	size_t size;	  /* sizeof(struct kvp_match_opts), or 0 */
+	const void *salt; /* NULL: the pool handle's salt; else salt_len bytes (0..64) */
+	size_t salt_len;
+	const void *extra_key; /* NULL/0: none; else 1..64 bytes, as the session's */
+	size_t extra_key_len;
+	/* Key spans of the prompt (absolute positions), as the writer's
+	 * session had them: a page matches only under the same spans. Spans
+	 * starting at or past n are ignored. */
+	const struct kvp_key_span *spans;
+	size_t n_spans;
+	uint32_t tier;	    /* 0 or KVP_TIER_HOST; KVP_TIER_GPU: kvp_match_prefix_tier's */
+	unsigned int flags; /* KVP_TIER_OR_HOST */
+};
+
+/* kvp_match_prefix with options (NULL: kvp_match_prefix): the salt,
+ * extra key and key spans the prompt's pages were written under, and a
+ * tier. Long prompts go in chunks, each with the spans starting in it.
+ * Errors as kvp_match_prefix_tier, and -EINVAL invalid spans or keys. */
+KVP_PUBLIC int kvp_match_prefix_opts(kvp_pool *p, const uint32_t *tokens, size_t n,
+				     const struct kvp_match_opts *opts, kvp_lease **ret_lease);
+
+/* kvp_prefetch with options (NULL: kvp_prefetch); tier as
+ * kvp_prefetch_tier. Only the first request's worth of the prompt (and
+ * spans starting there) counts, as for kvp_prefetch. Errors as
+ * kvp_match_prefix_opts. */
+KVP_PUBLIC int kvp_prefetch_opts(kvp_pool *p, const uint32_t *tokens, size_t n,
+				 const struct kvp_match_opts *opts, uint32_t *ret_pages_coming);
+
 /* How much of a prompt the pool holds, asked without changing anything:
  * what an engine's scheduler asks, many times per request, before it
  * decides where a request goes and how many tokens it must compute.
  * tokens/n_tokens: the prompt; salt: NULL for the pool handle's salt
  * (kvp_pool_set_salt), else salt_len bytes (0..64; salt_len 0: no salt)
- * for this query alone. */
+ * for this query alone; extra_key/extra_key_len and spans/n_spans as
+ * struct kvp_match_opts's (NULL/0: none). Zero-initialize a query so
+ * fields added later stay 0. */
 struct kvp_lookup_query {
 	const uint32_t *tokens;
 	size_t n_tokens;
 	const void *salt;
 	size_t salt_len;
+	const void *extra_key;
+	size_t extra_key_len;
+	const struct kvp_key_span *spans; /* absolute positions in tokens */
+	size_t n_spans;
 };
 
 struct kvp_lookup_result {
@@ -654,7 +764,8 @@ struct kvp_lookup_result {
  * queries and max-tokens-per-request tokens a request; a long prompt is
  * sent in pieces, invisibly). Errors: -EINVAL p NULL, queries or out
  * NULL with n > 0, a query with n_tokens but no tokens, a salt over 64
- * bytes; -EMSGSIZE one page's tokens do not fit a request to this daemon;
+ * bytes, an invalid extra key or spans (as kvp_match_prefix_opts), more
+ * than 256 spans within one page; -EMSGSIZE one page's tokens do not fit a request to this daemon;
  * -ENOENT the pool is gone; the connection's errors. out is undefined
  * after an error. */
 KVP_PUBLIC int kvp_lookup_batch(kvp_pool *p, const struct kvp_lookup_query *queries, size_t n,
@@ -1485,6 +1596,10 @@ struct kvp_purge_spec {
 	const void *salt; /* the bytes a client gave kvp_pool_set_salt() */
 	size_t salt_len;  /* 0..64 */
 	int64_t unused_since;
+	/* With KVP_PURGE_SALT: the pages of that salt under this extra key
+	 * (kvp_session_opts; NULL/0: those under none). 1..64 bytes. */
+	const void *extra_key;
+	size_t extra_key_len;
 };
 
 struct kvp_purge_result {

@@ -67,6 +67,12 @@ static int inspect(const char *path, int verify)
 		print_layout("pool layout", &m->pool_layout);
 	printf("%-12s %" PRIu64 " in %u pages of %" PRIu64 " bytes\n", "tokens", m->n_tokens,
 	       m->n_pages, m->page_bytes);
+	printf("%-12s %u", "key spans", m->n_spans);
+	for (uint32_t i = 0; i < m->n_spans && i < 8; i++)
+		printf("%s[%" PRIu64 ", %" PRIu64 ") %016" PRIx64 "%016" PRIx64, i ? ", " : ": ",
+		       m->spans[i].first_token, m->spans[i].first_token + m->spans[i].n_tokens,
+		       m->spans[i].key.high64, m->spans[i].key.low64);
+	printf("%s\n", m->n_spans > 8 ? ", ..." : "");
 	printf("%-12s %" PRIu64 " bytes\n", "file", m->file_bytes);
 	printf("%-12s %" PRIu64 " ns after the epoch\n", "created", m->created_ns);
 	ret = 0;

@@ -281,6 +281,9 @@ KVP_PUBLIC int kvp_admin_purge(kvp_client *c, const struct kvp_purge_spec *spec,
 	op.has_cache_salt = (spec->flags & KVP_PURGE_SALT) != 0;
 	op.cache_salt.data = (uint8_t *)spec->salt;
 	op.cache_salt.len = spec->salt_len;
+	op.has_extra_key = (spec->flags & KVP_PURGE_SALT) && spec->extra_key_len;
+	op.extra_key.data = (uint8_t *)(uintptr_t)spec->extra_key;
+	op.extra_key.len = spec->extra_key_len;
 	op.has_unused_since_unix_s = (spec->flags & KVP_PURGE_UNUSED_SINCE) != 0;
 	op.unused_since_unix_s = spec->unused_since > 0 ? (uint64_t)spec->unused_since : 0;
 	req.op_case = KVPALACE__V1__REQUEST__OP_PURGE;

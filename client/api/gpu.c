@@ -23,6 +23,7 @@
 
 #include "devmap.h"
 #include "handle.h"
+#include "keys.h"
 #include "lease.h"
 #include "rpc.h"
 
@@ -136,6 +137,27 @@ static int lease_device(struct kvp_lease *l)
 KVP_PUBLIC int kvp_match_prefix_tier(kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
 				     unsigned int flags, kvp_lease **ret_lease)
 {
+	return lease_match_any(p, tokens, n, tier, flags, NULL, ret_lease);
+}
+
+KVP_PUBLIC int kvp_match_prefix_opts(kvp_pool *p, const uint32_t *tokens, size_t n,
+				     const struct kvp_match_opts *opts, kvp_lease **ret_lease)
+{
+	struct kvp_match_opts o;
+	int ret = keys_match_opts(p, opts, &o);
+
+	if (ret < 0)
+		return ret;
+	if (!ret_lease)
+		return -EINVAL;
+	return lease_match_any(p, tokens, n, o.tier ? o.tier : KVP_TIER_HOST, o.flags, &o,
+			       ret_lease);
+}
+
+int lease_match_any(struct kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
+		    unsigned int flags, const struct kvp_match_opts *keys,
+		    struct kvp_lease **ret_lease)
+{
 	struct kvp_client *c;
 	struct kvp_lease *l;
 	int or_host = (flags & KVP_TIER_OR_HOST) != 0;
@@ -146,7 +168,7 @@ KVP_PUBLIC int kvp_match_prefix_tier(kvp_pool *p, const uint32_t *tokens, size_t
 		return -EINVAL;
 	c = p->client;
 	if (tier == KVP_TIER_HOST)
-		return kvp_match_prefix(p, tokens, n, ret_lease);
+		return lease_match_tier(p, tokens, n, KVP_TIER_HOST, 0, keys, ret_lease);
 	/* Map the arena first: when this process cannot, the daemon need not
 	 * pin anything for a GPU lease. */
 	if (p->dev_arena && !p->dev_base) {
@@ -158,7 +180,7 @@ KVP_PUBLIC int kvp_match_prefix_tier(kvp_pool *p, const uint32_t *tokens, size_t
 	}
 	ret = lease_match_tier(p, tokens, n,
 			       p->dev_base ? KVP_TIER_GPU : (p->dev_arena ? KVP_TIER_HOST : tier),
-			       or_host, &l);
+			       or_host, keys, &l);
 	if (ret < 0)
 		return ret;
 	if (l->tier == KVP_TIER_GPU) {

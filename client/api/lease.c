@@ -29,6 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "keys.h"
 #include "le.h"
 #include "lease.h"
 #include "rpc.h"
@@ -188,8 +189,10 @@ static int lease_keep(struct kvp_lease *l, struct match_chunk *ch,
 /* Runs the chunked match of tokens[0..n) into l (whose page table holds
  * pool_pages_for(n) entries). Returns 0 or a negative errno; on error the
  * lease may exist in the daemon (l->id) and must be released. */
-static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n)
+static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n,
+		       const struct kvp_match_opts *keys, struct keys_wire *w)
 {
+	size_t next_span = 0, n_spans = keys ? keys->n_spans : 0;
 	struct kvp_client *c = l->pool->client;
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__MatchPrefixRequest mp = KVPALACE__V1__MATCH_PREFIX_REQUEST__INIT;
@@ -224,8 +227,33 @@ static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n)
 		       !(next_send > 0 && next_apply == 0)) {
 			struct match_chunk *ch = &win[next_send % LEASE_WINDOW];
 			size_t len = n - sent < c->chunk_tokens ? n - sent : c->chunk_tokens;
+			size_t end_span;
 			size_t bytes;
 			uint64_t id;
+
+			/* The spans that start in the chunk, at most 256: a
+			 * chunk ends before the 257th (a span's first token
+			 * is past the one before's, so the chunk is not empty). */
+			end_span = next_span;
+			if (n_spans) {
+				size_t span_bytes;
+
+				end_span = keys_take(keys->spans, n_spans, next_span, sent + len,
+						     c->max_message_bytes, &span_bytes);
+				if (end_span < n_spans &&
+				    keys->spans[end_span].first_token < sent + len)
+					len = (size_t)(keys->spans[end_span].first_token - sent);
+				if (len > c->chunk_tokens - (span_bytes + 4) / 5)
+					len = c->chunk_tokens - (span_bytes + 4) / 5;
+				while (end_span > next_span &&
+				       keys->spans[end_span - 1].first_token >= sent + len)
+					end_span--;
+			}
+			if (w) {
+				keys_wire_set(w, keys->spans, next_span, end_span);
+				mp.key_spans = w->p;
+				mp.n_key_spans = w->n;
+			}
 
 			/* 4 bytes a token as they lie in memory (a copy, not a
 			 * varint each), converted on a big-endian host. */
@@ -243,10 +271,18 @@ static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n)
 			 * The prompt's length goes first too: the daemon counts
 			 * it as asked (Stats) though we stop sending chunks once
 			 * the match stops. */
-			if (next_send == 0)
+			if (next_send == 0 && keys && keys->salt) {
+				mp.has_cache_salt = keys->salt_len != 0;
+				mp.cache_salt.data = (uint8_t *)(uintptr_t)keys->salt;
+				mp.cache_salt.len = keys->salt_len;
+			} else if (next_send == 0) {
 				pool_salt_field(l->pool, &mp.has_cache_salt, &mp.cache_salt);
-			else
+			} else {
 				mp.has_cache_salt = 0;
+			}
+			mp.has_extra_key = next_send == 0 && keys && keys->extra_key_len;
+			mp.extra_key.data = keys ? (uint8_t *)(uintptr_t)keys->extra_key : NULL;
+			mp.extra_key.len = keys ? keys->extra_key_len : 0;
 			mp.has_prompt_tokens = next_send == 0;
 			mp.prompt_tokens = n;
 			bytes = protobuf_c_message_get_packed_size(&req.base) + FRAME_HEADER_BYTES;
@@ -269,6 +305,7 @@ static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n)
 			ch->wire_bytes = bytes;
 			inflight_bytes += bytes;
 			sent += len;
+			next_span = end_span;
 			next_send++;
 		}
 		if (next_apply == next_send)
@@ -332,6 +369,10 @@ out:
 	return ret;
 }
 
+static int prefetch(kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
+		    unsigned int flags, const struct kvp_match_opts *keys,
+		    uint32_t *ret_pages_coming);
+
 KVP_PUBLIC int kvp_prefetch(kvp_pool *p, const uint32_t *tokens, size_t n,
 			    uint32_t *ret_pages_coming)
 {
@@ -341,6 +382,26 @@ KVP_PUBLIC int kvp_prefetch(kvp_pool *p, const uint32_t *tokens, size_t n,
 KVP_PUBLIC int kvp_prefetch_tier(kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
 				 unsigned int flags, uint32_t *ret_pages_coming)
 {
+	return prefetch(p, tokens, n, tier, flags, NULL, ret_pages_coming);
+}
+
+KVP_PUBLIC int kvp_prefetch_opts(kvp_pool *p, const uint32_t *tokens, size_t n,
+				 const struct kvp_match_opts *opts, uint32_t *ret_pages_coming)
+{
+	struct kvp_match_opts o;
+	int ret = keys_match_opts(p, opts, &o);
+
+	if (ret < 0)
+		return ret;
+	return prefetch(p, tokens, n, o.tier ? o.tier : KVP_TIER_HOST, o.flags, &o,
+			ret_pages_coming);
+}
+
+static int prefetch(kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
+		    unsigned int flags, const struct kvp_match_opts *keys,
+		    uint32_t *ret_pages_coming)
+{
+	struct keys_wire *w = NULL;
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__PrefetchRequest pf = KVPALACE__V1__PREFETCH_REQUEST__INIT;
 	Kvpalace__V1__Response *resp;
@@ -362,10 +423,39 @@ KVP_PUBLIC int kvp_prefetch_tier(kvp_pool *p, const uint32_t *tokens, size_t n, 
 	pf.or_host = pf.has_or_host;
 	pf.tokens = (uint32_t *)tokens;
 	pf.n_tokens = n < c->chunk_tokens ? n : c->chunk_tokens;
-	pool_salt_field(p, &pf.has_cache_salt, &pf.cache_salt);
+	if (keys && keys->salt) {
+		pf.has_cache_salt = keys->salt_len != 0;
+		pf.cache_salt.data = (uint8_t *)(uintptr_t)keys->salt;
+		pf.cache_salt.len = keys->salt_len;
+	} else {
+		pool_salt_field(p, &pf.has_cache_salt, &pf.cache_salt);
+	}
+	if (keys && keys->extra_key_len) {
+		pf.has_extra_key = 1;
+		pf.extra_key.data = (uint8_t *)(uintptr_t)keys->extra_key;
+		pf.extra_key.len = keys->extra_key_len;
+	}
+	if (keys && keys->n_spans) {
+		/* The spans starting in the tokens sent, as many as fit. */
+		size_t span_bytes;
+		size_t end = keys_take(keys->spans, keys->n_spans, 0, pf.n_tokens,
+				       c->max_message_bytes, &span_bytes);
+
+		if (pf.n_tokens > c->chunk_tokens - (span_bytes + 4) / 5)
+			pf.n_tokens = c->chunk_tokens - (span_bytes + 4) / 5;
+		while (end > 0 && keys->spans[end - 1].first_token >= pf.n_tokens)
+			end--;
+
+		if (!(w = malloc(sizeof(*w))))
+			return conn_error(c, -ENOMEM, "out of memory");
+		keys_wire_set(w, keys->spans, 0, end);
+		pf.key_spans = w->p;
+		pf.n_key_spans = w->n;
+	}
 	req.op_case = KVPALACE__V1__REQUEST__OP_PREFETCH;
 	req.prefetch = &pf;
 	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_PREFETCH, &resp, NULL);
+	free(w);
 	if (ret < 0)
 		return ret;
 	if (ret_pages_coming)
@@ -378,12 +468,13 @@ KVP_PUBLIC int kvp_match_prefix(kvp_pool *p, const uint32_t *tokens, size_t n,
 {
 	if (!p || !ret_lease)
 		return -EINVAL;
-	return lease_match_tier(p, tokens, n, KVP_TIER_HOST, 0, ret_lease);
+	return lease_match_tier(p, tokens, n, KVP_TIER_HOST, 0, NULL, ret_lease);
 }
 
 int lease_match_tier(struct kvp_pool *p, const uint32_t *tokens, size_t n, uint32_t tier,
-		     int or_host, struct kvp_lease **ret_lease)
+		     int or_host, const struct kvp_match_opts *keys, struct kvp_lease **ret_lease)
 {
+	struct keys_wire *w = NULL;
 	struct kvp_client *c;
 	struct kvp_lease *l;
 	int ret;
@@ -407,7 +498,12 @@ int lease_match_tier(struct kvp_pool *p, const uint32_t *tokens, size_t n, uint3
 		ret = handle_table_reserve(&l->slots, &l->cap, pool_pages_for(p, n));
 		if (ret < 0)
 			goto fail;
-		ret = lease_match(l, tokens, n);
+		if (keys && keys->n_spans && !(w = malloc(sizeof(*w)))) {
+			ret = conn_error(c, -ENOMEM, "out of memory");
+			goto fail;
+		}
+		ret = lease_match(l, tokens, n, keys, w);
+		free(w);
 		if (ret < 0)
 			goto fail;
 	}

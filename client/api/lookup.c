@@ -9,7 +9,10 @@
  * daemon keeps no state between requests, so each reply gives the hash
  * chain a query's next piece continues from. A query whose walk stopped
  * (a page missing) sends nothing more; the tokens of a partial last page
- * are never sent (they cannot match). The batch is a state machine
+ * are never sent (they cannot match). A piece carries the key spans that
+ * overlap it, in the query's absolute positions, with first_token saying
+ * where the piece starts; a request carries at most 256 spans in all (a
+ * piece ends before the span that would pass that). The batch is a state machine
  * (lookup.h) that async.c drives too, one reaped reply at a time.
  *
  * Layer: api (client/README.md), over rpc/ and handle/.
@@ -20,6 +23,7 @@
 
 #include "conn.h"
 #include "handle.h"
+#include "keys.h"
 #include "le.h"
 #include "lookup.h"
 #include "rpc.h"
@@ -52,11 +56,18 @@ int lookup_check(kvp_pool *p, const struct kvp_lookup_query *queries, size_t n,
 	if (ret < 0)
 		return ret;
 	for (size_t i = 0; i < n; i++) {
+		const char *why;
+
 		if (!queries[i].tokens && queries[i].n_tokens)
 			return conn_error(c, -EINVAL, "lookup query %zu has no tokens", i);
 		if (queries[i].salt && queries[i].salt_len > POOL_SALT_MAX_BYTES)
 			return conn_error(c, -EINVAL, "a cache salt has at most %u bytes",
 					  POOL_SALT_MAX_BYTES);
+		if (keys_check_extra(queries[i].extra_key, queries[i].extra_key_len) < 0)
+			return conn_error(c, -EINVAL,
+					  "lookup query %zu: an extra key has 1..64 bytes", i);
+		if (keys_check(queries[i].spans, queries[i].n_spans, &why) < 0)
+			return conn_error(c, -EINVAL, "lookup query %zu: %s", i, why);
 	}
 	return 0;
 }
@@ -105,6 +116,7 @@ int lookup_build(struct lookup_state *st, Kvpalace__V1__Request *req)
 	size_t le_at = 0;
 
 	st->k = 0;
+	st->wire.n = 0;
 	for (size_t i = 0; i < st->n && st->k < LOOKUP_MAX_QUERIES; i++) {
 		Kvpalace__V1__LookupQuery *q = &st->wq[st->k];
 		struct lookup_query_state *qs = &st->q[i];
@@ -120,7 +132,13 @@ int lookup_build(struct lookup_state *st, Kvpalace__V1__Request *req)
 			q->chain.data = qs->chain;
 			q->chain.len = sizeof(qs->chain);
 		}
-		cost = LOOKUP_QUERY_OVERHEAD + (q->has_cache_salt ? q->cache_salt.len : 0);
+		if (!qs->has_chain && st->qs[i].extra_key_len) {
+			q->has_extra_key = 1;
+			q->extra_key.data = (uint8_t *)(uintptr_t)st->qs[i].extra_key;
+			q->extra_key.len = st->qs[i].extra_key_len;
+		}
+		cost = LOOKUP_QUERY_OVERHEAD + (q->has_cache_salt ? q->cache_salt.len : 0) +
+		       (q->has_extra_key ? q->extra_key.len + 4 : 0);
 		if (cost >= bytes_left)
 			break;
 		if (len > tokens_left)
@@ -128,6 +146,35 @@ int lookup_build(struct lookup_state *st, Kvpalace__V1__Request *req)
 		if (len * 4 > bytes_left - cost)
 			len = (bytes_left - cost) / 4;
 		len -= len % bt;
+		if (len && st->qs[i].n_spans) {
+			/* The spans overlapping the piece, within the
+			 * request's 256 and its bytes. */
+			const struct kvp_key_span *sp = st->qs[i].spans;
+			size_t lo = keys_first_ending_after(sp, st->qs[i].n_spans, qs->pos);
+			size_t hi = keys_first_at(sp, st->qs[i].n_spans, qs->pos + len);
+			size_t room = keys_max_count(c->max_message_bytes) - st->wire.n;
+			size_t span_bytes = 0;
+
+			if (hi - lo > room) {
+				hi = lo + room;
+				len = sp[hi].first_token > qs->pos
+					      ? (size_t)(sp[hi].first_token - qs->pos)
+					      : 0;
+				len -= len % bt;
+			}
+			for (size_t j = lo; j < hi; j++)
+				span_bytes += 32 + sp[j].key_len;
+			if (len && cost + span_bytes + len * 4 > bytes_left) {
+				len = 0; /* next request */
+			} else if (len) {
+				q->has_first_token = 1;
+				q->first_token = qs->pos;
+				q->key_spans = st->wire.p + st->wire.n;
+				keys_wire_add(&st->wire, sp, lo, hi);
+				q->n_key_spans = hi - lo;
+				cost += span_bytes;
+			}
+		}
 		if (!len)
 			break; /* not a page more fits: next request */
 		q->has_tokens_le = 1;
@@ -147,7 +194,8 @@ int lookup_build(struct lookup_state *st, Kvpalace__V1__Request *req)
 	}
 	if (!st->k)
 		return conn_error(c, -EMSGSIZE,
-				  "a page of %zu tokens does not fit one request to this daemon",
+				  "a page of %zu tokens (and its key spans) does not fit one "
+				  "request to this daemon",
 				  bt);
 	kvpalace__v1__lookup_request__init(&st->lr);
 	st->lr.pool_id = p->id;

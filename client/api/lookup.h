@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "handle.h"
+#include "keys.h"
 #include "kvpalace.pb-c.h"
 
 /* Queries a Lookup may carry (the daemon's VALIDATE_LOOKUP_MAX_QUERIES). */
@@ -40,7 +41,8 @@ struct lookup_state {
 	Kvpalace__V1__LookupQuery *wptr[LOOKUP_MAX_QUERIES];
 	size_t which[LOOKUP_MAX_QUERIES];
 	size_t k;
-	unsigned char *le; /* big-endian hosts: the tokens of a request */
+	unsigned char *le;     /* big-endian hosts: the tokens of a request */
+	struct keys_wire wire; /* the request's key spans */
 	struct lookup_query_state q[];
 };
 

@@ -29,11 +29,12 @@
 #include <string.h>
 
 #include "handle.h"
+#include "keys.h"
 #include "rpc.h"
 #include "session.h"
 
-/* CreateSession of a new session, persistent or not. */
-static int create(kvp_pool *p, int persistent, kvp_session **ret_session)
+/* CreateSession of a new session under o's options. */
+static int create(kvp_pool *p, const struct kvp_session_opts *o, kvp_session **ret_session)
 {
 	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__CreateSessionRequest cs = KVPALACE__V1__CREATE_SESSION_REQUEST__INIT;
@@ -49,12 +50,25 @@ static int create(kvp_pool *p, int persistent, kvp_session **ret_session)
 	ret = conn_usable(c);
 	if (ret < 0)
 		return ret;
+	if (o->salt && o->salt_len > POOL_SALT_MAX_BYTES)
+		return conn_error(c, -EINVAL, "a cache salt has at most 64 bytes");
+	if (keys_check_extra(o->extra_key, o->extra_key_len) < 0)
+		return conn_error(c, -EINVAL, "an extra key has 1..64 bytes");
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	cs.pool_id = p->id;
-	pool_salt_field(p, &cs.has_cache_salt, &cs.cache_salt);
-	cs.has_persistent = cs.persistent = !!persistent;
+	if (o->salt) {
+		cs.has_cache_salt = o->salt_len != 0;
+		cs.cache_salt.data = (uint8_t *)(uintptr_t)o->salt;
+		cs.cache_salt.len = o->salt_len;
+	} else {
+		pool_salt_field(p, &cs.has_cache_salt, &cs.cache_salt);
+	}
+	cs.has_extra_key = o->extra_key_len != 0;
+	cs.extra_key.data = (uint8_t *)(uintptr_t)o->extra_key;
+	cs.extra_key.len = o->extra_key_len;
+	cs.has_persistent = cs.persistent = !!o->persistent;
 	req.op_case = KVPALACE__V1__REQUEST__OP_CREATE_SESSION;
 	req.create_session = &cs;
 	ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_CREATE_SESSION, &resp, NULL);
@@ -69,14 +83,30 @@ static int create(kvp_pool *p, int persistent, kvp_session **ret_session)
 	return 0;
 }
 
+/* The size of struct kvp_session_opts as first published (size 0). */
+#define SESSION_OPTS_V1 sizeof(struct kvp_session_opts)
+
 KVP_PUBLIC int kvp_session_create(kvp_pool *p, kvp_session **ret_session)
 {
-	return create(p, 0, ret_session);
+	struct kvp_session_opts o = {0};
+
+	return create(p, &o, ret_session);
 }
 
 KVP_PUBLIC int kvp_session_create_persistent(kvp_pool *p, kvp_session **ret_session)
 {
-	return create(p, 1, ret_session);
+	struct kvp_session_opts o = {.persistent = 1};
+
+	return create(p, &o, ret_session);
+}
+
+KVP_PUBLIC int kvp_session_create_opts(kvp_pool *p, const struct kvp_session_opts *opts,
+				       kvp_session **ret_session)
+{
+	struct kvp_session_opts o;
+
+	keys_opts_copy(&o, sizeof(o), opts, SESSION_OPTS_V1);
+	return create(p, &o, ret_session);
 }
 
 KVP_PUBLIC int kvp_session_close(kvp_session *s)
@@ -172,15 +202,19 @@ struct append_tag {
 	unsigned int flags;
 };
 
-/* Append on a tier (flags: KVP_TIER_OR_HOST), with tags when tag. */
+static int append_chunks(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tier,
+			 unsigned int flags, const struct append_tag *tag,
+			 const struct kvp_key_span *spans, size_t n_spans, struct keys_wire *w);
+
+/* Append on a tier (flags: KVP_TIER_OR_HOST), with tags when tag, and
+ * key spans spans[0..n_spans). */
 static int append(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tier,
-		  unsigned int flags, const struct append_tag *tag)
+		  unsigned int flags, const struct append_tag *tag,
+		  const struct kvp_key_span *spans, size_t n_spans)
 {
-	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
-	Kvpalace__V1__AppendRequest ap = KVPALACE__V1__APPEND_REQUEST__INIT;
-	Kvpalace__V1__Response *resp;
+	struct keys_wire *w = NULL;
 	struct kvp_client *c;
-	size_t done = 0;
+	const char *why;
 	int ret;
 
 	if (!s || (!tokens && n) || (flags & ~(KVP_TIER_OR_HOST | KVP_APPEND_NO_PREFAULT)) ||
@@ -191,8 +225,30 @@ static int append(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tie
 	ret = conn_usable(c);
 	if (ret < 0)
 		return ret;
+	if (keys_check(spans, n_spans, &why) < 0)
+		return conn_error(c, -EINVAL, "%s", why);
 	if (!n)
 		return 0;
+	if (n_spans && !(w = malloc(sizeof(*w))))
+		return conn_error(c, -ENOMEM, "out of memory");
+	ret = append_chunks(s, tokens, n, tier, flags, tag, spans, n_spans, w);
+	free(w);
+	return ret;
+}
+
+/* append's requests, each with the spans starting before its end (w: room
+ * for their wire form, NULL without spans). */
+static int append_chunks(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tier,
+			 unsigned int flags, const struct append_tag *tag,
+			 const struct kvp_key_span *spans, size_t n_spans, struct keys_wire *w)
+{
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__AppendRequest ap = KVPALACE__V1__APPEND_REQUEST__INIT;
+	Kvpalace__V1__Response *resp;
+	struct kvp_client *c = s->pool->client;
+	size_t done = 0, next_span = 0;
+	int ret;
+
 	if (n > UINT64_MAX - s->n_tokens)
 		return conn_error(c, -EDQUOT, "too many tokens");
 	if (handle_table_reserve(&s->slots, &s->cap, pool_pages_for(s->pool, s->n_tokens + n)) < 0)
@@ -224,7 +280,33 @@ static int append(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tie
 	while (done < n) {
 		size_t len = n - done < c->chunk_tokens ? n - done : c->chunk_tokens;
 		uint64_t known = pool_pages_for(s->pool, s->n_tokens);
+		size_t end_span = next_span, span_bytes = 0;
 
+		if (n_spans) {
+			/* The spans starting in the request, as many as one
+			 * request holds: it ends before the first that does
+			 * not fit, and makes room for their bytes. */
+			end_span = keys_take(spans, n_spans, next_span, s->n_tokens + len,
+					     c->max_message_bytes, &span_bytes);
+			if (end_span < n_spans && spans[end_span].first_token < s->n_tokens + len) {
+				if (spans[end_span].first_token <= s->n_tokens)
+					return conn_error(c, -EMSGSIZE,
+							  "more key spans start before the "
+							  "appended tokens than one request "
+							  "holds");
+				len = (size_t)(spans[end_span].first_token - s->n_tokens);
+			}
+			if (len > c->chunk_tokens - (span_bytes + 4) / 5)
+				len = c->chunk_tokens - (span_bytes + 4) / 5;
+			while (end_span > next_span &&
+			       spans[end_span - 1].first_token >= s->n_tokens + len)
+				end_span--;
+		}
+		if (w) {
+			keys_wire_set(w, spans, next_span, end_span);
+			ap.key_spans = w->p;
+			ap.n_key_spans = w->n;
+		}
 		ap.tokens = (uint32_t *)tokens + done;
 		ap.n_tokens = len;
 		ret = rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_APPEND, &resp, NULL);
@@ -254,6 +336,7 @@ static int append(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tie
 			handle_populate(s->pool, s->slots + resp->append->first_page,
 					resp->append->n_page_slots, 1);
 		done += len;
+		next_span = end_span;
 	}
 	return 0;
 }
@@ -261,12 +344,22 @@ static int append(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tie
 KVP_PUBLIC int kvp_append_tier(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t tier,
 			       unsigned int flags)
 {
-	return append(s, tokens, n, tier, flags, NULL);
+	return append(s, tokens, n, tier, flags, NULL, NULL, 0);
 }
 
 KVP_PUBLIC int kvp_append(kvp_session *s, const uint32_t *tokens, size_t n)
 {
-	return append(s, tokens, n, KVP_TIER_HOST, 0, NULL);
+	return append(s, tokens, n, KVP_TIER_HOST, 0, NULL, NULL, 0);
+}
+
+KVP_PUBLIC int kvp_append_opts(kvp_session *s, const uint32_t *tokens, size_t n,
+			       const struct kvp_append_opts *opts)
+{
+	struct kvp_append_opts o;
+
+	keys_opts_copy(&o, sizeof(o), opts, sizeof(o));
+	return append(s, tokens, n, o.tier ? o.tier : KVP_TIER_HOST, o.flags, NULL, o.spans,
+		      o.n_spans);
 }
 
 KVP_PUBLIC int kvp_append_tagged(kvp_session *s, const uint32_t *tokens, size_t n, uint32_t role,
@@ -274,7 +367,7 @@ KVP_PUBLIC int kvp_append_tagged(kvp_session *s, const uint32_t *tokens, size_t 
 {
 	struct append_tag tag = {role, turn, flags};
 
-	return append(s, tokens, n, KVP_TIER_HOST, 0, &tag);
+	return append(s, tokens, n, KVP_TIER_HOST, 0, &tag, NULL, 0);
 }
 
 KVP_PUBLIC void *kvp_session_kv(kvp_session *s, uint64_t pos, uint32_t layer, uint32_t kv,

@@ -117,6 +117,7 @@ void lease_release(struct cache *c, struct lease *l)
 	list_del(&l->owner_link);
 	free(l->carry);
 	free(l->tables);
+	prefix_index_spans_free(&l->spans);
 	free(l);
 }
 

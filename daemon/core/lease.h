@@ -17,6 +17,7 @@
 #include "cache.h"
 #include "list.h"
 #include "pool.h"
+#include "prefix_index.h"
 
 /* Room for the tables of a match of a few pages inside the lease: 6
  * pages of 16 tokens, the rpc benchmark's 4-page prompt among them. */
@@ -30,6 +31,9 @@ struct lease {
 	XXH128_hash_t chain; /* hash of the last matched page (the root at first) */
 	uint32_t *carry;     /* tokens of a page cut by a chunk boundary */
 	uint32_t n_carry;
+	/* Key spans of the prompt so far (absolute positions), folded into
+	 * the hashes of the pages they overlap (prefix_index_hash_keyed). */
+	struct pindex_spans spans;
 	uint64_t n_tokens; /* matched so far */
 	/* Stats' queried tokens: counted so far for this match, the larger
 	 * of the prompt length its first chunk declared (capped at

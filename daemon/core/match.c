@@ -54,7 +54,9 @@ static int walk(struct lease *l, const uint32_t *tokens, size_t n, struct match_
 			} else {
 				at += bt;
 			}
-			h = hs[k] = prefix_index_hash_page(h, toks[k], bt);
+			h = hs[k] = prefix_index_hash_keyed(h, toks[k], bt,
+							    l->n_tokens + (uint64_t)k * bt,
+							    l->spans.v, l->spans.n);
 			prefix_index_prefetch(&p->ix, h);
 			k++;
 		}
@@ -114,7 +116,8 @@ static int walk(struct lease *l, const uint32_t *tokens, size_t n, struct match_
 }
 
 uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, const uint32_t *carry,
-			uint32_t n_carry, const uint32_t *tokens, size_t n, struct tier_park *pk)
+			uint32_t n_carry, const uint32_t *tokens, size_t n, uint64_t pos,
+			const struct pindex_span *spans, uint32_t n_spans, struct tier_park *pk)
 {
 	uint32_t bt = p->layout.block_tokens, waiting = 0;
 	uint32_t page[SHM_MAX_BLOCK_TOKENS];
@@ -149,7 +152,8 @@ uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, co
 		} else {
 			at += bt;
 		}
-		chain = prefix_index_hash_page(chain, toks, bt);
+		chain = prefix_index_hash_keyed(chain, toks, bt, pos, spans, n_spans);
+		pos += bt;
 		e = prefix_index_find(&p->ix, chain);
 		if (!e)
 			break;
@@ -170,7 +174,8 @@ uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, co
 }
 
 int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void *owner,
-		struct list *owner_list, const uint32_t *tokens, size_t n, uint64_t reserve_pages,
+		struct list *owner_list, const uint32_t *tokens, size_t n,
+		const struct pindex_span *spans, uint32_t n_spans, uint64_t reserve_pages,
 		struct lease **ret_lease, struct match_result *ret)
 {
 	struct lease *l;
@@ -181,6 +186,8 @@ int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void 
 		return err;
 	l->root = l->chain = root;
 	err = lease_reserve(l, reserve_pages);
+	if (err == 0)
+		err = prefix_index_spans_add(&l->spans, spans, n_spans, UINT32_MAX);
 	if (err == 0)
 		err = walk(l, tokens, n, ret);
 	if (err < 0 || (l->complete && l->n_tokens == 0)) {
@@ -199,6 +206,7 @@ int match_extend(struct cache *c, struct lease *l, const uint32_t *tokens, size_
 }
 
 void match_lookup(const struct pool *p, XXH128_hash_t chain, const uint32_t *tokens, size_t n,
+		  uint64_t pos, const struct pindex_span *spans, uint32_t n_spans,
 		  struct match_lookup_result *ret)
 {
 	uint32_t bt = p->layout.block_tokens;
@@ -206,7 +214,8 @@ void match_lookup(const struct pool *p, XXH128_hash_t chain, const uint32_t *tok
 
 	*ret = (struct match_lookup_result){.chain = chain};
 	for (size_t at = 0; at + bt <= n; at += bt) {
-		XXH128_hash_t h = prefix_index_hash_page(ret->chain, tokens + at, bt);
+		XXH128_hash_t h = prefix_index_hash_keyed(ret->chain, tokens + at, bt, pos + at,
+							  spans, n_spans);
 		const struct pindex_entry *e = prefix_index_find(&p->ix, h);
 
 		if (!e || prefix_index_lossy(e)) {

@@ -31,21 +31,27 @@ struct match_result {
 
 struct tier_park;
 /* Starts promoting the disk-only pages a walk of tokens[0..n) from chain
- * (after the n_carry tokens of carry) would match, and marks the pages
+ * (after the n_carry tokens of carry, the first of which, or tokens[0],
+ * is at absolute position pos, under the key spans spans[0..n_spans))
+ * would match, and marks the pages
  * already in the host tier as recently used so the promotions do not push
  * them out. Returns the pages still on their way (0: walk now): reads in
  * flight, and pages whose slot comes once disk writes finish (then
  * pk->park_on is set; never when pk->no_park: tier_promote). */
 uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, const uint32_t *carry,
-			uint32_t n_carry, const uint32_t *tokens, size_t n, struct tier_park *pk);
+			uint32_t n_carry, const uint32_t *tokens, size_t n, uint64_t pos,
+			const struct pindex_span *spans, uint32_t n_spans, struct tier_park *pk);
 
-/* First chunk: walks tokens[0..n) from root. Creates a lease owned by
+/* First chunk: walks tokens[0..n) from root under the key spans
+ * spans[0..n_spans) (absolute positions; the lease keeps a copy, which
+ * later chunks add to: lease.spans). Creates a lease owned by
  * owner (linked into owner_list) unless the walk missed at once, with room
  * for reserve_pages pages (the whole prompt's, when the caller knows it:
  * its tables then grow once; 0: as the match grows); returns 1 with it in
  * *ret_lease, 0 on a miss (no lease), or -ENOMEM. */
 int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void *owner,
-		struct list *owner_list, const uint32_t *tokens, size_t n, uint64_t reserve_pages,
+		struct list *owner_list, const uint32_t *tokens, size_t n,
+		const struct pindex_span *spans, uint32_t n_spans, uint64_t reserve_pages,
 		struct lease **ret_lease, struct match_result *ret);
 
 /* A later chunk: continues the lease's walk with tokens[0..n). Returns 0
@@ -61,13 +67,15 @@ struct match_lookup_result {
 	XXH128_hash_t chain;	 /* the chain after the last matched page */
 };
 
-/* Walks the whole pages of tokens[0..n) from chain through p's prefix
+/* Walks the whole pages of tokens[0..n) (tokens[0] at absolute position
+ * pos, under the key spans spans[0..n_spans)) from chain through p's prefix
  * index and changes nothing: no pin, no recency, no promotion, no
  * counter (a scheduler asks this many times per request). Pages whose
  * only copy is lossy (a quantized spill) end the walk, as they end a
  * match; pages only on disk, or on their way in, count as matched but
  * not as host. A partial last page is not looked at. */
 void match_lookup(const struct pool *p, XXH128_hash_t chain, const uint32_t *tokens, size_t n,
+		  uint64_t pos, const struct pindex_span *spans, uint32_t n_spans,
 		  struct match_lookup_result *ret);
 
 #endif

@@ -222,8 +222,30 @@ void session_close(struct cache *c, struct session *s)
 	tokvec_fini(&s->tok);
 	*s->tok.account -= s->cap_pages;
 	free(s->hashes); /* and the pages after them */
+	prefix_index_spans_free(&s->spans);
 	session_policy_unref(policy_of(s));
 	free(s);
+}
+
+int session_check_spans(const struct pindex_spans *have, const struct pindex_span *add, uint32_t n,
+			uint64_t done, uint64_t to, const char **why)
+{
+	uint64_t after =
+		have->n ? have->v[have->n - 1].first_token + have->v[have->n - 1].n_tokens : 0;
+
+	if (n && add[0].first_token < after) {
+		*why = "a key span overlaps or precedes one sent before";
+		return -EINVAL;
+	}
+	if (n && add[0].first_token < done) {
+		*why = "a key span starts on a page already hashed";
+		return -EINVAL;
+	}
+	if (n && add[n - 1].first_token >= to) {
+		*why = "a key span starts past the tokens it comes with";
+		return -EINVAL;
+	}
+	return 0;
 }
 
 struct session *session_get(struct cache *c, uint64_t id, uid_t uid, int admin)
@@ -459,8 +481,8 @@ static void index_page(struct pool *p, struct session *s, uint32_t i)
 {
 	uint32_t bt = p->layout.block_tokens;
 	XXH128_hash_t parent = i ? s->hashes[i - 1] : s->root;
-	XXH128_hash_t h =
-		prefix_index_hash_page(parent, tokvec_ids_at(&s->tok, (uint64_t)i * bt), bt);
+	XXH128_hash_t h = prefix_index_hash_keyed(parent, tokvec_ids_at(&s->tok, (uint64_t)i * bt),
+						  bt, (uint64_t)i * bt, s->spans.v, s->spans.n);
 	struct pindex_entry *e = prefix_index_find(&p->ix, h);
 	int permanent = 0;
 
@@ -581,6 +603,7 @@ int session_truncate(struct cache *c, struct session *s, const void *writer, uin
 	drop_pages_from(s, keep);
 	s->n_tokens = n;
 	tokvec_cut(&s->tok, n);
+	prefix_index_spans_cut(&s->spans, n);
 	gpu_session_trim(s);
 	if (s->n_committed > n)
 		s->n_committed = n;
@@ -614,8 +637,8 @@ static int set_tokens(struct cache *c, struct session *s, const uint32_t *ids,
  * pages shared, the partial last page copied. */
 static int fork_from(struct cache *c, struct pool *p, XXH128_hash_t root, const struct tokvec *src,
 		     const uint32_t *ids, const uint32_t *pages, const XXH128_hash_t *hashes,
-		     uint32_t n_hashes, uint64_t n, struct tier_park *pk,
-		     struct session **ret_session)
+		     uint32_t n_hashes, const struct pindex_spans *spans, uint64_t n,
+		     struct tier_park *pk, struct session **ret_session)
 {
 	uint32_t bt = p->layout.block_tokens;
 	uint32_t full = (uint32_t)(n / bt), need = (uint32_t)((n + bt - 1) / bt);
@@ -626,6 +649,8 @@ static int fork_from(struct cache *c, struct pool *p, XXH128_hash_t root, const 
 	if (ret < 0)
 		return ret;
 	ret = src ? tokvec_share(&f->tok, src, n) : set_tokens(c, f, ids, NULL, n);
+	if (ret == 0)
+		ret = prefix_index_spans_copy(&f->spans, spans->v, spans->n, n);
 	if (ret == 0)
 		ret = reserve_pages(c, f, need ? need : 1);
 	if (ret < 0)
@@ -663,8 +688,8 @@ int session_fork(struct cache *c, struct session *s, uint64_t n, struct tier_par
 	if (n > s->n_committed)
 		return -ERANGE;
 	s->last_use_ns = clock_now_ns();
-	ret = fork_from(c, s->pool, s->root, &s->tok, NULL, s->pages, s->hashes, s->n_hashes, n, pk,
-			ret_session);
+	ret = fork_from(c, s->pool, s->root, &s->tok, NULL, s->pages, s->hashes, s->n_hashes,
+			&s->spans, n, pk, ret_session);
 	if (ret == 0) {
 		/* The fork keeps the policy, the tags and, when compacted, the
 		 * privacy of its pages. */
@@ -685,8 +710,8 @@ int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n, struc
 
 	if (n > l->n_tokens)
 		return -ERANGE;
-	ret = fork_from(c, l->pool, l->root, NULL, l->tokens, l->pages, l->hashes, l->n_pages, n,
-			pk, ret_session);
+	ret = fork_from(c, l->pool, l->root, NULL, l->tokens, l->pages, l->hashes, l->n_pages,
+			&l->spans, n, pk, ret_session);
 	/* What is computed on purged pages must not enter the index either. */
 	if (ret == 0)
 		(*ret_session)->unindexed = l->purged;
@@ -719,7 +744,8 @@ uint32_t session_shared_pages(const struct session *s)
 
 int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const uint32_t *tokens,
 		    const struct token_meta *meta, uint64_t n, const uint32_t *slots, int lossy,
-		    struct session **ret_session, uint32_t *ret_shared)
+		    const struct pindex_span *spans, uint32_t n_spans, struct session **ret_session,
+		    uint32_t *ret_shared)
 {
 	uint32_t bt = p->layout.block_tokens;
 	uint32_t need = (uint32_t)((n + bt - 1) / bt), full = (uint32_t)(n / bt);
@@ -733,6 +759,8 @@ int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const u
 	if (ret < 0)
 		return ret;
 	ret = set_tokens(c, s, tokens, meta, n);
+	if (ret == 0)
+		ret = prefix_index_spans_copy(&s->spans, spans, n_spans, n);
 	if (ret == 0)
 		ret = reserve_pages(c, s, need ? need : 1);
 	if (ret < 0) {

@@ -82,7 +82,10 @@ struct session_dev_range {
 struct session {
 	uint64_t id;
 	struct pool *pool;
-	XXH128_hash_t root; /* chain root: pool identity + salt */
+	XXH128_hash_t root; /* chain root: pool identity + salt + extra key */
+	/* Key spans of its tokens (absolute positions), folded into the
+	 * hashes of the pages they overlap; cut with the tokens. */
+	struct pindex_spans spans;
 	/* Token ids and their position, tags and score (n_tokens used),
 	 * shared copy-on-write with forks. */
 	struct tokvec tok;
@@ -257,7 +260,22 @@ int session_fork_lease(struct cache *c, const struct lease *l, uint64_t n, struc
  * caller's. */
 int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const uint32_t *tokens,
 		    const struct token_meta *meta, uint64_t n, const uint32_t *slots, int lossy,
-		    struct session **ret_session, uint32_t *ret_shared);
+		    const struct pindex_span *spans, uint32_t n_spans, struct session **ret_session,
+		    uint32_t *ret_shared);
+
+/* Most key spans a session holds. */
+#define SESSION_MAX_SPANS 65536u
+
+/* Whether the key spans add[0..n) (sorted, disjoint: validate_key_spans)
+ * may join a sequence's spans so far, have, with tokens up to position to
+ * (exclusive) received and its whole pages before done hashed: each must
+ * start at or after the end of have's last span and at or after done
+ * (for an append, the first token of the page its first token lands on),
+ * and before to. Returns 0 or -EINVAL with a static reason in *why.
+ * Callers add them (prefix_index_spans_add, at most SESSION_MAX_SPANS)
+ * once the request can no longer fail or park. */
+int session_check_spans(const struct pindex_spans *have, const struct pindex_span *add, uint32_t n,
+			uint64_t done, uint64_t to, const char **why);
 
 /* Pages holding only uncommitted positions. */
 uint32_t session_reserved_pages(const struct session *s);

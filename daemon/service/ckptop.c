@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,15 @@ enum job_op {
 #define JOB_LOG(j)                                                                                 \
 	(LOG_CTX(.pool_id = (j)->pool ? (j)->pool->id : 0, .uid = (j)->uid, .has_uid = 1))
 
+/* The checkpoint's key span records are the session's spans as they lie. */
+_Static_assert(sizeof(struct ckpt_span) == sizeof(struct pindex_span) &&
+		       offsetof(struct ckpt_span, first_token) ==
+			       offsetof(struct pindex_span, first_token) &&
+		       offsetof(struct ckpt_span, n_tokens) ==
+			       offsetof(struct pindex_span, n_tokens) &&
+		       offsetof(struct ckpt_span, key) == offsetof(struct pindex_span, key),
+	       "ckpt_span is pindex_span");
+
 struct list_item {
 	char name[CKPT_NAME_MAX + 1];
 	uint32_t uid;
@@ -70,6 +80,7 @@ struct job {
 	struct list link;  /* pool.jobs while pool is set */
 	struct ckpt_meta meta;
 	struct ckpt_token *tokens; /* checkpoint: the copy written */
+	struct ckpt_span *spans;   /* checkpoint: the key spans written (meta.spans) */
 	const void **src;	   /* checkpoint: the pages written */
 	void **dst;	 /* restore: where the pages are read (NULL: shared, checked only) */
 	uint32_t *slots; /* [n_slots] host slots held (one reference each), or NO_SLOT */
@@ -408,6 +419,7 @@ static void job_free(struct job *j)
 	free(j->shared);
 	ckpt_close(&j->rd);
 	free(j->tokens);
+	free(j->spans);
 	free(j->src);
 	free(j->dst);
 	free(j->slots);
@@ -546,7 +558,10 @@ static int take_pool(struct job *j)
 
 		for (uint32_t k = 0; k < bt; k++)
 			ids[k] = j->rd.tokens[(uint64_t)i * bt + k].id;
-		parent = j->hashes[i] = prefix_index_hash_page(parent, ids, bt);
+		/* ckpt_span and pindex_span: the same three fields. */
+		parent = j->hashes[i] = prefix_index_hash_keyed(
+			parent, ids, bt, (uint64_t)i * bt,
+			(const struct pindex_span *)j->meta.spans, j->meta.n_spans);
 		e = prefix_index_find_host(&p->ix, parent);
 		if (!e || e->io == PINDEX_IO_READ)
 			continue;
@@ -640,8 +655,8 @@ static int build(struct job *j, struct session **ret_s, uint32_t *ret_shared)
 	}
 	ret = session_restore(
 		j->c, j->pool, j->meta.root, ids, meta, j->meta.n_tokens, j->slots,
-		memcmp(&j->meta.layout, &j->meta.pool_layout, sizeof(j->meta.layout)) != 0, ret_s,
-		&shared);
+		memcmp(&j->meta.layout, &j->meta.pool_layout, sizeof(j->meta.layout)) != 0,
+		(const struct pindex_span *)j->meta.spans, j->meta.n_spans, ret_s, &shared);
 	free(ids);
 	free(meta);
 	if (ret < 0) {
@@ -988,6 +1003,19 @@ int ckptop_checkpoint(struct cache *cache, struct peer *c, uint64_t req_id,
 			job_free(j);
 		*why = "out of memory";
 		return -ENOMEM;
+	}
+	/* The key spans within the committed tokens, the last cut there. */
+	{
+		struct pindex_spans cut = {0};
+
+		if (prefix_index_spans_copy(&cut, s->spans.v, s->spans.n, n) < 0) {
+			job_free(j);
+			*why = "out of memory";
+			return -ENOMEM;
+		}
+		j->spans = (struct ckpt_span *)cut.v; /* the same layout: asserted above */
+		j->meta.spans = j->spans;
+		j->meta.n_spans = cut.n;
 	}
 	j->uid = (uint32_t)p->uid;
 	j->uid_dir = 1;

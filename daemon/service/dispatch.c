@@ -41,6 +41,31 @@ static uint32_t pages_for(const struct pool *p, uint64_t n_tokens)
  * the host when it asked for the host or allowed falling back to it
  * (or_host). Returns the tier, or -EOPNOTSUPP with the reason in *why:
  * the GPU was asked for and there is none to give. */
+/* The chain root of p under a request's salt and extra key (either may
+ * be absent; validate_request bounded both). */
+static XXH128_hash_t chain_root(const struct pool *p, int has_salt, ProtobufCBinaryData salt,
+				int has_extra, ProtobufCBinaryData extra)
+{
+	if (!has_salt && !has_extra)
+		return p->root;
+	return prefix_index_root_keyed(p->model_id, &p->layout, has_salt ? salt.data : NULL,
+				       has_salt ? salt.len : 0, has_extra ? extra.data : NULL,
+				       has_extra ? extra.len : 0);
+}
+
+/* A request's key spans (validate_key_spans checked them: at most
+ * PREFIX_INDEX_MAX_SPANS) as the index folds them. */
+static uint32_t wire_spans(Kvpalace__V1__KeySpan *const *in, size_t n, struct pindex_span *out)
+{
+	for (size_t i = 0; i < n; i++)
+		out[i] = (struct pindex_span){
+			.first_token = in[i]->first_token,
+			.n_tokens = in[i]->n_tokens,
+			.key = prefix_index_key_digest(in[i]->key.data, in[i]->key.len),
+		};
+	return (uint32_t)n;
+}
+
 static int serve_tier(const struct cache *cache, const struct pool *p, int has_want,
 		      Kvpalace__V1__Tier want, int or_host, const char **why)
 {
@@ -232,12 +257,10 @@ static int do_create_session(struct cache *cache, struct peer *c,
 	}
 	if (in->has_session_id)
 		return adopt_session(cache, c, p, in, r, why);
-	ret = session_create(cache, p,
-			     in->has_cache_salt
-				     ? prefix_index_root(p->model_id, &p->layout,
-							 in->cache_salt.data, in->cache_salt.len)
-				     : p->root,
-			     &s);
+	ret = session_create(
+		cache, p,
+		chain_root(p, in->has_cache_salt, in->cache_salt, in->has_extra_key, in->extra_key),
+		&s);
 	if (ret < 0) {
 		*why = ret == -EDQUOT ? "too many sessions in this pool" : "cannot create session";
 		return ret;
@@ -272,20 +295,45 @@ static int do_close_session(struct cache *cache, struct peer *c,
 	return 0;
 }
 
+/* Gives s back the spans it had before an append that failed: the
+ * truncate that undid the append cut a span running into its tokens. */
+static void undo_spans(struct session *s, uint32_t n, uint64_t last_len)
+{
+	s->spans.n = n < s->spans.n ? n : s->spans.n;
+	if (n && s->spans.n == n)
+		s->spans.v[n - 1].n_tokens = last_len;
+}
+
 static int do_append(struct cache *cache, struct peer *c, const Kvpalace__V1__AppendRequest *in,
 		     struct reply *r, struct tier_park *pk, const char **why)
 {
 	Kvpalace__V1__AppendResponse *out = &r->u.append;
 	struct session *s = session_get(cache, in->session_id, c->uid, 0);
+	struct pindex_span spans[PREFIX_INDEX_MAX_SPANS];
 	struct session_tag tag;
-	uint64_t first, before;
-	uint32_t first_page;
+	uint64_t first, before, last_len = 0, bt_start;
+	uint32_t first_page, n_spans, spans_before;
 	int tier, ret;
 
 	if (!s) {
 		*why = "no such session";
 		return -ENOENT;
 	}
+	/* Key spans are checked before anything is reserved and added once
+	 * the append can no longer fail: a parked request is run again. */
+	n_spans = wire_spans(in->key_spans, in->n_key_spans, spans);
+	bt_start = s->n_tokens / s->pool->layout.block_tokens * s->pool->layout.block_tokens;
+	ret = session_check_spans(&s->spans, spans, n_spans, bt_start, s->n_tokens + in->n_tokens,
+				  why);
+	if (ret < 0)
+		return ret;
+	if (n_spans && s->spans.n + n_spans > SESSION_MAX_SPANS) {
+		*why = "a session holds at most 65536 key spans";
+		return -EDQUOT;
+	}
+	spans_before = s->spans.n;
+	if (spans_before)
+		last_len = s->spans.v[spans_before - 1].n_tokens;
 	ret = polop_tag(in->has_role, in->role, in->has_turn, in->turn, in->has_permanent,
 			in->permanent, &tag, why);
 	if (ret < 0)
@@ -317,8 +365,18 @@ static int do_append(struct cache *cache, struct peer *c, const Kvpalace__V1__Ap
 
 			/* Undo the host reservation: the append fails whole. */
 			(void)session_truncate(cache, s, c, before, pk, &copied);
+			undo_spans(s, spans_before, last_len);
 			return ret;
 		}
+	}
+	ret = prefix_index_spans_add(&s->spans, spans, n_spans, SESSION_MAX_SPANS);
+	if (ret < 0) {
+		int copied;
+
+		(void)session_truncate(cache, s, c, before, pk, &copied);
+		undo_spans(s, spans_before, last_len);
+		*why = "out of memory";
+		return ret;
 	}
 	cache_count(cache, s->pool->uid, appended_tokens, in->n_tokens);
 	first_page = (uint32_t)(first / s->pool->layout.block_tokens);
@@ -658,19 +716,22 @@ static int do_lookup(struct cache *cache, struct peer *c, const Kvpalace__V1__Lo
 		size_t n_tokens = q->tokens_le.len / 4;
 		const uint32_t *tokens = copy;
 		struct match_lookup_result lr;
-		XXH128_hash_t root = p->root;
+		struct pindex_span spans[PREFIX_INDEX_MAX_SPANS];
+		uint32_t n_spans = wire_spans(q->key_spans, q->n_key_spans, spans);
+		XXH128_hash_t root;
 
 		if (q->has_chain)
 			root = (XXH128_hash_t){.low64 = le_get64(q->chain.data),
 					       .high64 = le_get64(q->chain.data + 8)};
-		else if (q->has_cache_salt)
-			root = prefix_index_root(p->model_id, &p->layout, q->cache_salt.data,
-						 q->cache_salt.len);
+		else
+			root = chain_root(p, q->has_cache_salt, q->cache_salt, q->has_extra_key,
+					  q->extra_key);
 		if (LE_NATIVE && ((uintptr_t)q->tokens_le.data & 3) == 0)
 			tokens = (const uint32_t *)(const void *)q->tokens_le.data;
 		else
 			le_get32_array(copy, q->tokens_le.data, n_tokens);
-		match_lookup(p, root, n_tokens ? tokens : NULL, n_tokens, &lr);
+		match_lookup(p, root, n_tokens ? tokens : NULL, n_tokens,
+			     q->has_first_token ? q->first_token : 0, spans, n_spans, &lr);
 		kvpalace__v1__lookup_result__init(&res[i]);
 		res[i].matched_tokens = lr.matched_tokens;
 		res[i].host_tokens = lr.host_tokens;
@@ -700,6 +761,8 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
 	struct match_result mr;
 	struct lease *l = NULL;
+	struct pindex_span spans[PREFIX_INDEX_MAX_SPANS];
+	uint32_t n_spans = wire_spans(in->key_spans, in->n_key_spans, spans), spans_before;
 	uint64_t before = 0, queried_before = 0, queried;
 	uint32_t pages_before = 0;
 	const uint32_t *tokens;
@@ -731,9 +794,23 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 			*why = LEASED_PAGES_WHY;
 			return -EDQUOT;
 		}
+		/* The chunk's spans join the lease's before its walk (a
+		 * parked or failed request leaves them as they were). */
+		spans_before = l->spans.n;
+		ret = l->complete ? 0
+				  : session_check_spans(&l->spans, spans, n_spans, l->n_tokens,
+							l->n_tokens + l->n_carry + n_tokens, why);
+		if (ret < 0)
+			return ret;
+		if (!l->complete &&
+		    prefix_index_spans_add(&l->spans, spans, n_spans, SESSION_MAX_SPANS) < 0) {
+			*why = "too many key spans in this match, or out of memory";
+			return -ENOMEM;
+		}
 		if (!pk->no_park && !l->complete &&
 		    match_prefetch(cache, p, l->chain, l->carry, l->n_carry, tokens, n_tokens,
-				   pk)) {
+				   l->n_tokens, l->spans.v, l->spans.n, pk)) {
+			l->spans.n = spans_before;
 			pk->park_on = p; /* pages are coming from disk */
 			return -EAGAIN;
 		}
@@ -741,12 +818,16 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 		pages_before = l->n_pages;
 		queried_before = l->queried_tokens;
 		ret = match_extend(cache, l, tokens, n_tokens, &mr);
+		if (ret < 0)
+			l->spans.n = spans_before;
 	} else {
-		XXH128_hash_t root = p->root;
+		XXH128_hash_t root = chain_root(p, in->has_cache_salt, in->cache_salt,
+						in->has_extra_key, in->extra_key);
+		struct pindex_spans none = {0};
 
-		if (in->has_cache_salt)
-			root = prefix_index_root(p->model_id, &p->layout, in->cache_salt.data,
-						 in->cache_salt.len);
+		ret = session_check_spans(&none, spans, n_spans, 0, n_tokens, why);
+		if (ret < 0)
+			return ret;
 		if (c->n_leases >= cache->cfg->max_leases_per_conn) {
 			*why = "too many leases held by this client";
 			return -EDQUOT;
@@ -757,11 +838,12 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 			*why = LEASED_PAGES_WHY;
 			return -EDQUOT;
 		}
-		if (!pk->no_park && match_prefetch(cache, p, root, NULL, 0, tokens, n_tokens, pk)) {
+		if (!pk->no_park && match_prefetch(cache, p, root, NULL, 0, tokens, n_tokens, 0,
+						   spans, n_spans, pk)) {
 			pk->park_on = p; /* pages are coming from disk */
 			return -EAGAIN;
 		}
-		ret = match_start(cache, p, root, c, &c->leases, tokens, n_tokens,
+		ret = match_start(cache, p, root, c, &c->leases, tokens, n_tokens, spans, n_spans,
 				  match_reserve_pages(cache, c, p, in, n_tokens), &l, &mr);
 		if (ret == 1)
 			c->n_leases++;
@@ -832,6 +914,8 @@ static int do_prefetch(struct cache *cache, struct peer *c, const Kvpalace__V1__
 		       struct reply *r, struct tier_park *pk, const char **why)
 {
 	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
+	struct pindex_span spans[PREFIX_INDEX_MAX_SPANS];
+	uint32_t n_spans = wire_spans(in->key_spans, in->n_key_spans, spans);
 	XXH128_hash_t root;
 	int tier;
 
@@ -844,12 +928,10 @@ static int do_prefetch(struct cache *cache, struct peer *c, const Kvpalace__V1__
 	tier = serve_tier(cache, p, in->has_tier, in->tier, in->or_host, why);
 	if (tier < 0)
 		return tier;
-	root = in->has_cache_salt ? prefix_index_root(p->model_id, &p->layout, in->cache_salt.data,
-						      in->cache_salt.len)
-				  : p->root;
+	root = chain_root(p, in->has_cache_salt, in->cache_salt, in->has_extra_key, in->extra_key);
 	kvpalace__v1__prefetch_response__init(&r->u.prefetch);
-	r->u.prefetch.pages_coming =
-		match_prefetch(cache, p, root, NULL, 0, in->tokens, in->n_tokens, pk);
+	r->u.prefetch.pages_coming = match_prefetch(cache, p, root, NULL, 0, in->tokens,
+						    in->n_tokens, 0, spans, n_spans, pk);
 	r->u.prefetch.has_tier = 1;
 	r->u.prefetch.tier = KVPALACE__V1__TIER__TIER_HOST;
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_PREFETCH;
@@ -889,7 +971,7 @@ static int do_adopt_lease(struct cache *cache, struct peer *c,
 	const struct lease *src = idmap_get(&cache->leases, in->lease_id);
 	uint32_t bt, n;
 	uint64_t now, fit = slots_that_fit(cache);
-	struct lease *l;
+	struct lease *l = NULL;
 	int ret;
 
 	if (!p) {
@@ -910,15 +992,20 @@ static int do_adopt_lease(struct cache *cache, struct peer *c,
 		*why = LEASED_PAGES_WHY;
 		return -EDQUOT;
 	}
+	bt = p->layout.block_tokens;
 	ret = lease_create(cache, p, c, &c->leases, &l);
 	if (ret == 0)
 		ret = lease_reserve(l, n);
+	/* The key spans of the pages taken: a session forked from the new
+	 * lease hashes its later pages with them. */
+	if (ret == 0)
+		ret = prefix_index_spans_copy(&l->spans, src->spans.v, src->spans.n,
+					      (uint64_t)n * bt);
 	if (ret < 0) {
 		lease_release(cache, l);
 		*why = "out of memory";
 		return ret;
 	}
-	bt = p->layout.block_tokens;
 	now = prefix_index_now_ns();
 	for (uint32_t i = 0; i < n; i++) {
 		/* Cannot fail: the tables have room for n pages. */

@@ -442,8 +442,11 @@ int purge_run(struct cache *c, struct peer *conn, uint64_t req_id,
 			if (!pool_chosen(x.p, in))
 				continue;
 			if (x.has_salt)
-				x.root = prefix_index_root(x.p->model_id, &x.p->layout,
-							   in->cache_salt.data, in->cache_salt.len);
+				x.root = prefix_index_root_keyed(
+					x.p->model_id, &x.p->layout, in->cache_salt.data,
+					in->cache_salt.len,
+					in->has_extra_key ? in->extra_key.data : NULL,
+					in->has_extra_key ? in->extra_key.len : 0);
 			ret = forget_in_pool(&x, pick_purge, dry);
 			if (ret == -EBUSY && dry) {
 				forget_free(f);

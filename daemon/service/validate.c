@@ -28,6 +28,46 @@ static int validate_read_tier(Kvpalace__V1__Tier t)
 	return t == KVPALACE__V1__TIER__TIER_GPU || t == KVPALACE__V1__TIER__TIER_HOST;
 }
 
+int validate_key_spans(Kvpalace__V1__KeySpan *const *spans, size_t n, const char **ret_reason)
+{
+	if (n > PREFIX_INDEX_MAX_SPANS) {
+		*ret_reason = "more than 256 key spans in one request";
+		return -EMSGSIZE;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const Kvpalace__V1__KeySpan *k = spans[i];
+
+		if (k->key.len == 0 || k->key.len > PREFIX_INDEX_MAX_KEY) {
+			*ret_reason = "a key span's key is 1..64 bytes";
+			return -EINVAL;
+		}
+		if (k->n_tokens == 0) {
+			*ret_reason = "a key span covers 1 token or more";
+			return -EINVAL;
+		}
+		if (k->first_token > VALIDATE_MAX_POSITION ||
+		    k->n_tokens > VALIDATE_MAX_POSITION - k->first_token) {
+			*ret_reason = "a key span ends past position 2^48";
+			return -EINVAL;
+		}
+		if (i && k->first_token < spans[i - 1]->first_token + spans[i - 1]->n_tokens) {
+			*ret_reason =
+				"key spans must be sorted by first_token and must not overlap";
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+int validate_extra_key(int has, size_t len, const char **ret_reason)
+{
+	if (has && (len == 0 || len > PREFIX_INDEX_MAX_KEY)) {
+		*ret_reason = "an extra key is 1..64 bytes";
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int validate_layout(const Kvpalace__V1__Layout *in, struct shm_layout *ret)
 {
 	struct shm_layout l = {
@@ -49,6 +89,13 @@ int validate_layout(const Kvpalace__V1__Layout *in, struct shm_layout *ret)
 	do {                                                                                       \
 		*ret_reason = (why);                                                               \
 		return (err);                                                                      \
+	} while (0)
+/* A check that wrote its own reason. */
+#define KEYS(call)                                                                                 \
+	do {                                                                                       \
+		int err_ = (call);                                                                 \
+		if (err_ < 0)                                                                      \
+			return err_;                                                               \
 	} while (0)
 
 int validate_request(const Kvpalace__V1__Request *req, const struct validate_limits *lim,
@@ -105,12 +152,17 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 			REJECT(-EINVAL, "model id must be 1..127 printable ASCII characters");
 		if (pg->has_cache_salt && pg->cache_salt.len > PREFIX_INDEX_MAX_SALT)
 			REJECT(-EINVAL, "cache salt longer than 64 bytes");
+		if (pg->has_extra_key && !pg->has_cache_salt)
+			REJECT(-EINVAL, "a purge by extra key names the salt too");
+		KEYS(validate_extra_key(pg->has_extra_key, pg->extra_key.len, ret_reason));
 		break;
 	}
 	case KVPALACE__V1__REQUEST__OP_CREATE_SESSION:
 		if (req->create_session->has_cache_salt &&
 		    req->create_session->cache_salt.len > PREFIX_INDEX_MAX_SALT)
 			REJECT(-EINVAL, "cache salt longer than 64 bytes");
+		KEYS(validate_extra_key(req->create_session->has_extra_key,
+					req->create_session->extra_key.len, ret_reason));
 		break;
 	case KVPALACE__V1__REQUEST__OP_OPEN_POOL:
 		if (validate_model_id(req->open_pool->model_id) < 0)
@@ -125,6 +177,8 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 			REJECT(-EINVAL, "append of zero tokens");
 		if (req->append->n_tokens > lim->max_tokens_per_request)
 			REJECT(-EMSGSIZE, "too many tokens in one request");
+		KEYS(validate_key_spans(req->append->key_spans, req->append->n_key_spans,
+					ret_reason));
 		break;
 	case KVPALACE__V1__REQUEST__OP_LIST_SESSIONS:
 		if (req->list_sessions->has_limit && req->list_sessions->limit == 0)
@@ -150,6 +204,12 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 				REJECT(-EINVAL, "a lookup chain is 16 bytes");
 			if (q->has_chain && q->has_cache_salt)
 				REJECT(-EINVAL, "a lookup continuing a chain takes no salt");
+			if (q->has_chain && q->has_extra_key)
+				REJECT(-EINVAL, "a lookup continuing a chain takes no extra key");
+			if (q->has_first_token && q->first_token > VALIDATE_MAX_POSITION)
+				REJECT(-EINVAL, "a lookup's first_token is past position 2^48");
+			KEYS(validate_extra_key(q->has_extra_key, q->extra_key.len, ret_reason));
+			KEYS(validate_key_spans(q->key_spans, q->n_key_spans, ret_reason));
 			total += q->tokens_le.len / 4;
 		}
 		if (total > lim->max_tokens_per_request)
@@ -178,6 +238,12 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 		if (req->match_prefix->has_cache_salt &&
 		    req->match_prefix->cache_salt.len > PREFIX_INDEX_MAX_SALT)
 			REJECT(-EINVAL, "cache salt longer than 64 bytes");
+		if (req->match_prefix->has_extra_key && req->match_prefix->has_lease_id)
+			REJECT(-EINVAL, "the extra key goes with the first chunk only");
+		KEYS(validate_extra_key(req->match_prefix->has_extra_key,
+					req->match_prefix->extra_key.len, ret_reason));
+		KEYS(validate_key_spans(req->match_prefix->key_spans,
+					req->match_prefix->n_key_spans, ret_reason));
 		break;
 	case KVPALACE__V1__REQUEST__OP_CHECKPOINT:
 		if (!ckpt_name_valid(req->checkpoint->name))
@@ -215,6 +281,16 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 		if (req->prefetch->has_cache_salt &&
 		    req->prefetch->cache_salt.len > PREFIX_INDEX_MAX_SALT)
 			REJECT(-EINVAL, "cache salt longer than 64 bytes");
+		KEYS(validate_extra_key(req->prefetch->has_extra_key, req->prefetch->extra_key.len,
+					ret_reason));
+		KEYS(validate_key_spans(req->prefetch->key_spans, req->prefetch->n_key_spans,
+					ret_reason));
+		if (req->prefetch->n_key_spans &&
+		    req->prefetch->key_spans[0]->first_token >= req->prefetch->n_tokens)
+			REJECT(-EINVAL, "a prefetch's key spans start within its tokens");
+		for (size_t i = 1; i < req->prefetch->n_key_spans; i++)
+			if (req->prefetch->key_spans[i]->first_token >= req->prefetch->n_tokens)
+				REJECT(-EINVAL, "a prefetch's key spans start within its tokens");
 		break;
 	case KVPALACE__V1__REQUEST__OP_SET_POLICY:
 	case KVPALACE__V1__REQUEST__OP_TAG_SPAN:

@@ -41,6 +41,19 @@ static inline size_t validate_match_tokens(const Kvpalace__V1__MatchPrefixReques
 	return m->has_tokens_le ? m->tokens_le.len / 4 : m->n_tokens;
 }
 
+/* Positions a key span may reach (first_token + n_tokens ≤ this). */
+#define VALIDATE_MAX_POSITION (1ull << 48)
+
+/* Checks the key spans of one request: at most PREFIX_INDEX_MAX_SPANS,
+ * keys of 1..64 bytes, n_tokens ≥ 1, ending at or before
+ * VALIDATE_MAX_POSITION, sorted by first_token and disjoint (one may
+ * start where the one before ends). Returns 0, or -EINVAL / -EMSGSIZE
+ * with a static reason in *ret_reason. Where a span may start relative to
+ * a session or lease is the daemon's to check (session_add_spans). */
+int validate_key_spans(Kvpalace__V1__KeySpan *const *spans, size_t n, const char **ret_reason);
+/* An extra key, when has: 1..64 bytes. Returns 0 or -EINVAL as above. */
+int validate_extra_key(int has, size_t len, const char **ret_reason);
+
 /* Converts and checks a wire layout. Returns 0 and fills *ret, or -EINVAL. */
 int validate_layout(const Kvpalace__V1__Layout *in, struct shm_layout *ret);
 

@@ -65,7 +65,12 @@ enum {
 	H_NAME = H_POOL_LAYOUT + 24,
 	H_NAME_BYTES = 72,
 	H_RESERVED = H_NAME + H_NAME_BYTES,
+	H_N_SPANS = H_RESERVED,	      /* version 4 */
+	H_SPANS_ZERO = H_N_SPANS + 4, /* u32 zero */
+	H_SPANS_XXH = H_SPANS_ZERO + 4,
+	H_RESERVED_4 = H_SPANS_XXH + 8,
 };
+#define SPAN_BYTES 32u
 _Static_assert(H_POOL_LAYOUT == 280 && H_NAME == 304 && H_RESERVED == 376 &&
 		       H_NAME_BYTES > CKPT_NAME_MAX && H_RESERVED < HDR_BYTES,
 	       "header fields fit");
@@ -257,17 +262,21 @@ static int pwritev_full(int fd, struct iovec *iov, int n, uint64_t off)
  * page_bytes ≤ 2^28), so nothing here overflows. */
 struct geom {
 	uint64_t tokens_bytes;
+	uint64_t spans_bytes; /* after the token records */
+	uint64_t spans_xxh;   /* decode_header: the header's XXH3_64 of them */
 	uint64_t pages_off;
 	uint64_t sums_off;
 	uint64_t trailer_off;
 	uint64_t file_bytes;
 };
 
-static void geom_of(uint64_t n_tokens, uint32_t n_pages, uint64_t page_bytes, struct geom *g)
+static void geom_of(uint64_t n_tokens, uint32_t n_spans, uint32_t n_pages, uint64_t page_bytes,
+		    struct geom *g)
 {
 	g->tokens_bytes = n_tokens * TOKEN_BYTES;
-	g->pages_off = (HDR_BYTES + g->tokens_bytes + SHM_PAGE_ALIGN - 1) / SHM_PAGE_ALIGN *
-		       SHM_PAGE_ALIGN;
+	g->spans_bytes = (uint64_t)n_spans * SPAN_BYTES;
+	g->pages_off = (HDR_BYTES + g->tokens_bytes + g->spans_bytes + SHM_PAGE_ALIGN - 1) /
+		       SHM_PAGE_ALIGN * SHM_PAGE_ALIGN;
 	g->sums_off = g->pages_off + (uint64_t)n_pages * page_bytes;
 	g->trailer_off = g->sums_off + (uint64_t)n_pages * SUM_BYTES;
 	g->file_bytes = g->trailer_off + TRAILER_BYTES;
@@ -299,6 +308,8 @@ static const char *meta_problem(const struct ckpt_meta *m)
 		return "page size does not match the layout";
 	if (m->n_pages != m->n_tokens / bt + (m->n_tokens % bt != 0))
 		return "page count is not ceil(tokens / tokens per page)";
+	if (m->n_spans > CKPT_MAX_SPANS)
+		return "more than 65536 key spans";
 	if (!memcmp(&m->pool_layout, &m->layout, sizeof(m->layout)))
 		return NULL;
 	/* Stored quantized: the pool has the same shape, unquantized. */
@@ -308,6 +319,19 @@ static const char *meta_problem(const struct ckpt_meta *m)
 	    m->pool_layout.head_dim != m->layout.head_dim || m->pool_layout.block_tokens != bt ||
 	    shm_dtype_quantized(m->pool_layout.dtype) || !shm_dtype_quantized(m->layout.dtype))
 		return "pool layout is not the stored layout's shape unquantized";
+	return NULL;
+}
+
+/* Why spans[0..n) are no key spans of n_tokens tokens (ckpt.h), or NULL. */
+static const char *spans_problem(const struct ckpt_span *spans, uint32_t n, uint64_t n_tokens)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		if (!spans[i].n_tokens || spans[i].first_token >= n_tokens ||
+		    spans[i].n_tokens > n_tokens - spans[i].first_token)
+			return "a key span is empty or ends past the tokens";
+		if (i && spans[i].first_token < spans[i - 1].first_token + spans[i - 1].n_tokens)
+			return "key spans not sorted or overlapping";
+	}
 	return NULL;
 }
 
@@ -392,7 +416,8 @@ static void make_tmp_name(char *buf, const char *name)
 /* ---- writing ---------------------------------------------------------------- */
 
 static void encode_header(unsigned char *h, const struct ckpt_meta *m, const char *name,
-			  uint64_t created_ns, const struct geom *g, uint64_t tokens_xxh)
+			  uint64_t created_ns, const struct geom *g, uint64_t tokens_xxh,
+			  uint64_t spans_xxh)
 {
 	const struct shm_layout *l = &m->layout;
 	const uint32_t lay[6] = {l->n_layers,	  l->n_kv_heads, l->head_dim,
@@ -415,6 +440,8 @@ static void encode_header(unsigned char *h, const struct ckpt_meta *m, const cha
 	le_put64(h + H_TOKENS_OFF, HDR_BYTES);
 	le_put64(h + H_TOKENS_BYTES, g->tokens_bytes);
 	le_put64(h + H_TOKENS_XXH, tokens_xxh);
+	le_put32(h + H_N_SPANS, m->n_spans);
+	le_put64(h + H_SPANS_XXH, spans_xxh);
 	le_put64(h + H_PAGES_OFF, g->pages_off);
 	le_put64(h + H_SUMS_OFF, g->sums_off);
 	le_put64(h + H_TRAILER_OFF, g->trailer_off);
@@ -525,12 +552,18 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 			return -EINVAL;
 		}
 	}
+	if ((m->n_spans && !m->spans) || spans_problem(m->spans, m->n_spans, m->n_tokens)) {
+		say(why, whylen, "checkpoint meta: %s",
+		    m->n_spans && !m->spans ? "missing key span array"
+					    : spans_problem(m->spans, m->n_spans, m->n_tokens));
+		return -EINVAL;
+	}
 	created_ns = m->created_ns;
 	if (!created_ns) {
 		clock_gettime(CLOCK_REALTIME, &now);
 		created_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
 	}
-	geom_of(m->n_tokens, m->n_pages, m->page_bytes, &g);
+	geom_of(m->n_tokens, m->n_spans, m->n_pages, m->page_bytes, &g);
 
 	/* Header, token records and padding: [0, pages_off). Page checksums
 	 * and trailer: [sums_off, file_bytes). One page: the bounce buffer. */
@@ -548,8 +581,16 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 		goto fail;
 	for (uint64_t i = 0; i < m->n_tokens; i++)
 		encode_token(head + HDR_BYTES + i * TOKEN_BYTES, &tokens[i]);
-	encode_header(head, &mm, name, created_ns, &g,
-		      XXH3_64bits(head + HDR_BYTES, g.tokens_bytes));
+	for (uint32_t i = 0; i < m->n_spans; i++) {
+		unsigned char *p = head + HDR_BYTES + g.tokens_bytes + (uint64_t)i * SPAN_BYTES;
+
+		le_put64(p, m->spans[i].first_token);
+		le_put64(p + 8, m->spans[i].n_tokens);
+		XXH128_canonicalFromHash((XXH128_canonical_t *)(p + 16), m->spans[i].key);
+	}
+	encode_header(
+		head, &mm, name, created_ns, &g, XXH3_64bits(head + HDR_BYTES, g.tokens_bytes),
+		m->n_spans ? XXH3_64bits(head + HDR_BYTES + g.tokens_bytes, g.spans_bytes) : 0);
 	XXH3_128bits_reset(xs);
 	XXH3_128bits_update(xs, head, g.pages_off);
 
@@ -760,11 +801,15 @@ static int decode_header(const unsigned char *h, uint64_t file_bytes, struct ckp
 			return -EBADMSG;
 		}
 	}
-	for (size_t i = m->version >= 3	  ? H_RESERVED
+	m->n_spans = m->version >= 4 ? le_get32(h + H_N_SPANS) : 0;
+	m->spans = NULL;
+	g->spans_xxh = m->version >= 4 ? le_get64(h + H_SPANS_XXH) : 0;
+	for (size_t i = m->version >= 4	  ? H_SPANS_ZERO
+			: m->version >= 3 ? H_RESERVED
 			: m->version >= 2 ? H_NAME
 					  : H_POOL_LAYOUT;
 	     i < HDR_BYTES; i++) {
-		if (h[i]) {
+		if (h[i] && !(m->version >= 4 && i >= H_SPANS_XXH && i < H_RESERVED_4)) {
 			say(why, whylen, "header: reserved bytes not zero");
 			return -EBADMSG;
 		}
@@ -775,7 +820,7 @@ static int decode_header(const unsigned char *h, uint64_t file_bytes, struct ckp
 		say(why, whylen, "header: %s", problem);
 		return -EBADMSG;
 	}
-	geom_of(m->n_tokens, m->n_pages, m->page_bytes, g);
+	geom_of(m->n_tokens, m->n_spans, m->n_pages, m->page_bytes, g);
 	if (le_get64(h + H_TOKENS_OFF) != HDR_BYTES ||
 	    le_get64(h + H_TOKENS_BYTES) != g->tokens_bytes ||
 	    le_get64(h + H_PAGES_OFF) != g->pages_off || le_get64(h + H_SUMS_OFF) != g->sums_off ||
@@ -896,6 +941,61 @@ fail:
 	return ret;
 }
 
+/* Reads and checks the key span records after the token records, adding
+ * them to the whole-file hash. */
+static int read_spans(struct ckpt_reader *r, const struct geom *g, char *why, size_t whylen)
+{
+	const char *problem;
+	unsigned char *raw;
+	int ret;
+
+	if (!r->meta.n_spans) {
+		if (g->spans_xxh) {
+			say(why, whylen, "key span records checksum mismatch");
+			return -EBADMSG;
+		}
+		return 0;
+	}
+	raw = malloc(g->spans_bytes);
+	r->spans = malloc(r->meta.n_spans * sizeof(*r->spans));
+	if (!raw || !r->spans) {
+		free(raw);
+		say(why, whylen, "out of memory for %u key spans", r->meta.n_spans);
+		return -ENOMEM;
+	}
+	ret = pread_full(r->fd, raw, g->spans_bytes, HDR_BYTES + g->tokens_bytes);
+	if (ret == -ENODATA) {
+		say(why, whylen, "truncated: key span records incomplete");
+		ret = -EBADMSG;
+	} else if (ret < 0) {
+		say(why, whylen, "reading key span records: %s", errstr(ret));
+	}
+	if (ret == 0 && XXH3_64bits(raw, g->spans_bytes) != g->spans_xxh) {
+		say(why, whylen, "key span records checksum mismatch");
+		ret = -EBADMSG;
+	}
+	if (ret < 0) {
+		free(raw);
+		return ret;
+	}
+	XXH3_128bits_update(r->file_xxh, raw, g->spans_bytes);
+	for (uint32_t i = 0; i < r->meta.n_spans; i++) {
+		const unsigned char *p = raw + (uint64_t)i * SPAN_BYTES;
+
+		r->spans[i].first_token = le_get64(p);
+		r->spans[i].n_tokens = le_get64(p + 8);
+		r->spans[i].key = XXH128_hashFromCanonical((const XXH128_canonical_t *)(p + 16));
+	}
+	free(raw);
+	problem = spans_problem(r->spans, r->meta.n_spans, r->meta.n_tokens);
+	if (problem) {
+		say(why, whylen, "key span records: %s", problem);
+		return -EBADMSG;
+	}
+	r->meta.spans = r->spans;
+	return 0;
+}
+
 int ckpt_open(int dir_fd, const char *name, struct ckpt_reader *r, char *why, size_t whylen)
 {
 	unsigned char h[HDR_BYTES];
@@ -910,7 +1010,7 @@ int ckpt_open(int dir_fd, const char *name, struct ckpt_reader *r, char *why, si
 	if (ret < 0)
 		return ret;
 	r->is_open = 1;
-	r->tokens_end = HDR_BYTES + g.tokens_bytes;
+	r->tokens_end = HDR_BYTES + g.tokens_bytes + g.spans_bytes;
 	r->pages_off = g.pages_off;
 	r->sums_off = g.sums_off;
 	r->trailer_off = g.trailer_off;
@@ -929,6 +1029,10 @@ int ckpt_open(int dir_fd, const char *name, struct ckpt_reader *r, char *why, si
 			ret = -EBADMSG;
 			goto fail;
 		}
+		/* No tokens: spans_problem refuses any span. */
+		ret = read_spans(r, &g, why, whylen);
+		if (ret < 0)
+			goto fail;
 		return 0;
 	}
 
@@ -970,6 +1074,9 @@ int ckpt_open(int dir_fd, const char *name, struct ckpt_reader *r, char *why, si
 		}
 		r->tokens[i] = t;
 	}
+	ret = read_spans(r, &g, why, whylen);
+	if (ret < 0)
+		goto fail;
 	return 0;
 fail:
 	ckpt_close(r);
@@ -1066,6 +1173,7 @@ void ckpt_close(struct ckpt_reader *r)
 		return;
 	close(r->fd);
 	free(r->tokens);
+	free(r->spans);
 	XXH3_freeState(r->file_xxh);
 	memset(r, 0, sizeof(*r));
 	r->fd = -1;

@@ -23,7 +23,9 @@
  * is not NULL and whylen > 0, NUL-terminated, truncated to whylen) and
  * leave it alone on success. Files are created 0600.
  *
- * On-disk format, version 3. Versions 1 and 2 are read too: version 2 is
+ * On-disk format, version 4. Versions 1 to 3 are read too: version 3 is
+ * version 4 without key spans (zeros where 4 has their count and
+ * checksum, none after the token records); version 2 is
  * version 3 without the name field (zero there), version 1 is version 2
  * with pages stored as they are and the pool layout field zero. A file of
  * version 1 or 2 records no name: it is taken to be the checkpoint its
@@ -36,6 +38,7 @@
  *   offset            size              section
  *   0                 512               header
  *   512               16 * n_tokens     token records
+ *   512 + 16 * n_tok  32 * n_spans      key span records (version 4)
  *                                       zero padding up to the next 4096
  *   pages_off         page_bytes each   n_pages pages, back to back; each
  *                                       starts 4096-aligned (page_bytes is
@@ -78,9 +81,18 @@
  *             NUL-padded. A file read under another name (copied or
  *             renamed over another checkpoint's name) is refused, so a
  *             name never serves another checkpoint's content
- *   376  136  reserved, zero
+ *   376  4    n_spans (version 4): key span records, ≤ CKPT_MAX_SPANS
+ *   380  4    zero
+ *   384  8    XXH3_64 of the key span records (version 4), 0 without any
+ *             (a version 4 file without spans is a version 3 file but
+ *             for the version field)
+ *   392  120  reserved, zero
  *
  * Token record (16 bytes): id u32, pos u32, turn u32, role u16, flags u16.
+ *
+ * Key span record (32 bytes): first_token u64, n_tokens u64, key digest
+ * (canonical XXH128). Sorted by first_token, disjoint, n_tokens ≥ 1,
+ * each within the n_tokens tokens; the session's extra key is in root. 
  *
  * Trailer (32 bytes):
  *
@@ -105,7 +117,9 @@
 
 #include "layout.h"
 
-#define CKPT_FORMAT_VERSION 3u
+#define CKPT_FORMAT_VERSION 4u
+/* Most key spans one checkpoint records (a session's SESSION_MAX_SPANS). */
+#define CKPT_MAX_SPANS 65536u
 /* Longest checkpoint name, in bytes, without the terminating NUL. */
 #define CKPT_NAME_MAX 64u
 /* Bytes of model_id in struct ckpt_meta and in the header, NUL included. */
@@ -134,6 +148,15 @@ struct ckpt_token {
 };
 _Static_assert(sizeof(struct ckpt_token) == 16, "ckpt_token is a 16-byte record");
 
+/* A key span of the session (daemon/store/prefix_index.h): tokens
+ * [first_token, first_token + n_tokens) hash with key, the digest of the
+ * client's key bytes. 32 bytes on disk: u64, u64, canonical XXH128. */
+struct ckpt_span {
+	uint64_t first_token;
+	uint64_t n_tokens;
+	XXH128_hash_t key;
+};
+
 struct ckpt_meta {
 	uint32_t version; /* filled by ckpt_open; ckpt_write writes CKPT_FORMAT_VERSION */
 	uint32_t uid;	  /* tenant */
@@ -153,6 +176,12 @@ struct ckpt_meta {
 	 * ("" for a version 1 or 2 file, which records none); ignored by
 	 * ckpt_write, which records the name it writes under. */
 	char name[CKPT_NAME_MAX + 1];
+	/* Key spans (version 4; 0 for older files): ckpt_write reads
+	 * n_spans records from spans (sorted, disjoint, within n_tokens);
+	 * ckpt_open points spans at the reader's own copy, valid until
+	 * ckpt_close. */
+	uint32_t n_spans;
+	const struct ckpt_span *spans;
 };
 
 /* An open checkpoint. fd, meta and tokens are the caller's to read; the
@@ -162,6 +191,7 @@ struct ckpt_reader {
 	int fd;
 	struct ckpt_meta meta;
 	struct ckpt_token *tokens;
+	struct ckpt_span *spans; /* meta.n_spans, or NULL */
 	/* private */
 	int is_open;
 	int pages_read;		/* ckpt_read_pages was called */

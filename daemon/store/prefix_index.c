@@ -95,6 +95,168 @@ XXH128_hash_t prefix_index_hash_page(XXH128_hash_t parent, const uint32_t *token
 	return XXH3_128bits(buf, sizeof(XXH128_canonical_t) + (size_t)n * sizeof(uint32_t));
 }
 
+XXH128_hash_t prefix_index_root_keyed(const char *model_id, const struct shm_layout *layout,
+				      const void *salt, size_t salt_len, const void *extra,
+				      size_t extra_len)
+{
+	static const char tag[] = "kvpalace extra key";
+	XXH128_hash_t root = prefix_index_root(model_id, layout, salt, salt_len);
+	unsigned char buf[sizeof(tag) + sizeof(XXH128_canonical_t) + 4 + PREFIX_INDEX_MAX_KEY];
+	size_t at = 0;
+
+	if (!extra_len)
+		return root;
+	kvp_assert(extra_len <= PREFIX_INDEX_MAX_KEY);
+	memcpy(buf, tag, sizeof(tag));
+	at += sizeof(tag);
+	XXH128_canonicalFromHash((XXH128_canonical_t *)(buf + at), root);
+	at += sizeof(XXH128_canonical_t);
+	buf[at++] = (unsigned char)extra_len; /* a 4-byte little-endian length */
+	buf[at++] = 0;
+	buf[at++] = 0;
+	buf[at++] = 0;
+	memcpy(buf + at, extra, extra_len);
+	return XXH3_128bits(buf, at + extra_len);
+}
+
+XXH128_hash_t prefix_index_key_digest(const void *key, size_t len)
+{
+	static const char tag[] = "kvpalace span key";
+	unsigned char buf[sizeof(tag) + PREFIX_INDEX_MAX_KEY];
+
+	kvp_assert(len <= PREFIX_INDEX_MAX_KEY);
+	memcpy(buf, tag, sizeof(tag));
+	memcpy(buf + sizeof(tag), key, len);
+	return XXH3_128bits(buf, sizeof(tag) + len);
+}
+
+uint32_t prefix_index_span_seek(const struct pindex_span *spans, uint32_t n, uint64_t pos)
+{
+	uint32_t lo = 0, hi = n;
+
+	/* Sorted and disjoint: their ends are sorted too. */
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (spans[mid].first_token + spans[mid].n_tokens <= pos)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+XXH128_hash_t prefix_index_hash_keyed(XXH128_hash_t parent, const uint32_t *tokens, uint32_t n,
+				      uint64_t pos, const struct pindex_span *spans,
+				      uint32_t n_spans)
+{
+	uint32_t i;
+	XXH3_state_t st;
+
+	/* Before the first span or after the last (text around the images):
+	 * no search. */
+	if (!n_spans || pos + n <= spans[0].first_token ||
+	    spans[n_spans - 1].first_token + spans[n_spans - 1].n_tokens <= pos)
+		return prefix_index_hash_page(parent, tokens, n);
+	i = prefix_index_span_seek(spans, n_spans, pos);
+
+	if (i == n_spans || spans[i].first_token >= pos + n)
+		return prefix_index_hash_page(parent, tokens, n);
+	/* XXH3 over parent ‖ tokens ‖ (offset, key)...: longer than any plain
+	 * page's input, so never a plain page's hash. Small pages with few
+	 * spans in one shot (measured twice as fast as streaming), the rest
+	 * streamed: the same value. */
+	kvp_assert(n <= SHM_MAX_BLOCK_TOKENS);
+	{
+		unsigned char buf[sizeof(XXH128_canonical_t) + 64 * sizeof(uint32_t) + 8 * 24];
+		size_t at = sizeof(XXH128_canonical_t) + (size_t)n * sizeof(uint32_t);
+		uint32_t k = i;
+
+		while (k < n_spans && spans[k].first_token < pos + n && k - i < 8)
+			k++;
+		if (n <= 64 && (k == n_spans || spans[k].first_token >= pos + n)) {
+			XXH128_canonicalFromHash((XXH128_canonical_t *)buf, parent);
+			memcpy(buf + sizeof(XXH128_canonical_t), tokens,
+			       (size_t)n * sizeof(uint32_t));
+			for (; i < k; i++, at += 24) {
+				uint64_t off = spans[i].first_token - pos;
+
+				for (int b = 0; b < 8; b++)
+					buf[at + b] = (unsigned char)(off >> (8 * b));
+				XXH128_canonicalFromHash((XXH128_canonical_t *)(buf + at + 8),
+							 spans[i].key);
+			}
+			return XXH3_128bits(buf, at);
+		}
+	}
+	XXH3_128bits_reset(&st);
+	{
+		XXH128_canonical_t pc;
+
+		XXH128_canonicalFromHash(&pc, parent);
+		XXH3_128bits_update(&st, &pc, sizeof(pc));
+	}
+	XXH3_128bits_update(&st, tokens, (size_t)n * sizeof(uint32_t));
+	for (; i < n_spans && spans[i].first_token < pos + n; i++) {
+		unsigned char rec[8 + sizeof(XXH128_canonical_t)];
+		uint64_t off = spans[i].first_token - pos; /* two's complement int64 */
+
+		for (int b = 0; b < 8; b++)
+			rec[b] = (unsigned char)(off >> (8 * b));
+		XXH128_canonicalFromHash((XXH128_canonical_t *)(rec + 8), spans[i].key);
+		XXH3_128bits_update(&st, rec, sizeof(rec));
+	}
+	return XXH3_128bits_digest(&st);
+}
+
+void prefix_index_spans_free(struct pindex_spans *s)
+{
+	free(s->v);
+	*s = (struct pindex_spans){0};
+}
+
+int prefix_index_spans_add(struct pindex_spans *s, const struct pindex_span *add, uint32_t n,
+			   uint32_t max)
+{
+	if (!n)
+		return 0;
+	if (n > max || s->n > max - n)
+		return -EDQUOT;
+	if (s->n + n > s->cap) {
+		uint32_t cap = s->cap ? s->cap : 4;
+		struct pindex_span *v;
+
+		while (cap < s->n + n)
+			cap *= 2;
+		v = realloc(s->v, (size_t)cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		s->v = v;
+		s->cap = cap;
+	}
+	memcpy(s->v + s->n, add, (size_t)n * sizeof(*add));
+	s->n += n;
+	return 0;
+}
+
+void prefix_index_spans_cut(struct pindex_spans *s, uint64_t n_tokens)
+{
+	while (s->n && s->v[s->n - 1].first_token >= n_tokens)
+		s->n--;
+	if (s->n && s->v[s->n - 1].first_token + s->v[s->n - 1].n_tokens > n_tokens)
+		s->v[s->n - 1].n_tokens = n_tokens - s->v[s->n - 1].first_token;
+}
+
+int prefix_index_spans_copy(struct pindex_spans *dst, const struct pindex_span *src, uint32_t n_src,
+			    uint64_t n_tokens)
+{
+	int ret = prefix_index_spans_add(dst, src, n_src, UINT32_MAX);
+
+	if (ret == 0)
+		prefix_index_spans_cut(dst, n_tokens);
+	return ret;
+}
+
 struct pindex_entry *prefix_index_find(const struct prefix_index *ix, XXH128_hash_t hash)
 {
 	struct pindex_entry *e = idmap_get(&ix->by_hash, key_of(hash));

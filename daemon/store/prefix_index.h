@@ -145,6 +145,70 @@ XXH128_hash_t prefix_index_root(const char *model_id, const struct shm_layout *l
 /* h_i from h_{i-1} and the n tokens of page i. */
 XXH128_hash_t prefix_index_hash_page(XXH128_hash_t parent, const uint32_t *tokens, uint32_t n);
 
+/* Extra keys (issue 18): what the tokens alone do not say about the KV.
+ *
+ * A whole-chain extra key (a LoRA adapter id; bytes, ≤ 64, distinct from
+ * the salt, which isolates tenants) is folded into the root:
+ * prefix_index_root_keyed. Without one (len 0) the root is
+ * prefix_index_root's.
+ *
+ * A key span says that tokens [first_token, first_token + n_tokens) of a
+ * sequence (absolute positions) stand for content the key names: an
+ * image's content hash behind its placeholder tokens. A page that
+ * overlaps spans hashes, after its parent and tokens, each such span's
+ * start relative to the page's first token (int64: negative for a span
+ * that began on an earlier page) and its key's digest, in order; the same
+ * image at another position, or another image behind the same tokens,
+ * gives other hashes. A page that overlaps no span hashes exactly as
+ * prefix_index_hash_page (existing pools, spill files and checkpoints keep
+ * their hashes). The span's length only decides which pages it overlaps,
+ * so a span cut short (a truncate inside it) keeps the hashes of the pages
+ * before the cut. Spans of one sequence are sorted by first_token and do
+ * not overlap (callers validate that). */
+#define PREFIX_INDEX_MAX_KEY   64u  /* bytes of an extra key or a span's key */
+#define PREFIX_INDEX_MAX_SPANS 256u /* spans in one request */
+
+struct pindex_span {
+	uint64_t first_token; /* absolute position of its first token */
+	uint64_t n_tokens;    /* ≥ 1 */
+	XXH128_hash_t key;    /* prefix_index_key_digest of its key bytes */
+};
+
+/* The root of a pool identity, salt and extra key (each ≤ 64 bytes);
+ * prefix_index_root's when extra_len is 0. */
+XXH128_hash_t prefix_index_root_keyed(const char *model_id, const struct shm_layout *layout,
+				      const void *salt, size_t salt_len, const void *extra,
+				      size_t extra_len);
+/* The digest a span's key bytes (≤ 64) are folded in as. */
+XXH128_hash_t prefix_index_key_digest(const void *key, size_t len);
+/* The index of the first of spans[0..n) that ends after pos (n if none). */
+uint32_t prefix_index_span_seek(const struct pindex_span *spans, uint32_t n, uint64_t pos);
+/* The hash of the page of n tokens whose first token is at absolute
+ * position pos, after parent, under the sorted spans[0..n_spans) of its
+ * sequence (those that overlap no part of the page are skipped; NULL
+ * with 0 for none). */
+XXH128_hash_t prefix_index_hash_keyed(XXH128_hash_t parent, const uint32_t *tokens, uint32_t n,
+				      uint64_t pos, const struct pindex_span *spans,
+				      uint32_t n_spans);
+
+/* A sequence's spans (a session's, a lease's), sorted and disjoint. */
+struct pindex_spans {
+	struct pindex_span *v; /* [cap], n used */
+	uint32_t n, cap;
+};
+/* Frees s's array; s is empty after. */
+void prefix_index_spans_free(struct pindex_spans *s);
+/* Adds add[0..n) after s's spans (the caller checked the order). Returns
+ * 0, -EDQUOT when s would hold more than max, or -ENOMEM (s unchanged). */
+int prefix_index_spans_add(struct pindex_spans *s, const struct pindex_span *add, uint32_t n,
+			   uint32_t max);
+/* Keeps what of s lies before position n_tokens: later spans go, one
+ * crossing it is cut short there (the hashes of the pages before stay). */
+void prefix_index_spans_cut(struct pindex_spans *s, uint64_t n_tokens);
+/* dst (empty) gets src's spans cut at n_tokens. Returns 0 or -ENOMEM. */
+int prefix_index_spans_copy(struct pindex_spans *dst, const struct pindex_span *src, uint32_t n_src,
+			    uint64_t n_tokens);
+
 /* The entry of hash, or NULL. It may have no host copy (check e->slot). */
 struct pindex_entry *prefix_index_find(const struct prefix_index *ix, XXH128_hash_t hash);
 /* The entry of hash when its page is in a host slot, or NULL. */

@@ -98,6 +98,15 @@ static void repair(unsigned char *b, size_t n)
 	tokens_bytes = get64(b + 104);
 	if (tokens_bytes <= n - 512)
 		put64(b + 112, XXH3_64bits(b + 512, tokens_bytes));
+	/* Format 4: the key span records after the tokens (32 bytes each). */
+	{
+		uint64_t n_spans = b[376] | (uint32_t)b[377] << 8 | (uint32_t)b[378] << 16 |
+				   (uint32_t)b[379] << 24;
+
+		if (b[8] >= 4 && n_spans && tokens_bytes <= n - 512 &&
+		    32 * n_spans <= n - 512 - tokens_bytes)
+			put64(b + 384, XXH3_64bits(b + 512 + tokens_bytes, 32 * n_spans));
+	}
 	put64(b + 16, 0);
 	put64(b + 16, XXH3_64bits(b, 512));
 	n_pages = b[28] | (uint32_t)b[29] << 8 | (uint32_t)b[30] << 16 | (uint32_t)b[31] << 24;

@@ -816,6 +816,138 @@ static void raw_frame(struct dgram *d, uint32_t magic, uint16_t version, uint32_
 	dg_raw(d, payload, n);
 }
 
+/* Key spans (issue 18): spans[i] = (first[i], 1 + i % 7, key "img<i>"). */
+static Kvpalace__V1__KeySpan ks_m[8];
+static Kvpalace__V1__KeySpan *ks_p[8];
+static char ks_key[8][8];
+
+static Kvpalace__V1__KeySpan **key_spans(const uint64_t *first, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		kvpalace__v1__key_span__init(&ks_m[i]);
+		ks_m[i].first_token = first[i];
+		ks_m[i].n_tokens = 1 + i % 7 + (i == 0 ? 40 : 0);
+		snprintf(ks_key[i], sizeof(ks_key[i]), "img%zu", i);
+		ks_m[i].key.data = (uint8_t *)ks_key[i];
+		ks_m[i].key.len = strlen(ks_key[i]);
+		ks_p[i] = &ks_m[i];
+	}
+	return ks_p;
+}
+
+static void r_create_session_keyed(struct dgram *d, uint64_t pool, const char *extra)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__CreateSessionRequest m = KVPALACE__V1__CREATE_SESSION_REQUEST__INIT;
+
+	m.pool_id = id_of(pool);
+	m.has_extra_key = 1;
+	m.extra_key.data = (uint8_t *)extra;
+	m.extra_key.len = strlen(extra);
+	q.op_case = KVPALACE__V1__REQUEST__OP_CREATE_SESSION;
+	q.create_session = &m;
+	dg_add(d, &q);
+}
+
+static void r_append_keyed(struct dgram *d, uint64_t session, uint32_t seed, size_t n,
+			   const uint64_t *first, size_t n_spans)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__AppendRequest m = KVPALACE__V1__APPEND_REQUEST__INIT;
+
+	fill_tokens(seed, n);
+	m.session_id = id_of(session);
+	m.tokens = tok;
+	m.n_tokens = n;
+	m.key_spans = key_spans(first, n_spans);
+	m.n_key_spans = n_spans;
+	q.op_case = KVPALACE__V1__REQUEST__OP_APPEND;
+	q.append = &m;
+	dg_add(d, &q);
+}
+
+static void r_match_keyed(struct dgram *d, uint64_t pool, uint32_t seed, size_t n,
+			  const char *extra, const uint64_t *first, size_t n_spans)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__MatchPrefixRequest m = KVPALACE__V1__MATCH_PREFIX_REQUEST__INIT;
+
+	fill_tokens(seed, n);
+	m.pool_id = id_of(pool);
+	m.tokens = tok;
+	m.n_tokens = n;
+	if (extra) {
+		m.has_extra_key = 1;
+		m.extra_key.data = (uint8_t *)extra;
+		m.extra_key.len = strlen(extra);
+	}
+	m.key_spans = key_spans(first, n_spans);
+	m.n_key_spans = n_spans;
+	q.op_case = KVPALACE__V1__REQUEST__OP_MATCH_PREFIX;
+	q.match_prefix = &m;
+	dg_add(d, &q);
+}
+
+static void r_lookup_keyed(struct dgram *d, uint64_t pool, uint32_t seed, size_t n,
+			   const char *extra, const uint64_t *first, size_t n_spans,
+			   uint64_t first_token)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__LookupRequest m = KVPALACE__V1__LOOKUP_REQUEST__INIT;
+	Kvpalace__V1__LookupQuery lq = KVPALACE__V1__LOOKUP_QUERY__INIT, *lqp = &lq;
+
+	fill_tokens(seed, n);
+	m.pool_id = id_of(pool);
+	lq.has_tokens_le = 1;
+	lq.tokens_le.data = (uint8_t *)tok; /* little-endian hosts: what the seeds are for */
+	lq.tokens_le.len = n * 4;
+	if (extra) {
+		lq.has_extra_key = 1;
+		lq.extra_key.data = (uint8_t *)extra;
+		lq.extra_key.len = strlen(extra);
+	}
+	lq.key_spans = key_spans(first, n_spans);
+	lq.n_key_spans = n_spans;
+	lq.has_first_token = first_token != 0;
+	lq.first_token = first_token;
+	m.queries = &lqp;
+	m.n_queries = 1;
+	q.op_case = KVPALACE__V1__REQUEST__OP_LOOKUP;
+	q.lookup = &m;
+	dg_add(d, &q);
+}
+
+static void gen_key_spans(void)
+{
+	static const uint64_t good[] = {10, 60, 63, 75};
+	static const uint64_t crossing[] = {70};
+	static const uint64_t unsorted[] = {30, 20};
+	static const uint64_t overlapping[] = {10, 20};
+	struct dgram d;
+
+	/* -- keyed sessions, appends with spans crossing the append and
+	 * page boundaries, matches and lookups with and without the right
+	 * keys, and refusals: unsorted, overlapping, past the tokens, on a
+	 * hashed page -- */
+	dg_reset(&d);
+	r_open_pool(&d, "llama-3-8b", layout_f16());
+	r_create_session_keyed(&d, 1, "lora-1");
+	r_append_keyed(&d, 2, 1, 65, good, 3);
+	r_append_keyed(&d, 2, 2, 30, good + 3, 1);
+	r_commit(&d, 2, 95);
+	r_match_keyed(&d, 1, 1, 95, "lora-1", good, 4);
+	r_match_keyed(&d, 1, 1, 95, NULL, good, 4);
+	r_match_keyed(&d, 1, 1, 95, "lora-1", crossing, 1);
+	r_lookup_keyed(&d, 1, 1, 95, "lora-1", good, 4, 0);
+	r_lookup_keyed(&d, 1, 1, 64, NULL, good, 4, 32);
+	r_append_keyed(&d, 2, 3, 16, unsorted, 2);
+	r_append_keyed(&d, 2, 3, 16, overlapping, 2);
+	r_append_keyed(&d, 2, 3, 16, good, 1);
+	r_match_keyed(&d, 1, 1, 16, "lora-1", unsorted, 2);
+	r_stats(&d);
+	emit_req("req-key-spans", 0, &d);
+}
+
 static void gen_requests(void)
 {
 	static struct dgram d;
@@ -1052,6 +1184,7 @@ static void gen_requests(void)
 	r_stats(&d);
 	emit_req("req-gpu-tier", 0, &d);
 	emit_req("req-gpu-tier-then-close", FUZZ_REQ_CLOSE, &d);
+	gen_key_spans();
 
 	/* -- the pool fills: eviction, then no space -- */
 	dg_reset(&d);
@@ -1571,10 +1704,14 @@ static unsigned char *slurp(int dir_fd, const char *name, size_t *ret_len)
 /* Writes a checkpoint of n_tokens tokens with layout l through ckpt_write
  * and returns its bytes. Named "c", the name fuzz_ckpt reads it under: the
  * file records its name (format version 3) and is refused under another. */
+/* Key spans the next make_ckpt records (then none again). */
+static const struct ckpt_span *ckpt_spans;
+static uint32_t ckpt_n_spans;
+
 static unsigned char *make_ckpt(int dir_fd, const struct shm_layout *l, uint64_t n_tokens,
 				size_t *ret_len)
 {
-	struct ckpt_meta m = {0};
+	struct ckpt_meta m = {.spans = ckpt_spans, .n_spans = ckpt_n_spans};
 	struct ckpt_token *t = calloc(n_tokens ? n_tokens : 1, sizeof(*t));
 	const void **pages;
 	unsigned char *data;
@@ -1658,6 +1795,21 @@ static void gen_ckpts(void)
 	b = make_ckpt(dir_fd, &tiny, 9, &n);
 	emit_ckpt("ckpt-three-pages", 0, b, n);
 	emit_ckpt("ckpt-three-pages-repair", FUZZ_CKPT_REPAIR, b, n);
+	{
+		/* Format 4: key spans after the token records. */
+		static const struct ckpt_span sp[] = {{1, 2, {7, 8}}, {4, 5, {9, 10}}};
+		unsigned char *k;
+		size_t kn;
+
+		ckpt_spans = sp;
+		ckpt_n_spans = 2;
+		k = make_ckpt(dir_fd, &tiny, 9, &kn);
+		ckpt_spans = NULL;
+		ckpt_n_spans = 0;
+		emit_ckpt("ckpt-key-spans", 0, k, kn);
+		emit_ckpt("ckpt-key-spans-repair", FUZZ_CKPT_REPAIR, k, kn);
+		free(k);
+	}
 	/* damage, each on a fresh copy */
 	{
 		unsigned char *c = malloc(n);

@@ -9,7 +9,9 @@
  *  - A lease of more pages than one reply carries (4 KiB messages) comes
  *    over whole: every slot the source's.
  *  - The adopted lease forks into a session that goes on; adopting counts
- *    no second hit.
+ *    no second hit. Under key spans (an image) its fork hashes as the
+ *    source lease's fork does (the two share their pages) and keeps the
+ *    span: restored from a checkpoint, its pages match only under it.
  *  - Refused: id 0, an unknown id, a released one, one whose client
  *    disconnected, one of another pool of the same user, one of another
  *    user (not found, never shared across users); the leases limit.
@@ -214,6 +216,81 @@ static void test_long_and_limits(void **state)
 	free(t);
 }
 
+/* A keyed prompt (an image's span over tokens 40..79): a session forked
+ * from the adopted lease hashes its later pages as one forked from the
+ * source lease does, so the two commits share their pages. */
+static void test_keyed(void **state)
+{
+	struct harness *h = *state;
+	uint32_t t[96];
+	struct kvp_key_span img = {
+		.first_token = 40, .n_tokens = 40, .key = "image-a", .key_len = 7};
+	struct kvp_append_opts ao = {.size = sizeof(ao), .spans = &img, .n_spans = 1};
+	struct kvp_match_opts mo = {.size = sizeof(mo), .spans = &img, .n_spans = 1};
+	uint32_t slots_f[6], slots_g[6];
+	struct kvp_lookup_query q = {.tokens = t, .n_tokens = 96};
+	struct kvp_lookup_result res;
+	kvp_session *s, *f, *g, *r;
+	uint64_t got;
+	kvp_client *c, *c2;
+	kvp_pool *p, *p2;
+	kvp_lease *l, *l2;
+
+	harness_tokens(t, 96, 4, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_connect(h->sock, &c2), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &layout, &p), 0);
+	assert_int_equal(kvp_pool_open(c2, MODEL, &layout, &p2), 0);
+	assert_int_equal(kvp_session_create(p, &s), 0);
+	assert_int_equal(kvp_append_opts(s, t, 64, &ao), 0);
+	assert_int_equal(harness_write_session(p, s, 0, t, 64), 0);
+	assert_int_equal(kvp_commit(s, 64), 0);
+	assert_int_equal(kvp_match_prefix_opts(p, t, 64, &mo, &l), 0);
+	assert_int_equal(kvp_lease_tokens(l), 64);
+	assert_int_equal(kvp_lease_adopt(p2, kvp_lease_id(l), &l2), 0);
+
+	/* Both continue past the prefix with the same tokens. */
+	assert_int_equal(kvp_lease_fork(l, 64, &g), 0);
+	assert_int_equal(kvp_lease_fork(l2, 64, &f), 0);
+	assert_int_equal(kvp_append(g, t + 64, 32), 0);
+	assert_int_equal(harness_write_session(p, g, 64, t + 64, 32), 0);
+	assert_int_equal(kvp_commit(g, 32), 0);
+	assert_int_equal(kvp_append(f, t + 64, 32), 0);
+	assert_int_equal(harness_write_session(p2, f, 64, t + 64, 32), 0);
+	assert_int_equal(kvp_commit(f, 32), 0);
+	assert_int_equal(kvp_session_block_table(g, 0, 6, NULL, slots_g), 0);
+	assert_int_equal(kvp_session_block_table(f, 0, 6, NULL, slots_f), 0);
+	assert_memory_equal(slots_f, slots_g, sizeof(slots_f)); /* one set of pages */
+
+	/* The forked session kept the image's span: its checkpoint, restored
+	 * into an index that forgot everything, matches under the image and
+	 * not under plain tokens (which would be another image's KV). */
+	assert_int_equal(kvp_session_checkpoint(f, "adopt-keyed", NULL), 0);
+	{
+		struct kvp_purge_spec ps = {.flags = KVP_PURGE_POOL, .pool_id = kvp_pool_id(p)};
+		struct kvp_purge_result pr;
+		kvp_client *admin;
+
+		assert_int_equal(kvp_connect(h->admin_sock, &admin), 0);
+		assert_int_equal(kvp_admin_purge(admin, &ps, &pr), 0);
+		kvp_disconnect(admin);
+	}
+	assert_int_equal(kvp_lookup(p, t, 96, &got), 0);
+	assert_int_equal(got, 0);
+	assert_int_equal(kvp_session_restore(p, "adopt-keyed", &r), 0);
+	assert_int_equal(kvp_lookup(p, t, 96, &got), 0);
+	assert_int_equal(got, 32); /* pages 0-1 lie before the image */
+	q.spans = &img;
+	q.n_spans = 1;
+	assert_int_equal(kvp_lookup_batch(p, &q, 1, &res), 0);
+	/* The fork at 64 cut the span there, as kvp_truncate would: pages
+	 * 4-5 were hashed past it, so a query under the whole image stops
+	 * at 64. */
+	assert_int_equal(res.matched_tokens, 64);
+	kvp_disconnect(c2);
+	kvp_disconnect(c);
+}
+
 struct foreign {
 	struct harness *h;
 	uint64_t lease_id;
@@ -263,6 +340,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_long_and_limits, setup_small_messages,
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_other_user, harness_setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_keyed, harness_setup, harness_teardown),
 	};
 
 	return cmocka_run_group_tests_name("adopt", tests, NULL, NULL);

@@ -1322,7 +1322,7 @@ static void test_checkpoints(void **state)
 				 "\"layout\":{\"n_layers\":2,\"n_kv_heads\":2,\"head_dim\":32,"
 				 "\"block_tokens\":16,\"dtype\":\"f16\",\"quant_group\":0},"
 				 "\"n_tokens\":40,\"bytes\":28728,\"created_unix_ms\":*,"
-				 "\"format_version\":3,\"verified\":false,\"error\":null}",
+				 "\"format_version\":4,\"verified\":false,\"error\":null}",
 				 names[i], uid);
 		snprintf(doc, sizeof(doc),
 			 "{\"socket\":*,\"uid\":%s,\"truncated\":false,\"checkpoints\":[%s,%s,%s]}",
@@ -1450,7 +1450,7 @@ static void test_checkpoints(void **state)
 	CTL_EXPECT(0, h->admin_sock, "--json", "checkpoints", "--verify", "--uid", uid);
 	expect_json("checkpoints --verify --json");
 	expect_out("checkpoints --verify --json", "%s",
-		   "\"format_version\":3,\"verified\":true,\"error\":null}");
+		   "\"format_version\":4,\"verified\":true,\"error\":null}");
 	expect_out("checkpoints --verify --json", "%s",
 		   "\"verified\":false,\"error\":\"page 1 of 3: checksum mismatch\"}");
 	{
@@ -1477,7 +1477,7 @@ static void test_checkpoints(void **state)
 		assert_int_equal(one->n_entries, 1);
 		assert_null(one->entries[0].error);
 		assert_int_equal(one->entries[0].verified, 1);
-		assert_int_equal(one->entries[0].format_version, 3);
+		assert_int_equal(one->entries[0].format_version, 4);
 		kvp_checkpoint_list_free(one);
 		assert_int_equal(kvp_list_checkpoints_ex(c, 0, 0, "chat-3", 0, &one), 0);
 		assert_null(one->entries[0].error);

@@ -210,7 +210,7 @@ uint64_t core_match_tokens(struct core_fixture *f, uint32_t base, uint32_t n)
 	assert_non_null(ids);
 	list_init(&owner);
 	core_tokens(ids, n, base);
-	ret = match_start(&f->c, f->p, f->p->root, &owner, &owner, ids, n, 0, &l, &mr);
+	ret = match_start(&f->c, f->p, f->p->root, &owner, &owner, ids, n, NULL, 0, 0, &l, &mr);
 	assert_true(ret == 0 || ret == 1);
 	if (ret == 1) {
 		got = l->n_tokens;

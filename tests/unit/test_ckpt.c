@@ -323,6 +323,78 @@ static void reseal_header(unsigned char *b)
 
 /* ---- tests ------------------------------------------------------------------ */
 
+static void reseal_trailer(unsigned char *b, size_t len);
+
+/* Version 4's key spans: written and read back; a file without spans is
+ * a version 3 file but for the version (still read as 3); spans a reader
+ * cannot trust (overlapping, past the tokens, a flipped byte) are
+ * refused; a version 3 file claiming spans is refused. */
+static void test_key_spans(void **state)
+{
+	struct dir *d = *state;
+	struct ckpt_span sp[2] = {{3, 5, {1, 2}}, {8, 30, {3, 4}}};
+	struct ckpt_reader r;
+	struct sample s;
+	char why[256] = "";
+	unsigned char *b;
+	size_t len;
+
+	sample_make(&s, &lay, 40, 21);
+	s.m.spans = sp;
+	s.m.n_spans = 2;
+	write_ok(d, "spans", &s);
+	assert_int_equal(ckpt_open(d->fd, "spans", &r, why, sizeof(why)), 0);
+	assert_int_equal(r.meta.version, 4);
+	assert_int_equal(r.meta.n_spans, 2);
+	assert_int_equal(r.meta.spans[1].first_token, 8);
+	assert_int_equal(r.meta.spans[1].n_tokens, 30);
+	assert_int_equal(r.meta.spans[1].key.low64, 3);
+	assert_int_equal(r.meta.spans[1].key.high64, 4);
+	assert_int_equal(ckpt_read_pages(&r, NULL, why, sizeof(why)), 0);
+	ckpt_close(&r);
+
+	/* A byte of a span record flipped: its checksum says so. */
+	b = slurp(d, "spans", &len);
+	b[512 + 16 * 40 + 3] ^= 1;
+	spit(d, "spans", b, len);
+	expect_refused(d, "spans", -EBADMSG, "key span records checksum");
+	free(b);
+
+	/* Spans the writer refuses: overlapping, past the tokens. */
+	sp[1].first_token = 7;
+	assert_int_equal(ckpt_write(d->fd, "bad", &s.m, s.tokens, (const void *const *)s.pages,
+				    NULL, why, sizeof(why)),
+			 -EINVAL);
+	sp[1].first_token = 8;
+	sp[1].n_tokens = 33;
+	assert_int_equal(ckpt_write(d->fd, "bad", &s.m, s.tokens, (const void *const *)s.pages,
+				    NULL, why, sizeof(why)),
+			 -EINVAL);
+	sp[1].n_tokens = 30;
+
+	/* Without spans, a version 4 file read as version 3 is one. */
+	s.m.spans = NULL;
+	s.m.n_spans = 0;
+	write_ok(d, "nospans", &s);
+	b = slurp(d, "nospans", &len);
+	set32(b + 8, 3);
+	reseal_header(b);
+	reseal_trailer(b, len);
+	spit(d, "nospans", b, len);
+	assert_int_equal(ckpt_open(d->fd, "nospans", &r, why, sizeof(why)), 0);
+	assert_int_equal(r.meta.version, 3);
+	assert_int_equal(r.meta.n_spans, 0);
+	assert_int_equal(ckpt_read_pages(&r, NULL, why, sizeof(why)), 0);
+	ckpt_close(&r);
+	/* A version 3 header with a span count: reserved bytes. */
+	set32(b + 376, 1);
+	reseal_header(b);
+	spit(d, "nospans", b, len);
+	expect_refused(d, "nospans", -EBADMSG, "reserved");
+	free(b);
+	sample_free(&s);
+}
+
 static void test_names(void **state)
 {
 	static const char *const good[] = {
@@ -428,7 +500,7 @@ static void test_format_as_documented(void **state)
 	b = slurp(d, "fmt", &len);
 
 	assert_memory_equal(b, "KVPCKPT\0", 8);
-	assert_int_equal(le32(b + 8), 3);
+	assert_int_equal(le32(b + 8), 4);
 	assert_int_equal(le32(b + 12), 512);
 	memcpy(hdr, b, 512);
 	memset(hdr + 16, 0, 8);
@@ -1354,6 +1426,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_names),
 		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_key_spans, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_round_trip_other_shapes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_arena_pages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_format_as_documented, setup, teardown),

@@ -49,7 +49,7 @@ static struct lease *lease_on(struct core_fixture *f, uint32_t base, uint32_t n)
 	assert_non_null(ids);
 	core_tokens(ids, n, base);
 	assert_int_equal(
-		match_start(&f->c, f->p, f->p->root, &f->a, &f->a.leases, ids, n, 0, &l, &mr), 1);
+		match_start(&f->c, f->p, f->p->root, &f->a, &f->a.leases, ids, n, NULL, 0, 0, &l, &mr), 1);
 	core_check(f);
 	free(ids);
 	return l;
@@ -134,7 +134,7 @@ static void test_tables_grow_with_what_they_hold(void **state)
 	for (size_t c = 0; c < sizeof(cuts) / sizeof(cuts[0]); c++) {
 		if (!at)
 			assert_int_equal(match_start(&f->c, f->p, f->p->root, &f->a, &f->a.leases,
-						     ids, cuts[c], 0, &l, &mr),
+						     ids, cuts[c], NULL, 0, 0, &l, &mr),
 					 1);
 		else
 			assert_int_equal(match_extend(&f->c, l, ids + at, cuts[c] - at, &mr), 0);

@@ -45,7 +45,7 @@ static int start(struct core_fixture *f, XXH128_hash_t root, const uint32_t *ids
 	int ret;
 
 	*l = NULL;
-	ret = match_start(&f->c, f->p, root, &f->a, &f->a.leases, ids, n, 0, l, mr);
+	ret = match_start(&f->c, f->p, root, &f->a, &f->a.leases, ids, n, NULL, 0, 0, l, mr);
 	core_check(f);
 	return ret;
 }

@@ -11,6 +11,7 @@
  * recently used first, a parent right after the child it lost — with
  * prefix_index_check agreeing at every step. Single-threaded.
  */
+#define XXH_STATIC_LINKING_ONLY
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -128,6 +129,118 @@ static void test_root_separates_identities(void **state)
 	/* A salt cannot pose as part of the model id. */
 	assert_false(
 		same(prefix_index_root("ab", &lay, NULL, 0), prefix_index_root("a", &lay, "b", 1)));
+}
+
+/* ---- extra keys and key spans (issue 18) ------------------------------------ */
+
+static struct pindex_span kspan(uint64_t first, uint64_t n, const char *key)
+{
+	return (struct pindex_span){first, n, prefix_index_key_digest(key, strlen(key))};
+}
+
+static void test_extra_key_root(void **state)
+{
+	XXH128_hash_t base = prefix_index_root("model", &lay, "salt", 4);
+
+	(void)state;
+	/* No extra key: the salt's root as it always was. */
+	assert_true(same(base, prefix_index_root_keyed("model", &lay, "salt", 4, NULL, 0)));
+	assert_false(same(base, prefix_index_root_keyed("model", &lay, "salt", 4, "lora", 4)));
+	assert_false(same(prefix_index_root_keyed("model", &lay, "salt", 4, "lora", 4),
+			  prefix_index_root_keyed("model", &lay, "salt", 4, "lorb", 4)));
+	/* An extra key is not a salt, nor part of one. */
+	assert_false(same(prefix_index_root_keyed("model", &lay, NULL, 0, "salt", 4),
+			  prefix_index_root("model", &lay, "salt", 4)));
+	assert_false(same(prefix_index_root_keyed("model", &lay, "sa", 2, "lt", 2),
+			  prefix_index_root_keyed("model", &lay, "s", 1, "alt", 3)));
+	assert_true(same(prefix_index_root_keyed("model", &lay, "s", 1, "alt", 3),
+			 prefix_index_root_keyed("model", &lay, "s", 1, "alt", 3)));
+}
+
+static void test_keyed_pages(void **state)
+{
+	XXH128_hash_t root = prefix_index_root("m", &lay, NULL, 0);
+	uint32_t page[16];
+	struct pindex_span a = kspan(40, 48, "image-A"), b = kspan(40, 48, "image-B");
+	struct pindex_span a_moved = kspan(41, 47, "image-A"), a_short = kspan(40, 2, "image-A");
+	struct pindex_span two[] = {kspan(2, 3, "x"), kspan(5, 1, "y")};
+	struct pindex_span two_swapped[] = {kspan(2, 3, "y"), kspan(5, 1, "x")};
+	XXH128_hash_t plain;
+
+	(void)state;
+	for (uint32_t i = 0; i < 16; i++)
+		page[i] = 7;
+	plain = prefix_index_hash_page(root, page, 16);
+	/* A page overlapping no span is the plain page. */
+	assert_true(same(plain, prefix_index_hash_keyed(root, page, 16, 0, NULL, 0)));
+	assert_true(same(plain, prefix_index_hash_keyed(root, page, 16, 16, &a, 1)));
+	assert_true(same(plain, prefix_index_hash_keyed(root, page, 16, 24, &a, 1)));
+	assert_true(same(plain, prefix_index_hash_keyed(root, page, 16, 88, &a, 1)));
+	/* Overlapping: keyed, by the key and by where the span starts. */
+	assert_false(same(plain, prefix_index_hash_keyed(root, page, 16, 32, &a, 1)));
+	assert_false(same(prefix_index_hash_keyed(root, page, 16, 32, &a, 1),
+			  prefix_index_hash_keyed(root, page, 16, 32, &b, 1)));
+	assert_false(same(prefix_index_hash_keyed(root, page, 16, 48, &a, 1),
+			  prefix_index_hash_keyed(root, page, 16, 48, &a_moved, 1)));
+	/* Pages wholly inside the image differ by their offset in it. */
+	assert_false(same(prefix_index_hash_keyed(root, page, 16, 48, &a, 1),
+			  prefix_index_hash_keyed(root, page, 16, 64, &a, 1)));
+	/* The length only decides which pages overlap: a span cut short
+	 * keeps the hash of a page it still overlaps. */
+	assert_true(same(prefix_index_hash_keyed(root, page, 16, 32, &a, 1),
+			 prefix_index_hash_keyed(root, page, 16, 32, &a_short, 1)));
+	/* Two spans on a page: both count, in order. */
+	assert_false(same(prefix_index_hash_keyed(root, page, 16, 0, two, 2),
+			  prefix_index_hash_keyed(root, page, 16, 0, two_swapped, 2)));
+	assert_false(same(prefix_index_hash_keyed(root, page, 16, 0, two, 2),
+			  prefix_index_hash_keyed(root, page, 16, 0, two, 1)));
+	/* Known answer: the fold is part of the format (what checkpoints and
+	 * spill files store), so a change to it must be deliberate. */
+	{
+		XXH128_hash_t h = prefix_index_hash_keyed(root, page, 16, 32, &a, 1);
+		XXH3_state_t st;
+		XXH128_canonical_t c;
+		unsigned char rec[24];
+		uint64_t off = (uint64_t)(40 - 32);
+
+		XXH3_128bits_reset(&st);
+		XXH128_canonicalFromHash(&c, root);
+		XXH3_128bits_update(&st, &c, sizeof(c));
+		XXH3_128bits_update(&st, page, sizeof(page));
+		for (int i = 0; i < 8; i++)
+			rec[i] = (unsigned char)(off >> (8 * i));
+		XXH128_canonicalFromHash((XXH128_canonical_t *)(rec + 8), a.key);
+		XXH3_128bits_update(&st, rec, sizeof(rec));
+		assert_true(same(h, XXH3_128bits_digest(&st)));
+	}
+}
+
+static void test_span_lists(void **state)
+{
+	struct pindex_span v[] = {kspan(0, 10, "a"), kspan(10, 5, "b"), kspan(20, 30, "c")};
+	struct pindex_spans s = {0}, f = {0};
+
+	(void)state;
+	assert_int_equal(prefix_index_span_seek(v, 3, 0), 0);
+	assert_int_equal(prefix_index_span_seek(v, 3, 10), 1);
+	assert_int_equal(prefix_index_span_seek(v, 3, 15), 2);
+	assert_int_equal(prefix_index_span_seek(v, 3, 49), 2);
+	assert_int_equal(prefix_index_span_seek(v, 3, 50), 3);
+	assert_int_equal(prefix_index_spans_add(&s, v, 3, 2), -EDQUOT);
+	assert_int_equal(s.n, 0);
+	assert_int_equal(prefix_index_spans_add(&s, v, 3, 3), 0);
+	assert_int_equal(prefix_index_spans_copy(&f, s.v, s.n, 25), 0);
+	assert_int_equal(f.n, 3);
+	assert_int_equal(f.v[2].n_tokens, 5);
+	prefix_index_spans_cut(&s, 12);
+	assert_int_equal(s.n, 2);
+	assert_int_equal(s.v[1].n_tokens, 2);
+	prefix_index_spans_cut(&s, 10);
+	assert_int_equal(s.n, 1);
+	assert_int_equal(s.v[0].n_tokens, 10);
+	prefix_index_spans_free(&s);
+	prefix_index_spans_free(&f);
+	assert_null(s.v);
 }
 
 /* ---- the index -------------------------------------------------------------- */
@@ -436,6 +549,9 @@ int main(void)
 		cmocka_unit_test(test_hash_is_the_documented_chain),
 		cmocka_unit_test(test_known_answers),
 		cmocka_unit_test(test_root_separates_identities),
+		cmocka_unit_test(test_extra_key_root),
+		cmocka_unit_test(test_keyed_pages),
+		cmocka_unit_test(test_span_lists),
 		cmocka_unit_test(test_evict_lru_leaves_first),
 		cmocka_unit_test(test_forget_takes_descendants),
 		cmocka_unit_test(test_host_order_permanent_and_demoted),
