@@ -90,7 +90,8 @@ struct lookup_state *lookup_start(kvp_pool *p, const struct kvp_lookup_query *qu
 	st->qs = queries;
 	st->out = out;
 	st->n = n;
-	memset(out, 0, n * sizeof(*out));
+	if (n)
+		memset(out, 0, n * sizeof(*out));
 	for (size_t i = 0; i < n; i++) {
 		st->q[i].end = queries[i].n_tokens - queries[i].n_tokens % p->layout.block_tokens;
 		st->q[i].done = st->q[i].end == 0;

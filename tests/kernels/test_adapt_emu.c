@@ -113,9 +113,13 @@ static void engine_fill(struct kern_engine *e, uint32_t kind, uint32_t n_layers,
 	}
 }
 
+/* Engine layers: up to 4, and a range may put them one layer further
+ * into the engine's cache (engine_layer_first): 5. */
+#define SIDE_LAYERS 5
+
 struct side {
-	uint8_t *buf[2][4];
-	void *k[4], *v[4];
+	uint8_t *buf[2][SIDE_LAYERS];
+	void *k[SIDE_LAYERS], *v[SIDE_LAYERS];
 	void *pages[8];
 };
 
