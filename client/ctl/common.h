@@ -34,7 +34,8 @@ enum {
 	OPT_NO_HEADERS = 1u << 11, /* tables without their header line */
 	OPT_WATCH = 1u << 12,	   /* --watch [SECONDS]: a snapshot every SECONDS */
 	OPT_COUNT = 1u << 13,	   /* --count N: N snapshots, then exit */
-	OPT_LAST = OPT_COUNT,
+	OPT_EXTRA_KEY = 1u << 14,  /* --extra-key TEXT: with --salt, the chain's extra key */
+	OPT_LAST = OPT_EXTRA_KEY,
 };
 
 /* The command line, parsed. */
@@ -50,12 +51,13 @@ struct args {
 	const char *model;	/* --model */
 	unsigned char salt[64]; /* --salt, --salt-hex */
 	size_t salt_len;
-	int64_t unused_since; /* --unused-since, time(2) seconds */
-	uint64_t id;	      /* the ID operand */
-	const char *ckpt;     /* the NAME operand: a checkpoint name */
-	const char *name;     /* the command's name */
-	uint64_t watch_ms;    /* --watch, in milliseconds */
-	uint32_t count;	      /* --count; 0 for until interrupted */
+	const char *extra_key; /* --extra-key */
+	int64_t unused_since;  /* --unused-since, time(2) seconds */
+	uint64_t id;	       /* the ID operand */
+	const char *ckpt;      /* the NAME operand: a checkpoint name */
+	const char *name;      /* the command's name */
+	uint64_t watch_ms;     /* --watch, in milliseconds */
+	uint32_t count;	       /* --count; 0 for until interrupted */
 };
 
 /* Says why a call failed and picks the exit status: 3 when the daemon

@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common.h"
 #include "evict.h"
@@ -191,6 +192,13 @@ int cmd_purge(kvp_client *c, const struct args *a)
 		spec.flags |= KVP_PURGE_SALT;
 		spec.salt = a->salt;
 		spec.salt_len = a->salt_len;
+	}
+	if (a->given & OPT_EXTRA_KEY) {
+		if (!(a->given & OPT_SALT))
+			return usage_error(a->name, "--extra-key goes with --salt or --salt-hex "
+						    "(\"\" for no salt)");
+		spec.extra_key = a->extra_key;
+		spec.extra_key_len = strlen(a->extra_key);
 	}
 	if (a->given & OPT_UNUSED) {
 		spec.flags |= KVP_PURGE_UNUSED_SINCE;

@@ -190,8 +190,8 @@ static const struct command commands[] = {
 	 "                      1024), or all\n"
 	 "  -p, --pool ID       only from pool ID\n",
 	 cmd_evict},
-	{"purge", NULL, OPT_POOL | OPT_UID | OPT_MODEL | OPT_SALT | OPT_UNUSED, 0,
-	 " [--pool ID] [--uid UID] [--model ID] [--salt TEXT|--salt-hex HEX]"
+	{"purge", NULL, OPT_POOL | OPT_UID | OPT_MODEL | OPT_SALT | OPT_EXTRA_KEY | OPT_UNUSED, 0,
+	 " [--pool ID] [--uid UID] [--model ID] [--salt TEXT|--salt-hex HEX [--extra-key TEXT]]"
 	 " [--unused-since TIME]",
 	 "forget suspect cached pages in every tier",
 	 "Forget for good the cached pages (prefix-index pages) that match every\n"
@@ -212,6 +212,9 @@ static const struct command commands[] = {
 	 "  --salt TEXT         pages committed under the cache salt TEXT (its\n"
 	 "                      bytes; \"\" for no salt)\n"
 	 "  --salt-hex HEX      the same, the salt given in hexadecimal\n"
+	 "  --extra-key TEXT    with --salt: the pages of that salt committed under\n"
+	 "                      the extra key TEXT (a LoRA adapter's id; without it,\n"
+	 "                      those under none)\n"
 	 "  --unused-since TIME pages not used since TIME: @SECONDS since the epoch,\n"
 	 "                      or a duration ago such as 90s, 30m, 12h, 7d\n",
 	 cmd_purge},
@@ -612,6 +615,8 @@ static const char *opt_name(unsigned int opt)
 		return "--model";
 	case OPT_SALT:
 		return "--salt";
+	case OPT_EXTRA_KEY:
+		return "--extra-key";
 	case OPT_UNUSED:
 		return "--unused-since";
 	case OPT_NO_HEADERS:
@@ -742,6 +747,7 @@ int main(int argc, char **argv)
 		{"model", required_argument, NULL, 'm'},
 		{"salt", required_argument, NULL, 'S'},
 		{"salt-hex", required_argument, NULL, 'X'},
+		{"extra-key", required_argument, NULL, 'K'},
 		{"unused-since", required_argument, NULL, 'U'},
 		{"no-headers", no_argument, NULL, 'H'},
 		{"watch", optional_argument, NULL, 'w'},
@@ -817,6 +823,12 @@ int main(int argc, char **argv)
 				      "(two digits each), not '%s'",
 				      optarg);
 			a.given |= OPT_SALT;
+			break;
+		case 'K':
+			if (!*optarg || strlen(optarg) > 64)
+				DEFER("--extra-key wants 1..64 bytes");
+			a.extra_key = optarg;
+			a.given |= OPT_EXTRA_KEY;
 			break;
 		case 'U':
 			if (parse_since(optarg, &a.unused_since) < 0)

@@ -431,6 +431,68 @@ static int setup_disk(void **state)
 	return harness_setup_args(state, disk_args);
 }
 
+/* Issue 18: pages under an extra key (a LoRA adapter's) are purged by
+ * --salt with --extra-key, not by --salt alone; --extra-key needs a
+ * salt to go with. */
+static uint64_t matched_keyed(kvp_pool *p, const uint32_t *t, const char *extra)
+{
+	struct kvp_match_opts mo = {.size = sizeof(mo),
+				    .salt = "s",
+				    .salt_len = 1,
+				    .extra_key = extra,
+				    .extra_key_len = extra ? strlen(extra) : 0};
+	kvp_lease *l;
+	uint64_t m;
+
+	assert_int_equal(kvp_match_prefix_opts(p, t, CONV, &mo, &l), 0);
+	m = kvp_lease_tokens(l);
+	assert_int_equal(kvp_lease_release(l), 0);
+	return m;
+}
+
+static void commit_keyed(kvp_pool *p, const uint32_t *t, const char *extra)
+{
+	struct kvp_session_opts so = {.size = sizeof(so),
+				      .salt = "s",
+				      .salt_len = 1,
+				      .extra_key = extra,
+				      .extra_key_len = extra ? strlen(extra) : 0};
+	kvp_session *s;
+
+	assert_int_equal(kvp_session_create_opts(p, &so, &s), 0);
+	assert_int_equal(kvp_append(s, t, CONV), 0);
+	assert_int_equal(harness_pkv_write_session(p, s, t, 0, CONV), 0);
+	assert_int_equal(kvp_commit(s, CONV), 0);
+	assert_int_equal(kvp_session_close(s), 0);
+}
+
+static void test_purge_extra_key(void **state)
+{
+	struct harness *h = *state;
+	uint32_t *all = conv_tokens();
+	kvp_client *c;
+	kvp_pool *p;
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
+	commit_keyed(p, conv(all, 0), "lora-7");
+	commit_keyed(p, conv(all, 1), NULL);
+	assert_int_equal(matched_keyed(p, conv(all, 0), "lora-7"), CONV);
+	assert_int_equal(matched_keyed(p, conv(all, 1), NULL), CONV);
+
+	CTL_EXPECT(2, h->admin_sock, "purge", "--extra-key", "lora-7");
+	expect_out("purge --extra-key alone", "--salt");
+	CTL_EXPECT(0, h->admin_sock, "purge", "--salt", "s");
+	expect_out("purge --salt", "purged 16 pages");
+	assert_int_equal(matched_keyed(p, conv(all, 1), NULL), 0);
+	assert_int_equal(matched_keyed(p, conv(all, 0), "lora-7"), CONV);
+	CTL_EXPECT(0, h->admin_sock, "purge", "--salt", "s", "--extra-key", "lora-7");
+	expect_out("purge --salt --extra-key", "purged 16 pages");
+	assert_int_equal(matched_keyed(p, conv(all, 0), "lora-7"), 0);
+	kvp_disconnect(c);
+	free(all);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -441,6 +503,7 @@ int main(void)
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_purge_salt_and_age, setup_disk,
 						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_purge_extra_key, setup_disk, harness_teardown),
 	};
 
 	return cmocka_run_group_tests_name("purge", tests, NULL, NULL);
