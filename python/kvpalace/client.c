@@ -130,6 +130,7 @@ struct pool_open_arg {
 	kvp_client *c;
 	const char *model;
 	struct kvp_layout layout;
+	struct kvp_pool_opts opts;
 	kvp_pool *p;
 };
 
@@ -137,19 +138,20 @@ static int do_pool_open(void *a)
 {
 	struct pool_open_arg *pa = a;
 
-	return kvp_pool_open(pa->c, pa->model, &pa->layout, &pa->p);
+	return kvp_pool_open_opts(pa->c, pa->model, &pa->layout, &pa->opts, &pa->p);
 }
 
 static PyObject *client_open_pool(PyObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"model_id", "layout", NULL};
+	static char *kwlist[] = {"model_id", "layout", "tp_rank", "tp_size", NULL};
 	struct kvpy_client *o = (struct kvpy_client *)self;
 	struct pool_open_arg pa = {0};
 	struct kvpy_layout *layout;
 	struct kvpy_pool *p;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "sO!:open_pool", kwlist, &pa.model,
-					 &kvpy_layout_type, &layout))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "sO!|II:open_pool", kwlist, &pa.model,
+					 &kvpy_layout_type, &layout, &pa.opts.tp_rank,
+					 &pa.opts.tp_size))
 		return NULL;
 	if (kvpy_node_check(&o->node) < 0)
 		return NULL;

@@ -38,6 +38,72 @@ static PyObject *lease_tokens(PyObject *self, void *unused)
 	return PyLong_FromUnsignedLongLong(ta.v);
 }
 
+static PyObject *lease_id(PyObject *self, void *unused)
+{
+	struct kvpy_lease *l = (struct kvpy_lease *)self;
+
+	if (lease_check(l) < 0)
+		return NULL;
+	return PyLong_FromUnsignedLongLong(kvp_lease_id(l->l));
+}
+
+struct table_arg {
+	kvp_lease *l;
+	uint64_t first;
+	size_t n;
+	uint32_t *slots;
+};
+
+static int do_table(void *a)
+{
+	struct table_arg *ta = a;
+
+	return kvp_lease_block_table(ta->l, ta->first, ta->n, NULL, ta->slots);
+}
+
+/* block_table(first=0, n=None): the arena slots of pages first..first+n
+ * (None: to the last whole page), one call for the lot. */
+static PyObject *lease_block_table(PyObject *self, PyObject *args)
+{
+	struct kvpy_lease *l = (struct kvpy_lease *)self;
+	struct table_arg ta = {0};
+	unsigned long long first = 0;
+	PyObject *n = Py_None, *list = NULL;
+	uint64_t pages;
+
+	if (!PyArg_ParseTuple(args, "|KO:block_table", &first, &n) || lease_check(l) < 0)
+		return NULL;
+	pages = kvp_lease_tokens(l->l) / kvpy_owner_layout(&l->node)->block_tokens;
+	ta.l = l->l;
+	ta.first = first;
+	if (n == Py_None) {
+		ta.n = first < pages ? (size_t)(pages - first) : 0;
+	} else {
+		ta.n = PyLong_AsSize_t(n);
+		if (PyErr_Occurred())
+			return NULL;
+	}
+	if (ta.n > pages) /* the call says -ERANGE; no allocation past the lease */
+		ta.n = (size_t)pages + 1;
+	ta.slots = PyMem_Malloc((ta.n ? ta.n : 1) * sizeof(uint32_t));
+	if (!ta.slots)
+		return PyErr_NoMemory();
+	if (kvpy_call_raise(&l->node, do_table, &ta) == 0) {
+		list = PyList_New((Py_ssize_t)ta.n);
+		for (size_t i = 0; list && i < ta.n; i++) {
+			PyObject *v = PyLong_FromUnsignedLong(ta.slots[i]);
+
+			if (!v) {
+				Py_CLEAR(list);
+				break;
+			}
+			PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+		}
+	}
+	PyMem_Free(ta.slots);
+	return list;
+}
+
 struct lpage_arg {
 	kvp_lease *l;
 	uint64_t i;
@@ -150,6 +216,9 @@ static PyMethodDef lease_methods[] = {
 	 "read(i, offset, n) -> bytes: n bytes of page i from offset (kvp_lease_read)"},
 	{"fork", lease_fork, METH_O,
 	 "fork(n) -> Session holding the first n tokens of the match (kvp_lease_fork)"},
+	{"block_table", lease_block_table, METH_VARARGS,
+	 "block_table(first=0, n=None) -> list[int]: arena slots of pages first.. "
+	 "(kvp_lease_block_table)"},
 	{"__enter__", kvpy_node_enter, METH_NOARGS, NULL},
 	{"__exit__", kvpy_node_exit, METH_VARARGS, NULL},
 	{NULL, NULL, 0, NULL},
@@ -157,6 +226,8 @@ static PyMethodDef lease_methods[] = {
 
 static PyGetSetDef lease_getset[] = {
 	{"tokens", lease_tokens, NULL, "tokens matched (0: a miss)", NULL},
+	{"id", lease_id, NULL,
+	 "the lease's id, for Pool.adopt in another process of the user (0: a miss)", NULL},
 	{"closed", kvpy_node_closed_get, NULL, NULL, NULL},
 	{NULL, NULL, NULL, NULL, NULL},
 };

@@ -353,6 +353,76 @@ static PyObject *pool_match(PyObject *self, PyObject *args, PyObject *kw)
 	return (PyObject *)o;
 }
 
+struct adopt_arg {
+	kvp_pool *p;
+	uint64_t id;
+	kvp_lease *l;
+};
+
+static int do_adopt(void *a)
+{
+	struct adopt_arg *aa = a;
+
+	return kvp_lease_adopt(aa->p, aa->id, &aa->l);
+}
+
+/* adopt(lease_id) -> Lease: this client's own lease on the pages another
+ * process's lease (Lease.id) holds (kvp_lease_adopt). */
+static PyObject *pool_adopt(PyObject *self, PyObject *arg)
+{
+	struct kvpy_pool *p = (struct kvpy_pool *)self;
+	struct adopt_arg aa = {0};
+	struct kvpy_lease *o;
+
+	if (pool_check(p) < 0)
+		return NULL;
+	aa.id = PyLong_AsUnsignedLongLong(arg);
+	if (PyErr_Occurred())
+		return NULL;
+	aa.p = p->p;
+	if (kvpy_call_raise(&p->node, do_adopt, &aa) < 0)
+		return NULL;
+	o = PyObject_New(struct kvpy_lease, &kvpy_lease_type);
+	if (!o) {
+		kvp_lease_release(aa.l);
+		return NULL;
+	}
+	o->node.weakrefs = NULL;
+	kvpy_node_link(&o->node, &p->node, KVPY_LEASE);
+	o->l = aa.l;
+	return (PyObject *)o;
+}
+
+struct arena_arg {
+	kvp_pool *p;
+	struct kvp_arena a;
+};
+
+static int do_arena(void *a)
+{
+	struct arena_arg *aa = a;
+
+	return kvp_pool_arena(aa->p, &aa->a);
+}
+
+/* arena() -> dict: the host arena as this process maps it (kvp_pool_arena). */
+static PyObject *pool_arena(PyObject *self, PyObject *unused)
+{
+	struct kvpy_pool *p = (struct kvpy_pool *)self;
+	struct arena_arg aa = {0};
+
+	if (pool_check(p) < 0)
+		return NULL;
+	aa.p = p->p;
+	if (kvpy_call_raise(&p->node, do_arena, &aa) < 0)
+		return NULL;
+	return Py_BuildValue(
+		"{s:K,s:n,s:n,s:I,s:i,s:K,s:O}", "base", (unsigned long long)(uintptr_t)aa.a.base,
+		"bytes", (Py_ssize_t)aa.a.bytes, "page_bytes", (Py_ssize_t)aa.a.page_bytes,
+		"n_pages", aa.a.n_pages, "fd", aa.a.fd, "fd_offset",
+		(unsigned long long)aa.a.fd_offset, "hugetlb", aa.a.hugetlb ? Py_True : Py_False);
+}
+
 static PyMethodDef pool_methods[] = {
 	{"close", kvpy_node_close_meth, METH_NOARGS,
 	 "close(): closes the handle and its sessions and leases (idempotent)"},
@@ -366,6 +436,12 @@ static PyMethodDef pool_methods[] = {
 	{"session", pool_session, METH_NOARGS, "session() -> Session (kvp_session_create)"},
 	{"match", (PyCFunction)(void (*)(void))pool_match, METH_VARARGS | METH_KEYWORDS,
 	 "match(tokens, salt=None) -> Lease: the longest cached prefix, pinned (kvp_match_prefix)"},
+	{"adopt", pool_adopt, METH_O,
+	 "adopt(lease_id) -> Lease: a lease of this client's on the pages another lease of the "
+	 "user holds (kvp_lease_adopt)"},
+	{"arena", pool_arena, METH_NOARGS,
+	 "arena() -> dict(base, bytes, page_bytes, n_pages, fd, fd_offset, hugetlb): the host "
+	 "arena as mapped here (kvp_pool_arena; fd is the library's: do not close it)"},
 	{"__enter__", kvpy_node_enter, METH_NOARGS, NULL},
 	{"__exit__", kvpy_node_exit, METH_VARARGS, NULL},
 	{NULL, NULL, 0, NULL},
