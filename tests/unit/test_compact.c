@@ -599,8 +599,9 @@ static void test_lease_reads_the_old_bytes(void **state)
 
 	append_write_commit(f, s, 10000, 24);
 	core_tokens(ids, 24, 10000);
-	assert_int_equal(
-		match_start(&f->c, f->p, f->p->root, &f->b, &f->b.leases, ids, 24, NULL, 0, 0, &l, &mr), 1);
+	assert_int_equal(match_start(&f->c, f->p, f->p->root, &f->b, &f->b.leases, ids, 24, NULL, 0,
+				     0, &l, &mr),
+			 1);
 	core_check(f);
 	assert_int_equal(l->n_tokens, 24);
 	assert_int_equal(l->n_pages, 6);

@@ -60,9 +60,9 @@ static int gpu_setup(void **state)
 	f->p = g->p;
 	core_cached_chain(f, 0, 8); /* two pages */
 	core_tokens(ids, 8, 0);
-	assert_int_equal(
-		match_start(&f->c, g->p, g->p->root, &f->a, &f->a.leases, ids, 8, NULL, 0, 0, &g->l, &mr),
-		1);
+	assert_int_equal(match_start(&f->c, g->p, g->p->root, &f->a, &f->a.leases, ids, 8, NULL, 0,
+				     0, &g->l, &mr),
+			 1);
 	assert_int_equal(g->l->n_pages, 2);
 	*state = g;
 	return 0;

@@ -48,8 +48,9 @@ static struct lease *lease_on(struct core_fixture *f, uint32_t base, uint32_t n)
 
 	assert_non_null(ids);
 	core_tokens(ids, n, base);
-	assert_int_equal(
-		match_start(&f->c, f->p, f->p->root, &f->a, &f->a.leases, ids, n, NULL, 0, 0, &l, &mr), 1);
+	assert_int_equal(match_start(&f->c, f->p, f->p->root, &f->a, &f->a.leases, ids, n, NULL, 0,
+				     0, &l, &mr),
+			 1);
 	core_check(f);
 	free(ids);
 	return l;

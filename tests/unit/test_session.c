@@ -409,7 +409,8 @@ static void test_ids_of_another_uid_are_not_found(void **state)
 	/* The same prompt in the other tenant's pool: no match, no dedup. */
 	core_tokens(ids, 8, 0);
 	list_init(&owner);
-	assert_int_equal(match_start(&f->c, q, q->root, &owner, &owner, ids, 8, NULL, 0, 0, &l, &mr), 0);
+	assert_int_equal(
+		match_start(&f->c, q, q->root, &owner, &owner, ids, 8, NULL, 0, 0, &l, &mr), 0);
 	assert_int_equal(session_create(&f->c, q, q->root, &s2), 0);
 	assert_null(session_get(&f->c, s2->id, CORE_UID, 0));
 	assert_int_equal(core_append(f, &f->b, s2, ids, 8), 0);

@@ -157,8 +157,9 @@ static void test_leased_pages_are_never_evicted(void **state)
 
 	fill_to_high(f);
 	core_tokens(ids, 16, A);
-	assert_int_equal(
-		match_start(&f->c, f->p, f->p->root, &f->a, &f->a.leases, ids, 16, NULL, 0, 0, &l, &mr), 1);
+	assert_int_equal(match_start(&f->c, f->p, f->p->root, &f->a, &f->a.leases, ids, 16, NULL, 0,
+				     0, &l, &mr),
+			 1);
 	core_check(f);
 	assert_int_equal(f->p->ix.n_idle, HIGH - 4);
 	(void)append_new(f, 9000, 1);
