@@ -196,9 +196,11 @@ KVP_PUBLIC const char *kvp_layout_name(size_t i, const char **ret_hf_id);
 KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id, const struct kvp_layout *layout,
 			     kvp_pool **ret_pool);
 
-/* Options of kvp_pool_open_opts; zero them (= {0}) and set what you
- * need, so that fields added later keep their defaults. */
+/* Options of kvp_pool_open_opts, by the options-struct rule (see
+ * "extra keys and options structs" below): zero them, set size and what
+ * you need. */
 struct kvp_pool_opts {
+	size_t size; /* sizeof(struct kvp_pool_opts), or 0 */
 	/* Tensor parallelism: rank tp_rank of tp_size holds a share of the
 	 * KV heads (layout.n_kv_heads is the rank's count: the model's
 	 * divided by tp_size, at least 1). Each rank gets a pool of its own
