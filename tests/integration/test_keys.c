@@ -473,6 +473,7 @@ static void test_daemon_refuses(void **state)
 	Kvpalace__V1__MatchPrefixRequest mp;
 	Kvpalace__V1__CommitRequest cm;
 	Kvpalace__V1__KeySpan ks[300], *kp[300];
+	static uint8_t long_key[65];
 	uint32_t t[64];
 	uint64_t pool_id, sid;
 	struct raw r;
@@ -505,8 +506,10 @@ static void test_daemon_refuses(void **state)
 	ks[1].n_tokens = 0;
 	expect_status(&r, &req, ST(INVALID), "1 token");
 	ks[1].n_tokens = 1;
+	ks[1].key.data = long_key; /* 65 bytes that exist */
 	ks[1].key.len = 65;
 	expect_status(&r, &req, ST(INVALID), "1..64 bytes");
+	ks[1].key.data = (uint8_t *)"key";
 	ks[1].key.len = 0;
 	expect_status(&r, &req, ST(INVALID), "1..64 bytes");
 	ks[1].key.len = 3;

@@ -142,7 +142,7 @@ static void side_alloc(struct side *s, uint32_t n_layers, size_t lb, uint32_t mi
 static void side_free(struct side *s)
 {
 	for (int kv = 0; kv < 2; kv++)
-		for (int i = 0; i < 4; i++)
+		for (int i = 0; i < SIDE_LAYERS; i++)
 			free(s->buf[kv][i]);
 	for (int i = 0; i < 8; i++)
 		free(s->pages[i]);
