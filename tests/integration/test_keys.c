@@ -552,7 +552,7 @@ static void test_daemon_refuses(void **state)
 	expect_status(&r, &req, ST(INVALID), "first chunk");
 	raw_req_match(&req, &mp, pool_id, t, 64);
 	mp.has_extra_key = 1;
-	mp.extra_key.data = (uint8_t *)"x";
+	mp.extra_key.data = long_key;
 	mp.extra_key.len = 65;
 	expect_status(&r, &req, ST(INVALID), "extra key");
 	raw_req_match(&req, &mp, pool_id, t, 64);
