@@ -1,0 +1,596 @@
+"""kvpalace.sglang_backend: kvpalace as an SGLang HiCache storage backend
+(the L3 tier under SGLang's host memory pool), loaded through SGLang's
+dynamic backend mechanism:
+
+    python -m sglang.launch_server ... --enable-hierarchical-cache \\
+        --hicache-storage-backend dynamic \\
+        --hicache-storage-backend-extra-config '{"backend_name": "kvpalace",
+            "module_path": "kvpalace.sglang_backend",
+            "class_name": "KvpalaceHiCacheStorage", "interface_v1": 1}'
+
+Written against SGLang's interface as read at sgl-project/sglang commit
+001067fffe33427bee0ed2f007fb7551a1d76b44 (python/sglang/srt/mem_cache/
+hicache_storage.py: HiCacheStorage, HiCacheStorageConfig; storage/
+backend_factory.py: StorageBackendFactory._create_dynamic_backend, which
+imports module_path, checks issubclass(cls, HiCacheStorage) and calls
+cls(storage_config, kwargs); managers/cache_controller.py:
+HiCacheController, which calls register_mem_pool_host(host_pool) next,
+then from its threads batch_exists (prefetch: the leading run of stored
+pages), batch_get_v1 or batch_get (prefetch I/O), batch_set_v1 or
+batch_set (write-back); "interface_v1": 1 picks the _v1 calls for a
+dynamic backend) and at commit 0047d999bb3a3ad311df5a4b6356bfb5586e0d66
+(mem_cache/pool_host/mha.py, mla.py: the host KV buffer layouts). Nothing
+of SGLang's code is copied.
+
+The mapping. SGLang names a page by a string, a hash chained over the
+page's tokens and every page before it (64 hex characters), so a key alone
+stands for the whole prefix up to its page. Each SGLang page is stored as
+a one-page kvpalace chain: block_tokens placeholder tokens (zeros) under
+the extra key of its SGLang key (the key's bytes, or their 32-byte
+BLAKE2b when longer than kvpalace's 64). Such a page is found from its
+key alone, whatever SGLang holds before it (it asks for runs that start
+mid-prompt, after what its device and host tiers hold), is immutable
+(content-addressed: a key set twice stores once; kvpalace dedups the
+commit) and cannot meet an ordinary prompt's chain (the extra key is
+folded into the chain's root). exists -> Pool.lookup_batch (side-effect
+free, 64 keys a request); get -> Pool.match, copy, release; set ->
+lookup_batch for what is there already, then Pool.session(extra_key),
+append, copy, commit. The page size of SGLang (--page-size) is the pool's
+block_tokens.
+
+Pages hold kvpalace's layout (per layer K then V, [head][token][dim]), not
+SGLang's host layout, so any SGLang host layout reads what any other
+wrote: "layer_first", "page_first", "page_first_direct" and "page_head"
+(MHA), and "layer_first", "page_first", "page_first_direct" (MLA). The
+copy is one pass between the host pool and the daemon's shared arena:
+kvpalace's C engine adapter (EngineCache kind "sglang",
+Lease.to_engine / Session.from_engine) where the host buffer is
+"layer_first" MHA and the package has it, a numpy strided copy through
+Page.array() otherwise. An MLA latent row of width D (kv_lora_rank +
+qk_rope_head_dim) is stored as one head of D/2: its first half as K, the
+second as V (no space wasted on an empty V).
+
+Tensor parallelism: each rank opens the pool of its rank
+(Client.open_pool(model, layout, tp_rank, tp_size); the layout is the
+rank's share of heads), so ranks never read each other's heads; for MLA
+(is_mla_model: every rank holds the same latent) all ranks share one pool
+and only rank 0 writes (SGLang skips the others' write-back too). Pipeline
+and attention context parallel ranks get their own pools by model id
+suffix.
+
+Failures are misses, never wrong bytes: a key whose match comes back short
+or raises is False (get) or ends the leading run (exists); a lost
+connection fails the keys it reaches and is reopened by a later call.
+
+extra_config keys read here, besides SGLang's: "kvpalace_socket" (the
+daemon's socket; default $KVPALACE_SOCKET, else libkvpalace's default),
+"kvpalace_model_id" (default: SGLang's model name, else "sglang").
+
+Importable without SGLang: the class SGLang loads, KvpalaceHiCacheStorage,
+is made on first access (a module __getattr__) as a subclass of SGLang's
+HiCacheStorage, and raises a clear ImportError then when SGLang is
+missing. KvpalaceStorage is the same backend without SGLang's base class
+(for tests and tools); make_backend_class(base) makes it over a given one.
+"""
+
+import errno
+import hashlib
+import logging
+import threading
+import time
+
+import numpy as np
+
+import kvpalace
+
+# KvpalaceHiCacheStorage is left out: a star import must not need SGLang.
+__all__ = ["KvpalaceStorage", "make_backend_class", "storage_key"]
+
+logger = logging.getLogger(__name__)
+
+MAX_KEY_BYTES = 64  # kvpalace's extra key: 1..64 bytes
+LOOKUP_BATCH_MAX = 64  # prompts per kvp_lookup_batch request
+_RECONNECT_INTERVAL_S = 1.0
+
+_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
+_RAW = {2: np.uint16, 4: np.uint32}
+
+
+def storage_key(key):
+    """The kvpalace extra key of an SGLang page key (str or bytes): its
+    UTF-8 bytes, or their 32-byte BLAKE2b when empty or over 64 bytes."""
+    b = key.encode() if isinstance(key, str) else bytes(key)
+    if 0 < len(b) <= MAX_KEY_BYTES:
+        return b
+    return hashlib.blake2b(b, digest_size=32, person=b"kvp-sglang").digest()
+
+
+def _raw_numpy(t):
+    """A numpy view of tensor (or array) t's elements as unsigned ints of
+    their size, no copy (bf16 has no numpy type)."""
+    if isinstance(t, np.ndarray):
+        a = t
+    else:
+        if getattr(t, "device", None) is not None and str(t.device) != "cpu":
+            raise ValueError("kvpalace's SGLang backend needs the host pool in CPU memory, "
+                             "not on %s" % t.device)
+        size = t.element_size()
+        import torch  # SGLang's tensors: torch is there
+
+        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+        a = t.view(ints[size]).numpy()
+    size = a.dtype.itemsize
+    if size not in _RAW:
+        raise ValueError("element size %d: kvpalace stores 2- and 4-byte elements" % size)
+    return a.view(_RAW[size])
+
+
+def _reshape_view(a, shape):
+    """a as shape without a copy (ValueError when that needs one)."""
+    v = a.view()
+    v.shape = shape
+    return v
+
+
+class _HostPages:
+    """SGLang's host KV buffer (MHATokenToKVPoolHost or MLATokenToKVPoolHost
+    of pool_host/), seen page by page in kvpalace's page order
+    [layer][k|v][head][token][dim]: view(index) of the page that starts at
+    token slot index, and flat(t) of a page SGLang hands over flattened in
+    its host layout's order (get_data_page / get_dummy_flat_data_page)."""
+
+    def __init__(self, host, is_mla):
+        self.layout_name = host.layout
+        self.page_size = ps = int(host.page_size)
+        self.is_mla = is_mla
+        buf = host.kv_buffer
+        if isinstance(buf, (tuple, list)):
+            raise ValueError("K and V of different head dims (two host buffers) are not "
+                             "supported by kvpalace's SGLang backend")
+        self.dtype = _DTYPES.get(str(buf.dtype))
+        if self.dtype is None:
+            raise ValueError("host KV dtype %s: kvpalace's SGLang backend stores f16, bf16 "
+                             "and f32" % buf.dtype)
+        self.raw = _raw_numpy(buf)
+        self.tensor = buf
+        self.engine = None
+        lay = self.layout_name
+        s = self.raw.shape
+        if not is_mla:
+            if lay == "layer_first":  # [2, L, slots, H, D]
+                _, L, _, H, D = s
+                self._page = lambda i: self.raw[:, :, i:i + ps]  # [2, L, ps, H, D]
+                self.perm = (1, 0, 3, 2, 4)
+                self.page_shape = (2, L, ps, H, D)
+            elif lay == "page_first":  # [2, slots, L, H, D]
+                _, _, L, H, D = s
+                self._page = lambda i: self.raw[:, i:i + ps]  # [2, ps, L, H, D]
+                self.perm = (2, 0, 3, 1, 4)
+                self.page_shape = (2, ps, L, H, D)
+            elif lay == "page_first_direct":  # [2, pages, L, ps, H, D]
+                _, _, L, _, H, D = s
+                self._page = lambda i: self.raw[:, i // ps]  # [2, L, ps, H, D]
+                self.perm = (1, 0, 3, 2, 4)
+                self.page_shape = (2, L, ps, H, D)
+            elif lay == "page_head":  # [2, pages, H, ps, L, D]
+                _, _, H, _, L, D = s
+                self._page = lambda i: self.raw[:, i // ps]  # [2, H, ps, L, D]
+                self.perm = (3, 0, 1, 2, 4)
+                self.page_shape = (2, H, ps, L, D)
+            else:
+                raise ValueError("host layout %r is not supported by kvpalace's SGLang "
+                                 "backend" % lay)
+            self.n_layers, self.n_heads, self.head_dim = L, H, D
+            self._split = None
+        else:
+            if lay in ("layer_first",):  # [L, slots, 1, D]
+                L, _, one, D = s
+                self._page = lambda i: self.raw[:, i:i + ps]  # [L, ps, 1, D]
+                self.perm = (0, 3, 2, 1, 4)  # [L, ps, 1, 2, D/2] -> [L, 2, 1, ps, D/2]
+                self.page_shape = (L, ps, one, D)
+            elif lay == "page_first":  # [slots, L, 1, D]
+                _, L, one, D = s
+                self._page = lambda i: self.raw[i:i + ps]  # [ps, L, 1, D]
+                self.perm = (1, 3, 2, 0, 4)
+                self.page_shape = (ps, L, one, D)
+            elif lay == "page_first_direct":  # [pages, L, ps, 1, D]
+                _, L, _, one, D = s
+                self._page = lambda i: self.raw[i // ps]  # [L, ps, 1, D]
+                self.perm = (0, 3, 2, 1, 4)
+                self.page_shape = (L, ps, one, D)
+            else:
+                raise ValueError("MLA host layout %r is not supported by kvpalace's SGLang "
+                                 "backend" % lay)
+            if one != 1 or D % 2:
+                raise ValueError("MLA latent [.., %d, %d]: kvpalace's SGLang backend stores "
+                                 "one head of even width" % (one, D))
+            self.n_layers, self.n_heads, self.head_dim = L, 1, D // 2
+            self._split = D // 2
+        self.page_bytes = int(np.prod(self.page_shape)) * self.raw.dtype.itemsize
+        if (not is_mla and lay == "layer_first" and hasattr(kvpalace, "EngineCache")
+                and not isinstance(buf, np.ndarray)):
+            # The C adapter: per layer a K and a V pool [slots, H, D].
+            k = [buf[0][layer] for layer in range(self.n_layers)]
+            v = [buf[1][layer] for layer in range(self.n_layers)]
+            try:
+                self.engine = kvpalace.EngineCache("sglang", k, v, block_size=ps)
+            except (TypeError, ValueError) as e:
+                logger.info("kvpalace: EngineCache not usable (%s); numpy copies", e)
+
+    def layout(self):
+        return kvpalace.Layout(self.n_layers, self.n_heads, self.head_dim, self.page_size,
+                               self.dtype)
+
+    def _canon(self, page):
+        """A page in host order as a view in kvpalace's order."""
+        if self._split is not None:
+            page = _reshape_view(page, page.shape[:-1] + (2, self._split))
+        return page.transpose(self.perm)
+
+    def view(self, index):
+        return self._canon(self._page(index))
+
+    def flat(self, t):
+        a = _raw_numpy(t)
+        if a.size * a.dtype.itemsize != self.page_bytes:
+            raise ValueError("a flat page of %d bytes, not %d" %
+                             (a.size * a.dtype.itemsize, self.page_bytes))
+        return self._canon(_reshape_view(a.reshape(-1), self.page_shape))
+
+
+class KvpalaceStorage:
+    """kvpalace as an SGLang HiCache storage backend, without SGLang's base
+    class (KvpalaceHiCacheStorage adds it). The calls are SGLang's
+    HiCacheStorage's; see the module's text for the mapping and the rules."""
+
+    def __init__(self, storage_config=None, kwargs=None, *, client_factory=None):
+        cfg = storage_config
+        extra = dict(getattr(cfg, "extra_config", None) or {})
+        self.extra_config = extra
+        self.tp_rank = int(getattr(cfg, "tp_rank", 0) or 0)
+        self.tp_size = int(getattr(cfg, "tp_size", 1) or 1)
+        self.is_mla = bool(getattr(cfg, "is_mla_model", False))
+        self.socket = extra.get("kvpalace_socket")
+        model = extra.get("kvpalace_model_id") or getattr(cfg, "model_name", None) or "sglang"
+        pp_size = int(getattr(cfg, "pp_size", 1) or 1)
+        if pp_size > 1:
+            model += "-pp%dof%d" % (int(getattr(cfg, "pp_rank", 0)), pp_size)
+        cp_size = int(getattr(cfg, "attn_cp_size", 1) or 1)
+        if cp_size > 1:
+            model += "-cp%dof%d" % (int(getattr(cfg, "attn_cp_rank", 0)), cp_size)
+        self.model_id = model
+        self._client_factory = client_factory or kvpalace.Client
+        self._lock = threading.Lock()
+        self._client = None
+        self._pool = None
+        self._last_connect = 0.0
+        self.host = None
+        self.mem_pool_host = None
+        self._placeholder = None
+        self.stats = dict(exists_calls=0, get_pages=0, get_hits=0, set_pages=0, set_new=0,
+                          bytes_served=0, bytes_copied=0, bytes_stored=0, errors=0,
+                          reconnects=0, kvpalace_s=0.0)
+        # The factory of a built-in backend passes the host pool second.
+        if kwargs is not None and hasattr(kwargs, "kv_buffer"):
+            self.register_mem_pool_host(kwargs)
+
+    # ---- setup -------------------------------------------------------------
+
+    def register_mem_pool_host(self, mem_pool_host):
+        """SGLang hands its host KV pool over (HiCacheController, right after
+        creating the backend): the pool's geometry is the kvpalace layout,
+        and its buffer where pages are copied from and to."""
+        self.mem_pool_host = mem_pool_host
+        self.host = _HostPages(mem_pool_host, self.is_mla)
+        self._placeholder = np.zeros(self.host.page_size, dtype=np.uint32)
+        with self._lock:
+            self._close_locked()
+            self._connect_locked(force=True)
+            if self._pool is None:
+                raise kvpalace.ConnectionLost(errno.ENOTCONN, "kvpalace: no daemon at %s"
+                                              % (self.socket or "the default socket"))
+
+    def _connect_locked(self, force=False):
+        now = time.monotonic()
+        if not force and now - self._last_connect < _RECONNECT_INTERVAL_S:
+            return None
+        self._last_connect = now
+        try:
+            c = self._client_factory(self.socket)
+        except kvpalace.Error as e:
+            logger.warning("kvpalace: cannot connect to %s: %s", self.socket or "default", e)
+            return None
+        try:
+            if self.is_mla:
+                p = c.open_pool(self.model_id, self.host.layout())
+            else:
+                p = c.open_pool(self.model_id, self.host.layout(), tp_rank=self.tp_rank,
+                                tp_size=self.tp_size if self.tp_size > 1 else 0)
+        except Exception:
+            c.close()
+            raise
+        self._client, self._pool = c, p
+        return p
+
+    def _close_locked(self):
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:
+                pass
+        self._client = self._pool = None
+
+    def _get_pool(self):
+        """The pool, reconnecting (at most once a second) after a loss; None
+        when there is no daemon."""
+        if self.host is None:
+            raise RuntimeError("kvpalace: register_mem_pool_host was not called")
+        with self._lock:
+            if self._pool is not None:
+                return self._pool
+            p = self._connect_locked()
+            if p is not None:
+                self.stats["reconnects"] += 1
+            return p
+
+    def _lost(self, pool, e):
+        """A call on pool failed with e: count it, and drop the connection
+        when it is gone (the next call reconnects)."""
+        self.stats["errors"] += 1
+        if isinstance(e, (kvpalace.ConnectionLost, kvpalace.ForkedChild)) or (
+                isinstance(e, ValueError) and pool.closed):
+            with self._lock:
+                if self._pool is pool:
+                    self._close_locked()
+            return True
+        return False
+
+    def close(self):
+        with self._lock:
+            self._close_locked()
+
+    # ---- exists -----------------------------------------------------------
+
+    def _exist_flags(self, keys):
+        """Per key, whether its page is stored (host memory or disk); stops
+        at the first missing key's batch. Keys after a failure are False."""
+        flags = [False] * len(keys)
+        pool = self._get_pool()
+        if pool is None:
+            return flags
+        ph = self._placeholder
+        bt = self.host.page_size
+        t0 = time.perf_counter()
+        try:
+            for start in range(0, len(keys), LOOKUP_BATCH_MAX):
+                chunk = keys[start:start + LOOKUP_BATCH_MAX]
+                res = pool.lookup_batch([ph] * len(chunk),
+                                        extra_keys=[storage_key(k) for k in chunk])
+                for j, (matched, _host) in enumerate(res):
+                    flags[start + j] = matched >= bt
+                if not all(flags[start:start + len(chunk)]):
+                    break
+        except (kvpalace.Error, ValueError) as e:
+            self._lost(pool, e)
+            logger.warning("kvpalace: lookup failed: %s", e)
+        finally:
+            self.stats["kvpalace_s"] += time.perf_counter() - t0
+        return flags
+
+    def batch_exists(self, keys, extra_info=None):
+        """How many of keys, from the first, are stored (SGLang asks before
+        a prefetch, STORAGE_BATCH_SIZE keys at a time)."""
+        self.stats["exists_calls"] += 1
+        flags = self._exist_flags(list(keys))
+        return flags.index(False) if False in flags else len(flags)
+
+    def exists(self, key):
+        return self._exist_flags([key])[0]
+
+    # ---- get --------------------------------------------------------------
+
+    def _get_pages(self, keys, dst_fn):
+        """For each key, match its page and copy it where dst_fn(i) says
+        (an int: the host pool's token slot; else a view in kvpalace's
+        order). Returns a bool per key."""
+        n = len(keys)
+        out = [False] * n
+        self.stats["get_pages"] += n
+        pool = self._get_pool()
+        if pool is None:
+            return out
+        ph = self._placeholder
+        bt = self.host.page_size
+        host = self.host
+        t0 = time.perf_counter()
+        try:
+            for i, key in enumerate(keys):
+                try:
+                    lease = pool.match(ph, extra_key=storage_key(key))
+                except (kvpalace.Error, ValueError) as e:
+                    if self._lost(pool, e):
+                        logger.warning("kvpalace: connection lost at page %d of %d: %s",
+                                       i, n, e)
+                        break
+                    logger.warning("kvpalace: match of %s failed: %s", key, e)
+                    continue
+                with lease:
+                    if lease.tokens < bt:
+                        continue
+                    dst = dst_fn(i)
+                    if isinstance(dst, int) and host.engine is not None:
+                        lease.to_engine(host.engine, [dst // bt])
+                    else:
+                        if isinstance(dst, int):
+                            dst = host.view(dst)
+                        src = lease.page(0).array()
+                        dst[...] = src.view(dst.dtype)
+                        del src
+                out[i] = True
+                self.stats["get_hits"] += 1
+                self.stats["bytes_served"] += host.page_bytes
+                self.stats["bytes_copied"] += host.page_bytes
+        finally:
+            self.stats["kvpalace_s"] += time.perf_counter() - t0
+        return out
+
+    def batch_get_v1(self, keys, host_indices, extra_info=None):
+        """Zero-copy get: page i of keys into the host pool's slots from
+        host_indices[i * page_size] on. A bool per key."""
+        starts = _page_starts(host_indices, self.host.page_size, len(keys))
+        return self._get_pages(list(keys), lambda i: starts[i])
+
+    def batch_get(self, keys, target_locations=None, target_sizes=None):
+        """Get into flat pages (get_dummy_flat_data_page tensors): a list of
+        the filled tensors, None for a miss."""
+        keys = list(keys)
+        targets = list(target_locations)
+        ok = self._get_pages(keys, lambda i: self.host.flat(targets[i]))
+        return [t if k else None for t, k in zip(targets, ok)]
+
+    def get(self, key, target_location=None, target_sizes=None):
+        if target_location is None:
+            target_location = self.mem_pool_host.get_dummy_flat_data_page()
+        return self.batch_get([key], [target_location])[0]
+
+    # ---- set --------------------------------------------------------------
+
+    def _set_pages(self, keys, src_fn):
+        """Store each key's page from src_fn(i) (as _get_pages' dst_fn) unless
+        it is stored already. Returns a bool per key."""
+        n = len(keys)
+        self.stats["set_pages"] += n
+        if self.is_mla and self.tp_rank != 0:
+            return [True] * n  # rank 0 writes the shared latent
+        out = self._exist_flags_all(keys)
+        pool = self._get_pool()
+        if pool is None:
+            return [False] * n
+        ph = self._placeholder
+        bt = self.host.page_size
+        host = self.host
+        t0 = time.perf_counter()
+        try:
+            for i, key in enumerate(keys):
+                if out[i]:
+                    continue
+                try:
+                    with pool.session(extra_key=storage_key(key)) as s:
+                        s.append(ph)
+                        src = src_fn(i)
+                        if isinstance(src, int) and host.engine is not None:
+                            s.from_engine(host.engine, [src // bt])
+                        else:
+                            if isinstance(src, int):
+                                src = host.view(src)
+                            dst = s.page(0).array()
+                            dst.view(src.dtype)[...] = src
+                            del dst
+                        del src
+                        s.commit()
+                except (kvpalace.Error, ValueError, BufferError) as e:
+                    if self._lost(pool, e):
+                        logger.warning("kvpalace: connection lost at page %d of %d: %s",
+                                       i, n, e)
+                        break
+                    logger.warning("kvpalace: storing %s failed: %s", key, e)
+                    continue
+                out[i] = True
+                self.stats["set_new"] += 1
+                self.stats["bytes_stored"] += host.page_bytes
+        finally:
+            self.stats["kvpalace_s"] += time.perf_counter() - t0
+        return out
+
+    def _exist_flags_all(self, keys):
+        """_exist_flags over every key (not stopping at a missing one)."""
+        flags = [False] * len(keys)
+        pool = self._get_pool()
+        if pool is None:
+            return flags
+        ph = self._placeholder
+        bt = self.host.page_size
+        t0 = time.perf_counter()
+        try:
+            for start in range(0, len(keys), LOOKUP_BATCH_MAX):
+                chunk = keys[start:start + LOOKUP_BATCH_MAX]
+                res = pool.lookup_batch([ph] * len(chunk),
+                                        extra_keys=[storage_key(k) for k in chunk])
+                for j, (matched, _host) in enumerate(res):
+                    flags[start + j] = matched >= bt
+        except (kvpalace.Error, ValueError) as e:
+            self._lost(pool, e)
+        finally:
+            self.stats["kvpalace_s"] += time.perf_counter() - t0
+        return flags
+
+    def batch_set_v1(self, keys, host_indices, extra_info=None):
+        """Zero-copy set: page i of keys from the host pool's slots from
+        host_indices[i * page_size] on. A bool per key."""
+        starts = _page_starts(host_indices, self.host.page_size, len(keys))
+        return self._set_pages(list(keys), lambda i: starts[i])
+
+    def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
+        """Set from flat pages (get_data_page(flat=True) tensors): True when
+        every page is stored."""
+        keys = list(keys)
+        values = list(values)
+        return all(self._set_pages(keys, lambda i: self.host.flat(values[i])))
+
+    def set(self, key, value=None, target_location=None, target_sizes=None):
+        return self.batch_set([key], [value])
+
+    # ---- the rest ---------------------------------------------------------
+
+    def clear(self):
+        """SGLang's "clear the storage": kvpalace's pages are shared with
+        other engines and evicted by the daemon, so nothing is deleted."""
+        logger.info("kvpalace: clear() leaves the daemon's pages (evicted by its policy)")
+
+    def get_stats(self):
+        return None  # SGLang's StorageMetrics; counters are in .stats
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _page_starts(host_indices, page_size, n_keys):
+    if hasattr(host_indices, "tolist"):
+        idx = host_indices.tolist()
+    else:
+        idx = list(host_indices)
+    if len(idx) != n_keys * page_size:
+        raise ValueError("%d host indices for %d pages of %d tokens" %
+                         (len(idx), n_keys, page_size))
+    return [int(idx[i * page_size]) for i in range(n_keys)]
+
+
+def make_backend_class(base, name="KvpalaceHiCacheStorage"):
+    """KvpalaceStorage as a subclass of base (SGLang's HiCacheStorage); ours
+    come first in the MRO, so the base's abstract methods are overridden."""
+    return type(name, (KvpalaceStorage, base), {"__module__": __name__})
+
+
+_made = {}
+
+
+def _hicache_base():
+    try:
+        from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
+    except ImportError as e:
+        raise ImportError(
+            "kvpalace.sglang_backend.KvpalaceHiCacheStorage is SGLang's HiCache storage "
+            "backend and needs SGLang (sglang.srt.mem_cache.hicache_storage) importable: "
+            "%s. Without SGLang use kvpalace.sglang_backend.KvpalaceStorage." % e) from e
+    return HiCacheStorage
+
+
+def __getattr__(name):
+    if name == "KvpalaceHiCacheStorage":
+        if name not in _made:
+            _made[name] = make_backend_class(_hicache_base())
+        return _made[name]
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
