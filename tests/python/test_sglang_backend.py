@@ -397,3 +397,61 @@ def test_real_factory_loads_it(daemon):
     assert ctl.write_back(keys, idx) == 2 * PS
     assert be.batch_exists(keys) == 2
     be.close()
+
+
+def test_over_an_abstract_base(daemon):
+    """make_backend_class over an ABC with HiCacheStorage's abstract calls
+    (a stand-in of SGLang's, which does not import here): nothing is left
+    abstract, our calls win over the base's, and SGLang's calls work."""
+    import abc
+
+    class Base(abc.ABC):
+        def register_mem_pool_host(self, mem_pool_host):
+            self.mem_pool_host = mem_pool_host
+
+        def batch_get_v1(self, keys, host_indices, extra_info=None):
+            raise NotImplementedError()
+
+        def batch_set_v1(self, keys, host_indices, extra_info=None):
+            raise NotImplementedError()
+
+        @abc.abstractmethod
+        def get(self, key, target_location=None, target_sizes=None):
+            pass
+
+        @abc.abstractmethod
+        def batch_get(self, keys, target_locations=None, target_sizes=None):
+            pass
+
+        @abc.abstractmethod
+        def set(self, key, value=None, target_location=None, target_sizes=None):
+            pass
+
+        @abc.abstractmethod
+        def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
+            pass
+
+        @abc.abstractmethod
+        def exists(self, key):
+            pass
+
+        def batch_exists(self, keys, extra_info=None):
+            for i, k in enumerate(keys):
+                if not self.exists(k):
+                    return i
+            return len(keys)
+
+    cls = sb.make_backend_class(Base)
+    assert issubclass(cls, Base) and not cls.__abstractmethods__
+    for zero_copy in (True, False):
+        ctl = make(cls, daemon.sock, model_id("abc"), host_pool(), zero_copy=zero_copy)
+        keys = page_keys(tokens(15 + zero_copy, 3), PS)
+        idx, kv = computed(ctl, keys, seed=15)
+        assert ctl.write_back(keys, idx) == 3 * PS
+        ctl.host.kv_buffer.fill_(0)
+        n, ridx = ctl.prefetch(keys)
+        assert n == 3 and same(ctl.host.tokens_kv(ridx), kv)
+        flat = ctl.host.get_dummy_flat_data_page()
+        assert ctl.backend.get(keys[0], flat) is flat and ctl.backend.get("nope", flat) is None
+        assert ctl.backend.set(keys[0], ctl.host.get_data_page(ridx[0]))
+        ctl.backend.close()
