@@ -84,7 +84,7 @@ import numpy as np
 import kvpalace
 
 # KvpalaceHiCacheStorage is left out: a star import must not need SGLang.
-__all__ = ["KvpalaceStorage", "make_backend_class", "storage_key"]
+__all__ = ["KvpalaceStorage", "make_backend_class", "pool_model_id", "storage_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +103,17 @@ def storage_key(key):
     if 0 < len(b) <= MAX_KEY_BYTES:
         return b
     return hashlib.blake2b(b, digest_size=32, person=b"kvp-sglang").digest()
+
+
+def pool_model_id(name):
+    """A kvpalace model id (1..127 bytes of printable ASCII, room left for
+    the "#tp<rank>/<size>" suffix) for SGLang's model name: the name when
+    it is one, else its tail and a hash of it."""
+    if name and len(name) <= 96 and all(" " <= ch <= "~" for ch in name):
+        return name
+    h = hashlib.blake2b(name.encode("utf-8", "replace"), digest_size=8).hexdigest()
+    tail = "".join(ch if " " <= ch <= "~" else "_" for ch in name[-64:])
+    return "%s~%s" % (tail, h)
 
 
 def _raw_numpy(t):
@@ -258,7 +269,10 @@ class KvpalaceStorage:
         cp_size = int(getattr(cfg, "attn_cp_size", 1) or 1)
         if cp_size > 1:
             model += "-cp%dof%d" % (int(getattr(cfg, "attn_cp_rank", 0)), cp_size)
-        self.model_id = model
+        self.model_id = pool_model_id(model)
+        if getattr(cfg, "should_split_heads", False):
+            raise ValueError("kvpalace's SGLang backend does not split heads across "
+                             "heterogeneous TP sizes (tp_lcm_size)")
         self._client_factory = client_factory or kvpalace.Client
         self._lock = threading.Lock()
         self._client = None

@@ -189,6 +189,9 @@ def test_long_keys_and_many_pages(daemon, backend_cls):
     assert all(len(k) > 64 for k in keys)
     assert sb.storage_key(keys[0]) != sb.storage_key(keys[1])
     assert len(sb.storage_key(keys[0])) == 32 and sb.storage_key("ab") == b"ab"
+    assert sb.pool_model_id("meta-llama/Llama-3.1-8B") == "meta-llama/Llama-3.1-8B"
+    long_id = sb.pool_model_id("/models/" + "x" * 200 + "\u00e9")
+    assert len(long_id) <= 96 and long_id.isascii() and long_id != sb.pool_model_id("/m/x")
     idx, kv = computed(ctl, keys, seed=7)
     assert ctl.write_back(keys, idx) == 150 * PS
     ctl.host.free(idx)
@@ -261,7 +264,7 @@ def _restart(d, wipe):
 
 
 class _OwnDaemon(Daemon):
-    def __init__(self):
+    def __init__(self, extra=()):
         real = subprocess.Popen
         seen = {}
 
@@ -271,7 +274,7 @@ class _OwnDaemon(Daemon):
 
         subprocess.Popen = popen
         try:
-            super().__init__()
+            super().__init__(extra)
         finally:
             subprocess.Popen = real
         self.argv = seen["argv"]
@@ -332,6 +335,48 @@ def test_failed_gets_are_misses(backend_cls, zero_copy):
         assert same(after[PS:2 * PS], before[PS:2 * PS])
         assert same(after[3 * PS:], before[3 * PS:])
         assert ctl.page_get(mixed, dst2) == 1  # SGLang keeps the leading run
+        be.close()
+    finally:
+        d.stop()
+
+
+def test_corrupted_pages_on_disk(backend_cls):
+    """Pages spilled to disk (a 1 MiB host pool; a clean stop writes the
+    rest), bytes flipped in the spill file's data, the daemon started
+    again: every page a get serves equals what was written, the damaged
+    ones are misses."""
+    d = _OwnDaemon(("--host-pool-size", "1M", "--disk-pool-size", "16M"))
+    try:
+        model = model_id("disk")
+        ctl = make(backend_cls, d.sock, model, host_pool(n_pages=200))
+        keys = page_keys(tokens(16, 96), PS)  # 768 KiB of pages
+        idx, kv = computed(ctl, keys, seed=16)
+        assert ctl.write_back(keys, idx) == 96 * PS
+        ctl.backend.close()
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(30) == 0
+        spill = [os.path.join(d.dir, "cache", f) for f in os.listdir(os.path.join(d.dir, "cache"))
+                 if f.startswith("spill-")]
+        assert len(spill) == 1
+        with open(spill[0], "r+b") as f:
+            size = f.seek(0, 2)
+            for off in range(512 << 10, size, 1024):  # past the headers: extents' data
+                f.seek(off)
+                b = f.read(1)
+                f.seek(off)
+                f.write(bytes([b[0] ^ 0x5A]))
+        _restart(d, wipe=False)
+        ctl = make(backend_cls, d.sock, model, host_pool(n_pages=200))
+        be = ctl.backend
+        dst = ctl.host.alloc(96 * PS)
+        ctl.host.fill(dst, seed=17)
+        before = ctl.host.tokens_kv(dst)
+        got = be.batch_get_v1(keys, dst)
+        after = ctl.host.tokens_kv(dst)
+        for i, ok in enumerate(got):
+            page = slice(i * PS, (i + 1) * PS)
+            assert same(after[page], kv[page] if ok else before[page]), i
+        assert 0 < sum(got) < len(keys), sum(got)
         be.close()
     finally:
         d.stop()
