@@ -154,7 +154,11 @@ class _HostPages:
         self.layout_name = host.layout
         self.page_size = ps = int(host.page_size)
         self.is_mla = is_mla
-        buf = host.kv_buffer
+        buf = getattr(host, "kv_buffer", None)
+        if buf is None:
+            raise ValueError("host pool %s has no kv_buffer: hybrid host pools (Mamba, SWA "
+                             "groups) are not supported by kvpalace's SGLang backend"
+                             % type(host).__name__)
         if isinstance(buf, (tuple, list)):
             raise ValueError("K and V of different head dims (two host buffers) are not "
                              "supported by kvpalace's SGLang backend")
