@@ -500,3 +500,52 @@ def test_over_an_abstract_base(daemon):
         assert ctl.backend.get(keys[0], flat) is flat and ctl.backend.get("nope", flat) is None
         assert ctl.backend.set(keys[0], ctl.host.get_data_page(ridx[0]))
         ctl.backend.close()
+
+
+def test_threads_as_sglang_runs_them(daemon, backend_cls):
+    """SGLang calls from three threads at once (prefetch: batch_exists;
+    prefetch I/O: batch_get_v1; write-back: batch_set_v1) on one backend:
+    every byte read is what was written."""
+    import threading
+
+    ctl = make(backend_cls, daemon.sock, model_id("thr"), host_pool(n_pages=160))
+    old = [page_keys(tokens(100 + r, 4), PS) for r in range(8)]
+    new = [page_keys(tokens(200 + r, 4), PS) for r in range(8)]
+    kv_old = []
+    for r, keys in enumerate(old):
+        idx, kv = computed(ctl, keys, seed=100 + r)
+        assert ctl.write_back(keys, idx) == 4 * PS
+        kv_old.append(kv)
+    w_idx = [computed(ctl, keys, seed=200 + r) for r, keys in enumerate(new)]
+    r_idx = [ctl.host.alloc(4 * PS) for _ in range(4)]
+    errors = []
+
+    def writer():
+        try:
+            for keys, (idx, _) in zip(new, w_idx):
+                assert all(ctl.backend.batch_set_v1(keys, idx))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    def reader(t):
+        try:
+            for rnd in range(6):
+                r = (t + rnd) % len(old)
+                assert ctl.backend.batch_exists(old[r]) == 4
+                assert ctl.backend.batch_get_v1(old[r], r_idx[t]) == [True] * 4
+                assert same(ctl.host.tokens_kv(r_idx[t]), kv_old[r])
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer)] + [
+        threading.Thread(target=reader, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    for keys, (_, kv) in zip(new, w_idx):
+        ctl.host.kv_buffer.fill_(0)
+        assert ctl.backend.batch_get_v1(keys, r_idx[0]) == [True] * 4
+        assert same(ctl.host.tokens_kv(r_idx[0]), kv)
+    ctl.backend.close()
