@@ -18,13 +18,11 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 import torch
 
 import kvpalace
 from conftest import Daemon, _can_connect
-import sglang_driver as drv
 from sglang_driver import Controller, HostPool, page_keys, storage_config
 
 sb = pytest.importorskip("kvpalace.sglang_backend")
