@@ -435,15 +435,11 @@ class KvpalaceStorage:
                 with lease:
                     if lease.tokens < bt:
                         continue
-                    dst = dst_fn(i)
-                    if isinstance(dst, int) and host.engine is not None:
-                        lease.to_engine(host.engine, [dst // bt])
-                    else:
-                        if isinstance(dst, int):
-                            dst = host.view(dst)
-                        src = lease.page(0).array()
-                        dst[...] = src.view(dst.dtype)
-                        del src
+                    try:
+                        self._copy_out(lease, dst_fn(i))
+                    except Exception as e:  # noqa: BLE001 - a miss, not a dead SGLang thread
+                        logger.error("kvpalace: copying page %s out failed: %s", key, e)
+                        continue
                 out[i] = True
                 self.stats["get_hits"] += 1
                 self.stats["bytes_served"] += host.page_bytes
@@ -451,6 +447,16 @@ class KvpalaceStorage:
         finally:
             self.stats["kvpalace_s"] += time.perf_counter() - t0
         return out
+
+    def _copy_out(self, lease, dst):
+        host = self.host
+        if isinstance(dst, int) and host.engine is not None:
+            lease.to_engine(host.engine, [dst // host.page_size])
+            return
+        if isinstance(dst, int):
+            dst = host.view(dst)
+        src = lease.page(0).array()
+        dst[...] = src.view(dst.dtype)
 
     def batch_get_v1(self, keys, host_indices, extra_info=None):
         """Zero-copy get: page i of keys into the host pool's slots from
@@ -485,7 +491,6 @@ class KvpalaceStorage:
         if pool is None:
             return [False] * n
         ph = self._placeholder
-        bt = self.host.page_size
         host = self.host
         t0 = time.perf_counter()
         try:
@@ -495,18 +500,9 @@ class KvpalaceStorage:
                 try:
                     with pool.session(extra_key=storage_key(key)) as s:
                         s.append(ph)
-                        src = src_fn(i)
-                        if isinstance(src, int) and host.engine is not None:
-                            s.from_engine(host.engine, [src // bt])
-                        else:
-                            if isinstance(src, int):
-                                src = host.view(src)
-                            dst = s.page(0).array()
-                            dst.view(src.dtype)[...] = src
-                            del dst
-                        del src
+                        self._copy_in(s, src_fn(i))
                         s.commit()
-                except (kvpalace.Error, ValueError, BufferError) as e:
+                except Exception as e:  # noqa: BLE001 - a failed page, not a dead thread
                     if self._lost(pool, e):
                         logger.warning("kvpalace: connection lost at page %d of %d: %s",
                                        i, n, e)
@@ -519,6 +515,18 @@ class KvpalaceStorage:
         finally:
             self.stats["kvpalace_s"] += time.perf_counter() - t0
         return out
+
+    def _copy_in(self, session, src):
+        """src (a host slot, or a view in kvpalace's order) into the
+        session's page 0; no view of the page is left (commit needs that)."""
+        host = self.host
+        if isinstance(src, int) and host.engine is not None:
+            session.from_engine(host.engine, [src // host.page_size])
+            return
+        if isinstance(src, int):
+            src = host.view(src)
+        dst = session.page(0).array()
+        dst.view(src.dtype)[...] = src
 
     def _exist_flags_all(self, keys):
         """_exist_flags over every key (not stopping at a missing one)."""
