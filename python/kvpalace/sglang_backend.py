@@ -45,8 +45,8 @@ wrote: "layer_first", "page_first", "page_first_direct" and "page_head"
 copy is one pass between the host pool and the daemon's shared arena:
 kvpalace's C engine adapter (EngineCache kind "sglang",
 Lease.to_engine / Session.from_engine) where the host buffer is
-"layer_first" MHA and the package has it, a numpy strided copy through
-Page.array() otherwise. An MLA latent row of width D (kv_lora_rank +
+"layer_first" MHA and the package has it, torch's strided copy between
+the host buffer and Page.tensor() otherwise. An MLA latent row of width D (kv_lora_rank +
 qk_rope_head_dim) is stored as one head of D/2: its first half as K, the
 second as V (no space wasted on an empty V).
 
@@ -93,7 +93,6 @@ LOOKUP_BATCH_MAX = 64  # prompts per kvp_lookup_batch request
 _RECONNECT_INTERVAL_S = 1.0
 
 _DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
-_RAW = {2: np.uint16, 4: np.uint32}
 
 
 def storage_key(key):
@@ -116,42 +115,18 @@ def pool_model_id(name):
     return "%s~%s" % (tail, h)
 
 
-def _raw_numpy(t):
-    """A numpy view of tensor (or array) t's elements as unsigned ints of
-    their size, no copy (bf16 has no numpy type)."""
-    if isinstance(t, np.ndarray):
-        a = t
-    else:
-        if getattr(t, "device", None) is not None and str(t.device) != "cpu":
-            raise ValueError("kvpalace's SGLang backend needs the host pool in CPU memory, "
-                             "not on %s" % t.device)
-        size = t.element_size()
-        import torch  # SGLang's tensors: torch is there
-
-        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-        a = t.view(ints[size]).numpy()
-    size = a.dtype.itemsize
-    if size not in _RAW:
-        raise ValueError("element size %d: kvpalace stores 2- and 4-byte elements" % size)
-    return a.view(_RAW[size])
-
-
-def _reshape_view(a, shape):
-    """a as shape without a copy (ValueError when that needs one)."""
-    v = a.view()
-    v.shape = shape
-    return v
-
-
 class _HostPages:
     """SGLang's host KV buffer (MHATokenToKVPoolHost or MLATokenToKVPoolHost
     of pool_host/), seen page by page in kvpalace's page order
-    [layer][k|v][head][token][dim]: view(index) of the page that starts at
-    token slot index, and flat(t) of a page SGLang hands over flattened in
-    its host layout's order (get_data_page / get_dummy_flat_data_page)."""
+    [layer][k|v][head][token][dim] as strided torch views, no copy:
+    view(index) of the page that starts at token slot index, flat(t) of a
+    page SGLang hands over flattened in its host layout's order
+    (get_data_page / get_dummy_flat_data_page). Copies between such a view
+    and a kvpalace page's tensor (Page.tensor(): the same dtype) are
+    torch's strided copy_."""
 
     def __init__(self, host, is_mla):
-        self.layout_name = host.layout
+        self.layout_name = lay = host.layout
         self.page_size = ps = int(host.page_size)
         self.is_mla = is_mla
         buf = getattr(host, "kv_buffer", None)
@@ -166,30 +141,33 @@ class _HostPages:
         if self.dtype is None:
             raise ValueError("host KV dtype %s: kvpalace's SGLang backend stores f16, bf16 "
                              "and f32" % buf.dtype)
-        self.raw = _raw_numpy(buf)
-        self.tensor = buf
+        if buf.device.type != "cpu":
+            raise ValueError("kvpalace's SGLang backend needs the host pool in CPU memory, "
+                             "not on %s" % buf.device)
+        if not buf.is_contiguous():
+            raise ValueError("the host KV buffer is not contiguous")
+        self.buf = buf
         self.engine = None
-        lay = self.layout_name
-        s = self.raw.shape
+        s = tuple(buf.shape)
         if not is_mla:
             if lay == "layer_first":  # [2, L, slots, H, D]
                 _, L, _, H, D = s
-                self._page = lambda i: self.raw[:, :, i:i + ps]  # [2, L, ps, H, D]
+                self._page = lambda i: buf[:, :, i:i + ps]  # [2, L, ps, H, D]
                 self.perm = (1, 0, 3, 2, 4)
                 self.page_shape = (2, L, ps, H, D)
             elif lay == "page_first":  # [2, slots, L, H, D]
                 _, _, L, H, D = s
-                self._page = lambda i: self.raw[:, i:i + ps]  # [2, ps, L, H, D]
+                self._page = lambda i: buf[:, i:i + ps]  # [2, ps, L, H, D]
                 self.perm = (2, 0, 3, 1, 4)
                 self.page_shape = (2, ps, L, H, D)
             elif lay == "page_first_direct":  # [2, pages, L, ps, H, D]
                 _, _, L, _, H, D = s
-                self._page = lambda i: self.raw[:, i // ps]  # [2, L, ps, H, D]
+                self._page = lambda i: buf[:, i // ps]  # [2, L, ps, H, D]
                 self.perm = (1, 0, 3, 2, 4)
                 self.page_shape = (2, L, ps, H, D)
             elif lay == "page_head":  # [2, pages, H, ps, L, D]
                 _, _, H, _, L, D = s
-                self._page = lambda i: self.raw[:, i // ps]  # [2, H, ps, L, D]
+                self._page = lambda i: buf[:, i // ps]  # [2, H, ps, L, D]
                 self.perm = (3, 0, 1, 2, 4)
                 self.page_shape = (2, H, ps, L, D)
             else:
@@ -198,19 +176,19 @@ class _HostPages:
             self.n_layers, self.n_heads, self.head_dim = L, H, D
             self._split = None
         else:
-            if lay in ("layer_first",):  # [L, slots, 1, D]
+            if lay == "layer_first":  # [L, slots, 1, D]
                 L, _, one, D = s
-                self._page = lambda i: self.raw[:, i:i + ps]  # [L, ps, 1, D]
+                self._page = lambda i: buf[:, i:i + ps]  # [L, ps, 1, D]
                 self.perm = (0, 3, 2, 1, 4)  # [L, ps, 1, 2, D/2] -> [L, 2, 1, ps, D/2]
                 self.page_shape = (L, ps, one, D)
             elif lay == "page_first":  # [slots, L, 1, D]
                 _, L, one, D = s
-                self._page = lambda i: self.raw[i:i + ps]  # [ps, L, 1, D]
+                self._page = lambda i: buf[i:i + ps]  # [ps, L, 1, D]
                 self.perm = (1, 3, 2, 0, 4)
                 self.page_shape = (ps, L, one, D)
             elif lay == "page_first_direct":  # [pages, L, ps, 1, D]
                 _, L, _, one, D = s
-                self._page = lambda i: self.raw[i // ps]  # [L, ps, 1, D]
+                self._page = lambda i: buf[i // ps]  # [L, ps, 1, D]
                 self.perm = (0, 3, 2, 1, 4)
                 self.page_shape = (L, ps, one, D)
             else:
@@ -221,16 +199,19 @@ class _HostPages:
                                  "one head of even width" % (one, D))
             self.n_layers, self.n_heads, self.head_dim = L, 1, D // 2
             self._split = D // 2
-        self.page_bytes = int(np.prod(self.page_shape)) * self.raw.dtype.itemsize
-        if (not is_mla and lay == "layer_first" and hasattr(kvpalace, "EngineCache")
-                and not isinstance(buf, np.ndarray)):
+        n = 1
+        for d in self.page_shape:
+            n *= d
+        self.page_elems = n
+        self.page_bytes = n * buf.element_size()
+        if not is_mla and lay == "layer_first" and hasattr(kvpalace, "EngineCache"):
             # The C adapter: per layer a K and a V pool [slots, H, D].
             k = [buf[0][layer] for layer in range(self.n_layers)]
             v = [buf[1][layer] for layer in range(self.n_layers)]
             try:
                 self.engine = kvpalace.EngineCache("sglang", k, v, block_size=ps)
-            except (TypeError, ValueError) as e:
-                logger.info("kvpalace: EngineCache not usable (%s); numpy copies", e)
+            except (TypeError, ValueError, kvpalace.Error) as e:
+                logger.info("kvpalace: EngineCache not usable (%s); torch copies", e)
 
     def layout(self):
         return kvpalace.Layout(self.n_layers, self.n_heads, self.head_dim, self.page_size,
@@ -239,18 +220,17 @@ class _HostPages:
     def _canon(self, page):
         """A page in host order as a view in kvpalace's order."""
         if self._split is not None:
-            page = _reshape_view(page, page.shape[:-1] + (2, self._split))
-        return page.transpose(self.perm)
+            page = page.view(tuple(page.shape[:-1]) + (2, self._split))
+        return page.permute(self.perm)
 
     def view(self, index):
         return self._canon(self._page(index))
 
     def flat(self, t):
-        a = _raw_numpy(t)
-        if a.size * a.dtype.itemsize != self.page_bytes:
-            raise ValueError("a flat page of %d bytes, not %d" %
-                             (a.size * a.dtype.itemsize, self.page_bytes))
-        return self._canon(_reshape_view(a.reshape(-1), self.page_shape))
+        if t.dtype != self.buf.dtype or t.numel() != self.page_elems:
+            raise ValueError("a flat page of %d %s, not %d %s" %
+                             (t.numel(), t.dtype, self.page_elems, self.buf.dtype))
+        return self._canon(t.view(-1).view(self.page_shape))
 
 
 class KvpalaceStorage:
@@ -455,8 +435,7 @@ class KvpalaceStorage:
             return
         if isinstance(dst, int):
             dst = host.view(dst)
-        src = lease.page(0).array()
-        dst[...] = src.view(dst.dtype)
+        dst.copy_(lease.page(0).tensor())
 
     def batch_get_v1(self, keys, host_indices, extra_info=None):
         """Zero-copy get: page i of keys into the host pool's slots from
@@ -525,8 +504,8 @@ class KvpalaceStorage:
             return
         if isinstance(src, int):
             src = host.view(src)
-        dst = session.page(0).array()
-        dst.view(src.dtype)[...] = src
+        dst = session.page(0).tensor()
+        dst.copy_(src)
 
     def _exist_flags_all(self, keys):
         """_exist_flags over every key (not stopping at a missing one)."""
