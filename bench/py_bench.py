@@ -11,7 +11,14 @@ against a running kvpalaced. Prints "sample NAME VALUE" lines (µs per
 call: py.lookup_us, py.ref_lookup_us, py.match_us, py.ref_match_us, and
 per-block ratios C/Python as py.lookup_ratio, py.match_ratio) on stdout
 for bench/run's area py, and a summary on stderr: medians, and the ratio
-C time / Python time (1.0: no overhead; below 1: Python is slower)."""
+C time / Python time (1.0: no overhead; below 1: Python is slower).
+
+Then, from Python alone, in the same interleaved blocks: one
+Pool.lookup_batch of 64 prompts against 64 Pool.lookup calls
+(py.batch64_us, py.singles64_us), and Lease.to_engine of 16 pages of a
+Llama-shaped layer slice (8 layers, 8 KV heads of 128, f16: 8 MiB) into
+a FlashAttention cache against numpy's copy of the same bytes between
+two buffers, a memcpy (py.to_engine_gbs, py.memcpy_gbs)."""
 
 import argparse
 import os
@@ -85,7 +92,16 @@ def main():
         ref.stdin.write("quit\n")
         ref.stdin.close()
         ref.wait(30)
+        extra = python_only(c, pool, tokens, a)
 
+    for name, vals in extra.items():
+        for v in vals:
+            print("sample py.%s %.4f" % (name, v))
+    for a_, b_, unit, what in (("batch64_us", "singles64_us", "us", "64 lookups: one batch vs 64 calls"),
+                               ("to_engine_gbs", "memcpy_gbs", "GB/s", "Lease.to_engine vs memcpy")):
+        ma, mb = statistics.median(extra[a_]), statistics.median(extra[b_])
+        ratio = mb / ma if unit == "us" else ma / mb
+        print("%-34s %9.2f vs %9.2f %s  ratio %.3f" % (what, ma, mb, unit, ratio), file=sys.stderr)
     for op, (ours, c_side) in res.items():
         for v in ours:
             print("sample py.%s_us %.3f" % (op, v))
@@ -98,6 +114,47 @@ def main():
         print("%-22s Python %7.2f us  C %7.2f us  ratio C/Python %.3f (blocks %.3f..%.3f)"
               % (op + (" + release" if op == "match" else ""), mo, mt,
                  statistics.median(ratios), ratios[0], ratios[-1]), file=sys.stderr)
+
+
+def python_only(c, pool, tokens, a):
+    """The batch and the copy figures, each against its reference in alternating blocks."""
+    import numpy
+
+    prompts = [numpy.arange(i * 1000, i * 1000 + a.tokens, dtype=numpy.uint32) for i in range(64)]
+    with pool.session() as s:
+        s.append(prompts[0])
+        s.commit()
+    calls = max(a.calls // 64, 4)
+    out = {k: [] for k in ("batch64_us", "singles64_us", "to_engine_gbs", "memcpy_gbs")}
+
+    def singles():
+        for p in prompts:
+            pool.lookup(p)
+
+    big = kvpalace.Layout(8, 8, 128, 16, "f16")
+    n_pages = 16
+    t = numpy.arange(n_pages * 16, dtype=numpy.uint32)
+    with c.open_pool("py-bench-copy-%d" % os.getpid(), big) as bp:
+        with bp.session() as s:
+            s.append(t)
+            s.commit()
+        kv = [numpy.zeros((2, n_pages, 16, 8, 128), numpy.float16) for _ in range(8)]
+        cache = kvpalace.EngineCache("flash_attn", kv)
+        nbytes = n_pages * bp.page_bytes
+        src = numpy.ones(nbytes, numpy.uint8)
+        dst = numpy.zeros(nbytes, numpy.uint8)
+        blocks = list(range(n_pages))
+        with bp.match(t) as lease:
+            copy = lambda: lease.to_engine(cache, blocks)  # noqa: E731
+            ref = lambda: numpy.copyto(dst, src)  # noqa: E731
+            for fn in (copy, ref, singles, lambda: pool.lookup_batch(prompts)):
+                timed(fn, 3)
+            for _ in range(a.blocks):
+                out["batch64_us"].append(timed(lambda: pool.lookup_batch(prompts), calls) / 1000)
+                out["singles64_us"].append(timed(singles, calls) / 1000)
+                out["memcpy_gbs"].append(nbytes / timed(ref, 20))
+                out["to_engine_gbs"].append(nbytes / timed(copy, 20))
+    return out
 
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
 """Two processes share a trained model's prompt KV through kvpalace.
 
 Process A (the writer, a subprocess) prefills a prompt with stories260K into its own paged KV
-cache, copies the whole pages of it into kvpalace pages (kv_pages.engine_to_pages) and commits.
-Process B (the reader, another subprocess) asks the pool how much of the prompt it holds
-(pool.lookup), matches it, loads the pages into its own paged cache (kv_pages.pages_to_engine),
+cache (FlashInfer's NHD layout, engine.py), copies the blocks of its whole pages into kvpalace
+pages in one call (Session.from_engine, the C layout adapters) and commits. Process B (the
+reader, another subprocess) asks the pool how much of the prompt it holds (pool.lookup),
+matches it, loads the pages into the blocks its own paged cache gave the sequence
+(Lease.to_engine),
 computes only the rest of the prompt, decodes on greedily, and checks every logit against a full
 recompute of the whole sequence in B (np.array_equal on float32: both paths do the same
 operations in the same order, see stories.py). It prints tokens hit and computed and the prefill
@@ -37,7 +39,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import engine  # noqa: E402
-import kv_pages  # noqa: E402
 import stories  # noqa: E402
 
 MODEL_ID = "stories260K-" + stories.MODEL_SHA256[:16]
@@ -47,6 +48,11 @@ def layout_for(kvpalace, config, block_tokens):
     return kvpalace.Layout(
         config.n_layers, config.n_kv_heads, config.head_size, block_tokens, dtype="f32"
     )
+
+
+def engine_cache(kvpalace, cache):
+    """The engine's per-layer tensors, as the package's copies see them."""
+    return kvpalace.EngineCache("flashinfer_nhd", cache.kv_caches)
 
 
 def run_writer(args, prompt):
@@ -66,9 +72,7 @@ def run_writer(args, prompt):
         with c.open_pool(MODEL_ID, layout_for(kvpalace, model.config, bt)) as pool:
             with pool.session() as s:
                 s.append(prompt[: n_pages * bt])
-                pages = [s.page(i).array() for i in range(n_pages)]
-                kv_pages.engine_to_pages(cache.kv_caches, cache.block_tables[sid][:n_pages], pages)
-                del pages
+                s.from_engine(engine_cache(kvpalace, cache), cache.block_tables[sid][:n_pages])
                 s.commit()
     return {
         "role": "A",
@@ -109,9 +113,7 @@ def run_reader(args, prompt):
                         use = lease.tokens // bt * bt
                     n_pages = use // bt
                     table = cache.ensure(sid, use)
-                    pages = [lease.page(i).array() for i in range(n_pages)]
-                    kv_pages.pages_to_engine(pages, cache.kv_caches, table[:n_pages])
-                    del pages
+                    lease.to_engine(engine_cache(kvpalace, cache), table[:n_pages])
     logits = [model.forward(prompt[use:], use, seq)]
     warm_s = time.perf_counter() - t0
 

@@ -6,9 +6,10 @@ The engine (engine.py, as vLLM/FlashInfer NHD) keeps per layer
 dim). With block_size == block_tokens one engine block of every layer is one page, and the
 conversion is a transpose of the token and head axes per layer.
 
-The C library is getting the same adapters (kvp_engine_to_pages / kvp_pages_to_engine, branch
-p18-kern); when they reach the Python package, these two functions are the only call sites to
-replace. Pure numpy, no allocation beyond the transposed views; exact (a copy, no arithmetic).
+demo.py copies through the package instead (Session.from_engine, Lease.to_engine: the C
+layout adapters kvp_engine_to_pages / kvp_pages_to_engine, one call per list of blocks); these
+two functions, pure numpy and exact (a copy, no arithmetic), are the independent reference the
+tests hold the adapters to, and what an engine without the package built would use.
 """
 
 

@@ -202,3 +202,36 @@ def test_two_processes_share_prompt_kv_with_identical_logits(daemon_socket):
     other = prompt[:100] + [(t + 1) % 512 for t in prompt[100:]]
     b2 = demo.child("B", args, other)
     assert b2["looked_up"] == 96 and b2["hit_tokens"] == 96 and b2["identical"]
+
+
+def test_adapters_match_the_numpy_reference(daemon_socket, model, prompt):
+    """The C adapters (Session.from_engine, Lease.to_engine) against kv_pages.py on the model's
+    real KV, blocks scattered: the same page bytes, the same engine blocks back."""
+    kvpalace = pytest.importorskip("kvpalace")
+    import demo
+
+    c = model.config
+    cache = engine.PagedKVCache.for_model(c, 16, num_blocks=32)
+    cache._free = list(np.random.default_rng(5).permutation(32))
+    sid = cache.new_seq()
+    model.forward(prompt[:80], 0, cache.seq(sid))
+    table = cache.block_tables[sid][:5]
+    ref = [np.empty((c.n_layers, 2, c.n_kv_heads, 16, c.head_size), np.float32) for _ in range(5)]
+    kv_pages.engine_to_pages(cache.kv_caches, table, ref)
+    with kvpalace.Client(daemon_socket) as cl:
+        with cl.open_pool("stories-adapters", demo.layout_for(kvpalace, c, 16)) as pool:
+            with pool.session() as s:
+                s.append(prompt[:80])
+                s.from_engine(demo.engine_cache(kvpalace, cache), table)
+                for i in range(5):
+                    assert s.page(i).array().tobytes() == ref[i].tobytes()
+                s.commit()
+            back = engine.PagedKVCache.for_model(c, 16, num_blocks=32)
+            table2 = back.ensure(back.new_seq(), 80)
+            with pool.match(prompt[:80]) as lease:
+                assert lease.tokens == 80
+                lease.to_engine(demo.engine_cache(kvpalace, back), table2)
+    want = engine.PagedKVCache.for_model(c, 16, num_blocks=32)
+    kv_pages.pages_to_engine(ref, want.kv_caches, table2)
+    for layer in range(c.n_layers):
+        assert np.array_equal(back.kv_caches[layer], want.kv_caches[layer])
