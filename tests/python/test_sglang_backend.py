@@ -152,6 +152,7 @@ def test_requests(daemon, backend_cls, layout, mla, zero_copy):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
 def test_dtypes(daemon, backend_cls, dtype):
     ctl = make(backend_cls, daemon.sock, model_id("dt"), host_pool("layer_first", dtype=dtype))
+    assert ctl.backend.host.engine is not None  # layer_first MHA: the C adapters copy
     keys = page_keys(tokens(4, 3), PS)
     idx, kv = computed(ctl, keys, seed=4)
     assert ctl.write_back(keys, idx) == 3 * PS
