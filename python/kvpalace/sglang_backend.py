@@ -246,6 +246,7 @@ class KvpalaceStorage:
         self.tp_size = int(getattr(cfg, "tp_size", 1) or 1)
         self.is_mla = bool(getattr(cfg, "is_mla_model", False))
         self.socket = extra.get("kvpalace_socket")
+        self.prefetch_on_exists = bool(extra.get("kvpalace_prefetch", True))
         model = extra.get("kvpalace_model_id") or getattr(cfg, "model_name", None) or "sglang"
         pp_size = int(getattr(cfg, "pp_size", 1) or 1)
         if pp_size > 1:
@@ -267,7 +268,7 @@ class KvpalaceStorage:
         self._placeholder = None
         self.stats = dict(exists_calls=0, get_pages=0, get_hits=0, set_pages=0, set_new=0,
                           bytes_served=0, bytes_copied=0, bytes_stored=0, errors=0,
-                          reconnects=0, kvpalace_s=0.0)
+                          reconnects=0, prefetched=0, kvpalace_s=0.0)
         # The factory of a built-in backend passes the host pool second.
         if kwargs is not None and hasattr(kwargs, "kv_buffer"):
             self.register_mem_pool_host(kwargs)
@@ -349,25 +350,36 @@ class KvpalaceStorage:
 
     # ---- exists -----------------------------------------------------------
 
-    def _exist_flags(self, keys):
-        """Per key, whether its page is stored (host memory or disk); stops
-        at the first missing key's batch. Keys after a failure are False."""
+    def _exist_flags(self, keys, stop_at_miss=True, prefetch=False):
+        """Per key, whether its page is stored (host memory or disk), by
+        lookup_batch; with stop_at_miss, the batches after one with a miss
+        are not asked (False). With prefetch, the leading run's pages that
+        are only on disk are asked to come in (Pool.prefetch: the get that
+        follows waits less). Keys after a failure are False."""
         flags = [False] * len(keys)
         pool = self._get_pool()
         if pool is None:
             return flags
         ph = self._placeholder
         bt = self.host.page_size
+        on_disk = [False] * len(keys)
         t0 = time.perf_counter()
         try:
             for start in range(0, len(keys), LOOKUP_BATCH_MAX):
                 chunk = keys[start:start + LOOKUP_BATCH_MAX]
                 res = pool.lookup_batch([ph] * len(chunk),
                                         extra_keys=[storage_key(k) for k in chunk])
-                for j, (matched, _host) in enumerate(res):
+                for j, (matched, host) in enumerate(res):
                     flags[start + j] = matched >= bt
-                if not all(flags[start:start + len(chunk)]):
+                    on_disk[start + j] = matched >= bt and host < bt
+                if stop_at_miss and not all(flags[start:start + len(chunk)]):
                     break
+            if prefetch:
+                run = flags.index(False) if False in flags else len(flags)
+                for i in range(run):
+                    if on_disk[i]:
+                        pool.prefetch(ph, extra_key=storage_key(keys[i]))
+                        self.stats["prefetched"] += 1
         except (kvpalace.Error, ValueError) as e:
             self._lost(pool, e)
             logger.warning("kvpalace: lookup failed: %s", e)
@@ -379,7 +391,7 @@ class KvpalaceStorage:
         """How many of keys, from the first, are stored (SGLang asks before
         a prefetch, STORAGE_BATCH_SIZE keys at a time)."""
         self.stats["exists_calls"] += 1
-        flags = self._exist_flags(list(keys))
+        flags = self._exist_flags(list(keys), prefetch=self.prefetch_on_exists)
         return flags.index(False) if False in flags else len(flags)
 
     def exists(self, key):
@@ -465,7 +477,7 @@ class KvpalaceStorage:
         self.stats["set_pages"] += n
         if self.is_mla and self.tp_rank != 0:
             return [True] * n  # rank 0 writes the shared latent
-        out = self._exist_flags_all(keys)
+        out = self._exist_flags(keys, stop_at_miss=False)
         pool = self._get_pool()
         if pool is None:
             return [False] * n
@@ -506,28 +518,6 @@ class KvpalaceStorage:
             src = host.view(src)
         dst = session.page(0).tensor()
         dst.copy_(src)
-
-    def _exist_flags_all(self, keys):
-        """_exist_flags over every key (not stopping at a missing one)."""
-        flags = [False] * len(keys)
-        pool = self._get_pool()
-        if pool is None:
-            return flags
-        ph = self._placeholder
-        bt = self.host.page_size
-        t0 = time.perf_counter()
-        try:
-            for start in range(0, len(keys), LOOKUP_BATCH_MAX):
-                chunk = keys[start:start + LOOKUP_BATCH_MAX]
-                res = pool.lookup_batch([ph] * len(chunk),
-                                        extra_keys=[storage_key(k) for k in chunk])
-                for j, (matched, _host) in enumerate(res):
-                    flags[start + j] = matched >= bt
-        except (kvpalace.Error, ValueError) as e:
-            self._lost(pool, e)
-        finally:
-            self.stats["kvpalace_s"] += time.perf_counter() - t0
-        return flags
 
     def batch_set_v1(self, keys, host_indices, extra_info=None):
         """Zero-copy set: page i of keys from the host pool's slots from

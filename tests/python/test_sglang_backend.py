@@ -370,6 +370,8 @@ def test_corrupted_pages_on_disk(backend_cls):
         dst = ctl.host.alloc(96 * PS)
         ctl.host.fill(dst, seed=17)
         before = ctl.host.tokens_kv(dst)
+        run = be.batch_exists(keys)  # what is found is on disk: asked to come in
+        assert run > 0 and be.stats["prefetched"] == run
         got = be.batch_get_v1(keys, dst)
         after = ctl.host.tokens_kv(dst)
         for i, ok in enumerate(got):
