@@ -305,9 +305,12 @@ class KvpalaceStorage:
             else:
                 p = c.open_pool(self.model_id, self.host.layout(), tp_rank=self.tp_rank,
                                 tp_size=self.tp_size if self.tp_size > 1 else 0)
-        except Exception:
+        except Exception as e:  # noqa: BLE001
             c.close()
-            raise
+            if force:
+                raise
+            logger.warning("kvpalace: cannot open the pool %r again: %s", self.model_id, e)
+            return None
         self._client, self._pool = c, p
         return p
 
