@@ -259,3 +259,16 @@ def test_closing_a_pool_drops_its_operations(client):
     with client.open_pool("py-async-drop2-%d" % os.getpid(), LAYOUT) as q:
         hs = [q.lookup_submit([tokens(1, BS)]) for _ in range(16)]  # the slots came back
         assert sorted(collect(client, 16)) == sorted(hs)
+
+
+def test_dropping_a_pool_with_operations_in_flight(client):
+    """A pool object dropped unclosed: its operations go with it, nothing
+    leaks into the client's 16 slots, and the client goes on."""
+    p = client.open_pool("py-async-del-%d" % os.getpid(), LAYOUT)
+    for _ in range(16):
+        p.lookup_submit([tokens(i, BS) for i in range(70)])  # two requests' worth each
+    del p
+    assert client.in_flight == 0 and client.complete() == []
+    with client.open_pool("py-async-del2-%d" % os.getpid(), LAYOUT) as q:
+        hs = [q.lookup_submit([tokens(1, BS)]) for _ in range(16)]
+        assert sorted(collect(client, 16)) == sorted(hs)
