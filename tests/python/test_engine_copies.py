@@ -243,6 +243,9 @@ def test_submitted_lookups_and_prefetches(client, pool):
     assert e.value.errno == 11  # EAGAIN
     done = collect(client, 16)
     assert sorted(done) == sorted(hs) and all(r == [(3 * BS, 3 * BS)] for r in done.values())
+    # 70 prompts: two requests, the second sent from complete().
+    h = pool.lookup_submit([t] * 69 + [t[:BS]])
+    assert collect(client, 1)[h] == [(3 * BS, 3 * BS)] * 69 + [(BS, BS)]
     # A blocking call made meanwhile keeps the submitted reply for complete().
     h = pool.lookup_submit([t])
     assert pool.lookup(t) == 3 * BS
