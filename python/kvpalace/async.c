@@ -6,12 +6,14 @@
  * A submitted operation's memory (queries, tokens, keys, results) must
  * stay valid until it completes, so each lives in a record of its
  * client's (struct kvpy_op, at most KVP_ASYNC_MAX) under a handle that
- * Client.complete() reports. A record holds its pool by a weak reference
- * only, so a forgotten operation keeps nothing alive: when the pool's
- * handle is freed (closed, or its object gone) libkvpalace drops its
- * operations, which never complete, and the record is dropped at the
- * next submit or complete; when the connection is freed, every record
- * goes (kvpy_async_forget). Runs holding the GIL.
+ * Client.complete() reports. A record holds no Python object (a
+ * forgotten operation keeps nothing alive), only its pool's life
+ * (struct kvpy_pool_life): once the pool's C handle is freed (closed, or
+ * its object gone) libkvpalace has dropped its operations, which never
+ * complete, and the record is dropped at the next submit or complete;
+ * when the connection is freed, every record goes (kvpy_async_forget).
+ * Not before: the library may still read the queries of a long batch.
+ * Runs holding the GIL.
  */
 #include <errno.h>
 #include <poll.h>
@@ -21,8 +23,8 @@
 
 struct kvpy_op {
 	uint64_t handle;
-	uint32_t op;	   /* enum kvp_async_op */
-	PyObject *pool_wr; /* weak reference to the Pool */
+	uint32_t op; /* enum kvp_async_op */
+	struct kvpy_pool_life *life;
 	struct kvpy_batch b;
 	struct kvpy_tokens tk;
 };
@@ -33,16 +35,21 @@ static void op_free(struct kvpy_op *o)
 		kvpy_batch_put(&o->b);
 	else
 		kvpy_tokens_put(&o->tk);
-	Py_XDECREF(o->pool_wr);
+	if (o->life)
+		kvpy_pool_life_put(o->life);
 	PyMem_Free(o);
+}
+
+void kvpy_pool_life_put(struct kvpy_pool_life *life)
+{
+	if (--life->refs == 0)
+		PyMem_Free(life);
 }
 
 /* Whether libkvpalace still holds o: its pool's handle lives. */
 static int op_live(const struct kvpy_op *o)
 {
-	PyObject *p = PyWeakref_GetObject(o->pool_wr);
-
-	return p && p != Py_None && !((struct kvpy_node *)p)->freed;
+	return !o->life->freed;
 }
 
 /* Drops the records whose operations can no longer complete; returns the
@@ -99,11 +106,8 @@ static PyObject *submit(struct kvpy_pool *p, struct kvpy_op *o)
 		return kvpy_raise(-EAGAIN, "16 operations are in flight on this client: "
 					   "complete() some first");
 	}
-	o->pool_wr = PyWeakref_NewRef((PyObject *)p, NULL);
-	if (!o->pool_wr) {
-		op_free(o);
-		return NULL;
-	}
+	o->life = p->life;
+	o->life->refs++;
 	o->handle = ++cl->next_handle;
 	/* In its slot before the call: the GIL is released during it. */
 	cl->ops[slot] = o;

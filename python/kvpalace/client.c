@@ -160,10 +160,15 @@ static PyObject *client_open_pool(PyObject *self, PyObject *args, PyObject *kw)
 	if (kvpy_call_raise(&o->node, do_pool_open, &pa) < 0)
 		return NULL;
 	p = PyObject_New(struct kvpy_pool, &kvpy_pool_type);
-	if (!p) {
+	if (p)
+		p->life = PyMem_Calloc(1, sizeof(*p->life));
+	if (!p || !p->life) {
+		if (p)
+			PyObject_Free(p);
 		kvp_pool_close(pa.p);
-		return NULL;
+		return PyErr_NoMemory();
 	}
+	p->life->refs = 1;
 	p->node.weakrefs = NULL;
 	kvpy_node_link(&p->node, &o->node, KVPY_POOL);
 	p->p = pa.p;

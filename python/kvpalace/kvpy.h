@@ -68,10 +68,19 @@ extern volatile unsigned int kvpy_fork_gen;
 int kvpy_lock(struct kvpy_client *cl);
 void kvpy_unlock(struct kvpy_client *cl, int locked);
 
+/* Whether a pool's C handle is still open, outliving the Pool object for
+ * as long as a submitted operation's record refers to it (async.c). */
+struct kvpy_pool_life {
+	Py_ssize_t refs;
+	int freed; /* set once kvp_pool_close has dropped the pool's operations */
+};
+
 struct kvpy_pool {
 	struct kvpy_node node;
 	kvp_pool *p;
+	struct kvpy_pool_life *life;
 };
+void kvpy_pool_life_put(struct kvpy_pool_life *life);
 
 struct kvpy_session {
 	struct kvpy_node node;

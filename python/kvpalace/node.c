@@ -112,6 +112,11 @@ void kvpy_node_try_free(struct kvpy_node *n)
 	}
 	if (n->kind == KVPY_CLIENT)
 		kvpy_async_forget(cl);
+	if (n->kind == KVPY_POOL && ((struct kvpy_pool *)n)->life) {
+		((struct kvpy_pool *)n)->life->freed = 1;
+		kvpy_pool_life_put(((struct kvpy_pool *)n)->life);
+		((struct kvpy_pool *)n)->life = NULL;
+	}
 	parent = n->parent;
 	if (parent) {
 		parent->pins--;

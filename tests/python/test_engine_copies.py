@@ -243,6 +243,9 @@ def test_submitted_lookups_and_prefetches(client, pool):
     assert e.value.errno == 11  # EAGAIN
     done = collect(client, 16)
     assert sorted(done) == sorted(hs) and all(r == [(3 * BS, 3 * BS)] for r in done.values())
+    # 70 prompts: two requests, the second sent from complete().
+    h = pool.lookup_submit([t] * 69 + [t[:BS]])
+    assert collect(client, 1)[h] == [(3 * BS, 3 * BS)] * 69 + [(BS, BS)]
     # A blocking call made meanwhile keeps the submitted reply for complete().
     h = pool.lookup_submit([t])
     assert pool.lookup(t) == 3 * BS
@@ -258,4 +261,17 @@ def test_closing_a_pool_drops_its_operations(client):
     assert client.complete(timeout=0.2) == []
     with client.open_pool("py-async-drop2-%d" % os.getpid(), LAYOUT) as q:
         hs = [q.lookup_submit([tokens(1, BS)]) for _ in range(16)]  # the slots came back
+        assert sorted(collect(client, 16)) == sorted(hs)
+
+
+def test_dropping_a_pool_with_operations_in_flight(client):
+    """A pool object dropped unclosed: its operations go with it, nothing
+    leaks into the client's 16 slots, and the client goes on."""
+    p = client.open_pool("py-async-del-%d" % os.getpid(), LAYOUT)
+    for _ in range(16):
+        p.lookup_submit([tokens(i, BS) for i in range(70)])  # two requests' worth each
+    del p
+    assert client.in_flight == 0 and client.complete() == []
+    with client.open_pool("py-async-del2-%d" % os.getpid(), LAYOUT) as q:
+        hs = [q.lookup_submit([tokens(1, BS)]) for _ in range(16)]
         assert sorted(collect(client, 16)) == sorted(hs)
