@@ -64,28 +64,36 @@ __version__ = version()
 
 
 # kvp_engine_kind (client/kvpalace.h)
-_ENGINE_KINDS = {"flash_attn": 1, "flashinfer_nhd": 2, "flashinfer_hnd": 3, "sglang": 4}
+_ENGINE_KINDS = {"flash_attn": 1, "flashinfer_nhd": 2, "flashinfer_hnd": 3, "sglang": 4,
+                 "strided": 0}
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
 _NUMPY_DTYPES = {"float16": "f16", "float32": "f32"}
 
 
-def _tensor_facts(t, what):
-    """(address, shape, element size, dtype name or None) of a CPU torch
-    tensor or a numpy array, C-contiguous and writable."""
+def _tensor_facts(t, what, strided=False):
+    """(address, shape, element size, dtype name or None, strides in
+    elements) of a CPU torch tensor or a numpy array: C-contiguous and
+    writable, or with strided only its last dimension contiguous."""
     if type(t).__module__.split(".")[0] == "torch":
         if t.device.type != "cpu":
             raise ValueError(f"{what}: a {t.device.type} tensor; these copies run on the CPU")
-        if not t.is_contiguous():
+        strides = tuple(t.stride())
+        if not (t.is_contiguous() or (strided and strides and strides[-1] == 1)):
             raise ValueError(f"{what}: not contiguous")
-        return t.data_ptr(), tuple(t.shape), t.element_size(), _TORCH_DTYPES.get(str(t.dtype))
+        return (t.data_ptr(), tuple(t.shape), t.element_size(), _TORCH_DTYPES.get(str(t.dtype)),
+                strides)
     iface = getattr(t, "__array_interface__", None)
     if iface is None:
         raise TypeError(f"{what}: a torch tensor or a numpy array, not {type(t).__name__}")
-    if not t.flags["C_CONTIGUOUS"]:
+    strides = tuple(st // t.itemsize for st in t.strides)
+    if not (t.flags["C_CONTIGUOUS"] or (strided and strides and t.strides[-1] == t.itemsize
+                                        and all(st % t.itemsize == 0 for st in t.strides))):
         raise ValueError(f"{what}: not C-contiguous")
     if not t.flags["WRITEABLE"]:
         raise ValueError(f"{what}: read-only")
-    return iface["data"][0], tuple(t.shape), t.itemsize, _NUMPY_DTYPES.get(t.dtype.name)
+    if strided and any(st <= 0 for st in strides[:-1]):
+        raise ValueError(f"{what}: strides {list(strides)}; they must be positive")
+    return iface["data"][0], tuple(t.shape), t.itemsize, _NUMPY_DTYPES.get(t.dtype.name), strides
 
 
 class EngineCache:
@@ -100,6 +108,10 @@ class EngineCache:
       "flashinfer_hnd"  [num_blocks, 2, H, block_size, D]
       "sglang"          a K pool [num_slots, H, D] and v_layers a V pool;
                         block_size given (block b is slots b*bs .. b*bs+bs-1)
+      "strided"         any other layout: K views and v_layers V views of shape
+                        [num_blocks, block_size, H, D], D contiguous, other
+                        strides free (a permuted or sliced tensor), equal in
+                        every layer, no two rows overlapping
     The cache holds the tensors; each copy checks again that their shapes
     are as they were and takes their current addresses.
     """
@@ -116,8 +128,12 @@ class EngineCache:
             raise ValueError("v_layers must be as many as k_layers")
         if kind == "sglang" and (self._v is None or block_size is None):
             raise ValueError('kind "sglang" needs v_layers and block_size')
-        facts = _tensor_facts(self._k[0], "k_layers[0]")
+        if kind == "strided" and self._v is None:
+            raise ValueError('kind "strided" needs v_layers')
+        self._strided = kind == "strided"
+        facts = _tensor_facts(self._k[0], "k_layers[0]", self._strided)
         self._shape, self._elem, self._dtype = facts[1], facts[2], facts[3]
+        self._strides = facts[4] if self._strided else None
         shape = self._shape
         split = self._v is not None
         if kind == "flash_attn" and not split:
@@ -132,6 +148,9 @@ class EngineCache:
         elif kind == "flashinfer_hnd":
             ok = len(shape) == 5 and shape[1] == 2 and not split
             nb, h, bs, d = (shape[0], shape[2], shape[3], shape[4]) if ok else (0, 0, 0, 0)
+        elif kind == "strided":
+            ok = len(shape) == 4
+            nb, bs, h, d = shape if ok else (0, 0, 0, 0)
         else:
             ok = len(shape) == 3 and block_size > 0 and shape[0] % block_size == 0
             bs = block_size if ok else 0
@@ -145,11 +164,13 @@ class EngineCache:
     def _layer_addrs(self, layers, what):
         addrs = []
         for i, t in enumerate(layers):
-            addr, shape, elem, dtype = _tensor_facts(t, f"{what}[{i}]")
-            if shape != self._shape or elem != self._elem or dtype != self._dtype:
+            addr, shape, elem, dtype, strides = _tensor_facts(t, f"{what}[{i}]", self._strided)
+            if shape != self._shape or elem != self._elem or dtype != self._dtype or (
+                    self._strided and strides != self._strides):
                 raise ValueError(
-                    f"{what}[{i}]: shape {list(shape)}, {elem}-byte elements, unlike "
-                    f"layer 0's {list(self._shape)}, {self._elem} (or resized since)"
+                    f"{what}[{i}]: shape {list(shape)}, {elem}-byte elements, strides "
+                    f"{list(strides)}, unlike layer 0's {list(self._shape)}, {self._elem}, "
+                    f"{list(self._strides or strides)} (or resized since)"
                 )
             addrs.append(addr)
         return tuple(addrs)
@@ -159,7 +180,8 @@ class EngineCache:
         k = self._layer_addrs(self._k, "k_layers")
         v = None if self._v is None else self._layer_addrs(self._v, "v_layers")
         return (_ENGINE_KINDS[self.kind], self.n_layers, self.num_blocks, self.block_size,
-                self.n_heads, self.head_dim, self._elem, k, v, self._dtype)
+                self.n_heads, self.head_dim, self._elem, k, v, self._dtype,
+                self._strides and self._strides[:3])
 
     def __repr__(self):
         return (f"EngineCache({self.kind!r}, {self.n_layers} layers, {self.num_blocks} blocks "

@@ -131,12 +131,44 @@ static int ids_get(PyObject *o, size_t *ret_n, int32_t **ret)
 	return 0;
 }
 
+/* A cache of kind 0 ("strided"): K and V views of [num_blocks, block_size,
+ * H, D] whose (block, token, head) strides, in elements, the cache gives;
+ * kvp_pages_to_engine checks that no two rows overlap. -EFAULT with a
+ * Python error set. */
+static int strided_init(struct kvp_engine_cache *ec, PyObject *strides, uint32_t n_layers,
+			void **k_layers, void **v_layers, uint32_t nb, uint32_t bs, uint32_t nh,
+			uint32_t hd, uint32_t eb)
+{
+	unsigned long long bst, tst, hst;
+
+	if (!v_layers || !PyTuple_Check(strides) ||
+	    !PyArg_ParseTuple(strides, "KKK", &bst, &tst, &hst)) {
+		PyErr_Clear();
+		PyErr_SetString(PyExc_TypeError, "a strided EngineCache gives v_layers and "
+						 "(block, token, head) strides");
+		return -EFAULT;
+	}
+	memset(ec, 0, sizeof(*ec));
+	ec->n_layers = n_layers;
+	ec->num_blocks = nb;
+	ec->block_size = bs;
+	ec->n_heads = nh;
+	ec->head_dim = hd;
+	ec->elem_bytes = eb;
+	ec->block_stride = bst;
+	ec->token_stride = tst;
+	ec->head_stride = hst;
+	ec->k_layers = k_layers;
+	ec->v_layers = v_layers;
+	return 0;
+}
+
 static PyObject *copy(struct kvpy_node *owner, int to_pages, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"cache", "block_ids",		"first_page",	     "layers",
 				 "heads", "engine_layer_first", "engine_head_first", NULL};
 	PyObject *cache, *ids, *layers = Py_None, *heads = Py_None, *spec = NULL, *k, *v;
-	PyObject *res = NULL, *dtype;
+	PyObject *res = NULL, *dtype, *strides = Py_None;
 	unsigned long long first_page = 0;
 	unsigned int elf = 0, ehf = 0, kind, n_layers, nb, bs, nh, hd, eb;
 	struct copy_arg ca = {0};
@@ -170,8 +202,8 @@ static PyObject *copy(struct kvpy_node *owner, int to_pages, PyObject *args, PyO
 	spec = PyObject_CallMethod(cache, "_spec", NULL);
 	if (!spec)
 		return NULL;
-	if (!PyArg_ParseTuple(spec, "IIIIIIIOOO;EngineCache._spec() returned a wrong tuple", &kind,
-			      &n_layers, &nb, &bs, &nh, &hd, &eb, &k, &v, &dtype))
+	if (!PyArg_ParseTuple(spec, "IIIIIIIOOO|O;EngineCache._spec() returned a wrong tuple",
+			      &kind, &n_layers, &nb, &bs, &nh, &hd, &eb, &k, &v, &dtype, &strides))
 		goto out;
 	/* Bytes are copied unchanged: f16 read as bf16 would be garbage. */
 	if (dtype != Py_None && PyUnicode_Check(dtype) &&
@@ -189,7 +221,14 @@ static PyObject *copy(struct kvpy_node *owner, int to_pages, PyObject *args, PyO
 	if (addrs_get(k, n_layers, k_layers) < 0 ||
 	    (v_layers && addrs_get(v, n_layers, v_layers) < 0))
 		goto out;
-	ret = kvp_engine_cache_init(&ca.ec, kind, n_layers, k_layers, v_layers, nb, bs, nh, hd, eb);
+	if (kind == 0)
+		ret = strided_init(&ca.ec, strides, n_layers, k_layers, v_layers, nb, bs, nh, hd,
+				   eb);
+	else
+		ret = kvp_engine_cache_init(&ca.ec, kind, n_layers, k_layers, v_layers, nb, bs, nh,
+					    hd, eb);
+	if (ret == -EFAULT)
+		goto out;
 	if (ret < 0) {
 		kvpy_raise(ret, "the engine cache's geometry is invalid (kvp_engine_cache_init)");
 		goto out;

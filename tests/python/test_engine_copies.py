@@ -275,3 +275,34 @@ def test_dropping_a_pool_with_operations_in_flight(client):
     with client.open_pool("py-async-del2-%d" % os.getpid(), LAYOUT) as q:
         hs = [q.lookup_submit([tokens(1, BS)]) for _ in range(16)]
         assert sorted(collect(client, 16)) == sorted(hs)
+
+
+def test_strided_views_copy_as_their_named_layout(pool):
+    """Kind "strided": HND blocks given as permuted [num_blocks, bs, H, D] views of K and V
+    land exactly where the named "flashinfer_hnd" kind puts them; views whose rows overlap
+    are refused."""
+    src, sk, _ = make_cache("flashinfer_nhd", 4)
+    t = tokens(5000, 2 * BS)
+    with pool.session() as s:
+        s.append(t)
+        s.from_engine(src, [3, 1])
+        s.commit()
+    named, nk, _ = make_cache("flashinfer_hnd", 4, lib="torch", fill=0.0)
+    base = [torch.zeros(4, 2, H, BS, D, dtype=torch.float16) for _ in range(L)]
+    views = kvpalace.EngineCache("strided", [b[:, 0].permute(0, 2, 1, 3) for b in base],
+                                 [b[:, 1].permute(0, 2, 1, 3) for b in base])
+    assert (views.num_blocks, views.block_size, views.n_heads) == (4, BS, H)
+    with pool.match(t) as lease:
+        lease.to_engine(named, [2, 0])
+        lease.to_engine(views, [2, 0])
+        for layer in range(L):
+            assert torch.equal(base[layer], nk[layer])
+        assert base[1][2, 1, 0, 5].numpy().tobytes() == sk[1][3, 1, 5, 0].tobytes()
+        # Rows that overlap: a token stride of 0.
+        flat = torch.zeros(4, 1, H, D, dtype=torch.float16)
+        bad = kvpalace.EngineCache("strided", [flat.expand(4, BS, H, D)] * L,
+                                   [flat.expand(4, BS, H, D)] * L)
+        with pytest.raises(kvpalace.Error):
+            lease.to_engine(bad, [0])
+    with pytest.raises(ValueError, match="v_layers"):
+        kvpalace.EngineCache("strided", [base[0][:, 0].permute(0, 2, 1, 3)])
