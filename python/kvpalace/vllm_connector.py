@@ -286,9 +286,11 @@ class KvpalaceConnectorImpl:
             self._release_all(st.leases)
         for w in getattr(self, "_wreq", {}).values():
             w.close()
-        for p in self._pools:
-            p.close()
-        self._client.close()
+        for h in self._pools + [self._client]:
+            try:
+                h.close()
+            except _kvp.Error:
+                pass  # the daemon is gone
 
     # -- scheduler side -------------------------------------------------------
 
