@@ -45,10 +45,14 @@ def main():
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=100, help="hits per block")
     ap.add_argument("--blocks", type=int, default=6)
+    ap.add_argument("--staging-blocks", type=int, default=0,
+                    help="copy through a host staging buffer of this many blocks, as the "
+                    "connector does for a GPU cache (here the cache stays on the CPU)")
     a = ap.parse_args()
     L, H, D, bs = a.layers, 8, 64, 16
     model = "vllm-bench-%d" % os.getpid()
-    cfg = vllm_config(a.socket, model, L, H, D, bs)
+    cfg = vllm_config(a.socket, model, L, H, D, bs,
+                      extra={"staging_blocks": a.staging_blocks} if a.staging_blocks else None)
     sched = vc.KvpalaceConnectorImpl(cfg, 0)
     worker = vc.KvpalaceConnectorImpl(cfg, 1)
     nb = a.tokens // bs
@@ -129,7 +133,8 @@ def main():
                 conn.append((sched.stats.kvp_seconds + worker.stats.kvp_seconds) / a.rounds)
                 conn_wall.append(wall / a.rounds)
                 served = worker.stats.blocks_loaded * worker._block_bytes
-                copied = worker.stats.bytes_loaded + worker.stats.bytes_saved
+                copied = (worker.stats.bytes_loaded + worker.stats.bytes_saved +
+                          worker.stats.bytes_staged)
             else:
                 t = 0.0
                 for _ in range(a.rounds):

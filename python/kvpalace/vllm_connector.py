@@ -211,6 +211,8 @@ class _Stats:
         self.bytes_saved = 0      # out of it into pages
         self.blocks_loaded = 0
         self.blocks_failed = 0
+        self.staging_seconds = 0.0  # torch copies between the staging buffer and the cache
+        self.bytes_staged = 0
 
     def as_dict(self):
         return dict(vars(self))
@@ -501,16 +503,29 @@ class KvpalaceConnectorImpl:
                 raise ValueError("KvpalaceConnector: KV cache of shape %s is no layout it "
                                  "knows (FlashAttention [2, blocks, %d, H, D]; MLA caches "
                                  "are not supported)" % (shape, self.block_size))
-        if str(getattr(t0, "device", "cpu")) != "cpu":
-            raise NotImplementedError(
-                "KvpalaceConnector copies between kvpalace pages and CPU tensors only "
-                "(kvpalace.EngineCache); this cache is on %s" % (t0.device,))
         for n, t in zip(names, tensors):
             if not t.is_contiguous():
                 raise ValueError("KvpalaceConnector: layer %s's KV cache is not contiguous "
                                  "(a permuted stride order, e.g. an HND cache behind an NHD "
                                  "shape): set kv_layout" % n)
-        self._cache = _kvp.EngineCache(kind, tensors, block_size=self.block_size)
+        self._axis = 1 if kind == "flash_attn" else 0  # the blocks' dimension
+        n_stage = int(self._cfg.get("staging_blocks", 0) or 0)
+        on_cpu = str(getattr(t0, "device", "cpu")) == "cpu"
+        if on_cpu and n_stage <= 0:
+            self._staging = None
+            self._cache = _kvp.EngineCache(kind, tensors, block_size=self.block_size)
+        else:
+            # A device cache (or a forced staging): kvpalace copies into a host
+            # buffer of n_stage blocks per layer, torch moves them on.
+            import torch
+            n_stage = n_stage if n_stage > 0 else 128
+            shape = list(t0.shape)
+            shape[self._axis] = n_stage
+            self._staging = [torch.empty(shape, dtype=t0.dtype, pin_memory=not on_cpu)
+                             for _ in tensors]
+            self._cache = _kvp.EngineCache(kind, self._staging, block_size=self.block_size)
+            self.load_chunk_blocks = min(self.load_chunk_blocks, n_stage)
+        self._stage_n = n_stage
         self._kv_tensors = tensors
         self._kv_kind = kind
         self._layer_index = {n: i for i, n in enumerate(names)}
@@ -537,18 +552,53 @@ class KvpalaceConnectorImpl:
             w = self._wreq[rid] = self._WorkerReq()
         return w
 
+    def _load_chunk(self, lease, ids, first_page):
+        """Pages first_page.. of the lease into engine blocks ids (at most
+        load_chunk_blocks of them): straight into the cache, or through the
+        host staging buffer for a device cache."""
+        if self._staging is None:
+            self._timed(lease.to_engine, self._cache, ids, first_page)
+            return
+        import torch
+        k = len(ids)
+        self._timed(lease.to_engine, self._cache, list(range(k)), first_page)
+        t = time.perf_counter()
+        idx = torch.tensor(ids, device=self._kv_tensors[0].device)
+        for dst, src in zip(self._kv_tensors, self._staging):
+            dst.index_copy_(self._axis, idx, src.narrow(self._axis, 0, k).to(dst.device,
+                                                                              non_blocking=True))
+        if idx.is_cuda:
+            torch.cuda.current_stream(idx.device).synchronize()  # the staging is reused
+        self.stats.staging_seconds += time.perf_counter() - t
+        self.stats.bytes_staged += k * self._block_bytes
+
+    def _save_layer(self, session, ids, first_page, layer):
+        """One layer of engine blocks ids into the session's pages first_page..."""
+        if self._staging is None:
+            self._timed(session.from_engine, self._cache, ids, first_page, layers=(layer, 1),
+                        engine_layer_first=layer)
+            return
+        import torch
+        src, stage = self._kv_tensors[layer], self._staging[layer]
+        for i in range(0, len(ids), self._stage_n):
+            chunk = ids[i:i + self._stage_n]
+            k = len(chunk)
+            t = time.perf_counter()
+            idx = torch.tensor(chunk, device=src.device)
+            stage.narrow(self._axis, 0, k).copy_(src.index_select(self._axis, idx))
+            self.stats.staging_seconds += time.perf_counter() - t
+            self.stats.bytes_staged += k * self._block_bytes // len(self._kv_tensors)
+            self._timed(session.from_engine, self._cache, list(range(k)), first_page + i,
+                        layers=(layer, 1), engine_layer_first=layer)
+
     def _scrub(self, block_ids):
         """Zeroes the engine blocks of a failed load in every layer, so that
         no byte of a half-done copy stays where vLLM could read it."""
         if not block_ids:
             return
-        axis = 1 if self._kv_kind == "flash_attn" else 0
         for t in self._kv_tensors:
             for b in block_ids:
-                if axis == 1:
-                    t[:, b].zero_()
-                else:
-                    t[b].zero_()
+                t.select(self._axis, b).zero_()
 
     def _fail(self, w, block_ids):
         w.failed = True
@@ -584,7 +634,7 @@ class KvpalaceConnectorImpl:
             for i in range(0, len(ids), step):
                 chunk = ids[i:i + step]
                 try:
-                    self._timed(w.lease.to_engine, self._cache, chunk, spec.first_page + i)
+                    self._load_chunk(w.lease, chunk, spec.first_page + i)
                 except (_kvp.Error, ValueError, OSError):
                     self._fail(w, ids[i:])
                     break
@@ -643,8 +693,7 @@ class KvpalaceConnectorImpl:
                 continue
             first_page, ids, _ = w.copying
             try:
-                self._timed(w.session.from_engine, self._cache, ids, first_page,
-                            layers=(layer, 1), engine_layer_first=layer)
+                self._save_layer(w.session, ids, first_page, layer)
             except (_kvp.Error, ValueError):
                 w.close()
                 w.failed = True

@@ -9,6 +9,7 @@ import importlib.util
 import os
 import signal
 
+import numpy as np
 import pytest
 import torch
 
@@ -221,6 +222,40 @@ def test_load_fails_halfway(daemon):
         eng.run_until_idle()
         for bi in range(4, 10):
             assert torch.equal(eng.engine_block(0, blocks[bi]), eng.expected_block(0, a, bi))
+    finally:
+        eng.close()
+
+
+def test_staged_copies(daemon):
+    """A device cache goes through a host staging buffer (forced here on the
+    CPU, 3 blocks of it): a hit, a partial hit's save, a failure halfway."""
+    eng = Engine(vc.KvpalaceConnectorImpl, daemon.sock, model_id(),
+                 extra={"staging_blocks": 3})
+    try:
+        w = eng.workers[0]
+        assert w._staging is not None and w.load_chunk_blocks == 3
+        a = prompt(91, 161)
+        _saved_then_new(eng, "H", a)
+        eng.add(Request("H", a))
+        so = eng.schedule()
+        eng.execute(so)
+        assert eng.load_check[(0, "H")] == (10, 0, [])
+        c = a[:64] + prompt(92, 100)
+        eng.add(Request("C", c))
+        eng.run_until_idle()
+        with eng.sched._pools[0].match(c) as lease:
+            assert lease.tokens == 160
+            page = lease.page(7).array()  # bf16 as its uint16 bits
+            page = torch.from_numpy(page.view(np.int16).copy())
+            want = eng.expected_block(0, c, 7).permute(0, 1, 3, 2, 4).contiguous()
+            assert torch.equal(page, want.view(torch.int16))
+        w._pools[0] = _PoolProxy(w._pools[0], 2, lambda: kvpalace.Error(5, "EIO"))
+        eng.add(Request("H2", a))
+        so = eng.schedule()
+        blocks = list(eng.running["H2"].blocks)
+        _, errors = eng.execute(so)
+        assert errors == set(blocks[3:10])
+        assert eng.load_check[(0, "H2")] == (3, 7, [])
     finally:
         eng.close()
 
