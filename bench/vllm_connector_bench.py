@@ -33,7 +33,6 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "python"))
-import kvpalace  # noqa: E402
 from kvpalace import vllm_connector as vc  # noqa: E402
 from vllm_driver import NS, KVCacheBlocks, Request, vllm_config  # noqa: E402
 

@@ -76,8 +76,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import kvpalace as _kvp
 
-__all__ = ["KvpalaceConnectorImpl", "KvpalaceConnectorMetadata", "LeaseSpec", "SaveSpec",
-           "KvpalaceConnector"]
+# KvpalaceConnector is left out: a star import must not need vLLM.
+__all__ = ["KvpalaceConnectorImpl", "KvpalaceConnectorMetadata", "LeaseSpec", "SaveSpec"]
 
 ROLE_SCHEDULER = 0  # the values of vLLM's KVConnectorRole
 ROLE_WORKER = 1

@@ -27,7 +27,7 @@ Fresh blocks are filled with SENTINEL, which the model never writes."""
 
 import types
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import torch
 
