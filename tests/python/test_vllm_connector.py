@@ -93,6 +93,8 @@ def test_hit_partial_miss(daemon, which):
         assert eng.last_matched["D"] == 0 and not so.kv_connector_metadata.leases
         eng.execute(so)
         assert lookup(eng, d) == 64  # its 4 whole blocks saved
+        # Never the last token: vLLM must compute one to sample from.
+        assert eng.sched.get_num_new_matched_tokens(Request("D2", d), 0) == (48, False)
     finally:
         eng.close()
 
