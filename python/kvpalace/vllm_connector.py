@@ -333,17 +333,21 @@ class KvpalaceConnectorImpl:
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
         """Tokens kvpalace can load beyond num_computed_tokens (whole blocks,
         never the last token); loads are synchronous (False). No side effect
-        but remembering num_computed_tokens for update_state_after_alloc."""
-        self._matched[request.request_id] = num_computed_tokens
-        if not self._loads or request.prompt_token_ids is None:
+        but remembering the answer for update_state_after_alloc."""
+        rid = request.request_id
+        self._matched.pop(rid, None)
+        if request.prompt_token_ids is None or not (self._loads or self._saves):
             return 0, False
-        tokens = list(request.all_token_ids)
+        tokens = request.all_token_ids
         limit = (len(tokens) - 1) // self.block_size * self.block_size
-        if limit <= num_computed_tokens:
+        if limit <= 0:
             return 0, False
         salt, extra, spans = _request_keys(request)
-        hit = self._lookup(tokens[:limit], salt, extra, _clip_spans(spans, 0, limit))
+        hit = self._lookup(list(tokens[:limit]), salt, extra, _clip_spans(spans, 0, limit))
         hit = min(hit, limit) // self.block_size * self.block_size
+        self._matched[rid] = (num_computed_tokens, hit)
+        if not self._loads:
+            return 0, False
         return max(0, hit - num_computed_tokens), False
 
     def _release_all(self, leases):
@@ -367,11 +371,16 @@ class KvpalaceConnectorImpl:
         st.salt, st.extra_key, st.key_spans = _request_keys(request)
         st.block_ids = _block_ids_of(blocks)
         st.no_save = request.prompt_token_ids is None
-        if num_external_tokens <= 0:
-            return
         bs = self.block_size
-        first = self._matched.pop(rid, 0)
-        end = first + num_external_tokens
+        first, hit = self._matched.pop(rid, (0, 0))
+        if num_external_tokens > 0:
+            end = first + num_external_tokens
+        elif self._saves and not st.no_save and hit >= bs:
+            # vLLM's own cache covers kvpalace's prefix: a lease on it all the
+            # same, for the save to fork from instead of copying it back.
+            first = end = hit
+        else:
+            return
         ids, lease_tokens = [], None
         for p in self._pools:
             lease = self._timed(p.match, st.tokens[:end], salt=st.salt, extra_key=st.extra_key,
@@ -380,13 +389,13 @@ class KvpalaceConnectorImpl:
             ids.append(lease.id)
             lease_tokens = lease.tokens if lease_tokens is None else min(lease_tokens,
                                                                          lease.tokens)
-        got = max(first, min(lease_tokens or 0, end) // bs * bs)
+        got = min(lease_tokens or 0, end) // bs * bs
         want = st.block_ids[first // bs:end // bs]
-        n_ok = (got - first) // bs
+        n_ok = max(0, got - first) // bs
         self._pending_leases.append(LeaseSpec(
             req_id=rid, lease_ids=tuple(ids), lease_tokens=got, first_page=first // bs,
             block_ids=want[:n_ok], failed_block_ids=want[n_ok:]))
-        if n_ok < len(want) or 0 in ids:
+        if n_ok < len(want) or (want and 0 in ids):
             st.no_save = True  # the engine's copy of those blocks is recomputed later
 
     def build_connector_meta(self, scheduler_output) -> KvpalaceConnectorMetadata:
@@ -640,8 +649,9 @@ class KvpalaceConnectorImpl:
                     break
                 self.stats.blocks_loaded += len(chunk)
                 self.stats.bytes_loaded += len(chunk) * self._block_bytes
-            if not ids or w.failed:
-                pass
+            if not self._saves:  # nothing will fork from it
+                self._timed(w.lease.release)
+                w.lease = None
         if self._saves_enabled():
             self._prepare_saves(meta)
 
@@ -717,6 +727,13 @@ class KvpalaceConnectorImpl:
                 w.close()
                 w.failed = True
             w.copying = None
+        for w in self._wreq.values():  # the sessions forked from them hold the pages now
+            if w.lease is not None and (w.session is not None or w.failed):
+                try:
+                    self._timed(w.lease.release)
+                except _kvp.Error:
+                    pass
+                w.lease = None
 
     def handle_preemptions(self, preempted_req_ids):
         """A preempted request's blocks go to others: drop what its session

@@ -99,6 +99,36 @@ def test_hit_partial_miss(daemon, which):
         eng.close()
 
 
+def test_with_vllms_own_prefix_cache(daemon):
+    """vLLM's own cache holds part of the prompt: kvpalace loads only what
+    lies beyond it, and where vLLM holds more than kvpalace, the save forks
+    kvpalace's prefix instead of copying it back."""
+    eng = Engine(vc.KvpalaceConnectorImpl, daemon.sock, model_id())
+    try:
+        a = prompt(5, 200)
+        _saved_then_new(eng, "A", a)  # kvpalace: 192 tokens
+        eng.add(Request("B", a), local=64)
+        so = eng.schedule()
+        assert eng.last_matched["B"] == 128
+        assert so.kv_connector_metadata.leases[0].first_page == 4
+        eng.execute(so)
+        assert eng.load_check[(0, "B")] == (8, 0, [])
+        c = a[:96] + prompt(6, 100)  # kvpalace holds 96 of it, vLLM 160
+        eng.workers[0].stats.reset()
+        eng.add(Request("C", c), local=160)
+        so = eng.schedule()
+        assert eng.last_matched["C"] == 0
+        spec = so.kv_connector_metadata.leases[0]
+        assert spec.block_ids == [] and spec.lease_tokens == 96
+        eng.execute(so)
+        st = eng.workers[0].stats
+        assert st.bytes_saved == (12 - 6) * eng.workers[0]._block_bytes
+        assert lookup(eng, c) == 192
+        assert eng.workers[0]._wreq["C"].lease is None  # released once forked
+    finally:
+        eng.close()
+
+
 def test_bytes_saved_are_the_engines(daemon):
     """What kvpalace holds after a save is, byte for byte, what the engine
     computed (read back through the package's own page views)."""

@@ -146,7 +146,10 @@ class Engine:
 
     # -- scheduler ------------------------------------------------------------
 
-    def add(self, req):
+    def add(self, req, local=0):
+        """local: tokens vLLM's own prefix cache holds for it (whole blocks),
+        whose blocks the driver fills with the model's bytes."""
+        req.local_hit = local
         self.waiting.append(req)
 
     def _alloc(self, n):
@@ -209,16 +212,22 @@ class Engine:
         preempted = getattr(self, "_preempted", set())
         while self.waiting and budget > 0:
             req = self.waiting.pop(0)
-            ext, is_async = self.sched.get_num_new_matched_tokens(req, 0)
-            again = self.sched.get_num_new_matched_tokens(req, 0)
+            local = getattr(req, "local_hit", 0)
+            req.local_hit = 0
+            ext, is_async = self.sched.get_num_new_matched_tokens(req, local)
+            again = self.sched.get_num_new_matched_tokens(req, local)
             assert again == (ext, is_async), "get_num_new_matched_tokens is not repeatable"
             assert is_async is False
             self.last_matched[req.request_id] = ext
-            n = min(req.num_tokens - ext, budget)
-            blocks = self._alloc(-(-(ext + n) // bs))
+            n = min(req.num_tokens - local - ext, budget)
+            blocks = self._alloc(-(-(local + ext + n) // bs))
+            run = Running(req, blocks, local + ext)
+            for li in range(self.n_layers):  # vLLM's cached blocks hold the model's bytes
+                for r in range(self.tp_size):
+                    self._compute(r, run, li, 0, local)
             self.sched.update_state_after_alloc(req, KVCacheBlocks(blocks), ext)
-            run = Running(req, blocks, ext)
-            run.loaded_blocks = blocks[:ext // bs]
+            run.loaded_blocks = blocks[local // bs:(local + ext) // bs]
+            run.load_first = local // bs
             self.running[req.request_id] = run
             nst[req.request_id] = n
             budget -= n
@@ -227,13 +236,14 @@ class Engine:
                 cached.req_ids.append(req.request_id)
                 cached.resumed_req_ids.add(req.request_id)
                 cached.new_block_ids.append((list(blocks),))
-                cached.num_computed_tokens.append(ext)
+                cached.num_computed_tokens.append(local + ext)
                 cached.num_output_tokens.append(req.num_tokens - len(req.prompt_token_ids))
             else:
                 new_reqs.append(NS(req_id=req.request_id, prompt_token_ids=req.prompt_token_ids,
                                    mm_features=req.mm_features, sampling_params=None,
                                    pooling_params=None, block_ids=(list(blocks),),
-                                   num_computed_tokens=ext, lora_request=req.lora_request))
+                                   num_computed_tokens=local + ext,
+                                   lora_request=req.lora_request))
         so = NS(scheduled_new_reqs=new_reqs, scheduled_cached_reqs=cached,
                 num_scheduled_tokens=nst, total_num_scheduled_tokens=sum(nst.values()),
                 scheduled_spec_decode_tokens={}, scheduled_encoder_inputs={},
@@ -321,7 +331,7 @@ class Engine:
         (n_equal, n_failed, bad) with bad a list of block indices that are
         neither."""
         n_eq, n_failed, bad = 0, 0, []
-        for bi, b in enumerate(run.loaded_blocks):
+        for bi, b in enumerate(run.loaded_blocks, getattr(run, "load_first", 0)):
             got = self.engine_block(r, b)
             if b in errs:
                 n_failed += 1
