@@ -27,15 +27,19 @@ def model_id():
 
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
-IMPLS = [pytest.param(vc.KvpalaceConnectorImpl, id="impl"),
-         pytest.param("vllm", id="vllm-base",
-                      marks=pytest.mark.skipif(not HAVE_VLLM, reason=(
-                          "vLLM is not importable here (no PyPI, no CUDA torch): "
-                          "the real KVConnectorBase_V1 is exercised where it is")))]
+NO_VLLM = ("vLLM is not importable here (no PyPI, no CUDA torch): the stories run "
+           "against the real KVConnectorBase_V1 where it is")
 
 
-def impl_class(which):
-    return vc.KvpalaceConnector if which == "vllm" else which
+@pytest.fixture(params=["impl", "vllm-base"])
+def impl(request):
+    """The connector class: the logic alone, and (where vLLM imports) the
+    class vLLM's factory gets, a subclass of its KVConnectorBase_V1."""
+    if request.param == "impl":
+        return vc.KvpalaceConnectorImpl
+    if not HAVE_VLLM:
+        pytest.skip(NO_VLLM)
+    return vc.KvpalaceConnector
 
 
 def prompt(seed, n):
@@ -47,9 +51,8 @@ def lookup(eng, tokens):
     return eng.sched._lookup(tokens, None, None, None)
 
 
-@pytest.mark.parametrize("which", IMPLS)
-def test_hit_partial_miss(daemon, which):
-    eng = Engine(impl_class(which), daemon.sock, model_id())
+def test_hit_partial_miss(daemon, impl):
+    eng = Engine(impl, daemon.sock, model_id())
     try:
         a = prompt(1, 200)
         eng.add(Request("A", a))
@@ -99,11 +102,11 @@ def test_hit_partial_miss(daemon, which):
         eng.close()
 
 
-def test_with_vllms_own_prefix_cache(daemon):
+def test_with_vllms_own_prefix_cache(daemon, impl):
     """vLLM's own cache holds part of the prompt: kvpalace loads only what
     lies beyond it, and where vLLM holds more than kvpalace, the save forks
     kvpalace's prefix instead of copying it back."""
-    eng = Engine(vc.KvpalaceConnectorImpl, daemon.sock, model_id())
+    eng = Engine(impl, daemon.sock, model_id())
     try:
         a = prompt(5, 200)
         _saved_then_new(eng, "A", a)  # kvpalace: 192 tokens
@@ -129,10 +132,10 @@ def test_with_vllms_own_prefix_cache(daemon):
         eng.close()
 
 
-def test_bytes_saved_are_the_engines(daemon):
+def test_bytes_saved_are_the_engines(daemon, impl):
     """What kvpalace holds after a save is, byte for byte, what the engine
     computed (read back through the package's own page views)."""
-    eng = Engine(vc.KvpalaceConnectorImpl, daemon.sock, model_id(), dtype="f16")
+    eng = Engine(impl, daemon.sock, model_id(), dtype="f16")
     try:
         a = prompt(11, 80)
         eng.add(Request("A", a))
@@ -148,8 +151,8 @@ def test_bytes_saved_are_the_engines(daemon):
         eng.close()
 
 
-def test_preemption(daemon):
-    eng = Engine(vc.KvpalaceConnectorImpl, daemon.sock, model_id())
+def test_preemption(daemon, impl):
+    eng = Engine(impl, daemon.sock, model_id())
     try:
         a = prompt(21, 130)
         eng.add(Request("P", a))
@@ -169,11 +172,11 @@ def test_preemption(daemon):
         eng.close()
 
 
-def test_finished_before_its_save_completed(daemon):
+def test_finished_before_its_save_completed(daemon, impl):
     """A request aborted after the step that saves its first chunk was
     scheduled but before it ran: request_finished keeps its blocks, the
     workers still save that chunk from them and only then report it."""
-    eng = Engine(vc.KvpalaceConnectorImpl, daemon.sock, model_id(), budget=64)
+    eng = Engine(impl, daemon.sock, model_id(), budget=64)
     try:
         a = prompt(31, 200)
         eng.add(Request("E", a))
@@ -230,10 +233,10 @@ def _saved_then_new(eng, rid, tokens):
     eng.execute(eng.schedule())
 
 
-def test_load_fails_halfway(daemon):
+def test_load_fails_halfway(daemon, impl):
     """The third chunk of two blocks fails: blocks 4.. are reported, zeroed,
     recomputed; blocks 0..3 hold exactly what was saved."""
-    eng = Engine(vc.KvpalaceConnectorImpl, daemon.sock, model_id(),
+    eng = Engine(impl, daemon.sock, model_id(),
                  extra={"load_chunk_blocks": 2})
     try:
         a = prompt(41, 161)  # 10 whole blocks
@@ -258,10 +261,10 @@ def test_load_fails_halfway(daemon):
         eng.close()
 
 
-def test_staged_copies(daemon):
+def test_staged_copies(daemon, impl):
     """A device cache goes through a host staging buffer (forced here on the
     CPU, 3 blocks of it): a hit, a partial hit's save, a failure halfway."""
-    eng = Engine(vc.KvpalaceConnectorImpl, daemon.sock, model_id(),
+    eng = Engine(impl, daemon.sock, model_id(),
                  extra={"staging_blocks": 3})
     try:
         w = eng.workers[0]
@@ -292,10 +295,10 @@ def test_staged_copies(daemon):
         eng.close()
 
 
-def test_lease_gone_before_adopt(daemon):
+def test_lease_gone_before_adopt(daemon, impl):
     """The scheduler's lease released before the worker adopts it (its pages
     no longer pinned for it): every block of that load is failed."""
-    eng = Engine(vc.KvpalaceConnectorImpl, daemon.sock, model_id())
+    eng = Engine(impl, daemon.sock, model_id())
     try:
         a = prompt(51, 100)
         _saved_then_new(eng, "G", a)
@@ -310,11 +313,11 @@ def test_lease_gone_before_adopt(daemon):
         eng.close()
 
 
-def test_daemon_killed_mid_load():
+def test_daemon_killed_mid_load(impl):
     """The daemon killed (SIGKILL) between two chunks of a load: every block
     either holds exactly what was saved or is reported failed and zeroed."""
     d = Daemon()
-    eng = Engine(vc.KvpalaceConnectorImpl, d.sock, model_id(), extra={"load_chunk_blocks": 2})
+    eng = Engine(impl, d.sock, model_id(), extra={"load_chunk_blocks": 2})
     try:
         a = prompt(61, 161)
         _saved_then_new(eng, "K", a)
@@ -343,8 +346,8 @@ def test_daemon_killed_mid_load():
         d.stop()
 
 
-def test_lora_salt_and_multimodal_keys(daemon):
-    eng = Engine(vc.KvpalaceConnectorImpl, daemon.sock, model_id())
+def test_lora_salt_and_multimodal_keys(daemon, impl):
+    eng = Engine(impl, daemon.sock, model_id())
     try:
         a = prompt(71, 96)
         eng.add(Request("L", a, lora_name="sql-adapter"))
@@ -371,10 +374,10 @@ def test_lora_salt_and_multimodal_keys(daemon):
         eng.close()
 
 
-def test_tensor_parallel(daemon):
+def test_tensor_parallel(daemon, impl):
     """Two ranks with 4 of the 8 KV heads each: a pool per rank, the
     scheduler's lease per rank, each rank loading its own heads."""
-    eng = Engine(vc.KvpalaceConnectorImpl, daemon.sock, model_id(), tp_size=2)
+    eng = Engine(impl, daemon.sock, model_id(), tp_size=2)
     try:
         a = prompt(81, 120)
         _saved_then_new(eng, "T", a)
@@ -389,10 +392,10 @@ def test_tensor_parallel(daemon):
         eng.close()
 
 
-def test_refusals(daemon):
+def test_refusals(daemon, impl):
     from vllm_driver import vllm_config
     cfg = vllm_config(daemon.sock, model_id(), 4, 8, 64, 16)
-    w = vc.KvpalaceConnectorImpl(cfg, 1)
+    w = impl(cfg, 1)
     try:
         wrong = {"model.layers.0.attn": torch.zeros(2, 8, 32, 8, 64, dtype=torch.bfloat16)}
         with pytest.raises(ValueError, match="no layout it knows"):
@@ -404,7 +407,7 @@ def test_refusals(daemon):
         w.shutdown()
     cfg = vllm_config(daemon.sock, model_id(), 4, 8, 64, 16, extra={"dtype": "int8"})
     with pytest.raises(ValueError, match="dtype"):
-        vc.KvpalaceConnectorImpl(cfg, 0)
+        impl(cfg, 0)
 
 
 def test_importable_without_vllm():
