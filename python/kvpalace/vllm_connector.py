@@ -319,7 +319,8 @@ class KvpalaceConnectorImpl:
         layout = self._layout(n_layers, n_heads, head_dim, dtype)
         self._pools = [self._open(layout, r) for r in range(self.tp_size)]
         self._req: Dict[str, "KvpalaceConnectorImpl._SchedReq"] = {}
-        self._matched: Dict[str, int] = {}  # req id -> num_computed_tokens asked about last
+        # req id -> (num_computed_tokens, kvpalace hit) of the last question
+        self._matched: Dict[str, Tuple[int, int]] = {}
         self._pending_leases: List[LeaseSpec] = []
 
     def _lookup(self, tokens, salt, extra_key, key_spans) -> int:
