@@ -8,6 +8,7 @@ story runs against its real KVConnectorBase_V1; here that part skips."""
 import importlib.util
 import os
 import signal
+import subprocess
 
 import numpy as np
 import pytest
@@ -309,6 +310,49 @@ def test_lease_gone_before_adopt(daemon, impl):
         _, errors = eng.execute(so)
         assert errors == set(blocks[:6])
         assert eng.load_check[(0, "G")] == (0, 6, [])
+    finally:
+        eng.close()
+
+
+def _kvpalacectl():
+    ctl = os.path.join(os.path.dirname(os.path.dirname(os.environ.get("KVPALACED", ""))),
+                       "client", "kvpalacectl")
+    if not os.access(ctl, os.X_OK):
+        pytest.skip("no kvpalacectl beside $KVPALACED (%s)" % ctl)
+    return ctl
+
+
+def test_pages_gone_between_lookup_and_match(daemon, impl):
+    """The pages purged (kvpalacectl purge) after vLLM was told 160 tokens
+    would load and before the scheduler's match: the lease has none, all 10
+    blocks are reported failed without a load, and the request saves
+    nothing until vLLM recomputed them."""
+    ctl = _kvpalacectl()
+    mid = model_id()
+    eng = Engine(impl, daemon.sock, mid)
+    try:
+        a = prompt(55, 161)
+        _saved_then_new(eng, "Q", a)
+        real = eng.sched.update_state_after_alloc
+
+        def purge_first(req, blocks, n):
+            subprocess.run([ctl, "--socket", daemon.admin_sock, "purge", "--model", mid],
+                           check=True, capture_output=True, timeout=60)
+            return real(req, blocks, n)
+
+        eng.sched.update_state_after_alloc = purge_first
+        eng.add(Request("Q", a))
+        so = eng.schedule()
+        assert eng.last_matched["Q"] == 160
+        spec = so.kv_connector_metadata.leases[0]
+        blocks = list(eng.running["Q"].blocks)
+        assert spec.block_ids == [] and spec.failed_block_ids == blocks[:10]
+        assert not so.kv_connector_metadata.saves
+        _, errors = eng.execute(so)
+        assert errors == set(blocks[:10])
+        assert eng.load_check[(0, "Q")] == (0, 10, [])
+        eng.run_until_idle()
+        assert lookup(eng, a) == 0
     finally:
         eng.close()
 
