@@ -109,6 +109,7 @@ class LeaseSpec:
     first_page: int
     block_ids: List[int]
     failed_block_ids: List[int] = field(default_factory=list)
+    keep: bool = False  # a save will fork from it: hold it until then
 
 
 @dataclass
@@ -298,9 +299,10 @@ class KvpalaceConnectorImpl:
 
     class _SchedReq:
         __slots__ = ("tokens", "prompt_len", "salt", "extra_key", "key_spans", "block_ids",
-                     "leases", "saved_end", "save_emitted", "no_save")
+                     "leases", "saved_end", "save_emitted", "no_save", "kv_tokens")
 
         def __init__(self):
+            self.kv_tokens = 0  # what kvpalace holds of it: nothing to save there
             self.leases = []
             self.block_ids = []
             self.saved_end = 0
@@ -366,7 +368,7 @@ class KvpalaceConnectorImpl:
             st = self._req[rid] = self._SchedReq()
         else:  # re-scheduled after a preemption: the engine's blocks are new
             self._release_all(st.leases)
-            st.saved_end = 0
+            st.saved_end = st.kv_tokens = 0
         st.tokens = list(request.all_token_ids)
         st.prompt_len = len(request.prompt_token_ids or ())
         st.salt, st.extra_key, st.key_spans = _request_keys(request)
@@ -393,11 +395,13 @@ class KvpalaceConnectorImpl:
         got = min(lease_tokens or 0, end) // bs * bs
         want = st.block_ids[first // bs:end // bs]
         n_ok = max(0, got - first) // bs
-        self._pending_leases.append(LeaseSpec(
-            req_id=rid, lease_ids=tuple(ids), lease_tokens=got, first_page=first // bs,
-            block_ids=want[:n_ok], failed_block_ids=want[n_ok:]))
         if n_ok < len(want) or (want and 0 in ids):
             st.no_save = True  # the engine's copy of those blocks is recomputed later
+        st.kv_tokens = got
+        keep = self._saves and not st.no_save and st.prompt_len // bs * bs > got
+        self._pending_leases.append(LeaseSpec(
+            req_id=rid, lease_ids=tuple(ids), lease_tokens=got, first_page=first // bs,
+            block_ids=want[:n_ok], failed_block_ids=want[n_ok:], keep=keep))
 
     def build_connector_meta(self, scheduler_output) -> KvpalaceConnectorMetadata:
         meta = KvpalaceConnectorMetadata(leases=self._pending_leases)
@@ -432,7 +436,7 @@ class KvpalaceConnectorImpl:
             if st.no_save:
                 continue
             end = min(computed + nst.get(rid, 0), st.prompt_len) // bs * bs
-            if end <= st.saved_end:
+            if end <= max(st.saved_end, st.kv_tokens):
                 continue
             spans = _clip_spans(st.key_spans, 0, end)
             meta.saves.append(SaveSpec(req_id=rid, tokens=st.tokens[:end],
@@ -650,7 +654,7 @@ class KvpalaceConnectorImpl:
                     break
                 self.stats.blocks_loaded += len(chunk)
                 self.stats.bytes_loaded += len(chunk) * self._block_bytes
-            if not self._saves:  # nothing will fork from it
+            if not spec.keep:  # no save will fork from it
                 self._timed(w.lease.release)
                 w.lease = None
         if self._saves_enabled():

@@ -73,8 +73,11 @@ def test_hit_partial_miss(daemon, impl):
         assert eng.load_check[(0, "B")] == (12, 0, [])
         st = eng.workers[0].stats
         assert st.blocks_loaded == 12 and st.blocks_failed == 0
-        # Nothing new to save: the session forked from the lease copies nothing.
-        assert st.bytes_saved == 0
+        # Nothing new to save: no save, the worker's lease released after the
+        # load, and the blocks freed as soon as B finishes.
+        assert not so.kv_connector_metadata.saves and st.bytes_saved == 0
+        assert eng.workers[0]._wreq["B"].lease is None
+        assert eng.finish("B") is False
 
         # A partial hit: 100 tokens of A then others -> 6 blocks load, the rest
         # compute and are saved, only the new blocks copied out.
