@@ -163,13 +163,24 @@ def _request_keys(request):
 
 def _clip_spans(spans, lo, hi):
     """The key spans over tokens [lo, hi), cut to that range (absolute
-    positions), or None."""
+    positions), or None: for lookups and matches of a prefix, where a span
+    may not run past the tokens. Cutting a span's end changes no page's
+    key (a page hashes the key and the span's start relative to it)."""
     out = []
     for first, n, key in spans or ():
         a, b = max(first, lo), min(first + n, hi)
         if a < b:
             out.append((a, b - a, key))
     return out or None
+
+
+def _spans_starting(spans, lo, hi):
+    """The key spans that start in [lo, hi), whole: what an append of
+    tokens lo..hi-1 (lo a page's first token) gives kvp_append_opts, which
+    takes a span running past the appended tokens and keeps it for the
+    tokens that come later; a span that started before lo was given
+    before (or lies in the lease a session was forked from)."""
+    return [s for s in spans or () if lo <= s[0] < hi] or None
 
 
 def _block_ids_of(blocks) -> List[int]:
@@ -438,7 +449,7 @@ class KvpalaceConnectorImpl:
             end = min(computed + nst.get(rid, 0), st.prompt_len) // bs * bs
             if end <= max(st.saved_end, st.kv_tokens):
                 continue
-            spans = _clip_spans(st.key_spans, 0, end)
+            spans = _spans_starting(st.key_spans, 0, end)
             meta.saves.append(SaveSpec(req_id=rid, tokens=st.tokens[:end],
                                        block_ids=st.block_ids[:end // bs], salt=st.salt,
                                        extra_key=st.extra_key, key_spans=spans))
@@ -687,7 +698,7 @@ class KvpalaceConnectorImpl:
                         w.done = 0
                 if end <= w.done:
                     continue
-                spans = _clip_spans(spec.key_spans, w.done, end)
+                spans = _spans_starting(spec.key_spans, w.done, end)
                 self._timed(w.session.append, spec.tokens[w.done:end], key_spans=spans)
                 w.copying = (w.done // bs, spec.block_ids[w.done // bs:end // bs], end)
             except (_kvp.Error, ValueError):
