@@ -421,6 +421,23 @@ def test_lora_salt_and_multimodal_keys(daemon, impl):
         eng.close()
 
 
+def test_multimodal_across_chunks(daemon, impl):
+    """An image's span cut by chunked prefill (chunks of 48 tokens, the
+    image at 40..69) is saved whole: the same image matches the prompt's
+    whole blocks, another image only the pages before its span."""
+    eng = Engine(impl, daemon.sock, model_id(), budget=48)
+    try:
+        m = prompt(75, 130)
+        eng.add(Request("M", m, mm=[(40, 30, "img-1")]))
+        eng.run_until_idle()
+        gm = eng.sched.get_num_new_matched_tokens
+        assert gm(Request("x", m, mm=[(40, 30, "img-1")]), 0) == (128, False)
+        assert gm(Request("x", m, mm=[(40, 30, "img-2")]), 0) == (32, False)
+        assert gm(Request("x", m), 0) == (32, False)
+    finally:
+        eng.close()
+
+
 def test_tensor_parallel(daemon, impl):
     """Two ranks with 4 of the 8 KV heads each: a pool per rank, the
     scheduler's lease per rank, each rank loading its own heads."""
