@@ -45,6 +45,7 @@ __all__ = [
     "Busy",
     "Client",
     "ConnectionLost",
+    "EngineCache",
     "Error",
     "ForkedChild",
     "Layout",
@@ -60,3 +61,106 @@ __all__ = [
 ]
 
 __version__ = version()
+
+
+# kvp_engine_kind (client/kvpalace.h)
+_ENGINE_KINDS = {"flash_attn": 1, "flashinfer_nhd": 2, "flashinfer_hnd": 3, "sglang": 4}
+_TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
+_NUMPY_DTYPES = {"float16": "f16", "float32": "f32"}
+
+
+def _tensor_facts(t, what):
+    """(address, shape, element size, dtype name or None) of a CPU torch
+    tensor or a numpy array, C-contiguous and writable."""
+    if type(t).__module__.split(".")[0] == "torch":
+        if t.device.type != "cpu":
+            raise ValueError(f"{what}: a {t.device.type} tensor; these copies run on the CPU")
+        if not t.is_contiguous():
+            raise ValueError(f"{what}: not contiguous")
+        return t.data_ptr(), tuple(t.shape), t.element_size(), _TORCH_DTYPES.get(str(t.dtype))
+    iface = getattr(t, "__array_interface__", None)
+    if iface is None:
+        raise TypeError(f"{what}: a torch tensor or a numpy array, not {type(t).__name__}")
+    if not t.flags["C_CONTIGUOUS"]:
+        raise ValueError(f"{what}: not C-contiguous")
+    if not t.flags["WRITEABLE"]:
+        raise ValueError(f"{what}: read-only")
+    return iface["data"][0], tuple(t.shape), t.itemsize, _NUMPY_DTYPES.get(t.dtype.name)
+
+
+class EngineCache:
+    """An inference engine's paged KV cache, per layer, for Session.to_engine,
+    Session.from_engine and Lease.to_engine (kvp_engine_cache_init).
+
+    kind, one tensor per layer (CPU torch tensors or numpy arrays,
+    C-contiguous, of the pool's element type), H heads, D head_dim:
+      "flash_attn"      [2, num_blocks, block_size, H, D] (K then V), or
+                        [num_blocks, block_size, H, D] with v_layers alike
+      "flashinfer_nhd"  [num_blocks, 2, block_size, H, D]
+      "flashinfer_hnd"  [num_blocks, 2, H, block_size, D]
+      "sglang"          a K pool [num_slots, H, D] and v_layers a V pool;
+                        block_size given (block b is slots b*bs .. b*bs+bs-1)
+    The cache holds the tensors; each copy checks again that their shapes
+    are as they were and takes their current addresses.
+    """
+
+    def __init__(self, kind, k_layers, v_layers=None, block_size=None):
+        if kind not in _ENGINE_KINDS:
+            raise ValueError(f"kind must be one of {sorted(_ENGINE_KINDS)}, not {kind!r}")
+        self.kind = kind
+        self._k = list(k_layers)
+        self._v = None if v_layers is None else list(v_layers)
+        if not self._k:
+            raise ValueError("k_layers is empty")
+        if self._v is not None and len(self._v) != len(self._k):
+            raise ValueError("v_layers must be as many as k_layers")
+        if kind == "sglang" and (self._v is None or block_size is None):
+            raise ValueError('kind "sglang" needs v_layers and block_size')
+        facts = _tensor_facts(self._k[0], "k_layers[0]")
+        self._shape, self._elem, self._dtype = facts[1], facts[2], facts[3]
+        shape = self._shape
+        split = self._v is not None
+        if kind == "flash_attn" and not split:
+            ok = len(shape) == 5 and shape[0] == 2
+            nb, bs, h, d = shape[1:] if ok else (0, 0, 0, 0)
+        elif kind == "flash_attn":
+            ok = len(shape) == 4
+            nb, bs, h, d = shape if ok else (0, 0, 0, 0)
+        elif kind == "flashinfer_nhd":
+            ok = len(shape) == 5 and shape[1] == 2 and not split
+            nb, bs, h, d = (shape[0], shape[2], shape[3], shape[4]) if ok else (0, 0, 0, 0)
+        elif kind == "flashinfer_hnd":
+            ok = len(shape) == 5 and shape[1] == 2 and not split
+            nb, h, bs, d = (shape[0], shape[2], shape[3], shape[4]) if ok else (0, 0, 0, 0)
+        else:
+            ok = len(shape) == 3 and block_size > 0 and shape[0] % block_size == 0
+            bs = block_size if ok else 0
+            nb, h, d = (shape[0] // bs, shape[1], shape[2]) if ok else (0, 0, 0)
+        if not ok:
+            raise ValueError(f"a {kind} layer of shape {list(shape)}: see EngineCache's doc")
+        self.n_layers, self.num_blocks, self.block_size = len(self._k), nb, bs
+        self.n_heads, self.head_dim = h, d
+        self._spec()
+
+    def _layer_addrs(self, layers, what):
+        addrs = []
+        for i, t in enumerate(layers):
+            addr, shape, elem, dtype = _tensor_facts(t, f"{what}[{i}]")
+            if shape != self._shape or elem != self._elem or dtype != self._dtype:
+                raise ValueError(
+                    f"{what}[{i}]: shape {list(shape)}, {elem}-byte elements, unlike "
+                    f"layer 0's {list(self._shape)}, {self._elem} (or resized since)"
+                )
+            addrs.append(addr)
+        return tuple(addrs)
+
+    def _spec(self):
+        """The geometry and the tensors' current addresses, for the C copy."""
+        k = self._layer_addrs(self._k, "k_layers")
+        v = None if self._v is None else self._layer_addrs(self._v, "v_layers")
+        return (_ENGINE_KINDS[self.kind], self.n_layers, self.num_blocks, self.block_size,
+                self.n_heads, self.head_dim, self._elem, k, v, self._dtype)
+
+    def __repr__(self):
+        return (f"EngineCache({self.kind!r}, {self.n_layers} layers, {self.num_blocks} blocks "
+                f"of {self.block_size}, {self.n_heads} heads of {self.head_dim})")

@@ -167,7 +167,6 @@ static PyObject *client_open_pool(PyObject *self, PyObject *args, PyObject *kw)
 	p->node.weakrefs = NULL;
 	kvpy_node_link(&p->node, &o->node, KVPY_POOL);
 	p->p = pa.p;
-	p->salt_len = 0;
 	return (PyObject *)p;
 }
 
@@ -195,7 +194,16 @@ static PyMethodDef client_methods[] = {
 	{"ping", client_ping, METH_NOARGS, "ping(): a round trip to the daemon"},
 	{"stats", client_stats, METH_NOARGS, "stats() -> dict: the tenant's counters (kvp_stats)"},
 	{"open_pool", (PyCFunction)(void (*)(void))client_open_pool, METH_VARARGS | METH_KEYWORDS,
-	 "open_pool(model_id, layout) -> Pool (kvp_pool_open)"},
+	 "open_pool(model_id, layout, tp_rank=0, tp_size=0) -> Pool (kvp_pool_open_opts)"},
+	{"fileno", kvpy_client_fileno, METH_NOARGS,
+	 "fileno() -> int: the connection's socket, to poll for POLLIN while operations are "
+	 "in flight (do not read, write or close it)"},
+	{"complete", (PyCFunction)(void (*)(void))kvpy_client_complete,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "complete(timeout=0.0) -> list[(handle, result)]: the submitted operations that "
+	 "completed, waiting up to timeout seconds (None: until one does) while none has; "
+	 "result is a lookup's list[(matched_tokens, host_tokens)], a prefetch's pages coming, "
+	 "or a kvpalace.Error instance"},
 	{"__enter__", kvpy_node_enter, METH_NOARGS, NULL},
 	{"__exit__", kvpy_node_exit, METH_VARARGS, NULL},
 	{NULL, NULL, 0, NULL},
@@ -204,6 +212,7 @@ static PyMethodDef client_methods[] = {
 static PyGetSetDef client_getset[] = {
 	{"server_version", client_server_version, NULL, "the daemon's version (its Hello)", NULL},
 	{"is_admin", client_is_admin, NULL, "connected on the admin socket", NULL},
+	{"in_flight", kvpy_client_in_flight, NULL, "submitted operations not yet completed", NULL},
 	{"closed", kvpy_node_closed_get, NULL, NULL, NULL},
 	{NULL, NULL, NULL, NULL, NULL},
 };

@@ -48,11 +48,15 @@ struct kvpy_node {
 	PyObject *weakrefs;
 };
 
+struct kvpy_op;
+
 struct kvpy_client {
 	struct kvpy_node node;
 	kvp_client *c;
 	PyThread_type_lock lock;
-	unsigned int fork_gen; /* kvpy_fork_gen when connected */
+	unsigned int fork_gen;		    /* kvpy_fork_gen when connected */
+	struct kvpy_op *ops[KVP_ASYNC_MAX]; /* submitted operations (async.c) */
+	uint64_t next_handle;
 };
 
 /* Bumped in a forked child (pthread_atfork): a client connected before
@@ -67,8 +71,6 @@ void kvpy_unlock(struct kvpy_client *cl, int locked);
 struct kvpy_pool {
 	struct kvpy_node node;
 	kvp_pool *p;
-	unsigned char salt[64]; /* the handle's salt, to restore after match(salt=) */
-	size_t salt_len;
 };
 
 struct kvpy_session {
@@ -119,6 +121,37 @@ void kvpy_tokens_put(struct kvpy_tokens *tk);
 /* Salt argument: None -> *ret NULL, else a bytes-like of <= 64 bytes. */
 int kvpy_salt_get(PyObject *o, Py_buffer *view, int *has);
 
+/* ---- query.c: keys and lookup batches ---- */
+
+/* A call's keys: salt (None: the pool handle's; b"": none), extra key
+ * (None or 1..64 bytes) and key spans (None or (first_token, n_tokens,
+ * key) tuples), held until kvpy_keys_put. */
+struct kvpy_keys {
+	Py_buffer salt, extra;
+	int has_salt, has_extra;
+	struct kvp_key_span *spans;
+	Py_buffer *span_keys;
+	size_t n_spans;
+};
+int kvpy_keys_get(PyObject *salt, PyObject *extra, PyObject *spans, struct kvpy_keys *k);
+void kvpy_keys_put(struct kvpy_keys *k);
+void kvpy_keys_match_opts(const struct kvpy_keys *k, struct kvp_match_opts *o);
+void kvpy_keys_query(const struct kvpy_keys *k, struct kvp_lookup_query *q);
+
+/* Lookup queries of prompts with their salts and extra keys (sequences
+ * as long as prompts, or None), and room for the results. */
+struct kvpy_batch {
+	Py_ssize_t n, got;
+	struct kvpy_tokens *tk;
+	struct kvpy_keys *keys;
+	struct kvp_lookup_query *q;
+	struct kvp_lookup_result *r;
+};
+int kvpy_batch_get(PyObject *prompts, PyObject *salts, PyObject *extras, struct kvpy_batch *b);
+void kvpy_batch_put(struct kvpy_batch *b);
+/* [(matched_tokens, host_tokens), ...] */
+PyObject *kvpy_batch_results(const struct kvpy_batch *b);
+
 /* ---- node.c: the lifetime tree ---- */
 
 void kvpy_node_link(struct kvpy_node *n, struct kvpy_node *parent, enum kvpy_kind kind);
@@ -141,6 +174,20 @@ PyObject *kvpy_node_closed_get(PyObject *self, void *unused);
 int kvpy_call(struct kvpy_node *n, int (*fn)(void *arg), void *arg, char *msg, size_t msg_n);
 /* kvpy_call, raising kvpalace.Error on a negative result. */
 int kvpy_call_raise(struct kvpy_node *n, int (*fn)(void *arg), void *arg);
+
+/* ---- async.c: submitted operations ---- */
+PyObject *kvpy_pool_lookup_submit(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *kvpy_pool_prefetch_submit(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *kvpy_client_complete(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *kvpy_client_fileno(PyObject *self, PyObject *unused);
+PyObject *kvpy_client_in_flight(PyObject *self, void *unused);
+/* Frees the records of a client whose connection is gone. */
+void kvpy_async_forget(struct kvpy_client *cl);
+
+/* ---- engine.c: copies between pages and an engine's paged cache ---- */
+PyObject *kvpy_session_to_engine(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *kvpy_session_from_engine(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *kvpy_lease_to_engine(PyObject *self, PyObject *args, PyObject *kw);
 
 /* ---- object constructors ---- */
 PyObject *kvpy_layout_new(const struct kvp_layout *l);

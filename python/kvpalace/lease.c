@@ -211,6 +211,11 @@ static PyMethodDef lease_methods[] = {
 	{"release", kvpy_node_close_meth, METH_NOARGS,
 	 "release(): ends the lease (idempotent; in the daemon once no view of it is left)"},
 	{"close", kvpy_node_close_meth, METH_NOARGS, "close(): release()"},
+	{"to_engine", (PyCFunction)(void (*)(void))kvpy_lease_to_engine,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "to_engine(cache, block_ids, first_page=0, *, layers=None, heads=None, "
+	 "engine_layer_first=0, engine_head_first=0): copies pages first_page.. into the "
+	 "engine's blocks (kvp_pages_to_engine)"},
 	{"page", lease_page, METH_O, "page(i) -> Page: read-only view of page i (kvp_lease_page)"},
 	{"read", lease_read, METH_VARARGS,
 	 "read(i, offset, n) -> bytes: n bytes of page i from offset (kvp_lease_read)"},

@@ -110,6 +110,8 @@ void kvpy_node_try_free(struct kvpy_node *n)
 		kvpy_unlock(cl, locked);
 		PyEval_RestoreThread(ts);
 	}
+	if (n->kind == KVPY_CLIENT)
+		kvpy_async_forget(cl);
 	parent = n->parent;
 	if (parent) {
 		parent->pins--;

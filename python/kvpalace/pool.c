@@ -1,9 +1,9 @@
 /* python/kvpalace/pool.c — kvpalace.Pool: a pool handle (kvp_pool_open,
  * through Client.open_pool): its salt, lookups that change nothing
  * (kvp_lookup_batch), sessions (kvp_session_create) and matches
- * (kvp_match_prefix). A match with its own salt sets the handle's salt
- * around the call and puts the handle's back, both under the client's
- * lock, so no other thread's call sees the borrowed salt. */
+ * (kvp_match_prefix_opts) and prefetches, each with the salt, extra key
+ * and key spans of its own call (query.c), and the asynchronous
+ * lookups and prefetches of async.c. */
 #include <errno.h>
 #include <string.h>
 
@@ -60,7 +60,6 @@ static PyObject *pool_n_pages(PyObject *self, void *unused)
 }
 
 struct salt_arg {
-	struct kvpy_pool *o;
 	kvp_pool *p;
 	const void *salt;
 	size_t n;
@@ -69,14 +68,8 @@ struct salt_arg {
 static int do_set_salt(void *a)
 {
 	struct salt_arg *sa = a;
-	int ret = kvp_pool_set_salt(sa->p, sa->salt, sa->n);
 
-	/* Under the client's lock, as match(salt=) reads it. */
-	if (ret == 0) {
-		memcpy(sa->o->salt, sa->salt ? sa->salt : "", sa->n);
-		sa->o->salt_len = sa->n;
-	}
-	return ret;
+	return kvp_pool_set_salt(sa->p, sa->salt, sa->n);
 }
 
 static PyObject *pool_set_salt(PyObject *self, PyObject *arg)
@@ -93,7 +86,6 @@ static PyObject *pool_set_salt(PyObject *self, PyObject *arg)
 		sa.salt = v.buf;
 		sa.n = (size_t)v.len;
 	}
-	sa.o = p;
 	ret = kvpy_call_raise(&p->node, do_set_salt, &sa);
 	if (has)
 		PyBuffer_Release(&v);
@@ -116,37 +108,52 @@ static int do_lookup(void *a)
 	return kvp_lookup_batch(la->p, la->q, la->n, la->r);
 }
 
+/* A prompt and its keys, as match, lookup and prefetch take them. */
+struct prompt {
+	struct kvpy_tokens tk;
+	struct kvpy_keys keys;
+};
+
+static int prompt_get(struct kvpy_pool *p, PyObject *tokens, PyObject *salt, PyObject *extra,
+		      PyObject *spans, struct prompt *pr)
+{
+	if (pool_check(p) < 0 || kvpy_tokens_get(tokens, &pr->tk) < 0)
+		return -1;
+	if (kvpy_keys_get(salt, extra, spans, &pr->keys) < 0) {
+		kvpy_tokens_put(&pr->tk);
+		return -1;
+	}
+	return 0;
+}
+
+static void prompt_put(struct prompt *pr)
+{
+	kvpy_tokens_put(&pr->tk);
+	kvpy_keys_put(&pr->keys);
+}
+
+static char *prompt_kwlist[] = {"tokens", "salt", "extra_key", "key_spans", NULL};
+
 static PyObject *pool_lookup(PyObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"tokens", "salt", NULL};
 	struct kvpy_pool *p = (struct kvpy_pool *)self;
-	PyObject *tokens, *salt = Py_None;
+	PyObject *tokens, *salt = Py_None, *extra = Py_None, *spans = Py_None;
 	struct kvp_lookup_query q = {0};
 	struct kvp_lookup_result r = {0};
 	struct lookup_arg la = {.q = &q, .r = &r, .n = 1};
-	struct kvpy_tokens tk;
-	Py_buffer v;
-	int has, ret;
+	struct prompt pr;
+	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:lookup", kwlist, &tokens, &salt))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOO:lookup", prompt_kwlist, &tokens, &salt,
+					 &extra, &spans) ||
+	    prompt_get(p, tokens, salt, extra, spans, &pr) < 0)
 		return NULL;
-	if (pool_check(p) < 0 || kvpy_tokens_get(tokens, &tk) < 0)
-		return NULL;
-	if (kvpy_salt_get(salt, &v, &has) < 0) {
-		kvpy_tokens_put(&tk);
-		return NULL;
-	}
 	la.p = p->p;
-	q.tokens = tk.t;
-	q.n_tokens = tk.n;
-	if (has) {
-		q.salt = v.len ? v.buf : "";
-		q.salt_len = (size_t)v.len;
-	}
+	q.tokens = pr.tk.t;
+	q.n_tokens = pr.tk.n;
+	kvpy_keys_query(&pr.keys, &q);
 	ret = kvpy_call_raise(&p->node, do_lookup, &la);
-	kvpy_tokens_put(&tk);
-	if (has)
-		PyBuffer_Release(&v);
+	prompt_put(&pr);
 	if (ret < 0)
 		return NULL;
 	return PyLong_FromUnsignedLongLong(r.matched_tokens);
@@ -154,90 +161,30 @@ static PyObject *pool_lookup(PyObject *self, PyObject *args, PyObject *kw)
 
 static PyObject *pool_lookup_batch(PyObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"prompts", "salts", NULL};
+	static char *kwlist[] = {"prompts", "salts", "extra_keys", NULL};
 	struct kvpy_pool *p = (struct kvpy_pool *)self;
-	PyObject *prompts, *salts = Py_None, *pseq = NULL, *sseq = NULL, *out = NULL;
-	struct kvpy_tokens *tk = NULL;
-	Py_buffer *sv = NULL;
-	char *shas = NULL;
+	PyObject *prompts, *salts = Py_None, *extras = Py_None, *out = NULL;
 	struct lookup_arg la = {0};
-	Py_ssize_t n, got_tk = 0, got_s = 0;
+	struct kvpy_batch b;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:lookup_batch", kwlist, &prompts, &salts))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO:lookup_batch", kwlist, &prompts, &salts,
+					 &extras))
 		return NULL;
-	if (pool_check(p) < 0)
+	if (pool_check(p) < 0 || kvpy_batch_get(prompts, salts, extras, &b) < 0)
 		return NULL;
-	pseq = PySequence_Fast(prompts, "prompts must be a sequence of token sequences");
-	if (!pseq)
-		return NULL;
-	n = PySequence_Fast_GET_SIZE(pseq);
-	if (salts != Py_None) {
-		sseq = PySequence_Fast(salts, "salts must be a sequence (None: the pool's salt)");
-		if (!sseq)
-			goto out;
-		if (PySequence_Fast_GET_SIZE(sseq) != n) {
-			PyErr_SetString(PyExc_ValueError, "salts must be as many as prompts");
-			goto out;
-		}
-	}
-	tk = PyMem_Calloc((size_t)n + 1, sizeof(*tk));
-	sv = PyMem_Calloc((size_t)n + 1, sizeof(*sv));
-	shas = PyMem_Calloc((size_t)n + 1, 1);
-	la.q = PyMem_Calloc((size_t)n + 1, sizeof(*la.q));
-	la.r = PyMem_Calloc((size_t)n + 1, sizeof(*la.r));
-	if (!tk || !sv || !shas || !la.q || !la.r) {
-		PyErr_NoMemory();
-		goto out;
-	}
-	for (; got_tk < n; got_tk++) {
-		if (kvpy_tokens_get(PySequence_Fast_GET_ITEM(pseq, got_tk), &tk[got_tk]) < 0)
-			goto out;
-		la.q[got_tk].tokens = tk[got_tk].t;
-		la.q[got_tk].n_tokens = tk[got_tk].n;
-	}
-	for (; sseq && got_s < n; got_s++) {
-		int has;
-
-		if (kvpy_salt_get(PySequence_Fast_GET_ITEM(sseq, got_s), &sv[got_s], &has) < 0)
-			goto out;
-		shas[got_s] = (char)has;
-		if (has) {
-			la.q[got_s].salt = sv[got_s].len ? sv[got_s].buf : "";
-			la.q[got_s].salt_len = (size_t)sv[got_s].len;
-		}
-	}
 	la.p = p->p;
-	la.n = (size_t)n;
-	if (kvpy_call_raise(&p->node, do_lookup, &la) < 0)
-		goto out;
-	out = PyList_New(n);
-	for (Py_ssize_t i = 0; out && i < n; i++) {
-		PyObject *t = Py_BuildValue("(KK)", (unsigned long long)la.r[i].matched_tokens,
-					    (unsigned long long)la.r[i].host_tokens);
-
-		if (!t)
-			Py_CLEAR(out);
-		else
-			PyList_SET_ITEM(out, i, t);
-	}
-out:
-	for (Py_ssize_t i = 0; i < got_tk; i++)
-		kvpy_tokens_put(&tk[i]);
-	for (Py_ssize_t i = 0; i < got_s; i++)
-		if (shas[i])
-			PyBuffer_Release(&sv[i]);
-	PyMem_Free(tk);
-	PyMem_Free(sv);
-	PyMem_Free(shas);
-	PyMem_Free(la.q);
-	PyMem_Free(la.r);
-	Py_XDECREF(pseq);
-	Py_XDECREF(sseq);
+	la.q = b.q;
+	la.r = b.r;
+	la.n = (size_t)b.n;
+	if (kvpy_call_raise(&p->node, do_lookup, &la) == 0)
+		out = kvpy_batch_results(&b);
+	kvpy_batch_put(&b);
 	return out;
 }
 
 struct session_arg {
 	kvp_pool *p;
+	struct kvp_session_opts o;
 	kvp_session *s;
 };
 
@@ -245,7 +192,7 @@ static int do_session_create(void *a)
 {
 	struct session_arg *sa = a;
 
-	return kvp_session_create(sa->p, &sa->s);
+	return kvp_session_create_opts(sa->p, &sa->o, &sa->s);
 }
 
 PyObject *kvpy_session_wrap(struct kvpy_node *pool, kvp_session *s)
@@ -263,15 +210,32 @@ PyObject *kvpy_session_wrap(struct kvpy_node *pool, kvp_session *s)
 	return (PyObject *)o;
 }
 
-static PyObject *pool_session(PyObject *self, PyObject *unused)
+/* session(extra_key=None, salt=None) -> Session: the session keeps both
+ * for good (kvp_session_create_opts). */
+static PyObject *pool_session(PyObject *self, PyObject *args, PyObject *kw)
 {
+	static char *kwlist[] = {"extra_key", "salt", NULL};
 	struct kvpy_pool *p = (struct kvpy_pool *)self;
+	PyObject *extra = Py_None, *salt = Py_None;
 	struct session_arg sa = {0};
+	struct kvp_match_opts mo;
+	struct kvpy_keys k;
+	int ret;
 
-	if (pool_check(p) < 0)
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:session", kwlist, &extra, &salt))
 		return NULL;
+	if (pool_check(p) < 0 || kvpy_keys_get(salt, extra, NULL, &k) < 0)
+		return NULL;
+	kvpy_keys_match_opts(&k, &mo);
 	sa.p = p->p;
-	if (kvpy_call_raise(&p->node, do_session_create, &sa) < 0)
+	sa.o.size = sizeof(sa.o);
+	sa.o.salt = mo.salt;
+	sa.o.salt_len = mo.salt_len;
+	sa.o.extra_key = mo.extra_key;
+	sa.o.extra_key_len = mo.extra_key_len;
+	ret = kvpy_call_raise(&p->node, do_session_create, &sa);
+	kvpy_keys_put(&k);
+	if (ret < 0)
 		return NULL;
 	return kvpy_session_wrap(&p->node, sa.s);
 }
@@ -280,67 +244,53 @@ struct match_arg {
 	kvp_pool *p;
 	const uint32_t *t;
 	size_t n;
-	const void *salt;
-	size_t salt_len;
-	int has_salt;
-	const void *old_salt;
-	struct kvpy_pool *o;
+	struct kvp_match_opts o;
 	kvp_lease *l;
+	uint32_t coming;
 };
 
 static int do_match(void *a)
 {
 	struct match_arg *ma = a;
-	int ret, ret2;
 
-	if (!ma->has_salt)
-		return kvp_match_prefix(ma->p, ma->t, ma->n, &ma->l);
-	ret = kvp_pool_set_salt(ma->p, ma->salt, ma->salt_len);
-	if (ret < 0)
-		return ret;
-	ret = kvp_match_prefix(ma->p, ma->t, ma->n, &ma->l);
-	ret2 = kvp_pool_set_salt(ma->p, ma->old_salt, ma->o->salt_len);
-	if (ret == 0 && ret2 < 0) {
-		kvp_lease_release(ma->l);
-		ret = ret2;
-	}
+	return kvp_match_prefix_opts(ma->p, ma->t, ma->n, &ma->o, &ma->l);
+}
+
+static int do_prefetch(void *a)
+{
+	struct match_arg *ma = a;
+
+	return kvp_prefetch_opts(ma->p, ma->t, ma->n, &ma->o, &ma->coming);
+}
+
+/* Parses (tokens, salt, extra_key, key_spans) by fmt and runs fn on them. */
+static int prompt_run(struct kvpy_pool *p, PyObject *args, PyObject *kw, const char *fmt,
+		      int (*fn)(void *), struct match_arg *ma)
+{
+	PyObject *tokens, *salt = Py_None, *extra = Py_None, *spans = Py_None;
+	struct prompt pr;
+	int ret;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, prompt_kwlist, &tokens, &salt, &extra,
+					 &spans) ||
+	    prompt_get(p, tokens, salt, extra, spans, &pr) < 0)
+		return -1;
+	ma->p = p->p;
+	ma->t = pr.tk.t;
+	ma->n = pr.tk.n;
+	kvpy_keys_match_opts(&pr.keys, &ma->o);
+	ret = kvpy_call_raise(&p->node, fn, ma);
+	prompt_put(&pr);
 	return ret;
 }
 
 static PyObject *pool_match(PyObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"tokens", "salt", NULL};
 	struct kvpy_pool *p = (struct kvpy_pool *)self;
-	PyObject *tokens, *salt = Py_None;
 	struct match_arg ma = {0};
-	struct kvpy_tokens tk;
 	struct kvpy_lease *o;
-	Py_buffer v;
-	int has, ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:match", kwlist, &tokens, &salt))
-		return NULL;
-	if (pool_check(p) < 0 || kvpy_tokens_get(tokens, &tk) < 0)
-		return NULL;
-	if (kvpy_salt_get(salt, &v, &has) < 0) {
-		kvpy_tokens_put(&tk);
-		return NULL;
-	}
-	ma.p = p->p;
-	ma.t = tk.t;
-	ma.n = tk.n;
-	ma.has_salt = has;
-	if (has) {
-		ma.salt = v.buf;
-		ma.salt_len = (size_t)v.len;
-	}
-	ma.old_salt = p->salt;
-	ma.o = p;
-	ret = kvpy_call_raise(&p->node, do_match, &ma);
-	kvpy_tokens_put(&tk);
-	if (has)
-		PyBuffer_Release(&v);
-	if (ret < 0)
+	if (prompt_run(p, args, kw, "O|OOO:match", do_match, &ma) < 0)
 		return NULL;
 	o = PyObject_New(struct kvpy_lease, &kvpy_lease_type);
 	if (!o) {
@@ -351,6 +301,17 @@ static PyObject *pool_match(PyObject *self, PyObject *args, PyObject *kw)
 	kvpy_node_link(&o->node, &p->node, KVPY_LEASE);
 	o->l = ma.l;
 	return (PyObject *)o;
+}
+
+/* prefetch(tokens, salt=None, extra_key=None, key_spans=None) -> int:
+ * pages on their way in from disk (kvp_prefetch_opts). */
+static PyObject *pool_prefetch(PyObject *self, PyObject *args, PyObject *kw)
+{
+	struct match_arg ma = {0};
+
+	if (prompt_run((struct kvpy_pool *)self, args, kw, "O|OOO:prefetch", do_prefetch, &ma) < 0)
+		return NULL;
+	return PyLong_FromUnsignedLong(ma.coming);
 }
 
 struct adopt_arg {
@@ -429,13 +390,28 @@ static PyMethodDef pool_methods[] = {
 	{"set_salt", pool_set_salt, METH_O,
 	 "set_salt(bytes | None): the handle's cache salt (kvp_pool_set_salt)"},
 	{"lookup", (PyCFunction)(void (*)(void))pool_lookup, METH_VARARGS | METH_KEYWORDS,
-	 "lookup(tokens, salt=None) -> int: tokens a match would find now; changes nothing"},
+	 "lookup(tokens, salt=None, extra_key=None, key_spans=None) -> int: tokens a match "
+	 "would find now; changes nothing"},
 	{"lookup_batch", (PyCFunction)(void (*)(void))pool_lookup_batch,
 	 METH_VARARGS | METH_KEYWORDS,
-	 "lookup_batch(prompts, salts=None) -> list[(matched_tokens, host_tokens)]"},
-	{"session", pool_session, METH_NOARGS, "session() -> Session (kvp_session_create)"},
+	 "lookup_batch(prompts, salts=None, extra_keys=None) -> list[(matched_tokens, "
+	 "host_tokens)]"},
+	{"lookup_submit", (PyCFunction)(void (*)(void))kvpy_pool_lookup_submit,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "lookup_submit(prompts, salts=None, extra_keys=None) -> int: lookup_batch, "
+	 "submitted; Client.complete() gives its result under the returned handle"},
+	{"prefetch", (PyCFunction)(void (*)(void))pool_prefetch, METH_VARARGS | METH_KEYWORDS,
+	 "prefetch(tokens, salt=None, extra_key=None, key_spans=None) -> int: pages coming "
+	 "from disk ahead of a match (kvp_prefetch_opts)"},
+	{"prefetch_submit", (PyCFunction)(void (*)(void))kvpy_pool_prefetch_submit,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "prefetch_submit(tokens) -> int: prefetch, submitted (the pool handle's salt); "
+	 "Client.complete() gives the pages coming under the returned handle"},
+	{"session", (PyCFunction)(void (*)(void))pool_session, METH_VARARGS | METH_KEYWORDS,
+	 "session(extra_key=None, salt=None) -> Session (kvp_session_create_opts)"},
 	{"match", (PyCFunction)(void (*)(void))pool_match, METH_VARARGS | METH_KEYWORDS,
-	 "match(tokens, salt=None) -> Lease: the longest cached prefix, pinned (kvp_match_prefix)"},
+	 "match(tokens, salt=None, extra_key=None, key_spans=None) -> Lease: the longest "
+	 "cached prefix, pinned (kvp_match_prefix_opts)"},
 	{"adopt", pool_adopt, METH_O,
 	 "adopt(lease_id) -> Lease: a lease of this client's on the pages another lease of the "
 	 "user holds (kvp_lease_adopt)"},

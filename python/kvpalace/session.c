@@ -51,29 +51,45 @@ struct append_arg {
 	kvp_session *s;
 	const uint32_t *t;
 	size_t n;
+	struct kvp_append_opts o;
 };
 
 static int do_append(void *a)
 {
 	struct append_arg *aa = a;
 
-	return kvp_append(aa->s, aa->t, aa->n);
+	return kvp_append_opts(aa->s, aa->t, aa->n, &aa->o);
 }
 
-static PyObject *sess_append(PyObject *self, PyObject *tokens)
+/* append(tokens, key_spans=None): key spans in the session's absolute
+ * positions (kvp_append_opts). */
+static PyObject *sess_append(PyObject *self, PyObject *args, PyObject *kw)
 {
+	static char *kwlist[] = {"tokens", "key_spans", NULL};
 	struct kvpy_session *s = (struct kvpy_session *)self;
+	PyObject *tokens, *spans = Py_None;
 	struct append_arg aa = {0};
 	struct kvpy_tokens tk;
+	struct kvpy_keys k;
 	int ret;
 
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:append", kwlist, &tokens, &spans))
+		return NULL;
 	if (sess_check(s) < 0 || kvpy_tokens_get(tokens, &tk) < 0)
 		return NULL;
+	if (kvpy_keys_get(NULL, NULL, spans, &k) < 0) {
+		kvpy_tokens_put(&tk);
+		return NULL;
+	}
 	aa.s = s->s;
 	aa.t = tk.t;
 	aa.n = tk.n;
+	aa.o.size = sizeof(aa.o);
+	aa.o.spans = k.spans;
+	aa.o.n_spans = k.n_spans;
 	ret = kvpy_call_raise(&s->node, do_append, &aa);
 	kvpy_tokens_put(&tk);
+	kvpy_keys_put(&k);
 	if (ret < 0)
 		return NULL;
 	Py_RETURN_NONE;
@@ -251,8 +267,19 @@ static PyObject *sess_fork(PyObject *self, PyObject *arg)
 static PyMethodDef sess_methods[] = {
 	{"close", kvpy_node_close_meth, METH_NOARGS,
 	 "close(): closes the session (idempotent; in the daemon once no view of it is left)"},
-	{"append", sess_append, METH_O,
-	 "append(tokens): reserves positions for tokens (kvp_append)"},
+	{"append", (PyCFunction)(void (*)(void))sess_append, METH_VARARGS | METH_KEYWORDS,
+	 "append(tokens, key_spans=None): reserves positions for tokens; key_spans "
+	 "[(first_token, n_tokens, key), ...] in absolute positions (kvp_append_opts)"},
+	{"to_engine", (PyCFunction)(void (*)(void))kvpy_session_to_engine,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "to_engine(cache, block_ids, first_page=0, *, layers=None, heads=None, "
+	 "engine_layer_first=0, engine_head_first=0): copies pages first_page.. into the "
+	 "engine's blocks (kvp_pages_to_engine)"},
+	{"from_engine", (PyCFunction)(void (*)(void))kvpy_session_from_engine,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "from_engine(cache, block_ids, first_page=0, *, layers=None, heads=None, "
+	 "engine_layer_first=0, engine_head_first=0): copies the engine's blocks into "
+	 "uncommitted pages first_page.. (kvp_engine_to_pages)"},
 	{"page", sess_page, METH_O, "page(i) -> Page: page i of the session (kvp_session_page)"},
 	{"write", sess_write, METH_VARARGS,
 	 "write(i, offset, data): copies bytes into page i at offset (kvp_session_write)"},
