@@ -33,6 +33,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "python"))
+import kvpalace  # noqa: E402
 from kvpalace import vllm_connector as vc  # noqa: E402
 from vllm_driver import NS, KVCacheBlocks, Request, vllm_config  # noqa: E402
 
@@ -105,7 +106,7 @@ def main():
         return ext, time.perf_counter() - t
 
     spool, wpool = sched._pools[0], worker._pools[0]
-    cache = worker._cache
+    cache = kvpalace.EngineCache("flash_attn", [caches[n] for n in names], block_size=bs)
 
     def raw_hit():
         t = time.perf_counter()
