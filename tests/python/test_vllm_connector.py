@@ -6,9 +6,11 @@ checked, and every block reported failed. Where vLLM imports, the same
 story runs against its real KVConnectorBase_V1; here that part skips."""
 
 import importlib.util
+import glob
 import os
 import signal
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -16,7 +18,7 @@ import torch
 
 import kvpalace
 from kvpalace import vllm_connector as vc
-from conftest import Daemon
+from conftest import Daemon, _can_connect
 from vllm_driver import Engine, Request
 
 _seq = [0]
@@ -390,6 +392,62 @@ def test_daemon_killed_mid_load(impl):
             eng.close()
         except kvpalace.Error:
             pass
+        d.stop()
+
+
+def _restart_from_stopped(d, args):
+    """Starts a stopped daemon again on the same directories."""
+    d.proc = subprocess.Popen(args)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(d.sock) or not _can_connect(d.sock):
+        assert d.proc.poll() is None and time.monotonic() < deadline, "kvpalaced did not restart"
+        time.sleep(0.02)
+
+
+def test_pages_corrupted_on_disk(impl):
+    """Pages saved through the connector, written to the disk tier at a
+    clean stop, damaged there (a byte in the data of extents 4, 5, ...):
+    after a restart the index still promises them, the scheduler's match
+    (which reads them back and verifies them) stops short, and the blocks
+    past it are reported failed; every block loaded holds what was saved."""
+    d = Daemon(extra=("--disk-pool-size", "64M"))
+    mid = model_id()
+    try:
+        a = prompt(65, 161)
+        eng = Engine(impl, d.sock, mid)
+        _saved_then_new(eng, "Z", a)
+        eng.close()
+        d.proc.send_signal(signal.SIGTERM)
+        d.proc.wait(60)
+        (spill,) = glob.glob(os.path.join(d.dir, "cache", "*.kvs"))
+        page_bytes = 4 * 2 * 8 * 64 * 16 * 2
+        n_ext = (64 << 20) // page_bytes
+        data_off = (4096 + n_ext * 128 + 4095) // 4096 * 4096
+        fd = os.open(spill, os.O_RDWR)
+        try:
+            for e in range(4, n_ext):
+                off = data_off + e * page_bytes + 100
+                b = os.pread(fd, 1, off)
+                if b:
+                    os.pwrite(fd, bytes([b[0] ^ 0xFF]), off)
+        finally:
+            os.close(fd)
+        _restart_from_stopped(d, d.proc.args)
+        eng = Engine(impl, d.sock, mid)
+        try:
+            eng.add(Request("Z2", a))
+            so = eng.schedule()
+            hit = eng.last_matched["Z2"]
+            got = so.kv_connector_metadata.leases[0].lease_tokens
+            print("after the damage: %d tokens promised (the index), %d in the lease" % (hit, got))
+            assert hit == 160 and got < hit  # the damage shows when pages are read
+            blocks = list(eng.running["Z2"].blocks)
+            _, errors = eng.execute(so)
+            assert errors == set(blocks[got // 16:10])
+            assert eng.load_check[(0, "Z2")] == (got // 16, 10 - got // 16, [])
+        finally:
+            eng.close()
+    finally:
         d.stop()
 
 
