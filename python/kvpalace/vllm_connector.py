@@ -2,7 +2,8 @@
 
 Turned on with::
 
-    vllm serve MODEL --kv-transfer-config '{"kv_connector": "KvpalaceConnector",
+    vllm serve MODEL --disable-hybrid-kv-cache-manager \
+        --kv-transfer-config '{"kv_connector": "KvpalaceConnector",
         "kv_connector_module_path": "kvpalace.vllm_connector", "kv_role": "kv_both",
         "kv_connector_extra_config": {"socket": "/run/kvpalace/kvpalace.sock"}}'
 
@@ -10,7 +11,9 @@ vLLM's KVConnectorFactory (vllm/distributed/kv_transfer/kv_connector/factory.py,
 read at blob a4cd9d0d) imports ``kv_connector_module_path`` with importlib when
 ``kv_connector`` is not one of its registered names, takes the class of that
 name from the module with getattr, and constructs it once per role as
-``cls(vllm_config, role, kv_cache_config)``. The interface implemented here is
+``cls(vllm_config, role, kv_cache_config)``; it refuses a connector that
+is not SupportsHMA while the hybrid KV cache manager is on, hence the
+flag (this connector handles one KV cache group). The interface implemented here is
 KVConnectorBase_V1 of vllm/distributed/kv_transfer/kv_connector/v1/base.py (read
 at blob 13f4ad0f); the objects it is handed are those of vllm/v1/request.py
 (Request: request_id, prompt_token_ids, all_token_ids, lora_request,
@@ -37,7 +40,8 @@ How a request flows (one KV cache group, full-attention layers):
   to the workers in the metadata, with the engine blocks to load (blocks a
   lease turns out shorter than promised are sent as failed, never loaded).
 - scheduler, ``build_connector_meta``: the leases taken this step, and a
-  save for every request whose computed prompt grew by whole blocks.
+  save for every request whose computed prompt grew by whole blocks past
+  what kvpalace holds of it (a full hit saves nothing).
 - worker, ``start_load_kv``: ``Pool.adopt`` of its rank's lease and
   ``Lease.to_engine`` into the registered caches, in chunks of blocks; a
   chunk that fails makes it and every later block of that request failed
@@ -48,6 +52,11 @@ How a request flows (one KV cache group, full-attention layers):
 - worker, ``save_kv_layer``: per layer, ``Session.from_engine`` of the new
   whole blocks into the request's session (a fork of the lease it loaded
   from, so the prefix is not copied back); ``wait_for_save`` commits.
+  Only prompt tokens are saved.
+- a cache on a GPU: kvpalace.EngineCache is over host memory, so the
+  worker copies through a host staging buffer of ``staging_blocks`` blocks
+  per layer (pinned), with torch moving blocks between it and the device:
+  two copies per byte served instead of one.
 - scheduler, ``request_finished``: releases its leases and answers True
   (free the blocks later) for a request that had saves, which the workers
   then report in ``get_finished`` once its session is closed.
@@ -64,7 +73,8 @@ $KVPALACE_SOCKET, else the library's default), ``model_id`` (default the
 served model's name), ``dtype`` ("bf16", "f16", "f32"; default from the
 cache tensors or the model's dtype), ``kv_layout`` ("flash_attn",
 "flashinfer_nhd", "flashinfer_hnd"; default from the tensors' shape),
-``load_chunk_blocks`` (64), ``tp_rank`` (override).
+``load_chunk_blocks`` (64), ``staging_blocks`` (128, for a device cache;
+set on a CPU cache it forces the staging path), ``tp_rank`` (override).
 """
 
 import hashlib
