@@ -475,6 +475,14 @@ def test_lora_salt_and_multimodal_keys(daemon, impl):
         so = eng.schedule()
         eng.execute(so)
         assert eng.load_check[(0, "L2")] == (5, 0, [])
+        # A partial LoRA hit's save forks the lease: its new pages are the
+        # adapter's too, and nobody else's.
+        b = a[:48] + prompt(74, 60)
+        eng.add(Request("L3", b, lora_name="sql-adapter"))
+        eng.run_until_idle()
+        assert eng.workers[0].stats.bytes_saved > 0
+        assert gm(Request("x", b, lora_name="sql-adapter"), 0) == (96, False)
+        assert gm(Request("x", b), 0) == (0, False)
     finally:
         eng.close()
 
