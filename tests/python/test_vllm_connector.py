@@ -14,12 +14,13 @@ import time
 
 import numpy as np
 import pytest
-import torch
 
-import kvpalace
-from kvpalace import vllm_connector as vc
-from conftest import Daemon, _can_connect
-from vllm_driver import Engine, Request
+torch = pytest.importorskip("torch")  # vLLM's caches are torch tensors
+
+import kvpalace  # noqa: E402
+from kvpalace import vllm_connector as vc  # noqa: E402
+from conftest import Daemon, _can_connect  # noqa: E402
+from vllm_driver import Engine, Request  # noqa: E402
 
 _seq = [0]
 
