@@ -636,6 +636,10 @@ class KvpalaceConnectorImpl:
                 t.select(self._axis, b).zero_()
 
     def _fail(self, w, block_ids):
+        """Blocks of w's load that will not hold kvpalace's bytes: reported,
+        zeroed, and w saves nothing more (its engine copy is recomputed)."""
+        if not block_ids:
+            return  # a lease only a save would have forked: it saves from 0
         w.failed = True
         self._load_errors.update(block_ids)
         self.stats.blocks_failed += len(block_ids)
@@ -676,13 +680,16 @@ class KvpalaceConnectorImpl:
                 self.stats.blocks_loaded += len(chunk)
                 self.stats.bytes_loaded += len(chunk) * self._block_bytes
             if not spec.keep:  # no save will fork from it
-                self._timed(w.lease.release)
-                w.lease = None
-        if self._saves_enabled():
+                self._release_lease(w)
+        if self._saves:
             self._prepare_saves(meta)
 
-    def _saves_enabled(self):
-        return self._saves
+    def _release_lease(self, w):
+        try:
+            self._timed(w.lease.release)
+        except _kvp.Error:
+            pass  # the daemon is gone: the lease went with the connection
+        w.lease = None
 
     def _prepare_saves(self, meta):
         """Sessions and token reservations for this step's saves, before the
@@ -755,11 +762,7 @@ class KvpalaceConnectorImpl:
             w.copying = None
         for w in self._wreq.values():  # the sessions forked from them hold the pages now
             if w.lease is not None and (w.session is not None or w.failed):
-                try:
-                    self._timed(w.lease.release)
-                except _kvp.Error:
-                    pass
-                w.lease = None
+                self._release_lease(w)
 
     def handle_preemptions(self, preempted_req_ids):
         """A preempted request's blocks go to others: drop what its session

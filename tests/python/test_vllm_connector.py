@@ -135,6 +135,17 @@ def test_with_vllms_own_prefix_cache(daemon, impl):
         assert st.bytes_saved == (12 - 6) * eng.workers[0]._block_bytes
         assert lookup(eng, c) == 192
         assert eng.workers[0]._wreq["C"].lease is None  # released once forked
+        # The lease to fork gone before the worker adopts it: the save starts
+        # from 0 instead (vLLM's own blocks are good), no block reported.
+        e = a[:96] + prompt(7, 100)
+        eng.workers[0].stats.reset()
+        eng.add(Request("E", e), local=160)
+        so = eng.schedule()
+        eng.sched._release_all(eng.sched._req["E"].leases)
+        _, errors = eng.execute(so)
+        assert not errors
+        assert eng.workers[0].stats.bytes_saved == 12 * eng.workers[0]._block_bytes
+        assert lookup(eng, e) == 192
     finally:
         eng.close()
 
