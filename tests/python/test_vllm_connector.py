@@ -568,3 +568,66 @@ def test_importable_without_vllm():
         from kvpalace.vllm_connector import KvpalaceConnector  # noqa: F401
     with pytest.raises(AttributeError):
         vc.NoSuchThing
+
+
+@pytest.fixture
+def fake_vllm_base(monkeypatch):
+    """A module where vLLM keeps KVConnectorBase_V1, made here from the
+    interface's shape (an ABC with its abstract methods, the metadata ABC),
+    so that the lazy subclass is made and used even without vLLM."""
+    if HAVE_VLLM:
+        pytest.skip("vLLM imports here: the real base class is used instead")
+    import abc
+    import sys
+    import types
+
+    def abstract(name):
+        def f(self, *a, **kw):
+            raise NotImplementedError(name)
+        f.__name__ = name
+        return abc.abstractmethod(f)
+
+    names = ["start_load_kv", "wait_for_layer_load", "save_kv_layer", "wait_for_save",
+             "get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta"]
+
+    def init(self, vllm_config, role, kv_cache_config=None):
+        self.base_init = (vllm_config, role, kv_cache_config)
+        self._connector_metadata = None
+
+    def bind(self, m):
+        self._connector_metadata = m
+
+    def clear(self):
+        self._connector_metadata = None
+
+    ns = {n: abstract(n) for n in names}
+    ns.update(__init__=init, bind_connector_metadata=bind, clear_connector_metadata=clear)
+    base = types.ModuleType("vllm.distributed.kv_transfer.kv_connector.v1.base")
+    base.KVConnectorBase_V1 = abc.ABCMeta("KVConnectorBase_V1", (abc.ABC,), ns)
+    base.KVConnectorMetadata = abc.ABCMeta("KVConnectorMetadata", (abc.ABC,), {})
+    parts = base.__name__.split(".")
+    for i in range(1, len(parts)):
+        monkeypatch.setitem(sys.modules, ".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
+    monkeypatch.setitem(sys.modules, base.__name__, base)
+    vc._made.clear()
+    yield base
+    vc._made.clear()
+    vc.__dict__.pop("KvpalaceConnector", None)
+
+
+def test_subclass_of_the_base(daemon, fake_vllm_base):
+    cls = vc.KvpalaceConnector
+    assert issubclass(cls, fake_vllm_base.KVConnectorBase_V1) and not cls.__abstractmethods__
+    assert cls.__module__ == "kvpalace.vllm_connector"
+    assert isinstance(vc.KvpalaceConnectorMetadata(), fake_vllm_base.KVConnectorMetadata)
+    eng = Engine(cls, daemon.sock, model_id())
+    try:
+        assert eng.sched.base_init[1] == 0 and eng.workers[0].base_init[1] == 1
+        a = prompt(99, 100)
+        _saved_then_new(eng, "V", a)
+        eng.add(Request("V", a))
+        so = eng.schedule()
+        eng.execute(so)
+        assert eng.load_check[(0, "V")] == (6, 0, [])
+    finally:
+        eng.close()
