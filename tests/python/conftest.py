@@ -48,7 +48,7 @@ class Daemon:
             "--state-dir", os.path.join(self.dir, "state"),
             "--cache-dir", os.path.join(self.dir, "cache"),
             "--host-pool-size", "64M",
-            "--max-pools-per-tenant", "64",  # a pool per test
+            "--max-pools-per-tenant", "512",  # a pool (or a few) per test
             *extra,
         ]
         self.proc = subprocess.Popen(argv)
