@@ -151,12 +151,14 @@ class Pool:
         prompts: Sequence[Tokens],
         salts: Optional[Sequence[Salt]] = None,
         extra_keys: Optional[Sequence[Key]] = None,
+        key_spans: Optional[Sequence[KeySpans]] = None,
     ) -> List[Tuple[int, int]]: ...
     def lookup_submit(
         self,
         prompts: Sequence[Tokens],
         salts: Optional[Sequence[Salt]] = None,
         extra_keys: Optional[Sequence[Key]] = None,
+        key_spans: Optional[Sequence[KeySpans]] = None,
     ) -> int: ...
     def prefetch(
         self, tokens: Tokens, salt: Salt = None, extra_key: Key = None, key_spans: KeySpans = None

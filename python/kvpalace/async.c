@@ -122,13 +122,13 @@ static PyObject *submit(struct kvpy_pool *p, struct kvpy_op *o)
 
 PyObject *kvpy_pool_lookup_submit(PyObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"prompts", "salts", "extra_keys", NULL};
+	static char *kwlist[] = {"prompts", "salts", "extra_keys", "key_spans", NULL};
 	struct kvpy_pool *p = (struct kvpy_pool *)self;
-	PyObject *prompts, *salts = Py_None, *extras = Py_None;
+	PyObject *prompts, *salts = Py_None, *extras = Py_None, *spans = Py_None;
 	struct kvpy_op *o;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO:lookup_submit", kwlist, &prompts, &salts,
-					 &extras))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOO:lookup_submit", kwlist, &prompts, &salts,
+					 &extras, &spans))
 		return NULL;
 	if (kvpy_node_check(&p->node) < 0)
 		return NULL;
@@ -136,7 +136,7 @@ PyObject *kvpy_pool_lookup_submit(PyObject *self, PyObject *args, PyObject *kw)
 	if (!o)
 		return PyErr_NoMemory();
 	o->op = KVP_ASYNC_LOOKUP;
-	if (kvpy_batch_get(prompts, salts, extras, &o->b) < 0) {
+	if (kvpy_batch_get(prompts, salts, extras, spans, &o->b) < 0) {
 		PyMem_Free(o);
 		return NULL;
 	}

@@ -147,8 +147,9 @@ void kvpy_keys_put(struct kvpy_keys *k);
 void kvpy_keys_match_opts(const struct kvpy_keys *k, struct kvp_match_opts *o);
 void kvpy_keys_query(const struct kvpy_keys *k, struct kvp_lookup_query *q);
 
-/* Lookup queries of prompts with their salts and extra keys (sequences
- * as long as prompts, or None), and room for the results. */
+/* Lookup queries of prompts with their salts, extra keys and key span
+ * lists (sequences as long as prompts, or None), and room for the
+ * results. */
 struct kvpy_batch {
 	Py_ssize_t n, got;
 	struct kvpy_tokens *tk;
@@ -156,7 +157,8 @@ struct kvpy_batch {
 	struct kvp_lookup_query *q;
 	struct kvp_lookup_result *r;
 };
-int kvpy_batch_get(PyObject *prompts, PyObject *salts, PyObject *extras, struct kvpy_batch *b);
+int kvpy_batch_get(PyObject *prompts, PyObject *salts, PyObject *extras, PyObject *spans,
+		   struct kvpy_batch *b);
 void kvpy_batch_put(struct kvpy_batch *b);
 /* [(matched_tokens, host_tokens), ...] */
 PyObject *kvpy_batch_results(const struct kvpy_batch *b);

@@ -161,16 +161,16 @@ static PyObject *pool_lookup(PyObject *self, PyObject *args, PyObject *kw)
 
 static PyObject *pool_lookup_batch(PyObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"prompts", "salts", "extra_keys", NULL};
+	static char *kwlist[] = {"prompts", "salts", "extra_keys", "key_spans", NULL};
 	struct kvpy_pool *p = (struct kvpy_pool *)self;
-	PyObject *prompts, *salts = Py_None, *extras = Py_None, *out = NULL;
+	PyObject *prompts, *salts = Py_None, *extras = Py_None, *spans = Py_None, *out = NULL;
 	struct lookup_arg la = {0};
 	struct kvpy_batch b;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO:lookup_batch", kwlist, &prompts, &salts,
-					 &extras))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOO:lookup_batch", kwlist, &prompts, &salts,
+					 &extras, &spans))
 		return NULL;
-	if (pool_check(p) < 0 || kvpy_batch_get(prompts, salts, extras, &b) < 0)
+	if (pool_check(p) < 0 || kvpy_batch_get(prompts, salts, extras, spans, &b) < 0)
 		return NULL;
 	la.p = p->p;
 	la.q = b.q;
@@ -394,11 +394,12 @@ static PyMethodDef pool_methods[] = {
 	 "would find now; changes nothing"},
 	{"lookup_batch", (PyCFunction)(void (*)(void))pool_lookup_batch,
 	 METH_VARARGS | METH_KEYWORDS,
-	 "lookup_batch(prompts, salts=None, extra_keys=None) -> list[(matched_tokens, "
-	 "host_tokens)]"},
+	 "lookup_batch(prompts, salts=None, extra_keys=None, key_spans=None) -> "
+	 "list[(matched_tokens, host_tokens)]"},
 	{"lookup_submit", (PyCFunction)(void (*)(void))kvpy_pool_lookup_submit,
 	 METH_VARARGS | METH_KEYWORDS,
-	 "lookup_submit(prompts, salts=None, extra_keys=None) -> int: lookup_batch, "
+	 "lookup_submit(prompts, salts=None, extra_keys=None, key_spans=None) -> int: "
+	 "lookup_batch, "
 	 "submitted; Client.complete() gives its result under the returned handle"},
 	{"prefetch", (PyCFunction)(void (*)(void))pool_prefetch, METH_VARARGS | METH_KEYWORDS,
 	 "prefetch(tokens, salt=None, extra_key=None, key_spans=None) -> int: pages coming "

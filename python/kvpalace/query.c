@@ -126,9 +126,27 @@ void kvpy_keys_query(const struct kvpy_keys *k, struct kvp_lookup_query *q)
 	q->n_spans = o.n_spans;
 }
 
-int kvpy_batch_get(PyObject *prompts, PyObject *salts, PyObject *extras, struct kvpy_batch *b)
+/* A per-prompt argument: None, or a sequence as long as the prompts. */
+static int per_prompt(PyObject *o, Py_ssize_t n, const char *what, PyObject **ret)
 {
-	PyObject *pseq, *sseq = NULL, *eseq = NULL;
+	*ret = NULL;
+	if (!o || o == Py_None)
+		return 0;
+	*ret = PySequence_Fast(o, what);
+	if (!*ret)
+		return -1;
+	if (PySequence_Fast_GET_SIZE(*ret) != n) {
+		PyErr_Format(PyExc_ValueError, "%s: as many as prompts", what);
+		Py_CLEAR(*ret);
+		return -1;
+	}
+	return 0;
+}
+
+int kvpy_batch_get(PyObject *prompts, PyObject *salts, PyObject *extras, PyObject *spans,
+		   struct kvpy_batch *b)
+{
+	PyObject *pseq, *sseq = NULL, *eseq = NULL, *kseq = NULL;
 	int ret = -1;
 
 	memset(b, 0, sizeof(*b));
@@ -136,24 +154,12 @@ int kvpy_batch_get(PyObject *prompts, PyObject *salts, PyObject *extras, struct 
 	if (!pseq)
 		return -1;
 	b->n = PySequence_Fast_GET_SIZE(pseq);
-	if (salts && salts != Py_None) {
-		sseq = PySequence_Fast(salts, "salts must be a sequence (None: the pool's salt)");
-		if (!sseq)
-			goto out;
-		if (PySequence_Fast_GET_SIZE(sseq) != b->n) {
-			PyErr_SetString(PyExc_ValueError, "salts must be as many as prompts");
-			goto out;
-		}
-	}
-	if (extras && extras != Py_None) {
-		eseq = PySequence_Fast(extras, "extra_keys must be a sequence (None: none)");
-		if (!eseq)
-			goto out;
-		if (PySequence_Fast_GET_SIZE(eseq) != b->n) {
-			PyErr_SetString(PyExc_ValueError, "extra_keys must be as many as prompts");
-			goto out;
-		}
-	}
+	if (per_prompt(salts, b->n, "salts must be a sequence (None: the pool's salt)", &sseq) <
+		    0 ||
+	    per_prompt(extras, b->n, "extra_keys must be a sequence (None: none)", &eseq) < 0 ||
+	    per_prompt(spans, b->n, "key_spans must be a sequence of span lists (None: none)",
+		       &kseq) < 0)
+		goto out;
 	b->tk = PyMem_Calloc((size_t)b->n + 1, sizeof(*b->tk));
 	b->keys = PyMem_Calloc((size_t)b->n + 1, sizeof(*b->keys));
 	b->q = PyMem_Calloc((size_t)b->n + 1, sizeof(*b->q));
@@ -168,7 +174,8 @@ int kvpy_batch_get(PyObject *prompts, PyObject *salts, PyObject *extras, struct 
 		if (kvpy_tokens_get(PySequence_Fast_GET_ITEM(pseq, i), &b->tk[i]) < 0)
 			goto out;
 		if (kvpy_keys_get(sseq ? PySequence_Fast_GET_ITEM(sseq, i) : NULL,
-				  eseq ? PySequence_Fast_GET_ITEM(eseq, i) : NULL, NULL,
+				  eseq ? PySequence_Fast_GET_ITEM(eseq, i) : NULL,
+				  kseq ? PySequence_Fast_GET_ITEM(kseq, i) : NULL,
 				  &b->keys[i]) < 0) {
 			kvpy_tokens_put(&b->tk[i]);
 			goto out;
@@ -182,6 +189,7 @@ out:
 	Py_DECREF(pseq);
 	Py_XDECREF(sseq);
 	Py_XDECREF(eseq);
+	Py_XDECREF(kseq);
 	if (ret < 0)
 		kvpy_batch_put(b);
 	return ret;

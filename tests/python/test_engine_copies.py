@@ -201,6 +201,8 @@ def test_extra_keys_and_spans(pool):
     assert pool.lookup(u, key_spans=[(20, 16, b"image-A")]) == 4 * BS
     assert pool.lookup(u, key_spans=[(20, 16, b"image-B")]) == BS, "page 0 has no image"
     assert pool.lookup(u) == BS
+    assert pool.lookup_batch([u, u, u], key_spans=[[(20, 16, b"image-A")], None, []]) == [
+        (4 * BS, 4 * BS), (BS, BS), (BS, BS)]
     with pytest.raises(ValueError, match="1..64"):
         pool.lookup(u, extra_key=b"")
     with pytest.raises(ValueError, match="1..64"):
