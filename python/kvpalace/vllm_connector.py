@@ -5,7 +5,11 @@ Turned on with::
     vllm serve MODEL --disable-hybrid-kv-cache-manager \
         --kv-transfer-config '{"kv_connector": "KvpalaceConnector",
         "kv_connector_module_path": "kvpalace.vllm_connector", "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
         "kv_connector_extra_config": {"socket": "/run/kvpalace/kvpalace.sock"}}'
+
+(``kv_load_failure_policy`` "recompute": vLLM's default, "fail", fails a
+request whose load failed instead of recomputing the blocks reported.)
 
 vLLM's KVConnectorFactory (vllm/distributed/kv_transfer/kv_connector/factory.py,
 read at blob a4cd9d0d) imports ``kv_connector_module_path`` with importlib when
@@ -139,6 +143,9 @@ class SaveSpec:
 class KvpalaceConnectorMetadata:
     leases: List[LeaseSpec] = field(default_factory=list)
     saves: List[SaveSpec] = field(default_factory=list)
+    # This step's preempted requests: newer vLLM hands handle_preemptions
+    # the metadata instead of the set of ids.
+    preempted: set = field(default_factory=set)
 
 
 # ---- reading vLLM's objects --------------------------------------------------
@@ -235,6 +242,7 @@ class _Stats:
         self.blocks_failed = 0
         self.staging_seconds = 0.0  # torch copies between the staging buffer and the cache
         self.bytes_staged = 0
+        self.saves_dropped = 0  # saves not committed: a layer of them was never copied
 
     def as_dict(self):
         return dict(vars(self))
@@ -265,6 +273,11 @@ class KvpalaceConnectorImpl:
         self.block_size = int(vllm_config.cache_config.block_size)
         pc = vllm_config.parallel_config
         self.tp_size = int(getattr(pc, "tensor_parallel_size", 1) or 1)
+        if int(getattr(pc, "pipeline_parallel_size", 1) or 1) > 1:
+            # A stage's pool would be keyed like every other stage's (same
+            # model, same stage-local layer count): one stage would load
+            # another's layers.
+            raise ValueError("KvpalaceConnector: pipeline parallelism is not supported")
         mc = vllm_config.model_config
         self.model_id = str(cfg.get("model_id") or getattr(mc, "served_model_name", None)
                             or mc.model)
@@ -369,6 +382,12 @@ class KvpalaceConnectorImpl:
         salt, extra, spans = _request_keys(request)
         hit = self._lookup(list(tokens[:limit]), salt, extra, _clip_spans(spans, 0, limit))
         hit = min(hit, limit) // self.block_size * self.block_size
+        cached = getattr(request, "num_cached_tokens", -1)
+        if rid in self._req and cached is not None and cached >= 0:
+            # Resumed after a preemption: vLLM checks load failures only
+            # below num_cached_tokens, set at the first scheduling, so a
+            # promise past it could not be taken back if its load failed.
+            hit = min(hit, cached // self.block_size * self.block_size)
         self._matched[rid] = (num_computed_tokens, hit)
         if not self._loads:
             return 0, False
@@ -427,8 +446,19 @@ class KvpalaceConnectorImpl:
     def build_connector_meta(self, scheduler_output) -> KvpalaceConnectorMetadata:
         meta = KvpalaceConnectorMetadata(leases=self._pending_leases)
         self._pending_leases = []
-        if not self._saves:
-            return meta
+        meta.preempted = set(getattr(scheduler_output, "preempted_req_ids", None) or ())
+        if self._saves:
+            self._build_saves(scheduler_output, meta)
+        if meta.leases or meta.saves:
+            # Loads and the saves' reservations run in start_load_kv, which
+            # newer vLLM calls before the forward only when this is set.
+            try:
+                scheduler_output.has_sync_kv_loads = True
+            except AttributeError:
+                pass  # an older SchedulerOutput: always before the forward
+        return meta
+
+    def _build_saves(self, scheduler_output, meta):
         nst = scheduler_output.num_scheduled_tokens
         steps = []
         for nr in scheduler_output.scheduled_new_reqs:
@@ -465,7 +495,6 @@ class KvpalaceConnectorImpl:
                                        extra_key=st.extra_key, key_spans=spans))
             st.saved_end = end
             st.save_emitted = True
-        return meta
 
     def update_connector_output(self, connector_output):
         return
@@ -493,6 +522,7 @@ class KvpalaceConnectorImpl:
             self.failed = False
             self.saved = False  # had a SaveSpec: reported in get_finished
             self.copying = None  # (first_page, block_ids) of this step's save
+            self.layers_saved = 0  # layers of it save_kv_layer copied
 
         def close(self):
             for h in (self.session, self.lease):
@@ -718,6 +748,7 @@ class KvpalaceConnectorImpl:
                 spans = _spans_starting(spec.key_spans, w.done, end)
                 self._timed(w.session.append, spec.tokens[w.done:end], key_spans=spans)
                 w.copying = (w.done // bs, spec.block_ids[w.done // bs:end // bs], end)
+                w.layers_saved = 0
             except (_kvp.Error, ValueError):
                 w.close()
                 w.failed = True  # nothing more from this request
@@ -742,6 +773,7 @@ class KvpalaceConnectorImpl:
                 w.failed = True
                 w.copying = None
                 continue
+            w.layers_saved += 1
             self.stats.bytes_saved += len(ids) * self._block_bytes // self._cache.n_layers
 
     def wait_for_save(self):
@@ -753,6 +785,15 @@ class KvpalaceConnectorImpl:
             if w is None or w.copying is None or w.failed:
                 continue
             end = w.copying[2]
+            if w.layers_saved != self._cache.n_layers:
+                # Some layer's save_kv_layer never ran (a step replayed as a
+                # whole CUDA graph, or start_load_kv after the forward): its
+                # pages hold no KV, and committing would publish them.
+                w.close()
+                w.failed = True
+                w.copying = None
+                self.stats.saves_dropped += 1
+                continue
             try:
                 self._timed(w.session.commit)
                 w.done = end
@@ -764,10 +805,15 @@ class KvpalaceConnectorImpl:
             if w.lease is not None and (w.session is not None or w.failed):
                 self._release_lease(w)
 
-    def handle_preemptions(self, preempted_req_ids):
+    def handle_preemptions(self, preempted):
         """A preempted request's blocks go to others: drop what its session
-        has not committed (saves are done within the step, so none)."""
-        for rid in preempted_req_ids:
+        has not committed (saves are done within the step, so none).
+        vLLM passes the set of ids, or (newer) this step's metadata."""
+        if isinstance(preempted, KvpalaceConnectorMetadata):
+            preempted = preempted.preempted
+        elif preempted is None or not hasattr(preempted, "__iter__"):
+            preempted = getattr(preempted, "preempted", ())
+        for rid in preempted:
             w = self._wreq.get(rid)
             if w is not None:
                 w.close()
@@ -792,6 +838,12 @@ class KvpalaceConnectorImpl:
 
     def get_kv_connector_stats(self):
         return None
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config):
+        """True: save_kv_layer runs Python per layer, which a replayed full
+        CUDA graph would skip (vLLM then compiles piecewise graphs)."""
+        return True
 
     @classmethod
     def get_required_kvcache_layout(cls, vllm_config):

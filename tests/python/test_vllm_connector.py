@@ -631,3 +631,66 @@ def test_subclass_of_the_base(daemon, fake_vllm_base):
         assert eng.load_check[(0, "V")] == (6, 0, [])
     finally:
         eng.close()
+
+
+def test_newer_vllm_step_order(daemon, impl):
+    """The newer runner: handle_preemptions(metadata) every step, and
+    start_load_kv after the forward unless has_sync_kv_loads. The connector
+    sets it whenever a step loads or saves, so loads land before the
+    forward reads them and saves reserve before the layers copy."""
+    eng = Engine(impl, daemon.sock, model_id())
+    eng.newer_order = True
+    try:
+        a = prompt(41, 200)
+        eng.add(Request("A", a))
+        so = eng.schedule()
+        assert so.has_sync_kv_loads is True  # a save
+        eng.execute(so)
+        eng.run_until_idle()
+        assert lookup(eng, a) == 192
+        eng.add(Request("B", a))
+        so = eng.schedule()
+        assert so.has_sync_kv_loads is True and eng.last_matched["B"] == 192
+        eng.execute(so)
+        assert eng.load_check[(0, "B")] == (12, 0, [])
+        for _ in range(2):
+            so = eng.schedule()  # decode steps: nothing to load or save
+            assert so.has_sync_kv_loads is False
+            eng.execute(so)
+        eng.preempt("B")
+        so = eng.schedule()
+        assert "B" in so.kv_connector_metadata.preempted
+        eng.execute(so)  # handle_preemptions got the metadata, not a set
+        assert eng.load_check[(0, "B")] == (12, 0, [])
+    finally:
+        eng.close()
+
+
+def test_a_layer_never_saved_is_never_published(daemon, impl):
+    """A step whose save_kv_layer a replayed full CUDA graph skipped for a
+    layer: nothing of it is committed (those pages hold no KV), and the
+    connector asks vLLM for piecewise graphs in the first place."""
+    assert impl.requires_piecewise_for_cudagraph({}) is True
+    eng = Engine(impl, daemon.sock, model_id())
+    eng.graph_skips_layers = {2}
+    try:
+        a = prompt(43, 100)
+        eng.add(Request("A", a))
+        eng.run_until_idle()
+        assert lookup(eng, a) == 0
+        assert eng.workers[0].stats.saves_dropped >= 1
+        eng.graph_skips_layers = set()
+        b = prompt(44, 100)
+        eng.add(Request("B", b))
+        eng.run_until_idle()
+        assert lookup(eng, b) == 96
+    finally:
+        eng.close()
+
+
+def test_pipeline_parallel_refused(daemon, impl):
+    from vllm_driver import vllm_config
+    cfg = vllm_config(daemon.sock, model_id(), 4, 8, 64, 16)
+    cfg.parallel_config.pipeline_parallel_size = 2
+    with pytest.raises(ValueError, match="pipeline"):
+        impl(cfg, 0)

@@ -143,6 +143,12 @@ class Engine:
         self.finished_req_ids = set()     # for the next SchedulerOutput
         self.delayed_free: Dict[str, List[int]] = {}  # request_finished said True
         self.step_log = []
+        # The newer runner (vllm/v1/worker/gpu/kv_connector.py): handle_preemptions
+        # gets the metadata every step, and start_load_kv runs before the
+        # forward only when SchedulerOutput.has_sync_kv_loads, else after it.
+        self.newer_order = False
+        # Layers whose save_kv_layer a replayed full CUDA graph skips.
+        self.graph_skips_layers = set()
 
     # -- scheduler ------------------------------------------------------------
 
@@ -177,8 +183,11 @@ class Engine:
         """vLLM's preemption: blocks freed, request back to waiting with its
         tokens so far; workers get handle_preemptions first."""
         run = self.running.pop(rid)
-        for w in self.workers:
-            w.handle_preemptions({rid})
+        if self.newer_order:  # in the next step's metadata, handed at execute
+            self._preempted_now = getattr(self, "_preempted_now", set()) | {rid}
+        else:
+            for w in self.workers:
+                w.handle_preemptions({rid})
         self.free += run.blocks
         run.req.num_computed_tokens = 0
         self.waiting.insert(0, run.req)
@@ -210,6 +219,8 @@ class Engine:
             nst[rid] = n
             budget -= n
         preempted = getattr(self, "_preempted", set())
+        preempted_now = getattr(self, "_preempted_now", set())
+        self._preempted_now = set()
         while self.waiting and budget > 0:
             req = self.waiting.pop(0)
             local = getattr(req, "local_hit", 0)
@@ -248,8 +259,8 @@ class Engine:
                 num_scheduled_tokens=nst, total_num_scheduled_tokens=sum(nst.values()),
                 scheduled_spec_decode_tokens={}, scheduled_encoder_inputs={},
                 num_common_prefix_blocks=[0], finished_req_ids=self.finished_req_ids,
-                free_encoder_mm_hashes=[], preempted_req_ids=set(),
-                kv_connector_metadata=None)
+                free_encoder_mm_hashes=[], preempted_req_ids=set(preempted_now),
+                has_sync_kv_loads=False, kv_connector_metadata=None)
         self.finished_req_ids = set()
         # what the step computes, even for a request finished before it runs
         so.runs = {rid: self.running[rid] for rid in nst}
@@ -264,9 +275,14 @@ class Engine:
         bs = self.block_size
         sending, errors = None, set()
         self.load_check = {}
+        so.has_sync_kv_loads = getattr(so, "has_sync_kv_loads", False)
+        before = not self.newer_order or so.has_sync_kv_loads
         for r, (w, caches) in enumerate(zip(self.workers, self.caches)):
+            if self.newer_order:
+                w.handle_preemptions(so.kv_connector_metadata)
             w.bind_connector_metadata(so.kv_connector_metadata)
-            w.start_load_kv(NS(attn_metadata=None, virtual_engine=0))
+            if before:
+                w.start_load_kv(NS(attn_metadata=None, virtual_engine=0))
             errs_now = set(w._load_errors) if hasattr(w, "_load_errors") else set()
             for rid, run in so.runs.items():  # what was loaded equals what was saved
                 if not run.loaded_blocks:
@@ -279,7 +295,10 @@ class Engine:
                 for rid, n in so.num_scheduled_tokens.items():
                     run = so.runs[rid]
                     self._compute(r, run, li, run.num_computed, n)
-                w.save_kv_layer(name, caches[name], None)
+                if li not in self.graph_skips_layers:
+                    w.save_kv_layer(name, caches[name], None)
+            if not before:
+                w.start_load_kv(NS(attn_metadata=None, virtual_engine=0))
             w.wait_for_save()
             fs, fr = w.get_finished(so.finished_req_ids)
             assert fr is None
