@@ -259,10 +259,13 @@ class KvpalaceStorage:
             raise ValueError("kvpalace's SGLang backend does not split heads across "
                              "heterogeneous TP sizes (tp_lcm_size)")
         self._client_factory = client_factory or kvpalace.Client
+        # A connection per calling thread: SGLang's prefetch, prefetch I/O
+        # and backup threads call at once, and calls on one Client wait for
+        # each other (its lock), so an exists would queue behind a
+        # write-back of 128 pages. _conns holds them all, for close().
         self._lock = threading.Lock()
-        self._client = None
-        self._pool = None
-        self._last_connect = 0.0
+        self._tls = threading.local()
+        self._conns = []
         self.host = None
         self.mem_pool_host = None
         self._placeholder = None
@@ -282,18 +285,26 @@ class KvpalaceStorage:
         self.mem_pool_host = mem_pool_host
         self.host = _HostPages(mem_pool_host, self.is_mla)
         self._placeholder = np.zeros(self.host.page_size, dtype=np.uint32)
-        with self._lock:
-            self._close_locked()
-            self._connect_locked(force=True)
-            if self._pool is None:
-                raise kvpalace.ConnectionLost(errno.ENOTCONN, "kvpalace: no daemon at %s"
-                                              % (self.socket or "the default socket"))
+        self.close()
+        if self._connect(force=True) is None:
+            raise kvpalace.ConnectionLost(errno.ENOTCONN, "kvpalace: no daemon at %s"
+                                          % (self.socket or "the default socket"))
 
-    def _connect_locked(self, force=False):
+    def register_mem_host_pool_v2(self, *args, **kwargs):
+        """SGLang's hybrid pools (Mamba, SWA, DSA indexer): refused at
+        attach, where SGLang reports it, rather than in its I/O thread
+        later, which has no handler and would end the storage tier."""
+        raise NotImplementedError("kvpalace's SGLang backend stores full-attention KV "
+                                  "pools only (no Mamba, SWA or DSA pools)")
+
+    def _connect(self, force=False):
+        """This thread's connection and pool, made now (at most once a second
+        unless forced); None when there is no daemon."""
+        tls = self._tls
         now = time.monotonic()
-        if not force and now - self._last_connect < _RECONNECT_INTERVAL_S:
+        if not force and now - getattr(tls, "last_connect", 0.0) < _RECONNECT_INTERVAL_S:
             return None
-        self._last_connect = now
+        tls.last_connect = now
         try:
             c = self._client_factory(self.socket)
         except kvpalace.Error as e:
@@ -311,29 +322,35 @@ class KvpalaceStorage:
                 raise
             logger.warning("kvpalace: cannot open the pool %r again: %s", self.model_id, e)
             return None
-        self._client, self._pool = c, p
+        tls.client, tls.pool = c, p
+        with self._lock:
+            self._conns.append(c)
         return p
 
-    def _close_locked(self):
-        if self._client is not None:
-            try:
-                self._client.close()
-            except Exception:
-                pass
-        self._client = self._pool = None
+    def _drop(self, client):
+        with self._lock:
+            if client in self._conns:
+                self._conns.remove(client)
+        try:
+            client.close()
+        except Exception:
+            pass
 
     def _get_pool(self):
-        """The pool, reconnecting (at most once a second) after a loss; None
-        when there is no daemon."""
+        """This thread's pool, connecting on a thread's first call and
+        reconnecting (at most once a second) after a loss; None when there is
+        no daemon."""
         if self.host is None:
             raise RuntimeError("kvpalace: register_mem_pool_host was not called")
-        with self._lock:
-            if self._pool is not None:
-                return self._pool
-            p = self._connect_locked()
-            if p is not None:
-                self.stats["reconnects"] += 1
+        tls = self._tls
+        p = getattr(tls, "pool", None)
+        if p is not None and not p.closed:
             return p
+        first = getattr(tls, "last_connect", None) is None
+        p = self._connect(force=first)
+        if p is not None and not first:
+            self.stats["reconnects"] += 1
+        return p
 
     def _lost(self, pool, e):
         """A call on pool failed with e: count it, and drop the connection
@@ -341,15 +358,22 @@ class KvpalaceStorage:
         self.stats["errors"] += 1
         if isinstance(e, (kvpalace.ConnectionLost, kvpalace.ForkedChild)) or (
                 isinstance(e, ValueError) and pool.closed):
-            with self._lock:
-                if self._pool is pool:
-                    self._close_locked()
+            tls = self._tls
+            if getattr(tls, "pool", None) is pool:
+                self._drop(tls.client)
+                tls.client = tls.pool = None
             return True
         return False
 
     def close(self):
+        """Closes every thread's connection (a thread's next call reconnects)."""
         with self._lock:
-            self._close_locked()
+            conns, self._conns = self._conns, []
+        for c in conns:
+            try:
+                c.close()
+            except Exception:
+                pass
 
     # ---- exists -----------------------------------------------------------
 

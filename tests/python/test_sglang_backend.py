@@ -506,7 +506,8 @@ def test_over_an_abstract_base(daemon):
 def test_threads_as_sglang_runs_them(daemon, backend_cls):
     """SGLang calls from three threads at once (prefetch: batch_exists;
     prefetch I/O: batch_get_v1; write-back: batch_set_v1) on one backend:
-    every byte read is what was written."""
+    every byte read is what was written, each thread on a connection of
+    its own (one Client's calls wait for each other)."""
     import threading
 
     ctl = make(backend_cls, daemon.sock, model_id("thr"), host_pool(n_pages=160))
@@ -545,6 +546,8 @@ def test_threads_as_sglang_runs_them(daemon, backend_cls):
     for t in threads:
         t.join(120)
     assert not errors, errors
+    if hasattr(ctl.backend, "_conns"):  # a connection per thread (and the registering one's)
+        assert len(ctl.backend._conns) == 1 + len(threads)
     for keys, (_, kv) in zip(new, w_idx):
         ctl.host.kv_buffer.fill_(0)
         assert ctl.backend.batch_get_v1(keys, r_idx[0]) == [True] * 4
