@@ -148,6 +148,15 @@ class KvpalaceConnectorMetadata:
     preempted: set = field(default_factory=set)
 
 
+@dataclass
+class TransferResults:
+    """The fields of newer vLLM's KVConnectorTransferResults, where it is not
+    importable."""
+    finished_sending: set = field(default_factory=set)
+    finished_recving: set = field(default_factory=set)
+    failed_recving: set = field(default_factory=set)
+
+
 # ---- reading vLLM's objects --------------------------------------------------
 
 
@@ -831,6 +840,18 @@ class KvpalaceConnectorImpl:
             if w.saved:
                 done.add(rid)
         return (done or None), None
+
+    def get_transfer_results(self, finished_req_ids):
+        """get_finished as newer vLLM runners ask for it (a
+        KVConnectorTransferResults; loads are synchronous, so nothing is
+        ever received late)."""
+        sending, _ = self.get_finished(finished_req_ids)
+        try:
+            from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+                KVConnectorTransferResults as results)
+        except ImportError:  # no vLLM, or one older than the call
+            results = TransferResults
+        return results(finished_sending=set(sending or ()))
 
     def get_block_ids_with_load_errors(self):
         errs, self._load_errors = self._load_errors, set()

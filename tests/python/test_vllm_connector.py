@@ -662,6 +662,14 @@ def test_newer_vllm_step_order(daemon, impl):
         assert "B" in so.kv_connector_metadata.preempted
         eng.execute(so)  # handle_preemptions got the metadata, not a set
         assert eng.load_check[(0, "B")] == (12, 0, [])
+        # get_transfer_results, as newer runners ask: A, which saved, is done sending.
+        assert eng.finish("A") is True
+        so = eng.schedule()
+        w = eng.workers[0]
+        w.bind_connector_metadata(so.kv_connector_metadata)
+        res = w.get_transfer_results(so.finished_req_ids)
+        w.clear_connector_metadata()
+        assert res.finished_sending == {"A"} and not res.finished_recving
     finally:
         eng.close()
 
