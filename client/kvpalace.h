@@ -95,20 +95,49 @@ enum kvp_dtype {
 	KVP_DTYPE_INT8 = 4,	/* with f16 scales per quant_group elements */
 	KVP_DTYPE_FP8_E4M3 = 5, /* with f16 scales per quant_group elements */
 	KVP_DTYPE_INT4 = 6,	/* two per byte, low nibble first; f16 scales */
+	/* An engine's own fp8 cache (vLLM kv_cache_dtype fp8, fp8_e4m3,
+	 * fp8_e5m2): one byte per element, scaled by the engine's per-layer
+	 * k_scale / v_scale. quant_group 0. Pages keep, after the data,
+	 * scales[layer][k|v] (latent: scales[layer]) as f32, written by the
+	 * writer like the data (kvp_page_scales) and read back with it.
+	 * kvpalace stores these bytes exactly as written: never converted,
+	 * spilled to disk and checkpointed as they are (a daemon's
+	 * spill-dtype and a quantized checkpoint do not apply to them). */
+	KVP_DTYPE_E4M3_RAW = 7,
+	KVP_DTYPE_E5M2_RAW = 8,
 };
 
-/* The shape of one model's KV cache. A page holds block_tokens tokens of K
- * and V of every layer laid out as
- *   data[layer][k=0|v=1][kv_head][token][head_dim]
+/* Page formats (struct kvp_layout.format). Values are part of the protocol. */
+enum kvp_format {
+	/* K and V per KV head: data[layer][k=0|v=1][kv_head][token][head_dim] */
+	KVP_FORMAT_KV = 0,
+	/* An opaque per-token vector per layer, no K and V (MLA latents:
+	 * DeepSeek-V2/V3, Kimi: kv_lora_rank + qk_rope_head_dim elements):
+	 * data[layer][token][head_dim], n_kv_heads 1, head_dim the latent
+	 * width. kv is 0 wherever a call takes one (K/V calls with kv 1 fail).
+	 * Pages are half the bytes of the same width stored as K and V. */
+	KVP_FORMAT_LATENT = 1,
+};
+
+/* The shape of one model's KV cache. A page holds block_tokens tokens of
+ * every layer laid out as
+ *   data[layer][k=0|v=1][kv_head][token][head_dim]   (format KVP_FORMAT_KV)
+ *   data[layer][token][head_dim]                     (format KVP_FORMAT_LATENT)
  * then, for quantized types, scales[layer][k|v][kv_head][token][head_dim/quant_group]
- * as f16, padded to a multiple of 4096 bytes. */
+ * as f16 (latent: scales[layer][token][head_dim/quant_group]), for the raw
+ * fp8 types scales[layer][k|v] (latent: [layer]) as f32, padded to a
+ * multiple of 4096 bytes. Every field is part of the pool's identity: two
+ * layouts differing in any (format and dtype included) never share a pool
+ * or a page. A layout zeroed then filled ({...} of the first six fields)
+ * is the KV format. */
 struct kvp_layout {
 	uint32_t n_layers;     /* 1..1024 */
-	uint32_t n_kv_heads;   /* 1..1024, KV heads (GQA/MQA) */
-	uint32_t head_dim;     /* 1..1024 */
+	uint32_t n_kv_heads;   /* 1..1024, KV heads (GQA/MQA); 1 for latent */
+	uint32_t head_dim;     /* 1..1024; the latent width for latent */
 	uint32_t block_tokens; /* 1..4096, tokens per page */
 	uint32_t dtype;	       /* enum kvp_dtype */
 	uint32_t quant_group;  /* divides head_dim for quantized types, else 0 */
+	uint32_t format;       /* enum kvp_format; 0: K and V */
 };
 
 /* ---- connection --------------------------------------------------------- */
