@@ -187,7 +187,9 @@ static PyObject *layout_richcompare(PyObject *a, PyObject *b, int op)
 static Py_hash_t layout_hash(PyObject *self)
 {
 	const struct kvp_layout *l = &((struct kvpy_layout *)self)->l;
-	Py_hash_t h = 1469598103;
+	/* unsigned: wraps instead of overflowing a signed Py_hash_t */
+	uint64_t h = 1469598103;
+	Py_hash_t r;
 
 	h = h * 31 + l->n_layers;
 	h = h * 31 + l->n_kv_heads;
@@ -196,7 +198,8 @@ static Py_hash_t layout_hash(PyObject *self)
 	h = h * 31 + l->dtype;
 	h = h * 31 + l->quant_group;
 	h = h * 31 + l->format;
-	return h == -1 ? -2 : h;
+	r = (Py_hash_t)(h ^ (h >> 29));
+	return r == -1 ? -2 : r;
 }
 
 static PyMemberDef layout_members[] = {
