@@ -348,8 +348,13 @@ static void put_layout(unsigned char *p, const struct shm_layout *l)
 
 static struct shm_layout get_layout(const unsigned char *p)
 {
-	return (struct shm_layout){le_get32(p),	     le_get32(p + 4),  le_get32(p + 8),
-				   le_get32(p + 12), le_get32(p + 16), le_get32(p + 20), 0};
+	return (struct shm_layout){le_get32(p),
+				   le_get32(p + 4),
+				   le_get32(p + 8),
+				   le_get32(p + 12),
+				   le_get32(p + 16),
+				   le_get32(p + 20),
+				   0};
 }
 
 static int token_ok(uint16_t role, uint16_t flags)

@@ -134,8 +134,9 @@ int kref_adapt(const struct shm_layout *l, void *const *pages, size_t n_pages,
 
 		if (!k || (planes == 2 && e->v_layers && !e->v_layers[el]))
 			return -EINVAL;
-		if (k > UINTPTR_MAX - ext_bytes || (planes == 2 && e->v_layers &&
-						    (uintptr_t)e->v_layers[el] > UINTPTR_MAX - ext_bytes))
+		if (k > UINTPTR_MAX - ext_bytes ||
+		    (planes == 2 && e->v_layers &&
+		     (uintptr_t)e->v_layers[el] > UINTPTR_MAX - ext_bytes))
 			return -ERANGE;
 	}
 

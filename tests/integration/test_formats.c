@@ -11,6 +11,9 @@
  *    the disk tier under --spill-dtype int8 (the pages come back exact and
  *    matched, none was quantized) and a checkpoint restored after a
  *    restart; a quantized checkpoint of such a pool is refused;
+ *  - latent pages too spill exact under --spill-dtype int8, and both come
+ *    back from the spill file after a warm restart (its header records
+ *    the format) and from a checkpoint;
  *  - invalid layouts are refused with a reason, by the library and by the
  *    daemon (a raw OpenPool): latent with n_kv_heads 2, raw fp8 with a
  *    quant_group.
@@ -58,8 +61,8 @@ static const struct kvp_layout rawfp8 = {
 };
 
 static const char *const args[] = {"--host-pool-size", "4M", NULL};
-static const char *const spill_args[] = {"--host-pool-size", "1M", "--disk-pool-size", "16M",
-					 "--spill-dtype",    "int8", NULL};
+static const char *const spill_args[] = {
+	"--host-pool-size", "1M", "--disk-pool-size", "16M", "--spill-dtype", "int8", NULL};
 
 /* The byte every (pos, layer, plane, head, c) holds: from the tokens'
  * sequence seed too, so two conversations differ. */
@@ -145,7 +148,8 @@ static uint64_t check_lease(const kvp_lease *ls, const kvp_pool *p, uint32_t seq
 					if (!r)
 						return UINT64_MAX;
 					for (size_t c = 0; c < row; c++)
-						bad += r[c] != pat(seq, pos, layer, kv, h, (uint32_t)c);
+						bad += r[c] !=
+						       pat(seq, pos, layer, kv, h, (uint32_t)c);
 				}
 	for (uint64_t pg = 0; pg < m / BT; pg++) {
 		struct kvp_page_view v;
@@ -155,15 +159,17 @@ static uint64_t check_lease(const kvp_lease *ls, const kvp_pool *p, uint32_t seq
 		/* the strides address what kvp_lease_kv does */
 		for (uint32_t layer = 0; layer < l->n_layers; layer++)
 			for (uint32_t kv = 0; kv < planes(l); kv++) {
-				const uint8_t *a = (const uint8_t *)v.base + layer * v.layer_stride +
-						   kv * v.kv_stride + 3 * v.token_stride;
+				const uint8_t *a = (const uint8_t *)v.base +
+						   layer * v.layer_stride + kv * v.kv_stride +
+						   3 * v.token_stride;
 
 				bad += a != kvp_lease_kv(ls, pg * BT + 3, layer, kv, 0);
 				if (l->dtype == KVP_DTYPE_E4M3_RAW) {
 					float f;
 
 					memcpy(&f,
-					       (const char *)v.scales + layer * v.scale_layer_stride +
+					       (const char *)v.scales +
+						       layer * v.scale_layer_stride +
 						       kv * v.scale_kv_stride,
 					       4);
 					bad += f != scale_of(seq, pg, layer, kv);
@@ -304,14 +310,31 @@ static void test_raw_fp8(void **state)
 #define N_CONV	 64
 #define CONV_TOK (4 * BT)
 
-/* 64 conversations of 4 pages of 20 KiB through a 1 MiB host tier: most
- * go to disk under --spill-dtype int8; all come back exact and matched;
- * then a checkpoint, a restart, a restore. */
-static void test_raw_fp8_spill_checkpoint(void **state)
+/* Matches every conversation of pool p whole, every byte (and scale)
+ * checked. */
+static void match_all(kvp_pool *p, const uint32_t *t, int n_conv)
 {
-	struct harness *h = *state;
-	uint32_t *t = calloc((size_t)N_CONV * CONV_TOK, sizeof(*t));
+	for (int i = 0; i < n_conv; i++) {
+		kvp_lease *l;
+
+		assert_int_equal(kvp_match_prefix(p, t + (size_t)i * CONV_TOK, CONV_TOK, &l), 0);
+		assert_int_equal(kvp_lease_tokens(l), CONV_TOK);
+		assert_int_equal(check_lease(l, p, 100 + (uint32_t)i, CONV_TOK), 0);
+		assert_int_equal(kvp_lease_release(l), 0);
+	}
+}
+
+/* n_conv conversations of 4 pages through a 1 MiB host tier: most go to
+ * disk under --spill-dtype int8, and all come back exact and matched (no
+ * page of these formats is quantized); a warm restart finds them in the
+ * spill file again (its header records the format); a checkpoint of the
+ * first restores bytes and scales in a daemon without a disk tier. */
+static void spill_checkpoint(struct harness *h, const struct kvp_layout *lay, const char *model,
+			     int n_conv)
+{
+	uint32_t *t = calloc((size_t)n_conv * CONV_TOK, sizeof(*t));
 	struct kvp_pool_stats ps;
+	uint32_t host_pages;
 	kvp_pool *p;
 	kvp_session *s;
 	kvp_lease *l;
@@ -321,44 +344,49 @@ static void test_raw_fp8_spill_checkpoint(void **state)
 	assert_non_null(t);
 	assert_int_equal(harness_restart(h, SIGTERM, spill_args), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(harness_pool_open(h, c, "fp8-spill", &rawfp8, &p), 0);
-	for (int i = 0; i < N_CONV; i++) {
+	assert_int_equal(harness_pool_open(h, c, model, lay, &p), 0);
+	host_pages = kvp_pool_n_pages(p);
+	for (int i = 0; i < n_conv; i++) {
 		harness_tokens(t + (size_t)i * CONV_TOK, CONV_TOK, 100 + (uint32_t)i, 0);
-		assert_int_equal(write_conv(p, 100 + (uint32_t)i, t + (size_t)i * CONV_TOK,
-					    CONV_TOK, &s),
-				 0);
+		assert_int_equal(
+			write_conv(p, 100 + (uint32_t)i, t + (size_t)i * CONV_TOK, CONV_TOK, &s),
+			0);
 		if (i == 0) {
-			assert_int_equal(kvp_session_checkpoint(s, "fp8-ckpt", &bytes), 0);
-			assert_true(bytes > 4 * 20480);
-			/* raw bytes are never converted: no quantized checkpoint */
-			assert_true(kvp_session_checkpoint_as(s, "fp8-q", KVP_DTYPE_INT8, NULL) <
+			assert_int_equal(kvp_session_checkpoint(s, "fmt-ckpt", &bytes), 0);
+			assert_true(bytes > 4 * kvp_pool_page_bytes(p));
+			/* these bytes are never converted: no quantized checkpoint */
+			assert_true(kvp_session_checkpoint_as(s, "fmt-q", KVP_DTYPE_INT8, NULL) <
 				    0);
 		}
 		assert_int_equal(kvp_session_close(s), 0);
 	}
 	assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &ps, NULL), 0);
-	fprintf(stderr, "raw fp8: %llu spilled, %llu quantized\n",
+	fprintf(stderr, "%s: %u host pages, %llu spilled, %llu quantized\n", model, host_pages,
 		(unsigned long long)ps.spilled_pages, (unsigned long long)ps.quantized_pages);
 	assert_true(ps.has_disk);
-	assert_true(ps.spilled_pages >= N_CONV * 4 - 51); /* the host holds 51 pages */
+	assert_true(ps.spilled_pages >= (uint64_t)n_conv * 4 - host_pages);
 	assert_int_equal(ps.quantized_pages, 0);
-	for (int i = 0; i < N_CONV; i++) {
-		assert_int_equal(kvp_match_prefix(p, t + (size_t)i * CONV_TOK, CONV_TOK, &l), 0);
-		assert_int_equal(kvp_lease_tokens(l), CONV_TOK);
-		assert_int_equal(check_lease(l, p, 100 + (uint32_t)i, CONV_TOK), 0);
-		assert_int_equal(kvp_lease_release(l), 0);
-	}
+	match_all(p, t, n_conv);
 	assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &ps, NULL), 0);
 	assert_true(ps.promoted_pages > 0);
 	assert_int_equal(ps.verify_failures, 0);
 	kvp_disconnect(c);
 
-	/* A restarted daemon without the disk tier: the checkpoint restores
-	 * the bytes and the scales. */
+	/* Warm restart: the spill file is this pool's again. */
+	assert_int_equal(harness_restart(h, SIGTERM, spill_args), 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(harness_pool_open(h, c, model, lay, &p), 0);
+	assert_int_equal(harness_pool_stats(c, kvp_pool_id(p), &ps, NULL), 0);
+	assert_int_equal(ps.restored_pages, (uint64_t)n_conv * 4);
+	match_all(p, t, n_conv);
+	kvp_disconnect(c);
+
+	/* A daemon without the disk tier: the checkpoint restores the bytes
+	 * and the scales. */
 	assert_int_equal(harness_restart(h, SIGTERM, args), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(harness_pool_open(h, c, "fp8-spill", &rawfp8, &p), 0);
-	assert_int_equal(kvp_session_restore(p, "fp8-ckpt", &s), 0);
+	assert_int_equal(harness_pool_open(h, c, model, lay, &p), 0);
+	assert_int_equal(kvp_session_restore(p, "fmt-ckpt", &s), 0);
 	assert_int_equal(kvp_session_tokens(s), CONV_TOK);
 	assert_int_equal(kvp_session_close(s), 0);
 	assert_int_equal(kvp_match_prefix(p, t, CONV_TOK, &l), 0);
@@ -367,6 +395,16 @@ static void test_raw_fp8_spill_checkpoint(void **state)
 	assert_int_equal(kvp_lease_release(l), 0);
 	kvp_disconnect(c);
 	free(t);
+}
+
+static void test_raw_fp8_spill_checkpoint(void **state)
+{
+	spill_checkpoint(*state, &rawfp8, "fp8-spill", N_CONV);
+}
+
+static void test_latent_spill_checkpoint(void **state)
+{
+	spill_checkpoint(*state, &latent, "latent-spill", N_CONV / 2);
 }
 
 /* The daemon's answer to an OpenPool of layout lay, sent raw (the library
@@ -435,7 +473,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_latent, setup, harness_teardown),
 		cmocka_unit_test(test_named_latent),
 		cmocka_unit_test_setup_teardown(test_raw_fp8, setup, harness_teardown),
-		cmocka_unit_test_setup_teardown(test_raw_fp8_spill_checkpoint, setup, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_raw_fp8_spill_checkpoint, setup,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_latent_spill_checkpoint, setup,
+						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_invalid, setup, harness_teardown),
 	};
 

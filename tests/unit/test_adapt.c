@@ -412,13 +412,11 @@ static void test_raw_fp8(void **state)
 	for (size_t i = 0; i < sizeof(pg); i++)
 		pg[i] = (uint8_t)(i * 37 + 11);
 	memset(eng, 0, sizeof(eng));
-	assert_int_equal(kvp_engine_cache_init(&c, KVP_ENGINE_FLASHINFER_NHD, 2, k, NULL, 3, 4, 2,
-					       8, 2),
-			 0);
+	assert_int_equal(
+		kvp_engine_cache_init(&c, KVP_ENGINE_FLASHINFER_NHD, 2, k, NULL, 3, 4, 2, 8, 2), 0);
 	assert_int_equal(kvp_pages_to_engine(&l, bases, 1, 4, &c, bid, NULL), -EINVAL);
-	assert_int_equal(kvp_engine_cache_init(&c, KVP_ENGINE_FLASHINFER_NHD, 2, k, NULL, 3, 4, 2,
-					       8, 1),
-			 0);
+	assert_int_equal(
+		kvp_engine_cache_init(&c, KVP_ENGINE_FLASHINFER_NHD, 2, k, NULL, 3, 4, 2, 8, 1), 0);
 	assert_int_equal(kvp_pages_to_engine(&l, bases, 1, 4, &c, bid, NULL), 0);
 	/* layer 1, V, head 1, token 2, element 3: page (((1*2+1)*2+1)*4+2)*8+3
 	 * = 243; engine [3, 2, 4, 2, 8], block 1: (((1*2+1)*4+2)*2+1)*8+3 = 235 */
