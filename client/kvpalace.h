@@ -95,20 +95,57 @@ enum kvp_dtype {
 	KVP_DTYPE_INT8 = 4,	/* with f16 scales per quant_group elements */
 	KVP_DTYPE_FP8_E4M3 = 5, /* with f16 scales per quant_group elements */
 	KVP_DTYPE_INT4 = 6,	/* two per byte, low nibble first; f16 scales */
+	/* An engine's own fp8 cache (vLLM kv_cache_dtype fp8, fp8_e4m3,
+	 * fp8_e5m2): one byte per element, scaled by the engine's per-layer
+	 * k_scale / v_scale. quant_group 0. Pages keep, after the data,
+	 * scales[layer][k|v] (latent: scales[layer]) as f32, written by the
+	 * writer like the data (kvp_page_view.scales) and read back with it.
+	 * kvpalace stores these bytes exactly as written: never converted,
+	 * spilled to disk and checkpointed as they are (a daemon's
+	 * spill-dtype and a quantized checkpoint do not apply to them).
+	 * The scales are not part of the pool's identity: an engine may
+	 * learn them only at its first forward pass (vLLM's
+	 * calculate_kv_scales), after it opened the pool, and they are not
+	 * known when a scheduler looks a prefix up. So the READER COMPARES:
+	 * before using a matched page, read its scales and treat a page
+	 * written under other scales than yours as a miss (or rescale);
+	 * kvpalace serves the bytes and the scales they were written under,
+	 * never one without the other. */
+	KVP_DTYPE_E4M3_RAW = 7,
+	KVP_DTYPE_E5M2_RAW = 8,
 };
 
-/* The shape of one model's KV cache. A page holds block_tokens tokens of K
- * and V of every layer laid out as
- *   data[layer][k=0|v=1][kv_head][token][head_dim]
+/* Page formats (struct kvp_layout.format). Values are part of the protocol. */
+enum kvp_format {
+	/* K and V per KV head: data[layer][k=0|v=1][kv_head][token][head_dim] */
+	KVP_FORMAT_KV = 0,
+	/* An opaque per-token vector per layer, no K and V (MLA latents:
+	 * DeepSeek-V2/V3, Kimi: kv_lora_rank + qk_rope_head_dim elements):
+	 * data[layer][token][head_dim], n_kv_heads 1, head_dim the latent
+	 * width. kv is 0 wherever a call takes one (K/V calls with kv 1 fail).
+	 * Pages are half the bytes of the same width stored as K and V. */
+	KVP_FORMAT_LATENT = 1,
+};
+
+/* The shape of one model's KV cache. A page holds block_tokens tokens of
+ * every layer laid out as
+ *   data[layer][k=0|v=1][kv_head][token][head_dim]   (format KVP_FORMAT_KV)
+ *   data[layer][token][head_dim]                     (format KVP_FORMAT_LATENT)
  * then, for quantized types, scales[layer][k|v][kv_head][token][head_dim/quant_group]
- * as f16, padded to a multiple of 4096 bytes. */
+ * as f16 (latent: scales[layer][token][head_dim/quant_group]), for the raw
+ * fp8 types scales[layer][k|v] (latent: [layer]) as f32, padded to a
+ * multiple of 4096 bytes. Every field is part of the pool's identity: two
+ * layouts differing in any (format and dtype included) never share a pool
+ * or a page. A layout zeroed then filled ({...} of the first six fields)
+ * is the KV format. */
 struct kvp_layout {
 	uint32_t n_layers;     /* 1..1024 */
-	uint32_t n_kv_heads;   /* 1..1024, KV heads (GQA/MQA) */
-	uint32_t head_dim;     /* 1..1024 */
+	uint32_t n_kv_heads;   /* 1..1024, KV heads (GQA/MQA); 1 for latent */
+	uint32_t head_dim;     /* 1..1024; the latent width for latent */
 	uint32_t block_tokens; /* 1..4096, tokens per page */
 	uint32_t dtype;	       /* enum kvp_dtype */
 	uint32_t quant_group;  /* divides head_dim for quantized types, else 0 */
+	uint32_t format;       /* enum kvp_format; 0: K and V */
 };
 
 /* ---- connection --------------------------------------------------------- */
@@ -170,7 +207,10 @@ KVP_PUBLIC const char *kvp_strerror(const kvp_client *c, int err);
  * config.json (num_hidden_layers, num_key_value_heads, head_dim or
  * hidden_size / num_attention_heads): "llama-3-8b", "llama-3-70b",
  * "llama-3.1-405b", "mistral-7b", "qwen2.5-72b", "gemma-2-9b", ... and
- * the test model "stories260k"; kvp_layout_name() lists them. The name
+ * the test model "stories260k", and the MLA models "deepseek-v2-lite" and
+ * "deepseek-v3" (num_hidden_layers, kv_lora_rank + qk_rope_head_dim: a
+ * latent layout, format KVP_FORMAT_LATENT, n_kv_heads 1, head_dim 576);
+ * kvp_layout_name() lists them. The name
  * is matched ignoring case, and the Hugging Face repository id
  * ("meta-llama/Meta-Llama-3-8B") works too; fine-tunes share their base
  * model's shape. dtype and block_tokens are the caller's choice and are
@@ -389,8 +429,9 @@ KVP_PUBLIC int kvp_append_opts(kvp_session *s, const uint32_t *tokens, size_t n,
 			       const struct kvp_append_opts *opts);
 
 /* Pointer to element 0 of the head_dim elements of position pos, layer,
- * kv (0 = K, 1 = V), kv_head, inside the shared arena. pos must be below
- * kvp_session_tokens(). Returns NULL when an index is out of range. Valid
+ * kv (0 = K, 1 = V; always 0 in a latent layout), kv_head, inside the
+ * shared arena. pos must be below kvp_session_tokens(). Returns NULL when
+ * an index is out of range (kv 1 in a latent layout included). Valid
  * until the session is closed or truncated below pos, or the client
  * disconnects. Writing committed positions is undefined: other processes
  * may be reading them. */
@@ -407,7 +448,9 @@ KVP_PUBLIC void *kvp_session_kv(kvp_session *s, uint64_t pos, uint32_t layer, ui
  * which is where kvp_session_kv / kvp_lease_kv point; row_bytes follow.
  * From the page layout (struct kvp_layout): token_stride = row_bytes,
  * head_stride = block_tokens * row_bytes, kv_stride = n_kv_heads *
- * head_stride, layer_stride = 2 * kv_stride. So, contiguous:
+ * head_stride, layer_stride = 2 * kv_stride (a latent layout: one plane,
+ * layer_stride = kv_stride = block_tokens * row_bytes, kv always 0).
+ * So, contiguous:
  *   - a (layer, kv, head): its block_tokens rows, head_stride bytes;
  *   - a layer's K (or V): kv_stride bytes from base + layer * layer_stride;
  *   - a layer's K and V: layer_stride bytes;
@@ -417,8 +460,13 @@ KVP_PUBLIC void *kvp_session_kv(kvp_session *s, uint64_t pos, uint32_t layer, ui
  * Quantized dtypes store their f16 scales after the data, at
  *   scales + layer * scale_layer_stride + kv * scale_kv_stride
  *          + kv_head * scale_head_stride + token * scale_token_stride
- * (scale_row_bytes = head_dim / quant_group * 2 each); scales is NULL and
- * the scale fields 0 for f16, bf16 and f32. page_bytes is the padded page
+ * (scale_row_bytes = head_dim / quant_group * 2 each). The raw fp8 types
+ * (KVP_DTYPE_E4M3_RAW, KVP_DTYPE_E5M2_RAW) have one f32 scale per layer
+ * and K|V at scales + layer * scale_layer_stride + kv * scale_kv_stride
+ * (scale_row_bytes = scale_kv_stride = 4, scale_layer_stride 8, latent
+ * 4; the head and token strides 0), written like the data; see
+ * KVP_DTYPE_E4M3_RAW for who checks them. scales is NULL and the scale
+ * fields 0 for f16, bf16 and f32. page_bytes is the padded page
  * (a multiple of 4096; pages of a run of slots follow each other).
  * The strides are the pool's and the same for every page; base differs. */
 struct kvp_page_view {
@@ -865,7 +913,8 @@ KVP_PUBLIC size_t kvp_in_flight(const kvp_client *c);
 KVP_PUBLIC uint64_t kvp_lease_tokens(const kvp_lease *l);
 
 /* Read-only pointer to element 0 of (pos, layer, kv, kv_head) of a leased
- * token; NULL when out of range. Valid until the lease is released. */
+ * token; NULL when out of range (kv must be 0 in a latent layout). Valid
+ * until the lease is released. */
 KVP_PUBLIC const void *kvp_lease_kv(const kvp_lease *l, uint64_t pos, uint32_t layer, uint32_t kv,
 				    uint32_t kv_head);
 
@@ -1026,7 +1075,12 @@ KVP_PUBLIC void *kvp_lease_device_kv(const kvp_lease *l, uint64_t pos, uint32_t 
  *   KVP_ENGINE_SGLANG          a K pool and a V pool [num_blocks * bs, H, D]
  *                              (token slots; block b is slots b * bs ..
  *                              b * bs + bs - 1), v_layers required
- * A latent cache (MLA: one "head" of the latent width) is H = 1. Other
+ * A latent cache (MLA: one "head" of the latent width) is H = 1; with a
+ * latent layout (KVP_FORMAT_LATENT) only the K tensors are written or
+ * read (the engine's one latent tensor per layer as k_layers), v_layers
+ * and v_offset are not used. Raw fp8 layouts copy 1-byte elements
+ * (elem_bytes 1); the pages' scales are not copied (the engine keeps its
+ * own k_scale / v_scale: compare them with kvp_page_view.scales). Other
  * layouts: fill the struct yourself (kind 0 means "strides given"). */
 enum kvp_engine_kind {
 	KVP_ENGINE_FLASH_ATTN = 1,
@@ -1045,7 +1099,7 @@ struct kvp_engine_cache {
 	uint32_t block_size; /* tokens per block: the pages' block_tokens */
 	uint32_t n_heads;    /* KV heads this engine holds */
 	uint32_t head_dim;
-	uint32_t elem_bytes; /* 2 (f16, bf16) or 4 (f32): the pages' element size */
+	uint32_t elem_bytes; /* 1 (raw fp8), 2 (f16, bf16) or 4 (f32): the pages' */
 	uint32_t reserved;   /* 0 */
 	uint64_t block_stride;
 	uint64_t token_stride;
@@ -1060,7 +1114,7 @@ struct kvp_engine_cache {
  * tensor: FlashAttention's [2, ...] and FlashInfer's) or the bases of the
  * layers' V (FlashAttention's split K and V, SGLang's V pools). Errors:
  * -EINVAL ret or k_layers NULL, an unknown kind, a zero dimension,
- * elem_bytes not 2 or 4, v_layers NULL for KVP_ENGINE_SGLANG; -ERANGE a
+ * elem_bytes not 1, 2 or 4, v_layers NULL for KVP_ENGINE_SGLANG; -ERANGE a
  * tensor whose extent overflows 63 bits of bytes. Nothing is read
  * through the layer arrays (they may hold device pointers). */
 KVP_PUBLIC int kvp_engine_cache_init(struct kvp_engine_cache *ret, uint32_t kind, uint32_t n_layers,
@@ -1083,7 +1137,8 @@ struct kvp_adapt_range {
 	uint32_t engine_head_first;
 };
 
-/* Copies, for i < n_pages, the K and V rows of the page at page_bases[i]
+/* Copies, for i < n_pages, the K and V rows (a latent layout: its one
+ * plane, to and from k_layers) of the page at page_bases[i]
  * (laid out as layout says, the pool's: kvp_pool_layout) into engine block
  * block_ids[i]: tokens [0, block_tokens) of each page but the last, and
  * [0, last_page_tokens) of the last (a partial page: its view's n_tokens),

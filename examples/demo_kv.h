@@ -52,6 +52,7 @@ static inline void demo_layout(struct kvp_layout *l)
 	l->block_tokens = DEMO_BLOCK_TOKENS;
 	l->dtype = KVP_DTYPE_F16;
 	l->quant_group = 0;
+	l->format = KVP_FORMAT_KV;
 }
 
 /* splitmix64's finaliser: a cheap, well-mixed 64-bit hash step. */

@@ -196,7 +196,7 @@ struct kern_engine {
 	uint32_t block_size; /* tokens per block: the layout's block_tokens */
 	uint32_t n_heads;
 	uint32_t head_dim;
-	uint32_t elem_bytes; /* 2 or 4: the layout's element size */
+	uint32_t elem_bytes; /* 1, 2 or 4: the layout's element size */
 };
 
 /* Which layers and heads a copy moves: page layer layer_first + i and head

@@ -300,8 +300,9 @@ struct kn_geom {
 	uint64_t data_bytes; /* where the scales start */
 };
 
-/* Fills g from the fields of a layout that shm_layout_check accepted
- * (n_layers, n_kv_heads, head_dim, block_tokens, dtype, quant_group). */
+/* Fills g from the fields of a layout that shm_layout_check and
+ * shm_layout_numeric accepted (n_layers, n_kv_heads, head_dim,
+ * block_tokens, dtype, quant_group): the KV format, no raw fp8. */
 KN_FN void kn_geom_init(struct kn_geom *g, uint32_t n_layers, uint32_t n_kv_heads,
 			uint32_t head_dim, uint32_t block_tokens, uint32_t dtype,
 			uint32_t quant_group)
@@ -314,7 +315,7 @@ KN_FN void kn_geom_init(struct kn_geom *g, uint32_t n_layers, uint32_t n_kv_head
 	g->block_tokens = block_tokens;
 	g->dtype = dtype;
 	g->group = quant_group;
-	g->n_groups = dtype >= 4 ? head_dim / quant_group : 0;
+	g->n_groups = dtype >= 4 && dtype <= 6 && quant_group ? head_dim / quant_group : 0;
 	g->row_bytes = head_dim * bits / 8;
 	g->data_bytes = (uint64_t)n_layers * 2 * n_kv_heads * block_tokens * g->row_bytes;
 }

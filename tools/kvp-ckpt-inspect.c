@@ -26,6 +26,8 @@ static void print_layout(const char *what, const struct shm_layout *l)
 	       l->n_layers, l->n_kv_heads, l->head_dim, l->block_tokens, shm_dtype_name(l->dtype));
 	if (l->quant_group)
 		printf(" (groups of %u)", l->quant_group);
+	if (l->format)
+		printf(", %s format", shm_format_name(l->format));
 	printf("\n");
 }
 

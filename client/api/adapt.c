@@ -29,7 +29,7 @@ KVP_PUBLIC int kvp_engine_cache_init(struct kvp_engine_cache *ret, uint32_t kind
 	uint64_t row = (uint64_t)n_heads * head_dim, blk, bytes;
 
 	if (!ret || !k_layers || !n_layers || !num_blocks || !block_size || !n_heads || !head_dim ||
-	    (elem_bytes != 2 && elem_bytes != 4))
+	    (elem_bytes != 1 && elem_bytes != 2 && elem_bytes != 4))
 		return -EINVAL;
 	/* both tensors of a layer, in bytes, within 63 bits */
 	if (__builtin_mul_overflow(row, (uint64_t)block_size, &blk) ||
@@ -95,6 +95,7 @@ static int adapt(const struct kvp_layout *layout, void *const *page_bases, size_
 	l.block_tokens = layout->block_tokens;
 	l.dtype = layout->dtype;
 	l.quant_group = layout->quant_group;
+	l.format = layout->format;
 	e.k_layers = cache->k_layers;
 	e.v_layers = cache->v_layers;
 	e.v_offset = cache->v_offset;

@@ -94,6 +94,7 @@ KVP_PUBLIC int kvp_admin_show_session(kvp_client *c, uint64_t session_id, uint32
 	d->layout.block_tokens = l->block_tokens;
 	d->layout.dtype = (uint32_t)l->dtype;
 	d->layout.quant_group = l->has_quant_group ? l->quant_group : 0;
+	d->layout.format = l->has_format ? l->format : 0;
 	d->salted = !!r->salted;
 	d->reserved_pages = r->reserved_pages;
 	d->writer_pid = r->has_writer_pid ? r->writer_pid : 0;

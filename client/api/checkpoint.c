@@ -364,6 +364,7 @@ KVP_PUBLIC int kvp_list_checkpoints_ex(kvp_client *c, int has_uid, uint32_t uid,
 			e->layout.block_tokens = l->block_tokens;
 			e->layout.dtype = (uint32_t)l->dtype;
 			e->layout.quant_group = l->has_quant_group ? l->quant_group : 0;
+			e->layout.format = l->has_format ? l->format : 0;
 		}
 		e->n_tokens = in->has_n_tokens ? in->n_tokens : 0;
 		e->bytes = in->has_bytes ? in->bytes : 0;

@@ -9,6 +9,9 @@
  * head_dim where the config gives it, else hidden_size /
  * num_attention_heads. The comment on each row gives those fields.
  * Fine-tunes and instruct variants share their base model's KV shape.
+ * MLA models (DeepSeek-V2/V3) cache one latent vector per token and layer:
+ * their rows give n_kv_heads 1 and head_dim = kv_lora_rank +
+ * qk_rope_head_dim, and the latent format (KVP_FORMAT_LATENT).
  *
  * Layer: api (client/README.md); calls nothing.
  */
@@ -22,6 +25,7 @@ struct named_layout {
 	const char *name;  /* the name kvp_layout_named takes (any case) */
 	const char *hf_id; /* the Hugging Face repository it comes from */
 	uint32_t n_layers, n_kv_heads, head_dim;
+	uint32_t format; /* enum kvp_format */
 };
 
 static const struct named_layout models[] = {
@@ -62,6 +66,10 @@ static const struct named_layout models[] = {
 	/* The TinyStories model of llama2.c's tinyllamas (its header: dim 64,
 	 * 5 layers, 8 heads, 4 kv heads): the trained model the tests use. */
 	{"stories260k", "karpathy/tinyllamas stories260K", 5, 4, 8},
+	/* MLA: layers 27, kv_lora_rank 512, qk_rope_head_dim 64 */
+	{"deepseek-v2-lite", "deepseek-ai/DeepSeek-V2-Lite", 27, 1, 576, KVP_FORMAT_LATENT},
+	/* MLA: layers 61, kv_lora_rank 512, qk_rope_head_dim 64 */
+	{"deepseek-v3", "deepseek-ai/DeepSeek-V3", 61, 1, 576, KVP_FORMAT_LATENT},
 };
 
 #define N_MODELS (sizeof(models) / sizeof(models[0]))
@@ -81,6 +89,7 @@ KVP_PUBLIC int kvp_layout_named(const char *name, uint32_t dtype, uint32_t block
 		out->head_dim = models[i].head_dim;
 		out->block_tokens = block_tokens;
 		out->dtype = dtype;
+		out->format = models[i].format;
 		/* 32 channels a scale: kernels.h's default for int8/fp8/int4
 		 * (every head_dim above is a multiple of 8; 8 for the tiny one). */
 		out->quant_group = 0;

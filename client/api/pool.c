@@ -47,6 +47,7 @@ static void layout_to_shm(const struct kvp_layout *in, struct shm_layout *out)
 	out->block_tokens = in->block_tokens;
 	out->dtype = in->dtype;
 	out->quant_group = in->quant_group;
+	out->format = in->format;
 }
 
 /* Checks the geometry of an OpenPool reply against the layout we asked
@@ -135,7 +136,7 @@ KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id, const struct k
 	list_init(&p->leases);
 	list_init(&p->async);
 	if (shm_layout_check(&p->shm) < 0) {
-		ret = conn_error(c, -EINVAL, "invalid layout");
+		ret = conn_error(c, -EINVAL, "invalid layout: %s", shm_layout_why(&p->shm));
 		goto fail;
 	}
 
@@ -146,6 +147,8 @@ KVP_PUBLIC int kvp_pool_open(kvp_client *c, const char *model_id, const struct k
 	wl.dtype = (Kvpalace__V1__DType)layout->dtype;
 	wl.has_quant_group = layout->quant_group != 0;
 	wl.quant_group = layout->quant_group;
+	wl.has_format = layout->format != 0;
+	wl.format = layout->format;
 	op.model_id = (char *)model_id;
 	op.layout = &wl;
 	req.op_case = KVPALACE__V1__REQUEST__OP_OPEN_POOL;

@@ -66,6 +66,7 @@ static void copy_layout(struct kvp_layout *dst, const Kvpalace__V1__Layout *src)
 	dst->block_tokens = src->block_tokens;
 	dst->dtype = (uint32_t)src->dtype;
 	dst->quant_group = src->has_quant_group ? src->quant_group : 0;
+	dst->format = src->has_format ? src->format : 0;
 }
 
 KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)

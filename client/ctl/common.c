@@ -58,6 +58,10 @@ const char *dtype_name(uint32_t dtype)
 		return "fp8-e4m3";
 	case KVP_DTYPE_INT4:
 		return "int4";
+	case KVP_DTYPE_E4M3_RAW:
+		return "e4m3-raw";
+	case KVP_DTYPE_E5M2_RAW:
+		return "e5m2-raw";
 	default:
 		return "?";
 	}
@@ -93,7 +97,10 @@ void layout_text(const struct kvp_layout *l, char *buf, size_t cap)
 			 l->block_tokens, dtype_name(l->dtype));
 
 	if (l->quant_group && n > 0 && (size_t)n < cap)
-		snprintf(buf + n, cap - (size_t)n, "/g%u", l->quant_group);
+		n += snprintf(buf + n, cap - (size_t)n, "/g%u", l->quant_group);
+	if (l->format && n > 0 && (size_t)n < cap)
+		snprintf(buf + n, cap - (size_t)n, " %s",
+			 l->format == KVP_FORMAT_LATENT ? "latent" : "format?");
 }
 
 void size_text(uint64_t bytes, char *buf, size_t cap)

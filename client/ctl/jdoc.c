@@ -176,6 +176,10 @@ json_t *jdoc_layout(const struct kvp_layout *l)
 	jdoc_u64(o, "block_tokens", l->block_tokens);
 	jdoc_str(o, "dtype", dtype_name(l->dtype));
 	jdoc_u64(o, "quant_group", l->quant_group);
+	jdoc_str(o, "format",
+		 l->format == KVP_FORMAT_KV	  ? "kv"
+		 : l->format == KVP_FORMAT_LATENT ? "latent"
+						  : "?");
 	return o;
 }
 

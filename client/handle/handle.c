@@ -152,10 +152,11 @@ void handle_page_view(const struct kvp_pool *p, uint32_t slot, uint64_t page, ui
 	v->slot = slot;
 	v->row_bytes = (size_t)shm_row_bytes(l);
 	v->token_stride = v->row_bytes;
-	/* data[layer][k|v][kv_head][token][head_dim] (shm/layout.h) */
+	/* data[layer][k|v][kv_head][token][head_dim], latent data[layer][token]
+	 * [head_dim]: one plane, kv_stride = layer_stride (shm/layout.h) */
 	v->head_stride = v->token_stride * l->block_tokens;
 	v->kv_stride = v->head_stride * l->n_kv_heads;
-	v->layer_stride = 2 * v->kv_stride;
+	v->layer_stride = shm_layout_planes(l) * v->kv_stride;
 	v->data_bytes = (size_t)shm_page_data_bytes(l);
 	v->page_bytes = (size_t)p->page_bytes;
 	if (shm_dtype_quantized(l->dtype)) {
@@ -166,6 +167,12 @@ void handle_page_view(const struct kvp_pool *p, uint32_t slot, uint64_t page, ui
 		v->scale_token_stride = srow;
 		v->scale_head_stride = srow * l->block_tokens;
 		v->scale_kv_stride = v->scale_head_stride * l->n_kv_heads;
-		v->scale_layer_stride = 2 * v->scale_kv_stride;
+		v->scale_layer_stride = shm_layout_planes(l) * v->scale_kv_stride;
+	} else if (shm_dtype_raw(l->dtype)) {
+		/* one f32 per (layer, plane): scales[layer][k|v] */
+		v->scales = base + shm_raw_scale_offset(l, 0, 0);
+		v->scale_row_bytes = 4;
+		v->scale_kv_stride = 4;
+		v->scale_layer_stride = shm_layout_planes(l) * 4;
 	}
 }

@@ -157,11 +157,13 @@ static inline unsigned char *pool_kv(const struct kvp_pool *p, uint32_t slot, ui
 	       shm_kv_offset(&p->shm, layer, kv, head, token);
 }
 
-/* 0 when layer, kv and head are inside the pool's layout, else -ERANGE. */
+/* 0 when layer, kv and head are inside the pool's layout (kv is 0 in a
+ * latent layout: one plane), else -ERANGE. */
 static inline int pool_check_index(const struct kvp_pool *p, uint32_t layer, uint32_t kv,
 				   uint32_t head)
 {
-	if (layer >= p->layout.n_layers || kv > 1 || head >= p->layout.n_kv_heads)
+	if (layer >= p->layout.n_layers || kv >= shm_layout_planes(&p->shm) ||
+	    head >= p->layout.n_kv_heads)
 		return -ERANGE;
 	return 0;
 }

@@ -27,6 +27,12 @@ int compact_set_policy(struct session *s, const struct policy *pol, uint32_t *re
 
 	if (ret < 0)
 		return ret;
+	/* Token policies score and gather K/V rows with the numeric kernels,
+	 * which address only K/V pages of the converted dtypes. */
+	if (pol->kind != POLICY_NONE && !shm_layout_numeric(&s->pool->layout)) {
+		*why = "token policies need K/V pages (not latent, not raw fp8)";
+		return -EOPNOTSUPP;
+	}
 	ret = session_set_policy(s, pol);
 	if (ret < 0) {
 		*why = "no memory for the policy";
@@ -244,6 +250,10 @@ int compact_score_start(struct session *s, int topic, uint32_t layer, uint32_t n
 	list_init(&j->link);
 	if (ret < 0)
 		return ret;
+	if (!shm_layout_numeric(l)) {
+		*why = "scoring needs K/V pages (not latent, not raw fp8)";
+		return -EINVAL;
+	}
 	n_slots = (uint32_t)((n + l->block_tokens - 1) / l->block_tokens);
 	j->slots = malloc(n_slots * sizeof(*j->slots));
 	j->src = malloc(n_slots * sizeof(*j->src));
@@ -639,8 +649,8 @@ int compact_gather_start(struct cache *c, struct session *s, struct tier_park *p
 
 	memset(j, 0, sizeof(*j));
 	list_init(&j->link);
-	if (s->pol->kind == POLICY_NONE)
-		return -EINVAL;
+	if (s->pol->kind == POLICY_NONE || !shm_layout_numeric(&p->layout))
+		return -EINVAL; /* compact_set_policy refuses policies there */
 	if (s->n_committed != s->n_tokens || s->dev_copying)
 		return -EBUSY;
 	ret = -ENOMEM;

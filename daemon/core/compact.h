@@ -25,8 +25,10 @@
  * masses its own attention measured instead. */
 #define COMPACT_MAX_QUERY_WORK (1ull << 26)
 
-/* Sets s's policy (validated: -EINVAL with *why). The budget it gives for
- * the session's length now goes to *ret_budget. */
+/* Sets s's policy (validated: -EINVAL with *why; -EOPNOTSUPP a token
+ * policy in a pool whose pages the kernels cannot read: latent or raw
+ * fp8, shm_layout_numeric). The budget it gives for the session's length
+ * now goes to *ret_budget. */
 int compact_set_policy(struct session *s, const struct policy *pol, uint32_t *ret_budget,
 		       const char **why);
 

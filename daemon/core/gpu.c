@@ -405,18 +405,19 @@ static int copy_to_device(struct gpu *g, struct pool *p, uint32_t dslot, uint32_
 
 /* Copies tokens [t0, t0 + nt) of device slot dslot back into host slot
  * hslot: their rows of every (layer, K/V, head), and their scales for a
- * quantized layout; each part is one 2D copy (rows a page-row apart). */
+ * quantized layout (the page's per-plane scales for raw fp8); each part is
+ * one 2D copy (rows a page-row apart). */
 static int copy_rows_to_host(struct gpu *g, struct pool *p, uint32_t dslot, uint32_t hslot,
 			     uint32_t t0, uint32_t nt)
 {
 	const struct shm_layout *l = &p->layout;
 	unsigned char *host = (unsigned char *)p->arena + (uint64_t)hslot * p->page_bytes;
 	uint64_t dev = p->dev.arena.d_base + (uint64_t)dslot * p->page_bytes;
-	uint64_t height = (uint64_t)l->n_layers * 2 * l->n_kv_heads;
+	uint64_t height = (uint64_t)l->n_layers * shm_layout_planes(l) * l->n_kv_heads;
 	uint64_t row = shm_row_bytes(l);
 	struct {
-		uint64_t off, pitch, width;
-	} part[2] = {{shm_kv_offset(l, 0, 0, 0, t0), row * l->block_tokens, row * nt}};
+		uint64_t off, pitch, width, height;
+	} part[2] = {{shm_kv_offset(l, 0, 0, 0, t0), row * l->block_tokens, row * nt, height}};
 	int n_parts = 1, ret;
 
 	if (shm_dtype_quantized(l->dtype)) {
@@ -425,11 +426,18 @@ static int copy_rows_to_host(struct gpu *g, struct pool *p, uint32_t dslot, uint
 		part[1].off = shm_scale_offset(l, 0, 0, 0, t0);
 		part[1].pitch = srow * l->block_tokens;
 		part[1].width = srow * nt;
+		part[1].height = height;
+		n_parts = 2;
+	} else if (shm_dtype_raw(l->dtype)) {
+		/* the page's f32 scales per (layer, plane), written with the rows */
+		part[1].off = shm_raw_scale_offset(l, 0, 0);
+		part[1].pitch = part[1].width = shm_page_scale_bytes(l);
+		part[1].height = 1;
 		n_parts = 2;
 	}
 	for (int k = 0; k < n_parts; k++) {
 		ret = g->ops->copy_rows_to_host(g->dev, host, dev, part[k].off, part[k].pitch,
-						part[k].width, height);
+						part[k].width, part[k].height);
 		if (ret < 0)
 			return ret;
 	}

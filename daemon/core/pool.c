@@ -132,11 +132,11 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 		pages_kind = "4 KiB pages (no hugetlb pages reserved, shmem THP off)";
 	log_ctx_info(
 		LOG_POOL_UID(p->id, uid),
-		"pool %llu: uid %u model '%s' %uL %uH %uD %uT %s, %llu pages of %llu bytes, %s",
+		"pool %llu: uid %u model '%s' %uL %uH %uD %uT %s%s, %llu pages of %llu bytes, %s",
 		(unsigned long long)p->id, (unsigned)uid, model_id, layout->n_layers,
 		layout->n_kv_heads, layout->head_dim, layout->block_tokens,
-		shm_dtype_name(layout->dtype), (unsigned long long)n_pages,
-		(unsigned long long)page_bytes, pages_kind);
+		shm_dtype_name(layout->dtype), layout->format ? " latent" : "",
+		(unsigned long long)n_pages, (unsigned long long)page_bytes, pages_kind);
 	*ret_pool = p;
 	return 0;
 fail:

@@ -75,6 +75,8 @@ void stats_layout(const struct shm_layout *in, Kvpalace__V1__Layout *out)
 	out->dtype = (Kvpalace__V1__DType)in->dtype;
 	out->has_quant_group = in->quant_group != 0;
 	out->quant_group = in->quant_group;
+	out->has_format = in->format != 0;
+	out->format = in->format;
 }
 
 void stats_session_info(const struct session *s, uint64_t now_ns, Kvpalace__V1__SessionInfo *out)

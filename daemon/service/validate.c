@@ -68,21 +68,36 @@ int validate_extra_key(int has, size_t len, const char **ret_reason)
 	return 0;
 }
 
-int validate_layout(const Kvpalace__V1__Layout *in, struct shm_layout *ret)
+/* The wire layout's fields, unchecked; an absent format is the KV format
+ * (clients older than the field). */
+static struct shm_layout wire_layout(const Kvpalace__V1__Layout *in)
 {
-	struct shm_layout l = {
+	return (struct shm_layout){
 		.n_layers = in->n_layers,
 		.n_kv_heads = in->n_kv_heads,
 		.head_dim = in->head_dim,
 		.block_tokens = in->block_tokens,
 		.dtype = (uint32_t)in->dtype,
 		.quant_group = in->has_quant_group ? in->quant_group : 0,
+		.format = in->has_format ? in->format : 0,
 	};
+}
+
+int validate_layout(const Kvpalace__V1__Layout *in, struct shm_layout *ret)
+{
+	struct shm_layout l = wire_layout(in);
 
 	if (shm_layout_check(&l) < 0)
 		return -EINVAL;
 	*ret = l;
 	return 0;
+}
+
+const char *validate_layout_why(const Kvpalace__V1__Layout *in)
+{
+	struct shm_layout l = wire_layout(in);
+
+	return shm_layout_why(&l);
 }
 
 #define REJECT(err, why)                                                                           \
@@ -168,7 +183,7 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 		if (validate_model_id(req->open_pool->model_id) < 0)
 			REJECT(-EINVAL, "model id must be 1..127 printable ASCII characters");
 		if (validate_layout(req->open_pool->layout, &l) < 0)
-			REJECT(-EINVAL, "layout out of range (dimensions, dtype, quant_group)");
+			REJECT(-EINVAL, validate_layout_why(req->open_pool->layout));
 		break;
 	case KVPALACE__V1__REQUEST__OP_APPEND:
 		if (req->append->has_tier && !validate_read_tier(req->append->tier))

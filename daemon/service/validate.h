@@ -56,6 +56,8 @@ int validate_extra_key(int has, size_t len, const char **ret_reason);
 
 /* Converts and checks a wire layout. Returns 0 and fills *ret, or -EINVAL. */
 int validate_layout(const Kvpalace__V1__Layout *in, struct shm_layout *ret);
+/* Why validate_layout refuses in (a static sentence), NULL when it does not. */
+const char *validate_layout_why(const Kvpalace__V1__Layout *in);
 
 /* Returns 0 for 1..VALIDATE_MODEL_ID_MAX bytes of printable ASCII (0x20..0x7e), else
  * -EINVAL. */

@@ -69,6 +69,8 @@ enum {
 	H_SPANS_ZERO = H_N_SPANS + 4, /* u32 zero */
 	H_SPANS_XXH = H_SPANS_ZERO + 4,
 	H_RESERVED_4 = H_SPANS_XXH + 8,
+	H_PAGE_FORMAT = H_RESERVED_4, /* version 4, written later: 0 in older files */
+	H_RESERVED_4F = H_PAGE_FORMAT + 4,
 };
 #define SPAN_BYTES 32u
 _Static_assert(H_POOL_LAYOUT == 280 && H_NAME == 304 && H_RESERVED == 376 &&
@@ -346,8 +348,13 @@ static void put_layout(unsigned char *p, const struct shm_layout *l)
 
 static struct shm_layout get_layout(const unsigned char *p)
 {
-	return (struct shm_layout){le_get32(p),	     le_get32(p + 4),  le_get32(p + 8),
-				   le_get32(p + 12), le_get32(p + 16), le_get32(p + 20)};
+	return (struct shm_layout){le_get32(p),
+				   le_get32(p + 4),
+				   le_get32(p + 8),
+				   le_get32(p + 12),
+				   le_get32(p + 16),
+				   le_get32(p + 20),
+				   0};
 }
 
 static int token_ok(uint16_t role, uint16_t flags)
@@ -448,6 +455,7 @@ static void encode_header(unsigned char *h, const struct ckpt_meta *m, const cha
 	le_put64(h + H_FILE_BYTES, g->file_bytes);
 	memcpy(h + H_MODEL_ID, m->model_id, model_id_len(m->model_id));
 	put_layout(h + H_POOL_LAYOUT, &m->pool_layout);
+	le_put32(h + H_PAGE_FORMAT, m->layout.format);
 	/* ckpt_write checked it: 1..CKPT_NAME_MAX bytes, NUL-padded here. */
 	memcpy(h + H_NAME, name, strlen(name));
 	le_put64(h + H_HDR_XXH, XXH3_64bits(h, HDR_BYTES));
@@ -774,12 +782,15 @@ static int decode_header(const unsigned char *h, uint64_t file_bytes, struct ckp
 	m->page_bytes = le_get64(h + H_PAGE_BYTES);
 	for (int i = 0; i < 6; i++)
 		lay[i] = le_get32(h + H_LAYOUT + 4 * i);
-	m->layout = (struct shm_layout){lay[0], lay[1], lay[2], lay[3], lay[4], lay[5]};
+	m->layout = (struct shm_layout){lay[0], lay[1], lay[2], lay[3], lay[4], lay[5], 0};
 	memcpy(root.digest, h + H_ROOT, sizeof(root.digest));
 	m->root = XXH128_hashFromCanonical(&root);
 	memcpy(m->model_id, h + H_MODEL_ID, CKPT_MODEL_ID_BYTES);
 	/* Version 1 has zeros there: its pages are stored as they are. */
 	m->pool_layout = m->version >= 2 ? get_layout(h + H_POOL_LAYOUT) : m->layout;
+	/* The page format of both: K/V (0) in files written before it. */
+	m->layout.format = m->pool_layout.format =
+		m->version >= 4 ? le_get32(h + H_PAGE_FORMAT) : 0;
 	for (size_t i = strnlen(m->model_id, CKPT_MODEL_ID_BYTES); i < CKPT_MODEL_ID_BYTES; i++) {
 		if (m->model_id[i]) {
 			say(why, whylen, "header: model id not NUL-padded");
@@ -809,7 +820,7 @@ static int decode_header(const unsigned char *h, uint64_t file_bytes, struct ckp
 			: m->version >= 2 ? H_NAME
 					  : H_POOL_LAYOUT;
 	     i < HDR_BYTES; i++) {
-		if (h[i] && !(m->version >= 4 && i >= H_SPANS_XXH && i < H_RESERVED_4)) {
+		if (h[i] && !(m->version >= 4 && i >= H_SPANS_XXH && i < H_RESERVED_4F)) {
 			say(why, whylen, "header: reserved bytes not zero");
 			return -EBADMSG;
 		}

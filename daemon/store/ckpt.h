@@ -86,7 +86,9 @@
  *   384  8    XXH3_64 of the key span records (version 4), 0 without any
  *             (a version 4 file without spans is a version 3 file but
  *             for the version field)
- *   392  120  reserved, zero
+ *   392  4    page format (version 4): shm_layout.format of layout and
+ *             pool layout, 0 (K/V) in files written before the field
+ *   396  116  reserved, zero
  *
  * Token record (16 bytes): id u32, pos u32, turn u32, role u16, flags u16.
  *

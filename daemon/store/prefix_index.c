@@ -77,6 +77,17 @@ XXH128_hash_t prefix_index_root(const char *model_id, const struct shm_layout *l
 	XXH3_128bits_reset(&st);
 	XXH3_128bits_update(&st, tag, sizeof(tag));
 	XXH3_128bits_update(&st, fields, sizeof(fields));
+	/* The page format joined the identity later: the KV format hashes
+	 * as before (spilled pages and checkpoints of KV pools stay
+	 * addressable), any other adds a tagged field, so a latent pool and
+	 * a KV pool of equal numbers never share a chain. */
+	if (layout->format) {
+		static const char ftag[] = "format";
+		uint32_t f = layout->format;
+
+		XXH3_128bits_update(&st, ftag, sizeof(ftag));
+		XXH3_128bits_update(&st, &f, sizeof(f));
+	}
 	XXH3_128bits_update(&st, model_id, strlen(model_id) + 1);
 	if (salt_len)
 		XXH3_128bits_update(&st, salt, salt_len);

@@ -50,6 +50,13 @@ enum {
 	FH_MODEL = 68,
 	FH_SUM = FH_MODEL + SPILL_MODEL_ID_MAX,
 	FH_END = FH_SUM + 8,
+	/* The page format (shm_layout.format) joined the header later, after
+	 * the first sum with a sum of its own: KV pools leave both zero, so
+	 * their files are byte for byte what they were, and a file without
+	 * the field reads as the KV format. */
+	FH_PAGE_FORMAT = FH_END,
+	FH_SUM2 = FH_PAGE_FORMAT + 4,
+	FH_END2 = FH_SUM2 + 8,
 };
 
 static void file_hdr_encode(const struct spill *sp, const char *model_id,
@@ -70,6 +77,10 @@ static void file_hdr_encode(const struct spill *sp, const char *model_id,
 	put128(b + FH_ROOT, sp->root);
 	snprintf((char *)b + FH_MODEL, SPILL_MODEL_ID_MAX, "%s", model_id);
 	le_put64(b + FH_SUM, XXH3_64bits(b, FH_SUM));
+	if (l->format) {
+		le_put32(b + FH_PAGE_FORMAT, l->format);
+		le_put64(b + FH_SUM2, XXH3_64bits(b, FH_SUM2));
+	}
 }
 
 /* Page header: magic, hash, parent, data sum, sequence, flags, then the
@@ -92,7 +103,7 @@ enum {
 	PH_END = 92,
 };
 _Static_assert(PH_END <= SPILL_PAGE_HDR, "page header fits its slot");
-_Static_assert(FH_END <= SPILL_FILE_HDR, "file header fits its block");
+_Static_assert(FH_END2 <= SPILL_FILE_HDR, "file header fits its block");
 
 void spill_hdr_encode(struct spill *sp, struct spill_page_hdr *h, unsigned char *b)
 {
@@ -740,7 +751,8 @@ static const char *junk_reason(int fd, uid_t uid, XXH128_hash_t root, const stru
 
 	if (st->st_size < (off_t)SPILL_FILE_HDR ||
 	    pread(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b) || memcmp(b, file_magic, 8) ||
-	    le_get64(b + FH_SUM) != XXH3_64bits(b, FH_SUM))
+	    le_get64(b + FH_SUM) != XXH3_64bits(b, FH_SUM) ||
+	    (le_get32(b + FH_PAGE_FORMAT) && le_get64(b + FH_SUM2) != XXH3_64bits(b, FH_SUM2)))
 		return "no valid file header";
 	format = le_get32(b + FH_FORMAT);
 	if (format != SPILL_FORMAT && format != SPILL_FORMAT_OLD)

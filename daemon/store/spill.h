@@ -5,7 +5,9 @@
  *
  *   [0, 4096)                 file header (SPILL_FILE_MAGIC, format, uid,
  *                             model id, layout, page bytes, capacity, root,
- *                             XXH3-64 of the header)
+ *                             XXH3-64 of the header; then the page
+ *                             format, 0 for K/V, with its own XXH3-64,
+ *                             both 0 in files of K/V pools)
  *   [4096, 4096 + cap*128)    one 128-byte page header per extent
  *   [data_off, ...)           cap extents of page_bytes, 4096-aligned
  *

@@ -225,6 +225,7 @@ void tinylm_layout(const struct tinylm *m, uint32_t dtype, uint32_t quant_group,
 	ret_layout->block_tokens = block_tokens;
 	ret_layout->dtype = dtype;
 	ret_layout->quant_group = quant_group;
+	ret_layout->format = SHM_FORMAT_KV;
 }
 
 /* Stores the f32 rows of kv head h (K or V) at pos, in the pages' format. */

@@ -8,7 +8,7 @@
  * __device__, __forceinline__, uint4 (16 bytes) and threadIdx, blockIdx,
  * blockDim, gridDim (.x only): CUDA does; the emulation defines them.
  *
- * One thread block per (page, layer, k|v, head), grid-stride over them,
+ * One thread block per (page, layer, k|v (one plane: latent), head), grid-stride over them,
  * its threads over the n_tokens x row_bytes bytes of that run (contiguous
  * in the page; one row per token_stride in the engine), in 16-byte vectors
  * when both sides and the strides are 16-byte aligned, else 4-byte words,
@@ -29,8 +29,9 @@ struct adapt_args {
 	uint64_t v_offset_bytes;
 	uint64_t block_stride_bytes, token_stride_bytes, head_stride_bytes;
 	uint64_t page_layer_stride, page_kv_stride, page_head_stride; /* bytes */
-	uint64_t n_items; /* pages x layers x 2 x heads */
+	uint64_t n_items; /* pages x layers x planes x heads */
 	uint64_t n_pages;
+	uint32_t planes; /* 2 (K, V), 1 (a latent layout: no V) */
 	uint32_t row_bytes, block_tokens, last_page_tokens, num_blocks;
 	struct kern_adapt_range r;
 	uint32_t dir;
@@ -64,9 +65,9 @@ __global__ void adapt_kernel(struct adapt_args a)
 	for (uint64_t it = blockIdx.x; it < a.n_items; it += gridDim.x) {
 		uint32_t hi = (uint32_t)(it % a.r.n_heads);
 		uint64_t rest = it / a.r.n_heads;
-		uint32_t kv = (uint32_t)(rest % 2);
-		uint32_t li = (uint32_t)(rest / 2 % a.r.n_layers);
-		uint64_t i = rest / 2 / a.r.n_layers;
+		uint32_t kv = (uint32_t)(rest % a.planes);
+		uint32_t li = (uint32_t)(rest / a.planes % a.r.n_layers);
+		uint64_t i = rest / a.planes / a.r.n_layers;
 		uint32_t el = a.r.engine_layer_first + li;
 		int32_t bid = a.block_ids[i];
 		uint8_t *page = (uint8_t *)a.pages[i];
@@ -131,9 +132,10 @@ static int adapt_args_init(struct adapt_args *a, const struct shm_layout *l, voi
 	a->row_bytes = (uint32_t)shm_row_bytes(l);
 	a->page_head_stride = (uint64_t)l->block_tokens * a->row_bytes;
 	a->page_kv_stride = l->n_kv_heads * a->page_head_stride;
-	a->page_layer_stride = 2 * a->page_kv_stride;
+	a->planes = shm_layout_planes(l);
+	a->page_layer_stride = a->planes * a->page_kv_stride;
 	a->n_pages = n_pages;
-	a->n_items = (uint64_t)n_pages * a->r.n_layers * 2 * a->r.n_heads;
+	a->n_items = (uint64_t)n_pages * a->r.n_layers * a->planes * a->r.n_heads;
 	a->block_tokens = l->block_tokens;
 	a->last_page_tokens = last_page_tokens;
 	a->num_blocks = e->num_blocks;

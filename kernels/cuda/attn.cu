@@ -196,8 +196,8 @@ extern "C" int kcuda_attn_decode(const struct shm_layout *l, uint32_t layer,
 	size_t smem;
 	int ret;
 
-	if (shm_layout_check(l) < 0 || layer >= l->n_layers || !n_tokens || !n_q_heads ||
-	    n_q_heads % l->n_kv_heads)
+	if (shm_layout_check(l) < 0 || !shm_layout_numeric(l) || layer >= l->n_layers ||
+	    !n_tokens || !n_q_heads || n_q_heads % l->n_kv_heads)
 		return -EINVAL;
 	splits = n_splits_of(n_tokens);
 	if (splits > 0x7fffffffu)

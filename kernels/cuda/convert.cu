@@ -144,7 +144,8 @@ extern "C" int kcuda_convert_pages(const struct shm_layout *dl, void *const *d_d
 	uint32_t rows;
 	size_t smem;
 
-	if (shm_layout_check(dl) < 0 || shm_layout_check(sl) < 0 || dl->n_layers != sl->n_layers ||
+	if (shm_layout_check(dl) < 0 || shm_layout_check(sl) < 0 || !shm_layout_numeric(dl) ||
+	    !shm_layout_numeric(sl) || dl->n_layers != sl->n_layers ||
 	    dl->n_kv_heads != sl->n_kv_heads || dl->head_dim != sl->head_dim ||
 	    dl->block_tokens != sl->block_tokens || tok0 > dl->block_tokens ||
 	    n_tok > dl->block_tokens - tok0)

@@ -73,7 +73,7 @@ extern "C" int kcuda_gather_tokens(const struct shm_layout *l, void *const *d_ds
 {
 	struct gather_args a;
 
-	if (shm_layout_check(l) < 0 || dst_pos0 > UINT64_MAX - n)
+	if (shm_layout_check(l) < 0 || !shm_layout_numeric(l) || dst_pos0 > UINT64_MAX - n)
 		return -EINVAL;
 	if (!n)
 		return 0;
@@ -115,8 +115,8 @@ extern "C" int kcuda_gather_rows_f32(const struct shm_layout *l, const void *con
 {
 	struct rows_args a;
 
-	if (shm_layout_check(l) < 0 || layer >= l->n_layers || kv > 1 || kv_head >= l->n_kv_heads ||
-	    pos0 > UINT64_MAX - n)
+	if (shm_layout_check(l) < 0 || !shm_layout_numeric(l) || layer >= l->n_layers || kv > 1 ||
+	    kv_head >= l->n_kv_heads || pos0 > UINT64_MAX - n)
 		return -EINVAL;
 	if (!n)
 		return 0;

@@ -4,8 +4,11 @@
  * addressed by element strides over (block, token, head). The checks every
  * side shares (kref_adapt_plan: the geometry, no pointer read) live here
  * too, so the CUDA launcher refuses exactly what the reference refuses.
- * Bytewise copies: the dtype only sets the element size; quantized pages
- * (scales after the data) are refused. Everything is checked before
+ * Bytewise copies: the dtype only sets the element size (1 byte for the
+ * engine-owned fp8 types, whose per-layer scales stay in the page: the
+ * engine keeps its own); quantized pages (group scales after the data) are
+ * refused. A latent layout has one plane per layer: the engine's K tensors
+ * take it, v_layers and v_offset are not used. Everything is checked before
  * anything is written. No allocation, thread-safe.
  */
 #include <errno.h>
@@ -103,6 +106,7 @@ int kref_adapt(const struct shm_layout *l, void *const *pages, size_t n_pages,
 {
 	struct kern_adapt_range a;
 	uint64_t ext, ext_bytes, row_bytes, es;
+	uint32_t planes;
 	int ret;
 
 	ret = kref_adapt_plan(l, n_pages, last_page_tokens, e, r, &a);
@@ -120,6 +124,7 @@ int kref_adapt(const struct shm_layout *l, void *const *pages, size_t n_pages,
 		if (block_ids[i] < 0 || (uint32_t)block_ids[i] >= e->num_blocks)
 			return -ERANGE;
 	}
+	planes = shm_layout_planes(l);
 	engine_extent(e, &ext); /* checked by the plan */
 	es = e->elem_bytes;
 	ext_bytes = ext * es;
@@ -127,10 +132,11 @@ int kref_adapt(const struct shm_layout *l, void *const *pages, size_t n_pages,
 		uint32_t el = a.engine_layer_first + i;
 		uintptr_t k = (uintptr_t)e->k_layers[el];
 
-		if (!k || (e->v_layers && !e->v_layers[el]))
+		if (!k || (planes == 2 && e->v_layers && !e->v_layers[el]))
 			return -EINVAL;
 		if (k > UINTPTR_MAX - ext_bytes ||
-		    (e->v_layers && (uintptr_t)e->v_layers[el] > UINTPTR_MAX - ext_bytes))
+		    (planes == 2 && e->v_layers &&
+		     (uintptr_t)e->v_layers[el] > UINTPTR_MAX - ext_bytes))
 			return -ERANGE;
 	}
 
@@ -142,7 +148,7 @@ int kref_adapt(const struct shm_layout *l, void *const *pages, size_t n_pages,
 		for (uint32_t li = 0; li < a.n_layers; li++) {
 			uint32_t el = a.engine_layer_first + li;
 
-			for (uint32_t kv = 0; kv < 2; kv++) {
+			for (uint32_t kv = 0; kv < planes; kv++) {
 				uint8_t *eb = kv ? (e->v_layers ? (uint8_t *)e->v_layers[el]
 								: (uint8_t *)e->k_layers[el] +
 									  e->v_offset * es)

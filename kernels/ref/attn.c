@@ -32,8 +32,8 @@ int kref_attn_decode(const struct shm_layout *l, uint32_t layer, const void *con
 	struct kn_geom g;
 	uint32_t hd, group, max_block;
 
-	if (shm_layout_check(l) < 0 || layer >= l->n_layers || !n_tokens || !n_q_heads ||
-	    n_q_heads % l->n_kv_heads)
+	if (shm_layout_check(l) < 0 || !shm_layout_numeric(l) || layer >= l->n_layers ||
+	    !n_tokens || !n_q_heads || n_q_heads % l->n_kv_heads)
 		return -EINVAL;
 	f = ref_layout_fmt(l);
 	g = ref_geom(l);

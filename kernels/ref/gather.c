@@ -16,7 +16,7 @@ int kref_gather_tokens(const struct shm_layout *l, void *const *dst_pages, uint6
 	uint64_t row_bytes, scale_bytes;
 	struct kn_geom g;
 
-	if (shm_layout_check(l) < 0 || dst_pos0 > UINT64_MAX - n)
+	if (shm_layout_check(l) < 0 || !shm_layout_numeric(l) || dst_pos0 > UINT64_MAX - n)
 		return -EINVAL;
 	g = ref_geom(l);
 	for (uint64_t i = 0; i < n; i++)
@@ -53,8 +53,8 @@ int kref_gather_rows_f32(const struct shm_layout *l, const void *const *pages, u
 	struct kern_fmt f;
 	struct kn_geom g;
 
-	if (shm_layout_check(l) < 0 || layer >= l->n_layers || kv > 1 || kv_head >= l->n_kv_heads ||
-	    pos0 > UINT64_MAX - n)
+	if (shm_layout_check(l) < 0 || !shm_layout_numeric(l) || layer >= l->n_layers || kv > 1 ||
+	    kv_head >= l->n_kv_heads || pos0 > UINT64_MAX - n)
 		return -EINVAL;
 	f = ref_layout_fmt(l);
 	g = ref_geom(l);

@@ -27,8 +27,9 @@ class Layout:
         n_kv_heads: int,
         head_dim: int,
         block_tokens: int,
-        dtype: str = "f16",
+        dtype: str = "f16",  # ..., "e4m3-raw", "e5m2-raw": an engine's own fp8
         quant_group: int = 0,
+        format: str = "kv",  # or "latent": one plane per layer (MLA), n_kv_heads 1
     ) -> None: ...
     @classmethod
     def named(cls, name: str, dtype: str = "bf16", block_tokens: int = 16) -> "Layout": ...
@@ -44,6 +45,8 @@ class Layout:
     def dtype(self) -> str: ...
     @property
     def quant_group(self) -> int: ...
+    @property
+    def format(self) -> str: ...
 
 class Page:
     @property
@@ -58,7 +61,9 @@ class Page:
     def writable(self) -> bool: ...
     @property
     def strides(self) -> Dict[str, int]: ...
-    def array(self) -> Any: ...  # numpy.ndarray [n_layers, 2, n_kv_heads, block_tokens, head_dim]
+    # numpy.ndarray [n_layers, 2, n_kv_heads, block_tokens, head_dim];
+    # latent: [n_layers, block_tokens, head_dim]
+    def array(self) -> Any: ...
     def tensor(self) -> Any: ...  # torch.Tensor, same shape
 
 class Session:

@@ -1,7 +1,9 @@
 /* python/kvpalace/layout.c — kvpalace.Layout, an immutable struct
  * kvp_layout: its constructor, Layout.named() (kvp_layout_named) and its
  * read-only attributes. Validation is libkvpalace's (kvp_pool_open);
- * here only the types and the 32-bit range are checked. */
+ * here only the types and the 32-bit range are checked. The engine-owned
+ * fp8 dtypes ("e4m3-raw", "e5m2-raw") and the page format ("kv",
+ * "latent") are named here. */
 #include <errno.h>
 #include <stddef.h>
 #include <string.h>
@@ -41,25 +43,76 @@ static int u32_arg(PyObject *o, const char *what, uint32_t *ret)
 	return 0;
 }
 
+/* The raw fp8 dtypes by name ('-' or '_' alike), then the module's. */
+static const char *const raw_names[][2] = {
+	{"e4m3-raw", "e4m3_raw"},
+	{"e5m2-raw", "e5m2_raw"},
+};
+
+static int dtype_arg(PyObject *o, uint32_t *ret)
+{
+	const char *s = PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : NULL;
+
+	for (int i = 0; s && i < 2; i++)
+		if (!strcmp(s, raw_names[i][0]) || !strcmp(s, raw_names[i][1])) {
+			*ret = KVP_DTYPE_E4M3_RAW + (uint32_t)i;
+			return 0;
+		}
+	return kvpy_dtype_parse(o, ret);
+}
+
+static const char *dtype_name(uint32_t dtype)
+{
+	if (dtype == KVP_DTYPE_E4M3_RAW || dtype == KVP_DTYPE_E5M2_RAW)
+		return raw_names[dtype - KVP_DTYPE_E4M3_RAW][0];
+	return kvpy_dtype_name(dtype);
+}
+
+static int format_arg(PyObject *o, uint32_t *ret)
+{
+	const char *s;
+
+	if (!PyUnicode_Check(o)) {
+		PyErr_SetString(PyExc_TypeError, "format must be a str (\"kv\" or \"latent\")");
+		return -1;
+	}
+	s = PyUnicode_AsUTF8(o);
+	if (!s)
+		return -1;
+	if (!strcmp(s, "kv") || !strcmp(s, "latent")) {
+		*ret = s[0] == 'l' ? KVP_FORMAT_LATENT : KVP_FORMAT_KV;
+		return 0;
+	}
+	PyErr_Format(PyExc_ValueError, "unknown format %R (kv, latent)", o);
+	return -1;
+}
+
+static const char *format_name(uint32_t format)
+{
+	return format == KVP_FORMAT_KV ? "kv" : format == KVP_FORMAT_LATENT ? "latent" : "unknown";
+}
+
 static PyObject *layout_tp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"n_layers", "n_kv_heads",  "head_dim", "block_tokens",
-				 "dtype",    "quant_group", NULL};
-	PyObject *a[4], *dtype = NULL, *qg = NULL;
+				 "dtype",    "quant_group", "format",	NULL};
+	PyObject *a[4], *dtype = NULL, *qg = NULL, *fmt = NULL;
 	struct kvp_layout l = {.dtype = KVP_DTYPE_F16};
 	static const char *const what[] = {"n_layers", "n_kv_heads", "head_dim", "block_tokens"};
 	uint32_t *dst[] = {&l.n_layers, &l.n_kv_heads, &l.head_dim, &l.block_tokens};
 	struct kvpy_layout *o;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|OO:Layout", kwlist, &a[0], &a[1], &a[2],
-					 &a[3], &dtype, &qg))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|OOO:Layout", kwlist, &a[0], &a[1], &a[2],
+					 &a[3], &dtype, &qg, &fmt))
 		return NULL;
 	for (int i = 0; i < 4; i++)
 		if (u32_arg(a[i], what[i], dst[i]) < 0)
 			return NULL;
-	if (dtype && kvpy_dtype_parse(dtype, &l.dtype) < 0)
+	if (dtype && dtype_arg(dtype, &l.dtype) < 0)
 		return NULL;
 	if (qg && u32_arg(qg, "quant_group", &l.quant_group) < 0)
+		return NULL;
+	if (fmt && format_arg(fmt, &l.format) < 0)
 		return NULL;
 	o = (struct kvpy_layout *)type->tp_alloc(type, 0);
 	if (o)
@@ -78,7 +131,7 @@ static PyObject *layout_named(PyObject *cls, PyObject *args, PyObject *kw)
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|OO:named", kwlist, &name, &dtype, &bt))
 		return NULL;
-	if (dtype && kvpy_dtype_parse(dtype, &d) < 0)
+	if (dtype && dtype_arg(dtype, &d) < 0)
 		return NULL;
 	if (bt && u32_arg(bt, "block_tokens", &block) < 0)
 		return NULL;
@@ -95,17 +148,29 @@ static PyObject *layout_named(PyObject *cls, PyObject *args, PyObject *kw)
 
 static PyObject *layout_dtype_get(PyObject *self, void *unused)
 {
-	return PyUnicode_FromString(kvpy_dtype_name(((struct kvpy_layout *)self)->l.dtype));
+	return PyUnicode_FromString(dtype_name(((struct kvpy_layout *)self)->l.dtype));
+}
+
+static PyObject *layout_format_get(PyObject *self, void *unused)
+{
+	return PyUnicode_FromString(format_name(((struct kvpy_layout *)self)->l.format));
 }
 
 static PyObject *layout_repr(PyObject *self)
 {
 	const struct kvp_layout *l = &((struct kvpy_layout *)self)->l;
 
+	if (l->format != KVP_FORMAT_KV)
+		return PyUnicode_FromFormat("Layout(n_layers=%u, n_kv_heads=%u, head_dim=%u, "
+					    "block_tokens=%u, dtype='%s', quant_group=%u, "
+					    "format='%s')",
+					    l->n_layers, l->n_kv_heads, l->head_dim,
+					    l->block_tokens, dtype_name(l->dtype), l->quant_group,
+					    format_name(l->format));
 	return PyUnicode_FromFormat("Layout(n_layers=%u, n_kv_heads=%u, head_dim=%u, "
 				    "block_tokens=%u, dtype='%s', quant_group=%u)",
 				    l->n_layers, l->n_kv_heads, l->head_dim, l->block_tokens,
-				    kvpy_dtype_name(l->dtype), l->quant_group);
+				    dtype_name(l->dtype), l->quant_group);
 }
 
 static PyObject *layout_richcompare(PyObject *a, PyObject *b, int op)
@@ -122,7 +187,9 @@ static PyObject *layout_richcompare(PyObject *a, PyObject *b, int op)
 static Py_hash_t layout_hash(PyObject *self)
 {
 	const struct kvp_layout *l = &((struct kvpy_layout *)self)->l;
-	Py_hash_t h = 1469598103;
+	/* unsigned: wraps instead of overflowing a signed Py_hash_t */
+	uint64_t h = 1469598103;
+	Py_hash_t r;
 
 	h = h * 31 + l->n_layers;
 	h = h * 31 + l->n_kv_heads;
@@ -130,7 +197,9 @@ static Py_hash_t layout_hash(PyObject *self)
 	h = h * 31 + l->block_tokens;
 	h = h * 31 + l->dtype;
 	h = h * 31 + l->quant_group;
-	return h == -1 ? -2 : h;
+	h = h * 31 + l->format;
+	r = (Py_hash_t)(h ^ (h >> 29));
+	return r == -1 ? -2 : r;
 }
 
 static PyMemberDef layout_members[] = {
@@ -143,7 +212,10 @@ static PyMemberDef layout_members[] = {
 };
 
 static PyGetSetDef layout_getset[] = {
-	{"dtype", layout_dtype_get, NULL, "element type name: f16, bf16, f32, int8, ...", NULL},
+	{"dtype", layout_dtype_get, NULL,
+	 "element type name: f16, bf16, f32, int8, ..., e4m3-raw, e5m2-raw", NULL},
+	{"format", layout_format_get, NULL,
+	 "page format: 'kv' (K and V per head) or 'latent' (one plane per layer)", NULL},
 	{NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -159,7 +231,9 @@ PyTypeObject kvpy_layout_type = {
 	.tp_basicsize = sizeof(struct kvpy_layout),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_doc = "Layout(n_layers, n_kv_heads, head_dim, block_tokens, dtype='f16', "
-		  "quant_group=0): the shape of a model's KV cache (struct kvp_layout)",
+		  "quant_group=0, format='kv'): the shape of a model's KV cache (struct "
+		  "kvp_layout); format='latent' for MLA latents (n_kv_heads 1), dtype "
+		  "'e4m3-raw' / 'e5m2-raw' for an engine's own fp8 bytes",
 	.tp_new = layout_tp_new,
 	.tp_repr = layout_repr,
 	.tp_richcompare = layout_richcompare,

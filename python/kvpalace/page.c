@@ -88,7 +88,9 @@ static PyBufferProcs page_buffer = {
 };
 
 /* The element type name for numpy (np) or torch, the item size, and the
- * shape [n_layers, 2, n_kv_heads, block_tokens, last]. */
+ * shape [n_layers, 2, n_kv_heads, block_tokens, last] ([n_layers,
+ * block_tokens, last] for a latent layout). The raw fp8 types are bytes
+ * (uint8: no fp8 in numpy), one element each. */
 static const char *page_elem(const struct kvpy_page *pg, int torch, size_t *itemsize,
 			     Py_ssize_t *last)
 {
@@ -174,9 +176,13 @@ static PyObject *page_view(struct kvpy_page *pg, int torch)
 	}
 	if (!flat)
 		goto out;
-	out = PyObject_CallMethod(flat, "reshape", "(nnnnn)", (Py_ssize_t)l->n_layers,
-				  (Py_ssize_t)2, (Py_ssize_t)l->n_kv_heads,
-				  (Py_ssize_t)l->block_tokens, last);
+	if (l->format == KVP_FORMAT_LATENT)
+		out = PyObject_CallMethod(flat, "reshape", "(nnn)", (Py_ssize_t)l->n_layers,
+					  (Py_ssize_t)l->block_tokens, last);
+	else
+		out = PyObject_CallMethod(flat, "reshape", "(nnnnn)", (Py_ssize_t)l->n_layers,
+					  (Py_ssize_t)2, (Py_ssize_t)l->n_kv_heads,
+					  (Py_ssize_t)l->block_tokens, last);
 out:
 	Py_XDECREF(flat);
 	Py_XDECREF(cm);
@@ -235,7 +241,8 @@ static PyObject *page_get(PyObject *self, void *which)
 
 static PyMethodDef page_methods[] = {
 	{"array", page_array, METH_NOARGS,
-	 "array() -> numpy.ndarray [n_layers, 2, n_kv_heads, block_tokens, head_dim] over the "
+	 "array() -> numpy.ndarray [n_layers, 2, n_kv_heads, block_tokens, head_dim] "
+	 "([n_layers, block_tokens, head_dim] for a latent layout) over the "
 	 "page's data, no copy (bf16: uint16; quantized: uint8 rows of row_bytes)"},
 	{"tensor", page_tensor, METH_NOARGS,
 	 "tensor() -> torch.Tensor of the same shape, no copy (bf16: torch.bfloat16)"},

@@ -939,6 +939,8 @@ void raw_req_open_pool(Kvpalace__V1__Request *req, Kvpalace__V1__OpenPoolRequest
 	lay->dtype = (Kvpalace__V1__DType)layout->dtype;
 	lay->has_quant_group = layout->quant_group != 0;
 	lay->quant_group = layout->quant_group;
+	lay->has_format = layout->format != 0;
+	lay->format = layout->format;
 	op->model_id = (char *)model_id;
 	op->layout = lay;
 	req->open_pool = op;

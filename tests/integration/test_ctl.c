@@ -572,7 +572,8 @@ static void test_session_show(void **state)
 	expect_golden("session show --json",
 		      "{\"socket\":*,\"session_id\":*,\"pool_id\":*,\"uid\":*,\"model_id\":"
 		      "\"ctl-test-model\",\"layout\":{\"n_layers\":2,\"n_kv_heads\":2,\"head_dim\":"
-		      "32,\"block_tokens\":16,\"dtype\":\"f16\",\"quant_group\":0},\"n_tokens\":40,"
+		      "32,\"block_tokens\":16,\"dtype\":\"f16\",\"quant_group\":0,\"format\":"
+		      "\"kv\"},\"n_tokens\":40,"
 		      "\"committed_tokens\":40,\"n_pages\":3,\"shared_pages\":2,\"reserved_pages\":"
 		      "0,\"idle_ms\":*,\"writing\":false,\"writer_pid\":null,\"salted\":false,"
 		      "\"policy\":\"none\",\"budget\":0,\"compacted\":false,\"dropped_tokens\":0,"
@@ -1320,7 +1321,8 @@ static void test_checkpoints(void **state)
 			snprintf(e[i], sizeof(e[i]),
 				 "{\"name\":\"%s\",\"uid\":%s,\"model_id\":\"ctl-test-model\","
 				 "\"layout\":{\"n_layers\":2,\"n_kv_heads\":2,\"head_dim\":32,"
-				 "\"block_tokens\":16,\"dtype\":\"f16\",\"quant_group\":0},"
+				 "\"block_tokens\":16,\"dtype\":\"f16\",\"quant_group\":0,"
+				 "\"format\":\"kv\"},"
 				 "\"n_tokens\":40,\"bytes\":28728,\"created_unix_ms\":*,"
 				 "\"format_version\":4,\"verified\":false,\"error\":null}",
 				 names[i], uid);

@@ -155,13 +155,20 @@ static void test_random_cases(void **state)
 
 	(void)state;
 	for (int it = 0; it < 400; it++) {
-		uint32_t kind = it % 4, es = it / 4 % 3 == 2 ? 4 : 2;
-		uint32_t dtype = es == 4 ? SHM_DTYPE_F32 : it % 2 ? SHM_DTYPE_BF16 : SHM_DTYPE_F16;
-		uint32_t nl = 1 + rb(&rng) % 4, nh = 1 + rb(&rng) % 4, d = 1 + rb(&rng) % 40;
+		/* every 7th case an engine's raw fp8 (1-byte elements), every 5th
+		 * a latent layout (one plane, one head) */
+		uint32_t kind = it % 4, es = it % 7 == 3 ? 1 : it / 4 % 3 == 2 ? 4 : 2;
+		uint32_t dtype = es == 1   ? SHM_DTYPE_E4M3_RAW
+				 : es == 4 ? SHM_DTYPE_F32
+				 : it % 2  ? SHM_DTYPE_BF16
+					   : SHM_DTYPE_F16;
+		uint32_t fmt = it % 5 == 1 ? SHM_FORMAT_LATENT : SHM_FORMAT_KV;
+		uint32_t nl = 1 + rb(&rng) % 4, nh = fmt ? 1 : 1 + rb(&rng) % 4,
+			 d = 1 + rb(&rng) % 40;
 		uint32_t bs = 1 + rb(&rng) % 9, nb = 2 + rb(&rng) % 7;
 		uint32_t np = 1 + rb(&rng) % (nb - 1), last = 1 + rb(&rng) % bs;
 		uint32_t mis = rb(&rng) % 2 ? 0 : (rb(&rng) % 8) * 2, dir = rb(&rng) % 2;
-		struct shm_layout l = {nl, nh, d, bs, dtype, 0};
+		struct shm_layout l = {nl, nh, d, bs, dtype, 0, fmt};
 		struct kern_adapt_range r, *rp = NULL;
 		uint32_t enl = nl, enh = nh;
 		struct kern_engine ea, eb;

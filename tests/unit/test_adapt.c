@@ -337,6 +337,98 @@ static void test_latent_f32(void **state)
 	assert_memory_equal(back, pg, sizeof(pg));
 }
 
+/* The latent format (MLA): one plane per layer, data[layer][token][D]. An
+ * engine's latent cache is one tensor per layer, [num_blocks, bs, D]
+ * (strides given); no V is read or written: a V past the tensor would run
+ * off its end (a guard block after it stays untouched). */
+static void test_latent_format(void **state)
+{
+	const struct kvp_layout l = {.n_layers = 2,
+				     .n_kv_heads = 1,
+				     .head_dim = 8,
+				     .block_tokens = 4,
+				     .dtype = KVP_DTYPE_BF16,
+				     .format = KVP_FORMAT_LATENT};
+	const struct kvp_layout two = {.n_layers = 2,
+				       .n_kv_heads = 2,
+				       .head_dim = 8,
+				       .block_tokens = 4,
+				       .dtype = KVP_DTYPE_BF16,
+				       .format = KVP_FORMAT_LATENT};
+	uint16_t pg[2][2 * 4 * 8], back[2][2 * 4 * 8], eng[2][(3 + 1) * 4 * 8];
+	void *bases[2] = {pg[0], pg[1]}, *k[2] = {eng[0], eng[1]};
+	const int32_t bid[2] = {2, 0};
+	struct kvp_engine_cache c = {.n_layers = 2,
+				     .num_blocks = 3,
+				     .block_size = 4,
+				     .n_heads = 1,
+				     .head_dim = 8,
+				     .elem_bytes = 2,
+				     .block_stride = 4 * 8,
+				     .token_stride = 8,
+				     .head_stride = 8,
+				     .k_layers = k};
+
+	(void)state;
+	for (size_t p = 0; p < 2; p++)
+		for (size_t i = 0; i < 2 * 4 * 8; i++)
+			pg[p][i] = (uint16_t)(1000 * p + i + 1);
+	memset(eng, 0xaa, sizeof(eng));
+	assert_int_equal(kvp_pages_to_engine(&l, bases, 2, 4, &c, bid, NULL), 0);
+	/* page 0, layer 1, token 2, element 3: page (1*4+2)*8+3 = 51; engine
+	 * layer 1, block 2: (2*4+2)*8+3 = 83 */
+	assert_int_equal(eng[1][83], pg[0][51]);
+	for (uint32_t layer = 0; layer < 2; layer++)
+		for (uint32_t t = 0; t < 4; t++)
+			for (uint32_t d = 0; d < 8; d++) {
+				assert_int_equal(eng[layer][(2 * 4 + t) * 8 + d],
+						 pg[0][(layer * 4 + t) * 8 + d]);
+				assert_int_equal(eng[layer][(0 * 4 + t) * 8 + d],
+						 pg[1][(layer * 4 + t) * 8 + d]);
+				assert_int_equal(eng[layer][(1 * 4 + t) * 8 + d], 0xaaaa);
+				assert_int_equal(eng[layer][(3 * 4 + t) * 8 + d], 0xaaaa);
+			}
+	memset(back, 0, sizeof(back));
+	bases[0] = back[0];
+	bases[1] = back[1];
+	assert_int_equal(kvp_engine_to_pages(&l, bases, 2, 4, &c, bid, NULL), 0);
+	assert_memory_equal(back, pg, sizeof(pg));
+	/* a latent layout has one head */
+	assert_int_equal(kvp_pages_to_engine(&two, bases, 2, 4, &c, bid, NULL), -EINVAL);
+}
+
+/* An engine's own fp8 (raw e4m3): 1-byte elements copied unchanged; the
+ * page's f32 scales after the data are neither copied nor written. */
+static void test_raw_fp8(void **state)
+{
+	const struct kvp_layout l = {2, 2, 8, 4, KVP_DTYPE_E4M3_RAW, 0};
+	enum { DATA = 2 * 2 * 2 * 4 * 8, SCALES = 2 * 2 * 4 };
+	uint8_t pg[DATA + SCALES], back[DATA + SCALES], eng[2][3 * 2 * 4 * 2 * 8];
+	void *bases[1] = {pg}, *k[2] = {eng[0], eng[1]};
+	const int32_t bid[1] = {1};
+	struct kvp_engine_cache c;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(pg); i++)
+		pg[i] = (uint8_t)(i * 37 + 11);
+	memset(eng, 0, sizeof(eng));
+	assert_int_equal(
+		kvp_engine_cache_init(&c, KVP_ENGINE_FLASHINFER_NHD, 2, k, NULL, 3, 4, 2, 8, 2), 0);
+	assert_int_equal(kvp_pages_to_engine(&l, bases, 1, 4, &c, bid, NULL), -EINVAL);
+	assert_int_equal(
+		kvp_engine_cache_init(&c, KVP_ENGINE_FLASHINFER_NHD, 2, k, NULL, 3, 4, 2, 8, 1), 0);
+	assert_int_equal(kvp_pages_to_engine(&l, bases, 1, 4, &c, bid, NULL), 0);
+	/* layer 1, V, head 1, token 2, element 3: page (((1*2+1)*2+1)*4+2)*8+3
+	 * = 243; engine [3, 2, 4, 2, 8], block 1: (((1*2+1)*4+2)*2+1)*8+3 = 235 */
+	assert_int_equal(eng[1][235], pg[243]);
+	memset(back, 0xee, sizeof(back));
+	bases[0] = back;
+	assert_int_equal(kvp_engine_to_pages(&l, bases, 1, 4, &c, bid, NULL), 0);
+	assert_memory_equal(back, pg, DATA);
+	for (size_t i = DATA; i < sizeof(back); i++)
+		assert_int_equal(back[i], 0xee);
+}
+
 static void test_errors(void **state)
 {
 	const struct kvp_layout q8 = {NL, NH, HD, BT, KVP_DTYPE_INT8, 8};
@@ -431,7 +523,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_layouts), cmocka_unit_test(test_partial),
 		cmocka_unit_test(test_range),	cmocka_unit_test(test_latent_f32),
-		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_errors),	cmocka_unit_test(test_latent_format),
+		cmocka_unit_test(test_raw_fp8),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -61,6 +61,16 @@ static const struct shm_layout lay_int4 = {
 	.quant_group = 32,
 };
 
+/* The latent format (MLA) with raw fp8: one plane, f32 scales per layer. */
+static const struct shm_layout lay_latent = {
+	.n_layers = 3,
+	.n_kv_heads = 1,
+	.head_dim = 576,
+	.block_tokens = 8,
+	.dtype = SHM_DTYPE_E4M3_RAW,
+	.format = SHM_FORMAT_LATENT,
+};
+
 struct dir {
 	char path[64];
 	int fd;
@@ -482,6 +492,30 @@ static void test_round_trip_other_shapes(void **state)
 	sample_free(&e);
 	sample_free(&one);
 	sample_free(&full);
+}
+
+/* The page format is recorded at byte 392 and read back; a file that says
+ * K/V there (0, as every file before the field) is another layout, and
+ * its page size then disagrees. */
+static void test_round_trip_latent(void **state)
+{
+	struct dir *d = *state;
+	struct sample s;
+	unsigned char h[512];
+	int fd;
+
+	sample_make(&s, &lay_latent, 8 * 2 + 3, 6);
+	assert_int_equal(shm_layout_check(&lay_latent), 0);
+	assert_int_equal(s.m.page_bytes, shm_page_bytes(&lay_latent));
+	write_ok(d, "latent", &s);
+	expect_same(d, "latent", &s);
+	fd = openat(d->fd, "latent", O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	close(fd);
+	assert_int_equal(h[392], SHM_FORMAT_LATENT);
+	assert_int_equal(h[393] | h[394] | h[395], 0);
+	sample_free(&s);
 }
 
 /* The bytes on disk are what ckpt.h says they are. */
@@ -1427,6 +1461,7 @@ int main(void)
 		cmocka_unit_test(test_names),
 		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_key_spans, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_round_trip_latent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_round_trip_other_shapes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_arena_pages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_format_as_documented, setup, teardown),

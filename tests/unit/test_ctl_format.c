@@ -100,7 +100,7 @@ static void test_document(void **state)
 	assert_string_equal(
 		buf, ("{\"pools\":[{\"pool_id\":1,\"model_id\":\"m\xef\xbf\xbd\xef\xbf\xbd\","
 		      "\"layout\":{\"n_layers\":2,\"n_kv_heads\":2,\"head_dim\":32,"
-		      "\"block_tokens\":16,\"dtype\":\"f16\",\"quant_group\":0},"
+		      "\"block_tokens\":16,\"dtype\":\"f16\",\"quant_group\":0,\"format\":\"kv\"},"
 		      "\"big\":1.84467440737096e19,\"none\":null}]}"));
 	doc = json_loads(buf, 0, NULL);
 	assert_non_null(doc);

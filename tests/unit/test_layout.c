@@ -5,7 +5,9 @@
  * 4096-byte padding, and every (layer, kv, head, token) offset of small
  * layouts against the formula of DESIGN.md; rows must tile the data part
  * exactly and scales must follow it. shm_layout_check must refuse every
- * kind of bad layout. Single-threaded.
+ * kind of bad layout. The latent format (one plane per layer) and the raw
+ * fp8 types (f32 scales per layer and plane) are checked the same way.
+ * Single-threaded.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -42,7 +44,9 @@ static void test_dtype_bits_and_names(void **state)
 	assert_int_equal(shm_dtype_bits(SHM_DTYPE_FP8_E4M3), 8);
 	assert_int_equal(shm_dtype_bits(SHM_DTYPE_INT4), 4);
 	assert_int_equal(shm_dtype_bits(0), 0);
-	assert_int_equal(shm_dtype_bits(7), 0);
+	assert_int_equal(shm_dtype_bits(SHM_DTYPE_E4M3_RAW), 8);
+	assert_int_equal(shm_dtype_bits(SHM_DTYPE_E5M2_RAW), 8);
+	assert_int_equal(shm_dtype_bits(9), 0);
 	assert_int_equal(shm_dtype_bits(UINT32_MAX), 0);
 
 	assert_false(shm_dtype_quantized(SHM_DTYPE_F16));
@@ -51,6 +55,13 @@ static void test_dtype_bits_and_names(void **state)
 	assert_true(shm_dtype_quantized(SHM_DTYPE_INT8));
 	assert_true(shm_dtype_quantized(SHM_DTYPE_FP8_E4M3));
 	assert_true(shm_dtype_quantized(SHM_DTYPE_INT4));
+	assert_false(shm_dtype_quantized(SHM_DTYPE_E4M3_RAW));
+	assert_true(shm_dtype_raw(SHM_DTYPE_E4M3_RAW));
+	assert_true(shm_dtype_raw(SHM_DTYPE_E5M2_RAW));
+	assert_false(shm_dtype_raw(SHM_DTYPE_FP8_E4M3));
+	assert_string_equal(shm_dtype_name(SHM_DTYPE_E5M2_RAW), "e5m2-raw");
+	assert_string_equal(shm_format_name(SHM_FORMAT_LATENT), "latent");
+	assert_string_equal(shm_format_name(2), "?");
 
 	assert_string_equal(shm_dtype_name(SHM_DTYPE_F16), "f16");
 	assert_string_equal(shm_dtype_name(SHM_DTYPE_INT4), "int4");
@@ -211,8 +222,11 @@ static void test_check_rejects(void **state)
 		mk(UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, SHM_DTYPE_F32, 0),
 		/* unknown dtypes */
 		mk(2, 2, 64, 16, 0, 0),
-		mk(2, 2, 64, 16, 7, 0),
+		mk(2, 2, 64, 16, 9, 0),
 		mk(2, 2, 64, 16, UINT32_MAX, 0),
+		/* raw fp8 is scaled by the engine: no quant_group */
+		mk(2, 2, 64, 16, SHM_DTYPE_E4M3_RAW, 32),
+		mk(2, 2, 64, 16, SHM_DTYPE_E5M2_RAW, 64),
 		/* quant_group: missing, not dividing, on an unquantized type */
 		mk(2, 2, 64, 16, SHM_DTYPE_INT8, 0),
 		mk(2, 2, 64, 16, SHM_DTYPE_INT8, 48),
@@ -236,6 +250,74 @@ static void test_check_rejects(void **state)
 				 bad[i].n_layers, bad[i].n_kv_heads, bad[i].head_dim,
 				 bad[i].block_tokens, bad[i].dtype, bad[i].quant_group);
 	}
+}
+
+static struct shm_layout mkf(uint32_t layers, uint32_t heads, uint32_t dim, uint32_t tokens,
+			     uint32_t dtype, uint32_t group, uint32_t format)
+{
+	struct shm_layout l = mk(layers, heads, dim, tokens, dtype, group);
+
+	l.format = format;
+	return l;
+}
+
+/* The latent format: one plane per layer, half the K/V page; raw fp8: one
+ * byte an element and an f32 per (layer, plane) after the data. */
+static void test_formats(void **state)
+{
+	/* DeepSeek-V3: 61 layers of 576 bf16 latents, 64 tokens a page */
+	struct shm_layout ds = mkf(61, 1, 576, 64, SHM_DTYPE_BF16, 0, SHM_FORMAT_LATENT);
+	struct shm_layout ds_kv = mk(61, 1, 576, 64, SHM_DTYPE_BF16, 0);
+	struct shm_layout lat = mkf(3, 1, 24, 5, SHM_DTYPE_F16, 0, SHM_FORMAT_LATENT);
+	struct shm_layout lat8 = mkf(3, 1, 24, 5, SHM_DTYPE_INT8, 8, SHM_FORMAT_LATENT);
+	struct shm_layout raw = mk(3, 2, 24, 5, SHM_DTYPE_E4M3_RAW, 0);
+	struct shm_layout rawl = mkf(3, 1, 24, 5, SHM_DTYPE_E5M2_RAW, 0, SHM_FORMAT_LATENT);
+	struct shm_layout q;
+	const struct shm_layout bad[] = {
+		mkf(2, 2, 64, 16, SHM_DTYPE_BF16, 0, SHM_FORMAT_LATENT),
+		mkf(2, 1, 64, 16, SHM_DTYPE_BF16, 0, 2),
+		mkf(2, 1, 64, 16, SHM_DTYPE_BF16, 0, UINT32_MAX),
+	};
+
+	assert_int_equal(shm_layout_check(&ds), 0);
+	assert_int_equal(shm_layout_planes(&ds), 1);
+	assert_int_equal(shm_layout_planes(&ds_kv), 2);
+	assert_int_equal(shm_page_data_bytes(&ds), 61ull * 64 * 576 * 2);
+	assert_int_equal(shm_page_bytes(&ds) * 2, shm_page_bytes(&ds_kv));
+	/* rows tile data[layer][token][head_dim] */
+	for (uint32_t layer = 0; layer < 3; layer++)
+		for (uint32_t t = 0; t < 5; t++) {
+			assert_int_equal(shm_kv_offset(&lat, layer, 0, 0, t),
+					 ((uint64_t)layer * 5 + t) * 48);
+			assert_int_equal(shm_scale_offset(&lat8, layer, 0, 0, t),
+					 3 * 5 * 24 + ((uint64_t)layer * 5 + t) * 3 * 2);
+		}
+	assert_int_equal(shm_page_data_bytes(&lat), 3 * 5 * 48);
+	assert_int_equal(shm_page_scale_bytes(&lat8), 3 * 5 * 3 * 2);
+	/* raw: 1 byte, f32 scales[layer][k|v] */
+	assert_int_equal(shm_row_bytes(&raw), 24);
+	assert_int_equal(shm_page_data_bytes(&raw), 3 * 2 * 2 * 5 * 24);
+	assert_int_equal(shm_page_scale_bytes(&raw), 3 * 2 * 4);
+	assert_int_equal(shm_raw_scale_offset(&raw, 0, 0), shm_page_data_bytes(&raw));
+	assert_int_equal(shm_raw_scale_offset(&raw, 2, 1), shm_page_data_bytes(&raw) + 5 * 4);
+	assert_int_equal(shm_page_scale_bytes(&rawl), 3 * 4);
+	assert_int_equal(shm_raw_scale_offset(&rawl, 2, 0), shm_page_data_bytes(&rawl) + 2 * 4);
+	assert_int_equal(shm_layout_check(&raw), 0);
+	assert_int_equal(shm_layout_check(&rawl), 0);
+	/* never converted: raw bytes are the engine's, latents stay as they are */
+	assert_int_equal(shm_layout_quantized(&raw, SHM_DTYPE_INT8, &q), -EINVAL);
+	assert_int_equal(shm_layout_quantized(&ds, SHM_DTYPE_INT8, &q), -EINVAL);
+	assert_int_equal(shm_layout_quantized(&ds_kv, SHM_DTYPE_INT8, &q), 0);
+	assert_false(shm_layout_numeric(&raw));
+	assert_false(shm_layout_numeric(&ds));
+	assert_true(shm_layout_numeric(&ds_kv));
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(shm_layout_check(&bad[i]), -EINVAL);
+		assert_non_null(shm_layout_why(&bad[i]));
+	}
+	assert_string_equal(shm_layout_why(&bad[0]),
+			    "a latent layout has n_kv_heads 1 (head_dim is the latent width)");
+	assert_null(shm_layout_why(&ds));
 }
 
 static void test_check_accepts_limits(void **state)
@@ -266,6 +348,7 @@ int main(void)
 		cmocka_unit_test(test_offsets_large_layout),
 		cmocka_unit_test(test_check_rejects),
 		cmocka_unit_test(test_check_accepts_limits),
+		cmocka_unit_test(test_formats),
 	};
 
 	return cmocka_run_group_tests_name("layout", tests, NULL, NULL);

@@ -113,7 +113,8 @@ static void test_root_separates_identities(void **state)
 	assert_true(same(base, prefix_index_root("model", &lay, "", 0)));
 	assert_false(same(base, prefix_index_root("model2", &lay, NULL, 0)));
 	assert_false(same(base, prefix_index_root("mode", &lay, NULL, 0)));
-	for (int f = 0; f < 6; f++) {
+	/* every field, the page format (7th) included */
+	for (int f = 0; f < 7; f++) {
 		uint32_t *field = (uint32_t *)&l2 + f;
 
 		l2 = lay;

@@ -61,13 +61,14 @@ static void test_print_sizes(void **state)
 static void test_abi_sizes(void **state)
 {
 	assert_int_equal(sizeof(struct frame_header), FRAME_HEADER_BYTES);
-	assert_int_equal(sizeof(struct shm_layout), 24);
+	assert_int_equal(sizeof(struct shm_layout), 28);
 	assert_int_equal(sizeof(struct kvp_layout), sizeof(struct shm_layout));
 	SAME_FIELD(n_layers);
 	SAME_FIELD(n_kv_heads);
 	SAME_FIELD(head_dim);
 	SAME_FIELD(block_tokens);
 	SAME_FIELD(dtype);
+	SAME_FIELD(format);
 	SAME_FIELD(quant_group);
 	/* The dtype numbers are one list in three places. */
 	assert_int_equal(KVP_DTYPE_F16, SHM_DTYPE_F16);
@@ -82,6 +83,12 @@ static void test_abi_sizes(void **state)
 	assert_int_equal(KVP_DTYPE_INT8, KVPALACE__V1__DTYPE__DTYPE_INT8);
 	assert_int_equal(KVP_DTYPE_FP8_E4M3, KVPALACE__V1__DTYPE__DTYPE_FP8_E4M3);
 	assert_int_equal(KVP_DTYPE_INT4, KVPALACE__V1__DTYPE__DTYPE_INT4);
+	assert_int_equal(KVP_DTYPE_E4M3_RAW, SHM_DTYPE_E4M3_RAW);
+	assert_int_equal(KVP_DTYPE_E5M2_RAW, SHM_DTYPE_E5M2_RAW);
+	assert_int_equal(KVP_DTYPE_E4M3_RAW, KVPALACE__V1__DTYPE__DTYPE_E4M3_RAW);
+	assert_int_equal(KVP_DTYPE_E5M2_RAW, KVPALACE__V1__DTYPE__DTYPE_E5M2_RAW);
+	assert_int_equal(KVP_FORMAT_KV, SHM_FORMAT_KV);
+	assert_int_equal(KVP_FORMAT_LATENT, SHM_FORMAT_LATENT);
 	/* The daemon's page cap is the one the manual promises. */
 	assert_int_equal(STATS_LIST_MAX, KVP_LIST_SESSIONS_MAX);
 	/* A model id of the longest allowed length fits kvp_pool_stats. */

@@ -295,6 +295,30 @@ static void test_validate_layout_converts(void **state)
 	assert_int_equal(validate_layout(&in, &out), 0);
 	assert_int_equal(out.quant_group, 0);
 	assert_int_equal(out.dtype, SHM_DTYPE_F16);
+	assert_int_equal(out.format, SHM_FORMAT_KV);
+
+	/* An absent format is K/V whatever the field holds; a latent layout
+	 * needs one head, and the reason says so. */
+	in.format = 1;
+	assert_int_equal(validate_layout(&in, &out), 0);
+	assert_int_equal(out.format, SHM_FORMAT_KV);
+	in.has_format = 1;
+	assert_int_equal(validate_layout(&in, &out), -EINVAL);
+	assert_non_null(strstr(validate_layout_why(&in), "latent"));
+	in.n_kv_heads = 1;
+	in.head_dim = 576;
+	assert_int_equal(validate_layout(&in, &out), 0);
+	assert_int_equal(out.format, SHM_FORMAT_LATENT);
+	assert_null(validate_layout_why(&in));
+	in = good_layout();
+	in.dtype = KVPALACE__V1__DTYPE__DTYPE_E5M2_RAW;
+	assert_int_equal(validate_layout(&in, &out), 0);
+	assert_int_equal(out.dtype, SHM_DTYPE_E5M2_RAW);
+	in.has_quant_group = 1;
+	in.quant_group = 32;
+	assert_int_equal(validate_layout(&in, &out), -EINVAL);
+	assert_non_null(strstr(validate_layout_why(&in), "raw fp8"));
+	in = good_layout();
 
 	/* On failure the output is left alone. */
 	memset(&out, 0xab, sizeof(out));
