@@ -65,7 +65,7 @@ __version__ = version()
 
 # kvp_engine_kind (client/kvpalace.h)
 _ENGINE_KINDS = {"flash_attn": 1, "flashinfer_nhd": 2, "flashinfer_hnd": 3, "sglang": 4,
-                 "strided": 0}
+                 "strided": 0, "latent": 1}  # latent: FlashAttention's K strides, one head
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
 _NUMPY_DTYPES = {"float16": "f16", "float32": "f32"}
 
@@ -108,6 +108,8 @@ class EngineCache:
       "flashinfer_hnd"  [num_blocks, 2, H, block_size, D]
       "sglang"          a K pool [num_slots, H, D] and v_layers a V pool;
                         block_size given (block b is slots b*bs .. b*bs+bs-1)
+      "latent"          an MLA cache (vLLM's): [num_blocks, block_size, D] per
+                        layer, one plane, for pools of format "latent" only
       "strided"         any other layout: K views and v_layers V views of shape
                         [num_blocks, block_size, H, D], D contiguous, other
                         strides free (a permuted or sliced tensor), equal in
@@ -151,6 +153,9 @@ class EngineCache:
         elif kind == "strided":
             ok = len(shape) == 4
             nb, bs, h, d = shape if ok else (0, 0, 0, 0)
+        elif kind == "latent":
+            ok = len(shape) == 3 and not split
+            (nb, bs, d), h = (shape if ok else (0, 0, 0)), 1
         else:
             ok = len(shape) == 3 and block_size > 0 and shape[0] % block_size == 0
             bs = block_size if ok else 0
@@ -181,7 +186,7 @@ class EngineCache:
         v = None if self._v is None else self._layer_addrs(self._v, "v_layers")
         return (_ENGINE_KINDS[self.kind], self.n_layers, self.num_blocks, self.block_size,
                 self.n_heads, self.head_dim, self._elem, k, v, self._dtype,
-                self._strides and self._strides[:3])
+                self._strides and self._strides[:3], 1 if self.kind == "latent" else 2)
 
     def __repr__(self):
         return (f"EngineCache({self.kind!r}, {self.n_layers} layers, {self.num_blocks} blocks "

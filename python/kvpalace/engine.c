@@ -169,6 +169,7 @@ static PyObject *copy(struct kvpy_node *owner, int to_pages, PyObject *args, PyO
 				 "heads", "engine_layer_first", "engine_head_first", NULL};
 	PyObject *cache, *ids, *layers = Py_None, *heads = Py_None, *spec = NULL, *k, *v;
 	PyObject *res = NULL, *dtype, *strides = Py_None;
+	unsigned int planes = 2;
 	unsigned long long first_page = 0;
 	unsigned int elf = 0, ehf = 0, kind, n_layers, nb, bs, nh, hd, eb;
 	struct copy_arg ca = {0};
@@ -202,9 +203,17 @@ static PyObject *copy(struct kvpy_node *owner, int to_pages, PyObject *args, PyO
 	spec = PyObject_CallMethod(cache, "_spec", NULL);
 	if (!spec)
 		return NULL;
-	if (!PyArg_ParseTuple(spec, "IIIIIIIOOO|O;EngineCache._spec() returned a wrong tuple",
-			      &kind, &n_layers, &nb, &bs, &nh, &hd, &eb, &k, &v, &dtype, &strides))
+	if (!PyArg_ParseTuple(spec, "IIIIIIIOOO|OI;EngineCache._spec() returned a wrong tuple",
+			      &kind, &n_layers, &nb, &bs, &nh, &hd, &eb, &k, &v, &dtype, &strides,
+			      &planes))
 		goto out;
+	/* A one-plane (latent) engine tensor holds no V: a K/V pool's copy
+	 * would run past it. */
+	if (planes == 1 && ca.layout->format != KVP_FORMAT_LATENT) {
+		PyErr_SetString(PyExc_TypeError, "a latent EngineCache copies to and from pools of "
+						 "format \"latent\" only");
+		goto out;
+	}
 	/* Bytes are copied unchanged: f16 read as bf16 would be garbage. */
 	if (dtype != Py_None && PyUnicode_Check(dtype) &&
 	    strcmp(PyUnicode_AsUTF8(dtype), kvpy_dtype_name(ca.layout->dtype))) {

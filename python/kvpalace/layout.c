@@ -43,31 +43,6 @@ static int u32_arg(PyObject *o, const char *what, uint32_t *ret)
 	return 0;
 }
 
-/* The raw fp8 dtypes by name ('-' or '_' alike), then the module's. */
-static const char *const raw_names[][2] = {
-	{"e4m3-raw", "e4m3_raw"},
-	{"e5m2-raw", "e5m2_raw"},
-};
-
-static int dtype_arg(PyObject *o, uint32_t *ret)
-{
-	const char *s = PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : NULL;
-
-	for (int i = 0; s && i < 2; i++)
-		if (!strcmp(s, raw_names[i][0]) || !strcmp(s, raw_names[i][1])) {
-			*ret = KVP_DTYPE_E4M3_RAW + (uint32_t)i;
-			return 0;
-		}
-	return kvpy_dtype_parse(o, ret);
-}
-
-static const char *dtype_name(uint32_t dtype)
-{
-	if (dtype == KVP_DTYPE_E4M3_RAW || dtype == KVP_DTYPE_E5M2_RAW)
-		return raw_names[dtype - KVP_DTYPE_E4M3_RAW][0];
-	return kvpy_dtype_name(dtype);
-}
-
 static int format_arg(PyObject *o, uint32_t *ret)
 {
 	const char *s;
@@ -108,7 +83,7 @@ static PyObject *layout_tp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	for (int i = 0; i < 4; i++)
 		if (u32_arg(a[i], what[i], dst[i]) < 0)
 			return NULL;
-	if (dtype && dtype_arg(dtype, &l.dtype) < 0)
+	if (dtype && kvpy_dtype_parse(dtype, &l.dtype) < 0)
 		return NULL;
 	if (qg && u32_arg(qg, "quant_group", &l.quant_group) < 0)
 		return NULL;
@@ -131,7 +106,7 @@ static PyObject *layout_named(PyObject *cls, PyObject *args, PyObject *kw)
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|OO:named", kwlist, &name, &dtype, &bt))
 		return NULL;
-	if (dtype && dtype_arg(dtype, &d) < 0)
+	if (dtype && kvpy_dtype_parse(dtype, &d) < 0)
 		return NULL;
 	if (bt && u32_arg(bt, "block_tokens", &block) < 0)
 		return NULL;
@@ -148,7 +123,7 @@ static PyObject *layout_named(PyObject *cls, PyObject *args, PyObject *kw)
 
 static PyObject *layout_dtype_get(PyObject *self, void *unused)
 {
-	return PyUnicode_FromString(dtype_name(((struct kvpy_layout *)self)->l.dtype));
+	return PyUnicode_FromString(kvpy_dtype_name(((struct kvpy_layout *)self)->l.dtype));
 }
 
 static PyObject *layout_format_get(PyObject *self, void *unused)
@@ -165,12 +140,12 @@ static PyObject *layout_repr(PyObject *self)
 					    "block_tokens=%u, dtype='%s', quant_group=%u, "
 					    "format='%s')",
 					    l->n_layers, l->n_kv_heads, l->head_dim,
-					    l->block_tokens, dtype_name(l->dtype), l->quant_group,
-					    format_name(l->format));
+					    l->block_tokens, kvpy_dtype_name(l->dtype),
+					    l->quant_group, format_name(l->format));
 	return PyUnicode_FromFormat("Layout(n_layers=%u, n_kv_heads=%u, head_dim=%u, "
 				    "block_tokens=%u, dtype='%s', quant_group=%u)",
 				    l->n_layers, l->n_kv_heads, l->head_dim, l->block_tokens,
-				    dtype_name(l->dtype), l->quant_group);
+				    kvpy_dtype_name(l->dtype), l->quant_group);
 }
 
 static PyObject *layout_richcompare(PyObject *a, PyObject *b, int op)

@@ -53,9 +53,12 @@ PyObject *kvpy_raise(int err, const char *msg)
 	return NULL;
 }
 
+/* The names Layout(dtype=) takes; "e4m3_raw" and "e5m2_raw" work too. */
 static const char *const dtype_names[] = {
-	[KVP_DTYPE_F16] = "f16",   [KVP_DTYPE_BF16] = "bf16",	      [KVP_DTYPE_F32] = "f32",
-	[KVP_DTYPE_INT8] = "int8", [KVP_DTYPE_FP8_E4M3] = "fp8_e4m3", [KVP_DTYPE_INT4] = "int4",
+	[KVP_DTYPE_F16] = "f16",	   [KVP_DTYPE_BF16] = "bf16",
+	[KVP_DTYPE_F32] = "f32",	   [KVP_DTYPE_INT8] = "int8",
+	[KVP_DTYPE_FP8_E4M3] = "fp8_e4m3", [KVP_DTYPE_INT4] = "int4",
+	[KVP_DTYPE_E4M3_RAW] = "e4m3-raw", [KVP_DTYPE_E5M2_RAW] = "e5m2-raw",
 };
 #define N_DTYPES (sizeof(dtype_names) / sizeof(dtype_names[0]))
 
@@ -75,12 +78,19 @@ int kvpy_dtype_parse(PyObject *o, uint32_t *ret)
 	s = PyUnicode_AsUTF8(o);
 	if (!s)
 		return -1;
-	for (uint32_t i = 1; i < N_DTYPES; i++)
-		if (strcmp(s, dtype_names[i]) == 0) {
+	for (uint32_t i = 1; i < N_DTYPES; i++) {
+		const char *n = dtype_names[i];
+		size_t k = strlen(n);
+
+		/* "e4m3_raw" for "e4m3-raw": the raw names' one '-' either way. */
+		if (strcmp(s, n) == 0 || (k > 4 && strlen(s) == k && !strcmp(n + k - 4, "-raw") &&
+					  !strncmp(s, n, k - 4) && !strcmp(s + k - 4, "_raw"))) {
 			*ret = i;
 			return 0;
 		}
-	PyErr_Format(PyExc_ValueError, "unknown dtype %R (f16, bf16, f32, int8, fp8_e4m3, int4)",
+	}
+	PyErr_Format(PyExc_ValueError,
+		     "unknown dtype %R (f16, bf16, f32, int8, fp8_e4m3, int4, e4m3-raw, e5m2-raw)",
 		     o);
 	return -1;
 }

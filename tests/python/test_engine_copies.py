@@ -308,3 +308,47 @@ def test_strided_views_copy_as_their_named_layout(pool):
             lease.to_engine(bad, [0])
     with pytest.raises(ValueError, match="v_layers"):
         kvpalace.EngineCache("strided", [base[0][:, 0].permute(0, 2, 1, 3)])
+
+
+def test_latent_and_raw_fp8_pools(client):
+    """An MLA cache ([num_blocks, block_size, D] per layer, one plane) into a latent pool and
+    back into another engine's blocks; an engine's own fp8 bytes (uint8 tensors) through a
+    raw-fp8 pool unchanged; a latent cache never copies into a K/V pool (it has no V)."""
+    lat = kvpalace.Layout(L, 1, 64, BS, "bf16", format="latent")
+    t = tokens(6000, 2 * BS)
+    rng = np.random.default_rng(9)
+    src = [torch.from_numpy(rng.integers(0, 1 << 16, (4, BS, 64), dtype=np.uint16).view(
+        np.int16)).view(torch.bfloat16) for _ in range(L)]
+    with client.open_pool("py-latent-%d" % os.getpid(), lat) as p:
+        with p.session() as s:
+            s.append(t)
+            s.from_engine(kvpalace.EngineCache("latent", src), [3, 0])
+            assert s.page(0).array().shape == (L, BS, 64)
+            s.commit()
+        dst = [torch.zeros(4, BS, 64, dtype=torch.bfloat16) for _ in range(L)]
+        with p.match(t) as lease:
+            lease.to_engine(kvpalace.EngineCache("latent", dst), [1, 2])
+        bits = [(d.view(torch.int16), s_.view(torch.int16)) for d, s_ in zip(dst, src)]
+        for d, s_ in bits:  # random bits hold NaNs: compare bits
+            assert torch.equal(d[1], s_[3]) and torch.equal(d[2], s_[0])
+            assert not d[0].any() and not d[3].any()
+    raw = kvpalace.Layout(L, H, D, BS, "e4m3-raw")
+    kv8 = [torch.from_numpy(rng.integers(0, 256, (2, 3, BS, H, D), dtype=np.uint8))
+           for _ in range(L)]
+    with client.open_pool("py-raw8-%d" % os.getpid(), raw) as p:
+        with p.session() as s:
+            s.append(t)
+            s.from_engine(kvpalace.EngineCache("flash_attn", kv8), [2, 1])
+            s.commit()
+        back = [torch.zeros(2, 3, BS, H, D, dtype=torch.uint8) for _ in range(L)]
+        with p.match(t) as lease:
+            lease.to_engine(kvpalace.EngineCache("flash_attn", back), [0, 1])
+        for layer in range(L):
+            assert torch.equal(back[layer][:, 0], kv8[layer][:, 2])
+            assert torch.equal(back[layer][:, 1], kv8[layer][:, 1])
+    with client.open_pool("py-kv-%d" % os.getpid(), LAYOUT) as p, p.session() as s:
+        s.append(t)
+        with pytest.raises(TypeError, match="latent"):
+            s.from_engine(kvpalace.EngineCache("latent", [torch.zeros(4, BS, D,
+                                                                      dtype=torch.float16)] * L),
+                          [0])
