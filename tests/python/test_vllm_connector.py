@@ -170,11 +170,18 @@ def test_bytes_saved_are_the_engines(daemon, impl):
 
 
 def test_preemption(daemon, impl):
+    """A preempted request is resumed with its blocks reloaded, but never
+    promised more than at its first scheduling: vLLM checks sync load
+    failures only below num_cached_tokens, so a failure past it could not
+    be reported and zeroed blocks would be used as KV."""
     eng = Engine(impl, daemon.sock, model_id())
     try:
         a = prompt(21, 130)
-        eng.add(Request("P", a))
+        eng.add(Request("W", a))  # another request saves the prompt first
         eng.run_until_idle()
+        eng.add(Request("P", a))
+        eng.execute(eng.schedule())
+        assert eng.last_matched["P"] == 128
         for _ in range(3):  # decode a few tokens
             eng.execute(eng.schedule())
         eng.preempt("P")
@@ -183,9 +190,21 @@ def test_preemption(daemon, impl):
         assert eng.last_matched["P"] == 128  # the prompt's whole blocks, reloaded
         eng.execute(so)
         assert eng.load_check[(0, "P")] == (8, 0, [])
-        assert eng.finish("P") is True
+        assert eng.finish("P") is False  # it saved nothing new
+        # Q was scheduled cold (nothing promised) and saved its prompt: resumed,
+        # it is promised nothing still, and recomputes.
+        b = prompt(22, 130)
+        eng.add(Request("Q", b))
+        eng.run_until_idle()
+        assert lookup(eng, b) == 128
+        eng.preempt("Q")
+        so = eng.schedule()
+        assert "Q" in so.scheduled_cached_reqs.resumed_req_ids
+        assert eng.last_matched["Q"] == 0
+        eng.execute(so)
+        assert eng.finish("Q") is True
         sending, _ = eng.execute(eng.schedule())
-        assert sending == {"P"}
+        assert sending == {"Q"}
     finally:
         eng.close()
 

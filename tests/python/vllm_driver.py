@@ -72,6 +72,9 @@ class Request:
         self.mm_features = [NS(identifier=h, mm_position=NS(offset=o, length=n))
                             for o, n, h in (mm or ())]
         self.num_computed_tokens = 0
+        # vLLM sets it once, at the first scheduling (local + external hits),
+        # and checks sync load failures only below it.
+        self.num_cached_tokens = -1
 
     @property
     def all_token_ids(self):
@@ -233,6 +236,8 @@ class Engine:
             n = min(req.num_tokens - local - ext, budget)
             blocks = self._alloc(-(-(local + ext + n) // bs))
             run = Running(req, blocks, local + ext)
+            if req.num_cached_tokens < 0:
+                req.num_cached_tokens = local + ext
             for li in range(self.n_layers):  # vLLM's cached blocks hold the model's bytes
                 for r in range(self.tp_size):
                     self._compute(r, run, li, 0, local)
