@@ -204,13 +204,27 @@ class _HostPages:
             n *= d
         self.page_elems = n
         self.page_bytes = n * buf.element_size()
-        if not is_mla and lay == "layer_first" and hasattr(kvpalace, "EngineCache"):
-            # The C adapter: per layer a K and a V pool [slots, H, D].
-            k = [buf[0][layer] for layer in range(self.n_layers)]
-            v = [buf[1][layer] for layer in range(self.n_layers)]
+        if not is_mla and hasattr(kvpalace, "EngineCache"):
+            # The C adapters, one call a list of pages: per layer a K and a V
+            # pool [slots, H, D] for layer_first; for the other layouts, K and
+            # V views [pages, ps, H, D] of the buffer (kind "strided").
+            L = self.n_layers
+            if lay == "layer_first":
+                kind, k, v = "sglang", [buf[0][i] for i in range(L)], [buf[1][i] for i in range(L)]
+            elif lay == "page_first":
+                kind = "strided"
+                k, v = ([buf[x][:, i].unflatten(0, (-1, ps)) for i in range(L)] for x in (0, 1))
+            elif lay == "page_first_direct":
+                kind = "strided"
+                k, v = ([buf[x][:, i] for i in range(L)] for x in (0, 1))
+            else:  # page_head: [pages, H, ps, L, D]
+                kind = "strided"
+                k, v = ([buf[x][..., i, :].permute(0, 2, 1, 3) for i in range(L)]
+                        for x in (0, 1))
             try:
-                self.engine = kvpalace.EngineCache("sglang", k, v, block_size=ps)
-            except (TypeError, ValueError, kvpalace.Error) as e:
+                self.engine = kvpalace.EngineCache(kind, k, v,
+                                                   block_size=ps if kind == "sglang" else None)
+            except (TypeError, ValueError, RuntimeError, kvpalace.Error) as e:
                 logger.info("kvpalace: EngineCache not usable (%s); torch copies", e)
 
     def layout(self):
