@@ -43,10 +43,10 @@ SGLang's host layout, so any SGLang host layout reads what any other
 wrote: "layer_first", "page_first", "page_first_direct" and "page_head"
 (MHA), and "layer_first", "page_first", "page_first_direct" (MLA). The
 copy is one pass between the host pool and the daemon's shared arena:
-kvpalace's C engine adapter (EngineCache kind "sglang",
-Lease.to_engine / Session.from_engine) where the host buffer is
-"layer_first" MHA and the package has it, torch's strided copy between
-the host buffer and Page.tensor() otherwise. An MLA latent row of width D (kv_lora_rank +
+kvpalace's C engine adapter (Lease.to_engine / Session.from_engine) for
+every MHA layout (EngineCache kind "sglang" for "layer_first", kind
+"strided" views of the buffer for the others), torch's strided copy
+between the host buffer and Page.tensor() for MLA and flat pages. An MLA latent row of width D (kv_lora_rank +
 qk_rope_head_dim) is stored as one head of D/2: its first half as K, the
 second as V (no space wasted on an empty V).
 
