@@ -288,6 +288,10 @@ class KvpalaceConnectorImpl:
             # another's layers.
             raise ValueError("KvpalaceConnector: pipeline parallelism is not supported")
         mc = vllm_config.model_config
+        # MLA (DeepSeek): one latent vector per token and layer, the same on
+        # every tensor-parallel rank: a latent pool shared by the ranks, which
+        # all load from it and of which rank 0 alone saves.
+        self._mla = bool(getattr(mc, "use_mla", False))
         self.model_id = str(cfg.get("model_id") or getattr(mc, "served_model_name", None)
                             or mc.model)
         if isinstance(self.model_id, (list, tuple)):
@@ -308,11 +312,15 @@ class KvpalaceConnectorImpl:
         if dtype not in ("bf16", "f16", "f32"):
             raise ValueError("KvpalaceConnector: KV cache dtype %r is not one kvpalace "
                              "pools (bf16, f16, f32)" % (dtype,))
+        if self._mla:
+            return _kvp.Layout(int(n_layers), 1, int(head_dim), self.block_size, dtype,
+                               format="latent")
         return _kvp.Layout(int(n_layers), int(n_heads), int(head_dim), self.block_size, dtype)
 
     def _open(self, layout, rank):
-        pool = self._client.open_pool(self.model_id, layout, rank, self.tp_size
-                                      if self.tp_size > 1 else 0)
+        tp = self.tp_size > 1 and not self._mla
+        pool = self._client.open_pool(self.model_id, layout, rank if tp else 0,
+                                      self.tp_size if tp else 0)
         if pool.layout.block_tokens != self.block_size:
             raise ValueError("KvpalaceConnector: vLLM's block_size %d differs from the "
                              "pool's block_tokens %d" % (self.block_size,
@@ -362,7 +370,7 @@ class KvpalaceConnectorImpl:
         n_heads = mc.get_num_kv_heads(pc)  # a rank's share, as kvpalace's layouts want
         head_dim = mc.get_head_size()
         layout = self._layout(n_layers, n_heads, head_dim, dtype)
-        self._pools = [self._open(layout, r) for r in range(self.tp_size)]
+        self._pools = [self._open(layout, r) for r in range(1 if self._mla else self.tp_size)]
         self._req: Dict[str, "KvpalaceConnectorImpl._SchedReq"] = {}
         # req id -> (num_computed_tokens, kvpalace hit) of the last question
         self._matched: Dict[str, Tuple[int, int]] = {}
@@ -551,6 +559,8 @@ class KvpalaceConnectorImpl:
             except Exception:  # no vLLM, or its groups are not set up
                 rank = int(getattr(pc, "rank", 0) or 0) % self.tp_size
         self.tp_rank = int(rank)
+        # MLA ranks hold the same latent: one of them writes it.
+        self._saver = not self._mla or self.tp_rank == 0
         self._cache = None
         self._layer_index: Dict[str, int] = {}
         self._kv_tensors: List[Any] = []
@@ -573,10 +583,13 @@ class KvpalaceConnectorImpl:
                 kind = "flashinfer_nhd"
             elif len(shape) == 5 and shape[1] == 2 and shape[3] == self.block_size:
                 kind = "flashinfer_hnd"
+            elif len(shape) == 3 and shape[1] == self.block_size and self._mla:
+                kind = "latent"  # MLA: [num_blocks, block_size, kv_lora_rank + rope]
             else:
                 raise ValueError("KvpalaceConnector: KV cache of shape %s is no layout it "
-                                 "knows (FlashAttention [2, blocks, %d, H, D]; MLA caches "
-                                 "are not supported)" % (shape, self.block_size))
+                                 "knows (FlashAttention [2, blocks, %d, H, D], or MLA's "
+                                 "[blocks, %d, D] with use_mla)" % (shape, self.block_size,
+                                                                    self.block_size))
         for n, t in zip(names, tensors):
             if not t.is_contiguous():
                 raise ValueError("KvpalaceConnector: layer %s's KV cache is not contiguous "
@@ -607,8 +620,9 @@ class KvpalaceConnectorImpl:
         layout = self._layout(self._cache.n_layers, self._cache.n_heads, self._cache.head_dim,
                               dtype)
         self._pools = [self._open(layout, self.tp_rank)]
-        self._block_bytes = (self._cache.n_layers * 2 * self.block_size * self._cache.n_heads *
-                             self._cache.head_dim * t0.element_size())
+        planes = 1 if kind == "latent" else 2
+        self._block_bytes = (self._cache.n_layers * planes * self.block_size *
+                             self._cache.n_heads * self._cache.head_dim * t0.element_size())
 
     def bind_connector_metadata(self, connector_metadata):
         self._meta = connector_metadata
@@ -718,7 +732,7 @@ class KvpalaceConnectorImpl:
                     break
                 self.stats.blocks_loaded += len(chunk)
                 self.stats.bytes_loaded += len(chunk) * self._block_bytes
-            if not spec.keep:  # no save will fork from it
+            if not spec.keep or not self._saver:  # no save will fork from it
                 self._release_lease(w)
         if self._saves:
             self._prepare_saves(meta)
@@ -739,7 +753,7 @@ class KvpalaceConnectorImpl:
             w = self._w(spec.req_id)
             w.saved = True
             w.copying = None
-            if w.failed:
+            if w.failed or not self._saver:
                 continue
             end = len(spec.tokens)
             try:

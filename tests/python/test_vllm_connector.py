@@ -721,3 +721,29 @@ def test_pipeline_parallel_refused(daemon, impl):
     cfg.parallel_config.pipeline_parallel_size = 2
     with pytest.raises(ValueError, match="pipeline"):
         impl(cfg, 0)
+
+
+def test_mla_latent_shared_by_ranks(daemon, impl):
+    """vLLM's MLA caches ([num_blocks, block_size, 576] a layer) on two
+    tensor-parallel ranks: one latent pool for both, half the bytes of the
+    same width as K/V; rank 0 alone saves, both load every byte."""
+    eng = Engine(impl, daemon.sock, model_id(), n_layers=2, n_heads=1, head_dim=576,
+                 tp_size=2, mla=True)
+    try:
+        assert len(eng.sched._pools) == 1
+        pool = eng.sched._pools[0]
+        assert pool.layout.format == "latent" and pool.layout.n_kv_heads == 1
+        assert pool.page_bytes < 2 * 16 * 576 * 2 * 2  # one plane of 2 layers
+        a = prompt(51, 100)
+        eng.add(Request("A", a))
+        eng.run_until_idle()
+        assert lookup(eng, a) == 96
+        assert eng.workers[1].stats.bytes_saved == 0 and eng.workers[0].stats.bytes_saved > 0
+        eng.add(Request("B", a))
+        so = eng.schedule()
+        assert eng.last_matched["B"] == 96
+        eng.execute(so)
+        assert eng.load_check[(0, "B")] == (6, 0, [])
+        assert eng.load_check[(1, "B")] == (6, 0, [])
+    finally:
+        eng.close()

@@ -39,7 +39,7 @@ class NS(types.SimpleNamespace):
 
 
 def vllm_config(sock, model_id, n_layers, n_heads, head_dim, block_size, dtype="bf16",
-                tp_size=1, rank=0, kv_role="kv_both", extra=None):
+                tp_size=1, rank=0, kv_role="kv_both", extra=None, mla=False):
     """A VllmConfig stand-in: n_heads is the model's KV head count
     (ModelConfig.get_num_kv_heads answers a rank's share, as vLLM's does)."""
     cfg = {"socket": sock, "model_id": model_id}
@@ -47,8 +47,8 @@ def vllm_config(sock, model_id, n_layers, n_heads, head_dim, block_size, dtype="
     torch_dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[dtype]
     mc = NS(model=model_id, served_model_name=model_id, dtype=torch_dtype,
             get_num_layers=lambda pc: n_layers,
-            get_num_kv_heads=lambda pc: max(1, n_heads // pc.tensor_parallel_size),
-            get_head_size=lambda: head_dim)
+            get_num_kv_heads=lambda pc: 1 if mla else max(1, n_heads // pc.tensor_parallel_size),
+            get_head_size=lambda: head_dim, use_mla=mla)
     return NS(kv_transfer_config=NS(kv_connector="KvpalaceConnector",
                                     kv_connector_module_path="kvpalace.vllm_connector",
                                     kv_role=kv_role, kv_connector_extra_config=cfg,
@@ -119,14 +119,18 @@ class Engine:
 
     def __init__(self, impl_cls, sock, model_id, n_layers=4, n_heads=8, head_dim=64,
                  block_size=16, num_blocks=256, dtype="bf16", tp_size=1, budget=4096,
-                 extra=None, kv_role="kv_both"):
+                 extra=None, kv_role="kv_both", mla=False):
+        """mla: vLLM's MLA caches, [num_blocks, block_size, head_dim] a layer
+        (head_dim the latent's width), the same on every rank."""
         self.block_size = block_size
+        self.mla = mla
         self.n_layers, self.n_heads, self.head_dim = n_layers, n_heads, head_dim
         self.tp_size = tp_size
         self.torch_dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
         self.budget = budget
         conf = lambda rank: vllm_config(sock, model_id, n_layers, n_heads, head_dim,  # noqa
-                                        block_size, dtype, tp_size, rank, kv_role, extra)
+                                        block_size, dtype, tp_size, rank, kv_role, extra,
+                                        mla)
         self.sched = impl_cls(conf(0), 0, None)  # KVConnectorRole.SCHEDULER
         self.workers = []
         self.caches = []
@@ -135,8 +139,10 @@ class Engine:
         self.layer_names = ["model.layers.%d.self_attn.attn" % i for i in range(n_layers)]
         for r in range(tp_size):
             w = impl_cls(conf(r), 1, None)  # KVConnectorRole.WORKER
-            caches = {n: torch.full((2, num_blocks, block_size, hpr, head_dim), SENTINEL,
-                                    dtype=self.torch_dtype) for n in self.layer_names}
+            shape = ((num_blocks, block_size, head_dim) if mla else
+                     (2, num_blocks, block_size, hpr, head_dim))
+            caches = {n: torch.full(shape, SENTINEL, dtype=self.torch_dtype)
+                      for n in self.layer_names}
             w.register_kv_caches(caches)
             self.workers.append(w)
             self.caches.append(caches)
@@ -333,21 +339,33 @@ class Engine:
         if n <= 0:
             return
         bs = self.block_size
+        t = self.caches[r][self.layer_names[layer]]
+        if self.mla:  # every rank computes the same latent
+            lat = model_kv(run.req.all_token_ids, first, n, self.n_layers, 1, 0, 1,
+                           self.head_dim, self.torch_dtype)[layer, 0, :, 0]  # [n, D]
+            for i in range(n):
+                pos = first + i
+                t[run.blocks[pos // bs], pos % bs] = lat[i]
+            return
         kv = model_kv(run.req.all_token_ids, first, n, self.n_layers, self.n_heads,
                       r * self.heads_per_rank, self.heads_per_rank, self.head_dim,
                       self.torch_dtype)[layer]  # [2, n, H, D]
-        t = self.caches[r][self.layer_names[layer]]
         for i in range(n):
             pos = first + i
             t[:, run.blocks[pos // bs], pos % bs] = kv[:, i]
 
     def expected_block(self, r, tokens, bi):
         bs = self.block_size
+        if self.mla:
+            return model_kv(tokens, bi * bs, bs, self.n_layers, 1, 0, 1, self.head_dim,
+                            self.torch_dtype)[:, 0, :, 0]  # [L, bs, D]
         kv = model_kv(tokens, bi * bs, bs, self.n_layers, self.n_heads, r * self.heads_per_rank,
                       self.heads_per_rank, self.head_dim, self.torch_dtype)
         return kv  # [L, 2, bs, H, D]
 
     def engine_block(self, r, b):
+        if self.mla:
+            return torch.stack([self.caches[r][n][b] for n in self.layer_names])  # [L, bs, D]
         return torch.stack([self.caches[r][n][:, b] for n in self.layer_names])  # [L,2,bs,H,D]
 
     def _check_loaded(self, r, run, errs):
