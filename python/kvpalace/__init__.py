@@ -164,7 +164,7 @@ class EngineCache:
             raise ValueError(f"a {kind} layer of shape {list(shape)}: see EngineCache's doc")
         self.n_layers, self.num_blocks, self.block_size = len(self._k), nb, bs
         self.n_heads, self.head_dim = h, d
-        self._spec()
+        self._spec_cache = self._facts_spec()
 
     def _layer_addrs(self, layers, what):
         addrs = []
@@ -180,13 +180,30 @@ class EngineCache:
             addrs.append(addr)
         return tuple(addrs)
 
-    def _spec(self):
-        """The geometry and the tensors' current addresses, for the C copy."""
+    def _facts_spec(self):
+        """The geometry and the tensors' addresses, each tensor checked again."""
         k = self._layer_addrs(self._k, "k_layers")
         v = None if self._v is None else self._layer_addrs(self._v, "v_layers")
+        # What the next _spec compares, cheaply: torch tensors can change
+        # storage in place (resize_, set_); a numpy array this cache holds
+        # cannot (resize refuses while another reference exists).
+        self._watch = [(t, t.data_ptr(), t.shape, t.stride())
+                       for t in self._k + (self._v or [])
+                       if type(t).__module__.split(".")[0] == "torch"]
         return (_ENGINE_KINDS[self.kind], self.n_layers, self.num_blocks, self.block_size,
                 self.n_heads, self.head_dim, self._elem, k, v, self._dtype,
                 self._strides and self._strides[:3], 1 if self.kind == "latent" else 2)
+
+    def _spec(self):
+        """The geometry and the tensors' current addresses, for the C copy:
+        the last answer while no tensor moved or changed shape (a copy a
+        layer, as engines save, would otherwise pay every layer's checks),
+        else every tensor checked again."""
+        for t, addr, shape, stride in self._watch:
+            if t.data_ptr() != addr or t.shape != shape or t.stride() != stride:
+                self._spec_cache = self._facts_spec()
+                break
+        return self._spec_cache
 
     def __repr__(self):
         return (f"EngineCache({self.kind!r}, {self.n_layers} layers, {self.num_blocks} blocks "
