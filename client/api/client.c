@@ -59,6 +59,7 @@ static int client_hello(struct kvp_client *c, int first)
 		return conn_break(c, -EPROTONOSUPPORT,
 				  "kvpalaced speaks protocol version %u, this library %u",
 				  h->protocol_version, KVP_PROTOCOL_VERSION);
+	c->match_continues = h->has_match_continues && h->match_continues;
 	if (!first)
 		return 0;
 	if (h->max_message_bytes < FRAME_MIN_MAX_BYTES ||

@@ -2,12 +2,14 @@
  *
  * The daemon matches whole pages through the pool's prefix index, under the
  * cache salt that the first request carries. A token list longer than one
- * request allows is matched in chunks: the first request goes alone (its
- * reply names the lease), the following ones carry that lease id and are
- * pipelined, a bounded window of them in flight, while the replies say the
- * match is not complete. A chunk boundary may cut a page: the daemon keeps
- * the tokens of that page until the next chunk completes it, so a reply
- * may match fewer tokens than have been sent. Replies may come in any
+ * request allows is matched in chunks, a bounded window of them in
+ * flight: the first names no lease, the following ones say they continue
+ * it and go at once, while no reply has said the match is complete (to a
+ * daemon whose Hello does not say match_continues, the first goes alone
+ * and the following ones carry the lease id of its reply). A chunk
+ * boundary may cut a page: the daemon keeps the tokens of that page until
+ * the next chunk completes it, so a reply may match fewer tokens than have
+ * been sent. Replies may come in any
  * order; each is kept until its turn and applied in chunk order, checked
  * against the replies before it: the match only grows, by whole pages,
  * never past the tokens sent, and each reply gives exactly the slots of
@@ -222,9 +224,10 @@ static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n,
 	req.op_case = KVPALACE__V1__REQUEST__OP_MATCH_PREFIX;
 	req.match_prefix = &mp;
 	for (;;) {
-		/* Chunk 0 goes alone: the others need the lease id it returns. */
+		/* Chunk 0 goes alone where the others need the lease id it
+		 * returns: a daemon without match_continues (Hello). */
 		while (!stop && sent < n && next_send - next_apply < LEASE_WINDOW &&
-		       !(next_send > 0 && next_apply == 0)) {
+		       !(next_send > 0 && next_apply == 0 && !c->match_continues)) {
 			struct match_chunk *ch = &win[next_send % LEASE_WINDOW];
 			size_t len = n - sent < c->chunk_tokens ? n - sent : c->chunk_tokens;
 			size_t end_span;
@@ -265,8 +268,10 @@ static int lease_match(struct kvp_lease *l, const uint32_t *tokens, size_t n,
 				le_put32_array(le, tokens + sent, len);
 				mp.tokens_le.data = le;
 			}
-			mp.has_lease_id = next_send > 0;
+			mp.has_lease_id = next_send > 0 && !c->match_continues;
 			mp.lease_id = l->id;
+			mp.has_continues = next_send > 0 && c->match_continues;
+			mp.continues = mp.has_continues;
 			/* The salt picks the hash chain; the lease remembers it.
 			 * The prompt's length goes first too: the daemon counts
 			 * it as asked (Stats) though we stop sending chunks once

@@ -99,6 +99,8 @@ static int do_hello(struct cache *cache, struct peer *c, const Kvpalace__V1__Hel
 	out->uid = (uint32_t)c->uid;
 	out->has_gpu = 1;
 	out->gpu = gpu_available(cache->gpu);
+	out->has_match_continues = 1;
+	out->match_continues = 1;
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_HELLO;
 	r->resp.hello = out;
 	return 0;
@@ -753,9 +755,12 @@ static int do_lookup(struct cache *cache, struct peer *c, const Kvpalace__V1__Lo
 	return 0;
 }
 
+/* One chunk of a match: the first when lease_id is 0, else a later one
+ * extending that lease (named by the request or continued, see
+ * match_prefix). */
 static int do_match_prefix(struct cache *cache, struct peer *c,
-			   const Kvpalace__V1__MatchPrefixRequest *in, struct reply *r,
-			   struct tier_park *pk, const char **why)
+			   const Kvpalace__V1__MatchPrefixRequest *in, uint64_t lease_id,
+			   struct reply *r, struct tier_park *pk, const char **why)
 {
 	Kvpalace__V1__MatchPrefixResponse *out = &r->u.match_prefix;
 	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
@@ -783,9 +788,9 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 	tier = serve_tier(cache, p, in->has_tier, in->tier, in->or_host, why);
 	if (tier < 0)
 		return tier;
-	if (in->has_lease_id) {
+	if (lease_id) {
 		/* A later chunk of a long token list. */
-		l = lease_get(cache, in->lease_id, c);
+		l = lease_get(cache, lease_id, c);
 		if (!l || l->pool != p) {
 			*why = "no such lease in this pool";
 			return -ENOENT;
@@ -868,7 +873,7 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 	 * none. Never less than the chunks brought, so no claim makes the
 	 * ratio pass 100 %, and a total that only grows. */
 	if (l) {
-		if (!in->has_lease_id)
+		if (!lease_id)
 			l->declared_tokens = in->has_prompt_tokens ? in->prompt_tokens : 0;
 		l->received_tokens += n_tokens;
 		queried = l->declared_tokens > l->received_tokens ? l->declared_tokens
@@ -908,6 +913,80 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 	out->page_slots = (uint32_t *)mr.slots;
 	out->n_page_slots = mr.n_slots;
 	return 0;
+}
+
+/* A later chunk sent with continues, after a first chunk that matched
+ * nothing: a miss as well. The tokens the first chunk declared are
+ * counted already; more than it declared are counted now, as chunks
+ * without a declared length are. */
+static int match_continued_miss(struct cache *cache, struct peer *c,
+				const Kvpalace__V1__MatchPrefixRequest *in, struct reply *r,
+				const char **why)
+{
+	Kvpalace__V1__MatchPrefixResponse *out = &r->u.match_prefix;
+	struct pool *p = pool_get(cache, in->pool_id, c->uid, 0);
+	uint64_t n = validate_match_tokens(in), extra;
+
+	if (!p) {
+		*why = "no such pool";
+		return -ENOENT;
+	}
+	extra = n > c->match_prev_left ? n - c->match_prev_left : 0;
+	c->match_prev_left -= n - extra;
+	cache_count(cache, p->uid, queried_tokens, extra);
+	cache_count(cache, p->uid, queried_pages, extra / p->layout.block_tokens);
+	kvpalace__v1__match_prefix_response__init(out);
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_MATCH_PREFIX;
+	r->resp.match_prefix = out;
+	out->has_tier = 1;
+	out->tier = KVPALACE__V1__TIER__TIER_HOST;
+	out->complete = 1;
+	return 0;
+}
+
+/* MatchPrefix: a first chunk, or a later one naming its lease or saying
+ * it continues the connection's last first chunk, whose outcome the peer
+ * remembers for that (a parked first chunk has none yet: its later
+ * chunks wait behind it). */
+static int match_prefix(struct cache *cache, struct peer *c,
+			const Kvpalace__V1__MatchPrefixRequest *in, struct reply *r,
+			struct tier_park *pk, const char **why)
+{
+	int ret;
+
+	if (in->has_lease_id)
+		return do_match_prefix(cache, c, in, in->lease_id, r, pk, why);
+	if (in->continues) {
+		switch (c->match_prev) {
+		case MATCH_PREV_LEASE:
+			ret = do_match_prefix(cache, c, in, c->match_prev_lease, r, pk, why);
+			if (ret == -ENOENT)
+				*why = "the lease of the MatchPrefix this chunk continues is gone";
+			return ret;
+		case MATCH_PREV_MISS:
+			return match_continued_miss(cache, c, in, r, why);
+		default:
+			*why = "no MatchPrefix to continue: none sent before, or it failed";
+			return -EINVAL;
+		}
+	}
+	ret = do_match_prefix(cache, c, in, 0, r, pk, why);
+	if (ret == -EAGAIN)
+		return ret;
+	c->match_prev = MATCH_PREV_NONE;
+	if (ret < 0)
+		return ret;
+	if (r->u.match_prefix.lease_id) {
+		c->match_prev = MATCH_PREV_LEASE;
+		c->match_prev_lease = r->u.match_prefix.lease_id;
+	} else {
+		uint64_t n = validate_match_tokens(in);
+
+		c->match_prev = MATCH_PREV_MISS;
+		c->match_prev_left =
+			in->has_prompt_tokens && in->prompt_tokens > n ? in->prompt_tokens - n : 0;
+	}
+	return ret;
 }
 
 static int do_prefetch(struct cache *cache, struct peer *c, const Kvpalace__V1__PrefetchRequest *in,
@@ -1156,7 +1235,7 @@ static int run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request 
 	case KVPALACE__V1__REQUEST__OP_COMMIT:
 		return do_commit(cache, c, req->id, req->commit, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_MATCH_PREFIX:
-		return do_match_prefix(cache, c, req->match_prefix, r, pk, why);
+		return match_prefix(cache, c, req->match_prefix, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_LOOKUP:
 		return do_lookup(cache, c, req->lookup, r, why);
 	case KVPALACE__V1__REQUEST__OP_RELEASE:

@@ -94,6 +94,12 @@ struct peer {
 	struct session_writer writing; /* sessions with its uncommitted tokens */
 	struct session_owner sessions; /* sessions it owns: closed with it unless persistent */
 
+	/* The last first chunk of a MatchPrefix (no lease_id, no continues):
+	 * what its later chunks sent with continues extend. */
+	enum { MATCH_PREV_NONE, MATCH_PREV_LEASE, MATCH_PREV_MISS } match_prev;
+	uint64_t match_prev_lease; /* MATCH_PREV_LEASE: its lease id */
+	uint64_t match_prev_left;  /* MATCH_PREV_MISS: prompt tokens declared, not yet sent */
+
 	/* Set by dispatch(): the cache its requests run on, and the request
 	 * being dispatched (its arrival kept while it is parked: a parked
 	 * request is the next its peer dispatches; parked_id says which). */

@@ -242,8 +242,13 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 			REJECT(-EMSGSIZE, "too many tokens in one request");
 		if (req->match_prefix->has_lease_id && req->match_prefix->lease_id == 0)
 			REJECT(-EINVAL, "lease id 0 does not exist");
+		if (req->match_prefix->has_lease_id && req->match_prefix->continues)
+			REJECT(-EINVAL, "a later chunk names its lease or continues, not both");
+		if (req->match_prefix->continues &&
+		    (req->match_prefix->has_cache_salt || req->match_prefix->has_extra_key))
+			REJECT(-EINVAL, "the salt and extra key go with the first chunk only");
 		if (req->match_prefix->has_prompt_tokens &&
-		    (req->match_prefix->has_lease_id ||
+		    (req->match_prefix->has_lease_id || req->match_prefix->continues ||
 		     req->match_prefix->prompt_tokens < validate_match_tokens(req->match_prefix)))
 			REJECT(-EINVAL,
 			       "prompt_tokens goes with the first chunk and counts its tokens");

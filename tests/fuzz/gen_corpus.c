@@ -277,22 +277,31 @@ static void r_match_chunk(struct dgram *d, uint64_t pool, uint32_t seed, size_t 
 	dg_add(d, &q);
 }
 
+/* Puts seed's tokens from..from+n in m as tokens_le bytes, for pool. */
+static void match_le_set(Kvpalace__V1__MatchPrefixRequest *m, uint64_t pool, uint32_t seed,
+			 size_t from, size_t n)
+{
+	static uint8_t le[4 * 4096];
+
+	fill_tokens(seed, from + n);
+	for (size_t i = 0; i < n && i < 4096; i++)
+		le_put32(le + 4 * i, tok[from + i]);
+	m->pool_id = id_of(pool);
+	m->has_tokens_le = 1;
+	m->tokens_le.data = le;
+	m->tokens_le.len = 4 * n;
+}
+
 /* MatchPrefix of seed's tokens from..from+n as tokens_le bytes (as
  * libkvpalace sends them), cut short by `cut` bytes; a later chunk of
  * lease when lease is not 0, with the varint form too when both. */
 static void r_match_le(struct dgram *d, uint64_t pool, uint32_t seed, size_t from, size_t n,
 		       uint64_t lease, size_t cut, int both)
 {
-	static uint8_t le[4 * 4096];
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
 	Kvpalace__V1__MatchPrefixRequest m = KVPALACE__V1__MATCH_PREFIX_REQUEST__INIT;
 
-	fill_tokens(seed, from + n);
-	for (size_t i = 0; i < n && i < 4096; i++)
-		le_put32(le + 4 * i, tok[from + i]);
-	m.pool_id = id_of(pool);
-	m.has_tokens_le = 1;
-	m.tokens_le.data = le;
+	match_le_set(&m, pool, seed, from, n);
 	m.tokens_le.len = 4 * n - cut;
 	if (both) {
 		m.tokens = tok + from;
@@ -302,6 +311,25 @@ static void r_match_le(struct dgram *d, uint64_t pool, uint32_t seed, size_t fro
 	m.lease_id = id_of(lease);
 	m.has_prompt_tokens = lease == 0;
 	m.prompt_tokens = from + n + 100;
+	q.op_case = KVPALACE__V1__REQUEST__OP_MATCH_PREFIX;
+	q.match_prefix = &m;
+	dg_add(d, &q);
+}
+
+/* A later chunk of seed's tokens from..from+n as tokens_le that says it
+ * continues the connection's last first chunk, naming lease as well when
+ * it is not 0 (refused). */
+static void r_match_cont(struct dgram *d, uint64_t pool, uint32_t seed, size_t from, size_t n,
+			 uint64_t lease)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__MatchPrefixRequest m = KVPALACE__V1__MATCH_PREFIX_REQUEST__INIT;
+
+	match_le_set(&m, pool, seed, from, n);
+	m.has_continues = 1;
+	m.continues = 1;
+	m.has_lease_id = lease != 0;
+	m.lease_id = id_of(lease);
 	q.op_case = KVPALACE__V1__REQUEST__OP_MATCH_PREFIX;
 	q.match_prefix = &m;
 	dg_add(d, &q);
@@ -1153,6 +1181,25 @@ static void gen_requests(void)
 	r_match_le(&d, 1, 6, 0, 70, 0, 0, 1);
 	r_match_le(&d, 1, 6, 0, 0, 0, 0, 0);
 	emit_req("req-match-tokens-le", 0, &d);
+
+	/* -- a match whose later chunks continue the first without its lease
+	 * id: before any first chunk, in order, with a lease id too, after
+	 * the lease's release, after a miss -- */
+	dg_reset(&d);
+	r_open_pool(&d, "m", layout_tiny());
+	r_create_session(&d, 1, NULL);
+	r_append(&d, 2, 7, 200);
+	r_commit(&d, 2, 200);
+	r_match_cont(&d, 1, 7, 0, 70, 0);
+	r_match_le(&d, 1, 7, 0, 70, 0, 0, 0);
+	r_match_cont(&d, 1, 7, 70, 70, 0);
+	r_match_cont(&d, 1, 7, 140, 70, 0);
+	r_match_cont(&d, 1, 7, 140, 70, 3);
+	r_release(&d, 3);
+	r_match_cont(&d, 1, 7, 210, 10, 0);
+	r_match_le(&d, 1, 8, 0, 70, 0, 0, 0);
+	r_match_cont(&d, 1, 8, 70, 70, 0);
+	emit_req("req-match-continues", 0, &d);
 
 	/* -- the GPU tier, which the fuzzed daemon does not have: tiers on
 	 * Append, MatchPrefix and Prefetch (GPU refused or served from the

@@ -369,6 +369,146 @@ static void test_list_many_sessions(void **state)
 	kvp_disconnect(c);
 }
 
+/* Sends a MatchPrefix of tokens[0..n) on r with the given id: a first
+ * chunk, or with cont a later one that continues it, or with lease a later
+ * one naming that lease. */
+static void send_chunk(struct raw *r, uint64_t id, uint64_t pool_id, uint32_t *tokens, size_t n,
+		       int cont, uint64_t lease)
+{
+	Kvpalace__V1__Request req;
+	Kvpalace__V1__MatchPrefixRequest mp;
+
+	raw_req_match(&req, &mp, pool_id, tokens, n);
+	req.id = id;
+	mp.has_continues = cont;
+	mp.continues = cont;
+	mp.has_lease_id = lease != 0;
+	mp.lease_id = lease;
+	assert_int_equal(raw_send(r, &req), 0);
+}
+
+/* Receives the reply to request id on r: its status, lease, matched
+ * tokens and completeness. */
+static int recv_chunk(struct raw *r, uint64_t id, uint64_t *lease, uint64_t *matched, int *complete)
+{
+	Kvpalace__V1__Response *resp;
+
+	assert_int_equal(raw_recv(r, &resp, NULL), 1);
+	assert_int_equal(resp->id, id);
+	if (resp->status != KVPALACE__V1__STATUS__STATUS_OK)
+		return resp->status;
+	assert_int_equal(resp->op_case, KVPALACE__V1__RESPONSE__OP_MATCH_PREFIX);
+	*lease = resp->match_prefix->lease_id;
+	*matched = resp->match_prefix->matched_tokens;
+	*complete = resp->match_prefix->complete;
+	return 0;
+}
+
+/* A long match sent whole before any reply (Hello's match_continues): the
+ * later chunks extend the lease of the first without knowing its id, on
+ * that connection only; every way of getting it wrong is a clear error,
+ * and a first chunk that missed makes its later ones misses. */
+static void test_continued_chunks(void **state)
+{
+	enum { CH = 600, N = 4 * CH };
+	struct harness *h = *state;
+	Kvpalace__V1__Request req;
+	Kvpalace__V1__HelloRequest hello;
+	Kvpalace__V1__Response *resp;
+	uint32_t *t = malloc(N * sizeof(uint32_t)), other[CH];
+	uint64_t pool_id, lease, first_lease = 0, matched;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	struct raw r, r2;
+	int complete;
+
+	assert_non_null(t);
+	harness_tokens(t, N, 60, 0);
+	harness_tokens(other, CH, 61, 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &small, &p), 0);
+	assert_int_equal(harness_pkv_commit_session(p, t, N - 100, &s), 0);
+
+	assert_int_equal(raw_open(&r, h->sock), 0);
+	assert_int_equal(raw_open_pool(&r, MODEL, &small, &pool_id), 0);
+	raw_req_hello(&req, &hello, KVP_PROTOCOL_VERSION);
+	assert_int_equal(raw_call(&r, &req, &resp, NULL), 1);
+	assert_true(resp->hello->has_match_continues && resp->hello->match_continues);
+
+	/* Four chunks at once; the replies grow one lease by whole pages up
+	 * to what the session holds. */
+	for (int i = 0; i < 4; i++)
+		send_chunk(&r, 10 + i, pool_id, t + i * CH, CH, i > 0, 0);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(recv_chunk(&r, 10 + i, &lease, &matched, &complete), 0);
+		if (i == 0)
+			first_lease = lease;
+		assert_true(lease != 0);
+		assert_int_equal(lease, first_lease);
+		assert_int_equal(matched, WHOLE((i + 1) * CH < N - 100 ? (i + 1) * CH : N - 100));
+		assert_int_equal(complete, i == 3);
+	}
+
+	/* Both a lease id and continues; and a chunk that follows a released
+	 * lease. */
+	send_chunk(&r, 20, pool_id, t, CH, 1, first_lease);
+	assert_int_equal(recv_chunk(&r, 20, &lease, &matched, &complete),
+			 KVPALACE__V1__STATUS__STATUS_INVALID);
+	{
+		Kvpalace__V1__ReleaseRequest rel;
+
+		raw_req_release(&req, &rel, first_lease);
+		assert_int_equal(raw_call(&r, &req, &resp, NULL), 1);
+		assert_int_equal(resp->status, KVPALACE__V1__STATUS__STATUS_OK);
+	}
+	send_chunk(&r, 21, pool_id, t + CH, CH, 1, 0);
+	assert_int_equal(recv_chunk(&r, 21, &lease, &matched, &complete),
+			 KVPALACE__V1__STATUS__STATUS_NOT_FOUND);
+
+	/* Another connection has no match to continue, and cannot reach this
+	 * one's. */
+	send_chunk(&r, 30, pool_id, t, CH, 0, 0);
+	assert_int_equal(recv_chunk(&r, 30, &first_lease, &matched, &complete), 0);
+	assert_int_equal(raw_open(&r2, h->sock), 0);
+	assert_int_equal(raw_hello(&r2), 0);
+	send_chunk(&r2, 31, pool_id, t + CH, CH, 1, 0);
+	assert_int_equal(recv_chunk(&r2, 31, &lease, &matched, &complete),
+			 KVPALACE__V1__STATUS__STATUS_INVALID);
+	raw_close(&r2);
+
+	/* A first chunk that matched nothing: its later chunks are misses,
+	 * though the tokens they carry are cached. */
+	send_chunk(&r, 40, pool_id, other, CH, 0, 0);
+	send_chunk(&r, 41, pool_id, t + CH, CH, 1, 0);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(recv_chunk(&r, 40 + i, &lease, &matched, &complete), 0);
+		assert_int_equal(lease, 0);
+		assert_int_equal(matched, 0);
+		assert_true(complete);
+	}
+
+	/* A first chunk that failed (no such pool): nothing to continue. */
+	send_chunk(&r, 50, pool_id + 1000, t, CH, 0, 0);
+	send_chunk(&r, 51, pool_id, t + CH, CH, 1, 0);
+	assert_int_equal(recv_chunk(&r, 50, &lease, &matched, &complete),
+			 KVPALACE__V1__STATUS__STATUS_NOT_FOUND);
+	assert_int_equal(recv_chunk(&r, 51, &lease, &matched, &complete),
+			 KVPALACE__V1__STATUS__STATUS_INVALID);
+
+	/* The library matches the same list in continued chunks. */
+	{
+		kvp_lease *l;
+
+		assert_int_equal(kvp_match_prefix(p, t, N, &l), 0);
+		assert_int_equal(kvp_lease_tokens(l), WHOLE(N - 100));
+		kvp_lease_release(l);
+	}
+	kvp_disconnect(c);
+	raw_close(&r);
+	free(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -382,6 +522,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_commit_and_fork_beyond_one_reply, start,
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_list_many_sessions, start, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_continued_chunks, start, harness_teardown),
 	};
 
 	return cmocka_run_group_tests_name("chunking", tests, NULL, NULL);
