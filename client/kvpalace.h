@@ -1376,6 +1376,66 @@ KVP_PUBLIC int kvp_list_sessions_page(kvp_client *c, uint64_t pool_id, uint64_t 
 				      uint32_t limit, struct kvp_session_info **ret_sessions,
 				      size_t *ret_n, int *ret_more);
 
+/* ---- KV events (for routers) ------------------------------------------- */
+
+/* A router places a request on the machine that holds its prefix. It
+ * learns what each machine holds from its daemon's KV events: a page that
+ * entered a pool's prefix index (committed, or found on disk at a
+ * restart), one that left it (evicted, dropped, purged; moving between
+ * the host and disk tiers is no event), and a pool that ended. Pages are
+ * named by their hash chain (16 bytes), and a committed page of at most
+ * 64 tokens carries its tokens, so a router can key pages by the tokens
+ * its own requests carry (as routers that read vLLM's events do).
+ *
+ * Subscribe on a connection of its own, which is then for events only:
+ * after kvp_events_subscribe() only kvp_events_read(), kvp_client_fd()
+ * (poll it for readability) and kvp_disconnect() work on it; calls that
+ * talk to the daemon fail with -EBUSY. A client socket's subscriber sees
+ * its own tenant's pools, one on the admin socket every pool. Events are numbered from 1;
+ * the daemon keeps the last 16384 for a subscriber that reads slowly,
+ * and one that falls further behind is told how many it lost (lost):
+ * what it built from earlier events is stale then. Events of work the
+ * daemon does in the background come within a second. */
+enum kvp_event_kind {
+	KVP_EVENT_STORED = 1,  /* a page entered the index */
+	KVP_EVENT_REMOVED = 2, /* a page left it */
+	KVP_EVENT_CLEARED = 3, /* a pool ended: every page of it is gone */
+};
+
+struct kvp_event {
+	uint32_t kind; /* enum kvp_event_kind */
+	uint32_t
+		tier; /* STORED: where it is, REMOVED: where it was last (KVP_TIER_*); 0 for CLEARED */
+	uint64_t seq;
+	uint64_t pool_id;
+	uint8_t hash[16];   /* the page's hash chain (XXH3-128: low 64 bits first, little-endian) */
+	uint8_t parent[16]; /* STORED: the hash of the page before, when has_parent */
+	int has_parent;	    /* 0: a first page (or not STORED) */
+	uint32_t block_tokens;
+	size_t n_tokens;	/* STORED by a commit: the page's tokens (else 0) */
+	const uint32_t *tokens; /* [n_tokens], inside the array kvp_events_read returned */
+};
+
+/* Subscribes c to the KV events of pool_id (0: every pool it may see).
+ * Returns 0 and the number the first event it gets will have at least in
+ * *ret_next_seq (may be NULL); -EEXIST when c subscribes already,
+ * -ENOENT no such pool (for c), -EBUSY submitted operations are in flight
+ * on c, -ENOMEM, or a transport error. */
+KVP_PUBLIC int kvp_events_subscribe(kvp_client *c, uint64_t pool_id, uint64_t *ret_next_seq);
+
+/* Waits up to timeout_ms (poll's: -1 for ever, 0 not at all) for the next
+ * batch of events on a subscribed c. Returns 1 with *ret_n events in
+ * *ret_events (free with kvp_events_free; *ret_n may be 0 when only lost
+ * is news) and in *ret_lost how many events were lost just before them;
+ * 0 when nothing came in time; -EINVAL when c did not subscribe; -EPROTO
+ * (the client is broken) for a push that is not well formed, or a
+ * transport error. */
+KVP_PUBLIC int kvp_events_read(kvp_client *c, int timeout_ms, struct kvp_event **ret_events,
+			       size_t *ret_n, uint64_t *ret_lost);
+
+/* Frees what kvp_events_read returned (NULL is fine). */
+KVP_PUBLIC void kvp_events_free(struct kvp_event *events);
+
 /* ---- checkpoints -------------------------------------------------------- */
 
 /* A checkpoint is a session's committed tokens and their pages, written

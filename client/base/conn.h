@@ -44,7 +44,9 @@ struct kvp_client {
 	int dead; /* a transport/protocol error happened: -ENOTCONN from now on */
 	int admin;
 	int gpu;
-	int match_continues; /* Hello: a match's later chunks need not wait for its lease id */
+	int match_continues;  /* Hello: a match's later chunks need not wait for its lease id */
+	int events;	      /* subscribed to KV events (api/events.c): for nothing else now */
+	uint64_t events_next; /* the least number the next event may have */
 	uint32_t uid;
 	pid_t pid; /* the process that connected: a forked child may not use the socket */
 	char server_version[64];    /* Hello's server_version, NUL-terminated */

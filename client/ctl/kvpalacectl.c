@@ -53,6 +53,7 @@
 #include "checkpoint.h"
 #include "common.h"
 #include "config.h"
+#include "events.h"
 #include "evict.h"
 #include "kvpalace.h"
 #include "latency.h"
@@ -284,6 +285,20 @@ static const struct command commands[] = {
 	 "\n"
 	 "  -u, --uid UID       checkpoint NAME of user UID\n",
 	 cmd_warmup},
+	{"events", NULL, OPT_POOL | OPT_COUNT, 0, " [--pool ID] [--count N]",
+	 "follow the KV events routers read",
+	 "Follow the daemon's KV events, one line each as they come, until\n"
+	 "interrupted: a page that entered a pool's prefix index (stored: committed,\n"
+	 "or found on disk at a restart) with its hash chain and its parent's, one\n"
+	 "that left it (removed: evicted, dropped, purged), and a pool that ended\n"
+	 "(cleared). Each line: the event's number, kind, pool, tier and hash. On\n"
+	 "the admin socket every pool's; a line says when events were lost because\n"
+	 "this reader fell behind. With --json, one object per line (with the\n"
+	 "page's tokens where the event carries them).\n"
+	 "\n"
+	 "  -p, --pool ID       only the events of pool ID\n"
+	 "  -n, --count N       stop after N events\n",
+	 cmd_events},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -936,8 +951,9 @@ int main(int argc, char **argv)
 		if ((cmd->needed & o) && !(a.given & o))
 			return usage_error(cmd->name, "missing %s%s", opt_name(o), opt_operand(o));
 	}
-	/* --count alone watches at the default pace; --watch alone, forever. */
-	if ((a.given & (OPT_WATCH | OPT_COUNT)) && !a.watch_ms)
+	/* --count alone watches at the default pace; --watch alone, forever
+	 * (events counts events, it watches nothing). */
+	if ((a.given & (OPT_WATCH | OPT_COUNT)) && (cmd->opts & OPT_WATCH) && !a.watch_ms)
 		a.watch_ms = WATCH_DEFAULT_MS;
 
 	if (!a.path || !*a.path)
@@ -955,7 +971,7 @@ int main(int argc, char **argv)
 			kvp_strerror(NULL, ret));
 		return EXIT_CONNECT;
 	}
-	if (a.given & (OPT_WATCH | OPT_COUNT))
+	if ((a.given & (OPT_WATCH | OPT_COUNT)) && (cmd->opts & OPT_WATCH))
 		ret = watch_run(c, &a, cmd->run);
 	else
 		ret = cmd->run(c, &a);

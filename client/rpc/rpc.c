@@ -75,6 +75,10 @@ int rpc_send(struct kvp_client *c, Kvpalace__V1__Request *req, uint64_t *ret_id)
 
 	if (c->dead)
 		return conn_usable(c);
+	if (c->events)
+		/* Its replies would come among the daemon's pushes. */
+		return conn_error(c, -EBUSY,
+				  "this client is subscribed to KV events: use another connection");
 	id = c->next_id;
 	req->id = id;
 	len = frame_pack_request(req, c->sbuf, FRAME_MAX_MAX_BYTES, c->max_message_bytes);
@@ -232,12 +236,23 @@ static int unpack_kept(struct kvp_client *c, size_t i, Kvpalace__V1__Response **
 	return 0;
 }
 
+int rpc_wait(struct kvp_client *c, int timeout_ms)
+{
+	struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+	int ret = poll(&pfd, 1, timeout_ms);
+
+	if (ret < 0 && errno == EINTR)
+		return 0;
+	if (ret < 0)
+		return conn_error(c, -errno, "poll: %s", kvp_strerror(NULL, -errno));
+	return ret > 0;
+}
+
 int rpc_reap(struct kvp_client *c, int timeout_ms, void **ret_tag,
 	     Kvpalace__V1__Response **ret_resp)
 {
 	for (;;) {
 		Kvpalace__V1__Response *resp;
-		struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
 		size_t n;
 		int i, fd, ret;
 
@@ -253,13 +268,9 @@ int rpc_reap(struct kvp_client *c, int timeout_ms, void **ret_tag,
 		}
 		if (!c->n_async)
 			return 0;
-		ret = poll(&pfd, 1, timeout_ms);
-		if (ret < 0 && errno == EINTR)
-			return 0;
-		if (ret < 0)
-			return conn_error(c, -errno, "poll: %s", kvp_strerror(NULL, -errno));
-		if (ret == 0)
-			return 0;
+		ret = rpc_wait(c, timeout_ms);
+		if (ret <= 0)
+			return ret;
 		ret = recv_one(c, &resp, &fd, &n);
 		if (ret < 0)
 			return ret;

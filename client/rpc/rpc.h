@@ -19,7 +19,8 @@
 
 /* Gives req the next id, packs and sends it. Returns 0 and the id in
  * *ret_id; -EMSGSIZE when req does not fit the daemon's cap (nothing was
- * sent, the client stays usable); a transport error breaks the client. */
+ * sent, the client stays usable); -EBUSY on a client subscribed to KV
+ * events (nothing sent); a transport error breaks the client. */
 int rpc_send(struct kvp_client *c, Kvpalace__V1__Request *req, uint64_t *ret_id);
 
 /* Receives and unpacks one reply. Returns 0 and the reply in *ret_resp,
@@ -28,6 +29,11 @@ int rpc_send(struct kvp_client *c, Kvpalace__V1__Request *req, uint64_t *ret_id)
  * -ECONNRESET the daemon closed the socket, -EPROTO malformed or truncated
  * reply, -EPROTONOSUPPORT other frame version, or the socket's errno. */
 int rpc_recv(struct kvp_client *c, Kvpalace__V1__Response **ret_resp, int *ret_fd);
+
+/* Waits up to timeout_ms (poll's) for the socket to be readable. Returns
+ * 1 when it is, 0 when it was not in time (or a signal came), or a
+ * negative errno. */
+int rpc_wait(struct kvp_client *c, int timeout_ms);
 
 /* Sends req without waiting for its reply, which rpc_reap returns with
  * tag (not NULL). Replies to submitted requests that arrive while

@@ -21,6 +21,7 @@ void cache_init(struct cache *c, const struct config *cfg)
 	c->start_ns = clock_now_ns();
 	c->next_tag = 1; /* the sink has tag 0 */
 	c->disk_avail_bytes = UINT64_MAX;
+	kv_events_init(&c->events);
 }
 
 /* A tenant's ids: its tag above bit 40, its own counter below; a tenant

@@ -18,6 +18,7 @@
 
 #include "clock.h"
 #include "config.h"
+#include "events.h"
 #include "idmap.h"
 #include "latency.h"
 #include "list.h"
@@ -119,6 +120,7 @@ struct cache {
 	 * second, less what spills took since), UINT64_MAX when unknown. */
 	uint64_t disk_avail_bytes;
 	struct cache_counters ctr;
+	struct kv_events events; /* for subscribers (proto's SubscribeEvents) */
 	uint64_t start_ns;
 	/* Persistent sessions no open connection owns (struct
 	 * session.owner_link): what the idle sweep (session_expire_idle)

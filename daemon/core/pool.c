@@ -33,6 +33,15 @@ static int same_layout(const struct shm_layout *a, const struct shm_layout *b)
 	return !memcmp(a, b, sizeof(*a));
 }
 
+/* The prefix index's removals, as KV events. */
+static void entry_gone(void *arg, const struct pindex_entry *e)
+{
+	struct pool *p = arg;
+
+	kv_events_removed(p->events, p->id, p->uid, p->layout.block_tokens, e->hash,
+			  e->slot != PINDEX_NONE ? KV_EVENT_HOST : KV_EVENT_DISK);
+}
+
 struct pool *pool_get(struct cache *c, uint64_t id, uid_t uid, int admin)
 {
 	struct pool *p = idmap_get(&c->pools, id);
@@ -107,6 +116,9 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 		ret = prefix_index_init(&p->ix, (uint32_t)n_pages);
 	if (ret < 0)
 		goto fail;
+	p->events = &c->events;
+	p->ix.gone = entry_gone;
+	p->ix.gone_arg = p;
 	p->root = prefix_index_root(model_id, layout, NULL, 0);
 	snprintf(name, sizeof(name), "kvpalace-pool-%llu", (unsigned long long)p->id);
 	ret = shm_arena_create(name, arena_bytes, &p->arena_fd, &p->huge);
@@ -162,6 +174,7 @@ void pool_free(struct cache *c, struct pool *p)
 		p->warm_job->p = NULL; /* it has a descriptor of its own */
 	gpu_pool_close(c, p);
 	tier_pool_close(c, p);
+	kv_events_add(&c->events, KV_EVENT_CLEARED, p->id, p->uid);
 	idmap_del(&c->pools, p->id);
 	list_del(&p->link);
 	c->host_bytes -= p->arena_bytes;

@@ -45,10 +45,11 @@ struct pool {
 	int warm_failed;
 	struct pagealloc pa;
 	struct prefix_index ix;
-	XXH128_hash_t root;	/* chain root without a salt */
-	struct spill *spill;	/* the disk tier's file, or NULL */
-	struct tier_scan *scan; /* the warm restart's scan while it runs (tier.c) */
-	int spill_data;		/* its aio handles */
+	struct kv_events *events; /* the cache's: what enters and leaves ix is announced there */
+	XXH128_hash_t root;	  /* chain root without a salt */
+	struct spill *spill;	  /* the disk tier's file, or NULL */
+	struct tier_scan *scan;	  /* the warm restart's scan while it runs (tier.c) */
+	int spill_data;		  /* its aio handles */
 	int spill_meta;
 	uint32_t spill_dtype; /* quantized format cold pages are written in, or 0 */
 	uint32_t io_inflight; /* disk reads and writes */

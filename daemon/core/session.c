@@ -513,9 +513,13 @@ static void index_page(struct pool *p, struct session *s, uint32_t i)
 		 * private: never indexed, never matched, still correct. So
 		 * does a parent that is not indexed (it was never, or an
 		 * admin purged it): no match could reach the page. */
-		if ((!i || pe) && prefix_index_insert(&p->ix, &p->pa, h, pe, s->pages[i]) == 0 &&
-		    !i)
-			prefix_index_find(&p->ix, h)->root = s->root; /* for a purge by salt */
+		if ((!i || pe) && prefix_index_insert(&p->ix, &p->pa, h, pe, s->pages[i]) == 0) {
+			if (!i)
+				prefix_index_find(&p->ix, h)->root =
+					s->root; /* for a purge by salt */
+			kv_events_stored(p->events, p->id, p->uid, bt, h, i ? &parent : NULL,
+					 KV_EVENT_HOST, tokvec_ids_at(&s->tok, (uint64_t)i * bt));
+		}
 	}
 	/* A page of a permanent span (system prompt, profile, summary)
 	 * leaves the host tier last. */

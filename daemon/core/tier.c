@@ -1025,6 +1025,8 @@ static int list_one(struct tier_scan *ts, const struct spill_found *f, int final
 		p->ix.clock = f->h.used;
 	p->tier.restored++;
 	lru_note(ts, f);
+	kv_events_stored(p->events, p->id, p->uid, p->layout.block_tokens, f->h.hash,
+			 parent ? &parent->hash : NULL, KV_EVENT_DISK, NULL);
 	return 1;
 }
 

@@ -51,6 +51,7 @@ void cache_fini(struct cache *c)
 	/* Every session has let go of it: the cache's reference is the last. */
 	session_policy_unref(c->default_pol);
 	c->default_pol = NULL;
+	kv_events_fini(&c->events);
 	cache_registry_fini(c);
 }
 

@@ -10,6 +10,7 @@
 #include "clock.h"
 #include "conn.h"
 #include "dispatch.h"
+#include "evsub.h"
 #include "lease.h"
 #include "list.h"
 #include "log.h"
@@ -327,6 +328,9 @@ void conn_close(struct conn *c, int bad)
 		cache_count(&c->srv->cache, c->peer.uid, disconnects_bad, 1);
 	cache_count(&c->srv->cache, c->peer.uid, connections, -1);
 	census_count(&c->srv->census, c, 0);
+	if (c->ev_listed)
+		list_del(&c->ev_link);
+	c->ev_listed = 0;
 	release_client_state(c, bad);
 	list_del(&c->link);
 	/* Wakes a pending receive or send so their completions let us free. */
@@ -520,6 +524,46 @@ static int flush_replies(struct conn *c)
 	return 0;
 }
 
+/* KV event pushes queued at most per subscriber: more wait in the ring. */
+#define CONN_EVENT_QUEUE 4u
+
+/* Sends c's pending event pushes, a few queued at a time, until none is
+ * left or its socket is full (then on_send comes back for the rest).
+ * Returns 0, or -1 when c was closed. */
+static int push_events(struct conn *c)
+{
+	struct cache *cache = &c->srv->cache;
+	struct reply r;
+	int ret = 1;
+
+	while (ret > 0 && !c->sending && !c->closed && !c->draining) {
+		while (c->n_out < CONN_EVENT_QUEUE && evsub_pending(cache, &c->peer)) {
+			ret = evsub_next(cache, &c->peer, &r, c->srv->cfg->max_message_bytes);
+			if (ret > 0)
+				queue_reply(c, &r.resp, -1, 0);
+			reply_fini(&r);
+			if (ret <= 0)
+				break;
+		}
+		if (flush_replies(c) < 0)
+			return -1;
+		if (!evsub_pending(cache, &c->peer))
+			break;
+	}
+	return 0;
+}
+
+void conn_push_events(struct server *srv)
+{
+	struct list *it, *tmp;
+
+	if (srv->events_pushed == srv->cache.events.next_seq)
+		return; /* the subscribers held back wait for their sends */
+	srv->events_pushed = srv->cache.events.next_seq;
+	list_for_each_safe (it, tmp, &srv->subscribers)
+		push_events(list_entry(it, struct conn, ev_link));
+}
+
 /* Replies with an error and closes the connection once the reply is out. */
 static void fail_conn(struct conn *c, uint64_t id, int err, const char *why)
 {
@@ -593,6 +637,11 @@ static int run_frame(struct conn *c, const uint8_t *payload, size_t len, uint64_
 		cache_count(&srv->cache, c->peer.uid, errors, 1);
 	queue_reply(c, &r.resp, r.pass_fd, batch);
 	reply_fini(&r);
+	if (c->peer.ev_sub && !c->ev_listed) {
+		/* Subscribed just now: its pushes follow this reply. */
+		list_add_tail(&srv->subscribers, &c->ev_link);
+		c->ev_listed = 1;
+	}
 	cache_debug_check(&srv->cache);
 	conn_debug_check(srv);
 	return 0;
@@ -919,6 +968,8 @@ static void on_recv(struct loop_op *op, int res, unsigned int flags)
 		return;
 	if (may_receive(c))
 		submit_recv(c);
+	/* Last: it may close and free connections, this one too. */
+	conn_push_events(c->srv);
 }
 
 static void on_send(struct loop_op *op, int res, unsigned int flags)
@@ -940,6 +991,8 @@ static void on_send(struct loop_op *op, int res, unsigned int flags)
 		return;
 	}
 	if (flush_replies(c) < 0)
+		return;
+	if (c->ev_listed && push_events(c) < 0)
 		return;
 	/* Receiving paused while too many replies were queued. */
 	if (!c->receiving && may_receive(c))

@@ -131,6 +131,9 @@ struct conn {
 	int closed;   /* resources released; waiting for in-flight ops */
 
 	struct list link; /* server.conns */
+	/* A KV event subscriber (peer.ev_sub): on server.subscribers. */
+	struct list ev_link;
+	int ev_listed;
 };
 
 /* Takes over an accepted socket: reads the peer's credentials, admits it
@@ -149,5 +152,11 @@ void conn_close(struct conn *c, int bad);
  * that have waited PEER_MAX_PARK_NS, so they answer (a miss, or a drop of
  * cached pages for room) even when the pool's I/O never completes. */
 void conn_park_tick(struct server *srv);
+
+/* Pushes the KV events subscribers have not had yet, as far as each one's
+ * queue has room (a slow reader waits for its own sends and loses the
+ * oldest events; nobody else waits). After requests and on the tick, for
+ * events that background work made. */
+void conn_push_events(struct server *srv);
 
 #endif

@@ -238,6 +238,7 @@ static void on_timer(struct loop_op *op, int res, unsigned int flags)
 	notify_status(&s->notify, &s->cache, 0);
 	conn_census_tick(&s->census);
 	conn_park_tick(s);
+	conn_push_events(s);
 	disk_refresh(s);
 	/* Free pages cost no memory (issue 14: what one tenant freed, or
 	 * had reclaimed for another, must not stay resident). */
@@ -346,6 +347,7 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 	s->argv = argv;
 	s->client.fd = s->admin.fd = s->sigfd = -1;
 	list_init(&s->conns);
+	list_init(&s->subscribers);
 	cache_init(&s->cache, cfg);
 	fd_limits(s);
 	disk_refresh(s);

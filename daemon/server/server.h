@@ -50,6 +50,8 @@ struct server {
 	struct conn_rx rx;
 	struct listener client, admin;
 	struct list conns;	   /* struct conn.link */
+	struct list subscribers;   /* struct conn.ev_link: KV event subscribers */
+	uint64_t events_pushed;	   /* events.next_seq when they were last all pushed */
 	struct conn_census census; /* for admission (conn.h) */
 	uint64_t next_conn_id;
 

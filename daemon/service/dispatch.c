@@ -15,6 +15,7 @@
 #include "ckptop.h"
 #include "compact.h"
 #include "dispatch.h"
+#include "evsub.h"
 #include "frame.h"
 #include "gpu.h"
 #include "le.h"
@@ -1217,7 +1218,8 @@ static int run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request 
 	}
 	if (c->admin && req->op_case != KVPALACE__V1__REQUEST__OP_HELLO &&
 	    req->op_case != KVPALACE__V1__REQUEST__OP_STATS &&
-	    req->op_case != KVPALACE__V1__REQUEST__OP_LIST_SESSIONS) {
+	    req->op_case != KVPALACE__V1__REQUEST__OP_LIST_SESSIONS &&
+	    req->op_case != KVPALACE__V1__REQUEST__OP_SUBSCRIBE_EVENTS) {
 		*why = "the admin socket serves admin operations only";
 		return -EPERM;
 	}
@@ -1244,6 +1246,8 @@ static int run(struct cache *cache, struct peer *c, const Kvpalace__V1__Request 
 		return do_adopt_lease(cache, c, req->adopt_lease, r, why);
 	case KVPALACE__V1__REQUEST__OP_LEASE_PAGES:
 		return do_lease_pages(cache, c, req->lease_pages, r, why);
+	case KVPALACE__V1__REQUEST__OP_SUBSCRIBE_EVENTS:
+		return evsub_subscribe(cache, c, req->subscribe_events, r, why);
 	case KVPALACE__V1__REQUEST__OP_PREFETCH:
 		return do_prefetch(cache, c, req->prefetch, r, pk, why);
 	case KVPALACE__V1__REQUEST__OP_STATS:
@@ -1320,5 +1324,7 @@ int dispatch(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *r
 
 void dispatch_peer_gone(struct peer *c)
 {
+	if (c->cache)
+		evsub_gone(c->cache, c);
 	admin_peer_gone(c);
 }

@@ -100,6 +100,12 @@ struct peer {
 	uint64_t match_prev_lease; /* MATCH_PREV_LEASE: its lease id */
 	uint64_t match_prev_left;  /* MATCH_PREV_MISS: prompt tokens declared, not yet sent */
 
+	/* KV events (evsub.c): subscribed, to one pool (0: every pool it
+	 * may see), and the next event it is to get. */
+	int ev_sub;
+	uint64_t ev_pool;
+	uint64_t ev_next;
+
 	/* Set by dispatch(): the cache its requests run on, and the request
 	 * being dispatched (its arrival kept while it is parked: a parked
 	 * request is the next its peer dispatches; parked_id says which). */

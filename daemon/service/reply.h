@@ -50,6 +50,8 @@ struct reply {
 		Kvpalace__V1__LookupResponse lookup;
 		Kvpalace__V1__AdoptLeaseResponse adopt_lease;
 		Kvpalace__V1__LeasePagesResponse lease_pages;
+		Kvpalace__V1__SubscribeEventsResponse subscribe_events;
+		Kvpalace__V1__KvEvents events;
 		Kvpalace__V1__SetPolicyResponse set_policy;
 		Kvpalace__V1__TagSpanResponse tag_span;
 		Kvpalace__V1__ReportImportanceResponse report_importance;

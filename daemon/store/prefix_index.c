@@ -615,6 +615,8 @@ static void unlink_entry(struct prefix_index *ix, struct pagealloc *pa, struct p
 	struct pindex_entry *parent = e->parent;
 
 	kvp_assert(e->n_children == 0 && e->io == PINDEX_IO_NONE && !e->leaving);
+	if (ix->gone)
+		ix->gone(ix->gone_arg, e);
 	if (parent && stays(e))
 		parent->n_host_children--;
 	ix->n_idle -= e->idle;

@@ -127,6 +127,11 @@ struct prefix_index {
 	uint64_t evictions;   /* entries dropped (host or disk), not demoted */
 	uint64_t forgotten;   /* entries an admin purged or dropped (prefix_index_forget) */
 	uint64_t dedup_pages;
+	/* Told of every entry about to leave the index (evicted, dropped,
+	 * purged; not at prefix_index_fini): how the core learns what to
+	 * announce (KV events). NULL: nobody asks. */
+	void (*gone)(void *arg, const struct pindex_entry *e);
+	void *gone_arg;
 };
 
 /* Returns 0 or -ENOMEM. */

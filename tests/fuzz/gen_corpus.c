@@ -346,6 +346,19 @@ static void r_release(struct dgram *d, uint64_t lease)
 	dg_add(d, &q);
 }
 
+/* SubscribeEvents, of pool (a step's id, 0: every pool). */
+static void r_subscribe(struct dgram *d, uint64_t pool)
+{
+	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
+	Kvpalace__V1__SubscribeEventsRequest m = KVPALACE__V1__SUBSCRIBE_EVENTS_REQUEST__INIT;
+
+	m.has_pool_id = pool != 0;
+	m.pool_id = pool ? id_of(pool) : 0;
+	q.op_case = KVPALACE__V1__REQUEST__OP_SUBSCRIBE_EVENTS;
+	q.subscribe_events = &m;
+	dg_add(d, &q);
+}
+
 static void r_stats(struct dgram *d)
 {
 	Kvpalace__V1__Request q = KVPALACE__V1__REQUEST__INIT;
@@ -1200,6 +1213,19 @@ static void gen_requests(void)
 	r_match_le(&d, 1, 8, 0, 70, 0, 0, 0);
 	r_match_cont(&d, 1, 8, 70, 70, 0);
 	emit_req("req-match-continues", 0, &d);
+
+	/* -- KV events: a subscription to a pool, a second one (refused),
+	 * then pages stored and released while subscribed -- */
+	dg_reset(&d);
+	r_open_pool(&d, "m", layout_tiny());
+	r_subscribe(&d, 1);
+	r_subscribe(&d, 0);
+	r_create_session(&d, 1, NULL);
+	r_append(&d, 4, 9, 100);
+	r_commit(&d, 4, 100);
+	r_match_le(&d, 1, 9, 0, 64, 0, 0, 0);
+	r_release(&d, 7);
+	emit_req("req-subscribe-events", 0, &d);
 
 	/* -- the GPU tier, which the fuzzed daemon does not have: tiers on
 	 * Append, MatchPrefix and Prefetch (GPU refused or served from the

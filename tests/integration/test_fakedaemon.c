@@ -16,7 +16,9 @@
  * tokens; a list with an invalid name or of another uid than asked; an
  * admin restore into another pool; a warm-up sharing more pages than it
  * indexed), and GPU-tier replies (a device arena that is no sealed memfd,
- * device slots past the device arena, a LeaseDevice without slots).
+ * device slots past the device arena, a LeaseDevice without slots), and
+ * KV event pushes (a hash of 15 bytes, numbers going back, more tokens
+ * than a page holds).
  * kvpalace.h promises -EPROTONOSUPPORT for another version,
  * -EPROTO (and a closed connection, -ENOTCONN afterwards) for a malformed
  * reply, -EPIPE/-ECONNRESET when the daemon goes away — and, in no case,
@@ -94,6 +96,10 @@ enum fake_mode {
 	FAKE_WARMUP_SHARED,	       /* Warmup: more shared pages than indexed */
 	FAKE_LIST_OTHER_NAME,	       /* ListCheckpoints of one name: others listed */
 	FAKE_LIST_UNASKED_VERIFY,      /* ListCheckpoints: "verified" when not asked to */
+	FAKE_EVENTS_GOOD,	       /* SubscribeEvents, then one well-formed push */
+	FAKE_EVENTS_SHORT_HASH,	       /* ... a push whose hash is 15 bytes */
+	FAKE_EVENTS_BACKWARDS,	       /* ... a push whose numbers go back */
+	FAKE_EVENTS_TOO_MANY_TOKENS,   /* ... a stored page with more tokens than a page holds */
 };
 
 #define FAKE_UID	     1000u
@@ -631,6 +637,51 @@ static int fake_daemon(void *arg)
 			resp.op_case = KVPALACE__V1__RESPONSE__OP_STATS;
 			resp.stats = &st;
 			break;
+		case KVPALACE__V1__REQUEST__OP_SUBSCRIBE_EVENTS: {
+			Kvpalace__V1__SubscribeEventsResponse se =
+				KVPALACE__V1__SUBSCRIBE_EVENTS_RESPONSE__INIT;
+			Kvpalace__V1__KvEvent e[2] = {KVPALACE__V1__KV_EVENT__INIT,
+						      KVPALACE__V1__KV_EVENT__INIT};
+			Kvpalace__V1__KvEvent *ep[2] = {&e[0], &e[1]};
+			Kvpalace__V1__KvEvents evs = KVPALACE__V1__KV_EVENTS__INIT;
+			Kvpalace__V1__Response push = KVPALACE__V1__RESPONSE__INIT;
+			static uint8_t hash[16], toks[4 * 17];
+
+			se.next_seq = 5;
+			se.keep = 16;
+			resp.op_case = KVPALACE__V1__RESPONSE__OP_SUBSCRIBE_EVENTS;
+			resp.subscribe_events = &se;
+			if (send_resp(c, &resp, -1) < 0)
+				return 1;
+			for (int i = 0; i < 2; i++) {
+				e[i].kind = KVPALACE__V1__KV_EVENT__KIND__BLOCK_STORED;
+				e[i].seq = 5 + (uint64_t)i;
+				e[i].pool_id = 1;
+				e[i].has_block_hash = 1;
+				e[i].block_hash.data = hash;
+				e[i].block_hash.len = 16;
+				e[i].has_tier = 1;
+				e[i].tier = KVPALACE__V1__TIER__TIER_HOST;
+				e[i].has_block_tokens = 1;
+				e[i].block_tokens = 16;
+				e[i].has_tokens_le = 1;
+				e[i].tokens_le.data = toks;
+				e[i].tokens_le.len = 4 * 16;
+			}
+			if (f->mode == FAKE_EVENTS_SHORT_HASH)
+				e[1].block_hash.len = 15;
+			if (f->mode == FAKE_EVENTS_BACKWARDS)
+				e[1].seq = 5;
+			if (f->mode == FAKE_EVENTS_TOO_MANY_TOKENS)
+				e[1].tokens_le.len = 4 * 17;
+			evs.n_events = 2;
+			evs.events = ep;
+			push.op_case = KVPALACE__V1__RESPONSE__OP_EVENTS;
+			push.events = &evs;
+			if (send_resp(c, &push, -1) < 0)
+				return 1;
+			continue;
+		}
 		default:
 			resp.status = ST(UNSUPPORTED);
 			resp.error = "not in the fake";
@@ -1311,6 +1362,56 @@ static void test_list_verified_unasked(void **state)
 	expect_ckpt_broken(state, FAKE_LIST_UNASKED_VERIFY);
 }
 
+/* KV event pushes are checked before they are handed out: a well-formed
+ * one reads, one with a short hash, numbers going back or more tokens
+ * than a page holds is a broken daemon. */
+static void expect_events(void **state, enum fake_mode mode)
+{
+	struct fake *f = *state;
+	struct kvp_event *ev = NULL;
+	uint64_t next, lost;
+	size_t n;
+	kvp_client *c;
+	pid_t pid = start_fake(f, mode);
+
+	assert_int_equal(kvp_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_events_subscribe(c, 0, &next), 0);
+	assert_int_equal(next, 5);
+	if (mode == FAKE_EVENTS_GOOD) {
+		assert_int_equal(kvp_events_read(c, 5000, &ev, &n, &lost), 1);
+		assert_int_equal(n, 2);
+		assert_int_equal(ev[1].seq, 6);
+		assert_int_equal(ev[1].n_tokens, 16);
+		kvp_events_free(ev);
+	} else {
+		assert_int_equal(kvp_events_read(c, 5000, &ev, &n, &lost), -EPROTO);
+		assert_null(ev);
+		assert_int_equal(kvp_events_read(c, 0, &ev, &n, &lost), -ENOTCONN);
+	}
+	kvp_disconnect(c);
+	assert_int_equal(harness_wait(pid, 10), 0);
+}
+
+static void test_events_good(void **state)
+{
+	expect_events(state, FAKE_EVENTS_GOOD);
+}
+
+static void test_events_short_hash(void **state)
+{
+	expect_events(state, FAKE_EVENTS_SHORT_HASH);
+}
+
+static void test_events_backwards(void **state)
+{
+	expect_events(state, FAKE_EVENTS_BACKWARDS);
+}
+
+static void test_events_too_many_tokens(void **state)
+{
+	expect_events(state, FAKE_EVENTS_TOO_MANY_TOKENS);
+}
+
 /* A restore whose page table the daemon then refuses to show: the error
  * comes back, the connection stays, and the session is given back (the
  * fake exits non-zero when no CloseSession for it came). */
@@ -1379,6 +1480,10 @@ int main(void)
 		T(test_warmup_shares_more_than_it_indexed),
 		T(test_list_other_name),
 		T(test_list_verified_unasked),
+		T(test_events_good),
+		T(test_events_short_hash),
+		T(test_events_backwards),
+		T(test_events_too_many_tokens),
 	};
 
 	return cmocka_run_group_tests_name("fakedaemon", tests, NULL, NULL);

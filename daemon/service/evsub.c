@@ -1,0 +1,157 @@
+/* daemon/service/evsub.c — KV event subscriptions (see evsub.h).
+ *
+ * Layer: service, beside reply.c and peer.c: uses core/ (the cache's
+ * event ring, pool_get) and proto's types; dispatch.c and the server
+ * call it.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evsub.h"
+#include "frame.h"
+#include "le.h"
+#include "pool.h"
+
+/* Packed bytes an event of n tokens takes at most, with its place in the
+ * repeated field: tags, lengths and varints at their widest. */
+#define EVENT_FIXED_BYTES 96u
+#define EVENT_BYTES(n)	  (EVENT_FIXED_BYTES + 4u * (n))
+/* The Response envelope and KvEvents.lost. */
+#define PUSH_FIXED_BYTES 48u
+
+int evsub_subscribe(struct cache *cache, struct peer *p,
+		    const Kvpalace__V1__SubscribeEventsRequest *in, struct reply *r,
+		    const char **why)
+{
+	Kvpalace__V1__SubscribeEventsResponse *out = &r->u.subscribe_events;
+
+	if (p->ev_sub) {
+		*why = "this connection subscribes already";
+		return -EEXIST;
+	}
+	if (in->has_pool_id && !pool_get(cache, in->pool_id, p->uid, p->admin)) {
+		*why = "no such pool";
+		return -ENOENT;
+	}
+	if (kv_events_subscribe(&cache->events) < 0) {
+		*why = "out of memory for the event ring";
+		return -ENOMEM;
+	}
+	p->ev_sub = 1;
+	p->ev_pool = in->has_pool_id ? in->pool_id : 0;
+	p->ev_next = cache->events.next_seq;
+	kvpalace__v1__subscribe_events_response__init(out);
+	out->next_seq = p->ev_next;
+	out->keep = KV_EVENTS_KEEP;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_SUBSCRIBE_EVENTS;
+	r->resp.subscribe_events = out;
+	return 0;
+}
+
+static int sees(const struct peer *p, const struct kv_event *e)
+{
+	return (p->admin || e->uid == p->uid) && (!p->ev_pool || e->pool_id == p->ev_pool);
+}
+
+/* What one event becomes on the wire; hashes and tokens go into bytes,
+ * which the caller sized. */
+static void event_msg(Kvpalace__V1__KvEvent *m, const struct kv_event *e, unsigned char *bytes)
+{
+	kvpalace__v1__kv_event__init(m);
+	m->kind = (Kvpalace__V1__KvEvent__Kind)e->kind;
+	m->seq = e->seq;
+	m->pool_id = e->pool_id;
+	if (e->kind == KV_EVENT_CLEARED)
+		return;
+	m->has_block_tokens = 1;
+	m->block_tokens = e->block_tokens;
+	m->has_tier = 1;
+	m->tier = (Kvpalace__V1__Tier)e->tier;
+	le_put64(bytes, e->hash.low64);
+	le_put64(bytes + 8, e->hash.high64);
+	m->has_block_hash = 1;
+	m->block_hash.data = bytes;
+	m->block_hash.len = 16;
+	if (e->has_parent) {
+		le_put64(bytes + 16, e->parent.low64);
+		le_put64(bytes + 24, e->parent.high64);
+		m->has_parent_hash = 1;
+		m->parent_hash.data = bytes + 16;
+		m->parent_hash.len = 16;
+	}
+	if (e->n_tokens) {
+		le_put32_array(bytes + 32, e->tokens, e->n_tokens);
+		m->has_tokens_le = 1;
+		m->tokens_le.data = bytes + 32;
+		m->tokens_le.len = 4u * e->n_tokens;
+	}
+}
+
+int evsub_next(struct cache *cache, struct peer *p, struct reply *r, uint32_t max_message_bytes)
+{
+	const struct kv_events *ev = &cache->events;
+	Kvpalace__V1__KvEvents *out = &r->u.events;
+	size_t room = reply_room(max_message_bytes, PUSH_FIXED_BYTES), used = 0, n = 0, cap;
+	uint64_t oldest = kv_events_oldest(ev), lost = 0, seq;
+	Kvpalace__V1__KvEvent *msgs, **ptrs;
+	unsigned char *bytes;
+
+	kvpalace__v1__response__init(&r->resp);
+	r->heap = NULL;
+	r->park = NULL;
+	r->pass_fd = -1;
+	if (!p->ev_sub)
+		return 0;
+	if (p->ev_next < oldest) {
+		lost = oldest - p->ev_next;
+		p->ev_next = oldest;
+	}
+	cap = room / EVENT_FIXED_BYTES;
+	if (cap > ev->next_seq - p->ev_next)
+		cap = ev->next_seq - p->ev_next;
+	if (!cap && !lost)
+		return 0;
+	r->heap = malloc((cap ? cap : 1) *
+			 (sizeof(*msgs) + sizeof(*ptrs) + 32 + 4 * KV_EVENT_MAX_TOKENS));
+	if (!r->heap) {
+		p->ev_next -= lost; /* not told yet */
+		return -ENOMEM;
+	}
+	msgs = r->heap;
+	ptrs = (Kvpalace__V1__KvEvent **)(msgs + cap);
+	bytes = (unsigned char *)(ptrs + cap);
+	for (seq = p->ev_next; seq < ev->next_seq && n < cap; seq++) {
+		const struct kv_event *e = kv_events_at(ev, seq);
+
+		if (!sees(p, e))
+			continue;
+		if (used + EVENT_BYTES(e->n_tokens) > room)
+			break;
+		used += EVENT_BYTES(e->n_tokens);
+		event_msg(&msgs[n], e, bytes + n * (32 + 4 * KV_EVENT_MAX_TOKENS));
+		ptrs[n] = &msgs[n];
+		n++;
+	}
+	p->ev_next = seq;
+	if (!n && !lost)
+		return 0;
+	kvpalace__v1__kv_events__init(out);
+	out->n_events = n;
+	out->events = ptrs;
+	out->has_lost = lost != 0;
+	out->lost = lost;
+	r->resp.id = 0;
+	r->resp.status = KVPALACE__V1__STATUS__STATUS_OK;
+	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_EVENTS;
+	r->resp.events = out;
+	return 1;
+}
+
+void evsub_gone(struct cache *cache, struct peer *p)
+{
+	if (!p->ev_sub)
+		return;
+	kv_events_unsubscribe(&cache->events);
+	p->ev_sub = 0;
+}
