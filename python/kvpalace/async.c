@@ -196,31 +196,42 @@ static PyObject *op_result(struct kvpy_op *o, const struct kvp_completion *d, ch
 	return r;
 }
 
+int kvpy_timeout_ms(PyObject *timeout, int *ret_ms)
+{
+	double t;
+
+	*ret_ms = 0;
+	if (timeout == Py_None) {
+		*ret_ms = -1;
+		return 0;
+	}
+	if (!timeout)
+		return 0;
+	t = PyFloat_AsDouble(timeout);
+	if (t == -1.0 && PyErr_Occurred())
+		return -1;
+	if (t < 0 || t > 86400.0) {
+		PyErr_SetString(PyExc_ValueError, "timeout is 0..86400 s, or None");
+		return -1;
+	}
+	*ret_ms = (int)(t * 1000.0 + 0.999);
+	return 0;
+}
+
 PyObject *kvpy_client_complete(PyObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"timeout", NULL};
 	struct kvpy_client *cl = (struct kvpy_client *)self;
 	struct complete_arg ca = {0};
 	PyObject *timeout = NULL, *out;
-	double t = 0.0;
 	int n;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:complete", kwlist, &timeout))
 		return NULL;
 	if (kvpy_node_check(&cl->node) < 0)
 		return NULL;
-	if (timeout == Py_None) {
-		ca.timeout_ms = -1;
-	} else if (timeout) {
-		t = PyFloat_AsDouble(timeout);
-		if (t == -1.0 && PyErr_Occurred())
-			return NULL;
-		if (t < 0 || t > 86400.0) {
-			PyErr_SetString(PyExc_ValueError, "timeout is 0..86400 s, or None");
-			return NULL;
-		}
-		ca.timeout_ms = (int)(t * 1000.0 + 0.999);
-	}
+	if (kvpy_timeout_ms(timeout, &ca.timeout_ms) < 0)
+		return NULL;
 	sweep_slots(cl);
 	ca.c = cl->c;
 	n = kvpy_call_raise(&cl->node, do_complete, &ca);

@@ -209,6 +209,18 @@ static PyMethodDef client_methods[] = {
 	 "completed, waiting up to timeout seconds (None: until one does) while none has; "
 	 "result is a lookup's list[(matched_tokens, host_tokens)], a prefetch's pages coming, "
 	 "or a kvpalace.Error instance"},
+	{"subscribe_events", (PyCFunction)(void (*)(void))kvpy_client_subscribe_events,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "subscribe_events(pool_id=0) -> int: this connection now gets KV events (of pool_id, "
+	 "or every pool it may see) and is for them only; the least number of the first "
+	 "(kvp_events_subscribe)"},
+	{"read_events", (PyCFunction)(void (*)(void))kvpy_client_read_events,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "read_events(timeout=None) -> (list[dict], lost): the next events, waiting up to "
+	 "timeout seconds (None: until some come; ([], 0) when none did); each dict has kind "
+	 "('stored', 'removed', 'cleared'), seq, pool_id, tier ('host', 'disk' or None), hash "
+	 "and parent (16 bytes, or None), block_tokens and tokens (a list, or None); lost: "
+	 "events missed just before these (kvp_events_read)"},
 	{"__enter__", kvpy_node_enter, METH_NOARGS, NULL},
 	{"__exit__", kvpy_node_exit, METH_VARARGS, NULL},
 	{NULL, NULL, 0, NULL},

@@ -190,6 +190,12 @@ int kvpy_call_raise(struct kvpy_node *n, int (*fn)(void *arg), void *arg);
 PyObject *kvpy_pool_lookup_submit(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *kvpy_pool_prefetch_submit(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *kvpy_client_complete(PyObject *self, PyObject *args, PyObject *kw);
+/* A timeout argument in seconds (None: -1, for ever; absent: 0) as poll's
+ * milliseconds. Returns 0, or -1 with ValueError/TypeError set. */
+int kvpy_timeout_ms(PyObject *timeout, int *ret_ms);
+/* Client.subscribe_events and Client.read_events (events.c). */
+PyObject *kvpy_client_subscribe_events(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *kvpy_client_read_events(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *kvpy_client_fileno(PyObject *self, PyObject *unused);
 PyObject *kvpy_client_in_flight(PyObject *self, void *unused);
 /* Frees the records of a client whose connection is gone. */
