@@ -25,7 +25,8 @@
  * Configurations, at budgets of 10, 25, 50 and 75 % of the prefix:
  *   window      the last B tokens (BOS and the first tokens leave);
  *   sinks       4 sinks + the last B - 4 (StreamingLLM);
- *   importance  4 sinks, the last B / 2, the rest by H2O score;
+ *   importance  4 sinks, the last B / 2 (--recent N: the last N, as the
+ *               daemon's default recent 64 does), the rest by H2O score;
  *   hierarchy   the daemon's defaults (10 % permanent, 30 % hot over the
  *               last 4 turns, the rest by score), the prefix tagged in
  *               turns of 64 tokens (stories have no turns), nothing
@@ -37,6 +38,11 @@
  * (group = head_dim 8; the dense f16 prefix converted with
  * kref_convert_pages, each continuation token's K/V stored in the same
  * format) through a pool of that dtype, against f16.
+ *
+ * Mixed precision (important tokens kept exact) has no pool format, so it
+ * is emulated without the daemon: the prefix quantized to int4 or fp8 and
+ * back, then the sinks and 10 % of the prefix put back exact, chosen by
+ * H2O score or as the most recent (the continuation's K/V stay f16).
  *
  * Self-check: f16 at the full budget through the daemon must equal the
  * dense run bit for bit (every logit), else exit 1.
@@ -63,6 +69,11 @@
 #define N_SINKS	   4u
 #define DECAY	   0.01f
 #define RECENT_PCT 50u
+#define N_MIXED	   4u /* {int4, fp8} x {exact by score, exact recent} */
+#define EXACT_PCT  10u
+
+/* --recent: importance's protected recent tokens; 0: half the budget */
+static uint32_t opt_recent;
 
 static const unsigned pcts[N_PCT] = {10, 25, 50, 75};
 static const char *const pol_names[N_POL] = {"window",	  "sinks",	"importance",
@@ -143,7 +154,8 @@ struct bench {
 	uint32_t *pos;			 /* [P] */
 	uint8_t *mark;			 /* [P] */
 	uint64_t rng;
-	struct acc dense_acc, pol[N_POL][N_PCT], store[N_STORE];
+	struct acc dense_acc, pol[N_POL][N_PCT], store[N_STORE], mixed[N_MIXED];
+	uint32_t *order;  /* [P]: prefix positions by score */
 	int verify_exact; /* this configuration must equal the dense run */
 };
 
@@ -322,6 +334,56 @@ static uint64_t random_keep(struct bench *b, uint32_t budget)
 	return got;
 }
 
+static const float *sort_scores;
+
+static int by_score(const void *a, const void *b)
+{
+	float x = sort_scores[*(const uint32_t *)a], y = sort_scores[*(const uint32_t *)b];
+
+	if (x != y)
+		return x < y ? 1 : -1;
+	return *(const uint32_t *)a < *(const uint32_t *)b ? 1 : -1; /* newer first */
+}
+
+/* Mixed precision, emulated here (a pool has one format): the prefix
+ * quantized as format si and back to f16, then the sinks and EXACT_PCT %
+ * of the prefix restored exact from the f16 pages: the tokens with the
+ * highest H2O scores (by_score) or the most recent. The continuation's
+ * own K/V stay f16 (recent tokens exact, as KIVI keeps them). */
+static void mixed(struct bench *b, unsigned si, int by_recency, struct acc *a)
+{
+	const struct shm_layout *l = &b->ls[0];
+	uint32_t n_exact = b->P * EXACT_PCT / 100, got = 0;
+	int ret;
+
+	table_clear(&b->work[0]);
+	ret = kref_convert_pages(l, b->work[0].pages, &b->ls[si],
+				 (const void *const *)b->conv[si].pages, b->P / BT, 0, BT);
+	if (ret < 0)
+		die("kref_convert_pages", ret);
+	for (uint32_t i = 0; i < b->P; i++)
+		b->order[i] = i;
+	if (!by_recency) {
+		sort_scores = b->score;
+		qsort(b->order, b->P, sizeof(uint32_t), by_score);
+	} else {
+		for (uint32_t i = 0; i < b->P; i++)
+			b->order[i] = b->P - 1 - i;
+	}
+	for (uint32_t t = 0; t < N_SINKS; t++)
+		b->pos[got++] = t;
+	for (uint32_t i = 0; i < b->P && got < N_SINKS + n_exact; i++)
+		if (b->order[i] >= N_SINKS)
+			b->pos[got++] = b->order[i];
+	for (uint32_t i = 0; i < got; i++) {
+		ret = kref_gather_tokens(l, b->work[0].pages, b->pos[i],
+					 (const void *const *)b->dense.pages, b->P, &b->pos[i], 1);
+		if (ret < 0)
+			die("kref_gather_tokens", ret);
+	}
+	continuation(b, &b->work[0], b->P, a);
+}
+
 static void policy_for(struct kvp_policy *pol, unsigned p, uint32_t budget)
 {
 	static const uint32_t kinds[] = {KVP_POLICY_WINDOW, KVP_POLICY_SINKS, KVP_POLICY_IMPORTANCE,
@@ -330,7 +392,7 @@ static void policy_for(struct kvp_policy *pol, unsigned p, uint32_t budget)
 	kvp_policy_init(pol, kinds[p], budget);
 	pol->sinks = N_SINKS;
 	pol->decay = DECAY;
-	pol->recent = budget * RECENT_PCT / 100;
+	pol->recent = opt_recent ? opt_recent : budget * RECENT_PCT / 100;
 	if (pol->recent + pol->sinks > budget)
 		pol->recent = budget > pol->sinks ? budget - pol->sinks : 0;
 }
@@ -348,7 +410,8 @@ static double agree(const struct acc *a)
 static void usage(void)
 {
 	fputs("usage: kvp-bench-quality --socket PATH [--seqs N (200)] [--prefix P (384)] "
-	      "[--cont C (32)] [--seed S (1)] [--model FILE]\n",
+	      "[--cont C (32)] [--seed S (1)] [--model FILE]\n"
+	      "       [--recent N (0: half the budget; importance's recent window)]\n",
 	      stderr);
 }
 
@@ -367,7 +430,7 @@ int main(int argc, char **argv)
 
 	b.P = 384;
 	b.C = 32;
-	while ((opt = getopt_long(argc, argv, "S:n:p:c:s:m:h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "S:n:p:c:s:m:r:h", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'S':
 			sock = optarg;
@@ -386,6 +449,9 @@ int main(int argc, char **argv)
 			break;
 		case 'm':
 			model = optarg;
+			break;
+		case 'r':
+			opt_recent = (uint32_t)strtoul(optarg, NULL, 10);
 			break;
 		default:
 			usage();
@@ -432,6 +498,7 @@ int main(int argc, char **argv)
 	b.logits = xcalloc(b.V, sizeof(float));
 	b.pos = xcalloc(b.P, sizeof(uint32_t));
 	b.mark = xcalloc(b.P, 1);
+	b.order = xcalloc(b.P, sizeof(uint32_t));
 	b.rng = seed * 0x9e3779b97f4a7c15ull + 7;
 	gen_rng = seed;
 	fprintf(stderr,
@@ -459,6 +526,8 @@ int main(int argc, char **argv)
 			continuation(&b, &b.work[si], k, &b.store[si]);
 			b.verify_exact = 0;
 		}
+		for (unsigned x = 0; x < N_MIXED; x++)
+			mixed(&b, x < 2 ? 3 : 2, x % 2, &b.mixed[x]);
 		for (unsigned pi = 0; pi < N_PCT; pi++) {
 			uint32_t budget = (b.P * pcts[pi] + 50) / 100;
 
@@ -521,7 +590,20 @@ int main(int argc, char **argv)
 		printf("%-12s   %6.3f / %5.1f / %.4f\n", shm_dtype_name(store_dtypes[si]),
 		       ppl(&b.store[si]), agree(&b.store[si]),
 		       ppl(&b.store[si]) / ppl(&b.store[0]));
+	printf("mixed precision (emulated: a pool has one format), the continuation's K/V f16: "
+	       "the sinks + %u %% of the prefix exact, the rest quantized\n",
+	       EXACT_PCT);
+	for (unsigned x = 0; x < N_MIXED; x++)
+		printf("%-5s exact %-7s %6.3f / %5.1f / %.4f\n", x < 2 ? "int4" : "fp8",
+		       x % 2 ? "recent" : "by score", ppl(&b.mixed[x]), agree(&b.mixed[x]),
+		       ppl(&b.mixed[x]) / ppl(&b.store[0]));
 	printf("sample quality.ppl_dense %.6g\n", ppl(&b.dense_acc));
+	for (unsigned x = 0; x < N_MIXED; x++) {
+		printf("sample quality.ppl_mixed_%s_%s %.6g\n", x < 2 ? "int4" : "fp8",
+		       x % 2 ? "recent" : "score", ppl(&b.mixed[x]));
+		printf("sample quality.top1_mixed_%s_%s %.6g\n", x < 2 ? "int4" : "fp8",
+		       x % 2 ? "recent" : "score", agree(&b.mixed[x]));
+	}
 	for (unsigned p = 0; p < N_POL; p++)
 		for (unsigned pi = 0; pi < N_PCT; pi++) {
 			printf("sample quality.ppl_%s_%u %.6g\n", pol_names[p], pcts[pi],
@@ -552,6 +634,7 @@ int main(int argc, char **argv)
 	free(b.logits);
 	free(b.pos);
 	free(b.mark);
+	free(b.order);
 	stories_free(b.m);
 	return 0;
 }
