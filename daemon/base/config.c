@@ -639,7 +639,7 @@ static const struct {
 	{"long-document", "host-pool-size", "12%"},
 	{"long-document", "host-low-watermark", "0.85"},
 	{"long-document", "disk-pool-size", "64G"},
-	{"long-document", "session-policy", "sinks"},
+	{"long-document", "session-policy", "importance"},
 	{"long-document", "session-budget", "32768"},
 	/* A small machine: small host tier, few clients. */
 	{"edge", "host-tier-size", "10%"},

@@ -85,7 +85,7 @@ static void test_presets(void **state)
 	assert_true(c.host_low_watermark < d.host_low_watermark);
 	/* Token policies: exact by default; each preset brings its own. */
 	assert_int_equal(d.session_policy, 0);
-	assert_int_equal(c.session_policy, 2); /* sinks */
+	assert_int_equal(c.session_policy, 3); /* importance */
 	assert_int_equal(c.session_budget, 32768);
 	assert_int_equal(c.session_auto_compact, 0);
 	assert_int_equal(
