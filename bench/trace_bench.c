@@ -114,6 +114,7 @@ static struct {
 	uint32_t capacity_pages;
 	double high, low;
 	struct trace_params prm;
+	struct trace_lfu lfu;
 } opt = {
 	.label = "trace",
 	.workers = 4,
@@ -255,8 +256,8 @@ static void describe_trace(const struct trace *t, const struct trace_pages *pg)
 }
 
 struct sims {
-	struct trace_sim_result r[4]; /* by enum trace_policy */
-	uint32_t *hits[4];	      /* [n_reqs] each request's hit tokens */
+	struct trace_sim_result r[TRACE_SIM_N]; /* by enum trace_policy */
+	uint32_t *hits[TRACE_SIM_N];		/* [n_reqs] each request's hit tokens */
 };
 
 static double rate(const struct trace_sim_result *r)
@@ -267,14 +268,15 @@ static double rate(const struct trace_sim_result *r)
 static void run_sims(const struct trace *t, const struct trace_pages *pg, uint32_t cap,
 		     struct sims *s)
 {
-	for (int pol = TRACE_SIM_INFINITE; pol <= TRACE_SIM_BELADY; pol++) {
+	for (int pol = TRACE_SIM_INFINITE; pol < TRACE_SIM_N; pol++) {
 		uint64_t t0 = now_ns();
 		int r;
 
 		s->hits[pol] = malloc(((size_t)t->n_reqs + 1) * sizeof(uint32_t));
 		if (!s->hits[pol])
 			die("out of memory");
-		r = trace_sim_run(t, pg, pol, cap, opt.high, opt.low, s->hits[pol], &s->r[pol]);
+		r = trace_sim_run_lfu(t, pg, pol, cap, opt.high, opt.low, &opt.lfu, s->hits[pol],
+				      &s->r[pol]);
 		if (r < 0)
 			die("simulation %s: %s", trace_sim_name(pol), strerror(-r));
 		fprintf(stderr,
@@ -287,7 +289,7 @@ static void run_sims(const struct trace *t, const struct trace_pages *pg, uint32
 
 static void sims_free(struct sims *s)
 {
-	for (int pol = TRACE_SIM_INFINITE; pol <= TRACE_SIM_BELADY; pol++)
+	for (int pol = TRACE_SIM_INFINITE; pol < TRACE_SIM_N; pol++)
 		free(s->hits[pol]);
 }
 
@@ -726,6 +728,11 @@ static void mode_sim(void)
 	label_sample("leaf_lru_hit_rate", 100 * rate(&sims.r[TRACE_SIM_LEAF_LRU]));
 	label_sample("belady_hit_rate", 100 * rate(&sims.r[TRACE_SIM_BELADY]));
 	label_sample("infinite_hit_rate", 100 * rate(&sims.r[TRACE_SIM_INFINITE]));
+	label_sample("leaf_lfu_hit_rate", 100 * rate(&sims.r[TRACE_SIM_LEAF_LFU]));
+	label_sample("lru_belady_ratio",
+		     rate(&sims.r[TRACE_SIM_LEAF_LRU]) / rate(&sims.r[TRACE_SIM_BELADY]));
+	label_sample("lfu_belady_ratio",
+		     rate(&sims.r[TRACE_SIM_LEAF_LFU]) / rate(&sims.r[TRACE_SIM_BELADY]));
 	sims_free(&sims);
 	trace_pages_free(&pg);
 	trace_free(&t);
@@ -762,7 +769,9 @@ static void usage(FILE *f)
 	      "  --requests N --systems N --max-context N; prod and docs also\n"
 	      "  --gap-median N (requests) --p-continue F --p-doc F --first-mean N\n"
 	      "Also: --high-watermark F --low-watermark F (the daemon's, for the\n"
-	      "leaf-LRU simulation; default 0.95 and 0.90).\n"
+	      "leaf-LRU and leaf-LFU simulations; default 0.95 and 0.90);\n"
+	      "--lfu-aging N --lfu-ghost N --lfu-max N --lfu-write N (leaf-LFU's\n"
+	      "parameters, bench/trace_sim.c; default 32768, 8, 15, 1).\n"
 	      "Replays multi-user conversation traces against a running kvpalaced and\n"
 	      "compares its prefix-cache hit rate with LRU and Belady simulated at the same\n"
 	      "capacity; prints 'sample NAME VALUE' lines.\n",
@@ -802,6 +811,10 @@ int main(int argc, char **argv)
 		{"p-continue", required_argument, NULL, 'C'},
 		{"p-doc", required_argument, NULL, 'D'},
 		{"first-mean", required_argument, NULL, 'F'},
+		{"lfu-aging", required_argument, NULL, 'A'},
+		{"lfu-ghost", required_argument, NULL, 'G'},
+		{"lfu-max", required_argument, NULL, 'X'},
+		{"lfu-write", required_argument, NULL, 'W'},
 		{"out", required_argument, NULL, 'o'},
 		{"label", required_argument, NULL, 'l'},
 		{"workers", required_argument, NULL, 'w'},
@@ -820,6 +833,7 @@ int main(int argc, char **argv)
 	int ch;
 
 	trace_params_default(&opt.prm);
+	trace_lfu_default(&opt.lfu);
 	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 's':
@@ -849,6 +863,19 @@ int main(int argc, char **argv)
 			break;
 		case 'D':
 			opt.prm.p_doc = parse_fraction(optarg, "p-doc");
+			break;
+		case 'A':
+			opt.lfu.aging_uses = parse_uint(optarg, "lfu-aging", 1, 1u << 30);
+			break;
+		case 'G':
+			opt.lfu.ghost_per_page = parse_uint(optarg, "lfu-ghost", 0, 64);
+			break;
+		case 'X':
+			opt.lfu.max_count = parse_uint(optarg, "lfu-max", 1, TRACE_LFU_MAX_COUNT);
+			break;
+		case 'W':
+			opt.lfu.write_weight =
+				parse_uint(optarg, "lfu-write", 0, TRACE_LFU_MAX_COUNT);
 			break;
 		case 'F':
 			opt.prm.first_mean_tokens = parse_uint(optarg, "first-mean", 1, 1u << 16);
