@@ -770,8 +770,8 @@ static void usage(FILE *f)
 	      "  --gap-median N (requests) --p-continue F --p-doc F --first-mean N\n"
 	      "Also: --high-watermark F --low-watermark F (the daemon's, for the\n"
 	      "leaf-LRU and leaf-LFU simulations; default 0.95 and 0.90);\n"
-	      "--lfu-aging N --lfu-ghost N --lfu-max N --lfu-write N (leaf-LFU's\n"
-	      "parameters, bench/trace_sim.c; default 32768, 8, 15, 1).\n"
+	      "--lfu-aging N --lfu-ghost N --lfu-max N (leaf-LFU's\n"
+	      "parameters, bench/trace_sim.c; default 32768, 8, 15).\n"
 	      "Replays multi-user conversation traces against a running kvpalaced and\n"
 	      "compares its prefix-cache hit rate with LRU and Belady simulated at the same\n"
 	      "capacity; prints 'sample NAME VALUE' lines.\n",
@@ -814,7 +814,6 @@ int main(int argc, char **argv)
 		{"lfu-aging", required_argument, NULL, 'A'},
 		{"lfu-ghost", required_argument, NULL, 'G'},
 		{"lfu-max", required_argument, NULL, 'X'},
-		{"lfu-write", required_argument, NULL, 'W'},
 		{"out", required_argument, NULL, 'o'},
 		{"label", required_argument, NULL, 'l'},
 		{"workers", required_argument, NULL, 'w'},
@@ -872,10 +871,6 @@ int main(int argc, char **argv)
 			break;
 		case 'X':
 			opt.lfu.max_count = parse_uint(optarg, "lfu-max", 1, TRACE_LFU_MAX_COUNT);
-			break;
-		case 'W':
-			opt.lfu.write_weight =
-				parse_uint(optarg, "lfu-write", 0, TRACE_LFU_MAX_COUNT);
 			break;
 		case 'F':
 			opt.prm.first_mean_tokens = parse_uint(optarg, "first-mean", 1, 1u << 16);

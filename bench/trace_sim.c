@@ -36,9 +36,9 @@
  *    and hold their pages concurrently;
  *  - LEAF_LFU: LEAF_LRU's rules (pins, leaves first, watermarks) with
  *    another victim order among the leaves: each page has a use count
- *    (saturating at max_count, 15), raised by one for every request whose
- *    prompt it serves and by write_weight (1) for every request that
- *    writes it (a new page starts at write_weight); every aging_uses
+ *    (saturating at max_count, 15), raised by one whenever a request
+ *    that matched or wrote it lets it go (once a request, in page order,
+ *    as the daemon's pages become idle); every aging_uses
  *    (32,768) page uses, every count halves (the leaves are
  *    re-sorted, lowest bucket first, oldest first inside each); the
  *    victim is the leaf of lowest count, least recently released among
@@ -503,7 +503,6 @@ void trace_lfu_default(struct trace_lfu *l)
 		.max_count = TRACE_LFU_MAX_COUNT,
 		.aging_uses = 32768,
 		.ghost_per_page = 8,
-		.write_weight = 1,
 	};
 }
 
@@ -670,7 +669,6 @@ static int run_leaf_lfu(struct sim *s, uint32_t *hits, double high, double low,
 		for (uint32_t i = 0; i < h; i++) {
 			ls.pinned[ids[i]] = 1;
 			lfu_del(&ls, ids[i]);
-			lfu_use(&ls, ids[i], 1);
 		}
 		need = all - h;
 		if ((uint64_t)s->n_cached + need > high_p ||
@@ -688,14 +686,17 @@ static int run_leaf_lfu(struct sim *s, uint32_t *hits, double high, double low,
 			ls.pinned[id] = 1;
 			if (s->cached[id]) {
 				lfu_del(&ls, id);
-				lfu_use(&ls, id, prm->write_weight);
 				continue;
 			}
-			if (ls.ghost_at[id] == NONE)
+			/* A new page: its ghost's count, or none; the use is
+			 * counted when it is released, as every page's. */
+			if (ls.ghost_at[id] == NONE) {
 				ls.cnt[id] = 0;
-			else
+			} else {
+				ls.cnt[id] = (uint8_t)lfu_eff(&ls, id);
 				ls.ghost_at[id] = NONE;
-			lfu_use(&ls, id, prm->write_weight);
+			}
+			ls.ep[id] = ls.epoch;
 			s->cached[id] = 1;
 			s->n_cached++;
 			if (p != NONE) {
@@ -707,11 +708,12 @@ static int run_leaf_lfu(struct sim *s, uint32_t *hits, double high, double low,
 			uint32_t id = ids[i];
 
 			ls.pinned[id] = 0;
+			lfu_use(&ls, id, 1);
 			if (!ls.children[id])
 				lfu_add(&ls, id, 0);
+			lfu_age(&ls);
 		}
 		lfu_evict(s, &ls, s->cap);
-		lfu_age(&ls);
 	}
 	ret = 0;
 out:

@@ -48,7 +48,6 @@ struct trace_lfu {
 	uint32_t max_count;	 /* counts saturate here, 1..TRACE_LFU_MAX_COUNT */
 	uint32_t aging_uses;	 /* counts halve every aging_uses page uses */
 	uint32_t ghost_per_page; /* evicted pages remembered: ghost_per_page × capacity */
-	uint32_t write_weight;	 /* a page written counts this much, a hit one (0..) */
 };
 
 #define TRACE_LFU_MAX_COUNT 15u
