@@ -106,6 +106,7 @@ static struct {
 	const char *mode;
 	const char *sock;
 	const char *trace_in;
+	const char *mooncake;
 	const char *out;
 	const char *label;
 	unsigned workers;
@@ -113,6 +114,7 @@ static struct {
 	uint32_t capacity_pages;
 	double high, low;
 	struct trace_params prm;
+	struct trace_lfu lfu;
 } opt = {
 	.label = "trace",
 	.workers = 4,
@@ -133,7 +135,19 @@ static void load_trace(struct trace *t)
 {
 	int r;
 
-	if (opt.trace_in) {
+	if (opt.mooncake) {
+		FILE *f = fopen(opt.mooncake, "re");
+		uint32_t line = 0;
+
+		if (!f)
+			die("%s: %s", opt.mooncake, strerror(errno));
+		r = trace_read_mooncake(f, BLOCK, t, &line);
+		fclose(f);
+		if (r < 0)
+			die("%s:%u: not a Mooncake trace (%s)", opt.mooncake, line, strerror(-r));
+		if (opt.out)
+			die("--out cannot write a Mooncake trace");
+	} else if (opt.trace_in) {
 		FILE *f = fopen(opt.trace_in, "re");
 
 		if (!f)
@@ -158,10 +172,58 @@ static void load_trace(struct trace *t)
 	}
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The share of distinct full pages (in %) that no prompt after the
+ * request that first held them holds again, and the median number of
+ * other requests between a conversation's turns. */
+static void reuse_stats(const struct trace *t, const struct trace_pages *pg, double *ret_never,
+			double *ret_gap)
+{
+	uint32_t *first = malloc(((size_t)pg->n_pages + 1) * sizeof(uint32_t));
+	uint8_t *again = calloc((size_t)pg->n_pages + 1, 1);
+	uint32_t *last = malloc(((size_t)t->n_convs + 1) * sizeof(uint32_t));
+	uint32_t *gaps = malloc(((size_t)t->n_reqs + 1) * sizeof(uint32_t)), n_gaps = 0, never = 0;
+
+	if (!first || !again || !last || !gaps)
+		die("out of memory");
+	memset(first, 0xff, ((size_t)pg->n_pages + 1) * sizeof(uint32_t));
+	for (uint32_t r = 0; r < t->n_reqs; r++) {
+		const struct trace_req *q = &t->reqs[r];
+		const uint32_t *ids = pg->conv[q->conv];
+		uint32_t np = q->prompt_tokens / BLOCK,
+			 n = (q->prompt_tokens + q->reply_tokens) / BLOCK;
+
+		for (uint32_t i = 0; i < np; i++)
+			if (first[ids[i]] < r)
+				again[ids[i]] = 1;
+		for (uint32_t i = 0; i < n; i++)
+			if (first[ids[i]] == UINT32_MAX)
+				first[ids[i]] = r;
+		if (q->turn)
+			gaps[n_gaps++] = r - last[q->conv] - 1;
+		last[q->conv] = r;
+	}
+	for (uint32_t p = 0; p < pg->n_pages; p++)
+		never += !again[p];
+	*ret_never = pg->n_pages ? 100.0 * never / pg->n_pages : 0;
+	qsort(gaps, n_gaps, sizeof(*gaps), cmp_u32);
+	*ret_gap = n_gaps ? gaps[n_gaps / 2] : 0;
+	free(first);
+	free(again);
+	free(last);
+	free(gaps);
+}
+
 static void describe_trace(const struct trace *t, const struct trace_pages *pg)
 {
 	uint64_t prompt = 0, reply = 0, users = 0, gaps[3] = {0};
-	double span = t->n_reqs ? t->reqs[t->n_reqs - 1].t_s : 0;
+	double span = t->n_reqs ? t->reqs[t->n_reqs - 1].t_s : 0, never, gap;
 
 	for (uint32_t r = 0; r < t->n_reqs; r++) {
 		prompt += t->reqs[r].prompt_tokens;
@@ -186,11 +248,16 @@ static void describe_trace(const struct trace *t, const struct trace_pages *pg)
 		t->prm.zipf_s, (double)prompt / t->n_reqs, (double)reply / t->n_reqs,
 		gaps[TRACE_GAP_SOON], gaps[TRACE_GAP_LATER], gaps[TRACE_GAP_FIRST], pg->n_pages,
 		pg->block_tokens, pg->n_pages * 4096.0 / MIB, pg->page_refs);
+	reuse_stats(t, pg, &never, &gap);
+	fprintf(stderr,
+		"  shape %s: %.1f%% of the pages never used again; median gap between turns "
+		"%.0f requests\n",
+		trace_shape_name(t->prm.shape), never, gap);
 }
 
 struct sims {
-	struct trace_sim_result r[4]; /* by enum trace_policy */
-	uint32_t *hits[4];	      /* [n_reqs] each request's hit tokens */
+	struct trace_sim_result r[TRACE_SIM_N]; /* by enum trace_policy */
+	uint32_t *hits[TRACE_SIM_N];		/* [n_reqs] each request's hit tokens */
 };
 
 static double rate(const struct trace_sim_result *r)
@@ -201,14 +268,15 @@ static double rate(const struct trace_sim_result *r)
 static void run_sims(const struct trace *t, const struct trace_pages *pg, uint32_t cap,
 		     struct sims *s)
 {
-	for (int pol = TRACE_SIM_INFINITE; pol <= TRACE_SIM_BELADY; pol++) {
+	for (int pol = TRACE_SIM_INFINITE; pol < TRACE_SIM_N; pol++) {
 		uint64_t t0 = now_ns();
 		int r;
 
 		s->hits[pol] = malloc(((size_t)t->n_reqs + 1) * sizeof(uint32_t));
 		if (!s->hits[pol])
 			die("out of memory");
-		r = trace_sim_run(t, pg, pol, cap, opt.high, opt.low, s->hits[pol], &s->r[pol]);
+		r = trace_sim_run_lfu(t, pg, pol, cap, opt.high, opt.low, &opt.lfu, s->hits[pol],
+				      &s->r[pol]);
 		if (r < 0)
 			die("simulation %s: %s", trace_sim_name(pol), strerror(-r));
 		fprintf(stderr,
@@ -221,7 +289,7 @@ static void run_sims(const struct trace *t, const struct trace_pages *pg, uint32
 
 static void sims_free(struct sims *s)
 {
-	for (int pol = TRACE_SIM_INFINITE; pol <= TRACE_SIM_BELADY; pol++)
+	for (int pol = TRACE_SIM_INFINITE; pol < TRACE_SIM_N; pol++)
 		free(s->hits[pol]);
 }
 
@@ -660,6 +728,11 @@ static void mode_sim(void)
 	label_sample("leaf_lru_hit_rate", 100 * rate(&sims.r[TRACE_SIM_LEAF_LRU]));
 	label_sample("belady_hit_rate", 100 * rate(&sims.r[TRACE_SIM_BELADY]));
 	label_sample("infinite_hit_rate", 100 * rate(&sims.r[TRACE_SIM_INFINITE]));
+	label_sample("leaf_lfu_hit_rate", 100 * rate(&sims.r[TRACE_SIM_LEAF_LFU]));
+	label_sample("lru_belady_ratio",
+		     rate(&sims.r[TRACE_SIM_LEAF_LRU]) / rate(&sims.r[TRACE_SIM_BELADY]));
+	label_sample("lfu_belady_ratio",
+		     rate(&sims.r[TRACE_SIM_LEAF_LFU]) / rate(&sims.r[TRACE_SIM_BELADY]));
 	sims_free(&sims);
 	trace_pages_free(&pg);
 	trace_free(&t);
@@ -690,10 +763,15 @@ static void usage(FILE *f)
 	      "       kvp-bench-trace sim --capacity-pages N [TRACE OPTIONS]\n"
 	      "       kvp-bench-trace run --socket PATH [--workers N] [--reorder N]\n"
 	      "                           [--label NAME] [--out FILE] [TRACE OPTIONS]\n"
-	      "TRACE OPTIONS: --trace FILE (read a trace), or generate one with --seed N\n"
-	      "  --users N --requests N --systems N --max-context N\n"
+	      "TRACE OPTIONS: --trace FILE (read a trace), --mooncake FILE (read a\n"
+	      "  Mooncake JSON-lines trace), or generate one: --shape chat|prod|docs\n"
+	      "  (first: it resets the others; default chat) --seed N --users N\n"
+	      "  --requests N --systems N --max-context N; prod and docs also\n"
+	      "  --gap-median N (requests) --p-continue F --p-doc F --first-mean N\n"
 	      "Also: --high-watermark F --low-watermark F (the daemon's, for the\n"
-	      "leaf-LRU simulation; default 0.95 and 0.90).\n"
+	      "leaf-LRU and leaf-LFU simulations; default 0.95 and 0.90);\n"
+	      "--lfu-aging N --lfu-ghost N --lfu-max N (leaf-LFU's\n"
+	      "parameters, bench/trace_sim.c; default 32768, 8, 15).\n"
 	      "Replays multi-user conversation traces against a running kvpalaced and\n"
 	      "compares its prefix-cache hit rate with LRU and Belady simulated at the same\n"
 	      "capacity; prints 'sample NAME VALUE' lines.\n",
@@ -727,6 +805,15 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"socket", required_argument, NULL, 's'},
 		{"trace", required_argument, NULL, 't'},
+		{"mooncake", required_argument, NULL, 'M'},
+		{"shape", required_argument, NULL, 'P'},
+		{"gap-median", required_argument, NULL, 'g'},
+		{"p-continue", required_argument, NULL, 'C'},
+		{"p-doc", required_argument, NULL, 'D'},
+		{"first-mean", required_argument, NULL, 'F'},
+		{"lfu-aging", required_argument, NULL, 'A'},
+		{"lfu-ghost", required_argument, NULL, 'G'},
+		{"lfu-max", required_argument, NULL, 'X'},
 		{"out", required_argument, NULL, 'o'},
 		{"label", required_argument, NULL, 'l'},
 		{"workers", required_argument, NULL, 'w'},
@@ -745,6 +832,7 @@ int main(int argc, char **argv)
 	int ch;
 
 	trace_params_default(&opt.prm);
+	trace_lfu_default(&opt.lfu);
 	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 's':
@@ -752,6 +840,40 @@ int main(int argc, char **argv)
 			break;
 		case 't':
 			opt.trace_in = optarg;
+			break;
+		case 'M':
+			opt.mooncake = optarg;
+			break;
+		case 'P': { /* resets the trace parameters: give it first */
+			int sh = trace_shape_parse(optarg);
+			uint64_t seed = opt.prm.seed;
+
+			if (sh < 0)
+				die("--shape wants chat, prod or docs");
+			trace_params_shape(&opt.prm, (uint32_t)sh);
+			opt.prm.seed = seed;
+			break;
+		}
+		case 'g':
+			opt.prm.gap_median_reqs = parse_uint(optarg, "gap-median", 1, 1u << 24);
+			break;
+		case 'C':
+			opt.prm.p_continue = parse_fraction(optarg, "p-continue");
+			break;
+		case 'D':
+			opt.prm.p_doc = parse_fraction(optarg, "p-doc");
+			break;
+		case 'A':
+			opt.lfu.aging_uses = parse_uint(optarg, "lfu-aging", 1, 1u << 30);
+			break;
+		case 'G':
+			opt.lfu.ghost_per_page = parse_uint(optarg, "lfu-ghost", 0, 64);
+			break;
+		case 'X':
+			opt.lfu.max_count = parse_uint(optarg, "lfu-max", 1, TRACE_LFU_MAX_COUNT);
+			break;
+		case 'F':
+			opt.prm.first_mean_tokens = parse_uint(optarg, "first-mean", 1, 1u << 16);
 			break;
 		case 'o':
 			opt.out = optarg;

@@ -28,6 +28,37 @@
  *    [4, 1024] and [8, 2048].
  *  - Request = prompt (system prompt + every earlier turn + the new user
  *    message) then the reply. Stops after n_requests requests.
+ *
+ * The production-like shape (shape = TRACE_SHAPE_PROD, trace_params_shape),
+ * counted in requests, not seconds, as production traces measured it:
+ *  - every request starts with one short shared block of
+ *    system_block_tokens (32: two 16-token pages), so a match that finds
+ *    a page or two says nothing;
+ *  - a new conversation opens, with probability p_doc (0.3), on one of
+ *    n_system - 1 (32) shared documents (Zipf s = zipf_s, 1.0, over
+ *    them) of lognormal length, mean doc_mean_tokens (384) and sigma
+ *    doc_sigma (1.0), clamped to [16, 4096]: popular prefixes reused
+ *    across users at every depth; then a first user message of lognormal
+ *    length, mean first_mean_tokens (320, sigma 1.0, clamped [4, 2048]):
+ *    the long unique first prompt of chat services;
+ *  - after each turn the conversation goes on with probability
+ *    p_continue (0.25), at most max_turns (24) turns, while it fits
+ *    max_context_tokens (8,192): most conversations have one turn and
+ *    every one a last, so about three quarters of the blocks are never
+ *    used again (kvp-bench-trace prints the share);
+ *  - its next turn comes after a lognormal number of other requests,
+ *    median gap_median_reqs (400), sigma gap_sigma (1.0): longer than an
+ *    LRU cache of a few thousand pages remembers. A request slot serves
+ *    the turn whose time has come (earliest first), else opens a new
+ *    conversation; later turns' user messages and replies are as in the
+ *    chat shape (user_*: mean 48, reply_*: mean 24 tokens here). Each
+ *    conversation is its own user (user = conversation mod n_users).
+ * The long-documents shape (TRACE_SHAPE_DOCS) is the same with p_doc
+ * 0.8 over 16 documents of mean 2,048 tokens (sigma 0.5), first messages of mean 48, max_context_tokens 16,384.
+ * In both, "system prompt" K > 0 is the shared block followed by
+ * document K (token i: trace_token(seed, 0, i) inside the block,
+ * trace_token(seed, K, i) after it); system prompt 0 is the block alone.
+ *
  * All randomness comes from one splitmix64 stream seeded with the seed, in
  * a fixed order, so a seed names a trace; token ids come from trace_token
  * (position-addressed, not from the stream), so a conversation's history
@@ -75,6 +106,54 @@ void trace_params_default(struct trace_params *p)
 		.max_turns = 24,
 		.max_context_tokens = 8192,
 	};
+}
+
+int trace_params_shape(struct trace_params *p, uint32_t shape)
+{
+	trace_params_default(p);
+	if (shape == TRACE_SHAPE_CHAT)
+		return 0;
+	if (shape >= TRACE_N_SHAPES)
+		return -EINVAL;
+	p->shape = shape;
+	p->n_users = 100000;
+	p->system_block_tokens = 32;
+	p->n_system = 33;
+	p->zipf_s = 1.0;
+	p->p_doc = 0.3;
+	p->doc_mean_tokens = 384;
+	p->doc_sigma = 1.0;
+	p->first_mean_tokens = 320;
+	p->first_sigma = 1.0;
+	p->user_mean_tokens = 48;
+	p->reply_mean_tokens = 24;
+	p->p_continue = 0.25;
+	p->gap_median_reqs = 400;
+	p->gap_sigma = 1.0;
+	if (shape == TRACE_SHAPE_DOCS) {
+		p->n_system = 17;
+		p->p_doc = 0.8;
+		p->doc_mean_tokens = 2048;
+		p->doc_sigma = 0.5;
+		p->first_mean_tokens = 48;
+		p->max_context_tokens = 16384;
+	}
+	return 0;
+}
+
+static const char *const shape_names[TRACE_N_SHAPES] = {"chat", "prod", "docs"};
+
+int trace_shape_parse(const char *name)
+{
+	for (int i = 0; i < TRACE_N_SHAPES; i++)
+		if (!strcmp(name, shape_names[i]))
+			return i;
+	return -EINVAL;
+}
+
+const char *trace_shape_name(uint32_t shape)
+{
+	return shape < TRACE_N_SHAPES ? shape_names[shape] : "?";
 }
 
 static uint64_t splitmix64(uint64_t *s)
@@ -166,7 +245,9 @@ static int make_systems(struct trace *t, const uint32_t *lengths)
 		if (!t->system[k])
 			return -ENOMEM;
 		for (uint32_t i = 0; i < lengths[k]; i++)
-			t->system[k][i] = trace_token(t->prm.seed, k, i);
+			t->system[k][i] = trace_token(
+				t->prm.seed, t->prm.shape && i < t->prm.system_block_tokens ? 0 : k,
+				i);
 	}
 	return 0;
 }
@@ -213,8 +294,24 @@ static int conv_extend(struct trace *t, uint32_t *tok_caps, uint32_t ci, uint32_
 	return 0;
 }
 
+static int shape_params_check(const struct trace_params *p)
+{
+	if (!p->n_users || !p->n_requests || p->n_system < 1 || p->n_system > TRACE_MAX_SYSTEM ||
+	    !p->system_block_tokens || p->system_block_tokens > 4096 || !(p->zipf_s >= 0) ||
+	    !(p->p_doc >= 0 && p->p_doc <= 1) || !(p->doc_mean_tokens >= 1) ||
+	    !(p->doc_sigma >= 0) || !(p->first_mean_tokens >= 1) || !(p->first_sigma >= 0) ||
+	    !(p->user_mean_tokens >= 1) || !(p->reply_mean_tokens >= 1) || !(p->user_sigma >= 0) ||
+	    !(p->reply_sigma >= 0) || !(p->p_continue >= 0 && p->p_continue <= 1) ||
+	    !(p->gap_median_reqs >= 1) || !(p->gap_sigma >= 0) || !p->max_turns ||
+	    p->max_context_tokens < 8192u || p->max_context_tokens > (1u << 24))
+		return -EINVAL;
+	return 0;
+}
+
 static int params_check(const struct trace_params *p)
 {
+	if (p->shape)
+		return p->shape < TRACE_N_SHAPES ? shape_params_check(p) : -EINVAL;
 	if (!p->n_users || !p->n_requests || !p->n_system || p->n_system > TRACE_MAX_SYSTEM ||
 	    !p->system_min_tokens || p->system_min_tokens > p->system_max_tokens ||
 	    !(p->user_mean_tokens >= 1) || !(p->reply_mean_tokens >= 1) || !(p->user_sigma >= 0) ||
@@ -226,6 +323,123 @@ static int params_check(const struct trace_params *p)
 	    p->max_context_tokens > (1u << 24))
 		return -EINVAL;
 	return 0;
+}
+
+/* A min-heap of conversations waiting for their next turn, by the
+ * request index it is due at. */
+struct turn_heap {
+	uint32_t n, cap;
+	uint64_t *v; /* due << 32 | conversation */
+};
+
+static int turn_push(struct turn_heap *h, uint64_t x)
+{
+	uint32_t i;
+
+	if (grow((void **)&h->v, &h->cap, h->n + 1, sizeof(*h->v)) < 0)
+		return -ENOMEM;
+	for (i = h->n++; i && h->v[(i - 1) / 2] > x; i = (i - 1) / 2)
+		h->v[i] = h->v[(i - 1) / 2];
+	h->v[i] = x;
+	return 0;
+}
+
+static uint64_t turn_pop(struct turn_heap *h)
+{
+	uint64_t top = h->v[0], x = h->v[--h->n];
+	uint32_t i = 0;
+
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+
+		if (c >= h->n)
+			break;
+		if (c + 1 < h->n && h->v[c + 1] < h->v[c])
+			c++;
+		if (h->v[c] >= x)
+			break;
+		h->v[i] = h->v[c];
+		i = c;
+	}
+	if (h->n)
+		h->v[i] = x;
+	return top;
+}
+
+/* TRACE_SHAPE_PROD and TRACE_SHAPE_DOCS (the comment at the top). */
+static int generate_turns(const struct trace_params *prm, struct trace *ret)
+{
+	struct trace t = {.prm = *prm};
+	uint32_t lengths[TRACE_MAX_SYSTEM], conv_cap = 0, caps_cap = 0, *tok_caps = NULL;
+	uint32_t turns_cap = 0, *turns = NULL, blk = prm->system_block_tokens;
+	uint32_t doc_hi = prm->max_context_tokens / 2 - blk;
+	struct turn_heap h = {0};
+	uint64_t s = prm->seed;
+	int err = -ENOMEM;
+
+	lengths[0] = blk;
+	for (uint32_t k = 1; k < prm->n_system; k++)
+		lengths[k] = blk + lognormal(&s, prm->doc_mean_tokens, prm->doc_sigma, 16, doc_hi);
+	if (make_systems(&t, lengths) < 0)
+		goto fail;
+	t.reqs = calloc(prm->n_requests, sizeof(*t.reqs));
+	if (!t.reqs)
+		goto fail;
+	for (uint32_t r = 0; r < prm->n_requests; r++) {
+		uint32_t c, n_user,
+			n_reply = lognormal(&s, prm->reply_mean_tokens, prm->reply_sigma, 4, 1024);
+		int fresh = !h.n || (uint32_t)(h.v[0] >> 32) > r;
+
+		if (fresh) {
+			uint32_t sys = 0;
+
+			if (prm->n_system > 1 && uniform(&s) < prm->p_doc)
+				sys = 1 + zipf(&s, prm->n_system - 1, prm->zipf_s);
+			if (conv_open(&t, &conv_cap, &caps_cap, &tok_caps, t.n_convs % prm->n_users,
+				      sys) < 0 ||
+			    grow((void **)&turns, &turns_cap, t.n_convs, sizeof(*turns)) < 0)
+				goto fail;
+			c = t.n_convs - 1;
+			turns[c] = 0;
+			n_user = lognormal(&s, prm->first_mean_tokens, prm->first_sigma, 4, 2048);
+		} else {
+			c = (uint32_t)turn_pop(&h);
+			n_user = lognormal(&s, prm->user_mean_tokens, prm->user_sigma, 4, 1024);
+		}
+		t.reqs[r] = (struct trace_req){
+			.t_s = r * 0.1,
+			.user = t.convs[c].user,
+			.conv = c,
+			.turn = turns[c]++,
+			.gap = fresh ? TRACE_GAP_FIRST : TRACE_GAP_LATER,
+			.prompt_tokens = t.convs[c].n_tokens + n_user,
+			.reply_tokens = n_reply,
+		};
+		if (conv_extend(&t, tok_caps, c, n_user + n_reply) < 0)
+			goto fail;
+		t.n_reqs++;
+		/* The next turn, if any: due after a lognormal gap, if it
+		 * can still fit (the largest message and reply). */
+		if (turns[c] < prm->max_turns && uniform(&s) < prm->p_continue &&
+		    t.convs[c].n_tokens + 1024u + 1024u <= prm->max_context_tokens) {
+			double mu = log(prm->gap_median_reqs);
+			double g = round(exp(mu + prm->gap_sigma * normal(&s)));
+			uint64_t due = (uint64_t)r + 1 + (g < 1 ? 1 : g > 1e9 ? 1e9 : (uint64_t)g);
+
+			if (due < UINT32_MAX && turn_push(&h, due << 32 | c) < 0)
+				goto fail;
+		}
+	}
+	*ret = t;
+	err = 0;
+	goto out;
+fail:
+	trace_free(&t);
+out:
+	free(tok_caps);
+	free(turns);
+	free(h.v);
+	return err;
 }
 
 int trace_generate(const struct trace_params *prm, struct trace *ret)
@@ -241,6 +455,8 @@ int trace_generate(const struct trace_params *prm, struct trace *ret)
 	err = params_check(prm);
 	if (err < 0)
 		return err;
+	if (prm->shape)
+		return generate_turns(prm, ret);
 	err = -ENOMEM;
 	for (uint32_t k = 0; k < prm->n_system; k++)
 		lengths[k] = prm->system_min_tokens +
@@ -363,6 +579,16 @@ static const struct {
 	P_D(p_new_after_later),
 	P_U(max_turns),
 	P_U(max_context_tokens),
+	P_U(shape),
+	P_U(system_block_tokens),
+	P_D(p_doc),
+	P_D(doc_mean_tokens),
+	P_D(doc_sigma),
+	P_D(first_mean_tokens),
+	P_D(first_sigma),
+	P_D(p_continue),
+	P_D(gap_median_reqs),
+	P_D(gap_sigma),
 };
 
 int trace_write(const struct trace *t, FILE *f)

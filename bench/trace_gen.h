@@ -20,6 +20,14 @@
 
 #define TRACE_MAX_SYSTEM 64u
 
+/* The trace shapes trace_gen.c documents. */
+enum trace_shape {
+	TRACE_SHAPE_CHAT, /* users with soon/later returns, a few system prompts */
+	TRACE_SHAPE_PROD, /* production-like: one shared block, most blocks one-use */
+	TRACE_SHAPE_DOCS, /* long shared documents under most conversations */
+	TRACE_N_SHAPES,
+};
+
 struct trace_params {
 	uint64_t seed;
 	uint32_t n_users;
@@ -39,10 +47,31 @@ struct trace_params {
 	double p_new_after_later;    /* a new conversation after a long gap */
 	uint32_t max_turns;	     /* a conversation ends after this many turns */
 	uint32_t max_context_tokens; /* or when the next request would not fit */
+	/* TRACE_SHAPE_PROD and TRACE_SHAPE_DOCS only (the others above that
+	 * they use: seed, n_requests, n_users, n_system = 1 + documents,
+	 * zipf_s (documents), user_* (later turns), reply_*, max_turns,
+	 * max_context_tokens): */
+	uint32_t shape;		      /* enum trace_shape */
+	uint32_t system_block_tokens; /* the block every request starts with */
+	double p_doc;		      /* a conversation opens on a shared document */
+	double doc_mean_tokens;	      /* lognormal length of a document */
+	double doc_sigma;
+	double first_mean_tokens; /* lognormal length of a first user message */
+	double first_sigma;
+	double p_continue;	/* after a turn, the conversation goes on */
+	double gap_median_reqs; /* other requests before the next turn: lognormal */
+	double gap_sigma;	/* of that median and this sigma */
 };
 
-/* The defaults trace_gen.c documents. */
+/* The defaults trace_gen.c documents (TRACE_SHAPE_CHAT). */
 void trace_params_default(struct trace_params *p);
+
+/* The defaults of shape (enum trace_shape); -EINVAL for an unknown one. */
+int trace_params_shape(struct trace_params *p, uint32_t shape);
+
+/* "chat", "prod", "docs" -> enum trace_shape, or -EINVAL. */
+int trace_shape_parse(const char *name);
+const char *trace_shape_name(uint32_t shape);
 
 enum trace_gap {
 	TRACE_GAP_FIRST, /* the user's first request */
@@ -94,6 +123,19 @@ int trace_write(const struct trace *t, FILE *f);
 /* Reads a trace written by trace_write, regenerating its token ids from
  * the seed it records. Returns 0, -EBADMSG for a malformed file, -ENOMEM. */
 int trace_read(FILE *f, struct trace *ret);
+
+/* Reads a trace in the Mooncake format (JSON lines with input_length,
+ * output_length and hash_ids, a hash id per 512-token block, as
+ * FAST'25's Mooncake traces): each line is a request of a conversation
+ * of its own whose tokens are block_tokens tokens per hash id (ids
+ * derived from the hash id, so equal ids are equal pages, and blocks
+ * shorten 512 -> block_tokens: hit ratios in blocks are unchanged),
+ * then its reply (output_length scaled the same way, at least one
+ * token). The result has shape TRACE_SHAPE_PROD and no system prompt
+ * table (n_system 0) and cannot be written with trace_write. Returns
+ * 0, -EBADMSG for a malformed line (*ret_line: its number), -EINVAL,
+ * -ENOMEM. */
+int trace_read_mooncake(FILE *f, uint32_t block_tokens, struct trace *ret, uint32_t *ret_line);
 
 /* Frees what trace_generate or trace_read allocated; t may be zeroed. */
 void trace_free(struct trace *t);

@@ -34,6 +34,25 @@
  *    least enough for the request). Differs from the daemon only in
  *    running one request at a time: the replayer's workers interleave
  *    and hold their pages concurrently;
+ *  - LEAF_LFU: LEAF_LRU's rules (pins, leaves first, watermarks) with
+ *    another victim order among the leaves: each page has a use count
+ *    (saturating at max_count, 15), raised by one whenever a request
+ *    that matched or wrote it lets it go (once a request, in page order,
+ *    as the daemon's pages become idle); every aging_uses
+ *    (32,768) page uses, every count halves (the leaves are
+ *    re-sorted, lowest bucket first, oldest first inside each); the
+ *    victim is the leaf of lowest count, least recently released among
+ *    equals. A page dropped leaves a ghost: its count is remembered in a
+ *    FIFO of ghost_per_page (8) × capacity entries (bounded memory; the
+ *    oldest ghost is forgotten), and a page written again while its ghost
+ *    lives starts from that count (halved once per aging step since), so
+ *    a page that was useful before, evicted by a burst, comes back above
+ *    the one-use pages. A parent left childless goes to the cold end of
+ *    its count's bucket. The daemon's --eviction lfu is this order.
+ *    Parameters chosen on the prod shape, seed 1, at 1,000, 3,000 and
+ *    10,000 pages (an aging step measured in uses, not scaled with the
+ *    capacity, did best at all three); bench/run reports other seeds
+ *    and shapes;
  *  - BELADY: Belady's MIN, the offline optimum: each cached page's key is
  *    the index of the next request whose prompt contains it (never:
  *    infinite), ties broken by depth (deeper first); when a page must be
@@ -229,6 +248,10 @@ const char *trace_sim_name(enum trace_policy pol)
 		return "leaf-LRU";
 	case TRACE_SIM_BELADY:
 		return "Belady";
+	case TRACE_SIM_LEAF_LFU:
+		return "leaf-LFU";
+	case TRACE_SIM_N:
+		break;
 	}
 	return "?";
 }
@@ -474,6 +497,238 @@ out:
 	return ret;
 }
 
+void trace_lfu_default(struct trace_lfu *l)
+{
+	*l = (struct trace_lfu){
+		.max_count = TRACE_LFU_MAX_COUNT,
+		.aging_uses = 32768,
+		.ghost_per_page = 8,
+	};
+}
+
+#define NB (TRACE_LFU_MAX_COUNT + 1)
+
+struct lfu_state {
+	uint32_t n; /* pages; entries n .. n + NB - 1 are the buckets' heads */
+	uint32_t *prev, *next;
+	uint8_t *on;
+	uint8_t *cnt;	     /* [n_pages] count as of epoch ep */
+	uint32_t *ep;	     /* [n_pages] */
+	uint32_t epoch;	     /* aging steps so far */
+	uint64_t uses;	     /* page uses since the last step */
+	uint64_t aging_uses; /* a step every this many */
+	uint32_t *children;
+	uint8_t *pinned;
+	uint32_t *ghost_ring; /* [n_ghost] page ids, FIFO */
+	uint32_t *ghost_at;   /* [n_pages] slot of a page's ghost, NONE */
+	uint32_t n_ghost, ghost_pos;
+	const struct trace_lfu *prm;
+};
+
+static uint32_t lfu_eff(const struct lfu_state *ls, uint32_t x)
+{
+	uint32_t d = ls->epoch - ls->ep[x];
+
+	return d >= 8 ? 0 : (uint32_t)ls->cnt[x] >> d;
+}
+
+static void lfu_del(struct lfu_state *ls, uint32_t x)
+{
+	if (!ls->on[x])
+		return;
+	ls->next[ls->prev[x]] = ls->next[x];
+	ls->prev[ls->next[x]] = ls->prev[x];
+	ls->on[x] = 0;
+}
+
+static void lfu_link(struct lfu_state *ls, uint32_t at, uint32_t x)
+{
+	ls->prev[x] = at;
+	ls->next[x] = ls->next[at];
+	ls->prev[ls->next[at]] = x;
+	ls->next[at] = x;
+	ls->on[x] = 1;
+}
+
+/* Lists x in its count's bucket: at the warm end, or the cold one. */
+static void lfu_add(struct lfu_state *ls, uint32_t x, int cold)
+{
+	uint32_t h = ls->n + lfu_eff(ls, x);
+
+	lfu_del(ls, x);
+	lfu_link(ls, cold ? h : ls->prev[h], x);
+}
+
+static void lfu_use(struct lfu_state *ls, uint32_t x, uint32_t w)
+{
+	uint32_t c = lfu_eff(ls, x) + w;
+
+	ls->cnt[x] = (uint8_t)(c > ls->prm->max_count ? ls->prm->max_count : c);
+	ls->ep[x] = ls->epoch;
+	ls->uses++;
+}
+
+/* An aging step when due: every count halves, the leaves re-sorted. */
+static void lfu_age(struct lfu_state *ls)
+{
+	if (ls->uses < ls->aging_uses)
+		return;
+	ls->uses = 0;
+	ls->epoch++;
+	for (uint32_t b = 1; b < NB; b++) {
+		uint32_t h = ls->n + b;
+
+		while (ls->next[h] != h) {
+			uint32_t x = ls->next[h];
+
+			lfu_del(ls, x);
+			lfu_add(ls, x, 0); /* its bucket is now b >> 1 */
+		}
+	}
+}
+
+static uint32_t lfu_coldest(const struct lfu_state *ls)
+{
+	for (uint32_t b = 0; b < NB; b++)
+		if (ls->next[ls->n + b] != ls->n + b)
+			return ls->next[ls->n + b];
+	return NONE;
+}
+
+static void lfu_ghost(struct lfu_state *ls, uint32_t v)
+{
+	uint32_t old;
+
+	if (!ls->n_ghost)
+		return;
+	old = ls->ghost_ring[ls->ghost_pos];
+	if (old != NONE && ls->ghost_at[old] == ls->ghost_pos)
+		ls->ghost_at[old] = NONE;
+	ls->ghost_ring[ls->ghost_pos] = v;
+	ls->ghost_at[v] = ls->ghost_pos;
+	ls->ghost_pos = (ls->ghost_pos + 1) % ls->n_ghost;
+}
+
+static void lfu_evict(struct sim *s, struct lfu_state *ls, uint64_t keep)
+{
+	while (s->n_cached > keep) {
+		uint32_t v = lfu_coldest(ls), p;
+
+		if (v == NONE)
+			break;
+		lfu_del(ls, v);
+		s->cached[v] = 0;
+		s->n_cached--;
+		s->res.evictions++;
+		lfu_ghost(ls, v);
+		p = s->pg->parent[v];
+		if (p != NONE && --ls->children[p] == 0 && !ls->pinned[p])
+			lfu_add(ls, p, 1);
+	}
+}
+
+static int run_leaf_lfu(struct sim *s, uint32_t *hits, double high, double low,
+			const struct trace_lfu *prm)
+{
+	uint32_t n_pages = s->pg->n_pages, B = s->pg->block_tokens;
+	uint64_t high_p = (uint64_t)(high * s->cap), low_p = (uint64_t)(low * s->cap);
+	size_t nl = (size_t)n_pages + NB;
+	struct lfu_state ls = {
+		.n = n_pages,
+		.prev = malloc(nl * sizeof(uint32_t)),
+		.next = malloc(nl * sizeof(uint32_t)),
+		.on = calloc(nl, 1),
+		.cnt = calloc(n_pages + 1, 1),
+		.ep = calloc(n_pages + 1, sizeof(uint32_t)),
+		.children = calloc(n_pages + 1, sizeof(uint32_t)),
+		.pinned = calloc(n_pages + 1, 1),
+		.ghost_at = malloc(((size_t)n_pages + 1) * sizeof(uint32_t)),
+		.n_ghost = (uint32_t)((uint64_t)prm->ghost_per_page * s->cap > (1u << 30)
+					      ? (1u << 30)
+					      : (uint64_t)prm->ghost_per_page * s->cap),
+		.aging_uses = prm->aging_uses,
+		.prm = prm,
+	};
+	int ret = -ENOMEM;
+
+	ls.ghost_ring = malloc(((size_t)ls.n_ghost + 1) * sizeof(uint32_t));
+	if (!ls.prev || !ls.next || !ls.on || !ls.cnt || !ls.ep || !ls.children || !ls.pinned ||
+	    !ls.ghost_at || !ls.ghost_ring)
+		goto out;
+	for (uint32_t b = 0; b < NB; b++)
+		ls.prev[n_pages + b] = ls.next[n_pages + b] = n_pages + b;
+	memset(ls.ghost_at, 0xff, ((size_t)n_pages + 1) * sizeof(uint32_t));
+	memset(ls.ghost_ring, 0xff, ((size_t)ls.n_ghost + 1) * sizeof(uint32_t));
+	for (uint32_t r = 0; r < s->t->n_reqs; r++) {
+		const struct trace_req *q = &s->t->reqs[r];
+		const uint32_t *ids = s->pg->conv[q->conv];
+		uint32_t total = q->prompt_tokens + q->reply_tokens;
+		uint32_t full = total / B, all = (total + B - 1) / B, h, need;
+
+		h = hits[r] = sim_hits(s, q);
+		for (uint32_t i = 0; i < h; i++) {
+			ls.pinned[ids[i]] = 1;
+			lfu_del(&ls, ids[i]);
+		}
+		need = all - h;
+		if ((uint64_t)s->n_cached + need > high_p ||
+		    (uint64_t)s->n_cached + need > s->cap) {
+			uint64_t want = s->cap - (low_p < s->cap ? low_p : s->cap);
+
+			if (want < need)
+				want = need;
+			lfu_evict(s, &ls, want < s->cap ? s->cap - want : 0);
+		}
+		sim_peak(s, s->n_cached + need);
+		for (uint32_t i = h; i < full; i++) {
+			uint32_t id = ids[i], p = s->pg->parent[id];
+
+			ls.pinned[id] = 1;
+			if (s->cached[id]) {
+				lfu_del(&ls, id);
+				continue;
+			}
+			/* A new page: its ghost's count, or none; the use is
+			 * counted when it is released, as every page's. */
+			if (ls.ghost_at[id] == NONE) {
+				ls.cnt[id] = 0;
+			} else {
+				ls.cnt[id] = (uint8_t)lfu_eff(&ls, id);
+				ls.ghost_at[id] = NONE;
+			}
+			ls.ep[id] = ls.epoch;
+			s->cached[id] = 1;
+			s->n_cached++;
+			if (p != NONE) {
+				ls.children[p]++;
+				lfu_del(&ls, p);
+			}
+		}
+		for (uint32_t i = 0; i < full; i++) {
+			uint32_t id = ids[i];
+
+			ls.pinned[id] = 0;
+			lfu_use(&ls, id, 1);
+			if (!ls.children[id])
+				lfu_add(&ls, id, 0);
+			lfu_age(&ls);
+		}
+		lfu_evict(s, &ls, s->cap);
+	}
+	ret = 0;
+out:
+	free(ls.prev);
+	free(ls.next);
+	free(ls.on);
+	free(ls.cnt);
+	free(ls.ep);
+	free(ls.children);
+	free(ls.pinned);
+	free(ls.ghost_at);
+	free(ls.ghost_ring);
+	return ret;
+}
+
 /* An indexed max-heap of cached pages by (next use, depth). */
 struct bheap {
 	uint32_t n;
@@ -627,6 +882,14 @@ int trace_sim_run(const struct trace *t, const struct trace_pages *pg, enum trac
 		  uint32_t capacity_pages, double high, double low, uint32_t *ret_hits,
 		  struct trace_sim_result *ret)
 {
+	return trace_sim_run_lfu(t, pg, pol, capacity_pages, high, low, NULL, ret_hits, ret);
+}
+
+int trace_sim_run_lfu(const struct trace *t, const struct trace_pages *pg, enum trace_policy pol,
+		      uint32_t capacity_pages, double high, double low, const struct trace_lfu *lfu,
+		      uint32_t *ret_hits, struct trace_sim_result *ret)
+{
+	struct trace_lfu dflt;
 	struct sim s = {.t = t, .pg = pg, .cap = capacity_pages};
 	uint32_t *hits = malloc(((size_t)t->n_reqs + 1) * sizeof(uint32_t));
 	int err = -ENOMEM;
@@ -651,6 +914,16 @@ int trace_sim_run(const struct trace *t, const struct trace_pages *pg, enum trac
 		break;
 	case TRACE_SIM_BELADY:
 		err = run_belady(&s, hits);
+		break;
+	case TRACE_SIM_LEAF_LFU:
+		if (!lfu) {
+			trace_lfu_default(&dflt);
+			lfu = &dflt;
+		}
+		err = lfu->max_count >= 1 && lfu->max_count <= TRACE_LFU_MAX_COUNT &&
+				      lfu->aging_uses
+			      ? run_leaf_lfu(&s, hits, high, low, lfu)
+			      : -EINVAL;
 		break;
 	default:
 		err = -EINVAL;

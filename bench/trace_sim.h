@@ -39,7 +39,20 @@ enum trace_policy {
 	TRACE_SIM_LRU,	    /* plain LRU over pages */
 	TRACE_SIM_LEAF_LRU, /* kvpalaced's host-tier policy, sequentially */
 	TRACE_SIM_BELADY,   /* Belady's MIN: evict the furthest next use */
+	TRACE_SIM_LEAF_LFU, /* leaves-first LFU with aging and ghosts (--eviction lfu) */
+	TRACE_SIM_N,
 };
+
+/* TRACE_SIM_LEAF_LFU's parameters (trace_sim.c documents them). */
+struct trace_lfu {
+	uint32_t max_count;	 /* counts saturate here, 1..TRACE_LFU_MAX_COUNT */
+	uint32_t aging_uses;	 /* counts halve every aging_uses page uses */
+	uint32_t ghost_per_page; /* evicted pages remembered: ghost_per_page × capacity */
+};
+
+#define TRACE_LFU_MAX_COUNT 15u
+
+void trace_lfu_default(struct trace_lfu *l);
 
 struct trace_sim_result {
 	uint64_t prompt_tokens; /* every request's prompt */
@@ -59,6 +72,11 @@ struct trace_sim_result {
 int trace_sim_run(const struct trace *t, const struct trace_pages *pg, enum trace_policy pol,
 		  uint32_t capacity_pages, double high, double low, uint32_t *ret_hits,
 		  struct trace_sim_result *ret);
+
+/* trace_sim_run with TRACE_SIM_LEAF_LFU's parameters (NULL: defaults). */
+int trace_sim_run_lfu(const struct trace *t, const struct trace_pages *pg, enum trace_policy pol,
+		      uint32_t capacity_pages, double high, double low, const struct trace_lfu *lfu,
+		      uint32_t *ret_hits, struct trace_sim_result *ret);
 
 const char *trace_sim_name(enum trace_policy pol);
 

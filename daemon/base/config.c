@@ -296,6 +296,7 @@ enum key_id {
 	K_HOST_TENANT,
 	K_SESSION_IDLE_TIMEOUT,
 	K_MAX_TENANT_TOKENS,
+	K_EVICTION,
 	K_COUNT,
 };
 _Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
@@ -325,6 +326,7 @@ static const char *const key_names[K_COUNT] = {
 	[K_DISK_POOL] = "disk-pool-size",
 	[K_IO_BACKEND] = "io-backend",
 	[K_EVENT_LOOP] = "event-loop",
+	[K_EVICTION] = "eviction",
 	[K_WARMUP_DIR] = "warmup-dir",
 	[K_SESSION_POLICY] = "session-policy",
 	[K_SESSION_BUDGET] = "session-budget",
@@ -345,6 +347,7 @@ static const char *const key_names[K_COUNT] = {
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
 /* Indexed by enum loop_want (daemon/io/loop.h). */
 static const char *const event_loops[] = {"auto", "io_uring", "epoll"};
+static const char *const evictions[] = {"lru", "lfu"};
 /* Indexed by enum policy_kind. */
 static const char *const policy_names[] = {"none", "window", "sinks", "importance", "hierarchy"};
 
@@ -455,6 +458,13 @@ static int set_key(struct config *c, int k, const char *v)
 		for (int i = 0; i < 3; i++)
 			if (!strcmp(v, event_loops[i])) {
 				c->event_loop = i;
+				return 0;
+			}
+		return -EINVAL;
+	case K_EVICTION:
+		for (int i = 0; i < 2; i++)
+			if (!strcmp(v, evictions[i])) {
+				c->eviction = i;
 				return 0;
 			}
 		return -EINVAL;
@@ -575,6 +585,9 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		break;
 	case K_EVENT_LOOP:
 		snprintf(buf, n, "%s", event_loops[c->event_loop]);
+		break;
+	case K_EVICTION:
+		snprintf(buf, n, "%s", evictions[c->eviction]);
 		break;
 	case K_GPU_POOL:
 		snprintf(buf, n, "%lluM", (unsigned long long)(c->gpu_pool_bytes >> 20));
@@ -1053,6 +1066,9 @@ void config_usage(const char *argv0)
 	       "  --event-loop NAME         auto, io_uring or epoll: auto uses epoll where\n"
 	       "                            io_uring is denied (a container's seccomp profile)\n"
 	       "                            (default auto)\n"
+	       "  --eviction NAME           host-tier victim order: lru (least recently used\n"
+	       "                            leaf first) or lfu (lowest use count with aging\n"
+	       "                            and ghosts, leaves first) (default lru)\n"
 	       "  --warmup-dir DIR          checkpoints loaded into the prefix index before the\n"
 	       "                            daemon reports ready (default STATE-DIR/warmup)\n"
 	       "  --session-policy NAME     token policy new sessions start with: none, window,\n"

@@ -19,6 +19,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+enum config_eviction {
+	CONFIG_EVICTION_LRU, /* least recently used leaf first */
+	CONFIG_EVICTION_LFU, /* prefix_index_set_lfu */
+};
+
 #define CONFIG_PATH_MAX	       4096
 #define CONFIG_SOCKET_PATH_MAX 108 /* sizeof(sun_path) */
 #define CONFIG_MAX_KEYS	       48
@@ -66,6 +71,7 @@ struct config {
 	uint64_t disk_reserve_bytes;
 	int io_backend;
 	int event_loop; /* enum loop_want: auto, io_uring, epoll */
+	int eviction;	/* enum config_eviction: the host tier's victim order */
 	/* The policy new sessions start with (daemon/base/policy.h); clients may
 	 * set their own per session. */
 	int session_policy; /* enum policy_kind */

@@ -114,6 +114,9 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	ret = pagealloc_init(&p->pa, (uint32_t)n_pages);
 	if (ret == 0)
 		ret = prefix_index_init(&p->ix, (uint32_t)n_pages);
+	if (ret == 0 && cfg->eviction == CONFIG_EVICTION_LFU)
+		ret = prefix_index_set_lfu(&p->ix, (uint32_t)n_pages * PINDEX_LFU_GHOSTS,
+					   PINDEX_LFU_AGING_USES);
 	if (ret < 0)
 		goto fail;
 	p->events = &c->events;

@@ -40,6 +40,73 @@ int prefix_index_init(struct prefix_index *ix, uint32_t n_pages)
 	return ix->by_slot ? 0 : -ENOMEM;
 }
 
+int prefix_index_set_lfu(struct prefix_index *ix, uint32_t n_ghosts, uint64_t aging_uses)
+{
+	int ret;
+
+	if (ix->n_entries || !aging_uses)
+		return -EINVAL;
+	ret = ghost_init(&ix->ghost, n_ghosts);
+	if (ret < 0)
+		return ret;
+	for (uint32_t b = 0; b < PINDEX_LFU_BUCKETS; b++)
+		list_init(&ix->host_lfu[b]);
+	ix->lfu = 1;
+	ix->lfu_aging_uses = aging_uses;
+	return 0;
+}
+
+/* e's use count now (halved once per aging step since it was set). */
+static uint32_t lfu_count(const struct prefix_index *ix, uint32_t count, uint32_t epoch)
+{
+	uint32_t d = ix->lfu_epoch - epoch;
+
+	return d >= 8 ? 0 : count >> d;
+}
+
+static void lfu_use(struct prefix_index *ix, struct pindex_entry *e)
+{
+	uint32_t c = lfu_count(ix, e->lfu_count, e->lfu_epoch) + 1;
+
+	e->lfu_count = (uint8_t)(c >= PINDEX_LFU_BUCKETS ? PINDEX_LFU_BUCKETS - 1 : c);
+	e->lfu_epoch = ix->lfu_epoch;
+	ix->lfu_uses++;
+}
+
+/* An aging step when one is due: every count halves, the host lists are
+ * re-sorted (each bucket's entries, oldest first, to the warm end of the
+ * bucket they now belong to). */
+static void lfu_age(struct prefix_index *ix)
+{
+	if (ix->lfu_uses < ix->lfu_aging_uses)
+		return;
+	ix->lfu_uses = 0;
+	ix->lfu_epoch++;
+	for (uint32_t b = 1; b < PINDEX_LFU_BUCKETS; b++) {
+		struct list *head = &ix->host_lfu[b];
+
+		while (!list_empty(head)) {
+			struct pindex_entry *x =
+				list_entry(head->next, struct pindex_entry, lru_link);
+
+			list_del(&x->lru_link);
+			x->lfu_bucket = (uint8_t)lfu_count(ix, x->lfu_count, x->lfu_epoch);
+			list_add_tail(&ix->host_lfu[x->lfu_bucket], &x->lru_link);
+		}
+	}
+}
+
+/* The host list e joins now (its count's bucket under LFU). */
+static struct list *host_head(struct prefix_index *ix, struct pindex_entry *e)
+{
+	if (e->permanent)
+		return &ix->keep_lru;
+	if (!ix->lfu)
+		return &ix->host_lru;
+	e->lfu_bucket = (uint8_t)lfu_count(ix, e->lfu_count, e->lfu_epoch);
+	return &ix->host_lfu[e->lfu_bucket];
+}
+
 int prefix_index_adopt_table(struct prefix_index *ix, struct idmap_entry *slots, size_t cap)
 {
 	return idmap_adopt(&ix->by_hash, slots, cap);
@@ -57,6 +124,7 @@ void prefix_index_fini(struct prefix_index *ix, struct pagealloc *pa)
 			pagealloc_unref(pa, e->slot);
 		free(e);
 	}
+	ghost_fini(&ix->ghost);
 	free(ix->by_slot);
 	idmap_fini(&ix->by_hash);
 	memset(ix, 0, sizeof(*ix));
@@ -324,19 +392,23 @@ static void place(struct prefix_index *ix, const struct pagealloc *pa, struct pi
 		  int at_lru)
 {
 	enum pindex_list want = belongs(ix, pa, e);
-	int idle = is_idle(pa, e), busy = idle && e->io != PINDEX_IO_NONE;
+	int idle = is_idle(pa, e), busy = idle && e->io != PINDEX_IO_NONE, used = 0;
 	struct list *head;
 
 	if (idle != e->idle) {
 		ix->n_idle += idle ? 1u : -1u;
 		e->idle = (uint8_t)idle;
+		if (idle && ix->lfu) {
+			lfu_use(ix, e); /* let go of: a use */
+			used = 1;
+		}
 	}
 	if (busy != e->idle_busy) {
 		ix->n_idle_busy += busy ? 1u : -1u;
 		e->idle_busy = (uint8_t)busy;
 	}
 	if (want == e->list)
-		return;
+		goto out;
 	if (e->list == PINDEX_LIST_HOST)
 		ix->n_evictable--;
 	else if (e->list == PINDEX_LIST_DISK)
@@ -344,9 +416,9 @@ static void place(struct prefix_index *ix, const struct pagealloc *pa, struct pi
 	list_del(&e->lru_link);
 	e->list = (uint8_t)want;
 	if (want == PINDEX_LIST_NONE)
-		return;
+		goto out;
 	if (want == PINDEX_LIST_HOST) {
-		head = e->permanent ? &ix->keep_lru : &ix->host_lru;
+		head = host_head(ix, e);
 		ix->n_evictable++;
 	} else {
 		head = &ix->disk_lru;
@@ -364,6 +436,9 @@ static void place(struct prefix_index *ix, const struct pagealloc *pa, struct pi
 		if (want == PINDEX_LIST_HOST)
 			e->used = ++ix->clock;
 	}
+out:
+	if (used)
+		lfu_age(ix);
 }
 
 /* Tells e's parent that e's host copy started or stopped staying (stayed:
@@ -413,7 +488,9 @@ void prefix_index_reconsider(struct prefix_index *ix, const struct pagealloc *pa
 static struct list *list_of(struct prefix_index *ix, const struct pindex_entry *e)
 {
 	if (e->list == PINDEX_LIST_HOST)
-		return e->permanent ? &ix->keep_lru : &ix->host_lru;
+		return e->permanent ? &ix->keep_lru
+		       : ix->lfu    ? &ix->host_lfu[e->lfu_bucket]
+				    : &ix->host_lru;
 	return e->list == PINDEX_LIST_DISK ? &ix->disk_lru : NULL;
 }
 
@@ -468,24 +545,38 @@ void prefix_index_mark_permanent(struct prefix_index *ix, const struct pagealloc
 	}
 }
 
+/* The host lists in victim order: the ordinary one (or LFU's buckets,
+ * lowest count first), then the permanent one. Returns how many. */
+static uint32_t host_heads(const struct prefix_index *ix, const struct list **heads)
+{
+	uint32_t n = 0;
+
+	if (ix->lfu)
+		for (uint32_t b = 0; b < PINDEX_LFU_BUCKETS; b++)
+			heads[n++] = &ix->host_lfu[b];
+	else
+		heads[n++] = &ix->host_lru;
+	heads[n++] = &ix->keep_lru;
+	return n;
+}
+
 struct pindex_entry *prefix_index_host_next(const struct prefix_index *ix,
 					    const struct pindex_entry *e)
 {
-	const struct list *it, *head;
+	const struct list *heads[PINDEX_LFU_BUCKETS + 1], *it;
+	uint32_t n = host_heads(ix, heads), k = 0;
 
-	if (!e) {
-		head = &ix->host_lru;
-		it = head->next;
-	} else {
-		head = e->permanent ? &ix->keep_lru : &ix->host_lru;
+	if (e) {
+		k = e->permanent ? n - 1 : ix->lfu ? e->lfu_bucket : 0;
 		it = e->lru_link.next;
+	} else {
+		it = heads[0]->next;
 	}
-	if (it == &ix->host_lru) {
-		head = &ix->keep_lru;
-		it = head->next;
+	while (it == heads[k]) {
+		if (++k == n)
+			return NULL;
+		it = heads[k]->next;
 	}
-	if (it == head)
-		return NULL;
 	return list_entry(it, struct pindex_entry, lru_link);
 }
 
@@ -507,6 +598,15 @@ static struct pindex_entry *new_entry(struct prefix_index *ix, XXH128_hash_t has
 		e->root = parent->root;
 	e->used_ns = prefix_index_now_ns();
 	list_init(&e->lru_link);
+	e->lfu_epoch = ix->lfu_epoch;
+	if (ix->lfu) {
+		uint8_t count;
+		uint32_t epoch;
+
+		/* Back while its ghost lives: the count it had. */
+		if (ghost_take(&ix->ghost, key_of(hash), &count, &epoch))
+			e->lfu_count = (uint8_t)lfu_count(ix, count, epoch);
+	}
 	if (idmap_put(&ix->by_hash, key_of(hash), e) < 0) {
 		free(e);
 		return NULL;
@@ -647,6 +747,8 @@ static void unlink_entry(struct prefix_index *ix, struct pagealloc *pa, struct p
 void prefix_index_drop(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e,
 		       uint32_t *ret_extent)
 {
+	if (ix->lfu)
+		ghost_put(&ix->ghost, key_of(e->hash), e->lfu_count, e->lfu_epoch);
 	unlink_entry(ix, pa, e, ret_extent);
 	ix->evictions++;
 }
@@ -853,6 +955,16 @@ int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa
 			if (e->list != l || (l == PINDEX_LIST_HOST && e->permanent))
 				goto out;
 			on_list[l]++;
+		}
+	for (uint32_t b = 0; ix->lfu && b < PINDEX_LFU_BUCKETS; b++)
+		for (const struct list *it = ix->host_lfu[b].next; it != &ix->host_lfu[b];
+		     it = it->next) {
+			const struct pindex_entry *e =
+				list_entry(it, struct pindex_entry, lru_link);
+
+			if (e->list != PINDEX_LIST_HOST || e->permanent || e->lfu_bucket != b)
+				goto out;
+			on_list[PINDEX_LIST_HOST]++;
 		}
 	for (const struct list *it = ix->keep_lru.next; it != &ix->keep_lru; it = it->next) {
 		const struct pindex_entry *e = list_entry(it, struct pindex_entry, lru_link);

@@ -56,6 +56,7 @@
 #include <stdint.h>
 #include <xxhash.h>
 
+#include "ghost.h"
 #include "idmap.h"
 #include "layout.h"
 #include "list.h"
@@ -104,7 +105,15 @@ struct pindex_entry {
 	XXH128_hash_t root;
 	uint64_t used_ns; /* last use (CLOCK_MONOTONIC), 0: not since the daemon started */
 	struct list lru_link;
+	uint32_t lfu_epoch; /* --eviction lfu: lfu_count as of this aging step */
+	uint8_t lfu_count;
+	uint8_t lfu_bucket; /* the host_lfu list it is on */
 };
+
+/* --eviction lfu (prefix_index_set_lfu). */
+#define PINDEX_LFU_BUCKETS    16u /* counts 0..15 */
+#define PINDEX_LFU_AGING_USES 32768u
+#define PINDEX_LFU_GHOSTS     8u /* ghosts per host page */
 
 struct prefix_index {
 	struct idmap by_hash;	       /* low 64 bits of the hash (| 1) → entry */
@@ -132,10 +141,30 @@ struct prefix_index {
 	 * announce (KV events). NULL: nobody asks. */
 	void (*gone)(void *arg, const struct pindex_entry *e);
 	void *gone_arg;
+	/* --eviction lfu: the host list is PINDEX_LFU_BUCKETS lists by use
+	 * count, lowest first (least recently joined first inside each). */
+	int lfu;
+	struct list host_lfu[PINDEX_LFU_BUCKETS];
+	uint32_t lfu_epoch;	 /* aging steps so far */
+	uint64_t lfu_uses;	 /* uses since the last step */
+	uint64_t lfu_aging_uses; /* a step every this many */
+	struct ghost ghost;	 /* evicted pages' counts */
 };
 
 /* Returns 0 or -ENOMEM. */
 int prefix_index_init(struct prefix_index *ix, uint32_t n_pages);
+/* Makes the host tier's victim order LFU (before any entry exists): the
+ * victims stay leaves first with permanent entries last, but among
+ * leaves the lowest use count goes first, least recently used first
+ * among equals. A use is an entry's host copy becoming idle (a session,
+ * lease or job let go of it: once a request that matched or wrote it);
+ * counts saturate at 15 and halve every aging_uses uses (the lists are
+ * re-sorted then); a dropped entry's count is remembered in a FIFO of
+ * n_ghosts ghosts (daemon/store/ghost.h) and given back if the page is
+ * indexed again while its ghost lives. bench/trace_sim.c's leaf-LFU is
+ * the same order. Returns 0, -EINVAL (entries exist), -ENOMEM. */
+int prefix_index_set_lfu(struct prefix_index *ix, uint32_t n_ghosts, uint64_t aging_uses);
+
 /* Drops every entry's reference through pa and frees the index. */
 void prefix_index_fini(struct prefix_index *ix, struct pagealloc *pa);
 /* Gives the hash map a larger table at once (idmap_table_new, made on a
