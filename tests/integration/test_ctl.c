@@ -982,7 +982,8 @@ static void test_config(void **state)
 		"\"disk-reserve\":{\"value\":\"2048M\",\"source\":\"default\"},"
 		"\"host-tenant-size\":{\"value\":\"0M\",\"source\":\"default\"},"
 		"\"session-idle-timeout\":{\"value\":\"1h\",\"source\":\"default\"},"
-		"\"max-tenant-tokens\":{\"value\":\"33554432\",\"source\":\"default\"}}}");
+		"\"max-tenant-tokens\":{\"value\":\"33554432\",\"source\":\"default\"},"
+		"\"eviction\":{\"value\":\"lru\",\"source\":\"default\"}}}");
 
 	/* A reload says what changed and what waits for a restart. */
 	write_conf("log-level = notice\nmax-sessions-per-pool = 100\nmax-message-bytes = 8192\n");
