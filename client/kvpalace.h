@@ -1391,10 +1391,14 @@ KVP_PUBLIC int kvp_list_sessions_page(kvp_client *c, uint64_t pool_id, uint64_t 
  * after kvp_events_subscribe() only kvp_events_read(), kvp_client_fd()
  * (poll it for readability) and kvp_disconnect() work on it; calls that
  * talk to the daemon fail with -EBUSY. A client socket's subscriber sees
- * its own tenant's pools, one on the admin socket every pool. Events are numbered from 1;
- * the daemon keeps the last 16384 for a subscriber that reads slowly,
- * and one that falls further behind is told how many it lost (lost):
- * what it built from earlier events is stale then. Events of work the
+ * its own tenant's pools, one on the admin socket every pool. Events are
+ * numbered from 1: on the admin socket across the daemon, on a client
+ * socket among the tenant's own events (the pool's, when subscribed to
+ * one pool), so that nothing of other tenants' traffic shows. The daemon
+ * keeps the last 16384 events (of all tenants) for a subscriber that
+ * reads slowly, and one that falls further behind is told how many of
+ * its events it lost (lost; a tenant's subscriber with the first of its
+ * events after the gap): what it built from earlier events is stale then. Events of work the
  * daemon does in the background come within a second. */
 enum kvp_event_kind {
 	KVP_EVENT_STORED = 1,  /* a page entered the index */

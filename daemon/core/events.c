@@ -1,6 +1,6 @@
 /* daemon/core/events.c — the ring of KV events (see events.h).
  *
- * Layer: core, at its bottom beside cache.c: calls nothing of the daemon.
+ * Layer: core, at its bottom beside cache.c: calls only base/ (idmap).
  */
 #include <errno.h>
 #include <stddef.h>
@@ -19,6 +19,38 @@ void kv_events_fini(struct kv_events *ev)
 	free(ev->ring);
 	ev->ring = NULL;
 	ev->n_subscribers = 0;
+	idmap_fini(&ev->next_by_uid);
+	idmap_fini(&ev->next_by_pool);
+}
+
+static uint64_t next_of(const struct idmap *m, uint64_t key)
+{
+	uintptr_t v = (uintptr_t)idmap_get(m, key);
+
+	return v ? (uint64_t)v : 1;
+}
+
+/* Hands out key's next number in m; 0 when m has no memory for it. Put
+ * back after its removal, a key never needs the map to grow (it held it
+ * just before): only a key's first number can fail, which leaves no
+ * trace, so the numbers of a key only ever grow. */
+static uint64_t take_next(struct idmap *m, uint64_t key)
+{
+	uint64_t n = (uint64_t)(uintptr_t)idmap_del(m, key);
+
+	if (!n)
+		n = 1;
+	return idmap_put(m, key, (void *)(uintptr_t)(n + 1)) == 0 ? n : 0;
+}
+
+uint64_t kv_events_uid_next(const struct kv_events *ev, uid_t uid)
+{
+	return next_of(&ev->next_by_uid, (uint64_t)uid + 1);
+}
+
+uint64_t kv_events_pool_next(const struct kv_events *ev, uint64_t pool_id)
+{
+	return next_of(&ev->next_by_pool, pool_id);
 }
 
 int kv_events_subscribe(struct kv_events *ev)
@@ -46,11 +78,22 @@ struct kv_event *kv_events_add(struct kv_events *ev, enum kv_event_kind kind, ui
 {
 	struct kv_event *e;
 
-	if (!ev->ring)
+	if (!ev->ring) {
+		if (kind == KV_EVENT_CLEARED)
+			idmap_del(&ev->next_by_pool, pool_id);
 		return NULL;
+	}
 	e = &ev->ring[ev->next_seq % KV_EVENTS_KEEP];
 	memset(e, 0, offsetof(struct kv_event, tokens));
 	e->seq = ev->next_seq++;
+	e->useq = take_next(&ev->next_by_uid, (uint64_t)uid + 1);
+	if (kind == KV_EVENT_CLEARED) {
+		/* The pool's last event: its numbering goes with it. */
+		e->pseq = next_of(&ev->next_by_pool, pool_id);
+		idmap_del(&ev->next_by_pool, pool_id);
+	} else {
+		e->pseq = take_next(&ev->next_by_pool, pool_id);
+	}
 	e->kind = (uint8_t)kind;
 	e->pool_id = pool_id;
 	e->uid = uid;

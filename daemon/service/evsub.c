@@ -41,8 +41,10 @@ int evsub_subscribe(struct cache *cache, struct peer *p,
 	p->ev_sub = 1;
 	p->ev_pool = in->has_pool_id ? in->pool_id : 0;
 	p->ev_next = cache->events.next_seq;
+	p->ev_vnext = p->ev_pool ? kv_events_pool_next(&cache->events, p->ev_pool)
+				 : kv_events_uid_next(&cache->events, p->uid);
 	kvpalace__v1__subscribe_events_response__init(out);
-	out->next_seq = p->ev_next;
+	out->next_seq = p->admin ? p->ev_next : p->ev_vnext;
 	out->keep = KV_EVENTS_KEEP;
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_SUBSCRIBE_EVENTS;
 	r->resp.subscribe_events = out;
@@ -54,13 +56,25 @@ static int sees(const struct peer *p, const struct kv_event *e)
 	return (p->admin || e->uid == p->uid) && (!p->ev_pool || e->pool_id == p->ev_pool);
 }
 
+/* The number p is shown for e: the daemon's for the admin, else the
+ * tenant's (or the pool's, for a subscriber of one pool), so that another
+ * tenant's traffic shows neither in the numbers nor in what was lost. 0
+ * when the daemon had no memory to number it. */
+static uint64_t seq_for(const struct peer *p, const struct kv_event *e)
+{
+	if (p->admin)
+		return e->seq;
+	return p->ev_pool ? e->pseq : e->useq;
+}
+
 /* What one event becomes on the wire; hashes and tokens go into bytes,
  * which the caller sized. */
-static void event_msg(Kvpalace__V1__KvEvent *m, const struct kv_event *e, unsigned char *bytes)
+static void event_msg(Kvpalace__V1__KvEvent *m, const struct kv_event *e, uint64_t seq,
+		      unsigned char *bytes)
 {
 	kvpalace__v1__kv_event__init(m);
 	m->kind = (Kvpalace__V1__KvEvent__Kind)e->kind;
-	m->seq = e->seq;
+	m->seq = seq;
 	m->pool_id = e->pool_id;
 	if (e->kind == KV_EVENT_CLEARED)
 		return;
@@ -93,7 +107,7 @@ int evsub_next(struct cache *cache, struct peer *p, struct reply *r, uint32_t ma
 	const struct kv_events *ev = &cache->events;
 	Kvpalace__V1__KvEvents *out = &r->u.events;
 	size_t room = reply_room(max_message_bytes, PUSH_FIXED_BYTES), used = 0, n = 0, cap;
-	uint64_t oldest = kv_events_oldest(ev), lost = 0, seq;
+	uint64_t oldest = kv_events_oldest(ev), lost = 0, seq, vseq;
 	Kvpalace__V1__KvEvent *msgs, **ptrs;
 	unsigned char *bytes;
 
@@ -104,7 +118,10 @@ int evsub_next(struct cache *cache, struct peer *p, struct reply *r, uint32_t ma
 	if (!p->ev_sub)
 		return 0;
 	if (p->ev_next < oldest) {
-		lost = oldest - p->ev_next;
+		/* The admin is told how many went; a tenant learns what it
+		 * lost of its own from the numbers of the next it sees. */
+		if (p->admin)
+			lost = oldest - p->ev_next;
 		p->ev_next = oldest;
 	}
 	cap = room / EVENT_FIXED_BYTES;
@@ -124,12 +141,20 @@ int evsub_next(struct cache *cache, struct peer *p, struct reply *r, uint32_t ma
 	for (seq = p->ev_next; seq < ev->next_seq && n < cap; seq++) {
 		const struct kv_event *e = kv_events_at(ev, seq);
 
-		if (!sees(p, e))
+		vseq = seq_for(p, e);
+		/* An event the daemon could not number for its tenant is
+		 * not shown to it (the numbers it sees only grow). */
+		if (!sees(p, e) || !vseq)
 			continue;
 		if (used + EVENT_BYTES(e->n_tokens) > room)
 			break;
 		used += EVENT_BYTES(e->n_tokens);
-		event_msg(&msgs[n], e, bytes + n * (32 + 4 * KV_EVENT_MAX_TOKENS));
+		if (!p->admin) {
+			if (vseq > p->ev_vnext)
+				lost += vseq - p->ev_vnext;
+			p->ev_vnext = vseq + 1;
+		}
+		event_msg(&msgs[n], e, vseq, bytes + n * (32 + 4 * KV_EVENT_MAX_TOKENS));
 		ptrs[n] = &msgs[n];
 		n++;
 	}

@@ -104,7 +104,8 @@ struct peer {
 	 * may see), and the next event it is to get. */
 	int ev_sub;
 	uint64_t ev_pool;
-	uint64_t ev_next;
+	uint64_t ev_next;  /* the ring's seq to look at next */
+	uint64_t ev_vnext; /* not admin: the useq (pseq with ev_pool) it is to see next */
 
 	/* Set by dispatch(): the cache its requests run on, and the request
 	 * being dispatched (its arrival kept while it is parked: a parked

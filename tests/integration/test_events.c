@@ -202,8 +202,11 @@ struct two {
 	int to_child[2], to_parent[2];
 };
 
-/* Subscribes as nobody, lets the parent commit, commits into a pool of
- * its own and checks it sees its own pages and none of the parent's. */
+/* Subscribes as nobody, lets the parent commit more pages than the daemon
+ * keeps events for, commits into a pool of its own and checks it sees its
+ * own pages and nothing of the parent's: not their events, not a gap in
+ * its numbers, not a count of lost events (all three would tell it how
+ * busy another tenant is). */
 static int other_tenant(void *arg)
 {
 	struct two *t = arg;
@@ -213,13 +216,13 @@ static int other_tenant(void *arg)
 	kvp_session *s;
 	kvp_pool *p;
 	size_t n, mine = 0;
-	uint64_t lost;
+	uint64_t lost, next;
 	double end;
 	char b = 0;
 
 	CHILD_CHECK_EQ(harness_become_nobody(), 0);
 	CHILD_CHECK_EQ(kvp_connect(t->h->sock, &sub), 0);
-	CHILD_CHECK_EQ(kvp_events_subscribe(sub, 0, NULL), 0);
+	CHILD_CHECK_EQ(kvp_events_subscribe(sub, 0, &next), 0);
 	CHILD_CHECK_EQ(write(t->to_parent[1], &b, 1), 1);
 	CHILD_CHECK_EQ(read(t->to_child[0], &b, 1), 1); /* the parent committed */
 	CHILD_CHECK_EQ(kvp_connect(t->h->sock, &c), 0);
@@ -231,9 +234,11 @@ static int other_tenant(void *arg)
 		int ret = kvp_events_read(sub, 200, &ev, &n, &lost);
 
 		CHILD_CHECK(ret >= 0);
+		CHILD_CHECK_EQ(lost, 0);
 		for (size_t i = 0; i < n; i++) {
 			/* The parent's events came first; none may show. */
 			CHILD_CHECK_EQ(ev[i].pool_id, kvp_pool_id(p));
+			CHILD_CHECK_EQ(ev[i].seq, next + mine);
 			mine++;
 		}
 		kvp_events_free(ev);
@@ -246,26 +251,32 @@ static int other_tenant(void *arg)
 
 static void test_other_tenant_sees_nothing(void **state)
 {
+	enum { PAGES = 20000, PER = 250 };
 	struct two t = {.h = *state};
-	uint32_t tokens[4 * BT];
+	uint32_t *tokens = malloc((size_t)PER * BT * sizeof(uint32_t));
 	kvp_client *c;
 	kvp_pool *p;
 	kvp_session *s;
 	pid_t pid;
 	char b = 0;
 
+	assert_non_null(tokens);
 	assert_int_equal(pipe(t.to_child), 0);
 	assert_int_equal(pipe(t.to_parent), 0);
 	pid = harness_fork(other_tenant, &t);
 	assert_true(pid > 0);
 	assert_int_equal(read(t.to_parent[0], &b, 1), 1);
-	harness_tokens(tokens, 4 * BT, 72, 0);
 	assert_int_equal(kvp_connect(t.h->sock, &c), 0);
 	assert_int_equal(kvp_pool_open(c, MODEL, &small, &p), 0);
-	assert_int_equal(harness_pkv_commit_session(p, tokens, 4 * BT, &s), 0);
+	for (int k = 0; k < PAGES / PER; k++) {
+		harness_tokens(tokens, (size_t)PER * BT, 2000 + (uint32_t)k, 0);
+		assert_int_equal(harness_pkv_commit_session(p, tokens, (size_t)PER * BT, &s), 0);
+		kvp_session_close(s);
+	}
 	assert_int_equal(write(t.to_child[1], &b, 1), 1);
 	assert_int_equal(harness_wait(pid, 30), 0);
 	kvp_disconnect(c);
+	free(tokens);
 }
 
 /* A subscriber that never reads while far more pages than the daemon
