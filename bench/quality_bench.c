@@ -57,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels_num.h"
 #include "kvpalace.h"
 #include "stories.h"
 
@@ -71,6 +72,9 @@
 #define RECENT_PCT 50u
 #define N_MIXED	   4u /* {int4, fp8} x {exact by score, exact recent} */
 #define EXACT_PCT  10u
+#define N_LD_PCT   2u  /* long-document budgets */
+#define N_LD	   6u  /* long-document configurations */
+#define LD_CHUNK   16u /* tokens of the prefix each summary token stands for */
 
 /* --recent: importance's protected recent tokens; 0: half the budget */
 static uint32_t opt_recent;
@@ -78,6 +82,11 @@ static uint32_t opt_recent;
 static const unsigned pcts[N_PCT] = {10, 25, 50, 75};
 static const char *const pol_names[N_POL] = {"window",	  "sinks",	"importance",
 					     "hierarchy", "hier+sinks", "random"};
+static const unsigned ld_pcts[N_LD_PCT] = {25, 50};
+enum { SUM_NONE, SUM_MEAN, SUM_WMEAN, SUM_TOP }; /* how a summary token is made */
+static const char *const ld_names[N_LD] = {"drop",     "+sum mean", "+sum wmean",
+					   "+sum top", "sinks B+S", "import B+S"};
+static const char *const ld_keys[N_LD] = {"drop", "mean", "wmean", "top", "sinks", "importance"};
 static const uint32_t store_dtypes[N_STORE] = {SHM_DTYPE_F16, SHM_DTYPE_INT8, SHM_DTYPE_FP8_E4M3,
 					       SHM_DTYPE_INT4};
 
@@ -155,8 +164,10 @@ struct bench {
 	uint8_t *mark;			 /* [P] */
 	uint64_t rng;
 	struct acc dense_acc, pol[N_POL][N_PCT], store[N_STORE], mixed[N_MIXED];
-	uint32_t *order;  /* [P]: prefix positions by score */
-	int verify_exact; /* this configuration must equal the dense run */
+	struct acc ld[N_LD][N_LD_PCT];
+	uint32_t ld_s[N_LD_PCT]; /* summary tokens at each long-document budget */
+	uint32_t *order;	 /* [P]: prefix positions by score */
+	int verify_exact;	 /* this configuration must equal the dense run */
 };
 
 /* Writes the sequence and its dense reference. */
@@ -216,17 +227,69 @@ static void continuation(struct bench *b, struct stories_kv *t, uint64_t k, stru
 	}
 }
 
+/* Summary token c of the chunk [c0, c1) of the prefix into the session's
+ * slot at: for every layer, K and V and head, the mean of the chunk's
+ * rows (SUM_MEAN), their mean weighted by H2O score (SUM_WMEAN), or the
+ * row of its token with the highest score (SUM_TOP). From the dense f16
+ * pages: K rotated to each token's own position. */
+static void summary_token(struct bench *b, kvp_session *s, uint64_t at, uint32_t c0, uint32_t c1,
+			  int mode)
+{
+	const struct shm_layout *l = &b->ls[0];
+	uint32_t hd = l->head_dim, top = c0;
+	double wsum = 0;
+	float acc[64];
+
+	for (uint32_t t = c0; t < c1; t++) {
+		if (b->score[t] > b->score[top])
+			top = t;
+		wsum += mode == SUM_WMEAN ? b->score[t] : 1.0;
+	}
+	if (hd > 64 || !(wsum > 0))
+		die("summary token", EINVAL);
+	for (uint32_t layer = 0; layer < l->n_layers; layer++)
+		for (uint32_t kv = 0; kv < 2; kv++)
+			for (uint32_t h = 0; h < l->n_kv_heads; h++) {
+				uint16_t *dst = kvp_session_kv(s, at, layer, kv, h);
+
+				if (!dst)
+					die("kvp_session_kv (summary)", EFAULT);
+				memset(acc, 0, sizeof(acc));
+				for (uint32_t t = c0; t < c1; t++) {
+					const uint16_t *row =
+						(const uint16_t *)((const char *)
+									   b->dense.pages[t / BT] +
+								   shm_kv_offset(l, layer, kv, h,
+										 t % BT));
+					double w = mode == SUM_TOP     ? t == top
+						   : mode == SUM_WMEAN ? b->score[t]
+								       : 1.0;
+
+					if (mode == SUM_TOP)
+						wsum = 1.0;
+					for (uint32_t d = 0; d < hd; d++)
+						acc[d] += (float)(w / wsum) * kn_f16_to_f32(row[d]);
+				}
+				for (uint32_t d = 0; d < hd; d++)
+					dst[d] = kn_f32_to_f16(acc[d]);
+			}
+}
+
 /* The prefix in format si through a session of the daemon, under pol
- * (NULL: exact); the kept tokens into b->work[si]; returns how many. */
-static uint64_t through_daemon(struct bench *b, unsigned si, const struct kvp_policy *pol,
-			       int perm_sinks)
+ * (NULL: exact), with a summary span (sum_mode not SUM_NONE: one token per
+ * LD_CHUNK tokens of the prefix's [sum_first, sum_end), appended after it
+ * tagged KVP_TAG_SUMMARY); the kept tokens into b->work[si]; returns how
+ * many. */
+static uint64_t through_daemon_sum(struct bench *b, unsigned si, const struct kvp_policy *pol,
+				   int perm_sinks, int sum_mode, uint32_t sum_first,
+				   uint32_t sum_end)
 {
 	const struct shm_layout *l = &b->ls[si];
 	size_t page_bytes = shm_page_bytes(l);
 	uint32_t n_pages = b->P / BT;
 	const void **src = xcalloc(n_pages, sizeof(void *));
 	kvp_session *s;
-	uint64_t k, dropped = 0;
+	uint64_t k, dropped = 0, n_sum = 0;
 	int ret;
 
 	ret = kvp_session_create(b->pools[si], &s);
@@ -245,6 +308,21 @@ static uint64_t through_daemon(struct bench *b, unsigned si, const struct kvp_po
 	ret = kvp_commit(s, b->P);
 	if (ret < 0)
 		die("kvp_commit", ret);
+	if (sum_mode != SUM_NONE) {
+		uint32_t c = 0;
+
+		n_sum = (sum_end - sum_first + LD_CHUNK - 1) / LD_CHUNK;
+		ret = kvp_append_tagged(s, b->tok + sum_first, n_sum, KVP_ROLE_NONE, 0,
+					KVP_TAG_SUMMARY);
+		if (ret < 0)
+			die("kvp_append_tagged (summary)", ret);
+		for (uint32_t c0 = sum_first; c0 < sum_end; c0 += LD_CHUNK, c++)
+			summary_token(b, s, b->P + c, c0,
+				      c0 + LD_CHUNK < sum_end ? c0 + LD_CHUNK : sum_end, sum_mode);
+		ret = kvp_commit(s, n_sum);
+		if (ret < 0)
+			die("kvp_commit (summary)", ret);
+	}
 	if (pol) {
 		if (pol->kind == KVP_POLICY_HIERARCHY) {
 			for (uint32_t t0 = 0; t0 < b->P; t0 += TURN_LEN) {
@@ -275,7 +353,7 @@ static uint64_t through_daemon(struct bench *b, unsigned si, const struct kvp_po
 			die("kvp_session_compact", ret);
 	}
 	k = kvp_session_tokens(s);
-	if (k + dropped != b->P || (pol && k != pol->budget))
+	if (k + dropped != b->P + n_sum || (pol && k != pol->budget))
 		die("the compacted session's length", EPROTO);
 	/* the kept tokens, read from the session's pages */
 	for (uint32_t i = 0; i < (k + BT - 1) / BT; i++) {
@@ -289,21 +367,34 @@ static uint64_t through_daemon(struct bench *b, unsigned si, const struct kvp_po
 	ret = kref_gather_tokens(l, b->work[si].pages, 0, src, k, b->pos, k);
 	if (ret < 0)
 		die("kref_gather_tokens", ret);
-	/* the kept tokens' original positions: ascending, inside the prefix */
+	/* the kept tokens' original positions: ascending, inside the prefix,
+	 * and then every summary token, tagged so */
 	if (pol) {
 		struct kvp_token_info *info = xcalloc(k, sizeof(*info));
 
 		ret = kvp_session_meta(s, 0, k, info);
 		if (ret < 0)
 			die("kvp_session_meta", ret);
-		for (uint64_t i = 0; i < k; i++)
-			if (info[i].pos >= b->P || (i && info[i].pos <= info[i - 1].pos))
-				die("the kept tokens' positions", EPROTO);
+		for (uint64_t i = 0; i < k; i++) {
+			int is_sum = i >= k - n_sum;
+
+			if ((!is_sum && info[i].pos >= b->P) ||
+			    (is_sum && (info[i].pos != b->P + (i - (k - n_sum)) ||
+					!(info[i].flags & KVP_TAG_SUMMARY))) ||
+			    (i && info[i].pos <= info[i - 1].pos))
+				die("the kept tokens' positions or the summary", EPROTO);
+		}
 		free(info);
 	}
 	kvp_session_close(s);
 	free(src);
 	return k;
+}
+
+static uint64_t through_daemon(struct bench *b, unsigned si, const struct kvp_policy *pol,
+			       int perm_sinks)
+{
+	return through_daemon_sum(b, si, pol, perm_sinks, SUM_NONE, 0, 0);
 }
 
 /* Random: B positions of the prefix, uniformly, gathered here. */
@@ -395,6 +486,34 @@ static void policy_for(struct kvp_policy *pol, unsigned p, uint32_t budget)
 	pol->recent = opt_recent ? opt_recent : budget * RECENT_PCT / 100;
 	if (pol->recent + pol->sinks > budget)
 		pol->recent = budget > pol->sinks ? budget - pol->sinks : 0;
+}
+
+/* Long documents at budget ld_pcts[li] of the prefix (B tokens): sinks +
+ * window drops the middle of the prefix, [N_SINKS, P - B + N_SINKS); a
+ * summary span of S tokens, one per LD_CHUNK dropped tokens, is attached
+ * to the session and kept by the daemon beside the same sinks and window
+ * (budget B + S), against the same B + S tokens spent on a longer window
+ * or on importance. */
+static void long_document(struct bench *b, unsigned li)
+{
+	uint32_t B = (b->P * ld_pcts[li] + 50) / 100;
+	uint32_t d0 = N_SINKS, d1 = b->P - (B - N_SINKS);
+	uint32_t S = (d1 - d0 + LD_CHUNK - 1) / LD_CHUNK;
+	struct kvp_policy pol;
+	uint64_t k;
+
+	b->ld_s[li] = S;
+	for (unsigned x = 1; x < N_LD; x++) {
+		if (x == 5) {
+			policy_for(&pol, 2, B + S);
+		} else {
+			kvp_policy_init(&pol, KVP_POLICY_SINKS, B + S);
+			pol.sinks = N_SINKS;
+			pol.decay = DECAY;
+		}
+		k = through_daemon_sum(b, 0, &pol, 0, x <= 3 ? (int)x : SUM_NONE, d0, d1);
+		continuation(b, &b->work[0], k, &b->ld[x][li]);
+	}
 }
 
 static double ppl(const struct acc *a)
@@ -544,7 +663,14 @@ int main(int argc, char **argv)
 				continuation(&b, &b.work[0], k, &b.pol[p][pi]);
 			}
 		}
+		for (unsigned li = 0; li < N_LD_PCT; li++)
+			long_document(&b, li);
 	}
+	/* "drop" is sinks + window at the budget, measured above */
+	for (unsigned li = 0; li < N_LD_PCT; li++)
+		for (unsigned pi = 0; pi < N_PCT; pi++)
+			if (pcts[pi] == ld_pcts[li])
+				b.ld[0][li] = b.pol[1][pi];
 
 	printf("stories260K (trained), %llu sequences it wrote (seed %llu), prefix %u tokens "
 	       "compacted by the daemon, then %u continuation tokens scored;\n"
@@ -597,7 +723,30 @@ int main(int argc, char **argv)
 		printf("%-5s exact %-7s %6.3f / %5.1f / %.4f\n", x < 2 ? "int4" : "fp8",
 		       x % 2 ? "recent" : "by score", ppl(&b.mixed[x]), agree(&b.mixed[x]),
 		       ppl(&b.mixed[x]) / ppl(&b.store[0]));
+	printf("long document: sinks + window at B drop the middle of the prefix; a summary "
+	       "span of S tokens (one per %u dropped tokens: their K/V mean, score-weighted "
+	       "mean, or the top-scored token's K/V) kept by the daemon beside them (B + S), "
+	       "against B + S tokens of sinks + window or importance\n",
+	       LD_CHUNK);
+	printf("%-12s", "budget");
+	for (unsigned li = 0; li < N_LD_PCT; li++)
+		printf("  %3u%% (B %3u, S %2u)", ld_pcts[li], (b.P * ld_pcts[li] + 50) / 100,
+		       b.ld_s[li]);
+	printf("\n");
+	for (unsigned x = 0; x < N_LD; x++) {
+		printf("%-12s", ld_names[x]);
+		for (unsigned li = 0; li < N_LD_PCT; li++)
+			printf("     %8.3f / %4.1f", ppl(&b.ld[x][li]), agree(&b.ld[x][li]));
+		printf("\n");
+	}
 	printf("sample quality.ppl_dense %.6g\n", ppl(&b.dense_acc));
+	for (unsigned x = 0; x < N_LD; x++)
+		for (unsigned li = 0; li < N_LD_PCT; li++) {
+			printf("sample quality.ppl_ld_%s_%u %.6g\n", ld_keys[x], ld_pcts[li],
+			       ppl(&b.ld[x][li]));
+			printf("sample quality.top1_ld_%s_%u %.6g\n", ld_keys[x], ld_pcts[li],
+			       agree(&b.ld[x][li]));
+		}
 	for (unsigned x = 0; x < N_MIXED; x++) {
 		printf("sample quality.ppl_mixed_%s_%s %.6g\n", x < 2 ? "int4" : "fp8",
 		       x % 2 ? "recent" : "score", ppl(&b.mixed[x]));
