@@ -537,10 +537,15 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"socket", required_argument, NULL, 'S'}, {"seqs", required_argument, NULL, 'n'},
-		{"prefix", required_argument, NULL, 'p'}, {"cont", required_argument, NULL, 'c'},
-		{"seed", required_argument, NULL, 's'},	  {"model", required_argument, NULL, 'm'},
-		{"help", no_argument, NULL, 'h'},	  {NULL, 0, NULL, 0}, /* one per line */
+		{"socket", required_argument, NULL, 'S'},
+		{"seqs", required_argument, NULL, 'n'},
+		{"prefix", required_argument, NULL, 'p'},
+		{"cont", required_argument, NULL, 'c'},
+		{"seed", required_argument, NULL, 's'},
+		{"model", required_argument, NULL, 'm'},
+		{"recent", required_argument, NULL, 'r'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0}, /* one per line */
 	};
 	const char *sock = NULL, *model = "models/stories260K/stories260K.bin";
 	uint64_t n_seqs = 200, seed = 1, gen_rng;
