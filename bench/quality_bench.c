@@ -70,7 +70,7 @@
 #define N_SINKS	   4u
 #define DECAY	   0.01f
 #define RECENT_PCT 50u
-#define N_MIXED	   4u /* {int4, fp8} x {exact by score, exact recent} */
+#define N_MIXED	   8u /* {int4, fp8} x mixed_modes */
 #define EXACT_PCT  10u
 #define N_LD_PCT   2u  /* long-document budgets */
 #define N_LD	   6u  /* long-document configurations */
@@ -83,6 +83,10 @@ static const unsigned pcts[N_PCT] = {10, 25, 50, 75};
 static const char *const pol_names[N_POL] = {"window",	  "sinks",	"importance",
 					     "hierarchy", "hier+sinks", "random"};
 static const unsigned ld_pcts[N_LD_PCT] = {25, 50};
+/* Mixed precision: which prefix tokens stay exact (x % 4 of N_MIXED). */
+enum { MIX_NONE, MIX_SCORE, MIX_RECENT, MIX_SCORE25 };
+static const char *const mix_names[4] = {"nothing", "by score", "recent", "score 25%"};
+static const char *const mix_keys[4] = {"none", "score", "recent", "score25"};
 enum { SUM_NONE, SUM_MEAN, SUM_WMEAN, SUM_TOP }; /* how a summary token is made */
 static const char *const ld_names[N_LD] = {"drop",     "+sum mean", "+sum wmean",
 					   "+sum top", "sinks B+S", "import B+S"};
@@ -439,12 +443,15 @@ static int by_score(const void *a, const void *b)
 /* Mixed precision, emulated here (a pool has one format): the prefix
  * quantized as format si and back to f16, then the sinks and EXACT_PCT %
  * of the prefix restored exact from the f16 pages: the tokens with the
- * highest H2O scores (by_score) or the most recent. The continuation's
- * own K/V stay f16 (recent tokens exact, as KIVI keeps them). */
-static void mixed(struct bench *b, unsigned si, int by_recency, struct acc *a)
+ * highest H2O scores (MIX_SCORE; 25 % with MIX_SCORE25) or the most recent
+ * (MIX_RECENT); MIX_NONE restores nothing, the control (the store rows
+ * quantize the continuation too, these do not). The continuation's own
+ * K/V stay f16 (recent tokens exact, as KIVI keeps them). */
+static void mixed(struct bench *b, unsigned si, int mode, struct acc *a)
 {
 	const struct shm_layout *l = &b->ls[0];
-	uint32_t n_exact = b->P * EXACT_PCT / 100, got = 0;
+	uint32_t n_exact = b->P * (mode == MIX_SCORE25 ? 25 : EXACT_PCT) / 100, got = 0;
+	int by_recency = mode == MIX_RECENT;
 	int ret;
 
 	table_clear(&b->work[0]);
@@ -461,9 +468,9 @@ static void mixed(struct bench *b, unsigned si, int by_recency, struct acc *a)
 		for (uint32_t i = 0; i < b->P; i++)
 			b->order[i] = b->P - 1 - i;
 	}
-	for (uint32_t t = 0; t < N_SINKS; t++)
+	for (uint32_t t = 0; t < N_SINKS && mode != MIX_NONE; t++)
 		b->pos[got++] = t;
-	for (uint32_t i = 0; i < b->P && got < N_SINKS + n_exact; i++)
+	for (uint32_t i = 0; i < b->P && mode != MIX_NONE && got < N_SINKS + n_exact; i++)
 		if (b->order[i] >= N_SINKS)
 			b->pos[got++] = b->order[i];
 	for (uint32_t i = 0; i < got; i++) {
@@ -651,7 +658,7 @@ int main(int argc, char **argv)
 			b.verify_exact = 0;
 		}
 		for (unsigned x = 0; x < N_MIXED; x++)
-			mixed(&b, x < 2 ? 3 : 2, x % 2, &b.mixed[x]);
+			mixed(&b, x < 4 ? 3 : 2, (int)(x % 4), &b.mixed[x]);
 		for (unsigned pi = 0; pi < N_PCT; pi++) {
 			uint32_t budget = (b.P * pcts[pi] + 50) / 100;
 
@@ -722,11 +729,11 @@ int main(int argc, char **argv)
 		       ppl(&b.store[si]), agree(&b.store[si]),
 		       ppl(&b.store[si]) / ppl(&b.store[0]));
 	printf("mixed precision (emulated: a pool has one format), the continuation's K/V f16: "
-	       "the sinks + %u %% of the prefix exact, the rest quantized\n",
+	       "nothing, or the sinks + %u %% (25 %%) of the prefix exact, the rest quantized\n",
 	       EXACT_PCT);
 	for (unsigned x = 0; x < N_MIXED; x++)
-		printf("%-5s exact %-7s %6.3f / %5.1f / %.4f\n", x < 2 ? "int4" : "fp8",
-		       x % 2 ? "recent" : "by score", ppl(&b.mixed[x]), agree(&b.mixed[x]),
+		printf("%-5s exact %-9s %6.3f / %5.1f / %.4f\n", x < 4 ? "int4" : "fp8",
+		       mix_names[x % 4], ppl(&b.mixed[x]), agree(&b.mixed[x]),
 		       ppl(&b.mixed[x]) / ppl(&b.store[0]));
 	printf("long document: sinks + window at B drop the middle of the prefix; a summary "
 	       "span of S tokens (one per %u dropped tokens: their K/V mean, score-weighted "
@@ -753,10 +760,10 @@ int main(int argc, char **argv)
 			       agree(&b.ld[x][li]));
 		}
 	for (unsigned x = 0; x < N_MIXED; x++) {
-		printf("sample quality.ppl_mixed_%s_%s %.6g\n", x < 2 ? "int4" : "fp8",
-		       x % 2 ? "recent" : "score", ppl(&b.mixed[x]));
-		printf("sample quality.top1_mixed_%s_%s %.6g\n", x < 2 ? "int4" : "fp8",
-		       x % 2 ? "recent" : "score", agree(&b.mixed[x]));
+		printf("sample quality.ppl_mixed_%s_%s %.6g\n", x < 4 ? "int4" : "fp8",
+		       mix_keys[x % 4], ppl(&b.mixed[x]));
+		printf("sample quality.top1_mixed_%s_%s %.6g\n", x < 4 ? "int4" : "fp8",
+		       mix_keys[x % 4], agree(&b.mixed[x]));
 	}
 	for (unsigned p = 0; p < N_POL; p++)
 		for (unsigned pi = 0; pi < N_PCT; pi++) {
