@@ -42,7 +42,17 @@
  * Mixed precision (important tokens kept exact) has no pool format, so it
  * is emulated without the daemon: the prefix quantized to int4 or fp8 and
  * back, then the sinks and 10 % of the prefix put back exact, chosen by
- * H2O score or as the most recent (the continuation's K/V stay f16).
+ * H2O score or as the most recent, or 25 % by score, against nothing put
+ * back (the control: the continuation's K/V stay f16 in all of these).
+ *
+ * Long documents (summary spans, issue 22), at budgets B of 25 and 50 %:
+ * sinks + window drop the middle of the prefix; one summary token per 16
+ * dropped tokens (their K/V mean, score-weighted mean, or the top-scored
+ * token's K/V: the model has no summarizer, so the summary is made of its
+ * own K/V) is appended to the session tagged KVP_TAG_SUMMARY and the daemon
+ * compacts under sinks + window at B + S, keeping it (checked from the
+ * session's metadata); against the same tokens dropped (sinks at B) and
+ * the same B + S tokens spent on sinks + window or importance.
  *
  * Self-check: f16 at the full budget through the daemon must equal the
  * dense run bit for bit (every logit), else exit 1.
