@@ -42,7 +42,17 @@
  * Mixed precision (important tokens kept exact) has no pool format, so it
  * is emulated without the daemon: the prefix quantized to int4 or fp8 and
  * back, then the sinks and 10 % of the prefix put back exact, chosen by
- * H2O score or as the most recent (the continuation's K/V stay f16).
+ * H2O score or as the most recent, or 25 % by score, against nothing put
+ * back (the control: the continuation's K/V stay f16 in all of these).
+ *
+ * Long documents (summary spans, issue 22), at budgets B of 25 and 50 %:
+ * sinks + window drop the middle of the prefix; one summary token per 16
+ * dropped tokens (their K/V mean, score-weighted mean, or the top-scored
+ * token's K/V: the model has no summarizer, so the summary is made of its
+ * own K/V) is appended to the session tagged KVP_TAG_SUMMARY and the daemon
+ * compacts under sinks + window at B + S, keeping it (checked from the
+ * session's metadata); against the same tokens dropped (sinks at B) and
+ * the same B + S tokens spent on sinks + window or importance.
  *
  * Self-check: f16 at the full budget through the daemon must equal the
  * dense run bit for bit (every logit), else exit 1.
@@ -57,6 +67,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels_num.h"
 #include "kvpalace.h"
 #include "stories.h"
 
@@ -69,8 +80,11 @@
 #define N_SINKS	   4u
 #define DECAY	   0.01f
 #define RECENT_PCT 50u
-#define N_MIXED	   4u /* {int4, fp8} x {exact by score, exact recent} */
+#define N_MIXED	   8u /* {int4, fp8} x mixed_modes */
 #define EXACT_PCT  10u
+#define N_LD_PCT   2u  /* long-document budgets */
+#define N_LD	   6u  /* long-document configurations */
+#define LD_CHUNK   16u /* tokens of the prefix each summary token stands for */
 
 /* --recent: importance's protected recent tokens; 0: half the budget */
 static uint32_t opt_recent;
@@ -78,6 +92,15 @@ static uint32_t opt_recent;
 static const unsigned pcts[N_PCT] = {10, 25, 50, 75};
 static const char *const pol_names[N_POL] = {"window",	  "sinks",	"importance",
 					     "hierarchy", "hier+sinks", "random"};
+static const unsigned ld_pcts[N_LD_PCT] = {25, 50};
+/* Mixed precision: which prefix tokens stay exact (x % 4 of N_MIXED). */
+enum { MIX_NONE, MIX_SCORE, MIX_RECENT, MIX_SCORE25 };
+static const char *const mix_names[4] = {"nothing", "by score", "recent", "score 25%"};
+static const char *const mix_keys[4] = {"none", "score", "recent", "score25"};
+enum { SUM_NONE, SUM_MEAN, SUM_WMEAN, SUM_TOP }; /* how a summary token is made */
+static const char *const ld_names[N_LD] = {"drop",     "+sum mean", "+sum wmean",
+					   "+sum top", "sinks B+S", "import B+S"};
+static const char *const ld_keys[N_LD] = {"drop", "mean", "wmean", "top", "sinks", "importance"};
 static const uint32_t store_dtypes[N_STORE] = {SHM_DTYPE_F16, SHM_DTYPE_INT8, SHM_DTYPE_FP8_E4M3,
 					       SHM_DTYPE_INT4};
 
@@ -155,8 +178,10 @@ struct bench {
 	uint8_t *mark;			 /* [P] */
 	uint64_t rng;
 	struct acc dense_acc, pol[N_POL][N_PCT], store[N_STORE], mixed[N_MIXED];
-	uint32_t *order;  /* [P]: prefix positions by score */
-	int verify_exact; /* this configuration must equal the dense run */
+	struct acc ld[N_LD][N_LD_PCT];
+	uint32_t ld_s[N_LD_PCT]; /* summary tokens at each long-document budget */
+	uint32_t *order;	 /* [P]: prefix positions by score */
+	int verify_exact;	 /* this configuration must equal the dense run */
 };
 
 /* Writes the sequence and its dense reference. */
@@ -216,17 +241,69 @@ static void continuation(struct bench *b, struct stories_kv *t, uint64_t k, stru
 	}
 }
 
+/* Summary token c of the chunk [c0, c1) of the prefix into the session's
+ * slot at: for every layer, K and V and head, the mean of the chunk's
+ * rows (SUM_MEAN), their mean weighted by H2O score (SUM_WMEAN), or the
+ * row of its token with the highest score (SUM_TOP). From the dense f16
+ * pages: K rotated to each token's own position. */
+static void summary_token(struct bench *b, kvp_session *s, uint64_t at, uint32_t c0, uint32_t c1,
+			  int mode)
+{
+	const struct shm_layout *l = &b->ls[0];
+	uint32_t hd = l->head_dim, top = c0;
+	double wsum = 0;
+	float acc[64];
+
+	for (uint32_t t = c0; t < c1; t++) {
+		if (b->score[t] > b->score[top])
+			top = t;
+		wsum += mode == SUM_WMEAN ? b->score[t] : 1.0;
+	}
+	if (hd > 64 || !(wsum > 0))
+		die("summary token", EINVAL);
+	for (uint32_t layer = 0; layer < l->n_layers; layer++)
+		for (uint32_t kv = 0; kv < 2; kv++)
+			for (uint32_t h = 0; h < l->n_kv_heads; h++) {
+				uint16_t *dst = kvp_session_kv(s, at, layer, kv, h);
+
+				if (!dst)
+					die("kvp_session_kv (summary)", EFAULT);
+				memset(acc, 0, sizeof(acc));
+				for (uint32_t t = c0; t < c1; t++) {
+					const uint16_t *row =
+						(const uint16_t *)((const char *)
+									   b->dense.pages[t / BT] +
+								   shm_kv_offset(l, layer, kv, h,
+										 t % BT));
+					double w = mode == SUM_TOP     ? t == top
+						   : mode == SUM_WMEAN ? b->score[t]
+								       : 1.0;
+
+					if (mode == SUM_TOP)
+						wsum = 1.0;
+					for (uint32_t d = 0; d < hd; d++)
+						acc[d] += (float)(w / wsum) * kn_f16_to_f32(row[d]);
+				}
+				for (uint32_t d = 0; d < hd; d++)
+					dst[d] = kn_f32_to_f16(acc[d]);
+			}
+}
+
 /* The prefix in format si through a session of the daemon, under pol
- * (NULL: exact); the kept tokens into b->work[si]; returns how many. */
-static uint64_t through_daemon(struct bench *b, unsigned si, const struct kvp_policy *pol,
-			       int perm_sinks)
+ * (NULL: exact), with a summary span (sum_mode not SUM_NONE: one token per
+ * LD_CHUNK tokens of the prefix's [sum_first, sum_end), appended after it
+ * tagged KVP_TAG_SUMMARY); the kept tokens into b->work[si]; returns how
+ * many. */
+static uint64_t through_daemon_sum(struct bench *b, unsigned si, const struct kvp_policy *pol,
+				   int perm_sinks, int sum_mode, uint32_t sum_first,
+				   uint32_t sum_end)
 {
 	const struct shm_layout *l = &b->ls[si];
 	size_t page_bytes = shm_page_bytes(l);
 	uint32_t n_pages = b->P / BT;
 	const void **src = xcalloc(n_pages, sizeof(void *));
 	kvp_session *s;
-	uint64_t k, dropped = 0;
+	uint64_t k, dropped = 0, n_sum = 0;
 	int ret;
 
 	ret = kvp_session_create(b->pools[si], &s);
@@ -245,6 +322,21 @@ static uint64_t through_daemon(struct bench *b, unsigned si, const struct kvp_po
 	ret = kvp_commit(s, b->P);
 	if (ret < 0)
 		die("kvp_commit", ret);
+	if (sum_mode != SUM_NONE) {
+		uint32_t c = 0;
+
+		n_sum = (sum_end - sum_first + LD_CHUNK - 1) / LD_CHUNK;
+		ret = kvp_append_tagged(s, b->tok + sum_first, n_sum, KVP_ROLE_NONE, 0,
+					KVP_TAG_SUMMARY);
+		if (ret < 0)
+			die("kvp_append_tagged (summary)", ret);
+		for (uint32_t c0 = sum_first; c0 < sum_end; c0 += LD_CHUNK, c++)
+			summary_token(b, s, b->P + c, c0,
+				      c0 + LD_CHUNK < sum_end ? c0 + LD_CHUNK : sum_end, sum_mode);
+		ret = kvp_commit(s, n_sum);
+		if (ret < 0)
+			die("kvp_commit (summary)", ret);
+	}
 	if (pol) {
 		if (pol->kind == KVP_POLICY_HIERARCHY) {
 			for (uint32_t t0 = 0; t0 < b->P; t0 += TURN_LEN) {
@@ -275,7 +367,7 @@ static uint64_t through_daemon(struct bench *b, unsigned si, const struct kvp_po
 			die("kvp_session_compact", ret);
 	}
 	k = kvp_session_tokens(s);
-	if (k + dropped != b->P || (pol && k != pol->budget))
+	if (k + dropped != b->P + n_sum || (pol && k != pol->budget))
 		die("the compacted session's length", EPROTO);
 	/* the kept tokens, read from the session's pages */
 	for (uint32_t i = 0; i < (k + BT - 1) / BT; i++) {
@@ -289,21 +381,34 @@ static uint64_t through_daemon(struct bench *b, unsigned si, const struct kvp_po
 	ret = kref_gather_tokens(l, b->work[si].pages, 0, src, k, b->pos, k);
 	if (ret < 0)
 		die("kref_gather_tokens", ret);
-	/* the kept tokens' original positions: ascending, inside the prefix */
+	/* the kept tokens' original positions: ascending, inside the prefix,
+	 * and then every summary token, tagged so */
 	if (pol) {
 		struct kvp_token_info *info = xcalloc(k, sizeof(*info));
 
 		ret = kvp_session_meta(s, 0, k, info);
 		if (ret < 0)
 			die("kvp_session_meta", ret);
-		for (uint64_t i = 0; i < k; i++)
-			if (info[i].pos >= b->P || (i && info[i].pos <= info[i - 1].pos))
-				die("the kept tokens' positions", EPROTO);
+		for (uint64_t i = 0; i < k; i++) {
+			int is_sum = i >= k - n_sum;
+
+			if ((!is_sum && info[i].pos >= b->P) ||
+			    (is_sum && (info[i].pos != b->P + (i - (k - n_sum)) ||
+					!(info[i].flags & KVP_TAG_SUMMARY))) ||
+			    (i && info[i].pos <= info[i - 1].pos))
+				die("the kept tokens' positions or the summary", EPROTO);
+		}
 		free(info);
 	}
 	kvp_session_close(s);
 	free(src);
 	return k;
+}
+
+static uint64_t through_daemon(struct bench *b, unsigned si, const struct kvp_policy *pol,
+			       int perm_sinks)
+{
+	return through_daemon_sum(b, si, pol, perm_sinks, SUM_NONE, 0, 0);
 }
 
 /* Random: B positions of the prefix, uniformly, gathered here. */
@@ -348,12 +453,15 @@ static int by_score(const void *a, const void *b)
 /* Mixed precision, emulated here (a pool has one format): the prefix
  * quantized as format si and back to f16, then the sinks and EXACT_PCT %
  * of the prefix restored exact from the f16 pages: the tokens with the
- * highest H2O scores (by_score) or the most recent. The continuation's
- * own K/V stay f16 (recent tokens exact, as KIVI keeps them). */
-static void mixed(struct bench *b, unsigned si, int by_recency, struct acc *a)
+ * highest H2O scores (MIX_SCORE; 25 % with MIX_SCORE25) or the most recent
+ * (MIX_RECENT); MIX_NONE restores nothing, the control (the store rows
+ * quantize the continuation too, these do not). The continuation's own
+ * K/V stay f16 (recent tokens exact, as KIVI keeps them). */
+static void mixed(struct bench *b, unsigned si, int mode, struct acc *a)
 {
 	const struct shm_layout *l = &b->ls[0];
-	uint32_t n_exact = b->P * EXACT_PCT / 100, got = 0;
+	uint32_t n_exact = b->P * (mode == MIX_SCORE25 ? 25 : EXACT_PCT) / 100, got = 0;
+	int by_recency = mode == MIX_RECENT;
 	int ret;
 
 	table_clear(&b->work[0]);
@@ -370,9 +478,9 @@ static void mixed(struct bench *b, unsigned si, int by_recency, struct acc *a)
 		for (uint32_t i = 0; i < b->P; i++)
 			b->order[i] = b->P - 1 - i;
 	}
-	for (uint32_t t = 0; t < N_SINKS; t++)
+	for (uint32_t t = 0; t < N_SINKS && mode != MIX_NONE; t++)
 		b->pos[got++] = t;
-	for (uint32_t i = 0; i < b->P && got < N_SINKS + n_exact; i++)
+	for (uint32_t i = 0; i < b->P && mode != MIX_NONE && got < N_SINKS + n_exact; i++)
 		if (b->order[i] >= N_SINKS)
 			b->pos[got++] = b->order[i];
 	for (uint32_t i = 0; i < got; i++) {
@@ -397,6 +505,34 @@ static void policy_for(struct kvp_policy *pol, unsigned p, uint32_t budget)
 		pol->recent = budget > pol->sinks ? budget - pol->sinks : 0;
 }
 
+/* Long documents at budget ld_pcts[li] of the prefix (B tokens): sinks +
+ * window drops the middle of the prefix, [N_SINKS, P - B + N_SINKS); a
+ * summary span of S tokens, one per LD_CHUNK dropped tokens, is attached
+ * to the session and kept by the daemon beside the same sinks and window
+ * (budget B + S), against the same B + S tokens spent on a longer window
+ * or on importance. */
+static void long_document(struct bench *b, unsigned li)
+{
+	uint32_t B = (b->P * ld_pcts[li] + 50) / 100;
+	uint32_t d0 = N_SINKS, d1 = b->P - (B - N_SINKS);
+	uint32_t S = (d1 - d0 + LD_CHUNK - 1) / LD_CHUNK;
+	struct kvp_policy pol;
+	uint64_t k;
+
+	b->ld_s[li] = S;
+	for (unsigned x = 1; x < N_LD; x++) {
+		if (x == 5) {
+			policy_for(&pol, 2, B + S);
+		} else {
+			kvp_policy_init(&pol, KVP_POLICY_SINKS, B + S);
+			pol.sinks = N_SINKS;
+			pol.decay = DECAY;
+		}
+		k = through_daemon_sum(b, 0, &pol, 0, x <= 3 ? (int)x : SUM_NONE, d0, d1);
+		continuation(b, &b->work[0], k, &b->ld[x][li]);
+	}
+}
+
 static double ppl(const struct acc *a)
 {
 	return exp(a->nll / (double)(a->n ? a->n : 1));
@@ -418,10 +554,15 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"socket", required_argument, NULL, 'S'}, {"seqs", required_argument, NULL, 'n'},
-		{"prefix", required_argument, NULL, 'p'}, {"cont", required_argument, NULL, 'c'},
-		{"seed", required_argument, NULL, 's'},	  {"model", required_argument, NULL, 'm'},
-		{"help", no_argument, NULL, 'h'},	  {NULL, 0, NULL, 0}, /* one per line */
+		{"socket", required_argument, NULL, 'S'},
+		{"seqs", required_argument, NULL, 'n'},
+		{"prefix", required_argument, NULL, 'p'},
+		{"cont", required_argument, NULL, 'c'},
+		{"seed", required_argument, NULL, 's'},
+		{"model", required_argument, NULL, 'm'},
+		{"recent", required_argument, NULL, 'r'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0}, /* one per line */
 	};
 	const char *sock = NULL, *model = "models/stories260K/stories260K.bin";
 	uint64_t n_seqs = 200, seed = 1, gen_rng;
@@ -527,7 +668,7 @@ int main(int argc, char **argv)
 			b.verify_exact = 0;
 		}
 		for (unsigned x = 0; x < N_MIXED; x++)
-			mixed(&b, x < 2 ? 3 : 2, x % 2, &b.mixed[x]);
+			mixed(&b, x < 4 ? 3 : 2, (int)(x % 4), &b.mixed[x]);
 		for (unsigned pi = 0; pi < N_PCT; pi++) {
 			uint32_t budget = (b.P * pcts[pi] + 50) / 100;
 
@@ -544,7 +685,14 @@ int main(int argc, char **argv)
 				continuation(&b, &b.work[0], k, &b.pol[p][pi]);
 			}
 		}
+		for (unsigned li = 0; li < N_LD_PCT; li++)
+			long_document(&b, li);
 	}
+	/* "drop" is sinks + window at the budget, measured above */
+	for (unsigned li = 0; li < N_LD_PCT; li++)
+		for (unsigned pi = 0; pi < N_PCT; pi++)
+			if (pcts[pi] == ld_pcts[li])
+				b.ld[0][li] = b.pol[1][pi];
 
 	printf("stories260K (trained), %llu sequences it wrote (seed %llu), prefix %u tokens "
 	       "compacted by the daemon, then %u continuation tokens scored;\n"
@@ -591,18 +739,41 @@ int main(int argc, char **argv)
 		       ppl(&b.store[si]), agree(&b.store[si]),
 		       ppl(&b.store[si]) / ppl(&b.store[0]));
 	printf("mixed precision (emulated: a pool has one format), the continuation's K/V f16: "
-	       "the sinks + %u %% of the prefix exact, the rest quantized\n",
+	       "nothing, or the sinks + %u %% (25 %%) of the prefix exact, the rest quantized\n",
 	       EXACT_PCT);
 	for (unsigned x = 0; x < N_MIXED; x++)
-		printf("%-5s exact %-7s %6.3f / %5.1f / %.4f\n", x < 2 ? "int4" : "fp8",
-		       x % 2 ? "recent" : "by score", ppl(&b.mixed[x]), agree(&b.mixed[x]),
+		printf("%-5s exact %-9s %6.3f / %5.1f / %.4f\n", x < 4 ? "int4" : "fp8",
+		       mix_names[x % 4], ppl(&b.mixed[x]), agree(&b.mixed[x]),
 		       ppl(&b.mixed[x]) / ppl(&b.store[0]));
+	printf("long document: sinks + window at B drop the middle of the prefix; a summary "
+	       "span of S tokens (one per %u dropped tokens: their K/V mean, score-weighted "
+	       "mean, or the top-scored token's K/V) kept by the daemon beside them (B + S), "
+	       "against B + S tokens of sinks + window or importance\n",
+	       LD_CHUNK);
+	printf("%-12s", "budget");
+	for (unsigned li = 0; li < N_LD_PCT; li++)
+		printf("  %3u%% (B %3u, S %2u)", ld_pcts[li], (b.P * ld_pcts[li] + 50) / 100,
+		       b.ld_s[li]);
+	printf("\n");
+	for (unsigned x = 0; x < N_LD; x++) {
+		printf("%-12s", ld_names[x]);
+		for (unsigned li = 0; li < N_LD_PCT; li++)
+			printf("     %8.3f / %4.1f", ppl(&b.ld[x][li]), agree(&b.ld[x][li]));
+		printf("\n");
+	}
 	printf("sample quality.ppl_dense %.6g\n", ppl(&b.dense_acc));
+	for (unsigned x = 0; x < N_LD; x++)
+		for (unsigned li = 0; li < N_LD_PCT; li++) {
+			printf("sample quality.ppl_ld_%s_%u %.6g\n", ld_keys[x], ld_pcts[li],
+			       ppl(&b.ld[x][li]));
+			printf("sample quality.top1_ld_%s_%u %.6g\n", ld_keys[x], ld_pcts[li],
+			       agree(&b.ld[x][li]));
+		}
 	for (unsigned x = 0; x < N_MIXED; x++) {
-		printf("sample quality.ppl_mixed_%s_%s %.6g\n", x < 2 ? "int4" : "fp8",
-		       x % 2 ? "recent" : "score", ppl(&b.mixed[x]));
-		printf("sample quality.top1_mixed_%s_%s %.6g\n", x < 2 ? "int4" : "fp8",
-		       x % 2 ? "recent" : "score", agree(&b.mixed[x]));
+		printf("sample quality.ppl_mixed_%s_%s %.6g\n", x < 4 ? "int4" : "fp8",
+		       mix_keys[x % 4], ppl(&b.mixed[x]));
+		printf("sample quality.top1_mixed_%s_%s %.6g\n", x < 4 ? "int4" : "fp8",
+		       mix_keys[x % 4], agree(&b.mixed[x]));
 	}
 	for (unsigned p = 0; p < N_POL; p++)
 		for (unsigned pi = 0; pi < N_PCT; pi++) {

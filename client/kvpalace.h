@@ -624,6 +624,12 @@ enum kvp_role {
 
 /* Tag flags. */
 #define KVP_TAG_PERMANENT 0x1u /* system prompt, user profile, summary: the top layer */
+/* A summary span (issue 22): K/V of a summary the caller computed (say, of
+ * document chunks the policy will drop), permanent too. Every token policy
+ * keeps all summary tokens, before its own rules (sinks, window, scores,
+ * role limits), each counting one token of the budget; in a hierarchy
+ * they come first in the permanent layer and count in its share. */
+#define KVP_TAG_SUMMARY 0x2u
 
 struct kvp_policy {
 	uint32_t kind;		  /* enum kvp_policy_kind */
@@ -648,15 +654,19 @@ KVP_PUBLIC void kvp_policy_init(struct kvp_policy *pol, uint32_t kind, uint32_t 
 
 /* Sets the session's policy; *ret_budget (may be NULL) receives the budget
  * for its length now. It applies at the next kvp_session_compact, or at
- * commits with auto_compact. Errors: -EINVAL an inconsistent policy
- * (kvp_strerror says what). */
+ * commits with auto_compact. Errors: -EINVAL an inconsistent policy, or a
+ * budget below the session's summary tokens (kvp_strerror says what). */
 KVP_PUBLIC int kvp_session_set_policy(kvp_session *s, const struct kvp_policy *pol,
 				      uint32_t *ret_budget);
 
 /* Tags tokens [first, first + n): role (enum kvp_role), turn (the
  * conversation turn, for the hierarchy's hot layer) and flags
- * (KVP_TAG_PERMANENT). Tokens appended later with kvp_append belong to
- * the last tagged turn. Errors: -ERANGE past the session's tokens. */
+ * (KVP_TAG_PERMANENT, KVP_TAG_SUMMARY). Tokens appended later with
+ * kvp_append belong to the last tagged turn (untagged: no summary). Errors:
+ * -ERANGE past the session's tokens; -EINVAL an unknown flag, an empty
+ * summary span, or one that would make the session's summary tokens more
+ * than its policy's budget (kvp_session_set_policy refuses a budget below
+ * them, too). */
 KVP_PUBLIC int kvp_session_tag(kvp_session *s, uint64_t first, uint64_t n, uint32_t role,
 			       uint32_t turn, unsigned int flags);
 
@@ -708,7 +718,7 @@ struct kvp_token_info {
 	uint32_t pos;  /* original position in the sequence */
 	uint32_t role; /* enum kvp_role */
 	uint32_t turn;
-	unsigned int flags; /* KVP_TAG_PERMANENT */
+	unsigned int flags; /* KVP_TAG_PERMANENT, KVP_TAG_SUMMARY */
 	float score;	    /* accumulated, decayed attention mass */
 };
 

@@ -117,7 +117,7 @@ KVP_PUBLIC int kvp_session_tag(kvp_session *s, uint64_t first, uint64_t n, uint3
 	c = usable(s, &ret);
 	if (!c)
 		return ret;
-	if (role >= KVP_N_ROLES || (flags & ~KVP_TAG_PERMANENT))
+	if (role >= KVP_N_ROLES || (flags & ~(KVP_TAG_PERMANENT | KVP_TAG_SUMMARY)))
 		return conn_error(c, -EINVAL, "unknown role or tag flag");
 	ts.session_id = s->id;
 	ts.first = first;
@@ -125,7 +125,8 @@ KVP_PUBLIC int kvp_session_tag(kvp_session *s, uint64_t first, uint64_t n, uint3
 	ts.has_role = ts.has_turn = ts.has_permanent = 1;
 	ts.role = (Kvpalace__V1__Role)role;
 	ts.turn = turn;
-	ts.permanent = (flags & KVP_TAG_PERMANENT) != 0;
+	ts.permanent = (flags & (KVP_TAG_PERMANENT | KVP_TAG_SUMMARY)) != 0;
+	ts.has_summary = ts.summary = (flags & KVP_TAG_SUMMARY) != 0;
 	req.op_case = KVPALACE__V1__REQUEST__OP_TAG_SPAN;
 	req.tag_span = &ts;
 	return rpc_call(c, &req, KVPALACE__V1__RESPONSE__OP_TAG_SPAN, &resp, NULL);
@@ -275,7 +276,8 @@ KVP_PUBLIC int kvp_session_meta(kvp_session *s, uint64_t first, size_t n,
 				(unsigned long long)first, (unsigned long long)(first + n),
 				(unsigned long long)r->n_tokens);
 		if (got > n - done || (!got && done < n) || r->n_roles != got ||
-		    r->n_turns != got || r->n_permanent != got || r->n_scores != got)
+		    r->n_turns != got || r->n_permanent != got || r->n_scores != got ||
+		    (r->n_summary != got && r->n_summary != 0))
 			return conn_break(c, -EPROTO,
 					  "kvpalaced answered SessionMeta for %zu tokens with %zu",
 					  n - done, got);
@@ -284,7 +286,8 @@ KVP_PUBLIC int kvp_session_meta(kvp_session *s, uint64_t first, size_t n,
 				.pos = r->positions[i],
 				.role = r->roles[i],
 				.turn = r->turns[i],
-				.flags = r->permanent[i] ? KVP_TAG_PERMANENT : 0,
+				.flags = (r->permanent[i] ? KVP_TAG_PERMANENT : 0) |
+					 (r->n_summary && r->summary[i] ? KVP_TAG_SUMMARY : 0),
 				.score = r->scores[i],
 			};
 		if (r->compacted)

@@ -264,12 +264,14 @@ static int append_chunks(kvp_session *s, const uint32_t *tokens, size_t n, uint3
 	}
 	ap.session_id = s->id;
 	if (tag) {
-		if (tag->role >= KVP_N_ROLES || (tag->flags & ~KVP_TAG_PERMANENT))
+		if (tag->role >= KVP_N_ROLES ||
+		    (tag->flags & ~(KVP_TAG_PERMANENT | KVP_TAG_SUMMARY)))
 			return conn_error(c, -EINVAL, "unknown role or tag flag");
 		ap.has_role = ap.has_turn = ap.has_permanent = 1;
 		ap.role = (Kvpalace__V1__Role)tag->role;
 		ap.turn = tag->turn;
-		ap.permanent = (tag->flags & KVP_TAG_PERMANENT) != 0;
+		ap.permanent = (tag->flags & (KVP_TAG_PERMANENT | KVP_TAG_SUMMARY)) != 0;
+		ap.has_summary = ap.summary = (tag->flags & KVP_TAG_SUMMARY) != 0;
 	}
 	ap.has_tier = tier == KVP_TIER_GPU;
 	ap.tier = KVPALACE__V1__TIER__TIER_GPU;

@@ -24,6 +24,10 @@
  *    (among eligible tokens without TOKEN_PERMANENT) is the most recent;
  *    turn 0 (untagged) is a value like any other, so an untagged session
  *    has one turn and its hot layer is the newest tokens.
+ *  - summary spans (TOKEN_SUMMARY) are marked kept first, in session
+ *    order, before the role limits, which skip them; the rules then run
+ *    on the budget left, and a hierarchy's permanent share loses what the
+ *    summaries took of it;
  *  - policy_validate checks sinks against the budget for SINKS, sinks +
  *    recent for IMPORTANCE (a window and a hierarchy use neither, so the
  *    defaults' recent 64 does not bind them), and also refuses grow_pct
@@ -304,13 +308,17 @@ static size_t take_hot(const struct policy *pol, const struct token_meta *m, siz
 	return got;
 }
 
+/* b: the budget left after the n_sum summary tokens, which take from the
+ * permanent share first. */
 static size_t take_hierarchy(const struct policy *pol, const struct token_meta *m, size_t n,
-			     uint32_t budget, size_t b, uint32_t *st, uint32_t *scratch)
+			     uint32_t budget, size_t b, size_t n_sum, uint32_t *st,
+			     uint32_t *scratch)
 {
 	size_t share_perm = pct_of(budget, pol->share_permanent);
 	size_t share_hot = pct_of(budget, pol->share_hot);
 	size_t got = 0;
 
+	share_perm = share_perm > n_sum ? share_perm - n_sum : 0;
 	if (share_perm > b)
 		share_perm = b;
 	for (size_t i = 0; i < n && got < share_perm; i++)
@@ -333,18 +341,30 @@ static size_t choose(const struct policy *pol, const struct token_meta *m, size_
 		     uint32_t budget, uint32_t *st, uint32_t *scratch)
 {
 	uint32_t seen[POLICY_N_ROLES] = {0};
-	size_t elig = 0, b, s, r;
+	size_t elig = 0, n_sum = 0, b, s, r;
 
 	if (pol->kind == POLICY_NONE || pol->kind > POLICY_HIERARCHY) {
 		for (size_t i = 0; i < n; i++)
 			st[i] = ST_HOT;
 		return n;
 	}
+	/* Summary spans before everything, oldest first, outside the role
+	 * limits: the permanent layer under every kind. */
+	for (size_t i = 0; i < n; i++) {
+		st[i] = ST_FREE;
+		if (m[i].flags & TOKEN_SUMMARY) {
+			st[i] = n_sum < budget ? ST_PERM : ST_DROP;
+			n_sum += n_sum < budget;
+		}
+	}
+	budget -= (uint32_t)n_sum;
 	/* Role limits: only the last role_limit[r] tokens of role r. */
 	for (size_t i = n; i-- > 0;) {
 		unsigned role = role_index(m[i].role);
 		uint32_t lim = pol->role_limit[role];
 
+		if (m[i].flags & TOKEN_SUMMARY)
+			continue;
 		if (lim && seen[role] >= lim) {
 			st[i] = ST_DROP;
 		} else {
@@ -359,20 +379,21 @@ static size_t choose(const struct policy *pol, const struct token_meta *m, size_
 		for (size_t i = 0; i < n; i++)
 			if (st[i] == ST_FREE)
 				st[i] = ST_HOT;
-		return elig;
+		return n_sum + elig;
 	}
 	switch (pol->kind) {
 	case POLICY_WINDOW:
-		return take_last(st, n, b, ST_HOT);
+		return n_sum + take_last(st, n, b, ST_HOT);
 	case POLICY_SINKS:
 		s = take_first(st, n, pol->sinks < b ? pol->sinks : b, ST_HOT);
-		return s + take_last(st, n, b - s, ST_HOT);
+		return n_sum + s + take_last(st, n, b - s, ST_HOT);
 	case POLICY_IMPORTANCE:
 		s = take_first(st, n, pol->sinks < b ? pol->sinks : b, ST_HOT);
 		r = take_last(st, n, pol->recent < b - s ? pol->recent : b - s, ST_HOT);
-		return s + r + take_top(pol, m, n, st, scratch, b - s - r, ST_HOT);
-	default: /* POLICY_HIERARCHY */
-		return take_hierarchy(pol, m, n, budget, b, st, scratch);
+		return n_sum + s + r + take_top(pol, m, n, st, scratch, b - s - r, ST_HOT);
+	default: /* POLICY_HIERARCHY: shares of the whole budget */
+		return n_sum +
+		       take_hierarchy(pol, m, n, budget + (uint32_t)n_sum, b, n_sum, st, scratch);
 	}
 }
 

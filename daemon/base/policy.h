@@ -20,6 +20,14 @@
  *    tokens of the last hot_turns turns up to share_hot %, newest first,
  *    then temporary: the remaining budget to the other tokens by score ×
  *    role weight. A layer's unused share goes to the temporary layer.
+ * Summary spans (TOKEN_SUMMARY: K/V of a summary the client computed, issue
+ * 22) come before every rule of every dropping kind: all of them are kept,
+ * oldest first, each counting one token of the budget, and the rules share
+ * what is left (SINKS' and IMPORTANCE's sinks are the first tokens that
+ * are not summaries); in a hierarchy they are the permanent layer's first
+ * tokens and count in its share. Role limits do not apply to them. The
+ * daemon keeps them at most the budget (compact.h); should they be more,
+ * the first `budget` of them are kept and nothing else.
  * Per-role limits apply under every policy: role_limit[r] > 0 lets only the
  * last role_limit[r] tokens of role r be kept at all (say, a short window
  * over user turns while assistant turns are ranked by importance).
@@ -52,6 +60,7 @@ enum token_role {
 #define POLICY_N_ROLES 4u
 
 #define TOKEN_PERMANENT 0x1u /* token_meta.flags: system prompt, profile, summary */
+#define TOKEN_SUMMARY	0x2u /* a summary span's token (with TOKEN_PERMANENT): always kept */
 
 /* Layers of policy_layers. */
 enum token_layer {

@@ -20,11 +20,43 @@
 #include "prefix_index.h"
 #include "tier.h"
 
+/* Summary tokens of s outside [first, first + n). */
+static uint64_t summary_tokens(const struct session *s, uint64_t first, uint64_t n)
+{
+	uint64_t got = 0;
+
+	for (uint64_t i = 0; i < s->n_tokens; i++)
+		if ((i < first || i - first >= n) &&
+		    (tokvec_meta(&s->tok, i).flags & TOKEN_SUMMARY))
+			got++;
+	return got;
+}
+
+static int summary_fits(const struct policy *pol, uint64_t n_sum, const char **why)
+{
+	if (pol->kind == POLICY_NONE || n_sum <= pol->budget)
+		return 0;
+	*why = "summary spans of more tokens than the policy's budget (every policy keeps "
+	       "them all)";
+	return -EINVAL;
+}
+
+int compact_check_summary(const struct session *s, uint64_t first, uint64_t n, unsigned flags,
+			  const char **why)
+{
+	if (!(flags & TOKEN_SUMMARY))
+		return 0;
+	return summary_fits(s->pol, summary_tokens(s, first, n) + n, why);
+}
+
 int compact_set_policy(struct session *s, const struct policy *pol, uint32_t *ret_budget,
 		       const char **why)
 {
 	int ret = policy_validate(pol, why);
 
+	if (ret < 0)
+		return ret;
+	ret = summary_fits(pol, summary_tokens(s, 0, 0), why);
 	if (ret < 0)
 		return ret;
 	/* Token policies score and gather K/V rows with the numeric kernels,

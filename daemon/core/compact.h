@@ -25,12 +25,22 @@
  * masses its own attention measured instead. */
 #define COMPACT_MAX_QUERY_WORK (1ull << 26)
 
-/* Sets s's policy (validated: -EINVAL with *why; -EOPNOTSUPP a token
+/* Sets s's policy (validated: -EINVAL with *why, also for a budget below
+ * the session's summary tokens; -EOPNOTSUPP a token
  * policy in a pool whose pages the kernels cannot read: latent or raw
  * fp8, shm_layout_numeric). The budget it gives for the session's length
  * now goes to *ret_budget. */
 int compact_set_policy(struct session *s, const struct policy *pol, uint32_t *ret_budget,
 		       const char **why);
+
+/* Summary spans (TOKEN_SUMMARY) are kept by every token policy, so a
+ * session holds at most its policy's budget of them (exact sessions: any
+ * number, checked when a policy comes). 0 when giving tokens [first,
+ * first + n) the tag flags keeps within that (flags without TOKEN_SUMMARY:
+ * always), else -EINVAL with *why. Tokens past the session's count as
+ * new ones. O(tokens of the session) when flags has TOKEN_SUMMARY. */
+int compact_check_summary(const struct session *s, uint64_t first, uint64_t n, unsigned flags,
+			  const char **why);
 
 /* Tags tokens [first, first + n): role, flags and, when has_turn, turn.
  * -ERANGE past the session's tokens; -ENOMEM or -EDQUOT

@@ -338,7 +338,10 @@ static int do_append(struct cache *cache, struct peer *c, const Kvpalace__V1__Ap
 	if (spans_before)
 		last_len = s->spans.v[spans_before - 1].n_tokens;
 	ret = polop_tag(in->has_role, in->role, in->has_turn, in->turn, in->has_permanent,
-			in->permanent, &tag, why);
+			in->permanent, in->has_summary && in->summary, &tag, why);
+	if (ret < 0)
+		return ret;
+	ret = compact_check_summary(s, s->n_tokens, in->n_tokens, tag.flags, why);
 	if (ret < 0)
 		return ret;
 	tier = serve_tier(cache, s->pool, in->has_tier, in->tier, in->or_host, why);

@@ -106,7 +106,7 @@ static struct session *own_session(struct cache *cache, struct peer *c, uint64_t
 }
 
 int polop_tag(int has_role, Kvpalace__V1__Role role, int has_turn, uint32_t turn, int has_perm,
-	      int perm, struct session_tag *tag, const char **why)
+	      int perm, int summary, struct session_tag *tag, const char **why)
 {
 	memset(tag, 0, sizeof(*tag));
 	if (has_role && (unsigned)role >= POLICY_N_ROLES) {
@@ -115,6 +115,8 @@ int polop_tag(int has_role, Kvpalace__V1__Role role, int has_turn, uint32_t turn
 	}
 	tag->role = has_role ? (uint8_t)role : ROLE_NONE;
 	tag->flags = has_perm && perm ? TOKEN_PERMANENT : 0;
+	if (summary)
+		tag->flags |= TOKEN_SUMMARY | TOKEN_PERMANENT;
 	tag->has_turn = (uint8_t)has_turn;
 	tag->turn = turn;
 	return 0;
@@ -157,9 +159,14 @@ static int do_tag_span(struct cache *cache, struct peer *c, const Kvpalace__V1__
 	if (!s)
 		return -ENOENT;
 	ret = polop_tag(in->has_role, in->role, in->has_turn, in->turn, in->has_permanent,
-			in->permanent, &tag, why);
+			in->permanent, in->has_summary && in->summary, &tag, why);
 	if (ret < 0)
 		return ret;
+	if (in->first <= s->n_tokens && in->n <= s->n_tokens - in->first) {
+		ret = compact_check_summary(s, in->first, in->n, tag.flags, why);
+		if (ret < 0)
+			return ret;
+	}
 	ret = compact_tag(cache, s, in->first, in->n, &tag);
 	if (ret < 0) {
 		*why = ret == -ERANGE ? "span past the session's tokens"
@@ -454,8 +461,8 @@ static int do_session_meta(struct cache *cache, struct peer *c,
 	n = s->n_tokens - in->first;
 	if (n > fit)
 		n = fit;
-	/* One block for the five arrays: reply_fini frees it. */
-	heap = malloc((n ? n : 1) * (4 * sizeof(uint32_t) + sizeof(protobuf_c_boolean)));
+	/* One block for the six arrays: reply_fini frees it. */
+	heap = malloc((n ? n : 1) * (4 * sizeof(uint32_t) + 2 * sizeof(protobuf_c_boolean)));
 	if (!heap) {
 		*why = "out of memory";
 		return -ENOMEM;
@@ -470,7 +477,9 @@ static int do_session_meta(struct cache *cache, struct peer *c,
 	out->turns = out->roles + n;
 	out->scores = (float *)(out->turns + n);
 	out->permanent = (protobuf_c_boolean *)(out->scores + n);
+	out->summary = out->permanent + n;
 	out->n_positions = out->n_roles = out->n_turns = out->n_scores = out->n_permanent = n;
+	out->n_summary = n;
 	for (uint64_t i = 0; i < n; i++) {
 		const struct token_meta m_ = tokvec_meta(&s->tok, in->first + i), *m = &m_;
 
@@ -479,6 +488,7 @@ static int do_session_meta(struct cache *cache, struct peer *c,
 		out->turns[i] = m->turn;
 		out->scores[i] = m->score;
 		out->permanent[i] = (m->flags & TOKEN_PERMANENT) != 0;
+		out->summary[i] = (m->flags & TOKEN_SUMMARY) != 0;
 	}
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_SESSION_META;
 	r->resp.session_meta = out;

@@ -45,10 +45,11 @@ int polop_compact_after_commit(struct cache *cache, struct peer *c, uint64_t req
 			       struct session *s);
 
 struct session_tag;
-/* The tags of a TagSpan or an Append from their protocol fields. Returns
- * 0, or -EINVAL (*why) for a role out of range. */
+/* The tags of a TagSpan or an Append from their protocol fields (summary:
+ * TOKEN_SUMMARY and TOKEN_PERMANENT). Returns 0, or -EINVAL (*why) for a
+ * role out of range. */
 int polop_tag(int has_role, Kvpalace__V1__Role role, int has_turn, uint32_t turn, int has_perm,
-	      int perm, struct session_tag *tag, const char **why);
+	      int perm, int summary, struct session_tag *tag, const char **why);
 
 /* A policy from its protocol form, defaults filled in (not validated). */
 void polop_from_spec(const Kvpalace__V1__PolicySpec *in, struct policy *pol);

@@ -195,6 +195,10 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 			REJECT(-EMSGSIZE, "too many tokens in one request");
 		KEYS(validate_key_spans(req->append->key_spans, req->append->n_key_spans,
 					ret_reason));
+		if (req->append->has_summary && req->append->summary &&
+		    req->append->has_permanent && !req->append->permanent)
+			REJECT(-EINVAL,
+			       "a summary span is permanent: summary with permanent false");
 		break;
 	case KVPALACE__V1__REQUEST__OP_LIST_SESSIONS:
 		if (req->list_sessions->has_limit && req->list_sessions->limit == 0)
@@ -313,8 +317,15 @@ int validate_request(const Kvpalace__V1__Request *req, const struct validate_lim
 			if (req->prefetch->key_spans[i]->first_token >= req->prefetch->n_tokens)
 				REJECT(-EINVAL, "a prefetch's key spans start within its tokens");
 		break;
-	case KVPALACE__V1__REQUEST__OP_SET_POLICY:
 	case KVPALACE__V1__REQUEST__OP_TAG_SPAN:
+		if (req->tag_span->has_summary && req->tag_span->summary &&
+		    req->tag_span->has_permanent && !req->tag_span->permanent)
+			REJECT(-EINVAL,
+			       "a summary span is permanent: summary with permanent false");
+		if (req->tag_span->has_summary && req->tag_span->summary && req->tag_span->n == 0)
+			REJECT(-EINVAL, "an empty summary span");
+		break;
+	case KVPALACE__V1__REQUEST__OP_SET_POLICY:
 	case KVPALACE__V1__REQUEST__OP_COMPACT:
 	case KVPALACE__V1__REQUEST__OP_SESSION_META:
 		break;

@@ -138,7 +138,8 @@ enum ckpt_role {
 	CKPT_ROLE_ASSISTANT = 3,
 };
 #define CKPT_TOKEN_PERMANENT 0x1u
-#define CKPT_TOKEN_FLAGS     CKPT_TOKEN_PERMANENT /* every defined flag */
+#define CKPT_TOKEN_SUMMARY   0x2u /* a summary span's token (issue 22), with PERMANENT */
+#define CKPT_TOKEN_FLAGS     (CKPT_TOKEN_PERMANENT | CKPT_TOKEN_SUMMARY) /* every defined flag */
 
 /* Per-token metadata; 16 bytes on disk, little-endian, in this order. */
 struct ckpt_token {

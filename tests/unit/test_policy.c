@@ -365,6 +365,65 @@ static void test_hierarchy_turns(void **state)
 	expect_layers(&pol, 8, 4, "RRRRHHHH");
 }
 
+/* Summary spans (TOKEN_SUMMARY): kept first under every kind, oldest
+ * first, counting against the budget, outside the role limits; the rules
+ * share what is left; in a hierarchy they are the permanent layer. */
+static void test_summary(void **state)
+{
+	struct policy pol;
+
+	/* 20 tokens, 14..16 a summary. */
+	reset(20);
+	for (size_t i = 14; i < 17; i++)
+		m[i].flags = TOKEN_SUMMARY | TOKEN_PERMANENT;
+	/* Window 8: the summary, then the last 5 others. */
+	pol = make(POLICY_WINDOW, 8);
+	EXPECT(&pol, 20, 8, 12, 13, 14, 15, 16, 17, 18, 19);
+	/* Budget 2, below the summary (the daemon refuses it): its first 2. */
+	EXPECT(&pol, 20, 2, 14, 15);
+	/* Sinks are the first tokens that are no summary. */
+	pol = make(POLICY_SINKS, 8);
+	pol.sinks = 2;
+	EXPECT(&pol, 20, 8, 0, 1, 14, 15, 16, 17, 18, 19);
+	/* Importance 9: the summary (score 0), sink 0, recent 19 18, then by
+	 * score 5 (5), 6 (4), then 17 (0, the most recent of the ties). */
+	pol = make(POLICY_IMPORTANCE, 9);
+	pol.sinks = 1;
+	pol.recent = 2;
+	m[5].score = 5;
+	m[6].score = 4;
+	EXPECT(&pol, 20, 9, 0, 5, 6, 14, 15, 16, 17, 18, 19);
+	/* A role limit of 2 on ROLE_NONE (every token's role) does not
+	 * count or drop the summary. */
+	pol = make(POLICY_WINDOW, 8);
+	pol.role_limit[ROLE_NONE] = 2;
+	EXPECT(&pol, 20, 8, 14, 15, 16, 18, 19);
+	/* Hierarchy 10, permanent share 50 % (5): the summary takes 3 of it,
+	 * permanent 0, 1 the other 2 (2 spills over); no hot share; the
+	 * temporary 5 by score: 5, 6, then 19, 18, 17. */
+	for (size_t i = 0; i < 3; i++)
+		m[i].flags = TOKEN_PERMANENT;
+	pol = make(POLICY_HIERARCHY, 10);
+	pol.share_permanent = 50;
+	pol.share_hot = 0;
+	EXPECT(&pol, 20, 10, 0, 1, 5, 6, 14, 15, 16, 17, 18, 19);
+	policy_layers(&pol, m, 20, 10, layer, keep, scratch);
+	assert_int_equal(layer[14], LAYER_PERMANENT);
+	assert_int_equal(layer[16], LAYER_PERMANENT);
+	assert_int_equal(layer[0], LAYER_PERMANENT);
+	assert_int_equal(layer[2], LAYER_REST);
+	assert_int_equal(layer[5], LAYER_TEMPORARY);
+	/* Under other kinds the summary is the permanent layer too. */
+	pol = make(POLICY_WINDOW, 8);
+	policy_layers(&pol, m, 20, 8, layer, keep, scratch);
+	assert_int_equal(layer[15], LAYER_PERMANENT);
+	assert_int_equal(layer[19], LAYER_HOT);
+	assert_int_equal(layer[11], LAYER_REST);
+	/* Exact: everything. */
+	pol = make(POLICY_NONE, 0);
+	assert_int_equal(policy_select(&pol, m, 20, 0, keep, scratch), 20);
+}
+
 static void test_layers_other_kinds(void **state)
 {
 	struct policy pol = make(POLICY_WINDOW, 3);
@@ -582,6 +641,7 @@ int main(void)
 		cmocka_unit_test(test_hierarchy),
 		cmocka_unit_test(test_hierarchy_spill),
 		cmocka_unit_test(test_hierarchy_turns),
+		cmocka_unit_test(test_summary),
 		cmocka_unit_test(test_layers_other_kinds),
 		cmocka_unit_test(test_budget),
 		cmocka_unit_test(test_validate),

@@ -113,6 +113,44 @@ static void test_append_counts(void **state)
 	assert_int_equal(check(&req), -EMSGSIZE);
 }
 
+/* A summary span is permanent: summary with permanent false, and an
+ * empty summary span, are malformed. */
+static void test_summary_spans(void **state)
+{
+	static uint32_t tokens[4];
+	Kvpalace__V1__AppendRequest app = KVPALACE__V1__APPEND_REQUEST__INIT;
+	Kvpalace__V1__TagSpanRequest ts = KVPALACE__V1__TAG_SPAN_REQUEST__INIT;
+	Kvpalace__V1__Request req = KVPALACE__V1__REQUEST__INIT;
+
+	req.op_case = KVPALACE__V1__REQUEST__OP_APPEND;
+	req.append = &app;
+	app.session_id = 1;
+	app.tokens = tokens;
+	app.n_tokens = 4;
+	app.has_summary = app.summary = 1;
+	assert_int_equal(check(&req), 0);
+	app.has_permanent = 1;
+	app.permanent = 0;
+	assert_int_equal(check(&req), -EINVAL);
+	app.permanent = 1;
+	assert_int_equal(check(&req), 0);
+
+	req.op_case = KVPALACE__V1__REQUEST__OP_TAG_SPAN;
+	req.tag_span = &ts;
+	ts.session_id = 1;
+	ts.n = 4;
+	ts.has_summary = ts.summary = 1;
+	assert_int_equal(check(&req), 0);
+	ts.has_permanent = 1;
+	assert_int_equal(check(&req), -EINVAL);
+	ts.permanent = 1;
+	assert_int_equal(check(&req), 0);
+	ts.n = 0;
+	assert_int_equal(check(&req), -EINVAL);
+	ts.summary = 0; /* an empty span that is no summary: as before */
+	assert_int_equal(check(&req), 0);
+}
+
 static void test_commit_counts(void **state)
 {
 	Kvpalace__V1__CommitRequest cm = KVPALACE__V1__COMMIT_REQUEST__INIT;
@@ -401,6 +439,7 @@ int main(void)
 		cmocka_unit_test(test_no_operation),
 		cmocka_unit_test(test_simple_ops_pass),
 		cmocka_unit_test(test_append_counts),
+		cmocka_unit_test(test_summary_spans),
 		cmocka_unit_test(test_commit_counts),
 		cmocka_unit_test(test_match_prefix),
 		cmocka_unit_test(test_open_pool_model_ids),
