@@ -733,6 +733,9 @@ static void mode_sim(void)
 		     rate(&sims.r[TRACE_SIM_LEAF_LRU]) / rate(&sims.r[TRACE_SIM_BELADY]));
 	label_sample("lfu_belady_ratio",
 		     rate(&sims.r[TRACE_SIM_LEAF_LFU]) / rate(&sims.r[TRACE_SIM_BELADY]));
+	label_sample("leaf_window_hit_rate", 100 * rate(&sims.r[TRACE_SIM_LEAF_WIN]));
+	label_sample("window_belady_ratio",
+		     rate(&sims.r[TRACE_SIM_LEAF_WIN]) / rate(&sims.r[TRACE_SIM_BELADY]));
 	sims_free(&sims);
 	trace_pages_free(&pg);
 	trace_free(&t);
@@ -771,7 +774,9 @@ static void usage(FILE *f)
 	      "Also: --high-watermark F --low-watermark F (the daemon's, for the\n"
 	      "leaf-LRU and leaf-LFU simulations; default 0.95 and 0.90);\n"
 	      "--lfu-aging N --lfu-ghost N --lfu-max N (leaf-LFU's\n"
-	      "parameters, bench/trace_sim.c; default 32768, 8, 15).\n"
+	      "parameters, bench/trace_sim.c; default 32768, 8, 15);\n"
+	      "--window N --window-ghost N (leaf-window's probation share in per\n"
+	      "mille of the capacity and ghosts per page; default 700, 0).\n"
 	      "Replays multi-user conversation traces against a running kvpalaced and\n"
 	      "compares its prefix-cache hit rate with LRU and Belady simulated at the same\n"
 	      "capacity; prints 'sample NAME VALUE' lines.\n",
@@ -814,6 +819,8 @@ int main(int argc, char **argv)
 		{"lfu-aging", required_argument, NULL, 'A'},
 		{"lfu-ghost", required_argument, NULL, 'G'},
 		{"lfu-max", required_argument, NULL, 'X'},
+		{"window", required_argument, NULL, 'W'},
+		{"window-ghost", required_argument, NULL, 'Y'},
 		{"out", required_argument, NULL, 'o'},
 		{"label", required_argument, NULL, 'l'},
 		{"workers", required_argument, NULL, 'w'},
@@ -871,6 +878,12 @@ int main(int argc, char **argv)
 			break;
 		case 'X':
 			opt.lfu.max_count = parse_uint(optarg, "lfu-max", 1, TRACE_LFU_MAX_COUNT);
+			break;
+		case 'W':
+			opt.lfu.window_permille = parse_uint(optarg, "window", 0, 1000);
+			break;
+		case 'Y':
+			opt.lfu.win_ghost_per_page = parse_uint(optarg, "window-ghost", 0, 64);
 			break;
 		case 'F':
 			opt.prm.first_mean_tokens = parse_uint(optarg, "first-mean", 1, 1u << 16);
