@@ -56,15 +56,18 @@
  * bench/run: hit_rate (the daemon), lru_hit_rate, leaf_lru_hit_rate,
  * belady_hit_rate, infinite_hit_rate (these in %), belady_ratio (daemon /
  * Belady), lru_gain (daemon − LRU, percentage points), rps (requests per second, all workers),
- * tokens_served, tokens_recomputed, served_mib and recomputed_mib (the
+ * tokens_served, tokens_recomputed, daemon_tokens (tokens_served exactly), leaf_lru_tokens, leaf_lfu_tokens and
+ * leaf_window_tokens (each simulation's tokens served, for a sequential
+ * replay to equal), served_mib and recomputed_mib (the
  * matched pages' bytes, and the bytes written into the host arena: missed
  * prompt tokens and replies), spilled_mib and promoted_mib
  * (pool stats × page bytes: host → disk and disk → host), evictions.
  * Any failure exits 1. Each process is single-threaded; the workers
  * share their results and the pacing through one MAP_SHARED mapping (C11
  * atomics). With --workers 1 the replay is sequential and the daemon's
- * hit rate and evictions equal the leaf-LRU simulation's: a check that
- * the model is the daemon's policy.
+ * hit rate and evictions equal the simulation of its --eviction policy
+ * (leaf-LRU, leaf-LFU or leaf-window): a check that the model is the
+ * daemon's policy (tests/integration/trace_replay.sh).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -339,6 +342,12 @@ static void label_sample(const char *name, double v)
 
 	snprintf(buf, sizeof(buf), "%s.%s", opt.label, name);
 	sample(buf, v);
+}
+
+/* An exact count (sample's %g would round it). */
+static void label_count(const char *name, uint64_t v)
+{
+	printf("sample %s.%s %" PRIu64 "\n", opt.label, name, v);
 }
 
 /* ---- the replay ------------------------------------------------------------------ */
@@ -688,12 +697,18 @@ static void mode_run(void)
 	label_sample("hit_rate", 100 * d);
 	label_sample("lru_hit_rate", 100 * lru);
 	label_sample("leaf_lru_hit_rate", 100 * leaf);
+	label_sample("leaf_window_hit_rate", 100 * rate(&sims.r[TRACE_SIM_LEAF_WIN]));
 	label_sample("belady_hit_rate", 100 * bel);
 	label_sample("infinite_hit_rate", 100 * inf);
 	label_sample("belady_ratio", bel > 0 ? d / bel : 0);
 	label_sample("lru_gain", 100 * (d - lru));
 	label_sample("rps", t.n_reqs / s);
 	label_sample("tokens_served", (double)sum.hit_tokens);
+	/* The simulations' own, to compare with a sequential replay's. */
+	label_count("daemon_tokens", sum.hit_tokens);
+	label_count("leaf_lru_tokens", sims.r[TRACE_SIM_LEAF_LRU].hit_tokens);
+	label_count("leaf_lfu_tokens", sims.r[TRACE_SIM_LEAF_LFU].hit_tokens);
+	label_count("leaf_window_tokens", sims.r[TRACE_SIM_LEAF_WIN].hit_tokens);
 	label_sample("tokens_recomputed", (double)(sum.prompt_tokens - sum.hit_tokens));
 	label_sample("served_mib", sum.hit_tokens * token_bytes / MIB);
 	label_sample("recomputed_mib", sum.written_tokens * token_bytes / MIB);

@@ -347,7 +347,7 @@ static const char *const key_names[K_COUNT] = {
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
 /* Indexed by enum loop_want (daemon/io/loop.h). */
 static const char *const event_loops[] = {"auto", "io_uring", "epoll"};
-static const char *const evictions[] = {"lru", "lfu"};
+static const char *const evictions[] = {"lru", "lfu", "window"};
 /* Indexed by enum policy_kind. */
 static const char *const policy_names[] = {"none", "window", "sinks", "importance", "hierarchy"};
 
@@ -462,7 +462,7 @@ static int set_key(struct config *c, int k, const char *v)
 			}
 		return -EINVAL;
 	case K_EVICTION:
-		for (int i = 0; i < 2; i++)
+		for (int i = 0; i < 3; i++)
 			if (!strcmp(v, evictions[i])) {
 				c->eviction = i;
 				return 0;
@@ -1067,8 +1067,10 @@ void config_usage(const char *argv0)
 	       "                            io_uring is denied (a container's seccomp profile)\n"
 	       "                            (default auto)\n"
 	       "  --eviction NAME           host-tier victim order: lru (least recently used\n"
-	       "                            leaf first) or lfu (lowest use count with aging\n"
-	       "                            and ghosts, leaves first) (default lru)\n"
+	       "                            leaf first), lfu (lowest use count with aging\n"
+	       "                            and ghosts, leaves first) or window (pages used\n"
+	       "                            by one request only go first while they hold\n"
+	       "                            over 70 %% of the pages, leaves first) (default lru)\n"
 	       "  --warmup-dir DIR          checkpoints loaded into the prefix index before the\n"
 	       "                            daemon reports ready (default STATE-DIR/warmup)\n"
 	       "  --session-policy NAME     token policy new sessions start with: none, window,\n"

@@ -22,6 +22,7 @@
 enum config_eviction {
 	CONFIG_EVICTION_LRU, /* least recently used leaf first */
 	CONFIG_EVICTION_LFU, /* prefix_index_set_lfu */
+	CONFIG_EVICTION_WINDOW, /* prefix_index_set_window */
 };
 
 #define CONFIG_PATH_MAX	       4096
