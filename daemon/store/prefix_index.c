@@ -440,6 +440,8 @@ static void place(struct prefix_index *ix, const struct pagealloc *pa, struct pi
 		}
 		if (idle && ix->win)
 			win_use(ix, e);
+		else if (idle && !ix->lfu && e->lfu_count < 2)
+			e->lfu_count++; /* LRU: only prefix_index_reused asks */
 	}
 	if (busy != e->idle_busy) {
 		ix->n_idle_busy += busy ? 1u : -1u;
@@ -526,9 +528,9 @@ void prefix_index_reconsider(struct prefix_index *ix, const struct pagealloc *pa
 static struct list *list_of(struct prefix_index *ix, const struct pindex_entry *e)
 {
 	if (e->list == PINDEX_LIST_HOST)
-		return e->permanent ? &ix->keep_lru
+		return e->permanent	    ? &ix->keep_lru
 		       : ix->lfu || ix->win ? &ix->host_lfu[e->lfu_bucket]
-				    : &ix->host_lru;
+					    : &ix->host_lru;
 	return e->list == PINDEX_LIST_DISK ? &ix->disk_lru : NULL;
 }
 
@@ -958,7 +960,8 @@ int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa
 		if (ix->win && (e->lfu_bucket > PINDEX_WIN_MAIN ||
 				(e->lfu_count >= 2) != (e->lfu_bucket == PINDEX_WIN_MAIN)))
 			goto out;
-		n_prob += ix->win && e->slot != PINDEX_NONE && e->lfu_bucket == PINDEX_WIN_PROBATION;
+		n_prob +=
+			ix->win && e->slot != PINDEX_NONE && e->lfu_bucket == PINDEX_WIN_PROBATION;
 		n_list[e->list]++;
 		if (e->leaving && (e->io != PINDEX_IO_WRITE || e->slot == PINDEX_NONE))
 			goto out;

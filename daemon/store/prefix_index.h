@@ -116,7 +116,7 @@ struct pindex_entry {
 #define PINDEX_LFU_GHOSTS     8u /* ghosts per host page */
 /* --eviction window (prefix_index_set_window): host_lfu[0] lists the
  * probation class's leaves, host_lfu[1] the main class's. */
-#define PINDEX_WIN_PERMILLE 700u /* probation's share of the pages */
+#define PINDEX_WIN_PERMILLE  700u /* probation's share of the pages */
 #define PINDEX_WIN_PROBATION 0u
 #define PINDEX_WIN_MAIN	     1u
 
@@ -185,6 +185,14 @@ int prefix_index_set_lfu(struct prefix_index *ix, uint32_t n_ghosts, uint64_t ag
  * leaf-window is the same order. Returns 0 or -EINVAL (entries exist,
  * permille over 1000). */
 int prefix_index_set_window(struct prefix_index *ix, uint32_t permille);
+
+/* True when a request other than the one that wrote e used it (its host
+ * copy became idle twice, under every victim order): the disk tier's
+ * admission test under --disk-admission reused. */
+static inline int prefix_index_reused(const struct pindex_entry *e)
+{
+	return e->lfu_count >= 2;
+}
 
 /* Drops every entry's reference through pa and frees the index. */
 void prefix_index_fini(struct prefix_index *ix, struct pagealloc *pa);
