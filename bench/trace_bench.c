@@ -686,13 +686,16 @@ static void mode_run(void)
 	fprintf(stderr,
 		"\n  %s\n"
 		"  %-38s %8.2f %%\n  %-38s %8.2f %%\n  %-38s %8.2f %%\n  %-38s %8.2f %%\n"
+		"  %-38s %8.2f %%\n"
 		"  %-38s %8.2f %%\n  %-38s %8.3f\n  %-38s %+8.2f pts\n  %-38s %+8.2f pts\n\n",
 		"hit rate (% of prompt tokens)",
 		ps0.has_disk ? "kvpalaced, host + disk" : "kvpalaced, host only", 100 * d,
-		"plain LRU (simulated)", 100 * lru, "leaf-LRU (daemon's policy, simulated)",
-		100 * leaf, "Belady MIN (simulated)", 100 * bel, "infinite cache (simulated)",
-		100 * inf, "kvpalaced / Belady", bel > 0 ? d / bel : 0, "kvpalaced - LRU",
-		100 * (d - lru), "kvpalaced - leaf-LRU", 100 * (d - leaf));
+		"plain LRU (simulated)", 100 * lru, "leaf-LRU (--eviction lru, simulated)",
+		100 * leaf, "leaf-window (--eviction window, sim.)",
+		100 * rate(&sims.r[TRACE_SIM_LEAF_WIN]), "Belady MIN (simulated)", 100 * bel,
+		"infinite cache (simulated)", 100 * inf, "kvpalaced / Belady",
+		bel > 0 ? d / bel : 0, "kvpalaced - LRU", 100 * (d - lru), "kvpalaced - leaf-LRU",
+		100 * (d - leaf));
 	breakdown(&t, &sims, sh->hits);
 	label_sample("hit_rate", 100 * d);
 	label_sample("lru_hit_rate", 100 * lru);
