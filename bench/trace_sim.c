@@ -53,6 +53,21 @@
  *    10,000 pages (an aging step measured in uses, not scaled with the
  *    capacity, did best at all three); bench/run reports other seeds
  *    and shapes;
+ *  - LEAF_WIN: LEAF_LRU's rules (pins, leaves first, watermarks) with two
+ *    classes of pages: a new page is on probation; when a request lets
+ *    go of a page for the second time (the writer is the first), it joins
+ *    main for good. The victim is probation's least recently released
+ *    leaf while probation pages (cached, leaves or not) number more than
+ *    window_permille (700) / 1000 of the capacity, else main's (or
+ *    probation's when main has no leaf); a parent left childless goes to
+ *    the cold end of its class. win_ghost_per_page × capacity ghosts
+ *    (default 0: none) let a page evicted and written again start in
+ *    main. Chosen on seeds 1-2 of the three shapes at 1,000, 3,000 and
+ *    10,000 pages: windows of 100-300 ‰ gained more on prod at 1,000
+ *    pages (0.69 of Belady) but lost up to a third on chat; ghosts cost
+ *    hits everywhere. The daemon's --eviction window is this order, and
+ *    a single replaying client gets exactly its hits
+ *    (tests/integration/trace_replay.sh);
  *  - BELADY: Belady's MIN, the offline optimum: each cached page's key is
  *    the index of the next request whose prompt contains it (never:
  *    infinite), ties broken by depth (deeper first); when a page must be
