@@ -56,15 +56,18 @@
  * bench/run: hit_rate (the daemon), lru_hit_rate, leaf_lru_hit_rate,
  * belady_hit_rate, infinite_hit_rate (these in %), belady_ratio (daemon /
  * Belady), lru_gain (daemon − LRU, percentage points), rps (requests per second, all workers),
- * tokens_served, tokens_recomputed, served_mib and recomputed_mib (the
+ * tokens_served, tokens_recomputed, daemon_tokens (tokens_served exactly), leaf_lru_tokens, leaf_lfu_tokens and
+ * leaf_window_tokens (each simulation's tokens served, for a sequential
+ * replay to equal), served_mib and recomputed_mib (the
  * matched pages' bytes, and the bytes written into the host arena: missed
  * prompt tokens and replies), spilled_mib and promoted_mib
  * (pool stats × page bytes: host → disk and disk → host), evictions.
  * Any failure exits 1. Each process is single-threaded; the workers
  * share their results and the pacing through one MAP_SHARED mapping (C11
  * atomics). With --workers 1 the replay is sequential and the daemon's
- * hit rate and evictions equal the leaf-LRU simulation's: a check that
- * the model is the daemon's policy.
+ * hit rate and evictions equal the simulation of its --eviction policy
+ * (leaf-LRU, leaf-LFU or leaf-window): a check that the model is the
+ * daemon's policy (tests/integration/trace_replay.sh).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -339,6 +342,12 @@ static void label_sample(const char *name, double v)
 
 	snprintf(buf, sizeof(buf), "%s.%s", opt.label, name);
 	sample(buf, v);
+}
+
+/* An exact count (sample's %g would round it). */
+static void label_count(const char *name, uint64_t v)
+{
+	printf("sample %s.%s %" PRIu64 "\n", opt.label, name, v);
 }
 
 /* ---- the replay ------------------------------------------------------------------ */
@@ -677,23 +686,32 @@ static void mode_run(void)
 	fprintf(stderr,
 		"\n  %s\n"
 		"  %-38s %8.2f %%\n  %-38s %8.2f %%\n  %-38s %8.2f %%\n  %-38s %8.2f %%\n"
+		"  %-38s %8.2f %%\n"
 		"  %-38s %8.2f %%\n  %-38s %8.3f\n  %-38s %+8.2f pts\n  %-38s %+8.2f pts\n\n",
 		"hit rate (% of prompt tokens)",
 		ps0.has_disk ? "kvpalaced, host + disk" : "kvpalaced, host only", 100 * d,
-		"plain LRU (simulated)", 100 * lru, "leaf-LRU (daemon's policy, simulated)",
-		100 * leaf, "Belady MIN (simulated)", 100 * bel, "infinite cache (simulated)",
-		100 * inf, "kvpalaced / Belady", bel > 0 ? d / bel : 0, "kvpalaced - LRU",
-		100 * (d - lru), "kvpalaced - leaf-LRU", 100 * (d - leaf));
+		"plain LRU (simulated)", 100 * lru, "leaf-LRU (--eviction lru, simulated)",
+		100 * leaf, "leaf-window (--eviction window, sim.)",
+		100 * rate(&sims.r[TRACE_SIM_LEAF_WIN]), "Belady MIN (simulated)", 100 * bel,
+		"infinite cache (simulated)", 100 * inf, "kvpalaced / Belady",
+		bel > 0 ? d / bel : 0, "kvpalaced - LRU", 100 * (d - lru), "kvpalaced - leaf-LRU",
+		100 * (d - leaf));
 	breakdown(&t, &sims, sh->hits);
 	label_sample("hit_rate", 100 * d);
 	label_sample("lru_hit_rate", 100 * lru);
 	label_sample("leaf_lru_hit_rate", 100 * leaf);
+	label_sample("leaf_window_hit_rate", 100 * rate(&sims.r[TRACE_SIM_LEAF_WIN]));
 	label_sample("belady_hit_rate", 100 * bel);
 	label_sample("infinite_hit_rate", 100 * inf);
 	label_sample("belady_ratio", bel > 0 ? d / bel : 0);
 	label_sample("lru_gain", 100 * (d - lru));
 	label_sample("rps", t.n_reqs / s);
 	label_sample("tokens_served", (double)sum.hit_tokens);
+	/* The simulations' own, to compare with a sequential replay's. */
+	label_count("daemon_tokens", sum.hit_tokens);
+	label_count("leaf_lru_tokens", sims.r[TRACE_SIM_LEAF_LRU].hit_tokens);
+	label_count("leaf_lfu_tokens", sims.r[TRACE_SIM_LEAF_LFU].hit_tokens);
+	label_count("leaf_window_tokens", sims.r[TRACE_SIM_LEAF_WIN].hit_tokens);
 	label_sample("tokens_recomputed", (double)(sum.prompt_tokens - sum.hit_tokens));
 	label_sample("served_mib", sum.hit_tokens * token_bytes / MIB);
 	label_sample("recomputed_mib", sum.written_tokens * token_bytes / MIB);
@@ -733,6 +751,9 @@ static void mode_sim(void)
 		     rate(&sims.r[TRACE_SIM_LEAF_LRU]) / rate(&sims.r[TRACE_SIM_BELADY]));
 	label_sample("lfu_belady_ratio",
 		     rate(&sims.r[TRACE_SIM_LEAF_LFU]) / rate(&sims.r[TRACE_SIM_BELADY]));
+	label_sample("leaf_window_hit_rate", 100 * rate(&sims.r[TRACE_SIM_LEAF_WIN]));
+	label_sample("window_belady_ratio",
+		     rate(&sims.r[TRACE_SIM_LEAF_WIN]) / rate(&sims.r[TRACE_SIM_BELADY]));
 	sims_free(&sims);
 	trace_pages_free(&pg);
 	trace_free(&t);
@@ -771,7 +792,9 @@ static void usage(FILE *f)
 	      "Also: --high-watermark F --low-watermark F (the daemon's, for the\n"
 	      "leaf-LRU and leaf-LFU simulations; default 0.95 and 0.90);\n"
 	      "--lfu-aging N --lfu-ghost N --lfu-max N (leaf-LFU's\n"
-	      "parameters, bench/trace_sim.c; default 32768, 8, 15).\n"
+	      "parameters, bench/trace_sim.c; default 32768, 8, 15);\n"
+	      "--window N --window-ghost N (leaf-window's probation share in per\n"
+	      "mille of the capacity and ghosts per page; default 700, 0).\n"
 	      "Replays multi-user conversation traces against a running kvpalaced and\n"
 	      "compares its prefix-cache hit rate with LRU and Belady simulated at the same\n"
 	      "capacity; prints 'sample NAME VALUE' lines.\n",
@@ -814,6 +837,8 @@ int main(int argc, char **argv)
 		{"lfu-aging", required_argument, NULL, 'A'},
 		{"lfu-ghost", required_argument, NULL, 'G'},
 		{"lfu-max", required_argument, NULL, 'X'},
+		{"window", required_argument, NULL, 'W'},
+		{"window-ghost", required_argument, NULL, 'Y'},
 		{"out", required_argument, NULL, 'o'},
 		{"label", required_argument, NULL, 'l'},
 		{"workers", required_argument, NULL, 'w'},
@@ -871,6 +896,12 @@ int main(int argc, char **argv)
 			break;
 		case 'X':
 			opt.lfu.max_count = parse_uint(optarg, "lfu-max", 1, TRACE_LFU_MAX_COUNT);
+			break;
+		case 'W':
+			opt.lfu.window_permille = parse_uint(optarg, "window", 0, 1000);
+			break;
+		case 'Y':
+			opt.lfu.win_ghost_per_page = parse_uint(optarg, "window-ghost", 0, 64);
 			break;
 		case 'F':
 			opt.prm.first_mean_tokens = parse_uint(optarg, "first-mean", 1, 1u << 16);

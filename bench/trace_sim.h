@@ -40,6 +40,7 @@ enum trace_policy {
 	TRACE_SIM_LEAF_LRU, /* kvpalaced's host-tier policy, sequentially */
 	TRACE_SIM_BELADY,   /* Belady's MIN: evict the furthest next use */
 	TRACE_SIM_LEAF_LFU, /* leaves-first LFU with aging and ghosts (--eviction lfu) */
+	TRACE_SIM_LEAF_WIN, /* leaves-first probation window + LRU main (--eviction window) */
 	TRACE_SIM_N,
 };
 
@@ -48,6 +49,10 @@ struct trace_lfu {
 	uint32_t max_count;	 /* counts saturate here, 1..TRACE_LFU_MAX_COUNT */
 	uint32_t aging_uses;	 /* counts halve every aging_uses page uses */
 	uint32_t ghost_per_page; /* evicted pages remembered: ghost_per_page × capacity */
+	/* TRACE_SIM_LEAF_WIN: the probation window's share of the capacity
+	 * (per mille) and its ghosts per page of capacity. */
+	uint32_t window_permille;
+	uint32_t win_ghost_per_page;
 };
 
 #define TRACE_LFU_MAX_COUNT 15u

@@ -1246,6 +1246,13 @@ struct kvp_pool_stats {
 	uint32_t persistent_sessions; /* of n_sessions, persistent (kvp_session_set_persistent) */
 	uint32_t unowned_sessions;    /* of those, owned by no open connection: they close
 					* after the daemon's session-idle-timeout unused */
+	/* Disk tier wear (0 without one, or from an older daemon): bytes
+	 * written to the spill file (pages and headers), bytes read back and
+	 * verified, and host victims dropped instead of written because no
+	 * second request had used them (the daemon's disk-admission reused). */
+	uint64_t disk_written_bytes;
+	uint64_t disk_served_bytes;
+	uint64_t disk_unadmitted_pages;
 };
 
 /* Latency histogram of one request type (struct kvp_stats): bucket i
@@ -1331,6 +1338,10 @@ struct kvp_stats {
 	 * denied (a container's seccomp profile) or configured off; "" from an
 	 * older daemon. */
 	char event_loop[16];
+	/* kvp_pool_stats' disk wear fields, summed over the caller's pools. */
+	uint64_t disk_written_bytes;
+	uint64_t disk_served_bytes;
+	uint64_t disk_unadmitted_pages;
 };
 
 /* Counters and pools of the caller's tenant (its uid): its requests,

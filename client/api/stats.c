@@ -128,6 +128,9 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 		snprintf(st->disk_io, sizeof(st->disk_io), "%s", r->disk_io);
 	st->spilled_pages = r->spilled_pages;
 	st->promoted_pages = r->promoted_pages;
+	st->disk_written_bytes = r->has_disk_written_bytes ? r->disk_written_bytes : 0;
+	st->disk_served_bytes = r->has_disk_served_bytes ? r->disk_served_bytes : 0;
+	st->disk_unadmitted_pages = r->has_disk_unadmitted_pages ? r->disk_unadmitted_pages : 0;
 	st->verify_failures = r->verify_failures;
 	st->io_errors = r->io_errors;
 	st->checkpoints_written = r->checkpoints_written;
@@ -197,6 +200,10 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 			in->has_lossy_replaced_pages ? in->lossy_replaced_pages : 0;
 		out->disk_refused_pages = in->has_disk_refused_pages ? in->disk_refused_pages : 0;
 		out->disk_scanning = in->has_disk_scanning && in->disk_scanning;
+		out->disk_written_bytes = in->has_disk_written_bytes ? in->disk_written_bytes : 0;
+		out->disk_served_bytes = in->has_disk_served_bytes ? in->disk_served_bytes : 0;
+		out->disk_unadmitted_pages =
+			in->has_disk_unadmitted_pages ? in->disk_unadmitted_pages : 0;
 	}
 	*ret_stats = st;
 	return 0;

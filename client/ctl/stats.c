@@ -265,13 +265,19 @@ static void print_stats_text(const char *path, int admin, const struct kvp_stats
 	       "checkpoints", st->checkpoints_written, st->checkpoints_restored,
 	       st->checkpoints_refused, st->checkpoint_failures, st->checkpoints_removed,
 	       st->warmed_up_pages, st->restore_waits);
-	if (st->disk_io[0])
+	if (st->disk_io[0]) {
 		printf("  %-18s %s I/O; %" PRIu64 " pages spilled, %" PRIu64 " promoted; %" PRIu64
 		       " verify failure%s, %" PRIu64 " I/O error%s\n",
 		       "disk", printable(st->disk_io, buf, sizeof(buf)), st->spilled_pages,
 		       st->promoted_pages, st->verify_failures, plural(st->verify_failures),
 		       st->io_errors, plural(st->io_errors));
-	else
+		printf("  %-18s %" PRIu64 " bytes written, %" PRIu64 " bytes served", "disk wear",
+		       st->disk_written_bytes, st->disk_served_bytes);
+		if (st->disk_served_bytes)
+			printf(" (%.2f written per byte served)",
+			       (double)st->disk_written_bytes / (double)st->disk_served_bytes);
+		printf("; %" PRIu64 " victims not admitted\n", st->disk_unadmitted_pages);
+	} else
 		printf("  %-18s no\n", "disk");
 	printf("  %-18s %s", "gpu", st->gpu ? "yes" : "no");
 	if (st->gpu_status[0])
@@ -379,6 +385,9 @@ static json_t *json_pool(const struct kvp_pool_stats *p)
 		jdoc_u64(d, "disk_capacity_bytes", p->disk_capacity * pb);
 		jdoc_u64(d, "spilled_pages", p->spilled_pages);
 		jdoc_u64(d, "promoted_pages", p->promoted_pages);
+		jdoc_u64(d, "disk_written_bytes", p->disk_written_bytes);
+		jdoc_u64(d, "disk_served_bytes", p->disk_served_bytes);
+		jdoc_u64(d, "disk_unadmitted_pages", p->disk_unadmitted_pages);
 		jdoc_u64(d, "verify_failures", p->verify_failures);
 		jdoc_u64(d, "io_errors", p->io_errors);
 		jdoc_u64(d, "disk_dropped", p->disk_dropped);

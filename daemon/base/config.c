@@ -52,6 +52,9 @@ void config_defaults(struct config *c)
 	 * the inference processes it serves into swap. */
 	c->host_tier_bytes = ram / 4;
 	c->host_pool_bytes = c->host_tier_bytes < (1ull << 30) ? c->host_tier_bytes : 1ull << 30;
+	/* bench/run --only trace: window ties or beats lru on every shape and
+	 * capacity of the simulations (README, Performance). */
+	c->eviction = CONFIG_EVICTION_WINDOW;
 	c->host_high_watermark = 0.95;
 	c->host_low_watermark = 0.90;
 	/* A sparse file: disk is used only as pages spill. */
@@ -297,6 +300,7 @@ enum key_id {
 	K_SESSION_IDLE_TIMEOUT,
 	K_MAX_TENANT_TOKENS,
 	K_EVICTION,
+	K_DISK_ADMISSION,
 	K_COUNT,
 };
 _Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
@@ -327,6 +331,7 @@ static const char *const key_names[K_COUNT] = {
 	[K_IO_BACKEND] = "io-backend",
 	[K_EVENT_LOOP] = "event-loop",
 	[K_EVICTION] = "eviction",
+	[K_DISK_ADMISSION] = "disk-admission",
 	[K_WARMUP_DIR] = "warmup-dir",
 	[K_SESSION_POLICY] = "session-policy",
 	[K_SESSION_BUDGET] = "session-budget",
@@ -347,7 +352,8 @@ static const char *const key_names[K_COUNT] = {
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
 /* Indexed by enum loop_want (daemon/io/loop.h). */
 static const char *const event_loops[] = {"auto", "io_uring", "epoll"};
-static const char *const evictions[] = {"lru", "lfu"};
+static const char *const evictions[] = {"lru", "lfu", "window"};
+static const char *const admissions[] = {"all", "reused"};
 /* Indexed by enum policy_kind. */
 static const char *const policy_names[] = {"none", "window", "sinks", "importance", "hierarchy"};
 
@@ -462,9 +468,16 @@ static int set_key(struct config *c, int k, const char *v)
 			}
 		return -EINVAL;
 	case K_EVICTION:
-		for (int i = 0; i < 2; i++)
+		for (int i = 0; i < 3; i++)
 			if (!strcmp(v, evictions[i])) {
 				c->eviction = i;
+				return 0;
+			}
+		return -EINVAL;
+	case K_DISK_ADMISSION:
+		for (int i = 0; i < 2; i++)
+			if (!strcmp(v, admissions[i])) {
+				c->disk_admission = i;
 				return 0;
 			}
 		return -EINVAL;
@@ -588,6 +601,9 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		break;
 	case K_EVICTION:
 		snprintf(buf, n, "%s", evictions[c->eviction]);
+		break;
+	case K_DISK_ADMISSION:
+		snprintf(buf, n, "%s", admissions[c->disk_admission]);
 		break;
 	case K_GPU_POOL:
 		snprintf(buf, n, "%lluM", (unsigned long long)(c->gpu_pool_bytes >> 20));
@@ -1067,8 +1083,14 @@ void config_usage(const char *argv0)
 	       "                            io_uring is denied (a container's seccomp profile)\n"
 	       "                            (default auto)\n"
 	       "  --eviction NAME           host-tier victim order: lru (least recently used\n"
-	       "                            leaf first) or lfu (lowest use count with aging\n"
-	       "                            and ghosts, leaves first) (default lru)\n"
+	       "                            leaf first), lfu (lowest use count with aging\n"
+	       "                            and ghosts, leaves first) or window (pages used\n"
+	       "                            by one request only go first while they hold\n"
+	       "                            over 70 %% of the pages, leaves first) (default "
+	       "window)\n"
+	       "  --disk-admission NAME     which host victims the disk tier takes: all, or\n"
+	       "                            reused (only pages a second request used; the\n"
+	       "                            others are dropped, never written) (default all)\n"
 	       "  --warmup-dir DIR          checkpoints loaded into the prefix index before the\n"
 	       "                            daemon reports ready (default STATE-DIR/warmup)\n"
 	       "  --session-policy NAME     token policy new sessions start with: none, window,\n"

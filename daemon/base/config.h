@@ -19,9 +19,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
+enum config_disk_admission {
+	CONFIG_DISK_ADMIT_ALL,	  /* every host victim is written to disk */
+	CONFIG_DISK_ADMIT_REUSED, /* only pages a second request used (prefix_index_reused) */
+};
+
 enum config_eviction {
-	CONFIG_EVICTION_LRU, /* least recently used leaf first */
-	CONFIG_EVICTION_LFU, /* prefix_index_set_lfu */
+	CONFIG_EVICTION_LRU,	/* least recently used leaf first */
+	CONFIG_EVICTION_LFU,	/* prefix_index_set_lfu */
+	CONFIG_EVICTION_WINDOW, /* prefix_index_set_window */
 };
 
 #define CONFIG_PATH_MAX	       4096
@@ -70,8 +76,9 @@ struct config {
 	uint64_t disk_tenant_bytes;
 	uint64_t disk_reserve_bytes;
 	int io_backend;
-	int event_loop; /* enum loop_want: auto, io_uring, epoll */
-	int eviction;	/* enum config_eviction: the host tier's victim order */
+	int event_loop;	    /* enum loop_want: auto, io_uring, epoll */
+	int eviction;	    /* enum config_eviction: the host tier's victim order */
+	int disk_admission; /* enum config_disk_admission */
 	/* The policy new sessions start with (daemon/base/policy.h); clients may
 	 * set their own per session. */
 	int session_policy; /* enum policy_kind */

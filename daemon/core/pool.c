@@ -117,6 +117,8 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	if (ret == 0 && cfg->eviction == CONFIG_EVICTION_LFU)
 		ret = prefix_index_set_lfu(&p->ix, (uint32_t)n_pages * PINDEX_LFU_GHOSTS,
 					   PINDEX_LFU_AGING_USES);
+	if (ret == 0 && cfg->eviction == CONFIG_EVICTION_WINDOW)
+		ret = prefix_index_set_window(&p->ix, PINDEX_WIN_PERMILLE);
 	if (ret < 0)
 		goto fail;
 	p->events = &c->events;

@@ -214,6 +214,7 @@ static void on_written(struct aio_req *r, int res)
 		e->disk_used = e->used;
 		p->ix.n_disk++;
 		p->tier.spilled++;
+		p->tier.written_bytes += io->len + SPILL_PAGE_HDR;
 		p->tier.quantized += io->dtype != 0;
 		/* The header goes after the data: a crash between the two
 		 * leaves an old header whose sum fails, never a new header
@@ -511,6 +512,16 @@ uint32_t tier_spill(struct cache *c, struct pool *p, uint32_t want_free)
 			prefix_index_detach_host(ix, &p->pa, e);
 			continue;
 		}
+		if (c->cfg->disk_admission == CONFIG_DISK_ADMIT_REUSED && !e->permanent &&
+		    !e->n_children && !prefix_index_reused(e)) {
+			uint32_t extent;
+
+			/* Not admitted: no request but its writer used it, so
+			 * it is likelier never read again than worth a write. */
+			prefix_index_drop(ix, &p->pa, e, &extent);
+			p->tier.unadmitted++;
+			continue;
+		}
 		if (!may_write || start_write(c, p, e, 1) < 0)
 			break;
 	}
@@ -769,6 +780,7 @@ static void on_read(struct aio_req *r, int res)
 	}
 	if (ok) {
 		p->tier.promoted++;
+		p->tier.served_bytes += io->len;
 		p->disk_errors_in_row = 0;
 		prefix_index_attach_host(&p->ix, &p->pa, e, io->slot);
 	} else {

@@ -67,6 +67,9 @@ struct tier_counters {
 	uint64_t lossy_replaced;  /* lossy disk copies replaced by an exact commit */
 	uint64_t refused;	  /* writes refused: the tenant's or the tier's disk share
 				   * was used up, or the reserve reached (tier_disk_room) */
+	uint64_t written_bytes;	  /* bytes written to the spill files: pages and headers */
+	uint64_t served_bytes;	  /* bytes read back from them and verified (promotions) */
+	uint64_t unadmitted;	  /* host victims dropped, not written (--disk-admission) */
 };
 
 /* A request parked until its pool's I/O makes progress. */

@@ -181,6 +181,9 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 			out->dedup_pages += p->ix.dedup_pages;
 			out->spilled_pages += p->tier.spilled;
 			out->promoted_pages += p->tier.promoted;
+			out->disk_written_bytes += p->tier.written_bytes;
+			out->disk_served_bytes += p->tier.served_bytes;
+			out->disk_unadmitted_pages += p->tier.unadmitted;
 			out->verify_failures += p->tier.verify_failures;
 			out->io_errors += p->tier.io_errors;
 			out->unowned_sessions += p->n_unowned;
@@ -210,6 +213,8 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	if (c->aio && c->cfg->disk_pool_bytes) {
 		out->disk_io = (char *)aio_mode_name(c->aio);
 		out->has_spilled_pages = out->has_promoted_pages = 1;
+		out->has_disk_written_bytes = out->has_disk_served_bytes = 1;
+		out->has_disk_unadmitted_pages = 1;
 		out->has_verify_failures = out->has_io_errors = 1;
 	}
 	out->gpu = gpu_available(c->gpu);
@@ -276,6 +281,11 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 			ps->disk_capacity = p->spill->cap;
 			ps->spilled_pages = p->tier.spilled;
 			ps->promoted_pages = p->tier.promoted;
+			ps->has_disk_written_bytes = ps->has_disk_served_bytes = 1;
+			ps->has_disk_unadmitted_pages = 1;
+			ps->disk_written_bytes = p->tier.written_bytes;
+			ps->disk_served_bytes = p->tier.served_bytes;
+			ps->disk_unadmitted_pages = p->tier.unadmitted;
 			ps->verify_failures = p->tier.verify_failures;
 			ps->io_errors = p->tier.io_errors;
 			ps->disk_dropped = p->tier.dropped;

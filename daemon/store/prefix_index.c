@@ -56,6 +56,40 @@ int prefix_index_set_lfu(struct prefix_index *ix, uint32_t n_ghosts, uint64_t ag
 	return 0;
 }
 
+int prefix_index_set_window(struct prefix_index *ix, uint32_t permille)
+{
+	if (ix->n_entries || ix->lfu || permille > 1000)
+		return -EINVAL;
+	for (uint32_t b = 0; b < PINDEX_LFU_BUCKETS; b++)
+		list_init(&ix->host_lfu[b]);
+	ix->win = 1;
+	ix->win_limit = (uint32_t)((uint64_t)permille * ix->n_pages / 1000);
+	return 0;
+}
+
+/* A host copy of e joins (d = 1) or leaves (d = -1) the host tier. */
+static void win_host(struct prefix_index *ix, const struct pindex_entry *e, int d)
+{
+	if (ix->win && e->lfu_bucket == PINDEX_WIN_PROBATION)
+		ix->n_prob += (uint32_t)d;
+}
+
+/* e was let go of: a use; the second takes it off probation for good. */
+static void win_use(struct prefix_index *ix, struct pindex_entry *e)
+{
+	if (e->lfu_count < 2)
+		e->lfu_count++;
+	if (e->lfu_count < 2 || e->lfu_bucket == PINDEX_WIN_MAIN)
+		return;
+	win_host(ix, e, -1);
+	if (e->list == PINDEX_LIST_HOST) { /* to be listed again, under main */
+		list_del(&e->lru_link);
+		e->list = PINDEX_LIST_NONE;
+		ix->n_evictable--;
+	}
+	e->lfu_bucket = PINDEX_WIN_MAIN;
+}
+
 /* e's use count now (halved once per aging step since it was set). */
 static uint32_t lfu_count(const struct prefix_index *ix, uint32_t count, uint32_t epoch)
 {
@@ -101,6 +135,8 @@ static struct list *host_head(struct prefix_index *ix, struct pindex_entry *e)
 {
 	if (e->permanent)
 		return &ix->keep_lru;
+	if (ix->win)
+		return &ix->host_lfu[e->lfu_bucket];
 	if (!ix->lfu)
 		return &ix->host_lru;
 	e->lfu_bucket = (uint8_t)lfu_count(ix, e->lfu_count, e->lfu_epoch);
@@ -402,6 +438,10 @@ static void place(struct prefix_index *ix, const struct pagealloc *pa, struct pi
 			lfu_use(ix, e); /* let go of: a use */
 			used = 1;
 		}
+		if (idle && ix->win)
+			win_use(ix, e);
+		else if (idle && !ix->lfu && e->lfu_count < 2)
+			e->lfu_count++; /* LRU: only prefix_index_reused asks */
 	}
 	if (busy != e->idle_busy) {
 		ix->n_idle_busy += busy ? 1u : -1u;
@@ -488,9 +528,9 @@ void prefix_index_reconsider(struct prefix_index *ix, const struct pagealloc *pa
 static struct list *list_of(struct prefix_index *ix, const struct pindex_entry *e)
 {
 	if (e->list == PINDEX_LIST_HOST)
-		return e->permanent ? &ix->keep_lru
-		       : ix->lfu    ? &ix->host_lfu[e->lfu_bucket]
-				    : &ix->host_lru;
+		return e->permanent	    ? &ix->keep_lru
+		       : ix->lfu || ix->win ? &ix->host_lfu[e->lfu_bucket]
+					    : &ix->host_lru;
 	return e->list == PINDEX_LIST_DISK ? &ix->disk_lru : NULL;
 }
 
@@ -551,10 +591,16 @@ static uint32_t host_heads(const struct prefix_index *ix, const struct list **he
 {
 	uint32_t n = 0;
 
-	if (ix->lfu)
+	if (ix->lfu) {
 		for (uint32_t b = 0; b < PINDEX_LFU_BUCKETS; b++)
 			heads[n++] = &ix->host_lfu[b];
-	else
+	} else if (ix->win) {
+		/* Probation first while it holds more than its share. */
+		int p = ix->n_prob > ix->win_limit;
+
+		heads[n++] = &ix->host_lfu[p ? PINDEX_WIN_PROBATION : PINDEX_WIN_MAIN];
+		heads[n++] = &ix->host_lfu[p ? PINDEX_WIN_MAIN : PINDEX_WIN_PROBATION];
+	} else
 		heads[n++] = &ix->host_lru;
 	heads[n++] = &ix->keep_lru;
 	return n;
@@ -567,7 +613,12 @@ struct pindex_entry *prefix_index_host_next(const struct prefix_index *ix,
 	uint32_t n = host_heads(ix, heads), k = 0;
 
 	if (e) {
-		k = e->permanent ? n - 1 : ix->lfu ? e->lfu_bucket : 0;
+		if (e->permanent)
+			k = n - 1;
+		else if (ix->lfu)
+			k = e->lfu_bucket;
+		else if (ix->win)
+			k = heads[0] == &ix->host_lfu[e->lfu_bucket] ? 0 : 1;
 		it = e->lru_link.next;
 	} else {
 		it = heads[0]->next;
@@ -688,6 +739,7 @@ void prefix_index_attach_host(struct prefix_index *ix, struct pagealloc *pa, str
 	e->slot = slot;
 	ix->by_slot[slot] = e;
 	ix->n_host++;
+	win_host(ix, e, 1);
 	host_changed(ix, pa, e, 0);
 	e->used_ns = prefix_index_now_ns(); /* committed, or read back for a match */
 	place(ix, pa, e, 0);
@@ -702,6 +754,7 @@ void prefix_index_detach_host(struct prefix_index *ix, struct pagealloc *pa, str
 	ix->by_slot[slot] = NULL;
 	e->slot = PINDEX_NONE;
 	ix->n_host--;
+	win_host(ix, e, -1);
 	pagealloc_unref(pa, slot);
 	place(ix, pa, e, 0);
 	host_changed(ix, pa, e, stayed);
@@ -728,6 +781,7 @@ static void unlink_entry(struct prefix_index *ix, struct pagealloc *pa, struct p
 	if (e->slot != PINDEX_NONE) {
 		ix->by_slot[e->slot] = NULL;
 		ix->n_host--;
+		win_host(ix, e, -1);
 		pagealloc_unref(pa, e->slot);
 	}
 	if (e->extent != PINDEX_NONE)
@@ -884,7 +938,7 @@ int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa
 	struct idmap children = {0};	  /* parent key → children counted */
 	struct idmap host_children = {0}; /* parent key → staying host children */
 	uint32_t n = 0, n_host = 0, n_disk = 0, n_perm = 0, n_list[3] = {0}, on_list[3] = {0};
-	uint32_t n_leaving = 0, n_idle = 0, n_busy = 0;
+	uint32_t n_leaving = 0, n_idle = 0, n_busy = 0, n_prob = 0;
 	const struct list *heads[3] = {NULL, &ix->host_lru, &ix->disk_lru};
 	int ret = -EUCLEAN;
 
@@ -903,6 +957,11 @@ int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa
 		}
 		n_disk += e->extent != PINDEX_NONE;
 		n_perm += e->permanent;
+		if (ix->win && (e->lfu_bucket > PINDEX_WIN_MAIN ||
+				(e->lfu_count >= 2) != (e->lfu_bucket == PINDEX_WIN_MAIN)))
+			goto out;
+		n_prob +=
+			ix->win && e->slot != PINDEX_NONE && e->lfu_bucket == PINDEX_WIN_PROBATION;
 		n_list[e->list]++;
 		if (e->leaving && (e->io != PINDEX_IO_WRITE || e->slot == PINDEX_NONE))
 			goto out;
@@ -956,7 +1015,7 @@ int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa
 				goto out;
 			on_list[l]++;
 		}
-	for (uint32_t b = 0; ix->lfu && b < PINDEX_LFU_BUCKETS; b++)
+	for (uint32_t b = 0; (ix->lfu || ix->win) && b < PINDEX_LFU_BUCKETS; b++)
 		for (const struct list *it = ix->host_lfu[b].next; it != &ix->host_lfu[b];
 		     it = it->next) {
 			const struct pindex_entry *e =
@@ -979,7 +1038,7 @@ int prefix_index_check(const struct prefix_index *ix, const struct pagealloc *pa
 	    on_list[PINDEX_LIST_HOST] != ix->n_evictable ||
 	    n_list[PINDEX_LIST_DISK] != ix->n_droppable ||
 	    on_list[PINDEX_LIST_DISK] != ix->n_droppable || n_leaving != ix->n_leaving ||
-	    n_idle != ix->n_idle || n_busy != ix->n_idle_busy)
+	    n_idle != ix->n_idle || n_busy != ix->n_idle_busy || n_prob != ix->n_prob)
 		goto out;
 	ret = 0;
 out:

@@ -107,13 +107,18 @@ struct pindex_entry {
 	struct list lru_link;
 	uint32_t lfu_epoch; /* --eviction lfu: lfu_count as of this aging step */
 	uint8_t lfu_count;
-	uint8_t lfu_bucket; /* the host_lfu list it is on */
+	uint8_t lfu_bucket; /* the host_lfu list it is on (--eviction window: its class) */
 };
 
 /* --eviction lfu (prefix_index_set_lfu). */
 #define PINDEX_LFU_BUCKETS    16u /* counts 0..15 */
 #define PINDEX_LFU_AGING_USES 32768u
 #define PINDEX_LFU_GHOSTS     8u /* ghosts per host page */
+/* --eviction window (prefix_index_set_window): host_lfu[0] lists the
+ * probation class's leaves, host_lfu[1] the main class's. */
+#define PINDEX_WIN_PERMILLE  700u /* probation's share of the pages */
+#define PINDEX_WIN_PROBATION 0u
+#define PINDEX_WIN_MAIN	     1u
 
 struct prefix_index {
 	struct idmap by_hash;	       /* low 64 bits of the hash (| 1) → entry */
@@ -149,6 +154,10 @@ struct prefix_index {
 	uint64_t lfu_uses;	 /* uses since the last step */
 	uint64_t lfu_aging_uses; /* a step every this many */
 	struct ghost ghost;	 /* evicted pages' counts */
+	/* --eviction window: the classes' lists are host_lfu[0] and [1]. */
+	int win;
+	uint32_t win_limit; /* probation pages held before probation goes first */
+	uint32_t n_prob;    /* host copies of the probation class */
 };
 
 /* Returns 0 or -ENOMEM. */
@@ -164,6 +173,26 @@ int prefix_index_init(struct prefix_index *ix, uint32_t n_pages);
  * indexed again while its ghost lives. bench/trace_sim.c's leaf-LFU is
  * the same order. Returns 0, -EINVAL (entries exist), -ENOMEM. */
 int prefix_index_set_lfu(struct prefix_index *ix, uint32_t n_ghosts, uint64_t aging_uses);
+
+/* Makes the host tier's victim order a probation window in front of an
+ * LRU main segment (before any entry exists): leaves first, permanent
+ * entries last, and every entry of one of two classes. A new entry is
+ * on probation; one used a second time (its host copy became idle twice:
+ * the request that wrote it and another) joins main for good. While
+ * host copies on probation number more than permille / 1000 of the
+ * pages, probation's least recently used leaf goes first, else main's
+ * (and probation's when main has no leaf). bench/trace_sim.c's
+ * leaf-window is the same order. Returns 0 or -EINVAL (entries exist,
+ * permille over 1000). */
+int prefix_index_set_window(struct prefix_index *ix, uint32_t permille);
+
+/* True when a request other than the one that wrote e used it (its host
+ * copy became idle twice, under every victim order): the disk tier's
+ * admission test under --disk-admission reused. */
+static inline int prefix_index_reused(const struct pindex_entry *e)
+{
+	return e->lfu_count >= 2;
+}
 
 /* Drops every entry's reference through pa and frees the index. */
 void prefix_index_fini(struct prefix_index *ix, struct pagealloc *pa);

@@ -93,6 +93,8 @@ static void describe_status(const char *what, int status)
 			strsignal(WTERMSIG(status)));
 }
 
+const char *harness_eviction;
+
 /* Starts the daemon in h->dir (which exists) and waits until it serves. */
 static int spawn(struct harness *h, const char *daemon, const char *const *extra)
 {
@@ -122,6 +124,10 @@ static int spawn(struct harness *h, const char *daemon, const char *const *extra
 	argv[argc++] = state;
 	argv[argc++] = "--cache-dir";
 	argv[argc++] = cache;
+	if (harness_eviction) {
+		argv[argc++] = "--eviction";
+		argv[argc++] = harness_eviction;
+	}
 	for (int i = 0; extra && extra[i] && argc < 62; i++)
 		argv[argc++] = extra[i];
 	argv[argc] = NULL;

@@ -38,6 +38,12 @@ struct harness {
  * $KVPALACED, the daemon exited, never became ready). */
 int harness_start(struct harness *h, const char *const *extra);
 
+/* When set, every daemon this process starts gets --eviction with it
+ * before the test's own options: the tests whose assertions spell out
+ * LRU's victim order set "lru" at the top of main (the daemon's default
+ * is window, whose order differs by design). NULL: the default. */
+extern const char *harness_eviction;
+
 /* Stops the daemon with SIGTERM (SIGKILL if it lingers) and removes the
  * directory. Returns 0 when the daemon was still running and exited with
  * status 0, else -1 after printing how it ended: a daemon that crashed

@@ -983,7 +983,8 @@ static void test_config(void **state)
 		"\"host-tenant-size\":{\"value\":\"0M\",\"source\":\"default\"},"
 		"\"session-idle-timeout\":{\"value\":\"1h\",\"source\":\"default\"},"
 		"\"max-tenant-tokens\":{\"value\":\"33554432\",\"source\":\"default\"},"
-		"\"eviction\":{\"value\":\"lru\",\"source\":\"default\"}}}");
+		"\"eviction\":{\"value\":\"window\",\"source\":\"default\"},"
+		"\"disk-admission\":{\"value\":\"all\",\"source\":\"default\"}}}");
 
 	/* A reload says what changed and what waits for a restart. */
 	write_conf("log-level = notice\nmax-sessions-per-pool = 100\nmax-message-bytes = 8192\n");

@@ -529,6 +529,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_processes_under_pressure, start_small_messages,
 						harness_teardown),
 	};
+	harness_eviction = "lru"; /* the assertions spell out LRU's order */
 
 	return cmocka_run_group_tests_name("evict", tests, NULL, NULL);
 }

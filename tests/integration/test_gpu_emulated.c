@@ -818,6 +818,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_purge_device_copies, setup_small,
 						harness_teardown),
 	};
+	harness_eviction = "lru"; /* the assertions spell out LRU's order */
 
 	/* The daemons this test starts play a GPU in host memory. */
 	setenv("KVPALACED_EMULATE_GPU", "1", 1);

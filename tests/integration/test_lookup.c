@@ -564,6 +564,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_other_user, harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_raw_requests, harness_setup, harness_teardown),
 	};
+	harness_eviction = "lru"; /* the assertions spell out LRU's order */
 
 	return cmocka_run_group_tests_name("lookup", tests, NULL, NULL);
 }

@@ -445,6 +445,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_page_being_written_is_matched, setup_disk40,
 						harness_teardown),
 	};
+	harness_eviction = "lru"; /* the assertions spell out LRU's order */
 
 	return cmocka_run_group_tests_name("tierorder", tests, NULL, NULL);
 }

@@ -40,6 +40,8 @@ void core_fixture_init(struct core_fixture *f, uint32_t n_pages, double high, do
 	memset(f, 0, sizeof(*f));
 	log_set_level(LOG_WARNING); /* pool_open's line on every test */
 	config_defaults(&f->cfg);
+	/* The tests of the victim order spell out LRU's (test_tier). */
+	f->cfg.eviction = CONFIG_EVICTION_LRU;
 	f->cfg.host_pool_bytes = (uint64_t)n_pages * page_bytes;
 	/* Room for every pool: no tier share evicts anything, only the
 	 * pool's own watermarks. */

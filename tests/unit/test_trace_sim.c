@@ -187,6 +187,34 @@ static void lfu_survives_scan(void **state)
 	trace_free(&t);
 }
 
+static void window_survives_scan(void **state)
+{
+	/* Conversation 0 asked twice (its page used by a second request:
+	 * main), then 30 one-use pages (probation), then 0 again, with room
+	 * for 8 pages: probation holds more than 70 % of them as the scan
+	 * goes, so it loses its own pages first and page 0 stays. With a
+	 * window of the whole capacity (1000 per mille) probation never holds
+	 * more than its share, main's leaf goes first, and page 0 is lost as
+	 * under leaf-LRU. */
+	uint32_t order[2 + 30 + 1], n = 0;
+	struct trace_lfu all;
+	struct trace t;
+
+	(void)state;
+	order[n++] = 0;
+	order[n++] = 0;
+	for (uint32_t c = 1; c <= 30; c++)
+		order[n++] = c;
+	order[n++] = 0;
+	hand_trace(&t, 31, order, n);
+	assert_int_equal(last_hit(&t, TRACE_SIM_LEAF_LRU, 8, NULL), 0);
+	assert_int_equal(last_hit(&t, TRACE_SIM_LEAF_WIN, 8, NULL), B);
+	trace_lfu_default(&all);
+	all.window_permille = 1000;
+	assert_int_equal(last_hit(&t, TRACE_SIM_LEAF_WIN, 8, &all), 0);
+	trace_free(&t);
+}
+
 static void ghost_remembers(void **state)
 {
 	/* Room for 6 pages (a request needs 2: its page and the partial
@@ -222,10 +250,9 @@ static void ghost_remembers(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(prod_shape),
-		cmocka_unit_test(mooncake),
-		cmocka_unit_test(lfu_survives_scan),
-		cmocka_unit_test(ghost_remembers),
+		cmocka_unit_test(prod_shape),		cmocka_unit_test(mooncake),
+		cmocka_unit_test(lfu_survives_scan),	cmocka_unit_test(ghost_remembers),
+		cmocka_unit_test(window_survives_scan),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
