@@ -285,6 +285,7 @@ int remote_init(struct remote *r, struct loop *l, const struct remote_config *cf
 
 	memset(r, 0, sizeof(*r));
 	r->deferred_tail = &r->deferred;
+	r->defer_op.cb = on_deferred;
 	r->loop = l;
 	if (!cfg->n_nodes || cfg->n_nodes > CLUSTER_MAX_SEEDS || !cfg->timeout_ms ||
 	    !cfg->threads || cfg->threads > REMOTE_MAX_THREADS || !cfg->max_page_bytes ||
