@@ -79,10 +79,21 @@ struct cluster_op {
 	size_t val_len;
 	const void *val2;
 	size_t val2_len;
+	/* GET, optional: where a value of exactly dst_hdr_len + dst_len bytes
+	 * goes, read from the socket straight into these two buffers (its
+	 * first dst_hdr_len bytes, then the rest); sunk then says so and val
+	 * is NULL. A value of another length comes in val as usual. The
+	 * buffers' contents are undefined after any other result. */
+	void *dst_hdr;
+	size_t dst_hdr_len;
+	void *dst;
+	size_t dst_len;
+	int sunk;
 	enum cluster_result result;
 
 	/* Private to cluster.c. */
 	void *reply;
+	void *own;
 	unsigned int slot;
 	int node;
 	int ask_node; /* -1, or the node an ASK named */

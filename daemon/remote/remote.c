@@ -77,22 +77,24 @@ static void write_header(unsigned char *h, const struct remote_identity *id,
 	put_checksum(h + 64, pg->buf, pg->bytes);
 }
 
-/* A fetched value v of len bytes for page pg: copied into pg->buf when
- * every header field is what was asked and the checksum holds. */
-static int verify(const unsigned char *v, size_t len, const struct remote_identity *id,
-		  struct remote_page *pg)
+/* A fetched value of len bytes for page pg, its header h and its
+ * payload p (in pg->buf already, or to be copied there): 0 when every
+ * header field is what was asked and the checksum holds. */
+static int verify(const unsigned char *h, const unsigned char *p, size_t len,
+		  const struct remote_identity *id, struct remote_page *pg)
 {
 	unsigned char sum[16];
 
-	if (len != REMOTE_HEADER_BYTES + pg->bytes || le_get32(v) != REMOTE_MAGIC ||
-	    le_get16(v + 4) != REMOTE_VERSION || le_get16(v + 6) != REMOTE_HEADER_BYTES ||
-	    memcmp(v + 8, id->scope, 16) || memcmp(v + 24, id->pool, 16) ||
-	    memcmp(v + 40, pg->chain, 16) || le_get64(v + 56) != pg->bytes)
+	if (len != REMOTE_HEADER_BYTES + pg->bytes || le_get32(h) != REMOTE_MAGIC ||
+	    le_get16(h + 4) != REMOTE_VERSION || le_get16(h + 6) != REMOTE_HEADER_BYTES ||
+	    memcmp(h + 8, id->scope, 16) || memcmp(h + 24, id->pool, 16) ||
+	    memcmp(h + 40, pg->chain, 16) || le_get64(h + 56) != pg->bytes)
 		return -EBADMSG;
-	put_checksum(sum, v + REMOTE_HEADER_BYTES, pg->bytes);
-	if (memcmp(sum, v + 64, 16))
+	put_checksum(sum, p, pg->bytes);
+	if (memcmp(sum, h + 64, 16))
 		return -EBADMSG;
-	memcpy(pg->buf, v + REMOTE_HEADER_BYTES, pg->bytes);
+	if (p != pg->buf)
+		memcpy(pg->buf, p, pg->bytes);
 	return 0;
 }
 
@@ -121,7 +123,13 @@ static void job_run(struct worker_job *j)
 
 		ops[i].key = keys[i];
 		ops[i].key_len = remote_key(&req->id, pg->chain, keys[i]);
-		if (req->is_put) {
+		if (!req->is_put) {
+			/* A value of the expected length lands in place. */
+			ops[i].dst_hdr = hdrs[i];
+			ops[i].dst_hdr_len = REMOTE_HEADER_BYTES;
+			ops[i].dst = pg->buf;
+			ops[i].dst_len = pg->bytes;
+		} else {
 			write_header(hdrs[i], &req->id, pg);
 			ops[i].val = hdrs[i];
 			ops[i].val_len = REMOTE_HEADER_BYTES;
@@ -145,7 +153,15 @@ static void job_run(struct worker_job *j)
 				req->n_bytes_out += REMOTE_HEADER_BYTES + pg->bytes;
 			} else {
 				req->n_bytes_in += ops[i].val_len;
-				if (verify(ops[i].val, ops[i].val_len, &req->id, pg) == 0) {
+				const unsigned char *v = ops[i].val;
+				int ok = ops[i].sunk ? verify(hdrs[i], pg->buf, ops[i].val_len,
+							      &req->id, pg)
+					 : ops[i].val_len >= REMOTE_HEADER_BYTES
+						 ? verify(v, v + REMOTE_HEADER_BYTES,
+							  ops[i].val_len, &req->id, pg)
+						 : -EBADMSG;
+
+				if (ok == 0) {
 					pg->result = REMOTE_HIT;
 				} else {
 					pg->why = CLUSTER_RESULT_COUNT;

@@ -79,7 +79,7 @@ enum remote_page_result {
 
 struct remote_page {
 	uint8_t chain[16]; /* the page's chain hash */
-	void *buf;	   /* get: filled on a hit; put: read */
+	void *buf;	   /* get: filled on a hit, undefined after a miss; put: read */
 	size_t bytes;	   /* the page's payload bytes */
 	enum remote_page_result result;
 	/* Why a miss: CLUSTER_MISS, a CLUSTER_ERR_*, or
