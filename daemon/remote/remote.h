@@ -164,7 +164,10 @@ void remote_stats(const struct remote *r, struct remote_stats *ret);
 
 /* Every request submitted still completes (its done runs here), then the
  * threads stop and the connections close. Call it after loop_run
- * returned; safe after a failed init and twice. */
+ * returned; safe after a failed init and twice. As with worker_fini, the
+ * loop may keep an operation pointing into r (the worker's eventfd read,
+ * the timer of answers given at once) until loop_fini: r's memory must
+ * stay valid until then. */
 void remote_fini(struct remote *r);
 
 /* The scope digest of a tenant name: XXH3-128 of "kvp-scope\0" + name. */
