@@ -5,12 +5,16 @@
  * scopes, credentials, MOVED and ASK while a slot moves, a master killed
  * (failover), the whole cluster down and back. Skips (77) without
  * redis-server. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -740,6 +744,102 @@ static void test_no_cluster(void **state)
 	remote_fini(&r);
 }
 
+/* ---- a hostile node: a thread that speaks just enough RESP ---------------- */
+
+static int fake_mode; /* what GET gets: 0 nil+extra bytes, 1 huge length, 2 array, 3 silence */
+static int fake_fd, fake_port;
+
+static void *fake_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		int c = accept(fake_fd, NULL, NULL);
+		char buf[4096];
+		ssize_t n;
+
+		if (c < 0)
+			return NULL;
+		while ((n = recv(c, buf, sizeof(buf) - 1, 0)) > 0) {
+			char out[512];
+			int len;
+
+			buf[n] = 0;
+			if (strstr(buf, "SLOTS"))
+				len = snprintf(out, sizeof(out),
+					       "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0."
+					       "1\r\n:%d\r\n",
+					       fake_port);
+			else if (fake_mode == 0)
+				len = snprintf(out, sizeof(out), "$-1\r\n+SURPRISE\r\n");
+			else if (fake_mode == 1)
+				len = snprintf(out, sizeof(out), "$999999999999\r\nabc");
+			else if (fake_mode == 2)
+				len = snprintf(out, sizeof(out), "*2\r\n$1\r\na\r\n$1\r\nb\r\n");
+			else
+				len = 0;
+			if (len > 0 && send(c, out, (size_t)len, MSG_NOSIGNAL) < 0)
+				break;
+		}
+		close(c);
+	}
+}
+
+/* A node that lies (bytes after a reply, a length of a terabyte, an
+ * array for a GET, silence): each is a miss within the timeout, nothing
+ * allocated for the lie, and the daemon's requests keep completing. */
+static void test_hostile_node(void **state)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t alen = sizeof(a);
+	static char node[32];
+	const char *nodes[] = {node};
+	struct remote_config cfg = {
+		.nodes = nodes,
+		.n_nodes = 1,
+		.timeout_ms = 300,
+		.backoff_ms = 1,
+		.threads = 1,
+		.max_inflight_bytes = 1u << 20,
+		.max_page_bytes = MAX_PAGE,
+	};
+	struct remote r;
+	struct remote_identity id;
+	struct remote_stats st;
+	pthread_t t;
+	int why = -1;
+
+	(void)state;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	fake_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fake_fd >= 0);
+	assert_int_equal(bind(fake_fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fake_fd, 8), 0);
+	assert_int_equal(getsockname(fake_fd, (struct sockaddr *)&a, &alen), 0);
+	fake_port = ntohs(a.sin_port);
+	snprintf(node, sizeof(node), "127.0.0.1:%d", fake_port);
+	assert_int_equal(pthread_create(&t, NULL, fake_main, NULL), 0);
+	assert_int_equal(remote_init(&r, &loop, &cfg), 0);
+	assert_string_equal(remote_why(&r), "");
+	ident(&id, "mallory", 13);
+	for (fake_mode = 0; fake_mode < 4; fake_mode++) {
+		uint64_t t0 = now_ms();
+
+		usleep(5000); /* past the backoff of the mode before */
+		assert_int_equal(get_pages(&r, &id, 1, 2, &why), 0);
+		assert_true(now_ms() - t0 < 3 * cfg.timeout_ms);
+		assert_int_not_equal(why, CLUSTER_HIT);
+	}
+	remote_stats(&r, &st);
+	assert_int_equal(st.hits, 0);
+	assert_int_equal(st.misses, 8);
+	assert_true(st.timeouts >= 1);			/* silence */
+	assert_true(st.errors[CLUSTER_ERR_REPLY] >= 1); /* bytes after, array */
+	remote_fini(&r);
+	shutdown(fake_fd, SHUT_RDWR);
+	close(fake_fd);
+	pthread_join(t, NULL);
+}
+
 static int setup(void **state)
 {
 	int ret;
@@ -766,12 +866,13 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_keyslot),	   cmocka_unit_test(test_many),
-		cmocka_unit_test(test_scopes),	   cmocka_unit_test(test_corrupt),
-		cmocka_unit_test(test_cap),	   cmocka_unit_test(test_inflight),
-		cmocka_unit_test(test_no_cluster), cmocka_unit_test(test_moved),
-		cmocka_unit_test(test_ask),	   cmocka_unit_test(test_failover),
-		cmocka_unit_test(test_auth),	   cmocka_unit_test(test_cluster_down),
+		cmocka_unit_test(test_keyslot),	     cmocka_unit_test(test_many),
+		cmocka_unit_test(test_scopes),	     cmocka_unit_test(test_corrupt),
+		cmocka_unit_test(test_cap),	     cmocka_unit_test(test_inflight),
+		cmocka_unit_test(test_no_cluster),   cmocka_unit_test(test_moved),
+		cmocka_unit_test(test_ask),	     cmocka_unit_test(test_failover),
+		cmocka_unit_test(test_auth),	     cmocka_unit_test(test_cluster_down),
+		cmocka_unit_test(test_hostile_node),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
