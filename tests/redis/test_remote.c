@@ -746,7 +746,8 @@ static void test_no_cluster(void **state)
 
 /* ---- a hostile node: a thread that speaks just enough RESP ---------------- */
 
-static int fake_mode; /* what GET gets: 0 nil+extra bytes, 1 huge length, 2 array, 3 silence */
+static _Atomic int
+	fake_mode; /* what GET gets: 0 nil+extra bytes, 1 huge length, 2 array, 3 silence */
 static int fake_fd, fake_port;
 
 static void *fake_main(void *arg)
