@@ -109,7 +109,8 @@ static double redis_benchmark(struct rcluster *rc, unsigned int clients, unsigne
 	FILE *p;
 
 	snprintf(cmd, sizeof(cmd),
-		 "redis-benchmark -h 127.0.0.1 -p %d --cluster -t set,get -d %zu -n %u -r %u -c %u -q "
+		 "redis-benchmark -h 127.0.0.1 -p %d --cluster -t set,get -d %zu -n %u -r %u -c %u "
+		 "-q "
 		 "2>/dev/null | tr '\\r' '\\n' | grep '^GET: [0-9]'",
 		 rc->base, size, 4 * n, n, clients);
 	p = popen(cmd, "r");

@@ -402,8 +402,8 @@ static int split_remote(const char *v, char *buf, const char **nodes, unsigned i
 		char *colon = strrchr(p, ':'), *end;
 		unsigned long port;
 
-		if (!*p || !colon || colon == p || n >= CONFIG_REMOTE_NODES || (nodes && n >= max) ||
-		    strpbrk(p, " \t/@?#"))
+		if (!*p || !colon || colon == p || n >= CONFIG_REMOTE_NODES ||
+		    (nodes && n >= max) || strpbrk(p, " \t/@?#"))
 			return -EINVAL;
 		errno = 0;
 		port = strtoul(colon + 1, &end, 10);
@@ -1257,7 +1257,8 @@ void config_usage(const char *argv0)
 	       "  --remote-user NAME        ACL user for AUTH (default none: AUTH PASSWORD)\n"
 	       "  --remote-password-file F  the cluster's password; must be owned by the\n"
 	       "                            daemon's user, mode 0600 or stricter\n"
-	       "  --remote-timeout-ms N     connect, read and write timeout per node (default 500)\n"
+	       "  --remote-timeout-ms N     connect, read and write timeout per node (default "
+	       "500)\n"
 	       "  --remote-threads N        threads (and connections per node) (default 4)\n"
 	       "  --remote-max-inflight-mb N  values queued or in flight at most; beyond it\n"
 	       "                            puts are dropped, gets are misses (default 256)\n"
