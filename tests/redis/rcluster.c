@@ -15,6 +15,7 @@
 #include "slots.h"
 
 static struct rcluster *live;
+static int registered;
 
 static int port_free(int port)
 {
@@ -47,6 +48,8 @@ int rcluster_script(struct rcluster *rc, const char *verb, int arg)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+static int start_once(struct rcluster *rc, unsigned int *seedp);
+
 static void at_exit(void)
 {
 	if (live)
@@ -67,13 +70,29 @@ int rcluster_start(struct rcluster *rc)
 
 	if (access("/usr/bin/redis-server", X_OK) && system("command -v redis-server >/dev/null"))
 		return 77;
+	/* A port found free can be taken before redis-server binds it (the
+	 * bus ports reach into the ephemeral range): three attempts. */
+	for (int attempt = 0; attempt < 3; attempt++) {
+		ret = start_once(rc, &seed);
+		if (ret == 0 || ret == 77)
+			return ret;
+		rcluster_stop(rc);
+	}
+	return -1;
+}
+
+static int start_once(struct rcluster *rc, unsigned int *seedp)
+{
+	int ret;
+
 	snprintf(rc->dir, sizeof(rc->dir), "/tmp/kvp-rcluster-XXXXXX");
 	if (!mkdtemp(rc->dir))
 		return -1;
 	for (int tries = 0; tries < 50; tries++) {
 		int ok = 1;
 
-		rc->base = 20000 + (int)(rand_r(&seed) % 20000);
+		/* Bus ports (+10000) stay below the ephemeral range (32768). */
+		rc->base = 20000 + (int)(rand_r(seedp) % 2700);
 		for (int i = 0; i < RCLUSTER_NODES && ok; i++)
 			ok = port_free(rc->base + i) && port_free(rc->base + i + 10000);
 		if (ok)
@@ -83,11 +102,14 @@ int rcluster_start(struct rcluster *rc)
 	if (!rc->base)
 		return -1;
 	live = rc;
-	atexit(at_exit);
-	signal(SIGABRT, on_fatal);
-	signal(SIGSEGV, on_fatal);
-	signal(SIGTERM, on_fatal);
-	signal(SIGINT, on_fatal);
+	if (!registered) {
+		registered = 1;
+		atexit(at_exit);
+		signal(SIGABRT, on_fatal);
+		signal(SIGSEGV, on_fatal);
+		signal(SIGTERM, on_fatal);
+		signal(SIGINT, on_fatal);
+	}
 	ret = rcluster_script(rc, "start", rc->base);
 	return ret == 0 ? 0 : ret == 77 ? 77 : -1;
 }
