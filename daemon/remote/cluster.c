@@ -444,11 +444,13 @@ static void take_error(struct cluster *c, struct cluster_op *op, int ni, const c
 		c->need_refresh = 1;
 		op->ask_node = -1;
 		op->pending = 1;
+		op->n_moved++;
 	} else if (starts(str, len, "ASK") && !op->asked &&
 		   parse_redirect(c, str, len, &c->nodes[ni], &slot, &k) == 0) {
 		op->ask_node = k;
 		op->asked = 1;
 		op->pending = 1;
+		op->n_asked++;
 	} else if (starts(str, len, "MOVED") || starts(str, len, "ASK")) {
 		op->result = CLUSTER_ERR_REDIRECT;
 	} else if (starts(str, len, "TRYAGAIN")) {
@@ -791,6 +793,7 @@ static void run_batch(struct cluster *c, struct cluster_op *ops, size_t n, uint6
 		ops[i].slot = slots_key_slot(ops[i].key, ops[i].key_len);
 		ops[i].ask_node = -1;
 		ops[i].asked = 0;
+		ops[i].n_moved = ops[i].n_asked = 0;
 		ops[i].pending = 1;
 		ops[i].result = CLUSTER_ERR_REDIRECT;
 	}

@@ -90,6 +90,7 @@ struct cluster_op {
 	size_t dst_len;
 	int sunk;
 	enum cluster_result result;
+	unsigned int n_moved, n_asked; /* redirections followed */
 
 	/* Private to cluster.c. */
 	void *reply;

@@ -147,6 +147,8 @@ static void job_run(struct worker_job *j)
 		pg->result = REMOTE_MISS;
 		pg->why = (int)ops[i].result;
 		req->n_result[ops[i].result]++;
+		req->n_moved += ops[i].n_moved;
+		req->n_asked += ops[i].n_asked;
 		if (ops[i].result == CLUSTER_HIT) {
 			if (req->is_put) {
 				pg->result = REMOTE_HIT;
@@ -196,6 +198,8 @@ static void finish(struct remote *r, struct remote_req *req)
 		st->errors[k] += req->n_result[k];
 	st->timeouts += req->n_result[CLUSTER_ERR_TIMEOUT];
 	st->corrupt += req->n_corrupt;
+	st->moved += req->n_moved;
+	st->asked += req->n_asked;
 	st->bytes_in += req->n_bytes_in;
 	st->bytes_out += req->n_bytes_out;
 	if (req->nodes_up || req->nodes_down) {
@@ -249,6 +253,7 @@ static int submit(struct remote *r, struct remote_req *req, int is_put)
 	req->n_bytes_in = req->n_bytes_out = 0;
 	memset(req->n_result, 0, sizeof(req->n_result));
 	req->n_corrupt = req->nodes_up = req->nodes_down = 0;
+	req->n_moved = req->n_asked = 0;
 	for (unsigned int i = 0; i < req->n_pages; i++) {
 		req->pages[i].result = REMOTE_MISS;
 		req->pages[i].why = CLUSTER_ERR_DOWN;

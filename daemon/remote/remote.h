@@ -105,6 +105,7 @@ struct remote_req {
 	uint64_t n_bytes_in, n_bytes_out;
 	unsigned int n_result[CLUSTER_RESULT_COUNT];
 	unsigned int n_corrupt;
+	unsigned int n_moved, n_asked;
 	unsigned int nodes_up, nodes_down;
 };
 
@@ -112,6 +113,7 @@ struct remote_stats {
 	uint64_t gets, hits, misses; /* pages */
 	uint64_t corrupt;	     /* fetched values that did not verify */
 	uint64_t timeouts;
+	uint64_t moved, asked;		       /* redirections followed (MOVED, ASK) */
 	uint64_t errors[CLUSTER_RESULT_COUNT]; /* by kind, CLUSTER_ERR_* */
 	uint64_t puts, stored, dropped_puts, dropped_gets;
 	uint64_t bytes_in, bytes_out; /* values, headers included */

@@ -359,6 +359,47 @@ static void test_scopes(void **state)
 	remote_fini(&r);
 }
 
+/* The key and the value header are what remote.h documents. */
+static void test_format(void **state)
+{
+	struct remote r;
+	struct remote_identity id;
+	char key[REMOTE_KEY_BYTES];
+	const unsigned char *v;
+	redisReply *x;
+
+	(void)state;
+	memset(&id, 0, sizeof(id));
+	memset(id.scope, 0xab, 16);
+	memset(id.pool, 0x01, 16);
+	page_key(&id, 0x0102, key);
+	assert_string_equal(key, "kvp:abababababababababababababababab:"
+				 "01010101010101010101010101010101:"
+				 "020100000000000000000000000000a5");
+	assert_int_equal(start_remote(&r, NULL, NULL, 1, 16u << 20), 0);
+	put_pages(&r, &id, 0x0102, 1);
+	x = cmd(rcluster_owner(&rc, key), "GET %s", key);
+	assert_int_equal(x->type, REDIS_REPLY_STRING);
+	assert_int_equal(x->len, REMOTE_HEADER_BYTES + page_size(0x0102));
+	v = (const unsigned char *)x->str;
+	assert_memory_equal(v, "KVPR", 4);
+	assert_int_equal(v[4] | v[5] << 8, REMOTE_VERSION);
+	assert_int_equal(v[6] | v[7] << 8, REMOTE_HEADER_BYTES);
+	assert_memory_equal(v + 8, id.scope, 16);
+	assert_memory_equal(v + 24, id.pool, 16);
+	assert_int_equal(v[40], 0x02);
+	assert_int_equal(v[41], 0x01);
+	assert_int_equal(v[55], 0xa5);
+	assert_int_equal(v[56] | v[57] << 8 | v[58] << 16, page_size(0x0102));
+	freeReplyObject(x);
+	/* The expiry is set (the cluster is a cache). */
+	x = cmd(rcluster_owner(&rc, key), "PTTL %s", key);
+	assert_int_equal(x->type, REDIS_REPLY_INTEGER);
+	assert_true(x->integer > 0 && x->integer <= 600000);
+	freeReplyObject(x);
+	remote_fini(&r);
+}
+
 /* A value damaged in the cluster is a miss and counts as corrupt. */
 static void test_corrupt(void **state)
 {
@@ -576,6 +617,7 @@ static int reply_starts(int port, const char *key, const char *word)
 /* One thread, its map loaded, then the slot moves: MOVED, then a hit. */
 static void test_moved(void **state)
 {
+	struct remote_stats st;
 	struct remote r;
 	struct remote_identity id;
 	char key[REMOTE_KEY_BYTES];
@@ -594,6 +636,13 @@ static void test_moved(void **state)
 	assert_true(reply_starts(a, key, "MOVED"));
 	assert_int_equal(get_pages(&r, &id, c, 1, NULL), 1);
 	assert_int_equal(rcluster_owner(&rc, key), b);
+	remote_stats(&r, &st);
+	assert_int_equal(st.moved, 1);
+	assert_int_equal(st.asked, 0);
+	/* The slot's new owner is remembered: no redirection again. */
+	assert_int_equal(get_pages(&r, &id, c, 1, NULL), 1);
+	remote_stats(&r, &st);
+	assert_int_equal(st.moved, 1);
 	remote_fini(&r);
 }
 
@@ -601,6 +650,7 @@ static void test_moved(void **state)
  * ASKING there, a hit. */
 static void test_ask(void **state)
 {
+	struct remote_stats st;
 	struct remote r;
 	struct remote_identity id;
 	char key[REMOTE_KEY_BYTES];
@@ -619,6 +669,10 @@ static void test_ask(void **state)
 	assert_true(reply_starts(a, key, "ASK"));
 	assert_int_equal(get_pages(&r, &id, c, 1, NULL), 1);
 	assert_int_equal(get_pages(&r, &id, c, 1, NULL), 1);
+	/* ASK is for one command: both went to a first, then to b. */
+	remote_stats(&r, &st);
+	assert_int_equal(st.asked, 2);
+	assert_int_equal(st.moved, 0);
 	move_slot(key, a, b, 1);
 	assert_int_equal(get_pages(&r, &id, c, 1, NULL), 1);
 	remote_fini(&r);
@@ -868,12 +922,12 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_keyslot),	     cmocka_unit_test(test_many),
-		cmocka_unit_test(test_scopes),	     cmocka_unit_test(test_corrupt),
-		cmocka_unit_test(test_cap),	     cmocka_unit_test(test_inflight),
-		cmocka_unit_test(test_no_cluster),   cmocka_unit_test(test_moved),
-		cmocka_unit_test(test_ask),	     cmocka_unit_test(test_failover),
-		cmocka_unit_test(test_auth),	     cmocka_unit_test(test_cluster_down),
-		cmocka_unit_test(test_hostile_node),
+		cmocka_unit_test(test_scopes),	     cmocka_unit_test(test_format),
+		cmocka_unit_test(test_corrupt),	     cmocka_unit_test(test_cap),
+		cmocka_unit_test(test_inflight),     cmocka_unit_test(test_no_cluster),
+		cmocka_unit_test(test_moved),	     cmocka_unit_test(test_ask),
+		cmocka_unit_test(test_failover),     cmocka_unit_test(test_auth),
+		cmocka_unit_test(test_cluster_down), cmocka_unit_test(test_hostile_node),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
