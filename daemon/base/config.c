@@ -1,10 +1,12 @@
 /* daemon/base/config.c — embedded defaults and command-line parsing. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -91,6 +93,11 @@ void config_defaults(struct config *c)
 	c->gpu_tier_bytes = 8ull << 30;
 	c->gpu_high_watermark = 0.90;
 	c->gpu_low_watermark = 0.80;
+	/* The remote tier: a round trip of a 2 MiB value on a LAN is a few ms;
+	 * a node that does not answer in half a second is a miss. */
+	c->remote_timeout_ms = 500;
+	c->remote_threads = 4;
+	c->remote_max_inflight_bytes = 256ull << 20;
 	/* Long enough for a client to restart and adopt what it left,
 	 * short enough that forgotten ones do not pile up for days. */
 	c->session_idle_timeout_s = 3600;
@@ -301,6 +308,12 @@ enum key_id {
 	K_MAX_TENANT_TOKENS,
 	K_EVICTION,
 	K_DISK_ADMISSION,
+	K_REMOTE_TIER,
+	K_REMOTE_USER,
+	K_REMOTE_PASSWORD_FILE,
+	K_REMOTE_TIMEOUT,
+	K_REMOTE_THREADS,
+	K_REMOTE_INFLIGHT,
 	K_COUNT,
 };
 _Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
@@ -347,6 +360,12 @@ static const char *const key_names[K_COUNT] = {
 	[K_HOST_TENANT] = "host-tenant-size",
 	[K_SESSION_IDLE_TIMEOUT] = "session-idle-timeout",
 	[K_MAX_TENANT_TOKENS] = "max-tenant-tokens",
+	[K_REMOTE_TIER] = "remote-tier",
+	[K_REMOTE_USER] = "remote-user",
+	[K_REMOTE_PASSWORD_FILE] = "remote-password-file",
+	[K_REMOTE_TIMEOUT] = "remote-timeout-ms",
+	[K_REMOTE_THREADS] = "remote-threads",
+	[K_REMOTE_INFLIGHT] = "remote-max-inflight-mb",
 };
 
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
@@ -366,6 +385,104 @@ static int parse_bool(const char *s, int *ret)
 	else
 		return -EINVAL;
 	return 0;
+}
+
+/* "redis://host:port[,host:port...]", each port 1..65535, at most
+ * CONFIG_REMOTE_NODES nodes; "" (none) too. nodes may be NULL (check
+ * only); buf (CONFIG_REMOTE_MAX bytes) receives the host:port strings. */
+static int split_remote(const char *v, char *buf, const char **nodes, unsigned int max)
+{
+	static const char scheme[] = "redis://";
+	char tmp[CONFIG_REMOTE_MAX];
+	char *p, *save = NULL;
+	unsigned int n = 0;
+
+	if (!*v)
+		return 0;
+	if (strncmp(v, scheme, sizeof(scheme) - 1) || strlen(v) >= sizeof(tmp))
+		return -EINVAL;
+	if (!buf)
+		buf = tmp;
+	snprintf(buf, CONFIG_REMOTE_MAX, "%s", v + sizeof(scheme) - 1);
+	for (save = buf; (p = strsep(&save, ","));) {
+		char *colon = strrchr(p, ':'), *end;
+		unsigned long port;
+
+		if (!*p || !colon || colon == p || n >= CONFIG_REMOTE_NODES ||
+		    (nodes && n >= max) || strpbrk(p, " \t/@?#"))
+			return -EINVAL;
+		errno = 0;
+		port = strtoul(colon + 1, &end, 10);
+		if (errno || *end || !colon[1] || port < 1 || port > 65535)
+			return -EINVAL;
+		if (nodes)
+			nodes[n] = p;
+		n++;
+	}
+	return n ? (int)n : -EINVAL;
+}
+
+int config_remote_nodes(const struct config *c, char *buf, const char **nodes, unsigned int max)
+{
+	return split_remote(c->remote_tier, buf, nodes, max);
+}
+
+int config_read_secret(const char *path, char *buf, size_t size, char *err, size_t errlen)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+	struct stat st;
+	ssize_t n;
+	size_t got = 0;
+	int ret;
+
+	if (fd < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		return ret;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file", path);
+		ret = -EINVAL;
+		goto out;
+	}
+	if (st.st_uid != geteuid() || (st.st_mode & 077)) {
+		snprintf(err, errlen,
+			 "%s: a password file must be owned by uid %u with mode 0600 or stricter "
+			 "(it is uid %u, mode %04o)",
+			 path, (unsigned int)geteuid(), (unsigned int)st.st_uid,
+			 (unsigned int)(st.st_mode & 07777));
+		ret = -EPERM;
+		goto out;
+	}
+	while ((n = read(fd, buf + got, size - got)) > 0) {
+		got += (size_t)n;
+		if (got == size) {
+			snprintf(err, errlen, "%s: longer than %zu bytes", path, size - 1);
+			ret = -EFBIG;
+			goto out;
+		}
+	}
+	if (n < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (got && buf[got - 1] == '\n')
+		got--;
+	if (got && buf[got - 1] == '\r')
+		got--;
+	buf[got] = 0;
+	if (!got || memchr(buf, 0, got)) {
+		snprintf(err, errlen, "%s: empty, or not text", path);
+		ret = -EINVAL;
+		goto out;
+	}
+	ret = 0;
+out:
+	if (ret < 0)
+		explicit_bzero(buf, size);
+	close(fd);
+	return ret;
 }
 
 static int key_of(const char *name)
@@ -490,6 +607,41 @@ static int set_key(struct config *c, int k, const char *v)
 		return -EINVAL;
 	case K_SESSION_BUDGET:
 		return parse_u32(v, 0, UINT32_MAX, 10, &c->session_budget);
+	case K_REMOTE_TIER:
+		/* "none", as config_print shows no tier, reads back. */
+		if (!strcmp(v, "none"))
+			v = "";
+		if (split_remote(v, NULL, NULL, 0) < 0)
+			return -EINVAL;
+		snprintf(c->remote_tier, sizeof(c->remote_tier), "%s", v);
+		return 0;
+	case K_REMOTE_USER:
+		if (!strcmp(v, "none")) {
+			c->remote_user[0] = 0;
+			return 0;
+		}
+		if (!*v || strlen(v) >= sizeof(c->remote_user) || strpbrk(v, " \t"))
+			return -EINVAL;
+		snprintf(c->remote_user, sizeof(c->remote_user), "%s", v);
+		return 0;
+	case K_REMOTE_PASSWORD_FILE:
+		if (!strcmp(v, "none")) {
+			c->remote_password_file[0] = 0;
+			return 0;
+		}
+		return set_path(c->remote_password_file, sizeof(c->remote_password_file), v);
+	case K_REMOTE_TIMEOUT:
+		return parse_u32(v, 1, 60000, 10, &c->remote_timeout_ms);
+	case K_REMOTE_THREADS:
+		return parse_u32(v, 1, 32, 10, &c->remote_threads);
+	case K_REMOTE_INFLIGHT: {
+		uint64_t mb;
+
+		if (parse_u64(v, 1, 1u << 20, 10, &mb) < 0)
+			return -EINVAL;
+		c->remote_max_inflight_bytes = mb << 20;
+		return 0;
+	}
 	case K_SESSION_AUTO_COMPACT:
 		return parse_bool(v, &c->session_auto_compact);
 	case K_SPILL_DTYPE:
@@ -635,6 +787,25 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		break;
 	case K_SESSION_BUDGET:
 		snprintf(buf, n, "%u", c->session_budget);
+		break;
+	case K_REMOTE_TIER:
+		snprintf(buf, n, "%s", c->remote_tier[0] ? c->remote_tier : "none");
+		break;
+	case K_REMOTE_USER:
+		snprintf(buf, n, "%s", c->remote_user[0] ? c->remote_user : "none");
+		break;
+	case K_REMOTE_PASSWORD_FILE:
+		snprintf(buf, n, "%s",
+			 c->remote_password_file[0] ? c->remote_password_file : "none");
+		break;
+	case K_REMOTE_TIMEOUT:
+		snprintf(buf, n, "%u", c->remote_timeout_ms);
+		break;
+	case K_REMOTE_THREADS:
+		snprintf(buf, n, "%u", c->remote_threads);
+		break;
+	case K_REMOTE_INFLIGHT:
+		snprintf(buf, n, "%llu", (unsigned long long)(c->remote_max_inflight_bytes >> 20));
 		break;
 	case K_SESSION_AUTO_COMPACT:
 		snprintf(buf, n, "%s", c->session_auto_compact ? "yes" : "no");
@@ -926,6 +1097,17 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 		snprintf(err, errlen, "host-pool-size must be between 4K and host-tier-size");
 		return -EINVAL;
 	}
+	if (c->remote_password_file[0]) {
+		/* Refused now, with the reason, rather than when the tier
+		 * starts: a secret others can read is a mistake to stop on. */
+		char secret[1024];
+		int ret = config_read_secret(c->remote_password_file, secret, sizeof(secret), err,
+					     errlen);
+
+		explicit_bzero(secret, sizeof(secret));
+		if (ret < 0)
+			return -EINVAL;
+	}
 	return 0;
 }
 
@@ -1091,6 +1273,17 @@ void config_usage(const char *argv0)
 	       "  --disk-admission NAME     which host victims the disk tier takes: all, or\n"
 	       "                            reused (only pages a second request used; the\n"
 	       "                            others are dropped, never written) (default all)\n"
+	       "  --remote-tier URL         redis://HOST:PORT[,HOST:PORT...]: the Redis Cluster\n"
+	       "                            of the remote tier (parsed; the tier starts in a\n"
+	       "                            later release) (default none)\n"
+	       "  --remote-user NAME        ACL user for AUTH (default none: AUTH PASSWORD)\n"
+	       "  --remote-password-file F  the cluster's password; must be owned by the\n"
+	       "                            daemon's user, mode 0600 or stricter\n"
+	       "  --remote-timeout-ms N     connect, read and write timeout per node (default "
+	       "500)\n"
+	       "  --remote-threads N        threads (and connections per node) (default 4)\n"
+	       "  --remote-max-inflight-mb N  values queued or in flight at most; beyond it\n"
+	       "                            puts are dropped, gets are misses (default 256)\n"
 	       "  --warmup-dir DIR          checkpoints loaded into the prefix index before the\n"
 	       "                            daemon reports ready (default STATE-DIR/warmup)\n"
 	       "  --session-policy NAME     token policy new sessions start with: none, window,\n"

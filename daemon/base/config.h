@@ -33,6 +33,8 @@ enum config_eviction {
 #define CONFIG_PATH_MAX	       4096
 #define CONFIG_SOCKET_PATH_MAX 108 /* sizeof(sun_path) */
 #define CONFIG_MAX_KEYS	       48
+#define CONFIG_REMOTE_MAX      1024 /* remote-tier's text */
+#define CONFIG_REMOTE_NODES    64   /* its nodes */
 #define CONFIG_DEFAULT_FILE    "/etc/kvpalace/kvpalaced.conf"
 /* The largest max-requests-in-flight: a connection that stops reading
  * holds about that many replies of up to max-message-bytes each. */
@@ -86,10 +88,18 @@ struct config {
 	int session_auto_compact;
 	uint32_t spill_dtype; /* shm dtype cold pages are written to disk in, 0: as they are */
 	char warmup_dir[CONFIG_PATH_MAX];
-	uint64_t gpu_pool_bytes;	    /* one pool's device arena; 0: no GPU tier */
-	uint64_t gpu_tier_bytes;	    /* device arenas of all pools together */
-	double gpu_high_watermark;	    /* drop cached device copies above this fraction... */
-	double gpu_low_watermark;	    /* ...down to this one */
+	uint64_t gpu_pool_bytes;   /* one pool's device arena; 0: no GPU tier */
+	uint64_t gpu_tier_bytes;   /* device arenas of all pools together */
+	double gpu_high_watermark; /* drop cached device copies above this fraction... */
+	double gpu_low_watermark;  /* ...down to this one */
+	/* The remote tier (daemon/remote/): "redis://host:port[,host:port...]"
+	 * or "" for none; parsed for phase 2, which starts the tier. */
+	char remote_tier[CONFIG_REMOTE_MAX];
+	char remote_user[256];
+	char remote_password_file[CONFIG_PATH_MAX]; /* "" for none: checked at parse */
+	uint32_t remote_timeout_ms;
+	uint32_t remote_threads;
+	uint64_t remote_max_inflight_bytes;
 	/* "" means <state_dir>/warmup */   /* enum aio_mode: auto, io_uring, threads */
 	unsigned char src[CONFIG_MAX_KEYS]; /* where each key's value came from */
 	char file[CONFIG_PATH_MAX];	    /* the configuration file read, or "" */
@@ -129,6 +139,20 @@ uint32_t config_max_tokens_per_request(const struct config *c);
  * directories, tier and pool sizes and the message cap need a restart.
  * Returns 0, or -EINVAL with the reason in err and live unchanged. */
 int config_reload(struct config *live, int argc, char **argv, char *err, size_t errlen);
+
+/* Reads a secret (remote-password-file) into buf (size bytes, NUL
+ * terminated, one trailing newline dropped), refusing a file that is not
+ * a regular file owned by the effective user with no permission for
+ * group or others (mode 0600 or stricter). Returns 0, or -EPERM (owner,
+ * mode), -EINVAL (not a regular file, empty, a NUL inside), -EFBIG (does
+ * not fit) or -errno from open/read, with the reason in err. The caller
+ * should explicit_bzero buf after use. */
+int config_read_secret(const char *path, char *buf, size_t size, char *err, size_t errlen);
+
+/* The nodes of remote-tier ("host:port" each) into nodes[max], NUL
+ * terminated in buf (CONFIG_REMOTE_MAX bytes). Returns their count (0 for
+ * no remote tier) or -EINVAL. */
+int config_remote_nodes(const struct config *c, char *buf, const char **nodes, unsigned int max);
 
 /* Prints the effective configuration, each key with its source. */
 void config_print(const struct config *c, FILE *out);

@@ -984,7 +984,13 @@ static void test_config(void **state)
 		"\"session-idle-timeout\":{\"value\":\"1h\",\"source\":\"default\"},"
 		"\"max-tenant-tokens\":{\"value\":\"33554432\",\"source\":\"default\"},"
 		"\"eviction\":{\"value\":\"window\",\"source\":\"default\"},"
-		"\"disk-admission\":{\"value\":\"all\",\"source\":\"default\"}}}");
+		"\"disk-admission\":{\"value\":\"all\",\"source\":\"default\"},"
+		"\"remote-tier\":{\"value\":\"none\",\"source\":\"default\"},"
+		"\"remote-user\":{\"value\":\"none\",\"source\":\"default\"},"
+		"\"remote-password-file\":{\"value\":\"none\",\"source\":\"default\"},"
+		"\"remote-timeout-ms\":{\"value\":\"500\",\"source\":\"default\"},"
+		"\"remote-threads\":{\"value\":\"4\",\"source\":\"default\"},"
+		"\"remote-max-inflight-mb\":{\"value\":\"256\",\"source\":\"default\"}}}");
 
 	/* A reload says what changed and what waits for a restart. */
 	write_conf("log-level = notice\nmax-sessions-per-pool = 100\nmax-message-bytes = 8192\n");

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -227,6 +228,61 @@ static void test_bad_command_lines(void **state)
 	assert_non_null(strstr(err, "recent"));
 }
 
+/* The remote tier's keys: the node list checked, the password file
+ * refused unless the daemon's user alone can read it. */
+static void test_remote_keys(void **state)
+{
+	struct config c;
+	char err[256], buf[CONFIG_REMOTE_MAX], path[128];
+	const char *nodes[4];
+	FILE *f;
+
+	(void)state;
+	assert_int_equal(parse(&c, err, "--remote-tier", "redis://10.0.0.1:7000,h2:7001",
+			       "--remote-user", "kvp", "--remote-threads", "8",
+			       "--remote-timeout-ms", "250", "--remote-max-inflight-mb", "64",
+			       NULL),
+			 0);
+	assert_int_equal(config_remote_nodes(&c, buf, nodes, 4), 2);
+	assert_string_equal(nodes[0], "10.0.0.1:7000");
+	assert_string_equal(nodes[1], "h2:7001");
+	assert_string_equal(c.remote_user, "kvp");
+	assert_int_equal(c.remote_threads, 8);
+	assert_int_equal(c.remote_timeout_ms, 250);
+	assert_int_equal(c.remote_max_inflight_bytes, 64u << 20);
+	assert_int_equal(config_remote_nodes(&c, buf, nodes, 1), -EINVAL);
+	assert_int_equal(parse(&c, err, NULL), 0);
+	assert_int_equal(config_remote_nodes(&c, buf, nodes, 4), 0);
+	static const char *const bad[] = {"http://h:1",	     "redis://h",    "redis://h:0",
+					  "redis://h:65536", "redis://",     "redis://h:1,,",
+					  "redis://:1",	     "redis://u@h:1"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(parse(&c, err, "--remote-tier", bad[i], NULL), -EINVAL);
+		assert_non_null(strstr(err, "remote-tier"));
+	}
+	assert_int_equal(parse(&c, err, "--remote-threads", "0", NULL), -EINVAL);
+	assert_int_equal(parse(&c, err, "--remote-timeout-ms", "0", NULL), -EINVAL);
+
+	snprintf(path, sizeof(path), "%s/pw", dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("s3cret\n", f);
+	fclose(f);
+	assert_int_equal(chmod(path, 0644), 0);
+	assert_int_equal(parse(&c, err, "--remote-password-file", path, NULL), -EINVAL);
+	assert_non_null(strstr(err, "0600"));
+	assert_int_equal(chmod(path, 0600), 0);
+	assert_int_equal(parse(&c, err, "--remote-password-file", path, NULL), 0);
+	assert_int_equal(config_read_secret(path, buf, sizeof(buf), err, sizeof(err)), 0);
+	assert_string_equal(buf, "s3cret");
+	assert_int_equal(config_read_secret(path, buf, 4, err, sizeof(err)), -EFBIG);
+	assert_int_equal(chmod(path, 0640), 0);
+	assert_int_equal(config_read_secret(path, buf, sizeof(buf), err, sizeof(err)), -EPERM);
+	unlink(path);
+	assert_int_equal(parse(&c, err, "--remote-password-file", path, NULL), -EINVAL);
+	assert_non_null(strstr(err, "cannot open"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -236,6 +292,7 @@ int main(void)
 		cmocka_unit_test(test_bad_files),
 		cmocka_unit_test(test_inline_comments_and_print_round_trip),
 		cmocka_unit_test(test_bad_command_lines),
+		cmocka_unit_test(test_remote_keys),
 	};
 	int ret;
 
