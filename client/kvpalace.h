@@ -1342,6 +1342,25 @@ struct kvp_stats {
 	uint64_t disk_written_bytes;
 	uint64_t disk_served_bytes;
 	uint64_t disk_unadmitted_pages;
+	/* The remote tier (a Redis Cluster shared by machines), when the
+	 * daemon has one (remote_on). The page counts are the caller's
+	 * tenant's (every tenant's on an admin connection); the rest is
+	 * the daemon's cluster client, on an admin connection only
+	 * (remote_client set), else 0. */
+	int remote_on;
+	int remote_client;
+	struct kvp_remote_stats {
+		uint32_t nodes_up, nodes_down; /* masters serving slots, as last seen */
+		uint64_t pages_written;	       /* handed to the cluster at commit */
+		uint64_t write_failures;       /* of them, not stored */
+		uint64_t fetches;	       /* batches asked for past the local tiers */
+		uint64_t pages_fetched;	       /* came back verified and listed */
+		uint64_t fetch_misses;	       /* asked for and not had, for any reason */
+		uint64_t fetched_bytes;
+		uint64_t gets, hits, misses, corrupt, timeouts, errors; /* the client's pages */
+		uint64_t puts, stored, dropped_puts, dropped_gets;
+		uint64_t bytes_in, bytes_out, inflight_bytes;
+	} remote;
 };
 
 /* Counters and pools of the caller's tenant (its uid): its requests,

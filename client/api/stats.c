@@ -152,6 +152,34 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 	st->matched_pages = r->matched_pages;
 	copy_str(st->version, sizeof(st->version), r->version);
 	copy_str(st->event_loop, sizeof(st->event_loop), r->event_loop);
+	if (r->remote) {
+		const Kvpalace__V1__RemoteTierStats *rs = r->remote;
+		struct kvp_remote_stats *o = &st->remote;
+
+		st->remote_on = 1;
+		st->remote_client = rs->has_gets;
+		o->nodes_up = rs->nodes_up;
+		o->nodes_down = rs->nodes_down;
+		o->pages_written = rs->pages_written;
+		o->write_failures = rs->write_failures;
+		o->fetches = rs->fetches;
+		o->pages_fetched = rs->pages_fetched;
+		o->fetch_misses = rs->fetch_misses;
+		o->fetched_bytes = rs->fetched_bytes;
+		o->gets = rs->gets;
+		o->hits = rs->hits;
+		o->misses = rs->misses;
+		o->corrupt = rs->corrupt;
+		o->timeouts = rs->timeouts;
+		o->errors = rs->errors;
+		o->puts = rs->puts;
+		o->stored = rs->stored;
+		o->dropped_puts = rs->dropped_puts;
+		o->dropped_gets = rs->dropped_gets;
+		o->bytes_in = rs->bytes_in;
+		o->bytes_out = rs->bytes_out;
+		o->inflight_bytes = rs->inflight_bytes;
+	}
 	st->n_latencies = r->n_latencies;
 	for (size_t i = 0; i < r->n_latencies; i++)
 		copy_latency(&st->latencies[i], r->latencies[i]);

@@ -541,6 +541,67 @@ static json_t *sessions_json(const char *path, int admin, uint64_t pool_id,
 
 /* ---- status ------------------------------------------------------------- */
 
+/* The remote tier's figures, when the daemon has one. */
+static void json_remote(json_t *doc, const struct kvp_stats *st)
+{
+	const struct kvp_remote_stats *r = &st->remote;
+	json_t *o;
+
+	if (!st->remote_on)
+		return;
+	o = jdoc_object();
+	jdoc_u64(o, "nodes_up", r->nodes_up);
+	jdoc_u64(o, "nodes_down", r->nodes_down);
+	jdoc_u64(o, "pages_written", r->pages_written);
+	jdoc_u64(o, "write_failures", r->write_failures);
+	jdoc_u64(o, "fetches", r->fetches);
+	jdoc_u64(o, "pages_fetched", r->pages_fetched);
+	jdoc_u64(o, "fetch_misses", r->fetch_misses);
+	jdoc_u64(o, "fetched_bytes", r->fetched_bytes);
+	if (st->remote_client) {
+		jdoc_u64(o, "gets", r->gets);
+		jdoc_u64(o, "hits", r->hits);
+		jdoc_u64(o, "misses", r->misses);
+		jdoc_u64(o, "corrupt", r->corrupt);
+		jdoc_u64(o, "timeouts", r->timeouts);
+		jdoc_u64(o, "errors", r->errors);
+		jdoc_u64(o, "puts", r->puts);
+		jdoc_u64(o, "stored", r->stored);
+		jdoc_u64(o, "dropped_puts", r->dropped_puts);
+		jdoc_u64(o, "dropped_gets", r->dropped_gets);
+		jdoc_u64(o, "bytes_in", r->bytes_in);
+		jdoc_u64(o, "bytes_out", r->bytes_out);
+		jdoc_u64(o, "inflight_bytes", r->inflight_bytes);
+	}
+	jdoc_set(doc, "remote", o);
+}
+
+static void print_remote(const struct kvp_stats *st)
+{
+	const struct kvp_remote_stats *r = &st->remote;
+	char a[32];
+
+	if (!st->remote_on)
+		return;
+	size_text(r->fetched_bytes, a, sizeof(a));
+	if (r->nodes_up + r->nodes_down)
+		printf("remote tier: %u node%s up, %u down\n", r->nodes_up, plural(r->nodes_up),
+		       r->nodes_down);
+	else
+		printf("remote tier: no slot map (the cluster has not answered yet)\n");
+	printf("  moves: %" PRIu64 " page%s written (%" PRIu64 " failed), %" PRIu64
+	       " fetched (%s) in %" PRIu64 " batch%s, %" PRIu64 " asked for and not had\n",
+	       r->pages_written, plural(r->pages_written), r->write_failures, r->pages_fetched, a,
+	       r->fetches, r->fetches == 1 ? "" : "es", r->fetch_misses);
+	if (st->remote_client)
+		printf("  client: %" PRIu64 " gets (%" PRIu64 " hits), %" PRIu64 " puts (%" PRIu64
+		       " stored); %" PRIu64 " corrupt, %" PRIu64 " timeouts, %" PRIu64
+		       " other errors, %" PRIu64 " puts and %" PRIu64 " gets dropped over the "
+		       "in-flight budget\n",
+		       r->gets, r->hits, r->puts, r->stored, r->corrupt, r->timeouts, r->errors,
+		       r->dropped_puts, r->dropped_gets);
+}
+
 static json_t *status_json(const char *path, const struct kvp_stats *st, const struct tiers *t)
 {
 	json_t *doc = jdoc_object();
@@ -557,6 +618,7 @@ static json_t *status_json(const char *path, const struct kvp_stats *st, const s
 	jdoc_u64(doc, "match_hits", st->match_hits);
 	jdoc_u64(doc, "match_total", st->match_hits + st->match_misses);
 	json_match(doc, st);
+	json_remote(doc, st);
 	{
 		json_t *h = jdoc_object();
 
@@ -669,6 +731,7 @@ static void print_status(const char *path, const struct kvp_stats *st, const str
 	} else {
 		printf("\n");
 	}
+	print_remote(st);
 	ratio_text(st->matched_tokens, st->queried_tokens, "prompt token", st, buf, sizeof(buf));
 	printf("token hit ratio: %s\n", buf);
 	ratio_text(st->matched_pages, st->queried_pages, "prompt page", st, buf, sizeof(buf));

@@ -293,6 +293,39 @@ static const struct field_metric daemon_metrics[] = {
 	 ST(unplaced_sessions)},
 };
 
+/* The remote tier, when the daemon has one (the exporter reads the admin
+ * socket, which has the cluster client's counters too). */
+static const struct field_metric remote_metrics[] = {
+	{"remote_nodes_up", "gauge", "Redis Cluster masters serving slots, as last seen.",
+	 ST(remote.nodes_up)},
+	{"remote_nodes_down", "gauge", "Of them, in a backoff after a failure.",
+	 ST(remote.nodes_down)},
+	{"remote_pages_written_total", "counter", "Pages written through to the cluster.",
+	 ST(remote.pages_written)},
+	{"remote_write_failures_total", "counter", "Of them, not stored.",
+	 ST(remote.write_failures)},
+	{"remote_fetches_total", "counter", "Batches asked of the cluster past the local tiers.",
+	 ST(remote.fetches)},
+	{"remote_pages_fetched_total", "counter", "Pages fetched, verified and listed.",
+	 ST(remote.pages_fetched)},
+	{"remote_fetch_misses_total", "counter", "Pages asked for and not had, for any reason.",
+	 ST(remote.fetch_misses)},
+	{"remote_corrupt_total", "counter", "Fetched values that did not verify.",
+	 ST(remote.corrupt)},
+	{"remote_timeouts_total", "counter", "Cluster operations that timed out.",
+	 ST(remote.timeouts)},
+	{"remote_errors_total", "counter", "Other cluster errors (refused, CLUSTERDOWN, ...).",
+	 ST(remote.errors)},
+	{"remote_dropped_puts_total", "counter", "Puts dropped over the in-flight budget.",
+	 ST(remote.dropped_puts)},
+	{"remote_dropped_gets_total", "counter", "Gets answered as misses over the budget.",
+	 ST(remote.dropped_gets)},
+	{"remote_bytes_in_total", "counter", "Value bytes read from the cluster.",
+	 ST(remote.bytes_in)},
+	{"remote_bytes_out_total", "counter", "Value bytes written to the cluster.",
+	 ST(remote.bytes_out)},
+};
+
 /* Per pool, every pool; unlabelled beyond pool, uid, model. */
 static const struct field_metric pool_metrics[] = {
 	{"page_bytes", "gauge", "Bytes of one page of the pool (pages * this = bytes).",
@@ -583,6 +616,11 @@ static void build(struct prom *p, const struct kvp_stats *st, const struct prom_
 		family(p, daemon_metrics[i].name, daemon_metrics[i].type, daemon_metrics[i].help);
 		sample(p, "", NULL,
 		       num_u64(field_u64(st, daemon_metrics[i].off, daemon_metrics[i].size)));
+	}
+	for (size_t i = 0; st->remote_on && i < N(remote_metrics); i++) {
+		family(p, remote_metrics[i].name, remote_metrics[i].type, remote_metrics[i].help);
+		sample(p, "", NULL,
+		       num_u64(field_u64(st, remote_metrics[i].off, remote_metrics[i].size)));
 	}
 	family(p, "gpu", "gauge", "1 when a GPU tier is available.");
 	sample(p, "", NULL, json_integer(!!st->gpu));

@@ -151,6 +151,101 @@ int config_parse_size(const char *s, uint64_t *ret_bytes)
 	return 0;
 }
 
+/* ---- remote-tenants ------------------------------------------------------ */
+
+static int tenant_char(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+	       strchr("._-@:", ch) != NULL;
+}
+
+/* The entry of "UID=NAME" (or "*=NAME") at s, up to the next comma or the
+ * end: *ret_any for "*", else *ret_uid; the name's start and length.
+ * Returns the bytes the entry takes, or -EINVAL. */
+static int tenant_entry(const char *s, int *ret_any, unsigned long *ret_uid, const char **ret_name,
+			size_t *ret_len)
+{
+	const char *eq = s, *name, *end;
+	char *stop;
+
+	while (*eq && *eq != '=' && *eq != ',')
+		eq++;
+	if (*eq != '=')
+		return -EINVAL;
+	*ret_any = eq == s + 1 && *s == '*';
+	if (!*ret_any) {
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		errno = 0;
+		*ret_uid = strtoul(s, &stop, 10);
+		if (errno || stop != eq || *ret_uid >= (unsigned long)(uid_t)-1)
+			return -EINVAL;
+	}
+	name = end = eq + 1;
+	while (*end && *end != ',') {
+		if (!tenant_char(*end))
+			return -EINVAL;
+		end++;
+	}
+	if (end == name || end - name > CONFIG_REMOTE_TENANT_MAX)
+		return -EINVAL;
+	*ret_name = name;
+	*ret_len = (size_t)(end - name);
+	return (int)(end - s) + (*end == ',');
+}
+
+static int set_remote_tenants(struct config *c, const char *v)
+{
+	size_t len = strlen(v);
+
+	if (!strcmp(v, "none")) { /* as config show prints no entry */
+		c->remote_tenants[0] = 0;
+		return 0;
+	}
+	if (len >= sizeof(c->remote_tenants))
+		return -EINVAL;
+	for (const char *s = v; *s;) {
+		const char *name;
+		size_t n;
+		unsigned long uid;
+		int any, used = tenant_entry(s, &any, &uid, &name, &n);
+
+		if (used < 0 || (s[used - 1] == ',' && !s[used]))
+			return -EINVAL;
+		s += used;
+	}
+	memcpy(c->remote_tenants, v, len + 1);
+	return 0;
+}
+
+const char *config_remote_tenant(const struct config *c, uid_t uid, char *buf, size_t n)
+{
+	const char *found = NULL;
+	size_t found_len = 0;
+
+	for (const char *s = c->remote_tenants; *s;) {
+		const char *name;
+		size_t len;
+		unsigned long u;
+		int any, used = tenant_entry(s, &any, &u, &name, &len);
+
+		if (used < 0)
+			return NULL; /* checked when set: not reached */
+		if (!any && u == (unsigned long)uid) {
+			found = name, found_len = len;
+			break;
+		}
+		if (any && !found)
+			found = name, found_len = len;
+		s += used;
+	}
+	if (!found || found_len + 1 > n)
+		return NULL;
+	memcpy(buf, found, found_len);
+	buf[found_len] = 0;
+	return buf;
+}
+
 uint32_t config_max_tokens_per_request(const struct config *c)
 {
 	/* Header, envelope and other fields fit comfortably in 256 bytes. */
@@ -314,6 +409,9 @@ enum key_id {
 	K_REMOTE_TIMEOUT,
 	K_REMOTE_THREADS,
 	K_REMOTE_INFLIGHT,
+	K_REMOTE_TENANTS,
+	K_REMOTE_WRITE,
+	K_REMOTE_EVENTS,
 	K_COUNT,
 };
 _Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
@@ -366,6 +464,9 @@ static const char *const key_names[K_COUNT] = {
 	[K_REMOTE_TIMEOUT] = "remote-timeout-ms",
 	[K_REMOTE_THREADS] = "remote-threads",
 	[K_REMOTE_INFLIGHT] = "remote-max-inflight-mb",
+	[K_REMOTE_TENANTS] = "remote-tenants",
+	[K_REMOTE_WRITE] = "remote-write",
+	[K_REMOTE_EVENTS] = "remote-events",
 };
 
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
@@ -373,6 +474,7 @@ static const char *const io_backends[] = {"auto", "io_uring", "threads"};
 static const char *const event_loops[] = {"auto", "io_uring", "epoll"};
 static const char *const evictions[] = {"lru", "lfu", "window"};
 static const char *const admissions[] = {"all", "reused"};
+static const char *const remote_writes[] = {"commit", "reuse"};
 /* Indexed by enum policy_kind. */
 static const char *const policy_names[] = {"none", "window", "sinks", "importance", "hierarchy"};
 
@@ -560,6 +662,28 @@ static int set_key(struct config *c, int k, const char *v)
 		return config_parse_size(v, &c->host_tenant_bytes) < 0 ? -EINVAL : 0;
 	case K_WARMUP_DIR:
 		return set_path(c->warmup_dir, sizeof(c->warmup_dir), v);
+	case K_REMOTE_TENANTS:
+		return set_remote_tenants(c, v);
+	case K_REMOTE_EVENTS:
+		if (!strcmp(v, "none")) {
+			c->remote_events[0] = 0;
+			return 0;
+		}
+		if (!*v || strlen(v) >= sizeof(c->remote_events))
+			return -EINVAL;
+		for (const char *q = v; *q; q++)
+			if (*q <= ' ' || *q > '~')
+				return -EINVAL;
+		snprintf(c->remote_events, sizeof(c->remote_events), "%s", v);
+		return 0;
+	case K_REMOTE_WRITE:
+		for (int i = 0; i < (int)(sizeof(remote_writes) / sizeof(remote_writes[0])); i++) {
+			if (!strcmp(v, remote_writes[i])) {
+				c->remote_write = i;
+				return 0;
+			}
+		}
+		return -EINVAL;
 	case K_GPU_POOL:
 		return parse_device_size(v, &c->gpu_pool_bytes);
 	case K_GPU_HIGH_MARK:
@@ -771,6 +895,15 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		break;
 	case K_SESSION_IDLE_TIMEOUT:
 		show_duration(c->session_idle_timeout_s, buf, n);
+		break;
+	case K_REMOTE_TENANTS:
+		snprintf(buf, n, "%s", c->remote_tenants[0] ? c->remote_tenants : "none");
+		break;
+	case K_REMOTE_WRITE:
+		snprintf(buf, n, "%s", remote_writes[c->remote_write]);
+		break;
+	case K_REMOTE_EVENTS:
+		snprintf(buf, n, "%s", c->remote_events[0] ? c->remote_events : "none");
 		break;
 	case K_WARMUP_DIR:
 		if (c->warmup_dir[0])
@@ -1274,8 +1407,14 @@ void config_usage(const char *argv0)
 	       "                            reused (only pages a second request used; the\n"
 	       "                            others are dropped, never written) (default all)\n"
 	       "  --remote-tier URL         redis://HOST:PORT[,HOST:PORT...]: the Redis Cluster\n"
-	       "                            of the remote tier (parsed; the tier starts in a\n"
-	       "                            later release) (default none)\n"
+	       "                            of the remote tier (default none)\n"
+	       "  --remote-tenants LIST     UID=NAME,...[,*=NAME]: the remote tenant name of\n"
+	       "                            each uid; others stay local (default none)\n"
+	       "  --remote-events KEY       the Redis Stream KV events of remote-tier pools go\n"
+	       "                            to, trimmed to about 100000 (default none)\n"
+	       "  --remote-write WHEN       commit (a page goes to the cluster when committed)\n"
+	       "                            or reuse (when a match first uses it) (default\n"
+	       "                            commit)\n"
 	       "  --remote-user NAME        ACL user for AUTH (default none: AUTH PASSWORD)\n"
 	       "  --remote-password-file F  the cluster's password; must be owned by the\n"
 	       "                            daemon's user, mode 0600 or stricter\n"

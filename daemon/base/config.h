@@ -18,6 +18,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
+
+/* remote-write: when a page goes to the remote tier. */
+enum config_remote_write {
+	CONFIG_REMOTE_WRITE_COMMIT, /* when a commit lists it */
+	CONFIG_REMOTE_WRITE_REUSE,  /* when a match uses it (the second use) */
+};
 
 enum config_disk_admission {
 	CONFIG_DISK_ADMIT_ALL,	  /* every host victim is written to disk */
@@ -30,12 +37,15 @@ enum config_eviction {
 	CONFIG_EVICTION_WINDOW, /* prefix_index_set_window */
 };
 
-#define CONFIG_PATH_MAX	       4096
-#define CONFIG_SOCKET_PATH_MAX 108 /* sizeof(sun_path) */
-#define CONFIG_MAX_KEYS	       48
-#define CONFIG_REMOTE_MAX      1024 /* remote-tier's text */
-#define CONFIG_REMOTE_NODES    64   /* its nodes */
-#define CONFIG_DEFAULT_FILE    "/etc/kvpalace/kvpalaced.conf"
+#define CONFIG_PATH_MAX		  4096
+#define CONFIG_SOCKET_PATH_MAX	  108 /* sizeof(sun_path) */
+#define CONFIG_MAX_KEYS		  64
+#define CONFIG_REMOTE_MAX	  1024 /* remote-tier's text */
+#define CONFIG_REMOTE_NODES	  64   /* its nodes */
+#define CONFIG_REMOTE_TENANTS_MAX 1024
+#define CONFIG_REMOTE_TENANT_MAX  64  /* bytes of one name */
+#define CONFIG_REMOTE_EVENTS_MAX  128 /* remote-events: the stream's key, with its NUL */
+#define CONFIG_DEFAULT_FILE	  "/etc/kvpalace/kvpalaced.conf"
 /* The largest max-requests-in-flight: a connection that stops reading
  * holds about that many replies of up to max-message-bytes each. */
 #define CONFIG_MAX_IN_FLIGHT 4096u
@@ -100,11 +110,23 @@ struct config {
 	uint32_t remote_timeout_ms;
 	uint32_t remote_threads;
 	uint64_t remote_max_inflight_bytes;
+	/* remote-tenants: "UID=NAME,...,*=NAME", checked when set (see
+	 * config_remote_tenant); "" when no uid takes part. */
+	char remote_tenants[CONFIG_REMOTE_TENANTS_MAX];
+	int remote_write; /* enum config_remote_write */
+	/* remote-events: the Redis Stream KV events go to, "" for none. */
+	char remote_events[CONFIG_REMOTE_EVENTS_MAX];
 	/* "" means <state_dir>/warmup */   /* enum aio_mode: auto, io_uring, threads */
 	unsigned char src[CONFIG_MAX_KEYS]; /* where each key's value came from */
 	char file[CONFIG_PATH_MAX];	    /* the configuration file read, or "" */
 	char preset[32];		    /* the preset applied, or "" */
 };
+
+/* The remote tier's tenant name of uid (remote-tenants: the entry of uid,
+ * else the "*" entry) into buf (n bytes, NUL-terminated). Returns buf, or
+ * NULL when uid has none: its pools stay local. A name is 1..64 bytes of
+ * letters, digits and "._-@:"; uids are decimal. */
+const char *config_remote_tenant(const struct config *c, uid_t uid, char *buf, size_t n);
 
 enum config_action {
 	CONFIG_RUN,

@@ -100,6 +100,8 @@ struct cache {
 	const struct loop *loop; /* the event loop (its kind, for Stats), or NULL */
 	struct gpu *gpu;	 /* the device tier (gpu_available), or NULL */
 	struct worker *worker;	 /* threads for blocking work (checkpoints) */
+	struct remote *remote;	 /* the remote tier (rtier.h), or NULL when there is none */
+	struct evpub *evpub;	 /* KV events to the cluster (evpub.h), or NULL */
 	int ckpt_dir_fd;	 /* <state-dir>/checkpoints, or -1 */
 	/* The policy new sessions share while the configuration's stays the
 	 * same (struct session_policy, session.c), or NULL before the first. */

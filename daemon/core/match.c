@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "match.h"
+#include "rtier.h"
 #include "tier.h"
 
 /* Pages a walk hashes ahead of its lookups: their index lookups, each a
@@ -16,7 +17,8 @@
  * Sets l->complete at the first miss. In batches of WALK_AHEAD pages:
  * hash them (each hash needs the one before, not its lookup) and prefetch
  * their index slots, then look each up and pin it in order. */
-static int walk(struct lease *l, const uint32_t *tokens, size_t n, struct match_result *ret)
+static int walk(struct cache *c, struct lease *l, const uint32_t *tokens, size_t n,
+		struct match_result *ret)
 {
 	struct pool *p = l->pool;
 	uint32_t bt = p->layout.block_tokens;
@@ -82,6 +84,7 @@ static int walk(struct lease *l, const uint32_t *tokens, size_t n, struct match_
 			err = lease_add_page(l, es[i]->slot, hs[i], toks[i], now);
 			if (err < 0)
 				break;
+			rtier_matched(c, p, es[i]);
 			l->chain = hs[i];
 			l->n_tokens += bt;
 		}
@@ -115,13 +118,42 @@ static int walk(struct lease *l, const uint32_t *tokens, size_t n, struct match_
 	return 0;
 }
 
-uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, const uint32_t *carry,
-			uint32_t n_carry, const uint32_t *tokens, size_t n, uint64_t pos,
-			const struct pindex_span *spans, uint32_t n_spans, struct tier_park *pk)
+/* Pages the walk may still bring into p's host tier: up to the low mark
+ * beside what others pin (sessions, leases; not reads). */
+static int64_t prefetch_room(const struct cache *c, const struct pool *p)
+{
+	int64_t pinned = (int64_t)p->pa.n_pages - p->pa.n_free - p->ix.n_idle - p->reads_inflight;
+
+	return (int64_t)tier_mark_pages(c->cfg->host_low_watermark, p->pa.n_pages) -
+	       (pinned > 0 ? pinned : 0);
+}
+
+/* The next page of carry ‖ tokens[*at..n) into page (when carried) and its
+ * tokens; advances *at and clears *n_carry. */
+static const uint32_t *next_page(uint32_t bt, const uint32_t *carry, uint32_t *n_carry,
+				 const uint32_t *tokens, size_t *at, uint32_t *page)
+{
+	const uint32_t *toks = tokens + *at;
+
+	if (*n_carry) {
+		memcpy(page, carry, *n_carry * sizeof(uint32_t));
+		memcpy(page + *n_carry, tokens + *at, (bt - *n_carry) * sizeof(uint32_t));
+		*at += bt - *n_carry;
+		*n_carry = 0;
+		return page;
+	}
+	*at += bt;
+	return toks;
+}
+
+static uint32_t disk_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain,
+			      const uint32_t *carry, uint32_t n_carry, const uint32_t *tokens,
+			      size_t n, uint64_t pos, const struct pindex_span *spans,
+			      uint32_t n_spans, struct tier_park *pk)
 {
 	uint32_t bt = p->layout.block_tokens, waiting = 0;
 	uint32_t page[SHM_MAX_BLOCK_TOKENS];
-	int64_t pinned, room, need = 0;
+	int64_t room, need = 0;
 	size_t at = 0;
 
 	/* Only a pool with index entries outside the host tier needs the
@@ -135,23 +167,12 @@ uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, co
 	 * PEER_MAX_PARK_NS (fuzz_conn: 6.7 GB read in 10 s for a 150-page
 	 * match beside a 100-page lease in a 256-page pool). The match then
 	 * serves the prefix that fits. */
-	pinned = (int64_t)p->pa.n_pages - p->pa.n_free - p->ix.n_idle - p->reads_inflight;
-	room = (int64_t)tier_mark_pages(c->cfg->host_low_watermark, p->pa.n_pages) -
-	       (pinned > 0 ? pinned : 0);
+	room = prefetch_room(c, p);
 	while (n_carry + (n - at) >= bt) {
-		const uint32_t *toks = tokens + at;
+		const uint32_t *toks = next_page(bt, carry, &n_carry, tokens, &at, page);
 		struct pindex_entry *e;
 		int ret;
 
-		if (n_carry) {
-			memcpy(page, carry, n_carry * sizeof(uint32_t));
-			memcpy(page + n_carry, tokens + at, (bt - n_carry) * sizeof(uint32_t));
-			at += bt - n_carry;
-			n_carry = 0;
-			toks = page;
-		} else {
-			at += bt;
-		}
 		chain = prefix_index_hash_keyed(chain, toks, bt, pos, spans, n_spans);
 		pos += bt;
 		e = prefix_index_find(&p->ix, chain);
@@ -173,6 +194,63 @@ uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, co
 	return waiting;
 }
 
+/* Past the last page any local tier holds, asks the cluster for the next
+ * pages of the chain (rtier.h): as many as the pool has room for, at most
+ * a batch. Returns 1 when the request is to wait for them. */
+static uint32_t remote_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain,
+				const uint32_t *carry, uint32_t n_carry, const uint32_t *tokens,
+				size_t n, uint64_t pos, const struct pindex_span *spans,
+				uint32_t n_spans)
+{
+	uint32_t bt = p->layout.block_tokens, k = 0, want = RTIER_BATCH_PAGES;
+	uint32_t page[SHM_MAX_BLOCK_TOKENS];
+	XXH128_hash_t hs[RTIER_BATCH_PAGES], before = chain;
+	const struct pindex_entry *parent = NULL;
+	int64_t room = prefetch_room(c, p);
+	size_t at = 0;
+
+	if (room <= 0)
+		return 0;
+	if ((int64_t)want > room)
+		want = (uint32_t)room;
+	/* A walk that does not start at the root continues from a page the
+	 * lease holds, which is indexed (else nothing after it could be). */
+	if (pos && !(parent = prefix_index_find(&p->ix, chain)))
+		return 0;
+	while (k < want && n_carry + (n - at) >= bt) {
+		const uint32_t *toks = next_page(bt, carry, &n_carry, tokens, &at, page);
+		const struct pindex_entry *e;
+
+		chain = prefix_index_hash_keyed(chain, toks, bt, pos, spans, n_spans);
+		pos += bt;
+		if (k) {
+			hs[k++] = chain;
+			continue;
+		}
+		e = prefix_index_find(&p->ix, chain);
+		if (e) {
+			/* Held locally (host, disk or on its way): walk on. */
+			parent = e;
+			before = chain;
+			continue;
+		}
+		hs[k++] = chain;
+	}
+	return k ? (uint32_t)rtier_fetch(c, p, parent, before, hs, k) : 0;
+}
+
+uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, const uint32_t *carry,
+			uint32_t n_carry, const uint32_t *tokens, size_t n, uint64_t pos,
+			const struct pindex_span *spans, uint32_t n_spans, struct tier_park *pk)
+{
+	uint32_t waiting =
+		disk_prefetch(c, p, chain, carry, n_carry, tokens, n, pos, spans, n_spans, pk);
+
+	if (waiting || !p->rt.on)
+		return waiting;
+	return remote_prefetch(c, p, chain, carry, n_carry, tokens, n, pos, spans, n_spans);
+}
+
 int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void *owner,
 		struct list *owner_list, const uint32_t *tokens, size_t n,
 		const struct pindex_span *spans, uint32_t n_spans, uint64_t reserve_pages,
@@ -189,7 +267,8 @@ int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void 
 	if (err == 0)
 		err = prefix_index_spans_add(&l->spans, spans, n_spans, UINT32_MAX);
 	if (err == 0)
-		err = walk(l, tokens, n, ret);
+		err = walk(c, l, tokens, n, ret);
+	rtier_commit_end(c, p);
 	if (err < 0 || (l->complete && l->n_tokens == 0)) {
 		lease_release(c, l);
 		return err < 0 ? err : 0;
@@ -201,8 +280,10 @@ int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void 
 int match_extend(struct cache *c, struct lease *l, const uint32_t *tokens, size_t n,
 		 struct match_result *ret)
 {
-	(void)c;
-	return walk(l, tokens, n, ret);
+	int err = walk(c, l, tokens, n, ret);
+
+	rtier_commit_end(c, l->pool);
+	return err;
 }
 
 void match_lookup(const struct pool *p, XXH128_hash_t chain, const uint32_t *tokens, size_t n,

@@ -125,6 +125,7 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	p->ix.gone = entry_gone;
 	p->ix.gone_arg = p;
 	p->root = prefix_index_root(model_id, layout, NULL, 0);
+	rtier_pool_open(c, p);
 	snprintf(name, sizeof(name), "kvpalace-pool-%llu", (unsigned long long)p->id);
 	ret = shm_arena_create(name, arena_bytes, &p->arena_fd, &p->huge);
 	if (ret < 0)

@@ -20,6 +20,7 @@
 #include "list.h"
 #include "pagealloc.h"
 #include "prefix_index.h"
+#include "rtier.h"
 #include "tier.h"
 
 struct warm_job;
@@ -63,6 +64,7 @@ struct pool {
 	uint32_t n_compact_jobs;
 	struct list compact_jobs;
 	struct tier_counters tier;
+	struct rtier_pool rt; /* the remote tier's part (rtier.h) */
 	struct gpu_pool dev;  /* the device arena (dev.on), daemon/core/gpu.h */
 	struct list waiters;  /* struct tier_waiter.link: requests parked on I/O */
 	struct list ios;      /* struct tier_io.link: disk I/O in flight */

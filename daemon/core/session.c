@@ -15,6 +15,7 @@
 #include "lease.h"
 #include "log.h"
 #include "place.h"
+#include "rtier.h"
 #include "session.h"
 #include "tier.h"
 
@@ -477,7 +478,7 @@ int session_append(struct cache *c, struct session *s, const void *writer, struc
 
 /* Hashes full committed page i and lists it in the index, or adopts the
  * indexed page of the same content in place of the session's own. */
-static void index_page(struct pool *p, struct session *s, uint32_t i)
+static void index_page(struct cache *c, struct pool *p, struct session *s, uint32_t i)
 {
 	uint32_t bt = p->layout.block_tokens;
 	XXH128_hash_t parent = i ? s->hashes[i - 1] : s->root;
@@ -519,6 +520,7 @@ static void index_page(struct pool *p, struct session *s, uint32_t i)
 					s->root; /* for a purge by salt */
 			kv_events_stored(p->events, p->id, p->uid, bt, h, i ? &parent : NULL,
 					 KV_EVENT_HOST, tokvec_ids_at(&s->tok, (uint64_t)i * bt));
+			rtier_committed(c, p, prefix_index_find(&p->ix, h));
 		}
 	}
 	/* A page of a permanent span (system prompt, profile, summary)
@@ -554,7 +556,8 @@ int session_commit(struct cache *c, struct session *s, const void *writer, uint6
 	/* A compacted session's pages hold kept tokens, not a prefix: they
 	 * never enter the index. */
 	while (!s->unindexed && s->n_hashes < full)
-		index_page(s->pool, s, s->n_hashes++);
+		index_page(c, s->pool, s, s->n_hashes++);
+	rtier_commit_end(c, s->pool);
 	account_reserved(s);
 	if (s->n_committed == s->n_tokens)
 		end_writer(s);
@@ -781,7 +784,8 @@ int session_restore(struct cache *c, struct pool *p, XXH128_hash_t root, const u
 	s->n_pages = need;
 	s->n_tokens = s->n_committed = n;
 	while (!s->unindexed && s->n_hashes < full)
-		index_page(p, s, s->n_hashes++);
+		index_page(c, p, s, s->n_hashes++);
+	rtier_commit_end(c, p);
 	*ret_shared = (uint32_t)(p->ix.dedup_pages - dedup_before);
 	*ret_session = s;
 	return 0;

@@ -108,7 +108,8 @@ int tier_check(const struct pool *p, uint32_t *refs)
 
 int tier_pool_busy(const struct pool *p)
 {
-	return p->io_inflight != 0 || p->scan;
+	/* Remote puts and fetches too: their completions touch the pool. */
+	return p->io_inflight != 0 || p->scan || rtier_pool_busy(&p->rt);
 }
 
 static void io_done(struct tier_io *io)

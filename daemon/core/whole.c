@@ -112,7 +112,7 @@ static int check_pool(const struct cache *c, const struct pool *p)
 	ret = -EUCLEAN;
 	/* Jobs above the core (checkpoints) hold pages too: counted by the
 	 * hook their layer set, and none may exist without it. */
-	if (tier_check(p, refs) < 0 ||
+	if (tier_check(p, refs) < 0 || rtier_check(p, refs) < 0 ||
 	    (c->check_pool_refs ? c->check_pool_refs(p, refs) < 0
 				: p->n_jobs || !list_empty(&p->jobs)) ||
 	    compact_check(p, refs) < 0 || gpu_check(p, refs) < 0)

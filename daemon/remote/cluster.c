@@ -349,6 +349,8 @@ static int append_op(redisContext *ctx, const struct cluster_op *op, uint64_t ex
 
 	if (op->ask_node >= 0 && append(ctx, "*1\r\n$6\r\nASKING\r\n", 16) < 0)
 		return -ENOMEM;
+	if (op->is_set == 2) /* cluster_command_batch: the command as given */
+		return append(ctx, op->val, op->val_len);
 	if (!op->is_set) {
 		const char *argv[2] = {"GET", op->key};
 		size_t lens[2] = {3, op->key_len};
@@ -470,6 +472,8 @@ static void take_reply(struct cluster *c, struct cluster_op *op, int ni, redisRe
 	op->pending = 0;
 	if (r->type == REDIS_REPLY_ERROR)
 		take_error(c, op, ni, r->str, r->len);
+	else if (op->is_set == 2) /* any answer but an error */
+		op->result = CLUSTER_HIT;
 	else
 		op->result =
 			r->type == REDIS_REPLY_STATUS && r->len == 2 && !memcmp(r->str, "OK", 2)
@@ -829,6 +833,13 @@ void cluster_set_batch(struct cluster *c, struct cluster_op *ops, size_t n, uint
 	for (size_t i = 0; i < n; i++)
 		ops[i].is_set = 1;
 	run_batch(c, ops, n, expiry_ms);
+}
+
+void cluster_command_batch(struct cluster *c, struct cluster_op *ops, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		ops[i].is_set = 2;
+	run_batch(c, ops, n, 0);
 }
 
 void cluster_op_release(struct cluster_op *op)

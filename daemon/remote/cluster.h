@@ -127,6 +127,10 @@ int cluster_refresh(struct cluster *c, char *why, size_t whylen);
 void cluster_get_batch(struct cluster *c, struct cluster_op *ops, size_t n);
 void cluster_set_batch(struct cluster *c, struct cluster_op *ops, size_t n, uint64_t expiry_ms);
 void cluster_op_release(struct cluster_op *op);
+/* Commands given whole, in RESP (op->val, val_len), each routed by op->key
+ * like a GET (MOVED, ASK); a HIT is any answer but an error. For commands
+ * whose answer nobody reads (XADD of KV events). */
+void cluster_command_batch(struct cluster *c, struct cluster_op *ops, size_t n);
 
 /* Nodes of the map with a slot that are up, and down (in a backoff). */
 void cluster_node_states(const struct cluster *c, unsigned int *ret_up, unsigned int *ret_down);

@@ -279,6 +279,48 @@ static int submit(struct remote *r, struct remote_req *req, int is_put)
 	return 0;
 }
 
+static void cmd_run(struct worker_job *j)
+{
+	struct remote_cmd *q = container_of(j, struct remote_cmd, job);
+	struct remote *r = q->r;
+	struct cluster_op ops[REMOTE_MAX_PAGES];
+	unsigned int ci = take_client(r);
+
+	memset(ops, 0, sizeof(ops[0]) * q->n);
+	for (unsigned int i = 0; i < q->n; i++) {
+		ops[i].key = q->key;
+		ops[i].key_len = q->key_len;
+		ops[i].val = q->cmds[i];
+		ops[i].val_len = q->lens[i];
+	}
+	cluster_command_batch(r->clients[ci], ops, q->n);
+	q->n_ok = 0;
+	for (unsigned int i = 0; i < q->n; i++) {
+		q->n_ok += ops[i].result == CLUSTER_HIT;
+		cluster_op_release(&ops[i]);
+	}
+	atomic_store(&r->busy[ci], 0);
+}
+
+static void cmd_done(struct worker_job *j)
+{
+	struct remote_cmd *q = container_of(j, struct remote_cmd, job);
+
+	q->done(q);
+}
+
+int remote_command(struct remote *r, struct remote_cmd *q)
+{
+	if (!r->started || !q->n || q->n > REMOTE_MAX_PAGES || !q->done || !q->key)
+		return -EINVAL;
+	q->r = r;
+	q->n_ok = 0;
+	q->job.run = cmd_run;
+	q->job.done = cmd_done;
+	worker_submit(&r->w, &q->job);
+	return 0;
+}
+
 int remote_get(struct remote *r, struct remote_req *req)
 {
 	return submit(r, req, 0);

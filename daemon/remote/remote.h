@@ -161,6 +161,37 @@ int remote_get(struct remote *r, struct remote_req *req);
 /* Stores req's pages (result HIT when stored). Same contract. */
 int remote_put(struct remote *r, struct remote_req *req);
 
+/* True while requests are queued or running (their done not yet run). */
+static inline int remote_busy(const struct remote *r)
+{
+	return r->w.n_pending != 0 || r->deferred != NULL;
+}
+
+/* A batch of commands on one key, each whole in RESP (the KV events'
+ * XADDs to their stream, core/evpub.c): run like a page request (one
+ * job, one of the threads' clients, MOVED and ASK followed), done on the
+ * loop thread with n_ok the commands answered with anything but an
+ * error. Nothing of the in-flight budget is taken (the caller keeps at
+ * most one batch going). */
+struct remote_cmd {
+	const char *key;
+	size_t key_len;
+	const char *const *cmds; /* [n] */
+	const size_t *lens;	 /* [n] */
+	unsigned int n;		 /* 1..REMOTE_MAX_PAGES */
+	unsigned int n_ok;
+	void (*done)(struct remote_cmd *q);
+	void *user;
+
+	/* Private to remote.c. */
+	struct worker_job job;
+	struct remote *r;
+};
+
+/* Queues q. Returns 0 (done exactly once, later) or -EINVAL (and no
+ * done) for n out of range or a tier that did not start. */
+int remote_command(struct remote *r, struct remote_cmd *q);
+
 /* The counters; loop thread. */
 void remote_stats(const struct remote *r, struct remote_stats *ret);
 

@@ -10,6 +10,7 @@
 #include "clock.h"
 #include "conn.h"
 #include "dispatch.h"
+#include "evpub.h"
 #include "evsub.h"
 #include "lease.h"
 #include "list.h"
@@ -557,6 +558,7 @@ void conn_push_events(struct server *srv)
 {
 	struct list *it, *tmp;
 
+	evpub_pump(&srv->cache); /* the cluster's stream, if any */
 	if (srv->events_pushed == srv->cache.events.next_seq)
 		return; /* the subscribers held back wait for their sends */
 	srv->events_pushed = srv->cache.events.next_seq;

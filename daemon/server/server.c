@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "confview.h"
 #include "conn.h"
+#include "evpub.h"
 #include "faults.h"
 #include "guard.h"
 #include "list.h"
@@ -334,6 +335,65 @@ static int start_loop(struct server *s)
 	return 0;
 }
 
+/* The remote tier (remote-tier): its credentials read, its slot map asked
+ * for once, its threads started. A cluster that does not answer is no
+ * error (pages stay local until it does); a configuration it refuses
+ * (credentials, nodes) stops the start with the reason. */
+static int start_remote(struct server *s)
+{
+	const struct config *cfg = s->cfg;
+	char nodes_buf[CONFIG_REMOTE_MAX], secret[1024], err[256];
+	const char *nodes[CONFIG_REMOTE_NODES];
+	struct remote_config rc = {0};
+	int n = config_remote_nodes(cfg, nodes_buf, nodes, CONFIG_REMOTE_NODES), ret;
+
+	if (n <= 0)
+		return n; /* none configured (or refused when the file was read) */
+	if (cfg->remote_password_file[0]) {
+		ret = config_read_secret(cfg->remote_password_file, secret, sizeof(secret), err,
+					 sizeof(err));
+		if (ret < 0) {
+			log_err("remote tier: %s", err);
+			return ret;
+		}
+		rc.password = secret;
+	}
+	rc.nodes = nodes;
+	rc.n_nodes = (unsigned int)n;
+	rc.user = cfg->remote_user[0] ? cfg->remote_user : NULL;
+	rc.timeout_ms = cfg->remote_timeout_ms;
+	rc.threads = cfg->remote_threads;
+	rc.max_inflight_bytes = cfg->remote_max_inflight_bytes;
+	/* A page is at most a pool's arena. */
+	rc.max_page_bytes = cfg->host_pool_bytes;
+	ret = remote_init(&s->remote, &s->loop, &rc);
+	explicit_bzero(secret, sizeof(secret));
+	if (ret < 0) {
+		log_err("remote tier %s: %s", cfg->remote_tier, remote_why(&s->remote));
+		remote_fini(&s->remote);
+		return ret;
+	}
+	if (remote_why(&s->remote)[0])
+		log_warn("remote tier %s: %s; pages stay local until it answers", cfg->remote_tier,
+			 remote_why(&s->remote));
+	else
+		log_info("remote tier: %s, %u threads, tenants %s", cfg->remote_tier,
+			 cfg->remote_threads,
+			 cfg->remote_tenants[0] ? cfg->remote_tenants : "none");
+	if (!cfg->remote_tenants[0])
+		log_warn("remote tier: remote-tenants is empty, so no pool takes part");
+	s->have_remote = 1;
+	s->cache.remote = &s->remote;
+	ret = evpub_start(&s->cache);
+	if (ret < 0) {
+		log_err("remote-events: %s", strerror(-ret));
+		return ret;
+	}
+	if (cfg->remote_events[0])
+		log_info("KV events of remote-tier pools go to the stream %s", cfg->remote_events);
+	return 0;
+}
+
 int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 {
 	struct listen_activated act;
@@ -401,6 +461,9 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 				 aio_mode_name(&s->aio));
 	}
 	s->cache.worker = &s->worker;
+	ret = start_remote(s);
+	if (ret < 0)
+		return ret;
 	/* Before any pool opens (warm-up opens some) and before the sockets
 	 * listen: spill files that hold nothing to restart from are junk,
 	 * reclaimed. */
@@ -457,7 +520,8 @@ static int server_busy(void *arg)
 	struct server *s = arg;
 
 	return (s->have_aio && aio_in_flight(&s->aio)) || s->worker.n_pending ||
-	       gpu_busy(s->cache.gpu);
+	       gpu_busy(s->cache.gpu) || (s->have_remote && remote_busy(&s->remote)) ||
+	       evpub_busy(&s->cache);
 }
 
 /* A stop that writes a large host tier to disk takes longer than
@@ -549,6 +613,11 @@ void server_fini(struct server *s)
 	if (s->have_aio) {
 		s->cache.aio = NULL; /* pools closed after this use no aio */
 		aio_fini(&s->aio);
+	}
+	if (s->have_remote) {
+		evpub_stop(&s->cache);
+		s->cache.remote = NULL;
+		remote_fini(&s->remote); /* the drain left nothing in flight */
 	}
 	worker_fini(&s->worker);
 	faults_fini(s->have_aio ? &s->aio : NULL); /* no checkpoint I/O is left */

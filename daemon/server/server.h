@@ -20,6 +20,7 @@
 #include "list.h"
 #include "loop.h"
 #include "notify.h"
+#include "remote.h"
 #include "worker.h"
 
 struct listener {
@@ -44,6 +45,8 @@ struct server {
 	struct worker worker; /* blocking work: checkpoints, pread/pwrite I/O */
 	struct aio aio;	      /* disk I/O of the spill files */
 	int have_aio;
+	struct remote remote; /* the remote tier (remote-tier), when have_remote */
+	int have_remote;
 	struct cache cache;
 	struct frame_arena arena;
 	void *arena_buf;

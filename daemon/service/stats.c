@@ -126,6 +126,53 @@ static void fill_latencies(const struct cache_counters *ctr, struct latency_entr
 	out->latencies = lp;
 }
 
+/* The remote tier's figures (proto's RemoteTierStats): the caller's pools'
+ * page counts; the client's counters and node states for the admin, whose
+ * they are (they would tell a tenant of the others' traffic). */
+static void fill_remote(const struct cache *c, uid_t uid, int admin,
+			Kvpalace__V1__RemoteTierStats *rs)
+{
+	struct remote_stats st;
+
+	kvpalace__v1__remote_tier_stats__init(rs);
+	for (const struct list *it = c->pool_list.next; it != &c->pool_list; it = it->next) {
+		const struct pool *p = list_entry(it, struct pool, link);
+
+		if (!admin && p->uid != uid)
+			continue;
+		rs->pages_written += p->rt.ctr.puts;
+		rs->write_failures += p->rt.ctr.puts_failed;
+		rs->fetches += p->rt.ctr.fetches;
+		rs->pages_fetched += p->rt.ctr.fetched;
+		rs->fetch_misses += p->rt.ctr.fetch_misses;
+		rs->fetched_bytes += p->rt.ctr.fetch_bytes;
+	}
+	remote_stats(c->remote, &st);
+	rs->nodes_up = st.nodes_up;
+	rs->nodes_down = st.nodes_down;
+	if (!admin)
+		return;
+	rs->has_gets = rs->has_hits = rs->has_misses = rs->has_corrupt = 1;
+	rs->has_timeouts = rs->has_errors = rs->has_puts = rs->has_stored = 1;
+	rs->has_dropped_puts = rs->has_dropped_gets = rs->has_bytes_in = 1;
+	rs->has_bytes_out = rs->has_inflight_bytes = 1;
+	rs->gets = st.gets;
+	rs->hits = st.hits;
+	rs->misses = st.misses;
+	rs->corrupt = st.corrupt;
+	rs->timeouts = st.timeouts;
+	for (unsigned int k = 0; k < CLUSTER_RESULT_COUNT; k++)
+		if (k != CLUSTER_HIT && k != CLUSTER_MISS && k != CLUSTER_ERR_TIMEOUT)
+			rs->errors += st.errors[k];
+	rs->puts = st.puts;
+	rs->stored = st.stored;
+	rs->dropped_puts = st.dropped_puts;
+	rs->dropped_gets = st.dropped_gets;
+	rs->bytes_in = st.bytes_in;
+	rs->bytes_out = st.bytes_out;
+	rs->inflight_bytes = st.inflight_bytes;
+}
+
 int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	       Kvpalace__V1__StatsResponse *out, void **ret_heap)
 {
@@ -142,13 +189,18 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 	for (it = c->pool_list.next; it != &c->pool_list; it = it->next)
 		n += admin || list_entry(it, struct pool, link)->uid == uid;
 	heap = calloc(1, (n ? n : 1) * (sizeof(*e) + sizeof(*ptrs)) +
-				 CACHE_LATENCY_OPS * (sizeof(*le) + sizeof(*lp)));
+				 CACHE_LATENCY_OPS * (sizeof(*le) + sizeof(*lp)) +
+				 sizeof(Kvpalace__V1__RemoteTierStats));
 	if (!heap)
 		return -ENOMEM;
 	e = heap;
 	ptrs = (Kvpalace__V1__PoolStats **)(e + (n ? n : 1));
 	le = (struct latency_entry *)(ptrs + (n ? n : 1));
 	lp = (Kvpalace__V1__Latency **)(le + CACHE_LATENCY_OPS);
+	if (c->remote) {
+		out->remote = (Kvpalace__V1__RemoteTierStats *)(lp + CACHE_LATENCY_OPS);
+		fill_remote(c, uid, admin, out->remote);
+	}
 
 	/* The admin sees the daemon's counters, a user its tenant's own. */
 	if (admin)

@@ -98,6 +98,7 @@ struct pindex_entry {
 	uint8_t idle_busy;	     /* counted in n_idle_busy */
 	uint32_t n_host_children;    /* children whose host copy stays (not leaving) */
 	uint8_t mark;		     /* scratch of prefix_index_forget, 0 between calls */
+	uint8_t remote;		     /* written to the remote tier (or from it), core/rtier.c */
 	struct pindex_entry *parent; /* NULL for a first page */
 	/* The root its chain starts from (pool identity + cache salt), so an
 	 * admin can purge one salt's pages; {0, 0} when unknown (a page found

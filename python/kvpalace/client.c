@@ -122,6 +122,21 @@ static PyObject *client_stats(PyObject *self, PyObject *unused)
 			  (unsigned long long)sa.st->queried_pages, "matched_pages",
 			  (unsigned long long)sa.st->matched_pages, "n_pools",
 			  (Py_ssize_t)sa.st->n_pools, "version", sa.st->version);
+	if (d && sa.st->remote_on) {
+		/* The remote tier's page counts, the caller's pools'. */
+		const struct kvp_remote_stats *r = &sa.st->remote;
+		PyObject *rd = Py_BuildValue("{sIsIsKsKsKsKsK}", "nodes_up", r->nodes_up,
+					     "nodes_down", r->nodes_down, "pages_written",
+					     (unsigned long long)r->pages_written, "write_failures",
+					     (unsigned long long)r->write_failures, "fetches",
+					     (unsigned long long)r->fetches, "pages_fetched",
+					     (unsigned long long)r->pages_fetched, "fetch_misses",
+					     (unsigned long long)r->fetch_misses);
+
+		if (!rd || PyDict_SetItemString(d, "remote", rd) < 0)
+			Py_CLEAR(d);
+		Py_XDECREF(rd);
+	}
 	kvp_stats_free(sa.st);
 	return d;
 }

@@ -990,7 +990,10 @@ static void test_config(void **state)
 		"\"remote-password-file\":{\"value\":\"none\",\"source\":\"default\"},"
 		"\"remote-timeout-ms\":{\"value\":\"500\",\"source\":\"default\"},"
 		"\"remote-threads\":{\"value\":\"4\",\"source\":\"default\"},"
-		"\"remote-max-inflight-mb\":{\"value\":\"256\",\"source\":\"default\"}}}");
+		"\"remote-max-inflight-mb\":{\"value\":\"256\",\"source\":\"default\"},"
+		"\"remote-tenants\":{\"value\":\"none\",\"source\":\"default\"},"
+		"\"remote-write\":{\"value\":\"commit\",\"source\":\"default\"},"
+		"\"remote-events\":{\"value\":\"none\",\"source\":\"default\"}}}");
 
 	/* A reload says what changed and what waits for a restart. */
 	write_conf("log-level = notice\nmax-sessions-per-pool = 100\nmax-message-bytes = 8192\n");

@@ -283,6 +283,33 @@ static void test_remote_keys(void **state)
 	assert_non_null(strstr(err, "cannot open"));
 }
 
+/* remote-tenants: a name per uid, "*" for the others, never a bare uid;
+ * a uid without a name keeps its pools local. */
+static void test_remote_tenants(void **state)
+{
+	struct config c;
+	char err[256], name[CONFIG_REMOTE_TENANT_MAX + 1];
+
+	(void)state;
+	assert_int_equal(parse(&c, err, "--remote-tenants", "1000=alice,1001=team.b@x", NULL), 0);
+	assert_string_equal(config_remote_tenant(&c, 1000, name, sizeof(name)), "alice");
+	assert_string_equal(config_remote_tenant(&c, 1001, name, sizeof(name)), "team.b@x");
+	assert_null(config_remote_tenant(&c, 0, name, sizeof(name)));
+	assert_null(config_remote_tenant(&c, 100, name, sizeof(name)));
+	/* "*" stands for every uid without an entry of its own, wherever it is. */
+	assert_int_equal(parse(&c, err, "--remote-tenants", "*=fleet,7=seven", NULL), 0);
+	assert_string_equal(config_remote_tenant(&c, 7, name, sizeof(name)), "seven");
+	assert_string_equal(config_remote_tenant(&c, 8, name, sizeof(name)), "fleet");
+	assert_null(config_remote_tenant(&c, 8, name, 3)); /* does not fit */
+	assert_int_equal(parse(&c, err, "--remote-tenants", "none", NULL), 0);
+	assert_null(config_remote_tenant(&c, 8, name, sizeof(name)));
+	static const char *const bad[] = {"alice",   "1000=",	    "=x",	"1000=a b",
+					  "1000=a,", "x1=a",	    "1000=a/b", "99999999999=a",
+					  "**=a",    "1000=a,,7=b", "-1=a"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(parse(&c, err, "--remote-tenants", bad[i], NULL), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -293,6 +320,7 @@ int main(void)
 		cmocka_unit_test(test_inline_comments_and_print_round_trip),
 		cmocka_unit_test(test_bad_command_lines),
 		cmocka_unit_test(test_remote_keys),
+		cmocka_unit_test(test_remote_tenants),
 	};
 	int ret;
 
