@@ -508,8 +508,21 @@ static void fail_node_ops(struct cluster_op *ops, size_t n, int ni, enum cluster
 struct rd {
 	int fd;
 	size_t pos, len;
+	/* SO_RCVTIMEO bounds each recv, not the replies: a node that sends
+	 * a byte just before each timeout would hold the thread for ever.
+	 * The replies of one round must all be in by this time. */
+	uint64_t deadline_ns;
 	char buf[16384];
 };
+
+/* The slowest a node may send a round's replies: 10 MB/s, beyond the
+ * timeout itself (4 of them: connect, write, the first byte, slack). */
+#define RD_MIN_BYTES_PER_S (10ull * 1000 * 1000)
+
+static int rd_late(const struct rd *r)
+{
+	return now_ns() > r->deadline_ns;
+}
 
 /* -errno of a failed or short read: EAGAIN is SO_RCVTIMEO expiring. */
 static int rd_fill(struct rd *r)
@@ -518,6 +531,8 @@ static int rd_fill(struct rd *r)
 
 	if (r->pos == r->len)
 		r->pos = r->len = 0;
+	if (rd_late(r))
+		return -ETIMEDOUT;
 	do
 		n = recv(r->fd, r->buf + r->len, sizeof(r->buf) - r->len, 0);
 	while (n < 0 && errno == EINTR);
@@ -570,7 +585,11 @@ static int rd_bytes(struct rd *r, void *dst, size_t n)
 			r->pos += k;
 			n -= k;
 		} else if (d && n >= sizeof(r->buf)) {
-			ssize_t got = recv(r->fd, d, n, MSG_WAITALL);
+			ssize_t got;
+
+			if (rd_late(r))
+				return -ETIMEDOUT;
+			got = recv(r->fd, d, n, MSG_WAITALL);
 
 			if (got < 0 && errno == EINTR)
 				continue;
@@ -666,6 +685,15 @@ static void rd_node(struct cluster *c, struct cluster_op *ops, size_t n, int k)
 	}
 	r->fd = nd->ctx->fd;
 	r->pos = r->len = 0;
+	{
+		uint64_t bytes = 0;
+
+		for (size_t i = 0; i < n; i++)
+			if (ops[i].pending && ops[i].node == k)
+				bytes += ops[i].dst_hdr_len + ops[i].dst_len;
+		r->deadline_ns = now_ns() + 4ull * c->cfg.timeout_ms * 1000000ull +
+				 bytes * 1000000000ull / RD_MIN_BYTES_PER_S;
+	}
 	for (size_t i = 0; i < n && ret == 0; i++) {
 		struct cluster_op *op = &ops[i];
 

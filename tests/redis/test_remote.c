@@ -801,7 +801,8 @@ static void test_no_cluster(void **state)
 /* ---- a hostile node: a thread that speaks just enough RESP ---------------- */
 
 static _Atomic int
-	fake_mode; /* what GET gets: 0 nil+extra bytes, 1 huge length, 2 array, 3 silence */
+	fake_mode; /* what GET gets: 0 nil+extra bytes, 1 huge length, 2 array, 3 silence,
+		    * 4 a value one byte at a time, each within the timeout */
 static int fake_fd, fake_port;
 
 static void *fake_main(void *arg)
@@ -830,7 +831,13 @@ static void *fake_main(void *arg)
 				len = snprintf(out, sizeof(out), "$999999999999\r\nabc");
 			else if (fake_mode == 2)
 				len = snprintf(out, sizeof(out), "*2\r\n$1\r\na\r\n$1\r\nb\r\n");
-			else
+			else if (fake_mode == 4) {
+				/* Until the client gives up and closes. */
+				if (send(c, "$1000\r\n", 7, MSG_NOSIGNAL) == 7)
+					while (send(c, "x", 1, MSG_NOSIGNAL) == 1)
+						usleep(100000);
+				break;
+			} else
 				len = 0;
 			if (len > 0 && send(c, out, (size_t)len, MSG_NOSIGNAL) < 0)
 				break;
@@ -840,8 +847,9 @@ static void *fake_main(void *arg)
 }
 
 /* A node that lies (bytes after a reply, a length of a terabyte, an
- * array for a GET, silence): each is a miss within the timeout, nothing
- * allocated for the lie, and the daemon's requests keep completing. */
+ * array for a GET, silence, a value a byte at a time, each byte within
+ * the timeout): each is a miss within a few timeouts, nothing allocated
+ * for the lie, and the daemon's requests keep completing. */
 static void test_hostile_node(void **state)
 {
 	struct sockaddr_in a = {.sin_family = AF_INET};
@@ -876,17 +884,18 @@ static void test_hostile_node(void **state)
 	assert_int_equal(remote_init(&r, &loop, &cfg), 0);
 	assert_string_equal(remote_why(&r), "");
 	ident(&id, "mallory", 13);
-	for (fake_mode = 0; fake_mode < 4; fake_mode++) {
+	for (fake_mode = 0; fake_mode < 5; fake_mode++) {
 		uint64_t t0 = now_ms();
 
 		usleep(5000); /* past the backoff of the mode before */
 		assert_int_equal(get_pages(&r, &id, 1, 2, &why), 0);
-		assert_true(now_ms() - t0 < 3 * cfg.timeout_ms);
+		/* The drip: the round's deadline, 4 timeouts. */
+		assert_true(now_ms() - t0 < (fake_mode == 4 ? 6 : 3) * cfg.timeout_ms);
 		assert_int_not_equal(why, CLUSTER_HIT);
 	}
 	remote_stats(&r, &st);
 	assert_int_equal(st.hits, 0);
-	assert_int_equal(st.misses, 8);
+	assert_int_equal(st.misses, 10);
 	assert_true(st.timeouts >= 1);			/* silence */
 	assert_true(st.errors[CLUSTER_ERR_REPLY] >= 1); /* bytes after, array */
 	remote_fini(&r);
