@@ -52,8 +52,11 @@ static void hash_hex(XXH128_hash_t h, char out[33])
 static void bulk(char *buf, size_t *at, size_t end, const char *s)
 {
 	size_t len = strlen(s);
-	int n = snprintf(buf + *at, end - *at, "$%zu\r\n", len);
+	int n;
 
+	if (*at >= end)
+		return; /* an earlier string did not fit */
+	n = snprintf(buf + *at, end - *at, "$%zu\r\n", len);
 	if (n < 0 || *at + (size_t)n + len + 2 > end) {
 		*at = end + 1; /* does not fit: the caller drops the entry */
 		return;

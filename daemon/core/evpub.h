@@ -27,9 +27,11 @@
 
 #include "cache.h"
 
-#define EVPUB_MAXLEN	100000u /* entries the stream keeps, about */
-#define EVPUB_BATCH	255u	/* events in one batch (and a lost entry): REMOTE_MAX_PAGES */
-#define EVPUB_ENTRY_MAX 512u	/* bytes of one formatted XADD, at most */
+#define EVPUB_MAXLEN 100000u /* entries the stream keeps, about */
+#define EVPUB_BATCH  255u    /* events in one batch (and a lost entry): REMOTE_MAX_PAGES */
+/* Bytes of one formatted XADD, at most: the longest (a 127-byte key, a
+ * 64-byte host name, a 20-digit pool id, two hashes) takes about 520. */
+#define EVPUB_ENTRY_MAX 1024u
 
 struct evpub_stats {
 	uint64_t published; /* entries the cluster took */
