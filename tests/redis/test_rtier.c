@@ -45,6 +45,12 @@ static const struct kvp_layout small = {
 
 static struct rcluster rc;
 static struct harness a, b;
+/* The stream of KV events: as long as remote-events allows (127 bytes),
+ * so that the longest entries are formatted. */
+#define STREAM                                                                                     \
+	"kvp:events:"                                                                              \
+	"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"          \
+	"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
 static char tier_arg[96];
 static uint32_t next_seq = 100;
 
@@ -68,7 +74,7 @@ static int start(struct harness *h, const char *tenants)
 				     "--host-pool-size",
 				     "16M",
 				     "--remote-events",
-				     "kvp:events",
+				     STREAM,
 				     NULL};
 
 	return harness_start(h, extra);
@@ -357,14 +363,14 @@ static void test_credentials(void **state)
 	unlink(path);
 }
 
-/* The entries of the stream kvp:events, as hiredis gives them. */
+/* The entries of the stream, as hiredis gives them. */
 static redisReply *stream_entries(redisContext **ret_c)
 {
-	int port = rcluster_owner(&rc, "kvp:events");
+	int port = rcluster_owner(&rc, STREAM);
 	redisContext *c = port > 0 ? rcluster_connect(port) : NULL;
 
 	*ret_c = c;
-	return c ? redisCommand(c, "XRANGE kvp:events - +") : NULL;
+	return c ? redisCommand(c, "XRANGE %s - +", STREAM) : NULL;
 }
 
 /* A field's value in an entry's [field, value, ...] array, or NULL. */
@@ -390,6 +396,7 @@ static void test_events_stream(void **state)
 	double end;
 
 	(void)state;
+	assert_int_equal(strlen(STREAM), 127);
 	flush_cluster();
 	gethostname(host, sizeof(host) - 1);
 	remote_scope_digest("team-a", d);
