@@ -28,7 +28,6 @@ struct rtier_put {
 
 struct rtier_fetch {
 	struct remote_req req;
-	struct cache *c;
 	struct pool *p;
 	int has_parent;		   /* hashes[0] is not a first page */
 	XXH128_hash_t parent_hash; /* the page before hashes[0], or the root */
@@ -275,7 +274,6 @@ int rtier_fetch(struct cache *c, struct pool *p, const struct pindex_entry *pare
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return 0;
-	f->c = c;
 	f->p = p;
 	f->has_parent = parent != NULL;
 	f->parent_hash = parent_hash;
