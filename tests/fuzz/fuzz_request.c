@@ -132,8 +132,10 @@ static void conn_open(int i)
 	peer_init(&st.peers[i], &fuzz_ops, uid, uid, getpid(), i == CONN_ADMIN);
 }
 
-/* What conn_close does to the daemon's state: leases released,
- * reservations rolled back, sessions closed unless persistent. */
+/* What conn_close does to the daemon's state (release_client_state):
+ * the service layer told (event subscriptions, an eviction run under
+ * way), leases released, reservations rolled back, sessions closed unless
+ * persistent. */
 static void conn_drop(int i)
 {
 	struct cache *cache = &st.srv.cache;
@@ -141,6 +143,7 @@ static void conn_drop(int i)
 	struct session_left left = {0};
 	struct list *it, *tmp;
 
+	dispatch_peer_gone(c);
 	list_for_each_safe (it, tmp, &c->leases)
 		lease_release(cache, list_entry(it, struct lease, owner_link));
 	c->n_leases = 0;
