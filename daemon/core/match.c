@@ -168,6 +168,7 @@ static uint32_t disk_prefetch(struct cache *c, struct pool *p, XXH128_hash_t cha
 	 * match beside a 100-page lease in a 256-page pool). The match then
 	 * serves the prefix that fits. */
 	room = prefetch_room(c, p);
+	prefix_index_keep_walk(&p->ix, 1);
 	while (n_carry + (n - at) >= bt) {
 		const uint32_t *toks = next_page(bt, carry, &n_carry, tokens, &at, page);
 		struct pindex_entry *e;
@@ -191,6 +192,7 @@ static uint32_t disk_prefetch(struct cache *c, struct pool *p, XXH128_hash_t cha
 		else if (ret < 0)
 			break; /* no copy, or no room: the walk stops here */
 	}
+	prefix_index_keep_walk(&p->ix, 0);
 	return waiting;
 }
 

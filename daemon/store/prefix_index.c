@@ -606,6 +606,18 @@ static uint32_t host_heads(const struct prefix_index *ix, const struct list **he
 	return n;
 }
 
+void prefix_index_keep_walk(struct prefix_index *ix, int keep)
+{
+	ix->keep_from = keep ? ix->clock + 1 : 0;
+}
+
+/* it, a host list's link, is an entry the walk under way keeps. */
+static int kept(const struct prefix_index *ix, const struct list *it)
+{
+	return ix->keep_from &&
+	       list_entry(it, struct pindex_entry, lru_link)->used >= ix->keep_from;
+}
+
 struct pindex_entry *prefix_index_host_next(const struct prefix_index *ix,
 					    const struct pindex_entry *e)
 {
@@ -623,7 +635,13 @@ struct pindex_entry *prefix_index_host_next(const struct prefix_index *ix,
 	} else {
 		it = heads[0]->next;
 	}
-	while (it == heads[k]) {
+	/* Kept entries are few: a walk's pages are listed only at its leaf
+	 * (a parent with host children is on no list). */
+	while (it == heads[k] || kept(ix, it)) {
+		if (it != heads[k]) {
+			it = it->next;
+			continue;
+		}
 		if (++k == n)
 			return NULL;
 		it = heads[k]->next;

@@ -136,6 +136,9 @@ struct prefix_index {
 	uint32_t n_droppable; /* on the disk list */
 	uint32_t n_permanent; /* entries marked permanent */
 	uint64_t clock;	      /* the use clock: last stamp handed out */
+	/* Entries used at or after this stamp are no victims (0: none), while
+	 * a match brings its chain in (prefix_index_keep_walk). */
+	uint64_t keep_from;
 	uint32_t n_leaving;   /* entries whose host copy goes once written */
 	uint32_t n_idle;      /* host copies only the index (and a write) holds */
 	uint32_t n_idle_busy; /* of those, with disk I/O in flight */
@@ -344,9 +347,24 @@ void prefix_index_mark_permanent(struct prefix_index *ix, const struct pagealloc
 
 /* The host list in the order pages should leave the host tier: the entry
  * after e (NULL: the first), ordinary entries least recently used first,
- * then permanent ones least recently used first; NULL at the end. */
+ * then permanent ones least recently used first; NULL at the end. While
+ * a walk is kept (prefix_index_keep_walk) the entries it used are
+ * skipped. */
 struct pindex_entry *prefix_index_host_next(const struct prefix_index *ix,
 					    const struct pindex_entry *e);
+
+/* A match bringing its chain back (core/match.c's prefetch walk) makes
+ * room for each page it reads from disk; the victims must not be the
+ * pages the same walk found in the host tier or read before. Under LRU
+ * they are the warmest and the walk's room rule keeps it short of them,
+ * but a victim order by class (--eviction window: main before probation
+ * while probation is under its share) takes a promoted chain's own
+ * leaf first, its parent next, and the walk evicted what it read until
+ * the request's park limit. On (keep 1) until turned off (0): every entry
+ * used from now on (touched, or joining the host list) is no victim;
+ * making room finds other victims or none (the walk stops and serves the
+ * prefix it has). */
+void prefix_index_keep_walk(struct prefix_index *ix, int keep);
 
 /* Moves e to the list it belongs on, at the cold end when it joins one:
  * for a page written to disk while its children left the host tier, which

@@ -11,7 +11,8 @@
  *  - the watermark is a page count: 0.57 of 100 pages is 57, reached
  *    without an eviction (binary floating point made it 56);
  *  - SGLang: a match parked on disk reads waits for all of them, however
- *    often other I/O wakes it;
+ *    often other I/O wakes it, and gets the whole chain back under every
+ *    --eviction order (none evicts the pages the match just read);
  *  - Mooncake: a page whose spill write is in flight is still matched from
  *    the host tier, and the write finishing keeps the leased page there.
  */
@@ -410,19 +411,47 @@ static int setup_marks(void **state)
 	return harness_setup_args(state, extra);
 }
 
-static int setup_full_marks(void **state)
+/* A 256-page pool at full marks, a 16 MiB disk tier, and eviction's
+ * victim order (NULL: the daemon's default). */
+static int setup_full_marks_evicting(void **state, const char *eviction)
 {
-	static const char *const extra[] = {"--host-pool-size",
-					    "1M",
-					    "--disk-pool-size",
-					    "16M",
-					    "--host-high-watermark",
-					    "1.0",
-					    "--host-low-watermark",
-					    "1.0",
-					    NULL};
+	const char *extra[] = {"--host-pool-size",
+			       "1M",
+			       "--disk-pool-size",
+			       "16M",
+			       "--host-high-watermark",
+			       "1.0",
+			       "--host-low-watermark",
+			       "1.0",
+			       eviction ? "--eviction" : NULL,
+			       eviction,
+			       NULL};
 
 	return harness_setup_args(state, extra);
+}
+
+static int setup_full_marks(void **state)
+{
+	return setup_full_marks_evicting(state, NULL);
+}
+
+/* Every victim order: under window the promoted chain joins main, which
+ * went first while probation was under its share, and the match evicted
+ * the pages it had just read until its park limit (the walk now keeps
+ * what it used: prefix_index_keep_walk). */
+static int setup_full_marks_lru(void **state)
+{
+	return setup_full_marks_evicting(state, "lru");
+}
+
+static int setup_full_marks_lfu(void **state)
+{
+	return setup_full_marks_evicting(state, "lfu");
+}
+
+static int setup_full_marks_window(void **state)
+{
+	return setup_full_marks_evicting(state, "window");
 }
 
 int main(void)
@@ -442,10 +471,14 @@ int main(void)
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_parked_match_waits_for_all_reads,
 						setup_full_marks, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_parked_match_waits_for_all_reads,
+						setup_full_marks_lru, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_parked_match_waits_for_all_reads,
+						setup_full_marks_lfu, harness_teardown),
+		cmocka_unit_test_setup_teardown(test_parked_match_waits_for_all_reads,
+						setup_full_marks_window, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_page_being_written_is_matched, setup_disk40,
 						harness_teardown),
 	};
-	harness_eviction = "lru"; /* the assertions spell out LRU's order */
-
 	return cmocka_run_group_tests_name("tierorder", tests, NULL, NULL);
 }
