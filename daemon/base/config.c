@@ -56,7 +56,7 @@ void config_defaults(struct config *c)
 	c->host_pool_bytes = c->host_tier_bytes < (1ull << 30) ? c->host_tier_bytes : 1ull << 30;
 	/* bench/run --only trace: window ties or beats lru on every shape and
 	 * capacity of the simulations (README, Performance). */
-	c->eviction = CONFIG_EVICTION_LRU;
+	c->eviction = CONFIG_EVICTION_WINDOW;
 	c->host_high_watermark = 0.95;
 	c->host_low_watermark = 0.90;
 	/* A sparse file: disk is used only as pages spill. */
@@ -1402,7 +1402,7 @@ void config_usage(const char *argv0)
 	       "                            and ghosts, leaves first) or window (pages used\n"
 	       "                            by one request only go first while they hold\n"
 	       "                            over 70 %% of the pages, leaves first) (default "
-	       "lru)\n"
+	       "window)\n"
 	       "  --disk-admission NAME     which host victims the disk tier takes: all, or\n"
 	       "                            reused (only pages a second request used; the\n"
 	       "                            others are dropped, never written) (default all)\n"

@@ -983,7 +983,7 @@ static void test_config(void **state)
 		"\"host-tenant-size\":{\"value\":\"0M\",\"source\":\"default\"},"
 		"\"session-idle-timeout\":{\"value\":\"1h\",\"source\":\"default\"},"
 		"\"max-tenant-tokens\":{\"value\":\"33554432\",\"source\":\"default\"},"
-		"\"eviction\":{\"value\":\"lru\",\"source\":\"default\"},"
+		"\"eviction\":{\"value\":\"window\",\"source\":\"default\"},"
 		"\"disk-admission\":{\"value\":\"all\",\"source\":\"default\"},"
 		"\"remote-tier\":{\"value\":\"none\",\"source\":\"default\"},"
 		"\"remote-user\":{\"value\":\"none\",\"source\":\"default\"},"

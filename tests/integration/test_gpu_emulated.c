@@ -818,8 +818,6 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_purge_device_copies, setup_small,
 						harness_teardown),
 	};
-	harness_eviction = "lru"; /* the assertions spell out LRU's order */
-
 	/* The daemons this test starts play a GPU in host memory. */
 	setenv("KVPALACED_EMULATE_GPU", "1", 1);
 	harness_tokens(prefix_a, DEV_PAGES * BT, 31, 0);
