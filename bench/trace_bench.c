@@ -54,6 +54,7 @@
  * replay's figures on stderr, and
  * "sample LABEL.NAME VALUE" lines (LABEL: --label, default "trace") for
  * bench/run: hit_rate (the daemon), lru_hit_rate, leaf_lru_hit_rate,
+ * leaf_lfu_hit_rate, leaf_window_hit_rate,
  * belady_hit_rate, infinite_hit_rate (these in %), belady_ratio (daemon /
  * Belady), lru_gain (daemon − LRU, percentage points), rps (requests per second, all workers),
  * tokens_served, tokens_recomputed, daemon_tokens (tokens_served exactly), leaf_lru_tokens, leaf_lfu_tokens and
@@ -701,6 +702,7 @@ static void mode_run(void)
 	label_sample("lru_hit_rate", 100 * lru);
 	label_sample("leaf_lru_hit_rate", 100 * leaf);
 	label_sample("leaf_window_hit_rate", 100 * rate(&sims.r[TRACE_SIM_LEAF_WIN]));
+	label_sample("leaf_lfu_hit_rate", 100 * rate(&sims.r[TRACE_SIM_LEAF_LFU]));
 	label_sample("belady_hit_rate", 100 * bel);
 	label_sample("infinite_hit_rate", 100 * inf);
 	label_sample("belady_ratio", bel > 0 ? d / bel : 0);
