@@ -1253,6 +1253,12 @@ struct kvp_pool_stats {
 	uint64_t disk_written_bytes;
 	uint64_t disk_served_bytes;
 	uint64_t disk_unadmitted_pages;
+	/* Prewarm (the daemon's host-prewarm-watermark; 0 without it): disk
+	 * pages read back ahead of any request, and of them those a request
+	 * used before they left the host tier and those that left unused. */
+	uint64_t prewarm_pages;
+	uint64_t prewarm_used_pages;
+	uint64_t prewarm_unused_pages;
 };
 
 /* Latency histogram of one request type (struct kvp_stats): bucket i
@@ -1361,6 +1367,10 @@ struct kvp_stats {
 		uint64_t puts, stored, dropped_puts, dropped_gets;
 		uint64_t bytes_in, bytes_out, inflight_bytes;
 	} remote;
+	/* kvp_pool_stats' prewarm fields, summed over the caller's pools. */
+	uint64_t prewarm_pages;
+	uint64_t prewarm_used_pages;
+	uint64_t prewarm_unused_pages;
 };
 
 /* Counters and pools of the caller's tenant (its uid): its requests,

@@ -131,6 +131,9 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 	st->disk_written_bytes = r->has_disk_written_bytes ? r->disk_written_bytes : 0;
 	st->disk_served_bytes = r->has_disk_served_bytes ? r->disk_served_bytes : 0;
 	st->disk_unadmitted_pages = r->has_disk_unadmitted_pages ? r->disk_unadmitted_pages : 0;
+	st->prewarm_pages = r->has_prewarm_pages ? r->prewarm_pages : 0;
+	st->prewarm_used_pages = r->has_prewarm_used_pages ? r->prewarm_used_pages : 0;
+	st->prewarm_unused_pages = r->has_prewarm_unused_pages ? r->prewarm_unused_pages : 0;
 	st->verify_failures = r->verify_failures;
 	st->io_errors = r->io_errors;
 	st->checkpoints_written = r->checkpoints_written;
@@ -232,6 +235,10 @@ KVP_PUBLIC int kvp_stats(kvp_client *c, struct kvp_stats **ret_stats)
 		out->disk_served_bytes = in->has_disk_served_bytes ? in->disk_served_bytes : 0;
 		out->disk_unadmitted_pages =
 			in->has_disk_unadmitted_pages ? in->disk_unadmitted_pages : 0;
+		out->prewarm_pages = in->has_prewarm_pages ? in->prewarm_pages : 0;
+		out->prewarm_used_pages = in->has_prewarm_used_pages ? in->prewarm_used_pages : 0;
+		out->prewarm_unused_pages =
+			in->has_prewarm_unused_pages ? in->prewarm_unused_pages : 0;
 	}
 	*ret_stats = st;
 	return 0;

@@ -277,6 +277,11 @@ static void print_stats_text(const char *path, int admin, const struct kvp_stats
 			printf(" (%.2f written per byte served)",
 			       (double)st->disk_written_bytes / (double)st->disk_served_bytes);
 		printf("; %" PRIu64 " victims not admitted\n", st->disk_unadmitted_pages);
+		if (st->prewarm_pages)
+			printf("  %-18s %" PRIu64 " pages read ahead, %" PRIu64 " used, %" PRIu64
+			       " left unused\n",
+			       "prewarm", st->prewarm_pages, st->prewarm_used_pages,
+			       st->prewarm_unused_pages);
 	} else
 		printf("  %-18s no\n", "disk");
 	printf("  %-18s %s", "gpu", st->gpu ? "yes" : "no");
@@ -388,6 +393,9 @@ static json_t *json_pool(const struct kvp_pool_stats *p)
 		jdoc_u64(d, "disk_written_bytes", p->disk_written_bytes);
 		jdoc_u64(d, "disk_served_bytes", p->disk_served_bytes);
 		jdoc_u64(d, "disk_unadmitted_pages", p->disk_unadmitted_pages);
+		jdoc_u64(d, "prewarm_pages", p->prewarm_pages);
+		jdoc_u64(d, "prewarm_used_pages", p->prewarm_used_pages);
+		jdoc_u64(d, "prewarm_unused_pages", p->prewarm_unused_pages);
 		jdoc_u64(d, "verify_failures", p->verify_failures);
 		jdoc_u64(d, "io_errors", p->io_errors);
 		jdoc_u64(d, "disk_dropped", p->disk_dropped);

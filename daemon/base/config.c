@@ -288,17 +288,23 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, int base, uint32_t
 	return err;
 }
 
-static int parse_fraction(const char *s, double *ret)
+/* A fraction in (0, 1], or [0, 1] when may_be_zero. */
+static int parse_fraction_from(const char *s, int may_be_zero, double *ret)
 {
 	char *end;
 	double v;
 
 	errno = 0;
 	v = strtod(s, &end);
-	if (errno || end == s || *end || !(v > 0.0 && v <= 1.0))
+	if (errno || end == s || *end || !((v > 0.0 || (may_be_zero && v == 0.0)) && v <= 1.0))
 		return -EINVAL;
 	*ret = v;
 	return 0;
+}
+
+static int parse_fraction(const char *s, double *ret)
+{
+	return parse_fraction_from(s, 0, ret);
 }
 
 /* A size of device memory: as config_parse_size, but a percentage would be
@@ -412,6 +418,7 @@ enum key_id {
 	K_REMOTE_TENANTS,
 	K_REMOTE_WRITE,
 	K_REMOTE_EVENTS,
+	K_PREWARM_MARK,
 	K_COUNT,
 };
 _Static_assert(K_COUNT <= CONFIG_MAX_KEYS, "config.src holds a source per key");
@@ -467,6 +474,7 @@ static const char *const key_names[K_COUNT] = {
 	[K_REMOTE_TENANTS] = "remote-tenants",
 	[K_REMOTE_WRITE] = "remote-write",
 	[K_REMOTE_EVENTS] = "remote-events",
+	[K_PREWARM_MARK] = "host-prewarm-watermark",
 };
 
 static const char *const io_backends[] = {"auto", "io_uring", "threads"};
@@ -617,6 +625,8 @@ static int set_key(struct config *c, int k, const char *v)
 		return parse_fraction(v, &c->host_high_watermark);
 	case K_LOW_MARK:
 		return parse_fraction(v, &c->host_low_watermark);
+	case K_PREWARM_MARK:
+		return parse_fraction_from(v, 1, &c->host_prewarm_watermark);
 	case K_MAX_MESSAGE:
 		return parse_u32(v, FRAME_MIN_MAX_BYTES, FRAME_MAX_MAX_BYTES, 10,
 				 &c->max_message_bytes);
@@ -814,6 +824,9 @@ static void show_key(const struct config *c, int k, char *buf, size_t n)
 		break;
 	case K_LOW_MARK:
 		snprintf(buf, n, "%.2f", c->host_low_watermark);
+		break;
+	case K_PREWARM_MARK:
+		snprintf(buf, n, "%.2f", c->host_prewarm_watermark);
 		break;
 	case K_MAX_MESSAGE:
 		snprintf(buf, n, "%u", c->max_message_bytes);
@@ -1205,6 +1218,10 @@ int config_parse_args(struct config *c, int argc, char **argv, enum config_actio
 		snprintf(err, errlen, "host-low-watermark above host-high-watermark");
 		return -EINVAL;
 	}
+	if (c->host_prewarm_watermark > c->host_low_watermark) {
+		snprintf(err, errlen, "host-prewarm-watermark above host-low-watermark");
+		return -EINVAL;
+	}
 	if (c->session_policy != 0) {
 		struct policy pol;
 		const char *why = NULL;
@@ -1250,6 +1267,7 @@ int config_reload(struct config *live, int argc, char **argv, char *err, size_t 
 		K_LOG_LEVEL,
 		K_HIGH_MARK,
 		K_LOW_MARK,
+		K_PREWARM_MARK,
 		K_MAX_POOLS,
 		K_MAX_SESSIONS,
 		K_MAX_LEASES,
@@ -1282,6 +1300,7 @@ int config_reload(struct config *live, int argc, char **argv, char *err, size_t 
 	live->log_level = next.log_level;
 	live->host_high_watermark = next.host_high_watermark;
 	live->host_low_watermark = next.host_low_watermark;
+	live->host_prewarm_watermark = next.host_prewarm_watermark;
 	live->max_pools_per_tenant = next.max_pools_per_tenant;
 	live->max_sessions_per_pool = next.max_sessions_per_pool;
 	live->max_leases_per_conn = next.max_leases_per_conn;
@@ -1356,6 +1375,10 @@ void config_usage(const char *argv0)
 	       "  --host-high-watermark F   a request that would take a pool above this fraction\n"
 	       "                            evicts cached pages first (default 0.95)...\n"
 	       "  --host-low-watermark F    ...down to this fraction (default 0.90)\n"
+	       "  --host-prewarm-watermark F\n"
+	       "                            while a pool holds less than this fraction, the\n"
+	       "                            disk pages used last are read back ahead of any\n"
+	       "                            request, evicting nothing; 0: never (default 0)\n"
 	       "  --max-message-bytes N     largest control message, 4096..196608 (default %u)\n"
 	       "  --max-pools-per-tenant N  (default 16)\n"
 	       "  --max-sessions-per-pool N (default 65536)\n"

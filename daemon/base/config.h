@@ -59,6 +59,10 @@ struct config {
 	uint64_t host_pool_bytes;   /* one pool's arena */
 	double host_high_watermark; /* evict above this fraction of a pool's pages... */
 	double host_low_watermark;  /* ...down to this one */
+	/* While a pool holds fewer host pages than this fraction, the disk
+	 * pages used last are read back ahead of requests (core/prewarm.h);
+	 * 0: never. At most host_low_watermark. */
+	double host_prewarm_watermark;
 	uint32_t max_message_bytes;
 	uint32_t max_pools_per_tenant;
 	uint32_t max_sessions_per_pool;

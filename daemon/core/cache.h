@@ -121,6 +121,9 @@ struct cache {
 	/* Free bytes of the cache directory's file system (statvfs, every
 	 * second, less what spills took since), UINT64_MAX when unknown. */
 	uint64_t disk_avail_bytes;
+	/* The daemon is stopping: nothing starts that the stop would wait
+	 * for and nobody asked for (prewarm.h). */
+	int stopping;
 	struct cache_counters ctr;
 	struct kv_events events; /* for subscribers (proto's SubscribeEvents) */
 	uint64_t start_ns;

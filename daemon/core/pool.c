@@ -100,6 +100,7 @@ int pool_open(struct cache *c, uid_t uid, const char *model_id, const struct shm
 	p->arena_fd = -1;
 	p->spill_data = p->spill_meta = -1;
 	list_init(&p->waiters);
+	prewarm_init(&p->prewarm, c);
 	list_init(&p->ios);
 	list_init(&p->jobs);
 	list_init(&p->compact_jobs);

@@ -788,6 +788,7 @@ static void on_read(struct aio_req *r, int res)
 		/* Any doubt is a miss: the entry loses its disk copy. */
 		uint32_t extent;
 
+		prefix_index_unset_prewarmed(&p->ix, e, 1); /* a read ahead that failed */
 		spill_free(p->spill, e->extent);
 		e->extent = PINDEX_NONE;
 		p->ix.n_disk--;

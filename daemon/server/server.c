@@ -22,6 +22,7 @@
 #include "listen.h"
 #include "log.h"
 #include "pool.h"
+#include "prewarm.h"
 #include "server.h"
 #include "session.h"
 
@@ -249,6 +250,8 @@ static void on_timer(struct loop_op *op, int res, unsigned int flags)
 		pool_release_free(p);
 		/* ...but those a writer will take next are ready. */
 		pool_warm(&s->cache, p);
+		/* Disk pages used last come back while there is room. */
+		prewarm_pool(&s->cache, p);
 	}
 	/* Persistent sessions their clients left behind and forgot. */
 	if (s->cfg->session_idle_timeout_s)
@@ -571,6 +574,7 @@ int server_run(struct server *s)
 	 * arrive now are served as soon as the loop turns. */
 	notify_ready(&s->notify, &s->cache);
 	ret = loop_run(&s->loop);
+	s->cache.stopping = 1;
 	if (ret == 0 && s->have_aio) {
 		/* A clean stop keeps the cache: cached pages not on disk yet are
 		 * written so the next start finds them (warm restart). */

@@ -236,6 +236,9 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 			out->disk_written_bytes += p->tier.written_bytes;
 			out->disk_served_bytes += p->tier.served_bytes;
 			out->disk_unadmitted_pages += p->tier.unadmitted;
+			out->prewarm_pages += p->ix.prewarm_pages;
+			out->prewarm_used_pages += p->ix.prewarm_used;
+			out->prewarm_unused_pages += p->ix.prewarm_unused;
 			out->verify_failures += p->tier.verify_failures;
 			out->io_errors += p->tier.io_errors;
 			out->unowned_sessions += p->n_unowned;
@@ -267,6 +270,8 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 		out->has_spilled_pages = out->has_promoted_pages = 1;
 		out->has_disk_written_bytes = out->has_disk_served_bytes = 1;
 		out->has_disk_unadmitted_pages = 1;
+		out->has_prewarm_pages = out->has_prewarm_used_pages = 1;
+		out->has_prewarm_unused_pages = 1;
 		out->has_verify_failures = out->has_io_errors = 1;
 	}
 	out->gpu = gpu_available(c->gpu);
@@ -338,6 +343,11 @@ int stats_fill(const struct cache *c, uid_t uid, int admin, uint32_t max_bytes,
 			ps->disk_written_bytes = p->tier.written_bytes;
 			ps->disk_served_bytes = p->tier.served_bytes;
 			ps->disk_unadmitted_pages = p->tier.unadmitted;
+			ps->has_prewarm_pages = ps->has_prewarm_used_pages = 1;
+			ps->has_prewarm_unused_pages = 1;
+			ps->prewarm_pages = p->ix.prewarm_pages;
+			ps->prewarm_used_pages = p->ix.prewarm_used;
+			ps->prewarm_unused_pages = p->ix.prewarm_unused;
 			ps->verify_failures = p->tier.verify_failures;
 			ps->io_errors = p->tier.io_errors;
 			ps->disk_dropped = p->tier.dropped;

@@ -423,6 +423,44 @@ static enum pindex_list belongs(const struct prefix_index *ix, const struct page
 								   : PINDEX_LIST_NONE;
 }
 
+/* A prewarmed e was used (1) or left the host tier first (0). */
+static void prewarm_settle(struct prefix_index *ix, struct pindex_entry *e, int used)
+{
+	if (!e->prewarmed)
+		return;
+	e->prewarmed = 0;
+	if (used)
+		ix->prewarm_used++;
+	else
+		ix->prewarm_unused++;
+}
+
+void prefix_index_set_prewarmed(struct prefix_index *ix, struct pindex_entry *e)
+{
+	e->prewarmed = 1;
+	ix->prewarm_pages++;
+}
+
+void prefix_index_unset_prewarmed(struct prefix_index *ix, struct pindex_entry *e, int counted)
+{
+	if (!e->prewarmed)
+		return;
+	if (counted) {
+		prewarm_settle(ix, e, 0);
+		return;
+	}
+	e->prewarmed = 0;
+	ix->prewarm_pages--;
+}
+
+struct pindex_entry *prefix_index_disk_prev(const struct prefix_index *ix,
+					    const struct pindex_entry *e)
+{
+	const struct list *it = e ? e->lru_link.prev : ix->disk_lru.prev;
+
+	return it == &ix->disk_lru ? NULL : list_entry(it, struct pindex_entry, lru_link);
+}
+
 /* Moves e to the list it belongs on; at_lru places it at the cold end. */
 static void place(struct prefix_index *ix, const struct pagealloc *pa, struct pindex_entry *e,
 		  int at_lru)
@@ -434,7 +472,11 @@ static void place(struct prefix_index *ix, const struct pagealloc *pa, struct pi
 	if (idle != e->idle) {
 		ix->n_idle += idle ? 1u : -1u;
 		e->idle = (uint8_t)idle;
-		if (idle && ix->lfu) {
+		if (!idle && e->slot != PINDEX_NONE)
+			prewarm_settle(ix, e, 1); /* a session or lease holds it */
+		if (idle && e->prewarmed) {
+			/* Read in ahead of requests: not a use. */
+		} else if (idle && ix->lfu) {
 			lfu_use(ix, e); /* let go of: a use */
 			used = 1;
 		}
@@ -449,6 +491,7 @@ static void place(struct prefix_index *ix, const struct pagealloc *pa, struct pi
 	}
 	if (want == e->list)
 		goto out;
+	at_lru = at_lru || e->prewarmed; /* no use yet: first to leave */
 	if (e->list == PINDEX_LIST_HOST)
 		ix->n_evictable--;
 	else if (e->list == PINDEX_LIST_DISK)
@@ -538,6 +581,7 @@ void prefix_index_touch(struct prefix_index *ix, const struct pagealloc *pa, str
 {
 	struct list *head;
 
+	prewarm_settle(ix, e, 1);
 	if (e->demoted) {
 		/* Used again: back in the ordinary order. */
 		e->demoted = 0;
@@ -769,6 +813,7 @@ void prefix_index_detach_host(struct prefix_index *ix, struct pagealloc *pa, str
 	int stayed = stays(e);
 
 	kvp_assert(slot != PINDEX_NONE);
+	prewarm_settle(ix, e, 0);
 	ix->by_slot[slot] = NULL;
 	e->slot = PINDEX_NONE;
 	ix->n_host--;
@@ -788,6 +833,7 @@ static void unlink_entry(struct prefix_index *ix, struct pagealloc *pa, struct p
 	kvp_assert(e->n_children == 0 && e->io == PINDEX_IO_NONE && !e->leaving);
 	if (ix->gone)
 		ix->gone(ix->gone_arg, e);
+	prewarm_settle(ix, e, 0);
 	if (parent && stays(e))
 		parent->n_host_children--;
 	ix->n_idle -= e->idle;

@@ -99,6 +99,7 @@ struct pindex_entry {
 	uint32_t n_host_children;    /* children whose host copy stays (not leaving) */
 	uint8_t mark;		     /* scratch of prefix_index_forget, 0 between calls */
 	uint8_t remote;		     /* written to the remote tier (or from it), core/rtier.c */
+	uint8_t prewarmed;	     /* read in ahead of any request, not used since */
 	struct pindex_entry *parent; /* NULL for a first page */
 	/* The root its chain starts from (pool identity + cache salt), so an
 	 * admin can purge one salt's pages; {0, 0} when unknown (a page found
@@ -145,6 +146,10 @@ struct prefix_index {
 	uint64_t evictions;   /* entries dropped (host or disk), not demoted */
 	uint64_t forgotten;   /* entries an admin purged or dropped (prefix_index_forget) */
 	uint64_t dedup_pages;
+	/* Pages read in ahead of any request (prefix_index_set_prewarmed),
+	 * and of them those a request used before they left the host tier
+	 * and those that left unused. */
+	uint64_t prewarm_pages, prewarm_used, prewarm_unused;
 	/* Told of every entry about to leave the index (evicted, dropped,
 	 * purged; not at prefix_index_fini): how the core learns what to
 	 * announce (KV events). NULL: nobody asks. */
@@ -351,6 +356,21 @@ void prefix_index_mark_permanent(struct prefix_index *ix, const struct pagealloc
  * a walk is kept (prefix_index_keep_walk) the entries it used are
  * skipped. */
 struct pindex_entry *prefix_index_host_next(const struct prefix_index *ix,
+					    const struct pindex_entry *e);
+
+/* e's disk copy is being read in ahead of any request (core/prewarm.c;
+ * e->io is PINDEX_IO_READ next). Until a request uses it (a touch, or a
+ * session or lease holding it) the page is no use: it joins its host list
+ * at the cold end, first to leave, and its use count stays. Counted in
+ * prewarm_pages, then in prewarm_used or, when its host copy leaves
+ * first, prewarm_unused. */
+void prefix_index_set_prewarmed(struct prefix_index *ix, struct pindex_entry *e);
+/* The read of prewarmed e did not start (counted 0: as if never asked) or
+ * failed (1: it left unused). */
+void prefix_index_unset_prewarmed(struct prefix_index *ix, struct pindex_entry *e, int counted);
+/* Entries on the disk list from the most recently used: the one before e
+ * (NULL: the last), NULL at the start. */
+struct pindex_entry *prefix_index_disk_prev(const struct prefix_index *ix,
 					    const struct pindex_entry *e);
 
 /* A match bringing its chain back (core/match.c's prefetch walk) makes

@@ -993,7 +993,8 @@ static void test_config(void **state)
 		"\"remote-max-inflight-mb\":{\"value\":\"256\",\"source\":\"default\"},"
 		"\"remote-tenants\":{\"value\":\"none\",\"source\":\"default\"},"
 		"\"remote-write\":{\"value\":\"commit\",\"source\":\"default\"},"
-		"\"remote-events\":{\"value\":\"none\",\"source\":\"default\"}}}");
+		"\"remote-events\":{\"value\":\"none\",\"source\":\"default\"},"
+		"\"host-prewarm-watermark\":{\"value\":\"0.00\",\"source\":\"default\"}}}");
 
 	/* A reload says what changed and what waits for a restart. */
 	write_conf("log-level = notice\nmax-sessions-per-pool = 100\nmax-message-bytes = 8192\n");
