@@ -123,11 +123,15 @@ int evsub_next(struct cache *cache, struct peer *p, struct reply *r, uint32_t ma
 		return 0;
 	oldest = kv_ring_oldest(ring);
 	if (p->ev_next < oldest) {
-		/* The admin is told how many of the daemon's events went; a
-		 * tenant learns what it lost of its own (its pool's) from
-		 * the numbers of the next it sees. */
-		if (p->admin)
+		/* The admin is told how many of the daemon's events went,
+		 * a tenant's subscriber how many of its tenant's (its ring
+		 * holds nothing else, numbered by useq as it is shown them);
+		 * one of a single pool learns what it lost of the pool's
+		 * from the numbers of the next it sees. */
+		if (p->admin || !p->ev_pool)
 			lost = oldest - p->ev_next;
+		if (!p->admin && !p->ev_pool)
+			p->ev_vnext = oldest;
 		p->ev_next = oldest;
 	}
 	cap = room / EVENT_FIXED_BYTES;
@@ -139,6 +143,8 @@ int evsub_next(struct cache *cache, struct peer *p, struct reply *r, uint32_t ma
 			 (sizeof(*msgs) + sizeof(*ptrs) + 32 + 4 * KV_EVENT_MAX_TOKENS));
 	if (!r->heap) {
 		p->ev_next -= lost; /* not told yet */
+		if (!p->admin && !p->ev_pool)
+			p->ev_vnext -= lost;
 		return -ENOMEM;
 	}
 	msgs = r->heap;
