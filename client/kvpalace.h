@@ -1445,11 +1445,16 @@ KVP_PUBLIC int kvp_list_sessions_page(kvp_client *c, uint64_t pool_id, uint64_t 
  * numbered from 1: on the admin socket across the daemon, on a client
  * socket among the tenant's own events (the pool's, when subscribed to
  * one pool), so that nothing of other tenants' traffic shows. The daemon
- * keeps the last 16384 events (of all tenants) for a subscriber that
- * reads slowly, and one that falls further behind is told how many of
- * its events it lost (lost; a tenant's subscriber with the first of its
- * events after the gap): what it built from earlier events is stale then. Events of work the
- * daemon does in the background come within a second. */
+ * keeps the last 16384 events of each tenant that has a subscriber for
+ * one that reads slowly, so only its own tenant's traffic can push a
+ * client socket's subscriber behind; the admin socket's subscribers
+ * share the last 16384 events of all tenants. One that falls further
+ * behind is told how many of its events it lost (lost; a subscriber of
+ * one pool with the first of its events after the gap): what it built
+ * from earlier events is stale then. At most 32 tenants have events kept
+ * for them at once: a subscriber of another is refused with -EDQUOT
+ * until one of theirs has no subscriber left. Events of work the daemon
+ * does in the background come within a second. */
 enum kvp_event_kind {
 	KVP_EVENT_STORED = 1,  /* a page entered the index */
 	KVP_EVENT_REMOVED = 2, /* a page left it */
@@ -1474,7 +1479,8 @@ struct kvp_event {
  * Returns 0 and the number the first event it gets will have at least in
  * *ret_next_seq (may be NULL); -EEXIST when c subscribes already,
  * -ENOENT no such pool (for c), -EBUSY submitted operations are in flight
- * on c, -ENOMEM, or a transport error. */
+ * on c, -EDQUOT the daemon keeps events for 32 other tenants already (try
+ * later), -ENOMEM, or a transport error. */
 KVP_PUBLIC int kvp_events_subscribe(kvp_client *c, uint64_t pool_id, uint64_t *ret_next_seq);
 
 /* Waits up to timeout_ms (poll's: -1 for ever, 0 not at all) for the next

@@ -17,7 +17,8 @@ struct evpub {
 	struct cache *c;
 	char key[CONFIG_REMOTE_EVENTS_MAX];
 	char machine[65];
-	uint64_t next; /* the ring's seq to look at next */
+	struct kv_ring *ring; /* the ring of every event */
+	uint64_t next;	      /* its seq to look at next */
 	int inflight;
 	struct remote_cmd cmd;
 	char *buf; /* [EVPUB_BATCH + 1][EVPUB_ENTRY_MAX]: the formatted commands */
@@ -130,7 +131,7 @@ int evpub_start(struct cache *c)
 	if (!e)
 		return -ENOMEM;
 	e->buf = malloc((size_t)(EVPUB_BATCH + 1) * EVPUB_ENTRY_MAX);
-	if (!e->buf || kv_events_subscribe(&c->events) < 0) {
+	if (!e->buf || kv_events_subscribe(&c->events, 1, 0, &e->ring) < 0) {
 		free(e->buf);
 		free(e);
 		return -ENOMEM;
@@ -139,7 +140,7 @@ int evpub_start(struct cache *c)
 	snprintf(e->key, sizeof(e->key), "%s", c->cfg->remote_events);
 	if (gethostname(e->machine, sizeof(e->machine) - 1) < 0 || !e->machine[0])
 		snprintf(e->machine, sizeof(e->machine), "unknown");
-	e->next = c->events.next_seq;
+	e->next = e->ring->next;
 	c->evpub = e;
 	return 0;
 }
@@ -154,13 +155,14 @@ static const char *kind_name(uint8_t kind)
 void evpub_pump(struct cache *c)
 {
 	struct evpub *e = c->evpub;
-	const struct kv_events *ev = &c->events;
+	const struct kv_ring *ring;
 	uint64_t oldest, seq;
 	unsigned int n = 0;
 
-	if (!e || e->inflight || e->next == ev->next_seq)
+	if (!e || e->inflight || e->next == e->ring->next)
 		return;
-	oldest = kv_events_oldest(ev);
+	ring = e->ring;
+	oldest = kv_ring_oldest(ring);
 	if (e->next < oldest) {
 		char count[24];
 		const char *f[] = {"machine", e->machine, "kind", "lost", "count", count};
@@ -170,8 +172,8 @@ void evpub_pump(struct cache *c)
 		e->next = oldest;
 		n += format_entry(e, n, f, 3) == 0;
 	}
-	for (seq = e->next; seq < ev->next_seq && n < EVPUB_BATCH; seq++) {
-		const struct kv_event *k = kv_events_at(ev, seq);
+	for (seq = e->next; seq < ring->next && n < EVPUB_BATCH; seq++) {
+		const struct kv_event *k = kv_ring_at(ring, seq);
 		const char *scope = scope_of(e, k->uid);
 		char hash[33], parent[33];
 		char id[24];
@@ -232,7 +234,7 @@ void evpub_stop(struct cache *c)
 
 	if (!e)
 		return;
-	kv_events_unsubscribe(&c->events);
+	kv_events_unsubscribe(&c->events, e->ring);
 	free(e->buf);
 	free(e);
 	c->evpub = NULL;

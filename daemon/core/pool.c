@@ -181,7 +181,7 @@ void pool_free(struct cache *c, struct pool *p)
 		p->warm_job->p = NULL; /* it has a descriptor of its own */
 	gpu_pool_close(c, p);
 	tier_pool_close(c, p);
-	kv_events_add(&c->events, KV_EVENT_CLEARED, p->id, p->uid);
+	kv_events_cleared(&c->events, p->id, p->uid);
 	idmap_del(&c->pools, p->id);
 	list_del(&p->link);
 	c->host_bytes -= p->arena_bytes;

@@ -1,7 +1,7 @@
 /* daemon/service/evsub.c — KV event subscriptions (see evsub.h).
  *
  * Layer: service, beside reply.c and peer.c: uses core/ (the cache's
- * event ring, pool_get) and proto's types; dispatch.c and the server
+ * event rings, pool_get) and proto's types; dispatch.c and the server
  * call it.
  */
 #include <errno.h>
@@ -25,6 +25,7 @@ int evsub_subscribe(struct cache *cache, struct peer *p,
 		    const char **why)
 {
 	Kvpalace__V1__SubscribeEventsResponse *out = &r->u.subscribe_events;
+	int ret;
 
 	if (p->ev_sub) {
 		*why = "this connection subscribes already";
@@ -34,13 +35,15 @@ int evsub_subscribe(struct cache *cache, struct peer *p,
 		*why = "no such pool";
 		return -ENOENT;
 	}
-	if (kv_events_subscribe(&cache->events) < 0) {
-		*why = "out of memory for the event ring";
-		return -ENOMEM;
+	ret = kv_events_subscribe(&cache->events, p->admin, p->uid, &p->ev_ring);
+	if (ret < 0) {
+		*why = ret == -EDQUOT ? "too many users subscribe to KV events; try again later"
+				      : "out of memory for the event ring";
+		return ret;
 	}
 	p->ev_sub = 1;
 	p->ev_pool = in->has_pool_id ? in->pool_id : 0;
-	p->ev_next = cache->events.next_seq;
+	p->ev_next = p->ev_ring->next;
 	p->ev_vnext = p->ev_pool ? kv_events_pool_next(&cache->events, p->ev_pool)
 				 : kv_events_uid_next(&cache->events, p->uid);
 	kvpalace__v1__subscribe_events_response__init(out);
@@ -104,10 +107,10 @@ static void event_msg(Kvpalace__V1__KvEvent *m, const struct kv_event *e, uint64
 
 int evsub_next(struct cache *cache, struct peer *p, struct reply *r, uint32_t max_message_bytes)
 {
-	const struct kv_events *ev = &cache->events;
+	const struct kv_ring *ring = p->ev_ring;
 	Kvpalace__V1__KvEvents *out = &r->u.events;
 	size_t room = reply_room(max_message_bytes, PUSH_FIXED_BYTES), used = 0, n = 0, cap;
-	uint64_t oldest = kv_events_oldest(ev), lost = 0, seq, vseq;
+	uint64_t oldest, lost = 0, seq, vseq;
 	Kvpalace__V1__KvEvent *msgs, **ptrs;
 	unsigned char *bytes;
 
@@ -115,31 +118,40 @@ int evsub_next(struct cache *cache, struct peer *p, struct reply *r, uint32_t ma
 	r->heap = NULL;
 	r->park = NULL;
 	r->pass_fd = -1;
+	(void)cache;
 	if (!p->ev_sub)
 		return 0;
+	oldest = kv_ring_oldest(ring);
 	if (p->ev_next < oldest) {
-		/* The admin is told how many went; a tenant learns what it
-		 * lost of its own from the numbers of the next it sees. */
-		if (p->admin)
+		/* The admin is told how many of the daemon's events went,
+		 * a tenant's subscriber how many of its tenant's (its ring
+		 * holds nothing else, numbered by useq as it is shown them);
+		 * one of a single pool learns what it lost of the pool's
+		 * from the numbers of the next it sees. */
+		if (p->admin || !p->ev_pool)
 			lost = oldest - p->ev_next;
+		if (!p->admin && !p->ev_pool)
+			p->ev_vnext = oldest;
 		p->ev_next = oldest;
 	}
 	cap = room / EVENT_FIXED_BYTES;
-	if (cap > ev->next_seq - p->ev_next)
-		cap = ev->next_seq - p->ev_next;
+	if (cap > ring->next - p->ev_next)
+		cap = ring->next - p->ev_next;
 	if (!cap && !lost)
 		return 0;
 	r->heap = malloc((cap ? cap : 1) *
 			 (sizeof(*msgs) + sizeof(*ptrs) + 32 + 4 * KV_EVENT_MAX_TOKENS));
 	if (!r->heap) {
 		p->ev_next -= lost; /* not told yet */
+		if (!p->admin && !p->ev_pool)
+			p->ev_vnext -= lost;
 		return -ENOMEM;
 	}
 	msgs = r->heap;
 	ptrs = (Kvpalace__V1__KvEvent **)(msgs + cap);
 	bytes = (unsigned char *)(ptrs + cap);
-	for (seq = p->ev_next; seq < ev->next_seq && n < cap; seq++) {
-		const struct kv_event *e = kv_events_at(ev, seq);
+	for (seq = p->ev_next; seq < ring->next && n < cap; seq++) {
+		const struct kv_event *e = kv_ring_at(ring, seq);
 
 		vseq = seq_for(p, e);
 		/* An event the daemon could not number for its tenant is
@@ -177,6 +189,7 @@ void evsub_gone(struct cache *cache, struct peer *p)
 {
 	if (!p->ev_sub)
 		return;
-	kv_events_unsubscribe(&cache->events);
+	kv_events_unsubscribe(&cache->events, p->ev_ring);
+	p->ev_ring = NULL;
 	p->ev_sub = 0;
 }

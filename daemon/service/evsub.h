@@ -3,10 +3,12 @@
  * and the KvEvents pushes that carry them.
  *
  * A subscriber on the client socket gets the events of its own tenant's
- * pools only, one on the admin socket every pool's. The server asks for
- * a subscriber's next push whenever it has room to send one
+ * pools only, read from its tenant's ring, one on the admin socket every
+ * pool's, from the ring of all events (core/events.h). The server asks
+ * for a subscriber's next push whenever it has room to send one
  * (evsub_pending), so a subscriber that reads slowly holds back only its
- * own events, and loses the oldest once the ring has moved past them.
+ * own events, and loses the oldest once its ring has moved past them:
+ * a tenant's, only through its own tenant's traffic.
  */
 #ifndef KVPD_EVSUB_H
 #define KVPD_EVSUB_H
@@ -19,7 +21,8 @@
 #include "reply.h"
 
 /* SubscribeEvents for p. Returns 0 (r filled), -ENOENT (no such pool
- * visible to p), -EEXIST (already subscribed) or -ENOMEM; *why says. */
+ * visible to p), -EEXIST (already subscribed), -EDQUOT (too many other
+ * tenants subscribe) or -ENOMEM; *why says. */
 int evsub_subscribe(struct cache *cache, struct peer *p,
 		    const Kvpalace__V1__SubscribeEventsRequest *in, struct reply *r,
 		    const char **why);
@@ -27,7 +30,8 @@ int evsub_subscribe(struct cache *cache, struct peer *p,
 /* Whether p has events to get (or lost some). */
 static inline int evsub_pending(const struct cache *cache, const struct peer *p)
 {
-	return p->ev_sub && p->ev_next < cache->events.next_seq;
+	(void)cache;
+	return p->ev_sub && p->ev_next < p->ev_ring->next;
 }
 
 /* Fills r with p's next KvEvents push (Response id 0), packed at most

@@ -29,6 +29,7 @@
 #define PEER_MAX_PARK_NS (10ull * 1000000000ull)
 
 struct cache;
+struct kv_ring;
 struct peer;
 struct reply;
 
@@ -101,10 +102,12 @@ struct peer {
 	uint64_t match_prev_left;  /* MATCH_PREV_MISS: prompt tokens declared, not yet sent */
 
 	/* KV events (evsub.c): subscribed, to one pool (0: every pool it
-	 * may see), and the next event it is to get. */
+	 * may see), the ring it reads (the admin's of every event, else its
+	 * tenant's) and the next event it is to get. */
 	int ev_sub;
 	uint64_t ev_pool;
-	uint64_t ev_next;  /* the ring's seq to look at next */
+	struct kv_ring *ev_ring;
+	uint64_t ev_next;  /* the ring's number (seq, or useq) to look at next */
 	uint64_t ev_vnext; /* not admin: the useq (pseq with ev_pool) it is to see next */
 
 	/* Set by dispatch(): the cache its requests run on, and the request

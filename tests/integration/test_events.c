@@ -8,6 +8,10 @@
  * does not read holds back nobody: the writer commits far more pages than
  * the daemon keeps events for, and the subscriber is then told how many it
  * lost, with what it got and what it lost adding up to what happened.
+ * Events are kept per tenant: another tenant's flood costs a slow
+ * subscriber none of its own, while an admin's subscriber, which sees
+ * every tenant's, is told what the flood cost it; at most 32 tenants
+ * have events kept at once, and a 33rd is refused with -EDQUOT.
  * kvpalacectl events prints them as they come.
  */
 #include <errno.h>
@@ -82,6 +86,55 @@ static size_t read_events(kvp_client *sub, uint64_t pool_id, struct kvp_event *o
 		kvp_events_free(ev);
 	}
 	return got;
+}
+
+/* Commits pages pages into pool p, per of them a session, tokens from
+ * seed on. Returns 0 or the first error. */
+static int commit_pages(kvp_pool *p, int pages, int per, uint32_t seed)
+{
+	uint32_t *tokens = malloc((size_t)per * BT * sizeof(uint32_t));
+	int ret = tokens ? 0 : -ENOMEM;
+
+	for (int k = 0; !ret && k < pages / per; k++) {
+		kvp_session *s;
+
+		harness_tokens(tokens, (size_t)per * BT, seed + (uint32_t)k, 0);
+		ret = harness_pkv_commit_session(p, tokens, (size_t)per * BT, &s);
+		if (!ret)
+			kvp_session_close(s);
+	}
+	free(tokens);
+	return ret;
+}
+
+/* Reads stored events (of pool_id only, unless 0) until got and lost add
+ * up to want, for at most 20 s, their numbers growing. */
+static void read_stored(kvp_client *sub, uint64_t pool_id, uint64_t want, uint64_t *got,
+			uint64_t *lost)
+{
+	double end = now_s() + 20;
+	uint64_t last = 0;
+
+	*got = *lost = 0;
+	while (*got + *lost < want && now_s() < end) {
+		struct kvp_event *ev;
+		size_t n;
+		uint64_t l;
+		int ret = kvp_events_read(sub, 200, &ev, &n, &l);
+
+		assert_true(ret >= 0);
+		*lost += l;
+		for (size_t i = 0; i < n; i++) {
+			if (pool_id)
+				assert_int_equal(ev[i].pool_id, pool_id);
+			assert_int_equal(ev[i].kind, KVP_EVENT_STORED);
+			assert_true(ev[i].seq > last);
+			last = ev[i].seq;
+			(*got)++;
+		}
+		kvp_events_free(ev);
+	}
+	assert_int_equal(*got + *lost, want);
 }
 
 static void free_tokens(struct kvp_event *ev, size_t n)
@@ -202,6 +255,34 @@ struct two {
 	int to_child[2], to_parent[2];
 };
 
+/* In a child: reads want stored events, all of pool_id, numbered next,
+ * next + 1, ... with none lost, for at most 20 s. Returns 0, or 1 (said
+ * on stderr). */
+static int child_read_own(kvp_client *sub, uint64_t pool_id, uint64_t next, size_t want)
+{
+	double end = now_s() + 20;
+	size_t mine = 0;
+
+	while (mine < want && now_s() < end) {
+		struct kvp_event *ev;
+		size_t n;
+		uint64_t lost;
+		int ret = kvp_events_read(sub, 200, &ev, &n, &lost);
+
+		CHILD_CHECK(ret >= 0);
+		CHILD_CHECK_EQ(lost, 0);
+		for (size_t i = 0; i < n; i++) {
+			CHILD_CHECK_EQ(ev[i].pool_id, pool_id);
+			CHILD_CHECK_EQ(ev[i].kind, KVP_EVENT_STORED);
+			CHILD_CHECK_EQ(ev[i].seq, next + mine);
+			mine++;
+		}
+		kvp_events_free(ev);
+	}
+	CHILD_CHECK_EQ(mine, want);
+	return 0;
+}
+
 /* Subscribes as nobody, lets the parent commit more pages than the daemon
  * keeps events for, commits into a pool of its own and checks it sees its
  * own pages and nothing of the parent's: not their events, not a gap in
@@ -211,13 +292,10 @@ static int other_tenant(void *arg)
 {
 	struct two *t = arg;
 	uint32_t tokens[2 * BT];
-	struct kvp_event *ev;
 	kvp_client *sub, *c;
 	kvp_session *s;
 	kvp_pool *p;
-	size_t n, mine = 0;
-	uint64_t lost, next;
-	double end;
+	uint64_t next;
 	char b = 0;
 
 	CHILD_CHECK_EQ(harness_become_nobody(), 0);
@@ -229,54 +307,154 @@ static int other_tenant(void *arg)
 	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &small, &p), 0);
 	harness_tokens(tokens, 2 * BT, 71, 0);
 	CHILD_CHECK_EQ(harness_pkv_commit_session(p, tokens, 2 * BT, &s), 0);
-	end = now_s() + 10;
-	while (mine < 2 && now_s() < end) {
-		int ret = kvp_events_read(sub, 200, &ev, &n, &lost);
-
-		CHILD_CHECK(ret >= 0);
-		CHILD_CHECK_EQ(lost, 0);
-		for (size_t i = 0; i < n; i++) {
-			/* The parent's events came first; none may show. */
-			CHILD_CHECK_EQ(ev[i].pool_id, kvp_pool_id(p));
-			CHILD_CHECK_EQ(ev[i].seq, next + mine);
-			mine++;
-		}
-		kvp_events_free(ev);
-	}
-	CHILD_CHECK_EQ(mine, 2);
+	/* The parent's events came first; none may show. */
+	CHILD_CHECK_EQ(child_read_own(sub, kvp_pool_id(p), next, 2), 0);
 	kvp_disconnect(c);
 	kvp_disconnect(sub);
 	return 0;
 }
 
-static void test_other_tenant_sees_nothing(void **state)
+/* Runs child (a tenant of its own) and, once it says it is ready,
+ * commits pages pages as root in a pool of root's, then tells it and
+ * waits for its verdict. */
+static void flood_beside(struct two *t, int (*child)(void *), int pages, uint32_t seed)
 {
-	enum { PAGES = 20000, PER = 250 };
-	struct two t = {.h = *state};
-	uint32_t *tokens = malloc((size_t)PER * BT * sizeof(uint32_t));
 	kvp_client *c;
 	kvp_pool *p;
-	kvp_session *s;
 	pid_t pid;
 	char b = 0;
 
-	assert_non_null(tokens);
-	assert_int_equal(pipe(t.to_child), 0);
-	assert_int_equal(pipe(t.to_parent), 0);
-	pid = harness_fork(other_tenant, &t);
+	assert_int_equal(pipe(t->to_child), 0);
+	assert_int_equal(pipe(t->to_parent), 0);
+	pid = harness_fork(child, t);
 	assert_true(pid > 0);
-	assert_int_equal(read(t.to_parent[0], &b, 1), 1);
-	assert_int_equal(kvp_connect(t.h->sock, &c), 0);
+	assert_int_equal(read(t->to_parent[0], &b, 1), 1);
+	assert_int_equal(kvp_connect(t->h->sock, &c), 0);
 	assert_int_equal(kvp_pool_open(c, MODEL, &small, &p), 0);
-	for (int k = 0; k < PAGES / PER; k++) {
-		harness_tokens(tokens, (size_t)PER * BT, 2000 + (uint32_t)k, 0);
-		assert_int_equal(harness_pkv_commit_session(p, tokens, (size_t)PER * BT, &s), 0);
-		kvp_session_close(s);
-	}
-	assert_int_equal(write(t.to_child[1], &b, 1), 1);
-	assert_int_equal(harness_wait(pid, 30), 0);
+	assert_int_equal(commit_pages(p, pages, 250, seed), 0);
+	assert_int_equal(write(t->to_child[1], &b, 1), 1);
+	assert_int_equal(harness_wait(pid, 60), 0);
 	kvp_disconnect(c);
-	free(tokens);
+	for (int i = 0; i < 2; i++) {
+		close(t->to_child[i]);
+		close(t->to_parent[i]);
+	}
+}
+
+static void test_other_tenant_sees_nothing(void **state)
+{
+	struct two t = {.h = *state};
+
+	flood_beside(&t, other_tenant, 20000, 2000);
+}
+
+enum { SLOW_PAGES = 8000, FLOOD_PAGES = 20000 };
+
+/* Tenant A, as nobody: subscribes, commits SLOW_PAGES pages without
+ * reading (far more than its socket holds, so most of its events wait in
+ * the daemon), lets the parent flood, and only then reads: every one of
+ * its events, numbered without a gap, none lost. */
+static int slow_tenant(void *arg)
+{
+	struct two *t = arg;
+	kvp_client *sub, *c;
+	kvp_pool *p;
+	uint64_t next;
+	char b = 0;
+
+	CHILD_CHECK_EQ(harness_become_nobody(), 0);
+	CHILD_CHECK_EQ(kvp_connect(t->h->sock, &sub), 0);
+	CHILD_CHECK_EQ(kvp_events_subscribe(sub, 0, &next), 0);
+	CHILD_CHECK_EQ(kvp_connect(t->h->sock, &c), 0);
+	CHILD_CHECK_EQ(kvp_pool_open(c, MODEL, &small, &p), 0);
+	CHILD_CHECK_EQ(commit_pages(p, SLOW_PAGES, 250, 5000), 0);
+	CHILD_CHECK_EQ(write(t->to_parent[1], &b, 1), 1);
+	CHILD_CHECK_EQ(read(t->to_child[0], &b, 1), 1); /* the parent flooded */
+	CHILD_CHECK_EQ(child_read_own(sub, kvp_pool_id(p), next, SLOW_PAGES), 0);
+	kvp_disconnect(c);
+	kvp_disconnect(sub);
+	return 0;
+}
+
+/* One tenant's flood cannot starve another's subscriber: while tenant A
+ * (nobody) has thousands of events waiting unread, tenant B (root, on the
+ * client socket) commits more pages than a ring keeps events for, and A
+ * still gets all of its own. An admin subscriber that did not read
+ * either sees every tenant's events, so it lost some to the flood, and
+ * is told how many: what it got and what it lost add up to both tenants'
+ * pages. */
+static void test_flood_spares_other_tenant(void **state)
+{
+	struct two t = {.h = *state};
+	uint64_t got, lost;
+	kvp_client *adm;
+
+	assert_int_equal(kvp_connect(t.h->admin_sock, &adm), 0);
+	assert_int_equal(kvp_events_subscribe(adm, 0, NULL), 0);
+	flood_beside(&t, slow_tenant, FLOOD_PAGES, 3000);
+	/* Only stored events: A's pool is not dropped while its
+	 * connection's end is on the way, its pages stay. */
+	read_stored(adm, 0, SLOW_PAGES + FLOOD_PAGES, &got, &lost);
+	assert_true(lost > 0);
+	kvp_disconnect(adm);
+}
+
+/* At most KV_EVENTS_MAX_TENANTS (32) tenants have events kept for them at
+ * once: a subscriber of a 33rd is refused with -EDQUOT, one more of a
+ * tenant that subscribes already is not, and the refused one gets in once
+ * a tenant's last subscriber left. Connections made with another
+ * effective uid are the daemon's peers of that uid. */
+static int many_tenants(void *arg)
+{
+	enum { MAX = 32, BASE = 41000 };
+	struct harness *h = arg;
+	kvp_client *sub[MAX + 2];
+	int ret = -EDQUOT;
+	double end;
+
+	for (int i = 0; i <= MAX; i++) {
+		CHILD_CHECK_EQ(setresuid(-1, BASE + i, -1), 0);
+		CHILD_CHECK_EQ(kvp_connect(h->sock, &sub[i]), 0);
+		CHILD_CHECK_EQ(setresuid(-1, 0, -1), 0);
+		CHILD_CHECK_EQ(kvp_events_subscribe(sub[i], 0, NULL), i < MAX ? 0 : -EDQUOT);
+	}
+	kvp_disconnect(sub[MAX]);
+	CHILD_CHECK_EQ(setresuid(-1, BASE, -1), 0);
+	CHILD_CHECK_EQ(kvp_connect(h->sock, &sub[MAX + 1]), 0);
+	CHILD_CHECK_EQ(setresuid(-1, 0, -1), 0);
+	CHILD_CHECK_EQ(kvp_events_subscribe(sub[MAX + 1], 0, NULL), 0);
+	kvp_disconnect(sub[MAX + 1]);
+	kvp_disconnect(sub[0]); /* uid BASE's last subscriber */
+	end = now_s() + 10;
+	while (ret == -EDQUOT && now_s() < end) {
+		CHILD_CHECK_EQ(setresuid(-1, BASE + MAX, -1), 0);
+		CHILD_CHECK_EQ(kvp_connect(h->sock, &sub[MAX]), 0);
+		CHILD_CHECK_EQ(setresuid(-1, 0, -1), 0);
+		ret = kvp_events_subscribe(sub[MAX], 0, NULL);
+		if (ret == -EDQUOT) {
+			kvp_disconnect(sub[MAX]);
+			usleep(20 * 1000); /* the daemon has yet to see sub[0] go */
+		}
+	}
+	CHILD_CHECK_EQ(ret, 0);
+	for (int i = 1; i <= MAX; i++)
+		kvp_disconnect(sub[i]);
+	return 0;
+}
+
+static void test_tenant_cap(void **state)
+{
+	struct harness *h = *state;
+	kvp_client *adm;
+	pid_t pid;
+
+	/* The admin's ring of every event is no tenant's: not counted. */
+	assert_int_equal(kvp_connect(h->admin_sock, &adm), 0);
+	assert_int_equal(kvp_events_subscribe(adm, 0, NULL), 0);
+	pid = harness_fork(many_tenants, h);
+	assert_true(pid > 0);
+	assert_int_equal(harness_wait(pid, 60), 0);
+	kvp_disconnect(adm);
 }
 
 /* A subscriber that never reads while far more pages than the daemon
@@ -286,51 +464,22 @@ static void test_slow_subscriber_loses_oldest(void **state)
 {
 	enum { PAGES = 20000, PER = 256 };
 	struct harness *h = *state;
-	uint32_t *tokens = malloc((size_t)PER * BT * sizeof(uint32_t));
-	uint64_t got = 0, lost = 0, pool_id, last = 0;
+	uint64_t got, lost;
 	kvp_client *c, *sub;
 	kvp_pool *p;
-	double end;
 
-	assert_non_null(tokens);
 	assert_int_equal(kvp_connect(h->sock, &sub), 0);
 	assert_int_equal(kvp_events_subscribe(sub, 0, NULL), 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
 	assert_int_equal(kvp_pool_open(c, MODEL, &small, &p), 0);
-	pool_id = kvp_pool_id(p);
-	for (int k = 0; k < PAGES / PER; k++) {
-		kvp_session *s;
-
-		harness_tokens(tokens, (size_t)PER * BT, 1000 + (uint32_t)k, 0);
-		assert_int_equal(harness_pkv_commit_session(p, tokens, (size_t)PER * BT, &s), 0);
-		kvp_session_close(s);
-	}
+	assert_int_equal(commit_pages(p, PAGES, PER, 1000), 0);
 	/* The pages stay indexed (nothing evicted them): every event is a
 	 * stored one, PAGES of them, got or lost. */
-	end = now_s() + 20;
-	while (got + lost < (PAGES / PER) * PER && now_s() < end) {
-		struct kvp_event *ev;
-		size_t n;
-		uint64_t l;
-		int ret = kvp_events_read(sub, 200, &ev, &n, &l);
-
-		assert_true(ret >= 0);
-		lost += l;
-		for (size_t i = 0; i < n; i++) {
-			assert_int_equal(ev[i].pool_id, pool_id);
-			assert_int_equal(ev[i].kind, KVP_EVENT_STORED);
-			assert_true(ev[i].seq > last);
-			last = ev[i].seq;
-			got++;
-		}
-		kvp_events_free(ev);
-	}
-	assert_int_equal(got + lost, (PAGES / PER) * PER);
+	read_stored(sub, kvp_pool_id(p), (PAGES / PER) * PER, &got, &lost);
 	assert_true(lost > 0);
 	assert_true(got >= 16384 / 2); /* the ring's worth, less what went meanwhile */
 	kvp_disconnect(c);
 	kvp_disconnect(sub);
-	free(tokens);
 }
 
 /* A subscribed connection is for events; a client that did not subscribe
@@ -407,6 +556,9 @@ int main(void)
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_slow_subscriber_loses_oldest, harness_setup,
 						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_flood_spares_other_tenant, harness_setup,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_tenant_cap, harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_misuse, harness_setup, harness_teardown),
 		cmocka_unit_test_setup_teardown(test_ctl_events, harness_setup, harness_teardown),
 	};

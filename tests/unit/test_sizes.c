@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "events.h"
 #include "frame.h"
 #include "kvpalace.h"
 #include "layout.h"
@@ -32,6 +33,9 @@ static void test_print_sizes(void **state)
 	SHOW(struct tokvec_chunk);
 	SHOW(struct policy);
 	SHOW(struct validate_limits);
+	SHOW(struct kv_event);
+	printf("%-40s %6zu\n", "event rings at most, MiB",
+	       sizeof(struct kv_event) * KV_EVENTS_KEEP * (KV_EVENTS_MAX_TENANTS + 1) >> 20);
 	SHOW(struct kvp_layout);
 	SHOW(struct kvp_pool_stats);
 	SHOW(struct kvp_stats);
