@@ -9,7 +9,10 @@
  * miss on B and no wrong K/V. The whole cluster down: both daemons keep
  * serving from their local tiers, B's match is a miss within the timeout,
  * and once the cluster is back B finds A's new pages by itself. A password
- * file anyone may read, or wrong credentials, stop a daemon's start.
+ * file anyone may read, or wrong credentials, stop a daemon's start. With
+ * remote-write reuse a page goes at its second use; with eviction when it
+ * leaves A's host tier, once (promoted back from disk and evicted again,
+ * it is not written twice).
  * Skips (77) without redis-server.
  */
 #include <errno.h>
