@@ -641,6 +641,85 @@ static void test_evicted_twice(void **state)
 	assert_int_equal(remote_keys(), (long)again);
 }
 
+/* Over the in-flight budget a page leaving the host tier is not written
+ * (counted), and eviction goes on: pages of 512 KiB, a budget of 1 MiB
+ * (one page and its header), a host pool of 16 pages filled with 40;
+ * past 12 pages used eviction frees 8 at once, so every run but the
+ * first finds the budget taken by its own first page at least. */
+static void test_eviction_over_budget(void **state)
+{
+	static const struct kvp_layout big = {
+		.n_layers = 8,
+		.n_kv_heads = 8,
+		.head_dim = 128,
+		.block_tokens = BT,
+		.dtype = KVP_DTYPE_F16,
+	};
+	const char *const extra[] = {"--remote-tier",
+				     tier_arg,
+				     "--remote-tenants",
+				     "0=team-a",
+				     "--remote-timeout-ms",
+				     "300",
+				     "--host-pool-size",
+				     "8M",
+				     "--disk-pool-size",
+				     "0",
+				     "--remote-write",
+				     "eviction",
+				     "--remote-max-inflight-mb",
+				     "1",
+				     "--host-high-watermark",
+				     "0.75",
+				     "--host-low-watermark",
+				     "0.5",
+				     NULL};
+	uint32_t tokens[BT];
+	struct harness_pool_info pi;
+	struct kvp_stats *st;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	double end;
+
+	(void)state;
+	assert_int_equal(harness_restart(&a, SIGTERM, extra), 0);
+	flush_cluster();
+	assert_int_equal(kvp_connect(a.sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &big, &p), 0);
+	assert_int_equal(kvp_pool_n_pages(p), 16);
+	for (int i = 0; i < 40; i++) {
+		harness_tokens(tokens, BT, next_seq++, 0);
+		/* Every commit gets its page: eviction never waits. */
+		assert_int_equal(harness_pkv_commit_session(p, tokens, BT, &s), 0);
+		assert_int_equal(kvp_session_close(s), 0);
+	}
+	assert_int_equal(harness_pool_info(&a, kvp_pool_id(p), &pi), 0);
+	kvp_disconnect(c);
+	assert_true(pi.evictions >= 24);
+	/* Every page that left was handed over or dropped over the budget,
+	 * and what was handed over is in the cluster. */
+	end = now_s() + 10;
+	for (;;) {
+		st = stats_of(&a);
+		if (remote_keys() >= (long)(st->remote.pages_written - st->remote.write_failures) ||
+		    now_s() > end)
+			break;
+		kvp_stats_free(st);
+		usleep(20000);
+	}
+	print_message("A: %llu evicted, %llu handed over, %llu of them not stored\n",
+		      (unsigned long long)pi.evictions,
+		      (unsigned long long)st->remote.pages_written,
+		      (unsigned long long)st->remote.write_failures);
+	assert_int_equal(st->remote.pages_written, pi.evictions);
+	assert_true(st->remote.write_failures >= 1);
+	assert_true(st->remote.write_failures < st->remote.pages_written);
+	assert_int_equal(remote_keys(),
+			 (long)(st->remote.pages_written - st->remote.write_failures));
+	kvp_stats_free(st);
+}
+
 static int setup(void **state)
 {
 	int ret;
@@ -676,7 +755,7 @@ int main(void)
 		cmocka_unit_test(test_corrupt_value),	cmocka_unit_test(test_credentials),
 		cmocka_unit_test(test_events_stream),	cmocka_unit_test(test_cluster_down),
 		cmocka_unit_test(test_write_on_reuse),	cmocka_unit_test(test_write_on_eviction),
-		cmocka_unit_test(test_evicted_twice),
+		cmocka_unit_test(test_evicted_twice),	cmocka_unit_test(test_eviction_over_budget),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
