@@ -1,5 +1,6 @@
-/* daemon/core/rtier.c — the remote tier: write-through of committed pages
- * and fetches past the local tiers (see rtier.h).
+/* daemon/core/rtier.c — the remote tier: pages written to the cluster (at
+ * commit, first reuse or eviction: remote-write) and fetches past the local
+ * tiers (see rtier.h).
  *
  * Layer: core, above tier.c (it makes room and wakes the parked through
  * it) and below match.c and session.c, which call it. Calls the remote
