@@ -1357,7 +1357,7 @@ struct kvp_stats {
 	int remote_client;
 	struct kvp_remote_stats {
 		uint32_t nodes_up, nodes_down; /* masters serving slots, as last seen */
-		uint64_t pages_written;	       /* handed to the cluster at commit */
+		uint64_t pages_written;	       /* handed to the cluster (see remote-write) */
 		uint64_t write_failures;       /* of them, not stored */
 		uint64_t fetches;	       /* batches asked for past the local tiers */
 		uint64_t pages_fetched;	       /* came back verified and listed */

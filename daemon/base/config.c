@@ -482,7 +482,7 @@ static const char *const io_backends[] = {"auto", "io_uring", "threads"};
 static const char *const event_loops[] = {"auto", "io_uring", "epoll"};
 static const char *const evictions[] = {"lru", "lfu", "window"};
 static const char *const admissions[] = {"all", "reused"};
-static const char *const remote_writes[] = {"commit", "reuse"};
+static const char *const remote_writes[] = {"commit", "reuse", "eviction"};
 /* Indexed by enum policy_kind. */
 static const char *const policy_names[] = {"none", "window", "sinks", "importance", "hierarchy"};
 
@@ -1435,9 +1435,9 @@ void config_usage(const char *argv0)
 	       "                            each uid; others stay local (default none)\n"
 	       "  --remote-events KEY       the Redis Stream KV events of remote-tier pools go\n"
 	       "                            to, trimmed to about 100000 (default none)\n"
-	       "  --remote-write WHEN       commit (a page goes to the cluster when committed)\n"
-	       "                            or reuse (when a match first uses it) (default\n"
-	       "                            commit)\n"
+	       "  --remote-write WHEN       commit (a page goes to the cluster when committed),\n"
+	       "                            reuse (when a match first uses it) or eviction\n"
+	       "                            (when it leaves the host tier) (default commit)\n"
 	       "  --remote-user NAME        ACL user for AUTH (default none: AUTH PASSWORD)\n"
 	       "  --remote-password-file F  the cluster's password; must be owned by the\n"
 	       "                            daemon's user, mode 0600 or stricter\n"

@@ -22,8 +22,9 @@
 
 /* remote-write: when a page goes to the remote tier. */
 enum config_remote_write {
-	CONFIG_REMOTE_WRITE_COMMIT, /* when a commit lists it */
-	CONFIG_REMOTE_WRITE_REUSE,  /* when a match uses it (the second use) */
+	CONFIG_REMOTE_WRITE_COMMIT,   /* when a commit lists it */
+	CONFIG_REMOTE_WRITE_REUSE,    /* when a match uses it (the second use) */
+	CONFIG_REMOTE_WRITE_EVICTION, /* when it leaves the host tier (core/rtier.c) */
 };
 
 enum config_disk_admission {

@@ -1,5 +1,6 @@
-/* daemon/core/rtier.c — the remote tier: write-through of committed pages
- * and fetches past the local tiers (see rtier.h).
+/* daemon/core/rtier.c — the remote tier: pages written to the cluster (at
+ * commit, first reuse or eviction: remote-write) and fetches past the local
+ * tiers (see rtier.h).
  *
  * Layer: core, above tier.c (it makes room and wakes the parked through
  * it) and below match.c and session.c, which call it. Calls the remote
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "guard.h"
 #include "log.h"
 #include "pool.h"
 #include "remote.h"
@@ -21,7 +23,13 @@ struct rtier_put {
 	struct remote_req req;
 	struct pool *p;
 	uint32_t n;
-	uint32_t slots[RTIER_BATCH_PAGES]; /* held until the write is done */
+	/* Each page is either held in its slot until the write is done
+	 * (commit, reuse) or copied out of it (eviction: slot PINDEX_NONE,
+	 * copy the buffer, freed when done). */
+	uint32_t slots[RTIER_BATCH_PAGES];
+	void *copy[RTIER_BATCH_PAGES];
+	uint32_t n_slots;  /* pages held in their slots */
+	uint32_t n_copies; /* copies whose room is reserved (remote_reserve) */
 	struct remote_page pages[RTIER_BATCH_PAGES];
 	struct list link; /* rtier_pool.puts */
 };
@@ -53,6 +61,8 @@ static void hash_bytes(XXH128_hash_t h, uint8_t out[16])
 	XXH128_canonicalFromHash((XXH128_canonical_t *)out, h);
 }
 
+static void evicted(void *arg, struct pindex_entry *e);
+
 void rtier_pool_open(struct cache *c, struct pool *p)
 {
 	char tenant[CONFIG_REMOTE_TENANT_MAX + 1];
@@ -70,6 +80,11 @@ void rtier_pool_open(struct cache *c, struct pool *p)
 	 * what makes two pools' pages interchangeable. */
 	hash_bytes(p->root, p->rt.id.pool);
 	p->rt.on = 1;
+	p->rt.c = c;
+	if (c->cfg->remote_write == CONFIG_REMOTE_WRITE_EVICTION) {
+		p->ix.leaving = evicted;
+		p->ix.leaving_arg = p;
+	}
 }
 
 /* ---- write-through ------------------------------------------------------- */
@@ -84,31 +99,70 @@ static void put_done(struct remote_req *q)
 			p->rt.ctr.puts_done++;
 		else
 			p->rt.ctr.puts_failed++;
+		free(w->copy[i]);
+		if (w->slots[i] == PINDEX_NONE)
+			continue;
 		pagealloc_unref(&p->pa, w->slots[i]);
 		prefix_index_update(&p->ix, &p->pa, w->slots[i]);
 	}
 	list_del(&w->link);
-	p->rt.held -= w->n;
+	p->rt.held -= w->n_slots;
 	p->rt.inflight--;
 	free(w);
 	tier_wake_all(p); /* a pool drop waits for the remote to be idle */
 }
 
-/* Adds e's page to the batch of the operation running. */
+/* The batch *open of p, started when there is none; NULL without
+ * memory. */
+static struct rtier_put *open_batch(struct pool *p, struct rtier_put **open)
+{
+	struct rtier_put *w = *open;
+
+	if (w)
+		return w;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return NULL;
+	w->p = p;
+	list_add_tail(&p->rt.puts, &w->link);
+	p->rt.inflight++;
+	*open = w;
+	return w;
+}
+
+/* Hands the batch *open to the remote (nothing when there is none). */
+static void submit_batch(struct cache *c, struct pool *p, struct rtier_put **open)
+{
+	struct rtier_put *w = *open;
+
+	if (!w)
+		return;
+	*open = NULL;
+	w->req.id = p->rt.id;
+	w->req.pages = w->pages;
+	w->req.n_pages = w->n;
+	w->req.done = put_done;
+	w->req.user = w;
+	/* The copies' room passes from the reservation to the request. */
+	if (w->n_copies)
+		remote_unreserve(c->remote, (uint64_t)w->n_copies * p->page_bytes, w->n_copies);
+	if (remote_put(c->remote, &w->req) < 0) {
+		/* Refused at once (a page larger than the tier takes): no
+		 * done comes. */
+		for (uint32_t i = 0; i < w->n; i++)
+			w->pages[i].result = REMOTE_MISS;
+		put_done(&w->req);
+	}
+}
+
+/* Adds e's page, held in its slot, to the batch of the operation running. */
 static void put_page(struct cache *c, struct pool *p, struct pindex_entry *e)
 {
-	struct rtier_put *w = p->rt.open;
+	struct rtier_put *w = open_batch(p, &p->rt.open);
 
 	if (!w) {
-		w = calloc(1, sizeof(*w));
-		if (!w) {
-			p->rt.ctr.puts_failed++;
-			return;
-		}
-		w->p = p;
-		list_add_tail(&p->rt.puts, &w->link);
-		p->rt.inflight++;
-		p->rt.open = w;
+		p->rt.ctr.puts_failed++;
+		return;
 	}
 	/* The page is read where it lies, on the remote's thread: the
 	 * reference keeps the slot (a committed page is not written again;
@@ -119,6 +173,7 @@ static void put_page(struct cache *c, struct pool *p, struct pindex_entry *e)
 	w->pages[w->n].buf = page_addr(p, e->slot);
 	w->pages[w->n].bytes = p->page_bytes;
 	w->n++;
+	w->n_slots++;
 	e->remote = 1;
 	pagealloc_ref(&p->pa, e->slot);
 	prefix_index_update(&p->ix, &p->pa, e->slot);
@@ -146,23 +201,60 @@ void rtier_matched(struct cache *c, struct pool *p, struct pindex_entry *e)
 
 void rtier_commit_end(struct cache *c, struct pool *p)
 {
-	struct rtier_put *w = p->rt.open;
+	submit_batch(c, p, &p->rt.open);
+}
 
-	if (!w)
+/* remote-write eviction: the prefix index's leaving hook (prefix_index.h).
+ * e's host copy leaves now, its slot free for reuse the moment this
+ * returns; NULL: the eviction that called is over, its batch goes.
+ *
+ * Copy, not pin. Holding the slot until the put is done would keep the
+ * victim in the host tier: eviction would have to take the next victim
+ * instead (a hotter page), tier_make_room's count of what it freed and
+ * the requests parked on it would wait on the network, and a slow
+ * cluster would slow every Append. A copy leaves eviction exactly as it
+ * is, at the cost of one memcpy of the page on the loop, and its memory
+ * comes out of the remote's in-flight budget (remote_reserve): over it,
+ * the page is simply not written (counted), never waited for. */
+static void evicted(void *arg, struct pindex_entry *e)
+{
+	struct pool *p = arg;
+	struct cache *c = p->rt.c;
+	struct rtier_put *w;
+	void *copy;
+
+	if (!e) {
+		submit_batch(c, p, &p->rt.evicting);
 		return;
-	p->rt.open = NULL;
-	w->req.id = p->rt.id;
-	w->req.pages = w->pages;
-	w->req.n_pages = w->n;
-	w->req.done = put_done;
-	w->req.user = w;
-	if (remote_put(c->remote, &w->req) < 0) {
-		/* Refused at once (a page larger than the tier takes): no
-		 * done comes. */
-		for (uint32_t i = 0; i < w->n; i++)
-			w->pages[i].result = REMOTE_MISS;
-		put_done(&w->req);
 	}
+	/* Host copies are exact (prefix_index_lossy): a lossy entry has
+	 * none, so it never comes here. */
+	if (e->remote || e->slot == PINDEX_NONE)
+		return;
+	p->rt.ctr.puts++;
+	if (remote_reserve(c->remote, p->page_bytes, 1) < 0) {
+		p->rt.ctr.puts_failed++;
+		return;
+	}
+	copy = malloc(p->page_bytes);
+	w = copy ? open_batch(p, &p->rt.evicting) : NULL;
+	/* The arena is the clients' memory: read it under the guard. */
+	if (!w || guard_memcpy(copy, page_addr(p, e->slot), p->page_bytes) < 0) {
+		free(copy);
+		remote_unreserve(c->remote, p->page_bytes, 1);
+		p->rt.ctr.puts_failed++;
+		return;
+	}
+	w->slots[w->n] = PINDEX_NONE;
+	w->copy[w->n] = copy;
+	hash_bytes(e->hash, w->pages[w->n].chain);
+	w->pages[w->n].buf = copy;
+	w->pages[w->n].bytes = p->page_bytes;
+	w->n++;
+	w->n_copies++;
+	e->remote = 1;
+	if (w->n == RTIER_BATCH_PAGES)
+		submit_batch(c, p, &p->rt.evicting);
 }
 
 /* ---- fetches ------------------------------------------------------------- */
@@ -314,6 +406,8 @@ int rtier_check(const struct pool *p, uint32_t *refs)
 		const struct rtier_put *w = list_entry(it, struct rtier_put, link);
 
 		for (uint32_t i = 0; i < w->n; i++) {
+			if (w->slots[i] == PINDEX_NONE)
+				continue; /* a copy */
 			if (w->slots[i] >= p->pa.n_pages)
 				return -EUCLEAN;
 			refs[w->slots[i]]++;

@@ -15,6 +15,17 @@
  * effort: one that finds the remote's in-flight budget full is dropped
  * and counted; nothing waits for them.
  *
+ * remote-write eviction writes a page instead when it leaves the host
+ * tier (evicted, dropped, or demoted to disk: the prefix index's leaving
+ * hook), so the network carries only the pages the machine could not
+ * keep. Its bytes are copied out of the slot there and then, into a
+ * buffer taken from the remote's in-flight budget (remote_reserve): over
+ * the budget the write is dropped and counted, and eviction goes on
+ * exactly as without a remote tier. A page written or fetched once
+ * (pindex_entry.remote) is not written again when it leaves again (after
+ * a promotion from disk); one dropped from the index and committed anew
+ * is a new entry and is written again (the same key and bytes).
+ *
  * What comes back. When a match's walk reaches a page that no local tier
  * holds, the next pages of the chain are asked of the cluster in one
  * batch (rtier_fetch) and the request parks on its pool like a disk read
@@ -68,13 +79,15 @@ struct rtier_neg {
 
 /* The remote tier's state of one pool (struct pool.rt). */
 struct rtier_pool {
-	int on;			   /* the pool takes part */
-	struct remote_identity id; /* the tenant's scope, the pool's identity */
-	uint32_t inflight;	   /* puts and fetches not yet completed */
-	uint32_t held;		   /* slot references they hold (rtier_check) */
-	struct list fetches;	   /* struct rtier_fetch.link */
-	struct list puts;	   /* struct rtier_put.link */
-	struct rtier_put *open;	   /* the batch of the commit running (rtier_commit_end) */
+	int on;			    /* the pool takes part */
+	struct remote_identity id;  /* the tenant's scope, the pool's identity */
+	uint32_t inflight;	    /* puts and fetches not yet completed */
+	uint32_t held;		    /* slot references they hold (rtier_check) */
+	struct list fetches;	    /* struct rtier_fetch.link */
+	struct list puts;	    /* struct rtier_put.link */
+	struct rtier_put *open;	    /* the batch of the commit running (rtier_commit_end) */
+	struct rtier_put *evicting; /* remote-write eviction: the batch of the eviction running */
+	struct cache *c;	    /* for the index's leaving hook (remote-write eviction) */
 	struct rtier_neg neg[RTIER_NEG_ENTRIES];
 	uint32_t neg_next;
 	struct rtier_counters ctr;

@@ -14,6 +14,7 @@
 
 #include "le.h"
 #include "list.h"
+#include "log.h"
 
 #define DEFAULT_BACKOFF_MS 1000u
 
@@ -258,7 +259,8 @@ static int submit(struct remote *r, struct remote_req *req, int is_put)
 		req->pages[i].result = REMOTE_MISS;
 		req->pages[i].why = CLUSTER_ERR_DOWN;
 	}
-	if (!r->started || r->st.inflight_bytes + bytes > r->cfg.max_inflight_bytes) {
+	if (!r->started ||
+	    r->st.inflight_bytes + r->reserved_bytes + bytes > r->cfg.max_inflight_bytes) {
 		if (is_put)
 			r->st.dropped_puts += req->n_pages;
 		else
@@ -277,6 +279,23 @@ static int submit(struct remote *r, struct remote_req *req, int is_put)
 	req->job.done = job_done;
 	worker_submit(&r->w, &req->job);
 	return 0;
+}
+
+int remote_reserve(struct remote *r, uint64_t bytes, unsigned int n_pages)
+{
+	bytes += (uint64_t)n_pages * REMOTE_HEADER_BYTES;
+	if (!r->started ||
+	    r->st.inflight_bytes + r->reserved_bytes + bytes > r->cfg.max_inflight_bytes)
+		return -ENOBUFS;
+	r->reserved_bytes += bytes;
+	return 0;
+}
+
+void remote_unreserve(struct remote *r, uint64_t bytes, unsigned int n_pages)
+{
+	bytes += (uint64_t)n_pages * REMOTE_HEADER_BYTES;
+	kvp_assert(bytes <= r->reserved_bytes);
+	r->reserved_bytes -= bytes;
 }
 
 static void cmd_run(struct worker_job *j)

@@ -135,6 +135,7 @@ struct remote {
 	struct loop_op defer_op;
 	int defer_armed;
 	int started;
+	uint64_t reserved_bytes; /* remote_reserve: taken, not yet submitted */
 	struct remote_stats st;
 	char why[256];
 };
@@ -160,6 +161,17 @@ const char *remote_why(const struct remote *r);
 int remote_get(struct remote *r, struct remote_req *req);
 /* Stores req's pages (result HIT when stored). Same contract. */
 int remote_put(struct remote *r, struct remote_req *req);
+
+/* Takes room for a put of pages of payload bytes in all (headers are
+ * added here) from the in-flight budget before the caller copies them:
+ * a caller that copies pages out of memory about to be reused (the core's
+ * write on eviction) holds at most max_inflight_bytes of copies, queued,
+ * running and being assembled together. Returns 0, or -ENOBUFS (over the
+ * budget, or the tier did not start: nothing taken). Give the room back
+ * with remote_unreserve, just before remote_put of those pages, or when
+ * they are not put after all. */
+int remote_reserve(struct remote *r, uint64_t bytes, unsigned int n_pages);
+void remote_unreserve(struct remote *r, uint64_t bytes, unsigned int n_pages);
 
 /* True while requests are queued or running (their done not yet run). */
 static inline int remote_busy(const struct remote *r)

@@ -807,6 +807,16 @@ void prefix_index_attach_host(struct prefix_index *ix, struct pagealloc *pa, str
 	place(ix, pa, e, 0);
 }
 
+/* Tells ix->leaving that e's host copy leaves (prefix_index.h). */
+static void host_leaving(struct prefix_index *ix, struct pindex_entry *e)
+{
+	if (!ix->leaving || e->slot == PINDEX_NONE)
+		return;
+	ix->leaving(ix->leaving_arg, e);
+	if (!ix->evicting)
+		ix->leaving(ix->leaving_arg, NULL);
+}
+
 void prefix_index_detach_host(struct prefix_index *ix, struct pagealloc *pa, struct pindex_entry *e)
 {
 	uint32_t slot = e->slot;
@@ -814,6 +824,7 @@ void prefix_index_detach_host(struct prefix_index *ix, struct pagealloc *pa, str
 
 	kvp_assert(slot != PINDEX_NONE);
 	prewarm_settle(ix, e, 0);
+	host_leaving(ix, e);
 	ix->by_slot[slot] = NULL;
 	e->slot = PINDEX_NONE;
 	ix->n_host--;
@@ -867,6 +878,7 @@ void prefix_index_drop(struct prefix_index *ix, struct pagealloc *pa, struct pin
 {
 	if (ix->lfu)
 		ghost_put(&ix->ghost, key_of(e->hash), e->lfu_count, e->lfu_epoch);
+	host_leaving(ix, e);
 	unlink_entry(ix, pa, e, ret_extent);
 	ix->evictions++;
 }
@@ -975,6 +987,7 @@ uint32_t prefix_index_evict(struct prefix_index *ix, struct pagealloc *pa, uint3
 {
 	uint32_t n = 0, extent;
 
+	ix->evicting = 1;
 	while (pa->n_free < want_free) {
 		struct pindex_entry *e = NULL;
 
@@ -994,6 +1007,9 @@ uint32_t prefix_index_evict(struct prefix_index *ix, struct pagealloc *pa, uint3
 			prefix_index_drop(ix, pa, e, &extent);
 		n++;
 	}
+	ix->evicting = 0;
+	if (n && ix->leaving)
+		ix->leaving(ix->leaving_arg, NULL);
 	return n;
 }
 

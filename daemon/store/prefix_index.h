@@ -155,6 +155,18 @@ struct prefix_index {
 	 * announce (KV events). NULL: nobody asks. */
 	void (*gone)(void *arg, const struct pindex_entry *e);
 	void *gone_arg;
+	/* Told of every host copy about to leave the host tier by eviction
+	 * (prefix_index_detach_host, prefix_index_drop of an entry with a
+	 * host copy, prefix_index_evict), while its bytes are still in its
+	 * slot; then with e NULL once the call that evicted is over (one
+	 * prefix_index_evict run is one batch). Not told of a purge
+	 * (prefix_index_forget) or prefix_index_fini: those pages are not
+	 * kept anywhere. It must neither change the index nor keep the slot:
+	 * eviction goes on at once. NULL: nobody asks. How the core writes
+	 * pages to the remote tier on eviction (core/rtier.c). */
+	void (*leaving)(void *arg, struct pindex_entry *e);
+	void *leaving_arg;
+	int evicting; /* inside prefix_index_evict: one NULL call at its end */
 	/* --eviction lfu: the host list is PINDEX_LFU_BUCKETS lists by use
 	 * count, lowest first (least recently joined first inside each). */
 	int lfu;

@@ -9,7 +9,10 @@
  * miss on B and no wrong K/V. The whole cluster down: both daemons keep
  * serving from their local tiers, B's match is a miss within the timeout,
  * and once the cluster is back B finds A's new pages by itself. A password
- * file anyone may read, or wrong credentials, stop a daemon's start.
+ * file anyone may read, or wrong credentials, stop a daemon's start. With
+ * remote-write reuse a page goes at its second use; with eviction when it
+ * leaves A's host tier, once (promoted back from disk and evicted again,
+ * it is not written twice).
  * Skips (77) without redis-server.
  */
 #include <errno.h>
@@ -474,6 +477,249 @@ static void test_write_on_reuse(void **state)
 	assert_int_equal(bad, 0);
 }
 
+/* A's counters of its own pools (the remote tier's pages written). */
+static struct kvp_stats *stats_of(const struct harness *h)
+{
+	struct kvp_stats *st;
+	kvp_client *c;
+
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(kvp_stats(c, &st), 0);
+	kvp_disconnect(c);
+	return st;
+}
+
+/* Waits until every page h handed to the cluster is there (keys, the
+ * cluster emptied before: one key per page written once); returns the
+ * pages written. */
+static uint64_t wait_written(const struct harness *h, double secs)
+{
+	double end = now_s() + secs;
+	struct kvp_stats *st;
+	uint64_t w;
+
+	for (;;) {
+		st = stats_of(h);
+		w = st->remote.pages_written;
+		assert_int_equal(st->remote.write_failures, 0);
+		kvp_stats_free(st);
+		if (remote_keys() >= (long)w || now_s() > end)
+			break;
+		usleep(20000);
+	}
+	/* A moment more: nothing else is on its way. */
+	usleep(300000);
+	st = stats_of(h);
+	w = st->remote.pages_written;
+	kvp_stats_free(st);
+	return w;
+}
+
+/* A's host pool of 256 pages (1M of 4 KiB pages) filled past its
+ * high watermark (243) with n conversations of 10 pages. */
+#define FILL_PAGES 10
+static void fill(struct harness *h, int n)
+{
+	uint32_t tokens[FILL_PAGES * BT];
+
+	for (int i = 0; i < n; i++) {
+		harness_tokens(tokens, FILL_PAGES * BT, next_seq++, 0);
+		commit_on(h, tokens, FILL_PAGES * BT);
+	}
+}
+
+static void restart_evicting(const char *disk_size)
+{
+	const char *const extra[] = {"--remote-tier",
+				     tier_arg,
+				     "--remote-tenants",
+				     "0=team-a",
+				     "--remote-timeout-ms",
+				     "300",
+				     "--host-pool-size",
+				     "1M",
+				     "--disk-pool-size",
+				     disk_size,
+				     "--remote-write",
+				     "eviction",
+				     NULL};
+
+	assert_int_equal(harness_restart(&a, SIGTERM, extra), 0);
+}
+
+/* remote-write eviction without a disk tier: A's committed pages stay
+ * off the network until A's host tier drops them; then B finds them
+ * (the same bytes) and A wrote exactly the pages it evicted. */
+static void test_write_on_eviction(void **state)
+{
+	uint32_t tokens[4 * BT];
+	struct harness_pool_info pi;
+	struct kvp_stats *st;
+	uint64_t bad = 1, written;
+	kvp_client *c;
+	kvp_pool *p;
+
+	(void)state;
+	restart_evicting("0");
+	flush_cluster();
+	harness_tokens(tokens, 4 * BT, next_seq++, 0);
+	commit_on(&a, tokens, 4 * BT);
+	/* Used again, even: still nothing goes while A keeps it. */
+	assert_int_equal(match_on(&a, tokens, 4 * BT, &bad), 4 * BT);
+	usleep(500000);
+	assert_int_equal(remote_keys(), 0);
+	st = stats_of(&a);
+	assert_int_equal(st->remote.pages_written, 0);
+	kvp_stats_free(st);
+	/* 4 + 250 pages into 256: the oldest, our conversation first, go. */
+	fill(&a, 25);
+	written = wait_written(&a, 10);
+	assert_true(written >= 4);
+	assert_int_equal(remote_keys(), (long)written);
+	assert_int_equal(kvp_connect(a.sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &small, &p), 0);
+	assert_int_equal(kvp_pool_n_pages(p), 256);
+	assert_int_equal(harness_pool_info(&a, kvp_pool_id(p), &pi), 0);
+	kvp_disconnect(c);
+	/* Every page written is one A dropped, and every one A dropped went. */
+	assert_int_equal(pi.evictions, written);
+	assert_true(written < 254);
+	print_message("A: 254 pages committed, %llu evicted, %llu written\n",
+		      (unsigned long long)pi.evictions, (unsigned long long)written);
+	bad = 1;
+	assert_int_equal(match_on(&b, tokens, 4 * BT, &bad), 4 * BT);
+	assert_int_equal(bad, 0);
+}
+
+/* With a disk tier a page goes when it is demoted to disk; promoted back
+ * (a match on A) and demoted again it is not written a second time. */
+static void test_evicted_twice(void **state)
+{
+	uint32_t tokens[4 * BT];
+	struct kvp_stats *st;
+	uint64_t bad = 1, written, again, promoted;
+
+	(void)state;
+	restart_evicting("16M");
+	flush_cluster();
+	harness_tokens(tokens, 4 * BT, next_seq++, 0);
+	commit_on(&a, tokens, 4 * BT);
+	fill(&a, 25);
+	written = wait_written(&a, 10);
+	assert_true(written >= 4);
+	assert_int_equal(remote_keys(), (long)written);
+	assert_int_equal(match_on(&b, tokens, 4 * BT, &bad), 4 * BT);
+	assert_int_equal(bad, 0);
+	/* Back from A's disk, then out again under 250 more pages. */
+	st = stats_of(&a);
+	assert_true(st->spilled_pages >= 4);
+	promoted = st->promoted_pages;
+	kvp_stats_free(st);
+	bad = 1;
+	assert_int_equal(match_on(&a, tokens, 4 * BT, &bad), 4 * BT);
+	assert_int_equal(bad, 0);
+	st = stats_of(&a);
+	assert_int_equal(st->promoted_pages, promoted + 4);
+	promoted = st->promoted_pages;
+	kvp_stats_free(st);
+	fill(&a, 25);
+	again = wait_written(&a, 10);
+	assert_true(again > written); /* the new pages that left */
+	/* One key per page written: none of them went twice. */
+	assert_int_equal(remote_keys(), (long)again);
+	print_message("A: %llu pages written after the first fill, %llu after the second\n",
+		      (unsigned long long)written, (unsigned long long)again);
+	/* And ours had left the host tier again: another promotion. */
+	bad = 1;
+	assert_int_equal(match_on(&a, tokens, 4 * BT, &bad), 4 * BT);
+	assert_int_equal(bad, 0);
+	st = stats_of(&a);
+	assert_int_equal(st->promoted_pages, promoted + 4);
+	kvp_stats_free(st);
+	/* (The room that promotion took sent a few more pages.) */
+	again = wait_written(&a, 10);
+	assert_int_equal(remote_keys(), (long)again);
+}
+
+/* Over the in-flight budget a page leaving the host tier is not written
+ * (counted), and eviction goes on: pages of 512 KiB, a budget of 1 MiB
+ * (one page and its header), a host pool of 16 pages filled with 40;
+ * past 12 pages used eviction frees 8 at once, so every run but the
+ * first finds the budget taken by its own first page at least. */
+static void test_eviction_over_budget(void **state)
+{
+	static const struct kvp_layout big = {
+		.n_layers = 8,
+		.n_kv_heads = 8,
+		.head_dim = 128,
+		.block_tokens = BT,
+		.dtype = KVP_DTYPE_F16,
+	};
+	const char *const extra[] = {"--remote-tier",
+				     tier_arg,
+				     "--remote-tenants",
+				     "0=team-a",
+				     "--remote-timeout-ms",
+				     "300",
+				     "--host-pool-size",
+				     "8M",
+				     "--disk-pool-size",
+				     "0",
+				     "--remote-write",
+				     "eviction",
+				     "--remote-max-inflight-mb",
+				     "1",
+				     "--host-high-watermark",
+				     "0.75",
+				     "--host-low-watermark",
+				     "0.5",
+				     NULL};
+	uint32_t tokens[BT];
+	struct harness_pool_info pi;
+	struct kvp_stats *st;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	double end;
+
+	(void)state;
+	assert_int_equal(harness_restart(&a, SIGTERM, extra), 0);
+	flush_cluster();
+	assert_int_equal(kvp_connect(a.sock, &c), 0);
+	assert_int_equal(kvp_pool_open(c, MODEL, &big, &p), 0);
+	assert_int_equal(kvp_pool_n_pages(p), 16);
+	for (int i = 0; i < 40; i++) {
+		harness_tokens(tokens, BT, next_seq++, 0);
+		/* Every commit gets its page: eviction never waits. */
+		assert_int_equal(harness_pkv_commit_session(p, tokens, BT, &s), 0);
+		assert_int_equal(kvp_session_close(s), 0);
+	}
+	assert_int_equal(harness_pool_info(&a, kvp_pool_id(p), &pi), 0);
+	kvp_disconnect(c);
+	assert_true(pi.evictions >= 24);
+	/* Every page that left was handed over or dropped over the budget,
+	 * and what was handed over is in the cluster. */
+	end = now_s() + 10;
+	for (;;) {
+		st = stats_of(&a);
+		if (remote_keys() >= (long)(st->remote.pages_written - st->remote.write_failures) ||
+		    now_s() > end)
+			break;
+		kvp_stats_free(st);
+		usleep(20000);
+	}
+	print_message("A: %llu evicted, %llu handed over, %llu of them not stored\n",
+		      (unsigned long long)pi.evictions,
+		      (unsigned long long)st->remote.pages_written,
+		      (unsigned long long)st->remote.write_failures);
+	assert_int_equal(st->remote.pages_written, pi.evictions);
+	assert_true(st->remote.write_failures >= 1);
+	assert_true(st->remote.write_failures < st->remote.pages_written);
+	assert_int_equal(remote_keys(),
+			 (long)(st->remote.pages_written - st->remote.write_failures));
+	kvp_stats_free(st);
+}
+
 static int setup(void **state)
 {
 	int ret;
@@ -508,10 +754,11 @@ int main(void)
 		cmocka_unit_test(test_across_machines), cmocka_unit_test(test_other_tenant),
 		cmocka_unit_test(test_corrupt_value),	cmocka_unit_test(test_credentials),
 		cmocka_unit_test(test_events_stream),	cmocka_unit_test(test_cluster_down),
-		cmocka_unit_test(test_write_on_reuse),
+		cmocka_unit_test(test_write_on_reuse),	cmocka_unit_test(test_write_on_eviction),
+		cmocka_unit_test(test_evicted_twice),	cmocka_unit_test(test_eviction_over_budget),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
-	alarm(170);
+	alarm(240);
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
