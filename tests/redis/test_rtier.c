@@ -528,9 +528,14 @@ static void fill(struct harness *h, int n)
 	}
 }
 
+/* A restarted with remote-write eviction and LRU's victim order: the
+ * tests below say which pages leave first (under window a conversation
+ * matched again is in main and outlasts the fill). */
 static void restart_evicting(const char *disk_size)
 {
-	const char *const extra[] = {"--remote-tier",
+	const char *const extra[] = {"--eviction",
+				     "lru",
+				     "--remote-tier",
 				     tier_arg,
 				     "--remote-tenants",
 				     "0=team-a",
