@@ -544,6 +544,62 @@ static void test_evict_reuse_is_recent(void **state)
 	free(f);
 }
 
+/* Pin and release each of n slots: a request used the pages once more. */
+static void use_again(struct fix *f, const uint32_t *slots, int n)
+{
+	for (int i = 0; i < n; i++) {
+		pagealloc_pin(&f->pa, slots[i]);
+		prefix_index_update(&f->ix, &f->pa, slots[i]);
+	}
+	for (int i = n; i-- > 0;) {
+		pagealloc_unpin(&f->pa, slots[i]);
+		prefix_index_update(&f->ix, &f->pa, slots[i]);
+	}
+	check(f);
+}
+
+/* A kept walk (prefix_index_keep_walk): under window, A (used twice: main)
+ * goes before B (once: probation, under its share) — unless a walk used
+ * A, when B goes and then nothing: the walk's pages are no victims until
+ * it ends. */
+static void test_kept_walk_is_no_victim(void **state)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+	XXH128_hash_t root = prefix_index_root("m", &lay, NULL, 0);
+	uint32_t a[2], b[2];
+	XXH128_hash_t ha[2], hb[2];
+
+	(void)state;
+	assert_non_null(f);
+	assert_int_equal(pagealloc_init(&f->pa, 64), 0);
+	assert_int_equal(prefix_index_init(&f->ix, 64), 0);
+	assert_int_equal(prefix_index_set_window(&f->ix, PINDEX_WIN_PERMILLE), 0);
+	commit_chain(f, root, 1, 2, a, ha);
+	commit_chain(f, root, 2, 2, b, hb);
+	close_chain(f, a, 2);
+	close_chain(f, b, 2);
+	use_again(f, a, 2);
+	/* Without a walk main goes first: A's leaf. */
+	assert_int_equal(prefix_index_host_next(&f->ix, NULL), prefix_index_find(&f->ix, ha[1]));
+
+	prefix_index_keep_walk(&f->ix, 1);
+	prefix_index_touch(&f->ix, &f->pa, prefix_index_find(&f->ix, ha[0]));
+	prefix_index_touch(&f->ix, &f->pa, prefix_index_find(&f->ix, ha[1]));
+	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, 64, 1), 2);
+	assert_null(prefix_index_find(&f->ix, hb[0]));
+	assert_non_null(prefix_index_find(&f->ix, ha[1]));
+	assert_null(prefix_index_host_next(&f->ix, NULL));
+	check(f);
+	/* The walk over, A can go. */
+	prefix_index_keep_walk(&f->ix, 0);
+	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, 64, 1), 2);
+	assert_int_equal(f->ix.n_entries, 0);
+	check(f);
+	prefix_index_fini(&f->ix, &f->pa);
+	pagealloc_fini(&f->pa);
+	free(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -557,6 +613,7 @@ int main(void)
 		cmocka_unit_test(test_forget_takes_descendants),
 		cmocka_unit_test(test_host_order_permanent_and_demoted),
 		cmocka_unit_test(test_evict_reuse_is_recent),
+		cmocka_unit_test(test_kept_walk_is_no_victim),
 	};
 
 	return cmocka_run_group_tests_name("prefix_index", tests, NULL, NULL);
