@@ -23,6 +23,7 @@
 #include "list.h"
 #include "loop.h"
 #include "rcluster.h"
+#include "redis_get_ref.h"
 #include "remote.h"
 
 static struct loop loop;
@@ -100,30 +101,6 @@ static int cmp_double(const void *a, const void *b)
 	double x = *(const double *)a, y = *(const double *)b;
 
 	return x < y ? -1 : x > y;
-}
-
-static double redis_benchmark(struct rcluster *rc, unsigned int clients, unsigned int n)
-{
-	char cmd[512], line[256];
-	double rps = 0;
-	FILE *p;
-
-	snprintf(cmd, sizeof(cmd),
-		 "redis-benchmark -h 127.0.0.1 -p %d --cluster -t set,get -d %zu -n %u -r %u -c %u "
-		 "-q "
-		 "2>/dev/null | tr '\\r' '\\n' | grep '^GET: [0-9]'",
-		 rc->base, size, 4 * n, n, clients);
-	p = popen(cmd, "r");
-	if (!p)
-		return 0;
-	while (fgets(line, sizeof(line), p)) {
-		/* "GET: 123.45 requests per second, p50=..." (\r-separated progress) */
-		for (char *g = strstr(line, "GET: "); g; g = strstr(g + 1, "GET: "))
-			if (g[5] >= '0' && g[5] <= '9' && strstr(g, "requests per second"))
-				rps = strtod(g + 5, NULL);
-	}
-	pclose(p);
-	return rps;
 }
 
 int main(int argc, char **argv)
@@ -207,7 +184,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "misses in the fetch round\n");
 			return 1;
 		}
-		ref_rps = redis_benchmark(&rc, threads, n_pages);
+		ref_rps = redis_get_ref_rps(rc.base, size, threads, n_pages);
 		double ref = ref_rps * (double)size / 1048576.0;
 		ours_all[i] = ours;
 		refs[i] = ref;

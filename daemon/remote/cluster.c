@@ -23,6 +23,7 @@ struct node {
 	/* One round of a batch. */
 	int n_ops;
 	int sent;
+	int reused; /* the connection was made before this round */
 };
 
 struct cluster {
@@ -492,6 +493,44 @@ static void fail_node_ops(struct cluster_op *ops, size_t n, int ni, enum cluster
 		}
 }
 
+/* Node ni's connection broke under ops, or could not be made (connecting),
+ * with res. Two cases send its pending ops once more, in the next round,
+ * instead of failing them: a connection made before this round that broke
+ * (it may have died while idle: the node restarted, or it died and a
+ * replica took over its slots) is made again at once; and a connection
+ * error when the map may be refreshed now (the backoff has passed) asks
+ * for a refresh first, which sends the ops to their slots' new owner, if
+ * any (a node still down then fails them at once). An op sent again
+ * already fails; so does any other result. */
+static void conn_lost(struct cluster *c, struct cluster_op *ops, size_t n, int ni,
+		      enum cluster_result res, int connecting)
+{
+	struct node *nd = &c->nodes[ni];
+	int stale = res == CLUSTER_ERR_CONN && !connecting && nd->reused;
+	int remap = res == CLUSTER_ERR_CONN && now_ns() >= c->refresh_after_ns;
+
+	if (stale)
+		node_close(nd);
+	else
+		mark_down(c, nd);
+	if (!stale && !remap) {
+		fail_node_ops(ops, n, ni, res);
+		return;
+	}
+	nd->reused = 0;
+	c->need_refresh = 1;
+	for (size_t i = 0; i < n; i++) {
+		if (!ops[i].pending || ops[i].node != ni)
+			continue;
+		if (ops[i].retried) {
+			ops[i].pending = 0;
+			ops[i].result = res;
+		} else {
+			ops[i].retried = 1;
+		}
+	}
+}
+
 /* ---- GET replies, read from the socket without hiredis's reader ---------
  *
  * hiredis 0.14 reads a bulk reply 16 KiB at a time into its reader's
@@ -720,10 +759,8 @@ static void rd_node(struct cluster *c, struct cluster_op *ops, size_t n, int k)
 	/* Bytes past the last reply: out of step with the node. */
 	if (ret == 0 && r->pos != r->len)
 		ret = -EBADMSG;
-	if (ret < 0) {
-		mark_down(c, nd);
-		fail_node_ops(ops, n, k, rd_result(ret));
-	}
+	if (ret < 0)
+		conn_lost(c, ops, n, k, rd_result(ret), 0);
 	free(r);
 }
 
@@ -755,7 +792,12 @@ static void one_round(struct cluster *c, struct cluster_op *ops, size_t n, uint6
 
 		if (!nd->n_ops)
 			continue;
+		nd->reused = nd->ctx != NULL;
 		res = node_connect(c, nd, NULL, 0);
+		if (res == CLUSTER_ERR_CONN) {
+			conn_lost(c, ops, n, (int)k, res, 1);
+			continue;
+		}
 		if (res != CLUSTER_HIT) {
 			fail_node_ops(ops, n, (int)k, res);
 			continue;
@@ -767,13 +809,9 @@ static void one_round(struct cluster *c, struct cluster_op *ops, size_t n, uint6
 				fail_node_ops(ops, n, (int)k, CLUSTER_ERR_CONN);
 				break;
 			}
-		while (nd->ctx && !done) {
-			if (redisBufferWrite(nd->ctx, &done) != REDIS_OK) {
-				res = io_result(nd->ctx, errno);
-				mark_down(c, nd);
-				fail_node_ops(ops, n, (int)k, res);
-			}
-		}
+		while (nd->ctx && !done)
+			if (redisBufferWrite(nd->ctx, &done) != REDIS_OK)
+				conn_lost(c, ops, n, (int)k, io_result(nd->ctx, errno), 0);
 		nd->sent = nd->ctx != NULL;
 	}
 	for (unsigned int k = 0; k < c->n_nodes; k++) {
@@ -803,12 +841,8 @@ static void one_round(struct cluster *c, struct cluster_op *ops, size_t n, uint6
 				goto io_fail;
 			take_reply(c, op, (int)k, r);
 			continue;
-		io_fail : {
-			enum cluster_result res = io_result(nd->ctx, errno);
-
-			mark_down(c, nd);
-			fail_node_ops(ops, n, (int)k, res);
-		}
+		io_fail:
+			conn_lost(c, ops, n, (int)k, io_result(nd->ctx, errno), 0);
 		}
 	}
 }
@@ -825,6 +859,7 @@ static void run_batch(struct cluster *c, struct cluster_op *ops, size_t n, uint6
 		ops[i].slot = slots_key_slot(ops[i].key, ops[i].key_len);
 		ops[i].ask_node = -1;
 		ops[i].asked = 0;
+		ops[i].retried = 0;
 		ops[i].n_moved = ops[i].n_asked = 0;
 		ops[i].pending = 1;
 		ops[i].result = CLUSTER_ERR_REDIRECT;

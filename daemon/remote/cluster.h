@@ -19,10 +19,16 @@
  * retries the key (at most CLUSTER_MAX_REDIRECTS rounds); ASK sends
  * ASKING then the command to the named node, once. Failures become the
  * key's result, never a retry loop: TRYAGAIN, CLUSTERDOWN, a timeout, a
- * connection error. A node that timed out or refused is marked down and
- * not tried again before a backoff has passed, and the map is refreshed
- * at most once per backoff, so a dead cluster costs one refused connect
- * per backoff, not one per request.
+ * connection error. Two exceptions send a key once more, in the next
+ * round: a connection made before this batch that breaks under it (the
+ * node restarted, or died and a replica took over its slots, while the
+ * connection sat idle) is made again at once; a connection error when the
+ * backoff allows a map refresh refreshes the map first, which names the
+ * slot's new owner if there is one (a node still down fails the key at
+ * once); only that try's failure is the result. A node that timed out
+ * or refused is marked down and not tried again before a backoff has
+ * passed, and the map is refreshed at most once per backoff, so a dead
+ * cluster costs one refused connect per backoff, not one per request.
  *
  * Threading: a struct cluster is used by one thread at a time (any
  * thread). No logging (the caller counts the results).
@@ -99,6 +105,7 @@ struct cluster_op {
 	int node;
 	int ask_node; /* -1, or the node an ASK named */
 	int asked;
+	int retried; /* sent again after a reused connection broke */
 	int pending;
 	int is_set;
 };

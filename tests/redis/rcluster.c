@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,20 @@ int rcluster_start(struct rcluster *rc)
 		rcluster_stop(rc);
 	}
 	return -1;
+}
+
+int rcluster_start_or_skip(struct rcluster *rc)
+{
+	int ret = rcluster_start(rc);
+
+	if (ret == 77)
+		exit(77);
+	return ret ? -1 : 0;
+}
+
+void rcluster_tier_arg(const struct rcluster *rc, char *buf, size_t n)
+{
+	snprintf(buf, n, "redis://127.0.0.1:%d,127.0.0.1:%d", rc->base, rc->base + 1);
 }
 
 static int start_once(struct rcluster *rc, unsigned int *seedp)
@@ -194,4 +209,143 @@ int rcluster_id(int port, char id[41])
 	if (c)
 		redisFree(c);
 	return ok ? 0 : -1;
+}
+
+/* A command on a new connection to port; the reply (NULL on failure). */
+static redisReply *command(int port, const char *fmt, ...)
+{
+	redisContext *c = rcluster_connect(port);
+	redisReply *r;
+	va_list ap;
+
+	if (!c)
+		return NULL;
+	va_start(ap, fmt);
+	r = redisvCommand(c, fmt, ap);
+	va_end(ap);
+	redisFree(c);
+	return r;
+}
+
+/* The command's reply is not an error: 0, else -1 after saying so. */
+static int command_ok(int port, const char *what, redisReply *r)
+{
+	int ok = r && r->type != REDIS_REPLY_ERROR;
+
+	if (!ok)
+		fprintf(stderr, "# %d: %s: %s\n", port, what, r ? r->str : "no reply");
+	if (r)
+		freeReplyObject(r);
+	return ok ? 0 : -1;
+}
+
+int rcluster_keys(struct rcluster *rc, char (*keys)[RCLUSTER_KEY_MAX], int max)
+{
+	int m[3], n = rcluster_masters(rc, m), total = 0;
+
+	if (n < 3)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		redisReply *r = command(m[i], "KEYS kvp:*:*:*");
+
+		if (!r || r->type != REDIS_REPLY_ARRAY) {
+			if (r)
+				freeReplyObject(r);
+			return -1;
+		}
+		for (size_t k = 0; k < r->elements; k++, total++)
+			if (total < max)
+				snprintf(keys[total], RCLUSTER_KEY_MAX, "%s", r->element[k]->str);
+		freeReplyObject(r);
+	}
+	return total;
+}
+
+int rcluster_flush(struct rcluster *rc)
+{
+	int m[3], n = rcluster_masters(rc, m), ret = n == 3 ? 0 : -1;
+
+	for (int i = 0; i < n; i++)
+		ret |= command_ok(m[i], "FLUSHALL", command(m[i], "FLUSHALL"));
+	return ret;
+}
+
+/* The value of "name:" in an INFO text, or -1. */
+static long long info_field(const char *info, const char *name)
+{
+	const char *at = strstr(info, name);
+
+	return at ? strtoll(at + strlen(name), NULL, 10) : -1;
+}
+
+/* Whether every replica of master port acknowledged its whole stream. */
+static int replicas_caught_up(int port)
+{
+	redisReply *r = command(port, "INFO replication");
+	int ok = 0;
+
+	if (r && r->type == REDIS_REPLY_STRING) {
+		long long want = info_field(r->str, "master_repl_offset:");
+		const char *s = strstr(r->str, "slave0:");
+
+		ok = want >= 0 && s;
+		for (; ok && s; s = strstr(s + 1, "\nslave")) {
+			const char *off = strstr(s, "offset=");
+
+			ok = off && strtoll(off + 7, NULL, 10) >= want;
+		}
+	}
+	if (r)
+		freeReplyObject(r);
+	return ok;
+}
+
+int rcluster_wait_replicas(struct rcluster *rc)
+{
+	int m[3], n = rcluster_masters(rc, m);
+
+	for (int tries = 0; tries < 200; tries++) {
+		int all = n == 3;
+
+		for (int i = 0; i < n && all; i++)
+			all = replicas_caught_up(m[i]);
+		if (all)
+			return 0;
+		usleep(50000);
+	}
+	return -1;
+}
+
+int rcluster_move_slot(struct rcluster *rc, const char *key, int from, int to, int migrate,
+		       int final)
+{
+	char idf[41], idt[41], slot[8];
+	int m[3], n;
+
+	snprintf(slot, sizeof(slot), "%u", slots_key_slot(key, strlen(key)));
+	if (rcluster_id(from, idf) < 0 || rcluster_id(to, idt) < 0)
+		return -1;
+	if (command_ok(to, "SETSLOT IMPORTING",
+		       command(to, "CLUSTER SETSLOT %s IMPORTING %s", slot, idf)) < 0 ||
+	    command_ok(from, "SETSLOT MIGRATING",
+		       command(from, "CLUSTER SETSLOT %s MIGRATING %s", slot, idt)) < 0)
+		return -1;
+	if ((migrate || final) &&
+	    command_ok(from, "MIGRATE", command(from, "MIGRATE 127.0.0.1 %d %s 0 5000", to, key)) <
+		    0)
+		return -1;
+	if (!final)
+		return 0;
+	n = rcluster_masters(rc, m);
+	if (command_ok(to, "SETSLOT NODE", command(to, "CLUSTER SETSLOT %s NODE %s", slot, idt)) <
+		    0 ||
+	    command_ok(from, "SETSLOT NODE",
+		       command(from, "CLUSTER SETSLOT %s NODE %s", slot, idt)) < 0)
+		return -1;
+	for (int i = 0; i < n; i++)
+		if (m[i] != from && m[i] != to &&
+		    command_ok(m[i], "SETSLOT NODE",
+			       command(m[i], "CLUSTER SETSLOT %s NODE %s", slot, idt)) < 0)
+			return -1;
+	return 0;
 }
