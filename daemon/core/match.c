@@ -168,7 +168,6 @@ static uint32_t disk_prefetch(struct cache *c, struct pool *p, XXH128_hash_t cha
 	 * match beside a 100-page lease in a 256-page pool). The match then
 	 * serves the prefix that fits. */
 	room = prefetch_room(c, p);
-	prefix_index_keep_walk(&p->ix, 1);
 	while (n_carry + (n - at) >= bt) {
 		const uint32_t *toks = next_page(bt, carry, &n_carry, tokens, &at, page);
 		struct pindex_entry *e;
@@ -192,7 +191,6 @@ static uint32_t disk_prefetch(struct cache *c, struct pool *p, XXH128_hash_t cha
 		else if (ret < 0)
 			break; /* no copy, or no room: the walk stops here */
 	}
-	prefix_index_keep_walk(&p->ix, 0);
 	return waiting;
 }
 
@@ -207,7 +205,7 @@ static uint32_t remote_prefetch(struct cache *c, struct pool *p, XXH128_hash_t c
 	uint32_t bt = p->layout.block_tokens, k = 0, want = RTIER_BATCH_PAGES;
 	uint32_t page[SHM_MAX_BLOCK_TOKENS];
 	XXH128_hash_t hs[RTIER_BATCH_PAGES], before = chain;
-	const struct pindex_entry *parent = NULL;
+	struct pindex_entry *parent = NULL;
 	int64_t room = prefetch_room(c, p);
 	size_t at = 0;
 
@@ -221,7 +219,7 @@ static uint32_t remote_prefetch(struct cache *c, struct pool *p, XXH128_hash_t c
 		return 0;
 	while (k < want && n_carry + (n - at) >= bt) {
 		const uint32_t *toks = next_page(bt, carry, &n_carry, tokens, &at, page);
-		const struct pindex_entry *e;
+		struct pindex_entry *e;
 
 		chain = prefix_index_hash_keyed(chain, toks, bt, pos, spans, n_spans);
 		pos += bt;
@@ -231,7 +229,9 @@ static uint32_t remote_prefetch(struct cache *c, struct pool *p, XXH128_hash_t c
 		}
 		e = prefix_index_find(&p->ix, chain);
 		if (e) {
-			/* Held locally (host, disk or on its way): walk on. */
+			/* Held locally (host, disk or on its way): walk on, and
+			 * keep it (the fetch's room must not be made of it). */
+			prefix_index_touch(&p->ix, &p->pa, e);
 			parent = e;
 			before = chain;
 			continue;
@@ -245,12 +245,19 @@ uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, co
 			uint32_t n_carry, const uint32_t *tokens, size_t n, uint64_t pos,
 			const struct pindex_span *spans, uint32_t n_spans, struct tier_park *pk)
 {
-	uint32_t waiting =
-		disk_prefetch(c, p, chain, carry, n_carry, tokens, n, pos, spans, n_spans, pk);
+	uint32_t waiting;
 
-	if (waiting || !p->rt.on)
-		return waiting;
-	return remote_prefetch(c, p, chain, carry, n_carry, tokens, n, pos, spans, n_spans);
+	/* Room for what the walks bring in is never made of what they use
+	 * (prefix_index_keep_walk): a chain longer than the pool has room
+	 * for stops short instead of evicting its own pages, reading them
+	 * again and parking until its limit. */
+	prefix_index_keep_walk(&p->ix, 1);
+	waiting = disk_prefetch(c, p, chain, carry, n_carry, tokens, n, pos, spans, n_spans, pk);
+	if (!waiting && p->rt.on)
+		waiting = remote_prefetch(c, p, chain, carry, n_carry, tokens, n, pos, spans,
+					  n_spans);
+	prefix_index_keep_walk(&p->ix, 0);
+	return waiting;
 }
 
 int match_start(struct cache *c, struct pool *p, XXH128_hash_t root, const void *owner,

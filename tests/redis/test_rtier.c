@@ -725,6 +725,61 @@ static void test_eviction_over_budget(void **state)
 	kvp_stats_free(st);
 }
 
+/* A chain longer than B's pool has room for: B fetches what fits and
+ * stops there (the pages it fetched are no room for the rest). It used to
+ * evict its own first pages to fetch the next, park, fetch them again,
+ * until its park limit. */
+static void test_chain_longer_than_pool(void **state)
+{
+	enum { PAGES = 300 }; /* B's pool: 256 pages, the low mark at 230 */
+	const char *const small_b[] = {"--remote-tier",
+				       tier_arg,
+				       "--remote-tenants",
+				       "0=team-a",
+				       "--remote-timeout-ms",
+				       "300",
+				       "--host-pool-size",
+				       "1M",
+				       NULL};
+	const char *const plain_a[] = {"--remote-tier",
+				       tier_arg,
+				       "--remote-tenants",
+				       "0=team-a",
+				       "--remote-timeout-ms",
+				       "300",
+				       "--host-pool-size",
+				       "16M",
+				       NULL};
+	uint32_t *tokens = calloc(PAGES * BT, sizeof(uint32_t));
+	struct kvp_stats *st;
+	uint64_t bad = 1, got;
+
+	(void)state;
+	assert_non_null(tokens);
+	assert_int_equal(harness_restart(&a, SIGTERM, plain_a), 0); /* writes at commit */
+	assert_int_equal(harness_restart(&b, SIGTERM, small_b), 0);
+	flush_cluster();
+	harness_tokens(tokens, PAGES * BT, next_seq++, 0);
+	commit_on(&a, tokens, PAGES * BT);
+	assert_int_equal(wait_keys(PAGES, 20), 0);
+	got = match_on(&b, tokens, PAGES * BT, &bad);
+	assert_int_equal(bad, 0);
+	assert_true(got >= 200 * BT && got < PAGES * BT);
+	st = stats_of(&b);
+	print_message("B: %llu of %d pages matched, %llu fetched in %llu batches\n",
+		      (unsigned long long)(got / BT), PAGES,
+		      (unsigned long long)st->remote.pages_fetched,
+		      (unsigned long long)st->remote.fetches);
+	/* Each page came once: none was fetched, evicted and fetched again. */
+	assert_true(st->remote.pages_fetched <= PAGES);
+	kvp_stats_free(st);
+	/* Asked again, B serves what it kept. */
+	bad = 1;
+	assert_int_equal(match_on(&b, tokens, PAGES * BT, &bad), got);
+	assert_int_equal(bad, 0);
+	free(tokens);
+}
+
 static int setup(void **state)
 {
 	int ret;
@@ -756,11 +811,17 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_across_machines), cmocka_unit_test(test_other_tenant),
-		cmocka_unit_test(test_corrupt_value),	cmocka_unit_test(test_credentials),
-		cmocka_unit_test(test_events_stream),	cmocka_unit_test(test_cluster_down),
-		cmocka_unit_test(test_write_on_reuse),	cmocka_unit_test(test_write_on_eviction),
-		cmocka_unit_test(test_evicted_twice),	cmocka_unit_test(test_eviction_over_budget),
+		cmocka_unit_test(test_across_machines),
+		cmocka_unit_test(test_other_tenant),
+		cmocka_unit_test(test_corrupt_value),
+		cmocka_unit_test(test_credentials),
+		cmocka_unit_test(test_events_stream),
+		cmocka_unit_test(test_cluster_down),
+		cmocka_unit_test(test_write_on_reuse),
+		cmocka_unit_test(test_write_on_eviction),
+		cmocka_unit_test(test_evicted_twice),
+		cmocka_unit_test(test_eviction_over_budget),
+		cmocka_unit_test(test_chain_longer_than_pool),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
