@@ -589,11 +589,15 @@ void prefix_index_touch(struct prefix_index *ix, const struct pagealloc *pa, str
 	}
 	head = list_of(ix, e);
 	e->used_ns = prefix_index_now_ns();
+	/* Stamped on no list too: a parent whose host children keep it off
+	 * the host list joins it at the cold end once the last one leaves,
+	 * and a walk that touched it must still keep it
+	 * (prefix_index_keep_walk). */
+	e->used = ++ix->clock;
 	if (!head)
 		return;
 	list_del(&e->lru_link);
 	list_add_tail(head, &e->lru_link);
-	e->used = ++ix->clock;
 }
 
 void prefix_index_demote(struct prefix_index *ix, const struct pagealloc *pa,

@@ -5,9 +5,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <glob.h>
 #include <grp.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -100,6 +102,8 @@ static int spawn(struct harness *h, const char *daemon, const char *const *extra
 {
 	char state[160], cache[160], wrap[512], *save = NULL;
 	const char *argv[64], *wrapper = getenv("KVPALACED_WRAPPER");
+	const char *eviction = harness_eviction, *more = getenv("KVP_TEST_DAEMON_ARGS");
+	char more_buf[512];
 	int argc = 0;
 	double deadline;
 	pid_t parent;
@@ -124,9 +128,19 @@ static int spawn(struct harness *h, const char *daemon, const char *const *extra
 	argv[argc++] = state;
 	argv[argc++] = "--cache-dir";
 	argv[argc++] = cache;
-	if (harness_eviction) {
+	/* $KVP_TEST_EVICTION and $KVP_TEST_DAEMON_ARGS (harness.h): the
+	 * whole suite under another victim order or with options added. */
+	if (!eviction || !*eviction)
+		eviction = getenv("KVP_TEST_EVICTION");
+	if (eviction && *eviction) {
 		argv[argc++] = "--eviction";
-		argv[argc++] = harness_eviction;
+		argv[argc++] = eviction;
+	}
+	if (more && *more) {
+		snprintf(more_buf, sizeof(more_buf), "%s", more);
+		for (char *w = strtok_r(more_buf, " \t", &save); w && argc < 40;
+		     w = strtok_r(NULL, " \t", &save))
+			argv[argc++] = w;
 	}
 	for (int i = 0; extra && extra[i] && argc < 62; i++)
 		argv[argc++] = extra[i];
@@ -393,6 +407,37 @@ int harness_run_capture(char *const argv[], char *const env[], char *out, size_t
 	out[used] = '\0';
 	close(p[0]);
 	return harness_wait(pid, 60);
+}
+
+int harness_ctl(char *out, size_t cap, const char *sock, ...)
+{
+	char *bin = getenv("KVPALACECTL"), *argv[24] = {bin, "--socket", (char *)sock};
+	int n = 3;
+	va_list ap;
+
+	if (!bin)
+		return -1;
+	va_start(ap, sock);
+	while (n < 23 && (argv[n] = va_arg(ap, char *)) != NULL)
+		n++;
+	va_end(ap);
+	argv[n] = NULL;
+	return harness_run_capture(argv, NULL, out, cap);
+}
+
+int harness_spill_open(const struct harness *h)
+{
+	char pattern[160];
+	glob_t g;
+	int fd = -1;
+
+	snprintf(pattern, sizeof(pattern), "%s/cache/spill-*.kvs", h->dir);
+	if (glob(pattern, 0, NULL, &g) != 0)
+		return -1;
+	if (g.gl_pathc == 1)
+		fd = open(g.gl_pathv[0], O_RDWR | O_CLOEXEC);
+	globfree(&g);
+	return fd;
 }
 
 int harness_become_nobody(void)

@@ -41,7 +41,13 @@ int harness_start(struct harness *h, const char *const *extra);
 /* When set, every daemon this process starts gets --eviction with it
  * before the test's own options: the tests whose assertions spell out
  * LRU's victim order set "lru" at the top of main (the daemon's default
- * is window, whose order differs by design). NULL: the default. */
+ * is window, whose order differs by design). NULL: the default, or
+ * $KVP_TEST_EVICTION when set (to run a suite under another order:
+ * KVP_TEST_EVICTION=lfu meson test --suite integration). Likewise
+ * $KVP_TEST_DAEMON_ARGS, words split at blanks, goes to every daemon
+ * before the test's own options ("--host-prewarm-watermark 0.5").
+ * Tests that check the configuration or a default then differ by design
+ * (test_ctl's config golden, test_prewarm's run without a mark). */
 extern const char *harness_eviction;
 
 /* Stops the daemon with SIGTERM (SIGKILL if it lingers) and removes the
@@ -114,6 +120,15 @@ int harness_run_child(int (*fn)(void *), void *arg);
  * NULL-terminated, may be NULL), stdout and stderr captured into out (cap
  * bytes, NUL-terminated). Returns the exit status as harness_wait. */
 int harness_run_capture(char *const argv[], char *const env[], char *out, size_t cap);
+
+/* Runs $KVPALACECTL --socket sock with the NULL-terminated arguments that
+ * follow, output captured as harness_run_capture. Returns its exit
+ * status, or -1 when $KVPALACECTL is unset. */
+int harness_ctl(char *out, size_t cap, const char *sock, ...);
+
+/* Opens (read-write) the one spill file in h's cache directory. Returns
+ * the descriptor, or -1 when there is not exactly one. */
+int harness_spill_open(const struct harness *h);
 
 /* Drops root to uid/gid 65534 (nobody) in a child. Returns 0, or -1 when
  * not root or the switch failed. */

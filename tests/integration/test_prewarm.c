@@ -8,10 +8,16 @@
  *  - a page read ahead is no use until a request uses it: new pages push
  *    the unused ones out first, before older pages committed before them,
  *    and the counters say which were used before they left and which were
- *    not (the mark set by a reload).
+ *    not (the mark set by a reload);
+ *  - hostile: pages damaged on disk while the daemon was down are read
+ *    ahead and never served (right bytes or a shorter match); a purge or
+ *    a pool drop right after a restart, and a stop, while reads ahead are
+ *    in flight leave the daemon serving and stopping cleanly; a reload
+ *    putting the mark above host-low-watermark is refused.
  * Pools of 4 KiB pages: 256 pages, the mark at half of them.
  */
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,6 +238,109 @@ static void test_unused_pages_read_ahead_leave_first(void **state)
 	kvp_disconnect(c);
 }
 
+/* ---- hostile cases --------------------------------------------------- */
+
+static char out[8192];
+
+#define ctl(...) harness_ctl(out, sizeof(out), __VA_ARGS__, NULL)
+
+/* The spill file's layout (daemon/store/spill.h, as test_disk.c): a
+ * 4096-byte file header, 128 bytes of page header per extent, then
+ * 4096-aligned extents. */
+#define N_EXTENTS ((16u << 20) / 4096u)
+#define DATA_OFF  ((4096ull + N_EXTENTS * 128ull + 4095) / 4096 * 4096)
+
+static void flip_spill(struct harness *h)
+{
+	int fd = harness_spill_open(h);
+
+	assert_true(fd >= 0);
+	for (uint32_t e = 0; e < N_CONV * CONV_PAGES; e += 3) {
+		unsigned char b;
+		off_t off = (off_t)(DATA_OFF + (uint64_t)e * 4096 + 100 + e);
+
+		assert_int_equal(pread(fd, &b, 1, off), 1);
+		b ^= 0x5a;
+		assert_int_equal(pwrite(fd, &b, 1, off), 1);
+	}
+	close(fd);
+}
+
+/* Damaged disk pages read ahead: never served, the daemon goes on. */
+static void test_corrupt_spill_read_ahead(void **state)
+{
+	struct harness *h = *state;
+	struct kvp_pool_stats ps;
+	kvp_client *c;
+	kvp_pool *p;
+
+	start_convs(h, &c, &p);
+	kvp_disconnect(c);
+	/* Down with the file closed (no pool opens it), then damaged. */
+	assert_int_equal(harness_restart(h, SIGTERM, plain), 0);
+	flip_spill(h);
+	assert_int_equal(harness_restart(h, SIGTERM, prewarm), 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
+	usleep(1500000);
+	for (uint32_t i = 0; i < N_CONV; i++)
+		(void)matched(p, i); /* right bytes or a shorter match */
+	ps = stats(c, p);
+	assert_true(ps.verify_failures > 0);
+	assert_true(harness_daemon_alive(h));
+	kvp_disconnect(c);
+}
+
+/* A pool dropped, or purged, right after a restart, while its reads ahead
+ * are in flight; a stop while they are. */
+static void test_drop_purge_stop_during_read_ahead(void **state)
+{
+	struct harness *h = *state;
+	char id[32];
+	kvp_client *c;
+	kvp_pool *p;
+
+	start_convs(h, &c, &p);
+	restart(h, prewarm, &c, &p);
+	snprintf(id, sizeof(id), "%llu", (unsigned long long)kvp_pool_id(p));
+	assert_int_equal(ctl(h->admin_sock, "purge", "--pool", id), 0);
+	assert_true(harness_daemon_alive(h));
+	kvp_disconnect(c);
+
+	/* purge forgot them all: write again, restart, drop. */
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
+	write_convs(p, 0, N_CONV);
+	restart(h, prewarm, &c, &p);
+	snprintf(id, sizeof(id), "%llu", (unsigned long long)kvp_pool_id(p));
+	kvp_disconnect(c);
+	(void)ctl(h->admin_sock, "drop", "pool", id);
+	assert_true(harness_daemon_alive(h));
+
+	/* Open again (its pages from disk), read ahead, stop at once. */
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
+	kvp_disconnect(c);
+	assert_int_equal(harness_restart(h, SIGTERM, prewarm), 0);
+	assert_int_equal(kvp_connect(h->sock, &c), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL, &page4k, &p), 0);
+	kvp_disconnect(c);
+	assert_int_equal(harness_restart(h, SIGTERM, plain), 0);
+}
+
+/* A reload setting the mark above host-low-watermark is refused. */
+static void test_reload_mark_above_low_refused(void **state)
+{
+	struct harness *h = *state;
+
+	write_conf("host-low-watermark = 0.5\nhost-prewarm-watermark = 0.6\n");
+	assert_int_not_equal(ctl(h->admin_sock, "config", "reload"), 0);
+	assert_true(harness_daemon_alive(h));
+	assert_int_equal(ctl(h->admin_sock, "config", "show"), 0);
+	if (!strstr(out, "host-prewarm-watermark") || strstr(out, "0.60"))
+		fail_msg("reload took the mark:\n%s", out);
+}
+
 static int setup(void **state)
 {
 	return harness_setup_args(state, plain);
@@ -257,6 +366,12 @@ int main(void)
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_unused_pages_read_ahead_leave_first,
 						setup_conf, teardown_conf),
+		cmocka_unit_test_setup_teardown(test_corrupt_spill_read_ahead, setup,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_drop_purge_stop_during_read_ahead, setup,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_reload_mark_above_low_refused, setup_conf,
+						teardown_conf),
 	};
 
 	return cmocka_run_group_tests_name("prewarm", tests, NULL, NULL);

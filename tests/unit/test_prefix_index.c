@@ -600,6 +600,61 @@ static void test_kept_walk_is_no_victim(void **state)
 	free(f);
 }
 
+/* prefix_index_keep_walk: a match's prefetch walk touched P, a page that
+ * sat on no host list (its other child X was in the host tier), then
+ * made room: X went, P joined the host list at its cold end, and P, a
+ * page the walk found, was the next victim unless the touch marked it. */
+static void test_keep_walk_keeps_a_parent_it_found(void **state)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+	XXH128_hash_t root = prefix_index_root("m", &lay, NULL, 0), hq;
+	uint32_t a[2], q, page[16];
+	XXH128_hash_t ha[2];
+	struct pindex_entry *P, *X, *Q;
+
+	(void)state;
+	assert_non_null(f);
+	assert_int_equal(pagealloc_init(&f->pa, 64), 0);
+	assert_int_equal(prefix_index_init(&f->ix, 64), 0);
+	f->ix.disk = 1;
+	/* P → X committed, and P → Q, another conversation on P. */
+	commit_chain(f, root, 1, 2, a, ha);
+	for (uint32_t k = 0; k < 16; k++)
+		page[k] = 9000 + k;
+	hq = prefix_index_hash_page(ha[0], page, 16);
+	P = prefix_index_find(&f->ix, ha[0]);
+	assert_int_equal(pagealloc_get(&f->pa, &q), 0);
+	assert_int_equal(prefix_index_insert(&f->ix, &f->pa, hq, P, q), 0);
+	assert_int_equal(pagealloc_unref(&f->pa, q), 1);
+	prefix_index_update(&f->ix, &f->pa, q);
+	close_chain(f, a, 2);
+	X = prefix_index_find(&f->ix, ha[1]);
+	Q = prefix_index_find(&f->ix, hq);
+	/* Both have disk copies; Q's host copy left: Q is on disk only. */
+	X->extent = 7;
+	Q->extent = 8;
+	f->ix.n_disk += 2;
+	prefix_index_detach_host(&f->ix, &f->pa, Q);
+	check(f);
+	assert_ptr_equal(prefix_index_host_next(&f->ix, NULL), X);
+	assert_int_equal(P->list, PINDEX_LIST_NONE);
+
+	/* The walk: P found in the host tier, Q to be read; room is made. */
+	prefix_index_keep_walk(&f->ix, 1);
+	prefix_index_touch(&f->ix, &f->pa, P);
+	prefix_index_touch(&f->ix, &f->pa, Q);
+	assert_ptr_equal(prefix_index_host_next(&f->ix, NULL), X);
+	prefix_index_detach_host(&f->ix, &f->pa, X);
+	assert_int_equal(P->list, PINDEX_LIST_HOST);
+	assert_null(prefix_index_host_next(&f->ix, NULL)); /* P is kept */
+	prefix_index_keep_walk(&f->ix, 0);
+	assert_ptr_equal(prefix_index_host_next(&f->ix, NULL), P);
+	check(f);
+	prefix_index_fini(&f->ix, &f->pa);
+	pagealloc_fini(&f->pa);
+	free(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -614,6 +669,7 @@ int main(void)
 		cmocka_unit_test(test_host_order_permanent_and_demoted),
 		cmocka_unit_test(test_evict_reuse_is_recent),
 		cmocka_unit_test(test_kept_walk_is_no_victim),
+		cmocka_unit_test(test_keep_walk_keeps_a_parent_it_found),
 	};
 
 	return cmocka_run_group_tests_name("prefix_index", tests, NULL, NULL);
