@@ -68,6 +68,7 @@ struct pool {
 	struct rtier_pool rt; /* the remote tier's part (rtier.h) */
 	struct gpu_pool dev;  /* the device arena (dev.on), daemon/core/gpu.h */
 	struct list waiters;  /* struct tier_waiter.link: requests parked on I/O */
+	uint32_t waking;      /* tier_wake_all running: waiters off the list, not all woken */
 	struct pool_prewarm prewarm; /* reading disk pages ahead (prewarm.h) */
 	struct list ios;      /* struct tier_io.link: disk I/O in flight */
 	struct list sessions; /* struct session.pool_link */

@@ -77,12 +77,18 @@ void tier_wake_all(struct pool *p)
 	woken.next->prev = &woken;
 	woken.prev->next = &woken;
 	list_init(&p->waiters);
+	/* While they run the pool must stay (tier_pool_waking): a woken
+	 * connection may run a DropPool queued behind its request, which
+	 * would see no waiter left and free the pool under the ones not woken
+	 * yet (prewarm's is inside it, an eviction's points into it). */
+	p->waking++;
 	while ((it = woken.next) != &woken) {
 		struct tier_waiter *w = list_entry(it, struct tier_waiter, link);
 
 		list_del(it);
 		w->wake(w);
 	}
+	p->waking--;
 }
 
 int tier_check(const struct pool *p, uint32_t *refs)
@@ -108,8 +114,9 @@ int tier_check(const struct pool *p, uint32_t *refs)
 
 int tier_pool_busy(const struct pool *p)
 {
-	/* Remote puts and fetches too: their completions touch the pool. */
-	return p->io_inflight != 0 || p->scan || rtier_pool_busy(&p->rt);
+	/* Remote puts and fetches too: their completions touch the pool;
+	 * and waiters being woken (tier_wake_all), off the list for now. */
+	return p->io_inflight != 0 || p->scan || rtier_pool_busy(&p->rt) || p->waking;
 }
 
 static void io_done(struct tier_io *io)

@@ -101,7 +101,8 @@ void tier_reclaim(struct cache *c);
  * since their header was written (blocking: at a stop or a pool's end).
  * I/O must be over (tier_pool_busy). */
 void tier_pool_close(struct cache *c, struct pool *p);
-/* True while p has disk I/O in flight or its warm-restart scan runs. */
+/* True while p has disk I/O or remote operations in flight, its
+ * warm-restart scan runs, or its waiters are being woken. */
 int tier_pool_busy(const struct pool *p);
 /* True while p's warm-restart scan runs: pages of the spill file not
  * listed yet may still come (a purge waits for the end: tier_wait). */
