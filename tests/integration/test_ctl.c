@@ -690,7 +690,8 @@ static void test_drop_pool(void **state)
 
 	harness_tokens(tokens, 40, 66, 0);
 	assert_int_equal(kvp_connect(h->sock, &c), 0);
-	assert_int_equal(kvp_pool_open(c, MODEL, &harness_layout, &p), 0);
+	/* Opened once its spill file's scan is over: a drop waits for it. */
+	assert_int_equal(harness_pool_open(h, c, MODEL, &harness_layout, &p), 0);
 	assert_int_equal(harness_pkv_commit_session(p, tokens, 40, &s1), 0);
 	assert_int_equal(kvp_connect(h->sock, &reader), 0);
 	assert_int_equal(kvp_pool_open(reader, MODEL, &harness_layout, &rp), 0);
@@ -730,7 +731,7 @@ static void test_drop_pool(void **state)
 	assert_int_equal(kvp_lease_release(l), 0);
 
 	/* An unused pool goes without --force. */
-	assert_int_equal(kvp_pool_open(c, MODEL "-empty", &harness_layout, &empty), 0);
+	assert_int_equal(harness_pool_open(h, c, MODEL "-empty", &harness_layout, &empty), 0);
 	snprintf(id_empty, sizeof(id_empty), "%" PRIu64, kvp_pool_id(empty));
 	CTL_EXPECT(0, h->admin_sock, "drop", "pool", id_empty);
 	expect_out("drop pool",
