@@ -247,6 +247,7 @@ uint32_t match_prefetch(struct cache *c, struct pool *p, XXH128_hash_t chain, co
 {
 	uint32_t waiting;
 
+	prewarm_release(p); /* a request again: reading ahead may resume */
 	/* Room for what the walks bring in is never made of what they use
 	 * (prefix_index_keep_walk): a chain longer than the pool has room
 	 * for stops short instead of evicting its own pages, reading them

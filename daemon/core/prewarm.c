@@ -13,6 +13,16 @@ static void woken(struct tier_waiter *w)
 	prewarm_pool(p->prewarm.c, p);
 }
 
+void prewarm_hold(struct pool *p)
+{
+	p->prewarm.held = 1;
+}
+
+void prewarm_release(struct pool *p)
+{
+	p->prewarm.held = 0;
+}
+
 void prewarm_init(struct pool_prewarm *pw, struct cache *c)
 {
 	list_init(&pw->w.link);
@@ -28,8 +38,8 @@ static int prewarm_on(const struct cache *c, const struct pool *p)
 	/* Shares could make a page read ahead push another out (tier.c's
 	 * share_extra): then nothing is. */
 	return cfg->host_prewarm_watermark > 0 && p->spill && !p->scan && !c->stopping &&
-	       c->host_bytes <= cfg->host_tier_bytes && !cfg->host_tenant_bytes &&
-	       p->disk_errors_in_row == 0;
+	       !p->prewarm.held && c->host_bytes <= cfg->host_tier_bytes &&
+	       !cfg->host_tenant_bytes && p->disk_errors_in_row == 0;
 }
 
 /* e needs a read: neither a host copy nor a read in flight. */

@@ -40,11 +40,18 @@ struct pool;
 struct pool_prewarm {
 	struct tier_waiter w; /* parked on the pool's reads */
 	struct cache *c;
+	int held; /* prewarm_hold: nothing read ahead until a request matches */
 };
 
 /* Sets up p's state (at pool creation). */
 void prewarm_init(struct pool_prewarm *pw, struct cache *c);
 /* One step for p: starts reads while p is under its mark. */
 void prewarm_pool(struct cache *c, struct pool *p);
+/* An administrator evicted p's host pages (kvpalacectl evict): they are
+ * not read back by themselves until a request matches in p again
+ * (prewarm_release, from core/match.c), or the eviction would be undone
+ * within a second. */
+void prewarm_hold(struct pool *p);
+void prewarm_release(struct pool *p);
 
 #endif

@@ -753,6 +753,8 @@ static int evict_one(struct cache *cache, struct peer *c, uint64_t req_id,
 			uint64_t spilled = p->tier.spilled;
 
 			g = evict_host(cache, p, discard, pages_left, &budget);
+			if (g.pages)
+				prewarm_hold(p); /* what left is not read back by itself */
 			if (g.started) {
 				/* The reply waits for these writes: no other
 				 * pool's in this request. */

@@ -328,6 +328,37 @@ static void test_drop_purge_stop_during_read_ahead(void **state)
 	assert_int_equal(harness_restart(h, SIGTERM, plain), 0);
 }
 
+/* An administrator's evict of the host tier stays done: nothing is read
+ * back by itself until a request matches in the pool again (it was all
+ * back within a second). */
+static void test_admin_evict_holds_prewarm(void **state)
+{
+	struct harness *h = *state;
+	struct kvp_pool_stats ps;
+	kvp_client *c;
+	kvp_pool *p;
+
+	start_convs(h, &c, &p);
+	restart(h, prewarm, &c, &p);
+	ps = wait_prewarmed(c, p, MARK_PAGES);
+	assert_int_equal(ps.host_indexed_pages, MARK_PAGES);
+	assert_int_equal(ctl(h->admin_sock, "evict", "--tier", "host", "--bytes", "all"), 0);
+	usleep(2500000); /* two timer ticks */
+	ps = stats(c, p);
+	assert_int_equal(ps.host_indexed_pages, 0);
+	assert_int_equal(ps.prewarm_pages, MARK_PAGES);
+	/* A match: it reads its own pages back, and reading ahead resumes. */
+	assert_int_equal(matched(p, 0), CONV_PAGES * BT);
+	ps = stats(c, p);
+	for (int i = 0; i < 1000 && ps.host_indexed_pages < MARK_PAGES; i++) {
+		usleep(10000);
+		ps = stats(c, p);
+	}
+	assert_int_equal(ps.host_indexed_pages, MARK_PAGES);
+	assert_int_equal(ps.prewarm_pages, 2 * MARK_PAGES - CONV_PAGES);
+	kvp_disconnect(c);
+}
+
 /* A reload setting the mark above host-low-watermark is refused. */
 static void test_reload_mark_above_low_refused(void **state)
 {
@@ -369,6 +400,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_corrupt_spill_read_ahead, setup,
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_drop_purge_stop_during_read_ahead, setup,
+						harness_teardown),
+		cmocka_unit_test_setup_teardown(test_admin_evict_holds_prewarm, setup,
 						harness_teardown),
 		cmocka_unit_test_setup_teardown(test_reload_mark_above_low_refused, setup_conf,
 						teardown_conf),
