@@ -70,9 +70,9 @@ struct pool {
 	struct list waiters;  /* struct tier_waiter.link: requests parked on I/O */
 	uint32_t waking;      /* tier_wake_all running: waiters off the list, not all woken */
 	struct pool_prewarm prewarm; /* reading disk pages ahead (prewarm.h) */
-	struct list ios;      /* struct tier_io.link: disk I/O in flight */
-	struct list sessions; /* struct session.pool_link */
-	struct idseq by_id;   /* the same sessions in id order (ListSessions) */
+	struct list ios;	     /* struct tier_io.link: disk I/O in flight */
+	struct list sessions;	     /* struct session.pool_link */
+	struct idseq by_id;	     /* the same sessions in id order (ListSessions) */
 	uint32_t n_sessions;
 	/* Of them the persistent ones (session_own), and of those the ones
 	 * no open connection owns. */
