@@ -511,6 +511,7 @@ uint32_t tier_spill(struct cache *c, struct pool *p, uint32_t want_free)
 	 * still whole after a clean stop (tier_flush writes the parent) and a
 	 * miss after a crash (the start-up scan frees a page whose parent is
 	 * not on disk), never a wrong page. */
+	prefix_index_leaving_batch(ix, 1); /* the remote tier hears of them in one batch */
 	while (p->pa.n_free + ix->n_leaving < want_free) {
 		struct pindex_entry *e = prefix_index_host_next(ix, NULL);
 
@@ -533,6 +534,7 @@ uint32_t tier_spill(struct cache *c, struct pool *p, uint32_t want_free)
 		if (!may_write || start_write(c, p, e, 1) < 0)
 			break;
 	}
+	prefix_index_leaving_batch(ix, 0);
 	return ix->n_leaving;
 }
 

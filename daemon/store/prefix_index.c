@@ -817,7 +817,23 @@ static void host_leaving(struct prefix_index *ix, struct pindex_entry *e)
 	if (!ix->leaving || e->slot == PINDEX_NONE)
 		return;
 	ix->leaving(ix->leaving_arg, e);
-	if (!ix->evicting)
+	if (ix->evicting)
+		ix->left_in_batch = 1;
+	else
+		ix->leaving(ix->leaving_arg, NULL);
+}
+
+void prefix_index_leaving_batch(struct prefix_index *ix, int open)
+{
+	if (open) {
+		ix->evicting++;
+		return;
+	}
+	kvp_assert(ix->evicting);
+	if (--ix->evicting || !ix->left_in_batch)
+		return;
+	ix->left_in_batch = 0;
+	if (ix->leaving)
 		ix->leaving(ix->leaving_arg, NULL);
 }
 
@@ -991,7 +1007,7 @@ uint32_t prefix_index_evict(struct prefix_index *ix, struct pagealloc *pa, uint3
 {
 	uint32_t n = 0, extent;
 
-	ix->evicting = 1;
+	prefix_index_leaving_batch(ix, 1);
 	while (pa->n_free < want_free) {
 		struct pindex_entry *e = NULL;
 
@@ -1011,9 +1027,7 @@ uint32_t prefix_index_evict(struct prefix_index *ix, struct pagealloc *pa, uint3
 			prefix_index_drop(ix, pa, e, &extent);
 		n++;
 	}
-	ix->evicting = 0;
-	if (n && ix->leaving)
-		ix->leaving(ix->leaving_arg, NULL);
+	prefix_index_leaving_batch(ix, 0);
 	return n;
 }
 

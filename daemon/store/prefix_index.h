@@ -159,14 +159,16 @@ struct prefix_index {
 	 * (prefix_index_detach_host, prefix_index_drop of an entry with a
 	 * host copy, prefix_index_evict), while its bytes are still in its
 	 * slot; then with e NULL once the call that evicted is over (one
-	 * prefix_index_evict run is one batch). Not told of a purge
+	 * prefix_index_evict run, or a run between prefix_index_leaving_batch
+	 * 1 and 0, is one batch). Not told of a purge
 	 * (prefix_index_forget) or prefix_index_fini: those pages are not
 	 * kept anywhere. It must neither change the index nor keep the slot:
 	 * eviction goes on at once. NULL: nobody asks. How the core writes
 	 * pages to the remote tier on eviction (core/rtier.c). */
 	void (*leaving)(void *arg, struct pindex_entry *e);
 	void *leaving_arg;
-	int evicting; /* inside prefix_index_evict: one NULL call at its end */
+	uint32_t evicting; /* batches open (prefix_index_leaving_batch): one NULL call at the end */
+	int left_in_batch; /* of them, a host copy left */
 	/* --eviction lfu: the host list is PINDEX_LFU_BUCKETS lists by use
 	 * count, lowest first (least recently joined first inside each). */
 	int lfu;
@@ -430,6 +432,11 @@ void prefix_index_drop(struct prefix_index *ix, struct pagealloc *pa, struct pin
  * nothing more can go: entries with a disk copy lose their host copy and,
  * when may_drop, leaves without one are dropped; the others stay (the
  * disk tier writes them, daemon/core/tier.h). Returns the slots freed. */
+/* Opens (1) or closes (0) a batch of host copies leaving: the leaving
+ * hook hears of each, and once with NULL when the outermost batch closes
+ * having had any (for a caller evicting many pages one call at a time,
+ * as core/tier.c's spill does). prefix_index_evict is one batch. */
+void prefix_index_leaving_batch(struct prefix_index *ix, int open);
 uint32_t prefix_index_evict(struct prefix_index *ix, struct pagealloc *pa, uint32_t want_free,
 			    int may_drop);
 
