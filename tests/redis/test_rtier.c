@@ -83,6 +83,24 @@ static int start(struct harness *h, const char *tenants)
 	return harness_start(h, extra);
 }
 
+/* Restarts h as a daemon where root is tenant team-a, with a host pool
+ * of pool_size and the options that follow (NULL-terminated). */
+static void restart_team_a(struct harness *h, const char *pool_size, ...)
+{
+	const char *argv[32] = {"--remote-tier",       tier_arg, "--remote-tenants", "0=team-a",
+				"--remote-timeout-ms", "300",	 "--host-pool-size", pool_size};
+	int n = 8;
+	const char *arg;
+	va_list ap;
+
+	va_start(ap, pool_size);
+	while ((arg = va_arg(ap, const char *)) && n < 31)
+		argv[n++] = arg;
+	va_end(ap);
+	argv[n] = NULL;
+	assert_int_equal(harness_restart(h, SIGTERM, argv), 0);
+}
+
 /* Page keys (kvp:SCOPE:POOL:CHAIN) on the masters. */
 static long remote_keys(void)
 {
@@ -445,22 +463,11 @@ static void test_events_stream(void **state)
  * once a match used it, and then B finds it. */
 static void test_write_on_reuse(void **state)
 {
-	const char *const extra[] = {"--remote-tier",
-				     tier_arg,
-				     "--remote-tenants",
-				     "0=team-a",
-				     "--remote-timeout-ms",
-				     "300",
-				     "--host-pool-size",
-				     "16M",
-				     "--remote-write",
-				     "reuse",
-				     NULL};
 	uint32_t tokens[4 * BT];
 	uint64_t bad = 1;
 
 	(void)state;
-	assert_int_equal(harness_restart(&a, SIGTERM, extra), 0);
+	restart_team_a(&a, "16M", "--remote-write", "reuse", NULL);
 	flush_cluster();
 	harness_tokens(tokens, 4 * BT, next_seq++, 0);
 	commit_on(&a, tokens, 4 * BT);
@@ -533,23 +540,8 @@ static void fill(struct harness *h, int n)
  * matched again is in main and outlasts the fill). */
 static void restart_evicting(const char *disk_size)
 {
-	const char *const extra[] = {"--eviction",
-				     "lru",
-				     "--remote-tier",
-				     tier_arg,
-				     "--remote-tenants",
-				     "0=team-a",
-				     "--remote-timeout-ms",
-				     "300",
-				     "--host-pool-size",
-				     "1M",
-				     "--disk-pool-size",
-				     disk_size,
-				     "--remote-write",
-				     "eviction",
-				     NULL};
-
-	assert_int_equal(harness_restart(&a, SIGTERM, extra), 0);
+	restart_team_a(&a, "1M", "--eviction", "lru", "--disk-pool-size", disk_size,
+		       "--remote-write", "eviction", NULL);
 }
 
 /* remote-write eviction without a disk tier: A's committed pages stay
@@ -660,25 +652,6 @@ static void test_eviction_over_budget(void **state)
 		.block_tokens = BT,
 		.dtype = KVP_DTYPE_F16,
 	};
-	const char *const extra[] = {"--remote-tier",
-				     tier_arg,
-				     "--remote-tenants",
-				     "0=team-a",
-				     "--remote-timeout-ms",
-				     "300",
-				     "--host-pool-size",
-				     "8M",
-				     "--disk-pool-size",
-				     "0",
-				     "--remote-write",
-				     "eviction",
-				     "--remote-max-inflight-mb",
-				     "1",
-				     "--host-high-watermark",
-				     "0.75",
-				     "--host-low-watermark",
-				     "0.5",
-				     NULL};
 	uint32_t tokens[BT];
 	struct harness_pool_info pi;
 	struct kvp_stats *st;
@@ -688,7 +661,9 @@ static void test_eviction_over_budget(void **state)
 	double end;
 
 	(void)state;
-	assert_int_equal(harness_restart(&a, SIGTERM, extra), 0);
+	restart_team_a(&a, "8M", "--disk-pool-size", "0", "--remote-write", "eviction",
+		       "--remote-max-inflight-mb", "1", "--host-high-watermark", "0.75",
+		       "--host-low-watermark", "0.5", NULL);
 	flush_cluster();
 	assert_int_equal(kvp_connect(a.sock, &c), 0);
 	assert_int_equal(kvp_pool_open(c, MODEL, &big, &p), 0);
@@ -732,32 +707,14 @@ static void test_eviction_over_budget(void **state)
 static void test_chain_longer_than_pool(void **state)
 {
 	enum { PAGES = 300 }; /* B's pool: 256 pages, the low mark at 230 */
-	const char *const small_b[] = {"--remote-tier",
-				       tier_arg,
-				       "--remote-tenants",
-				       "0=team-a",
-				       "--remote-timeout-ms",
-				       "300",
-				       "--host-pool-size",
-				       "1M",
-				       NULL};
-	const char *const plain_a[] = {"--remote-tier",
-				       tier_arg,
-				       "--remote-tenants",
-				       "0=team-a",
-				       "--remote-timeout-ms",
-				       "300",
-				       "--host-pool-size",
-				       "16M",
-				       NULL};
 	uint32_t *tokens = calloc(PAGES * BT, sizeof(uint32_t));
 	struct kvp_stats *st;
 	uint64_t bad = 1, got;
 
 	(void)state;
 	assert_non_null(tokens);
-	assert_int_equal(harness_restart(&a, SIGTERM, plain_a), 0); /* writes at commit */
-	assert_int_equal(harness_restart(&b, SIGTERM, small_b), 0);
+	restart_team_a(&a, "16M", NULL); /* writes at commit */
+	restart_team_a(&b, "1M", NULL);
 	flush_cluster();
 	harness_tokens(tokens, PAGES * BT, next_seq++, 0);
 	commit_on(&a, tokens, PAGES * BT);

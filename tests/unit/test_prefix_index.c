@@ -509,6 +509,20 @@ static void test_host_order_permanent_and_demoted(void **state)
 }
 
 /* A chain used again (a lease came and went) is the most recent. */
+/* Pin and release each of n slots: a request used the pages once more. */
+static void use_again(struct fix *f, const uint32_t *slots, int n)
+{
+	for (int i = 0; i < n; i++) {
+		pagealloc_pin(&f->pa, slots[i]);
+		prefix_index_update(&f->ix, &f->pa, slots[i]);
+	}
+	for (int i = n; i-- > 0;) {
+		pagealloc_unpin(&f->pa, slots[i]);
+		prefix_index_update(&f->ix, &f->pa, slots[i]);
+	}
+	check(f);
+}
+
 static void test_evict_reuse_is_recent(void **state)
 {
 	struct fix *f = calloc(1, sizeof(*f));
@@ -525,15 +539,7 @@ static void test_evict_reuse_is_recent(void **state)
 	close_chain(f, a, 2);
 	close_chain(f, b, 2);
 	/* A is matched (pinned) and released: now newer than B. */
-	for (int i = 0; i < 2; i++) {
-		pagealloc_pin(&f->pa, a[i]);
-		prefix_index_update(&f->ix, &f->pa, a[i]);
-	}
-	for (int i = 2; i-- > 0;) {
-		pagealloc_unpin(&f->pa, a[i]);
-		prefix_index_update(&f->ix, &f->pa, a[i]);
-	}
-	check(f);
+	use_again(f, a, 2);
 	assert_int_equal(prefix_index_evict(&f->ix, &f->pa, f->pa.n_free + 2, 1), 2);
 	assert_null(prefix_index_find(&f->ix, hb[0]));
 	assert_non_null(prefix_index_find(&f->ix, ha[1]));
@@ -542,20 +548,6 @@ static void test_evict_reuse_is_recent(void **state)
 	assert_int_equal(f->pa.n_free, 64);
 	pagealloc_fini(&f->pa);
 	free(f);
-}
-
-/* Pin and release each of n slots: a request used the pages once more. */
-static void use_again(struct fix *f, const uint32_t *slots, int n)
-{
-	for (int i = 0; i < n; i++) {
-		pagealloc_pin(&f->pa, slots[i]);
-		prefix_index_update(&f->ix, &f->pa, slots[i]);
-	}
-	for (int i = n; i-- > 0;) {
-		pagealloc_unpin(&f->pa, slots[i]);
-		prefix_index_update(&f->ix, &f->pa, slots[i]);
-	}
-	check(f);
 }
 
 /* A kept walk (prefix_index_keep_walk): under window, A (used twice: main)
