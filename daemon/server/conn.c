@@ -698,6 +698,7 @@ static void handle_frame(struct conn *c, const uint8_t *payload, size_t len, uin
 /* Runs held frames in order until one parks again or none is left. */
 static void run_held(struct conn *c)
 {
+	c->peer.turn_ns = 0; /* a turn starts: nothing answered in it yet */
 	while (c->held_head && !c->parked && !c->draining && !c->closed) {
 		struct conn_held *h = c->held_head;
 		/* Held behind a parked one, it never parked itself yet: its
@@ -956,6 +957,7 @@ static void on_recv(struct loop_op *op, int res, unsigned int flags)
 		conn_close(c, 0);
 		return;
 	}
+	c->peer.turn_ns = 0; /* a turn starts: nothing answered in it yet */
 	handle_message(c, c->rbuf, (size_t)res, &c->rmsg);
 	/* The ring said one message is there; a pipelining client has usually
 	 * sent more. Take them in one recvmmsg without blocking, so one wakeup

@@ -1292,9 +1292,12 @@ int dispatch(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *r
 	 * reply. */
 	c->cache = cache;
 	c->timing.op = stats_op_index(req->op_case);
-	c->timing.start_ns =
-		c->parked_ns && c->parked_id == req->id ? c->parked_ns : clock_now_ns();
+	if (c->parked_ns && c->parked_id == req->id)
+		c->timing.start_ns = c->parked_ns;
+	else
+		c->timing.start_ns = c->turn_ns ? c->turn_ns : clock_now_ns();
 	c->parked_ns = 0;
+	c->turn_ns = 0; /* until this one is answered */
 	ret = run(cache, c, req, r, &pk, &why);
 	if (ret == -EINPROGRESS)
 		return ret; /* a worker does it; the reply comes through a ticket */
@@ -1319,9 +1322,10 @@ int dispatch(struct cache *cache, struct peer *c, const Kvpalace__V1__Request *r
 		r->pass_fd = -1;
 	}
 	/* The caller queues the reply now. */
+	c->turn_ns = clock_now_ns();
 	if (c->timing.op >= 0)
 		cache_latency_add(cache, c->uid, (unsigned int)c->timing.op,
-				  clock_now_ns() - c->timing.start_ns);
+				  c->turn_ns - c->timing.start_ns);
 	return 0;
 }
 

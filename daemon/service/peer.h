@@ -117,6 +117,12 @@ struct peer {
 	struct peer_timing timing;
 	uint64_t parked_ns; /* arrival of the parked request parked_id, or 0 */
 	uint64_t parked_id;
+	/* When the request before was answered, while the server runs this
+	 * peer's requests back to back (one receive turn); 0 outside one.
+	 * The next starts then: one clock read per request instead of two
+	 * (55 ns each on a kvm-clock VM, ~5 % of a pipelined MatchPrefix).
+	 * The server sets it to 0 when a turn starts. */
+	uint64_t turn_ns;
 	struct evict_run evict_run; /* admin connections: the eviction under way */
 };
 
