@@ -2,12 +2,20 @@
 /* Streaming XXH3 state on the stack instead of malloc per hash. */
 #define XXH_STATIC_LINKING_ONLY
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "log.h"
 #include "prefix_index.h"
+
+_Static_assert(PINDEX_LFU_BUCKETS <= 16, "lfu_count and lfu_bucket are 4 bits");
+/* The layout prefix_index.h describes (LP64): the walk's fields in the
+ * first 64 bytes, the whole in a 128-byte malloc chunk. */
+_Static_assert(sizeof(void *) != 8 || (offsetof(struct pindex_entry, lru_link) == 64 &&
+				       sizeof(struct pindex_entry) <= 120),
+	       "struct pindex_entry grew past its layout");
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "token ids are hashed as little-endian uint32: add a byte swap for this host"

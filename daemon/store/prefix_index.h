@@ -80,40 +80,46 @@ enum pindex_list {
 	PINDEX_LIST_DISK,
 };
 
+/* Laid out for the walk (core/match.c): a match's lookup, pin and
+ * release of a page read and write only the first 64 bytes (hash to
+ * disk_dtype) but for a leaf's list links, which used to be spread over
+ * all 136. 120 bytes in all: a 128-byte malloc chunk, 16 bytes a page
+ * less than before. */
 struct pindex_entry {
 	XXH128_hash_t hash;
-	uint32_t slot;		     /* host slot, or PINDEX_NONE */
-	uint32_t extent;	     /* spill-file extent, or PINDEX_NONE */
-	uint64_t disk_sum;	     /* XXH3-64 of the bytes in extent */
-	uint8_t disk_dtype;	     /* their format: 0 the pool's own, else quantized */
-	uint32_t n_children;	     /* entries whose parent this is */
-	uint8_t io;		     /* enum pindex_io */
-	uint8_t list;		     /* enum pindex_list: the LRU list it is on */
-	uint8_t permanent;	     /* leaves the host tier last (prefix_index_mark_permanent) */
-	uint64_t used;		     /* the use clock when last used, 0: never this run */
-	uint64_t disk_used;	     /* the stamp the disk copy's header carries */
-	uint8_t leaving;	     /* host copy goes once its write to disk is done */
-	uint8_t demoted;	     /* prefix_index_demote: may leave before its children */
-	uint8_t idle;		     /* counted in n_idle */
-	uint8_t idle_busy;	     /* counted in n_idle_busy */
-	uint32_t n_host_children;    /* children whose host copy stays (not leaving) */
-	uint8_t mark;		     /* scratch of prefix_index_forget, 0 between calls */
-	uint8_t remote;		     /* written to the remote tier (or from it), core/rtier.c */
-	uint8_t prewarmed;	     /* read in ahead of any request, not used since */
+	uint32_t slot;		  /* host slot, or PINDEX_NONE */
+	uint32_t n_children;	  /* entries whose parent this is */
+	uint32_t n_host_children; /* children whose host copy stays (not leaving) */
+	uint8_t io;		  /* enum pindex_io */
+	uint8_t list;		  /* enum pindex_list: the LRU list it is on */
+	uint8_t idle;		  /* counted in n_idle */
+	uint8_t idle_busy;	  /* counted in n_idle_busy */
+	uint64_t used;		  /* the use clock when last used, 0: never this run */
+	uint64_t used_ns;	  /* last use (CLOCK_MONOTONIC), 0: not since the daemon started */
 	struct pindex_entry *parent; /* NULL for a first page */
+	uint8_t demoted;	     /* prefix_index_demote: may leave before its children */
+	uint8_t prewarmed;	     /* read in ahead of any request, not used since */
+	uint8_t leaving;	     /* host copy goes once its write to disk is done */
+	uint8_t remote;		     /* written to the remote tier (or from it), core/rtier.c */
+	uint8_t lfu_count : 4;	     /* 0 .. PINDEX_LFU_BUCKETS - 1 */
+	uint8_t lfu_bucket : 4;	     /* the host_lfu list it is on (--eviction window: its class) */
+	uint8_t permanent;	     /* leaves the host tier last (prefix_index_mark_permanent) */
+	uint8_t mark;		     /* scratch of prefix_index_forget, 0 between calls */
+	uint8_t disk_dtype;	     /* the disk copy's format: 0 the pool's own, else quantized */
+	/* 64 bytes: what only eviction, the disk tier and purges need. */
+	struct list lru_link;
 	/* The root its chain starts from (pool identity + cache salt), so an
 	 * admin can purge one salt's pages; {0, 0} when unknown (a page found
 	 * in a spill file written before roots were recorded there). */
 	XXH128_hash_t root;
-	uint64_t used_ns; /* last use (CLOCK_MONOTONIC), 0: not since the daemon started */
-	struct list lru_link;
+	uint64_t disk_sum;  /* XXH3-64 of the bytes in extent */
+	uint64_t disk_used; /* the stamp the disk copy's header carries */
+	uint32_t extent;    /* spill-file extent, or PINDEX_NONE */
 	uint32_t lfu_epoch; /* --eviction lfu: lfu_count as of this aging step */
-	uint8_t lfu_count;
-	uint8_t lfu_bucket; /* the host_lfu list it is on (--eviction window: its class) */
 };
 
 /* --eviction lfu (prefix_index_set_lfu). */
-#define PINDEX_LFU_BUCKETS    16u /* counts 0..15 */
+#define PINDEX_LFU_BUCKETS    16u /* counts 0..15: lfu_count and lfu_bucket are 4 bits */
 #define PINDEX_LFU_AGING_USES 32768u
 #define PINDEX_LFU_GHOSTS     8u /* ghosts per host page */
 /* --eviction window (prefix_index_set_window): host_lfu[0] lists the
