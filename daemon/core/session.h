@@ -94,24 +94,24 @@ struct session {
 	/* Page slots (n_pages used) and chain hashes, charged with the
 	 * tokens to the tenant's max-tenant-tokens. */
 	uint32_t *pages; /* [cap_pages] page slots, n_pages used; after hashes, one allocation */
+	XXH128_hash_t *hashes; /* [cap_pages] chain hash of each full committed page */
 	uint32_t n_pages;
 	uint32_t cap_pages;
-	XXH128_hash_t *hashes; /* [cap_pages] chain hash of each full committed page */
 	uint32_t n_hashes;
+	uint32_t reserved_counted; /* reserved pages counted in account */
 	uint64_t last_use_ns;
 	const void *writer;		/* the connection holding uncommitted tokens, or NULL */
 	struct session_writer *account; /* the writer's, while writer is set */
-	uint32_t reserved_counted;	/* reserved pages counted in it */
 	struct list pool_link;		/* pool.sessions */
 	struct list writer_link;	/* the writer's list of sessions it reserved in */
 	struct session_owner *owner;	/* the owning connection's list, or NULL */
 	struct list owner_link;		/* in owner, or in cache.unowned (persistent) */
-	uint8_t persistent;		/* outlives its owner (session_own) */
 	/* Context-cache policy (daemon/core/compact.h). A compacted session holds
 	 * kept tokens whose meta[].pos are their original positions, in
 	 * private pages that never enter the prefix index (n_hashes is 0). */
 	const struct policy *pol; /* &(a struct session_policy).pol; kind POLICY_NONE: exact */
 	uint32_t cur_turn;	  /* the turn of appended tokens without a tag */
+	uint8_t persistent;	  /* outlives its owner (session_own) */
 	uint8_t compacted;
 	/* Pages that never enter the prefix index: compacted, or restored
 	 * from pages stored quantized (lossy: no one else should match
@@ -120,8 +120,8 @@ struct session {
 	uint64_t dropped_tokens; /* by compaction, since creation */
 	/* GPU appends (daemon/core/gpu.c); all NULL/0 for a host-only session. */
 	uint32_t *dev_pages; /* [dev_cap] device slot of page i, GPU_NONE for none */
-	uint32_t dev_cap;
 	struct session_dev_range *dev_ranges; /* in token order */
+	uint32_t dev_cap;
 	uint32_t n_dev_ranges;
 	uint32_t cap_dev_ranges;
 	int dev_copying; /* a copy back of some of them is in flight */
