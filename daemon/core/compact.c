@@ -592,8 +592,8 @@ int compact_job_finish(struct cache *c, struct compact_job *j, uint64_t *ret_n, 
 	} else if (s->n_committed != j->n || s->n_pages < j->n_slots ||
 		   (j->n_slots &&
 		    memcmp(s->pages, j->slots, j->n_slots * sizeof(*j->slots)) != 0) ||
-		   (gather &&
-		    (s->n_tokens != j->n || s->n_pages != j->n_slots || s->dev_copying))) {
+		   (gather && (s->n_tokens != j->n || s->n_pages != j->n_slots ||
+			       (s->dev && s->dev->copying)))) {
 		/* Our references kept the slots from being reused, so the same
 		 * slots and length mean the same committed K/V. */
 		ret = -EBUSY;
@@ -683,7 +683,7 @@ int compact_gather_start(struct cache *c, struct session *s, struct tier_park *p
 	list_init(&j->link);
 	if (s->pol->kind == POLICY_NONE || !shm_layout_numeric(&p->layout))
 		return -EINVAL; /* compact_set_policy refuses policies there */
-	if (s->n_committed != s->n_tokens || s->dev_copying)
+	if (s->n_committed != s->n_tokens || (s->dev && s->dev->copying))
 		return -EBUSY;
 	ret = -ENOMEM;
 	budget = policy_budget(s->pol, n);

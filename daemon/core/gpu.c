@@ -774,10 +774,10 @@ static void sync_done(struct gpu_job *j)
 {
 	struct session *s = idmap_get(&j->c->sessions, j->session_id);
 
-	if (s) {
-		s->dev_copying = 0;
+	if (s && s->dev) {
+		s->dev->copying = 0;
 		if (j->error) {
-			s->dev_error = 1;
+			s->dev->error = 1;
 			j->p->dev.copy_errors++;
 			log_ctx_err(LOG_SESSION(s->pool->id, s->id, s->pool->uid),
 				    "session %llu: device→host copy failed",
@@ -786,16 +786,16 @@ static void sync_done(struct gpu_job *j)
 			/* Forget what is back on the host. */
 			uint32_t k = 0;
 
-			for (uint32_t i = 0; i < s->n_dev_ranges; i++) {
-				struct session_dev_range r = s->dev_ranges[i];
+			for (uint32_t i = 0; i < s->dev->n_ranges; i++) {
+				struct session_dev_range r = s->dev->ranges[i];
 
 				if (r.to <= j->sync_to)
 					continue;
 				if (r.from < j->sync_to)
 					r.from = j->sync_to;
-				s->dev_ranges[k++] = r;
+				s->dev->ranges[k++] = r;
 			}
-			s->n_dev_ranges = k;
+			s->dev->n_ranges = k;
 			j->p->dev.copied_back += j->n_copies;
 		}
 	}
@@ -820,36 +820,40 @@ int gpu_session_append(struct cache *c, struct session *s, uint64_t from, uint64
 	}
 	if (!n)
 		return 0;
-	if (s->dev_cap < s->n_pages) {
-		uint32_t *dp = realloc(s->dev_pages, (size_t)s->cap_pages * sizeof(*dp));
+	if (!s->dev && !(s->dev = calloc(1, sizeof(*s->dev)))) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	if (s->dev->cap < s->n_pages) {
+		uint32_t *dp = realloc(s->dev->pages, (size_t)s->cap_pages * sizeof(*dp));
 
 		if (!dp) {
 			*why = "out of memory";
 			return -ENOMEM;
 		}
-		for (uint32_t i = s->dev_cap; i < s->cap_pages; i++)
+		for (uint32_t i = s->dev->cap; i < s->cap_pages; i++)
 			dp[i] = GPU_NONE;
-		s->dev_pages = dp;
-		s->dev_cap = s->cap_pages;
+		s->dev->pages = dp;
+		s->dev->cap = s->cap_pages;
 	}
-	if (s->n_dev_ranges == s->cap_dev_ranges) {
-		uint32_t cap = s->cap_dev_ranges ? s->cap_dev_ranges * 2 : 4;
-		struct session_dev_range *r = realloc(s->dev_ranges, cap * sizeof(*r));
+	if (s->dev->n_ranges == s->dev->cap_ranges) {
+		uint32_t cap = s->dev->cap_ranges ? s->dev->cap_ranges * 2 : 4;
+		struct session_dev_range *r = realloc(s->dev->ranges, cap * sizeof(*r));
 
 		if (!r) {
 			*why = "out of memory";
 			return -ENOMEM;
 		}
-		s->dev_ranges = r;
-		s->cap_dev_ranges = cap;
+		s->dev->ranges = r;
+		s->dev->cap_ranges = cap;
 	}
 	if (d->pa.n_free < watermark_free(d, c->cfg->gpu_high_watermark))
 		drop_cached(d, watermark_free(d, c->cfg->gpu_low_watermark));
-	first_had = s->dev_pages[first] != GPU_NONE;
+	first_had = s->dev->pages[first] != GPU_NONE;
 	for (uint32_t pg = first; pg <= last; pg++) {
 		uint32_t slot;
 
-		if (s->dev_pages[pg] != GPU_NONE)
+		if (s->dev->pages[pg] != GPU_NONE)
 			continue;
 		if (d->pa.n_free == 0)
 			drop_cached(d, 1);
@@ -857,20 +861,20 @@ int gpu_session_append(struct cache *c, struct session *s, uint64_t from, uint64
 			/* Give back what this call took: every page after the
 			 * first, and the first when it had none before. */
 			for (uint32_t q = first + (uint32_t)first_had; q < pg; q++) {
-				pagealloc_unref(&d->pa, s->dev_pages[q]);
-				s->dev_pages[q] = GPU_NONE;
+				pagealloc_unref(&d->pa, s->dev->pages[q]);
+				s->dev->pages[q] = GPU_NONE;
 			}
 			*why = "the device arena is full: no device slot for the new pages";
 			return -ENOSPC;
 		}
 		d->hash[slot] = (XXH128_hash_t){0, 0}; /* a session's, never cached */
 		d->used_ns[slot] = now;
-		s->dev_pages[pg] = slot;
+		s->dev->pages[pg] = slot;
 	}
-	if (s->n_dev_ranges && s->dev_ranges[s->n_dev_ranges - 1].to == from)
-		s->dev_ranges[s->n_dev_ranges - 1].to = from + n;
+	if (s->dev->n_ranges && s->dev->ranges[s->dev->n_ranges - 1].to == from)
+		s->dev->ranges[s->dev->n_ranges - 1].to = from + n;
 	else
-		s->dev_ranges[s->n_dev_ranges++] = (struct session_dev_range){from, from + n};
+		s->dev->ranges[s->dev->n_ranges++] = (struct session_dev_range){from, from + n};
 	return 0;
 }
 
@@ -885,19 +889,19 @@ int gpu_session_sync(struct cache *c, struct session *s, uint64_t n, struct tier
 	uint32_t n_copies = 0, k = 0;
 	int ret;
 
-	if (!s->n_dev_ranges || s->dev_ranges[0].from >= target)
+	if (!s->dev || !s->dev->n_ranges || s->dev->ranges[0].from >= target)
 		return 0;
-	if (s->dev_error) {
+	if (s->dev->error) {
 		*why = "a device→host copy of this session's GPU-written tokens failed";
 		return -EIO;
 	}
-	if (s->dev_copying)
+	if (s->dev->copying)
 		goto wait;
 	/* One copy per page part of each range below target. */
-	for (uint32_t i = 0; i < s->n_dev_ranges && s->dev_ranges[i].from < target; i++) {
-		uint64_t b = s->dev_ranges[i].to < target ? s->dev_ranges[i].to : target;
+	for (uint32_t i = 0; i < s->dev->n_ranges && s->dev->ranges[i].from < target; i++) {
+		uint64_t b = s->dev->ranges[i].to < target ? s->dev->ranges[i].to : target;
 
-		n_copies += (uint32_t)((b - 1) / bt - s->dev_ranges[i].from / bt + 1);
+		n_copies += (uint32_t)((b - 1) / bt - s->dev->ranges[i].from / bt + 1);
 	}
 	j = calloc(1, sizeof(*j));
 	if (j) {
@@ -917,16 +921,16 @@ int gpu_session_sync(struct cache *c, struct session *s, uint64_t n, struct tier
 		*why = "out of memory";
 		return -ENOMEM;
 	}
-	for (uint32_t i = 0; i < s->n_dev_ranges && s->dev_ranges[i].from < target; i++) {
-		uint64_t a = s->dev_ranges[i].from;
-		uint64_t b = s->dev_ranges[i].to < target ? s->dev_ranges[i].to : target;
+	for (uint32_t i = 0; i < s->dev->n_ranges && s->dev->ranges[i].from < target; i++) {
+		uint64_t a = s->dev->ranges[i].from;
+		uint64_t b = s->dev->ranges[i].to < target ? s->dev->ranges[i].to : target;
 
 		while (a < b) {
 			uint32_t pg = (uint32_t)(a / bt);
 			uint64_t e = (uint64_t)(pg + 1) * bt < b ? (uint64_t)(pg + 1) * bt : b;
 
-			kvp_assert(pg < s->n_pages && s->dev_pages[pg] != GPU_NONE);
-			ret = copy_rows_to_host(c->gpu, p, s->dev_pages[pg], s->pages[pg],
+			kvp_assert(pg < s->n_pages && s->dev->pages[pg] != GPU_NONE);
+			ret = copy_rows_to_host(c->gpu, p, s->dev->pages[pg], s->pages[pg],
 						(uint32_t)(a % bt), (uint32_t)(e - a));
 			if (ret < 0) {
 				if (k)
@@ -944,9 +948,9 @@ int gpu_session_sync(struct cache *c, struct session *s, uint64_t n, struct tier
 				*why = "cannot start a device→host copy";
 				return -EIO;
 			}
-			pagealloc_ref(&d->pa, s->dev_pages[pg]);
+			pagealloc_ref(&d->pa, s->dev->pages[pg]);
 			pagealloc_ref(&p->pa, s->pages[pg]);
-			j->dev[k] = s->dev_pages[pg];
+			j->dev[k] = s->dev->pages[pg];
 			j->host[k] = s->pages[pg];
 			j->tok_off[k] = (uint32_t)(a % bt);
 			j->tok_n[k] = (uint32_t)(e - a);
@@ -971,7 +975,7 @@ int gpu_session_sync(struct cache *c, struct session *s, uint64_t n, struct tier
 		*why = "cannot queue the completion of device→host copies";
 		return ret;
 	}
-	s->dev_copying = 1;
+	s->dev->copying = 1;
 wait:
 	if (pk->no_park) {
 		*why = "device→host copies of this session are still in flight: commit again";
@@ -986,20 +990,22 @@ void gpu_session_trim(struct session *s)
 	struct gpu_pool *d = &s->pool->dev;
 	uint32_t k = 0;
 
-	for (uint32_t i = 0; i < s->n_dev_ranges; i++) {
-		struct session_dev_range r = s->dev_ranges[i];
+	if (!s->dev)
+		return;
+	for (uint32_t i = 0; i < s->dev->n_ranges; i++) {
+		struct session_dev_range r = s->dev->ranges[i];
 
 		if (r.from >= s->n_tokens)
 			continue;
 		if (r.to > s->n_tokens)
 			r.to = s->n_tokens;
-		s->dev_ranges[k++] = r;
+		s->dev->ranges[k++] = r;
 	}
-	s->n_dev_ranges = k;
-	for (uint32_t pg = s->n_pages; pg < s->dev_cap; pg++)
-		if (s->dev_pages[pg] != GPU_NONE) {
-			pagealloc_unref(&d->pa, s->dev_pages[pg]);
-			s->dev_pages[pg] = GPU_NONE;
+	s->dev->n_ranges = k;
+	for (uint32_t pg = s->n_pages; pg < s->dev->cap; pg++)
+		if (s->dev->pages[pg] != GPU_NONE) {
+			pagealloc_unref(&d->pa, s->dev->pages[pg]);
+			s->dev->pages[pg] = GPU_NONE;
 		}
 }
 
@@ -1007,14 +1013,15 @@ void gpu_session_free(struct session *s)
 {
 	struct gpu_pool *d = &s->pool->dev;
 
-	for (uint32_t pg = 0; pg < s->dev_cap; pg++)
-		if (s->dev_pages[pg] != GPU_NONE)
-			pagealloc_unref(&d->pa, s->dev_pages[pg]);
-	free(s->dev_pages);
-	free(s->dev_ranges);
-	s->dev_pages = NULL;
-	s->dev_ranges = NULL;
-	s->dev_cap = s->n_dev_ranges = s->cap_dev_ranges = 0;
+	if (!s->dev)
+		return;
+	for (uint32_t pg = 0; pg < s->dev->cap; pg++)
+		if (s->dev->pages[pg] != GPU_NONE)
+			pagealloc_unref(&d->pa, s->dev->pages[pg]);
+	free(s->dev->pages);
+	free(s->dev->ranges);
+	free(s->dev);
+	s->dev = NULL;
 }
 
 int gpu_pool_forget(struct pool *p, XXH128_hash_t h)

@@ -79,6 +79,17 @@ struct session_dev_range {
 	uint64_t from, to;
 };
 
+/* A session's GPU appends (daemon/core/gpu.c). */
+struct session_dev {
+	uint32_t *pages;		  /* [cap] device slot of page i, GPU_NONE for none */
+	struct session_dev_range *ranges; /* in token order */
+	uint32_t cap;
+	uint32_t n_ranges;
+	uint32_t cap_ranges;
+	int copying; /* a copy back of some of them is in flight */
+	int error;   /* a copy back failed: commits fail */
+};
+
 struct session {
 	uint64_t id;
 	struct pool *pool;
@@ -118,14 +129,9 @@ struct session {
 	 * them as if exact). */
 	uint8_t unindexed;
 	uint64_t dropped_tokens; /* by compaction, since creation */
-	/* GPU appends (daemon/core/gpu.c); all NULL/0 for a host-only session. */
-	uint32_t *dev_pages; /* [dev_cap] device slot of page i, GPU_NONE for none */
-	struct session_dev_range *dev_ranges; /* in token order */
-	uint32_t dev_cap;
-	uint32_t n_dev_ranges;
-	uint32_t cap_dev_ranges;
-	int dev_copying; /* a copy back of some of them is in flight */
-	int dev_error;	 /* a copy back failed: commits fail */
+	/* GPU appends (daemon/core/gpu.c), made on the first; NULL for a
+	 * host-only session, which so does not carry them. */
+	struct session_dev *dev;
 };
 
 /* A policy sessions share: the configured default (cache.default_pol, one

@@ -394,7 +394,7 @@ static int do_append(struct cache *cache, struct peer *c, const Kvpalace__V1__Ap
 	out->has_tier = 1;
 	out->tier = (Kvpalace__V1__Tier)tier;
 	if (tier == KVPALACE__V1__TIER__TIER_GPU) {
-		out->device_slots = s->dev_pages + first_page;
+		out->device_slots = s->dev->pages + first_page; /* the append made it */
 		out->n_device_slots = out->n_page_slots;
 	}
 	r->resp.op_case = KVPALACE__V1__RESPONSE__OP_APPEND;
