@@ -370,7 +370,9 @@ KVP_PUBLIC int kvp_session_set_persistent(kvp_session *s, int persistent);
  * kvp_session_set_persistent). The handle holds all its tokens, committed,
  * as a fork's does. On failure the session stays in the daemon (it may
  * belong to this connection now). Errors: -ENOENT no such session of this
- * user in p; -EBUSY another client holds uncommitted tokens of it;
+ * user in p; -EBUSY another open connection owns it (sessions are shared
+ * between live processes through the prefix index: a lease, a fork of
+ * it), or another client holds uncommitted tokens of it;
  * -EEXIST p already has a handle of it; -EOPNOTSUPP a daemon too old to
  * adopt sessions. */
 KVP_PUBLIC int kvp_session_adopt(kvp_pool *p, uint64_t session_id, kvp_session **ret_session);

@@ -220,6 +220,20 @@ static int do_lease_device(struct cache *cache, struct peer *c,
 	return 0;
 }
 
+/* Whether another open connection owns s. Only the owner truncates,
+ * closes or adopts a session: a truncate or close under its feet would
+ * free pages it still reads through the page table it holds, for another
+ * session to take (appends and commits of the tenant's other connections
+ * go on under the writer rule: they only add pages). A session nobody
+ * owns (persistent, its connection gone) any connection of its tenant may
+ * truncate, close or adopt. */
+static int owned_elsewhere(const struct session *s, const struct peer *c)
+{
+	return s->owner && s->owner != &c->sessions;
+}
+
+#define OWNED_ELSEWHERE_WHY "another connection owns this session"
+
 /* CreateSession with a session_id: this connection takes over an
  * existing session of its tenant in pool p (a persistent one a dead
  * client left, one an admin restored, or its own to change whether it is
@@ -233,6 +247,12 @@ static int adopt_session(struct cache *cache, struct peer *c, struct pool *p,
 	if (!s || s->pool != p) {
 		*why = "no such session in this pool";
 		return -ENOENT;
+	}
+	if (owned_elsewhere(s, c)) {
+		/* Sharing between processes goes through the prefix index
+		 * (a lease, a fork of it), never through a session in use. */
+		*why = "another connection owns this session";
+		return -EBUSY;
 	}
 	if (s->writer && s->writer != c) {
 		*why = "another client holds uncommitted tokens of this session";
@@ -286,6 +306,10 @@ static int do_close_session(struct cache *cache, struct peer *c,
 	if (!s) {
 		*why = "no such session";
 		return -ENOENT;
+	}
+	if (owned_elsewhere(s, c)) {
+		*why = OWNED_ELSEWHERE_WHY;
+		return -EBUSY;
 	}
 	if (s->writer && s->writer != c) {
 		*why = "another client is writing this session";
@@ -550,6 +574,10 @@ static int do_truncate(struct cache *cache, struct peer *c, const Kvpalace__V1__
 	if (!s) {
 		*why = "no such session";
 		return -ENOENT;
+	}
+	if (owned_elsewhere(s, c)) {
+		*why = OWNED_ELSEWHERE_WHY;
+		return -EBUSY;
 	}
 	ret = session_truncate(cache, s, c, in->n_tokens, pk, &copied);
 	if (ret < 0) {

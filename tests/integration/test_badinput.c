@@ -862,16 +862,22 @@ static void test_index_ops_bad_arguments(void **state)
 	raw_close(&r);
 }
 
-/* While one connection holds uncommitted tokens of a session, another may
- * not truncate it (it may fork its committed part); once they are
- * committed it may. */
-static void test_truncate_others_reservation(void **state)
+/* A session belongs to the connection that made it: another connection of
+ * the same user may fork its committed part, but neither truncate, close
+ * nor adopt it, before or after a commit (a truncate or close under the
+ * owner's feet would free pages the owner still reads through its page
+ * table, for someone else's session to take), nor append to or commit it
+ * while the owner holds uncommitted tokens. The owner truncates as before. */
+static void test_session_of_another_connection(void **state)
 {
 	struct harness *h = *state;
 	Kvpalace__V1__Request req;
 	Kvpalace__V1__TruncateRequest tr;
 	Kvpalace__V1__ForkRequest fk;
 	Kvpalace__V1__CommitRequest cm;
+	Kvpalace__V1__AppendRequest app;
+	Kvpalace__V1__CloseSessionRequest cl;
+	Kvpalace__V1__CreateSessionRequest cs;
 	Kvpalace__V1__Response *resp;
 	uint32_t tokens[40];
 	uint64_t pool_id, sid;
@@ -884,16 +890,39 @@ static void test_truncate_others_reservation(void **state)
 	assert_int_equal(raw_open_pool(&b, MODEL, &harness_layout, &pool_id), 0);
 	assert_int_equal(raw_create_session(&a, pool_id, &sid), 0);
 	raw_fill(&a, sid, tokens, 40, 20);
-	raw_req_truncate(&req, &tr, sid, 20);
-	expect_status(&b, &req, ST(BUSY));
-	raw_req_truncate(&req, &tr, sid, 10);
-	expect_status(&b, &req, ST(BUSY));
-	raw_req_fork(&req, &fk, sid, 20);
-	expect_status(&b, &req, ST(OK));
+	for (int committed = 0; committed < 2; committed++) {
+		raw_req_truncate(&req, &tr, sid, 10);
+		expect_status(&b, &req, ST(BUSY));
+		raw_req_truncate(&req, &tr, sid, 0);
+		expect_status(&b, &req, ST(BUSY));
+		if (!committed) {
+			raw_req_append(&req, &app, sid, tokens + 20, 4);
+			expect_status(&b, &req, ST(BUSY));
+			raw_req_commit(&req, &cm, sid, 20);
+			expect_status(&b, &req, ST(BUSY));
+		}
+		raw_req_close_session(&req, &cl, sid);
+		expect_status(&b, &req, ST(BUSY));
+		raw_req_create_session(&req, &cs, pool_id);
+		cs.has_session_id = 1;
+		cs.session_id = sid;
+		expect_status(&b, &req, ST(BUSY));
+		raw_req_fork(&req, &fk, sid, 20);
+		expect_status(&b, &req, ST(OK));
+		if (!committed) {
+			raw_req_commit(&req, &cm, sid, 20);
+			expect_status(&a, &req, ST(OK));
+		}
+	}
+	/* Nothing of it changed: the owner goes on where it was. */
+	raw_req_append(&req, &app, sid, tokens, 20);
+	assert_int_equal(raw_call(&a, &req, &resp, NULL), 1);
+	assert_int_equal(resp->status, ST(OK));
+	assert_int_equal(resp->append->first_token, 40);
 	raw_req_commit(&req, &cm, sid, 20);
 	expect_status(&a, &req, ST(OK));
 	raw_req_truncate(&req, &tr, sid, 10);
-	assert_int_equal(raw_call(&b, &req, &resp, NULL), 1);
+	assert_int_equal(raw_call(&a, &req, &resp, NULL), 1);
 	assert_int_equal(resp->status, ST(OK));
 	assert_int_equal(resp->truncate->n_tokens, 10);
 	assert_int_equal(resp->truncate->committed_tokens, 10);
@@ -901,7 +930,11 @@ static void test_truncate_others_reservation(void **state)
 	 * copy of it, in another slot. */
 	assert_int_equal(resp->truncate->n_page_slots, 1);
 	assert_int_equal(resp->truncate->first_page, 0);
+	/* Once the owner is gone the session went with it (not persistent). */
 	raw_close(&a);
+	assert_int_equal(raw_wait_connections(&b, 1), 0);
+	raw_req_truncate(&req, &tr, sid, 0);
+	expect_status(&b, &req, ST(NOT_FOUND));
 	raw_close(&b);
 }
 
@@ -1076,7 +1109,7 @@ int main(void)
 		T(test_other_clients_reservation),
 		T(test_foreign_lease),
 		T(test_index_ops_bad_arguments),
-		T(test_truncate_others_reservation),
+		T(test_session_of_another_connection),
 		T(test_connect_errors),
 		T(test_admin_socket_refuses_client_ops),
 		T(test_survives_then_serves),
