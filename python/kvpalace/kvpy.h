@@ -185,6 +185,11 @@ PyObject *kvpy_node_closed_get(PyObject *self, void *unused);
 int kvpy_call(struct kvpy_node *n, int (*fn)(void *arg), void *arg, char *msg, size_t msg_n);
 /* kvpy_call, raising kvpalace.Error on a negative result. */
 int kvpy_call_raise(struct kvpy_node *n, int (*fn)(void *arg), void *arg);
+/* The same for a call that never talks to the daemon (a page view, a copy
+ * in or out of the arena): its error is explained by errno's text alone,
+ * since kvp_strerror would give the daemon's message of an earlier call
+ * that failed with the same code. */
+int kvpy_call_local_raise(struct kvpy_node *n, int (*fn)(void *arg), void *arg);
 
 /* ---- async.c: submitted operations ---- */
 PyObject *kvpy_pool_lookup_submit(PyObject *self, PyObject *args, PyObject *kw);

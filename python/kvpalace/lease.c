@@ -88,7 +88,7 @@ static PyObject *lease_block_table(PyObject *self, PyObject *args)
 	ta.slots = PyMem_Malloc((ta.n ? ta.n : 1) * sizeof(uint32_t));
 	if (!ta.slots)
 		return PyErr_NoMemory();
-	if (kvpy_call_raise(&l->node, do_table, &ta) == 0) {
+	if (kvpy_call_local_raise(&l->node, do_table, &ta) == 0) {
 		list = PyList_New((Py_ssize_t)ta.n);
 		for (size_t i = 0; list && i < ta.n; i++) {
 			PyObject *v = PyLong_FromUnsignedLong(ta.slots[i]);
@@ -128,7 +128,7 @@ static PyObject *lease_page(PyObject *self, PyObject *arg)
 	if (PyErr_Occurred())
 		return NULL;
 	pa.l = l->l;
-	if (kvpy_call_raise(&l->node, do_page, &pa) < 0)
+	if (kvpy_call_local_raise(&l->node, do_page, &pa) < 0)
 		return NULL;
 	return kvpy_page_new(&l->node, pa.i, 0, 0, &pa.v);
 }
@@ -171,7 +171,7 @@ static PyObject *lease_read(PyObject *self, PyObject *args)
 	ra.off = off;
 	ra.dst = PyBytes_AS_STRING(out);
 	ra.n = (size_t)n;
-	if (kvpy_call_raise(&l->node, do_read, &ra) < 0) {
+	if (kvpy_call_local_raise(&l->node, do_read, &ra) < 0) {
 		Py_DECREF(out);
 		return NULL;
 	}

@@ -237,6 +237,15 @@ int kvpy_call_raise(struct kvpy_node *n, int (*fn)(void *arg), void *arg)
 	return ret;
 }
 
+int kvpy_call_local_raise(struct kvpy_node *n, int (*fn)(void *arg), void *arg)
+{
+	int ret = kvpy_call(n, fn, arg, NULL, 0);
+
+	if (ret < 0)
+		kvpy_raise(ret, NULL);
+	return ret;
+}
+
 PyObject *kvpy_node_enter(PyObject *self, PyObject *unused)
 {
 	if (kvpy_node_check((struct kvpy_node *)self) < 0)

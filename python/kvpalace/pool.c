@@ -375,7 +375,7 @@ static PyObject *pool_arena(PyObject *self, PyObject *unused)
 	if (pool_check(p) < 0)
 		return NULL;
 	aa.p = p->p;
-	if (kvpy_call_raise(&p->node, do_arena, &aa) < 0)
+	if (kvpy_call_local_raise(&p->node, do_arena, &aa) < 0)
 		return NULL;
 	return Py_BuildValue(
 		"{s:K,s:n,s:n,s:I,s:i,s:K,s:O}", "base", (unsigned long long)(uintptr_t)aa.a.base,

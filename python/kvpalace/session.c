@@ -119,7 +119,7 @@ static PyObject *sess_page(PyObject *self, PyObject *arg)
 	if (PyErr_Occurred())
 		return NULL;
 	pa.s = s->s;
-	if (kvpy_call_raise(&s->node, do_page, &pa) < 0)
+	if (kvpy_call_local_raise(&s->node, do_page, &pa) < 0)
 		return NULL;
 	return kvpy_page_new(&s->node, pa.i, s->generation, 1, &pa.v);
 }
@@ -157,7 +157,7 @@ static PyObject *sess_write(PyObject *self, PyObject *args)
 	wa.off = off;
 	wa.src = v.buf;
 	wa.n = (size_t)v.len;
-	ret = kvpy_call_raise(&s->node, do_write, &wa);
+	ret = kvpy_call_local_raise(&s->node, do_write, &wa);
 	PyBuffer_Release(&v);
 	if (ret < 0)
 		return NULL;

@@ -154,9 +154,13 @@ def test_errors_carry_errno_and_message(pool):
         with pytest.raises(kvpalace.Error) as e:
             s.commit(10)
         assert e.value.errno == errno.ERANGE and e.value.strerror
+        commit_why = e.value.strerror
         with pytest.raises(kvpalace.Error) as e:
             s.page(5)
         assert e.value.errno == errno.ERANGE
+        # A local error says what it is, not the last daemon reply's text.
+        assert e.value.strerror != commit_why
+        assert e.value.strerror == os.strerror(errno.ERANGE)
         with pytest.raises(kvpalace.Error) as e:
             s.truncate(99)
         assert e.value.errno == errno.ERANGE
