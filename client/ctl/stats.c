@@ -842,6 +842,23 @@ int cmd_stats(kvp_client *c, const struct args *a)
 	return ret;
 }
 
+/* Whether pool_id is none of the pools Stats lists (an empty listing of
+ * it then means no such pool, as the other commands say; a list cut
+ * short proves nothing). 0 when it is listed or cannot be told. */
+static int pool_missing(kvp_client *c, uint64_t pool_id)
+{
+	struct kvp_stats *st;
+	int missing;
+
+	if (kvp_stats(c, &st) < 0)
+		return 0;
+	missing = !st->pools_truncated;
+	for (size_t i = 0; i < st->n_pools && missing; i++)
+		missing = st->pools[i].pool_id != pool_id;
+	kvp_stats_free(st);
+	return missing;
+}
+
 int cmd_sessions(kvp_client *c, const struct args *a)
 {
 	struct kvp_session_info *ss;
@@ -851,6 +868,11 @@ int cmd_sessions(kvp_client *c, const struct args *a)
 	ret = kvp_list_sessions(c, a->pool_id, &ss, &n);
 	if (ret < 0)
 		return fail(c, a->name, ret);
+	if (!n && (a->given & OPT_POOL) && pool_missing(c, a->pool_id)) {
+		free(ss);
+		fprintf(stderr, "kvpalacectl: %s: no such pool %" PRIu64 "\n", a->name, a->pool_id);
+		return EXIT_DAEMON;
+	}
 	if (a->json)
 		ret = jdoc_print(stdout,
 				 sessions_json(a->path, kvp_is_admin(c), a->pool_id, ss, n)) < 0

@@ -883,6 +883,9 @@ static void test_evict(void **state)
 	snprintf(missing, sizeof(missing), "%" PRIu64, kvp_pool_id(q) + 1000);
 	CTL_EXPECT(1, h->admin_sock, "evict", "--tier", "host", "--bytes", "1G", "--pool", missing);
 	expect_out("evict --pool (missing)", "%s", "no such pool");
+	/* Listing the sessions of a pool that does not exist says so too. */
+	CTL_EXPECT(1, h->admin_sock, "sessions", "--pool", missing);
+	expect_out("sessions --pool (missing)", "%s", "no such pool");
 	free(big);
 	kvp_disconnect(c);
 }
