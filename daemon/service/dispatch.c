@@ -251,7 +251,7 @@ static int adopt_session(struct cache *cache, struct peer *c, struct pool *p,
 	if (owned_elsewhere(s, c)) {
 		/* Sharing between processes goes through the prefix index
 		 * (a lease, a fork of it), never through a session in use. */
-		*why = "another connection owns this session";
+		*why = OWNED_ELSEWHERE_WHY;
 		return -EBUSY;
 	}
 	if (s->writer && s->writer != c) {
