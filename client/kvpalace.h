@@ -747,7 +747,8 @@ KVP_PUBLIC int kvp_session_meta(kvp_session *s, uint64_t first, size_t n,
  * reading a prefix for the first time takes no fault per huge page (with
  * 4 KiB pages a read fault maps 16 pages already, and prefaulting was
  * measured no faster). Errors: -EDQUOT the client holds too many
- * leases. */
+ * leases or leased pages, or this user's leases together pin its share
+ * of the host tier (kvpalaced(8), --host-tier-size): release some. */
 KVP_PUBLIC int kvp_match_prefix(kvp_pool *p, const uint32_t *tokens, size_t n,
 				kvp_lease **ret_lease);
 
@@ -856,7 +857,8 @@ KVP_PUBLIC uint64_t kvp_lease_id(const kvp_lease *l);
  * lease_id 0; -ENOENT no such lease in this pool (released, its client
  * gone, another user's: leases never cross users); -EDQUOT this client's
  * limits on leases or leased pages (max-leases-per-client,
- * max-leased-pages-per-client); the connection's errors. */
+ * max-leased-pages-per-client), or this user's leases pin its share of the
+ * host tier; the connection's errors. */
 KVP_PUBLIC int kvp_lease_adopt(kvp_pool *p, uint64_t lease_id, kvp_lease **ret_lease);
 
 /* ---- submitting without waiting ----------------------------------------- */

@@ -85,7 +85,8 @@ struct cache_tenant {
 	 * metadata, chunks shared by forks counted once: tokvec.h; page
 	 * table entries): what max-tenant-tokens bounds (session.c). */
 	uint64_t meta_tokens;
-	uint32_t place_jobs; /* hierarchy placements on a worker (place.c) */
+	uint32_t place_jobs;   /* hierarchy placements on a worker (place.c) */
+	uint64_t leased_bytes; /* host pages its read leases pin (lease.c) */
 	struct cache_counters ctr;
 };
 

@@ -19,6 +19,7 @@ int lease_create(struct cache *c, struct pool *p, const void *owner, struct list
 	l->id = cache_new_id(c, p->uid);
 	l->pool = p;
 	l->owner = owner;
+	l->tenant = cache_tenant(c, p->uid);
 	if (idmap_put(&c->leases, l->id, l) < 0) {
 		free(l);
 		return -ENOMEM;
@@ -83,6 +84,7 @@ int lease_add_page(struct lease *l, uint32_t slot, XXH128_hash_t hash, const uin
 			return -ENOMEM;
 	}
 	pagealloc_pin(&l->pool->pa, slot);
+	l->tenant->leased_bytes += l->pool->page_bytes;
 	prefix_index_update_at(&l->pool->ix, &l->pool->pa, slot, now_ns);
 	memcpy(l->tokens + (uint64_t)l->n_pages * bt, tokens, bt * sizeof(uint32_t));
 	l->hashes[l->n_pages] = hash;
@@ -102,6 +104,7 @@ void lease_drop_pages(struct lease *l, uint32_t keep)
 		uint32_t slot = l->pages[--l->n_pages];
 
 		pagealloc_unpin(&l->pool->pa, slot);
+		l->tenant->leased_bytes -= l->pool->page_bytes;
 		prefix_index_update_at(&l->pool->ix, &l->pool->pa, slot, now);
 	}
 }

@@ -27,9 +27,10 @@ struct lease {
 	uint64_t id;
 	struct pool *pool;
 	const void *owner;
-	XXH128_hash_t root;  /* chain root: pool identity + salt */
-	XXH128_hash_t chain; /* hash of the last matched page (the root at first) */
-	uint32_t *carry;     /* tokens of a page cut by a chunk boundary */
+	struct cache_tenant *tenant; /* its user's: leased_bytes counts its pins */
+	XXH128_hash_t root;	     /* chain root: pool identity + salt */
+	XXH128_hash_t chain;	     /* hash of the last matched page (the root at first) */
+	uint32_t *carry;	     /* tokens of a page cut by a chunk boundary */
 	uint32_t n_carry;
 	/* Key spans of the prompt so far (absolute positions), folded into
 	 * the hashes of the pages they overlap (prefix_index_hash_keyed). */

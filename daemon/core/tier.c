@@ -635,6 +635,17 @@ static uint64_t tenant_held(const struct cache *c, uid_t uid)
 	return b;
 }
 
+int tier_lease_room(const struct cache *c, uid_t uid)
+{
+	const struct cache_tenant *t = idmap_get(&c->tenants, (uint64_t)uid + 1);
+	struct held h;
+
+	if (!t || t->leased_bytes < c->cfg->host_tier_bytes / (HELD_MAX_UIDS + 1))
+		return 1; /* below any share: no need to count */
+	count_held(c, uid, &h);
+	return t->leased_bytes < c->cfg->host_tier_bytes / (h.n_tenants + (h.mine == 0) + 1);
+}
+
 /* Frees up to want bytes of cached pages (only the index holds them) in
  * the pools of tenants holding more than fair, never uid's. They are
  * dropped, not spilled: the tenant over its share gives way at once to

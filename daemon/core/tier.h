@@ -122,6 +122,13 @@ int tier_page_unquantize(const struct shm_layout *l, void *page, const struct sh
  * n_pages) for the fraction in millionths, so 0.57 of 100 pages is 57. */
 uint32_t tier_mark_pages(double fraction, uint32_t n_pages);
 
+/* Whether uid's read leases may pin more host pages: they pin less than
+ * host-tier-size over one more than the tenants holding host pages (so
+ * alone it pins at most half, and whatever the tenants present pin, a
+ * newcomer finds its share unpinned: reclaiming from others can only take
+ * pages nothing pins). O(pools). */
+int tier_lease_room(const struct cache *c, uid_t uid);
+
 /* Makes sure p has need free pages, evicting as the watermarks say. With a
  * disk tier, index pages are written to disk before they leave
  * (tier_spill). Returns 0, -EAGAIN when room comes once disk writes in

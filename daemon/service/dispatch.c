@@ -633,6 +633,8 @@ static int do_session_pages(struct cache *cache, struct peer *c,
 
 #define LEASED_PAGES_WHY                                                                           \
 	"this client's leases pin max-leased-pages-per-client pages: release some first"
+#define TENANT_LEASED_WHY                                                                          \
+	"this user's read leases pin its share of the host tier: release some first"
 
 /* The request's tokens as host uint32s in *ret_tokens: tokens, or
  * tokens_le read in place when the host is little-endian and the bytes
@@ -831,6 +833,10 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 			*why = LEASED_PAGES_WHY;
 			return -EDQUOT;
 		}
+		if (!l->complete && !tier_lease_room(cache, c->uid)) {
+			*why = TENANT_LEASED_WHY;
+			return -EDQUOT;
+		}
 		/* The chunk's spans join the lease's before its walk (a
 		 * parked or failed request leaves them as they were). */
 		spans_before = l->spans.n;
@@ -873,6 +879,13 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 		 * the pages it matches, at most max-tokens-per-request. */
 		if (c->n_leased_pages >= cache->cfg->max_leased_pages) {
 			*why = LEASED_PAGES_WHY;
+			return -EDQUOT;
+		}
+		/* Nor past its share of the host tier, whatever the number of
+		 * its connections and pools: pinned pages are what no fair
+		 * share can take back (tier.c). */
+		if (!tier_lease_room(cache, c->uid)) {
+			*why = TENANT_LEASED_WHY;
 			return -EDQUOT;
 		}
 		if (!pk->no_park && match_prefetch(cache, p, root, NULL, 0, tokens, n_tokens, 0,
@@ -1101,6 +1114,10 @@ static int do_adopt_lease(struct cache *cache, struct peer *c,
 	}
 	if (c->n_leased_pages + n > cache->cfg->max_leased_pages) {
 		*why = LEASED_PAGES_WHY;
+		return -EDQUOT;
+	}
+	if (!tier_lease_room(cache, c->uid)) {
+		*why = TENANT_LEASED_WHY;
 		return -EDQUOT;
 	}
 	bt = p->layout.block_tokens;

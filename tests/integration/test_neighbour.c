@@ -64,7 +64,9 @@ struct shared {
 	double solo[N_SOLO];
 	double beside[N_BESIDE];
 	volatile uint32_t n_beside;
-	volatile int v_served; /* V's pool, commit, match and stats checked */
+	volatile int v_served;	  /* V's pool, commit, match and stats checked */
+	volatile uint64_t leased; /* pages M's leases pin (test_lease_hog) */
+	volatile int refused;	  /* M's match refused with -EDQUOT */
 };
 
 struct m_arg {
@@ -222,6 +224,19 @@ static int v_work(struct harness *h, kvp_client *c)
 	return 0;
 }
 
+/* V alone: its pool, a commit, a match and its bytes, its Stats. */
+static int v_work_main(void *arg)
+{
+	struct m_arg *a = arg;
+	kvp_client *c;
+
+	CHILD_CHECK(harness_become(UID_V) == 0);
+	CHILD_CHECK(kvp_connect(a->h->sock, &c) == 0);
+	CHILD_CHECK(v_work(a->h, c) == 0);
+	kvp_disconnect(c);
+	return 0;
+}
+
 static int v_main(void *arg)
 {
 	struct m_arg *a = arg;
@@ -257,6 +272,89 @@ static int v_main(void *arg)
 	sh->n_beside = n;
 	kvp_disconnect(c);
 	return 0;
+}
+
+#define HOG_PAGES 256u /* a session of M's in test_lease_hog */
+
+/* M commits sessions into its pools and keeps a read lease on each, until
+ * the daemon refuses a match (its share of the tier is pinned) or its
+ * pools are full of its leases; then holds them until told to stop. */
+static int hog_main(void *arg)
+{
+	struct m_arg *a = arg;
+	struct shared *sh = a->sh;
+	uint32_t *tokens = malloc(HOG_PAGES * 16u * sizeof(*tokens)), seed = 1;
+	kvp_client *c;
+	kvp_pool *p;
+	kvp_session *s;
+	kvp_lease *l;
+	char model[32];
+
+	CHILD_CHECK(tokens != NULL);
+	CHILD_CHECK(harness_become(UID_M) == 0);
+	CHILD_CHECK_EQ(kvp_connect(a->h->sock, &c), 0);
+	for (int i = 0; i < N_POOLS_M && !sh->refused; i++) {
+		snprintf(model, sizeof(model), "%s-%d", MODEL_M, i);
+		CHILD_CHECK_EQ(kvp_pool_open(c, model, &harness_layout, &p), 0);
+		for (;;) {
+			int ret;
+
+			harness_tokens(tokens, HOG_PAGES * 16u, seed++, 0);
+			if (harness_commit_session(p, tokens, HOG_PAGES * 16u, &s) < 0)
+				break; /* this pool is full of what M pins */
+			CHILD_CHECK_EQ(kvp_session_close(s), 0);
+			ret = kvp_match_prefix(p, tokens, HOG_PAGES * 16u, &l);
+			if (ret == -EDQUOT) {
+				sh->refused = 1;
+				break;
+			}
+			CHILD_CHECK_EQ(ret, 0);
+			sh->leased += kvp_lease_tokens(l) / 16u;
+		}
+	}
+	sh->ready = 1;
+	while (!sh->stop)
+		sleep_ms(1);
+	kvp_disconnect(c);
+	free(tokens);
+	return 0;
+}
+
+/* A tenant's read leases pin at most its share of the host tier, however
+ * many pools and connections it spreads them over (a review found one
+ * uid pinning the whole tier with leases: another uid's every append then
+ * failed with ENOSPC). Alone, M pins at most half the tier; V then
+ * commits, matches and reads its pages back beside M's leases. */
+static void test_lease_hog(void **state)
+{
+	struct harness *h = *state;
+	struct shared *sh;
+	struct m_arg ma, va;
+	pid_t m, v;
+
+	if (!h)
+		skip();
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(sh != MAP_FAILED);
+	memset(sh, 0, sizeof(*sh));
+	ma = (struct m_arg){.h = h, .sh = sh};
+	m = harness_fork(hog_main, &ma);
+	assert_true(m > 0);
+	for (int i = 0; i < 120000 && !sh->ready; i++)
+		sleep_ms(1);
+	assert_true(sh->ready);
+	print_message("M's leases pin %llu of %u pages (refused: %d)\n",
+		      (unsigned long long)sh->leased, TIER_PAGES, sh->refused);
+	assert_true(sh->refused);
+	/* The check comes before a match: one match may pass it by its pages. */
+	assert_true(sh->leased <= TIER_PAGES / 2 + HOG_PAGES);
+	va = (struct m_arg){.h = h, .sh = sh};
+	v = harness_fork(v_work_main, &va);
+	assert_true(v > 0);
+	assert_int_equal(harness_wait(v, 120), 0);
+	sh->stop = 1;
+	assert_int_equal(harness_wait(m, 120), 0);
+	munmap(sh, sizeof(*sh));
 }
 
 static int setup(void **state)
@@ -361,6 +459,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_bad_neighbour, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lease_hog, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("neighbour", tests, NULL, NULL);
