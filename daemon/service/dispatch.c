@@ -631,10 +631,25 @@ static int do_session_pages(struct cache *cache, struct peer *c,
 	return 0;
 }
 
-#define LEASED_PAGES_WHY                                                                           \
-	"this client's leases pin max-leased-pages-per-client pages: release some first"
-#define TENANT_LEASED_WHY                                                                          \
-	"this user's read leases pin its share of the host tier: release some first"
+/* Whether c may pin n more pages under read leases: 0, or -EDQUOT with
+ * *why. Checked before a walk, so one request may pass the limits by the
+ * pages it matches (at most max-tokens-per-request): its connection's
+ * max-leased-pages-per-client, and its user's share of the host tier,
+ * whatever the number of its connections and pools (pinned pages are what
+ * no fair share can take back, tier.c). */
+static int lease_limits(struct cache *cache, const struct peer *c, uint64_t n, const char **why)
+{
+	if (c->n_leased_pages + n > cache->cfg->max_leased_pages) {
+		*why = "this client's leases pin max-leased-pages-per-client pages: release some "
+		       "first";
+		return -EDQUOT;
+	}
+	if (!tier_lease_room(cache, c->uid)) {
+		*why = "this user's read leases pin its share of the host tier: release some first";
+		return -EDQUOT;
+	}
+	return 0;
+}
 
 /* The request's tokens as host uint32s in *ret_tokens: tokens, or
  * tokens_le read in place when the host is little-endian and the bytes
@@ -829,14 +844,9 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 			*why = "no such lease in this pool";
 			return -ENOENT;
 		}
-		if (!l->complete && c->n_leased_pages >= cache->cfg->max_leased_pages) {
-			*why = LEASED_PAGES_WHY;
-			return -EDQUOT;
-		}
-		if (!l->complete && !tier_lease_room(cache, c->uid)) {
-			*why = TENANT_LEASED_WHY;
-			return -EDQUOT;
-		}
+		ret = l->complete ? 0 : lease_limits(cache, c, 1, why);
+		if (ret < 0)
+			return ret;
 		/* The chunk's spans join the lease's before its walk (a
 		 * parked or failed request leaves them as they were). */
 		spans_before = l->spans.n;
@@ -875,19 +885,9 @@ static int do_match_prefix(struct cache *cache, struct peer *c,
 			*why = "too many leases held by this client";
 			return -EDQUOT;
 		}
-		/* Checked before the walk: one request may pass the limit by
-		 * the pages it matches, at most max-tokens-per-request. */
-		if (c->n_leased_pages >= cache->cfg->max_leased_pages) {
-			*why = LEASED_PAGES_WHY;
-			return -EDQUOT;
-		}
-		/* Nor past its share of the host tier, whatever the number of
-		 * its connections and pools: pinned pages are what no fair
-		 * share can take back (tier.c). */
-		if (!tier_lease_room(cache, c->uid)) {
-			*why = TENANT_LEASED_WHY;
-			return -EDQUOT;
-		}
+		ret = lease_limits(cache, c, 1, why);
+		if (ret < 0)
+			return ret;
 		if (!pk->no_park && match_prefetch(cache, p, root, NULL, 0, tokens, n_tokens, 0,
 						   spans, n_spans, pk)) {
 			pk->park_on = p; /* pages are coming from disk */
@@ -1112,14 +1112,9 @@ static int do_adopt_lease(struct cache *cache, struct peer *c,
 		*why = "too many leases held by this client";
 		return -EDQUOT;
 	}
-	if (c->n_leased_pages + n > cache->cfg->max_leased_pages) {
-		*why = LEASED_PAGES_WHY;
-		return -EDQUOT;
-	}
-	if (!tier_lease_room(cache, c->uid)) {
-		*why = TENANT_LEASED_WHY;
-		return -EDQUOT;
-	}
+	ret = lease_limits(cache, c, n, why);
+	if (ret < 0)
+		return ret;
 	bt = p->layout.block_tokens;
 	ret = lease_create(cache, p, c, &c->leases, &l);
 	if (ret == 0)
