@@ -35,6 +35,19 @@
  *                <state-dir>/checkpoints/<uid>/<name>, so the restore
  *                reads the disk, as fio's read reference does) and times
  *                kvp_session_restore; MiB/s of the checkpoint file.
+ *  --mode spill  the daemon's own spill rate, apart from how fast a client
+ *                fills pages: in a pool of its own (model id per --seed),
+ *                commits sessions of --session-pages pages until the host
+ *                pool is 80 % full (under the high watermark, so nothing
+ *                spills yet; none of the pages has a disk copy), then times
+ *                kvp_admin_evict of the host tier through --admin-socket
+ *                until the pool's index holds nothing in host: every page
+ *                written to the spill file and its host copy freed. Two
+ *                rounds: the first into a new spill file
+ *                (disk.spill_evict_new_bw), the second on new sessions
+ *                into the extents the first used, after it was dropped
+ *                from disk with kvp_admin_evict of the disk tier
+ *                (disk.spill_evict_reuse_bw); MiB/s of pages written.
  *  --mode open   opens a new pool (model id per --seed) while a forked
  *                client pings the daemon in a loop: the open's time, the
  *                growth of the daemon's resident memory (--daemon-pid, from
@@ -88,6 +101,7 @@ static struct {
 	const char *sock;
 	const char *mode;
 	const char *state_dir;
+	const char *admin_sock;
 	unsigned page_kib;
 	unsigned working_mib;
 	unsigned session_pages;
@@ -477,6 +491,93 @@ static void mode_ckpt(void)
 	free(tokens);
 }
 
+/* ---- spill: the daemon's write rate, fed from a full host tier ----------------- */
+
+/* Moves every page of pool p that only the index holds out of the host tier
+ * (down to disk: each is written first) through admin connection a;
+ * returns the bytes that left. */
+static uint64_t evict_all(kvp_client *a, kvp_pool *p, uint32_t tier)
+{
+	uint64_t bytes = 0;
+
+	for (;;) {
+		struct kvp_evict_result *r;
+
+		check(a, kvp_admin_evict(a, tier, kvp_pool_id(p), KVP_EVICT_ALL, 0, &r),
+		      "kvp_admin_evict");
+		bytes += r->bytes;
+		if (!r->more || !r->pages) {
+			free(r);
+			return bytes;
+		}
+		free(r);
+	}
+}
+
+static void mode_spill(void)
+{
+	size_t n_tok = (size_t)opt.session_pages * BLOCK;
+	uint32_t *tokens = malloc(n_tok * sizeof(uint32_t));
+	char model[64];
+	static const char *const name[2] = {"disk.spill_evict_new_bw", "disk.spill_evict_reuse_bw"};
+	kvp_client *c, *a;
+	kvp_pool *p;
+	int r;
+
+	if (!tokens)
+		die("out of memory");
+	if (!opt.admin_sock)
+		die("--mode spill needs --admin-socket (the daemon's)");
+	r = kvp_connect(opt.admin_sock, &a);
+	if (r < 0)
+		die("kvp_connect %s: %s", opt.admin_sock, strerror(-r));
+	snprintf(model, sizeof(model), "%s-spill-%" PRIu64, MODEL, opt.seed);
+	open_pool(&c, &p, model);
+	for (int round = 0; round < 2; round++) {
+		struct kvp_pool_stats ps0 = pool_stats(c, p), ps1;
+		uint64_t n = (uint64_t)(0.8 * ps0.n_pages) / opt.session_pages, t0, bytes;
+		double s;
+
+		if (!ps0.has_disk)
+			die("the pool has no disk tier (kvpalaced --disk-pool-size, --cache-dir)");
+		if (!n)
+			die("a host pool of %u pages holds no session of %u pages", ps0.n_pages,
+			    opt.session_pages);
+		for (uint64_t i = 0; i < n; i++) {
+			fill_tokens(tokens, n_tok,
+				    session_seed(i + round * n + opt.seed * 1000000u));
+			check(c, kvp_session_close(commit_session(c, p, tokens, n_tok)),
+			      "kvp_session_close");
+		}
+		ps1 = pool_stats(c, p);
+		if (ps1.spilled_pages != ps0.spilled_pages || ps1.disk_pages)
+			die("%u pages reached disk while the host pool filled: a smaller "
+			    "--session-pages or a larger host pool",
+			    ps1.disk_pages);
+		ps0 = ps1;
+		t0 = now_ns();
+		bytes = evict_all(a, p, KVP_TIER_HOST);
+		s = (double)(now_ns() - t0) / 1e9;
+		ps1 = pool_stats(c, p);
+		if (ps1.io_errors)
+			die("%" PRIu64 " disk I/O errors", ps1.io_errors);
+		if (ps1.host_indexed_pages ||
+		    ps1.spilled_pages - ps0.spilled_pages < n * opt.session_pages)
+			die("after the eviction %u pages are still in host and %" PRIu64
+			    " of %" PRIu64 " were written",
+			    ps1.host_indexed_pages, ps1.spilled_pages - ps0.spilled_pages,
+			    n * opt.session_pages);
+		fprintf(stderr, "disk spill, round %d: %.1f MiB written in %.1f ms: %.0f MiB/s\n",
+			round + 1, bytes / MIB, s * 1e3, bytes / MIB / s);
+		sample(name[round], bytes / MIB / s);
+		evict_all(a, p, KVP_TIER_DISK);
+	}
+	kvp_pool_close(p);
+	kvp_disconnect(c);
+	kvp_disconnect(a);
+	free(tokens);
+}
+
 /* ---- open: opening a pool beside a pinging client ------------------------------ */
 
 /* The daemon's resident memory, KiB (Rss of /proc/PID/smaps_rollup: its
@@ -784,11 +885,11 @@ static void mode_restart(void)
 static void usage(FILE *f)
 {
 	fputs("usage: kvp-bench-disk --socket PATH --mode "
-	      "write|read|ckpt|open|restart-fill|restart\n"
+	      "write|read|spill|ckpt|open|restart-fill|restart\n"
 	      "         [--seed N] [--pages N]\n"
 	      "         [--page-kib K] [--working-mib M] [--session-pages N]\n"
 	      "         [--prefix-tokens N] [--seconds S] [--ckpt-mib M --state-dir DIR]\n"
-	      "         [--daemon-pid PID]\n"
+	      "         [--daemon-pid PID] [--admin-socket PATH]\n"
 	      "Measures the disk tier (spill and promote bandwidth, the match latency of a\n"
 	      "prefix on disk) and checkpoints (write and restore bandwidth) against a\n"
 	      "running kvpalaced; prints 'sample NAME VALUE' lines. Run --mode read\n"
@@ -823,6 +924,7 @@ int main(int argc, char **argv)
 		{"seconds", required_argument, NULL, 't'},
 		{"daemon-pid", required_argument, NULL, 'p'},
 		{"pages", required_argument, NULL, 'P'},
+		{"admin-socket", required_argument, NULL, 'a'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -857,6 +959,9 @@ int main(int argc, char **argv)
 		case 'd':
 			opt.state_dir = optarg;
 			break;
+		case 'a':
+			opt.admin_sock = optarg;
+			break;
 		case 'p':
 			opt.daemon_pid = parse_uint(optarg, "daemon-pid", 1, 1u << 30);
 			break;
@@ -884,6 +989,8 @@ int main(int argc, char **argv)
 		mode_write();
 	else if (!strcmp(opt.mode, "read"))
 		mode_read();
+	else if (!strcmp(opt.mode, "spill"))
+		mode_spill();
 	else if (!strcmp(opt.mode, "ckpt"))
 		mode_ckpt();
 	else if (!strcmp(opt.mode, "open"))

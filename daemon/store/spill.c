@@ -434,6 +434,29 @@ static int scan_map_cover(struct spill *sp, uint32_t len)
 	return 0;
 }
 
+/* Extends the file's allocated data past extent e, SPILL_PREALLOC_BYTES
+ * at a time: an O_DIRECT write into blocks the file system has allocated
+ * (unwritten) and inside the file's size runs beside the others, where
+ * one that allocates or extends the file waits for every other (ext4 takes
+ * the inode lock exclusively for those). Where the file system cannot
+ * (EOPNOTSUPP) or is full, writes allocate as they go, as before. */
+static void prealloc(struct spill *sp, uint32_t e)
+{
+	uint32_t n = (uint32_t)(SPILL_PREALLOC_BYTES / sp->page_bytes);
+
+	if (e < sp->prealloc || !sp->direct)
+		return;
+	if (!n)
+		n = 1;
+	if (n > sp->cap - e)
+		n = sp->cap - e;
+	if (fallocate(sp->fd_data, 0, (off_t)spill_data_off(sp, e), (off_t)(n * sp->page_bytes)) ==
+	    0)
+		sp->prealloc = e + n;
+	else if (errno == EOPNOTSUPP)
+		sp->prealloc = sp->cap; /* never again */
+}
+
 int spill_alloc(struct spill *sp, uint32_t *ret_extent)
 {
 	if (sp->n_free) {
@@ -451,9 +474,11 @@ int spill_alloc(struct spill *sp, uint32_t *ret_extent)
 		sp->scan_virgin_next++;
 		if (e + 1 > sp->hwm)
 			sp->hwm = e + 1; /* handed out: below hwm, as tier_check expects */
+		prealloc(sp, e);
 		*ret_extent = e;
 	} else if (sp->hwm < sp->cap) {
 		*ret_extent = sp->hwm++;
+		prealloc(sp, *ret_extent);
 	} else {
 		return -ENOSPC;
 	}

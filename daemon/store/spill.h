@@ -38,8 +38,11 @@
  * a wrong one costs a page the wrong turn, never a wrong byte.
  *
  * The file is preallocated lazily: extents are handed out from the lowest
- * free one, and a write that fails with ENOSPC lowers the capacity to what
- * the file system holds. An exclusive flock keeps a second daemon off it.
+ * free one, the file's blocks are allocated SPILL_PREALLOC_BYTES ahead of
+ * the highest (fallocate, so that concurrent O_DIRECT writes land in
+ * allocated blocks and are not serialised by the file system), and a
+ * write that fails with ENOSPC lowers the capacity to what the file
+ * system holds. An exclusive flock keeps a second daemon off it.
  * Blocking calls (open, spill_scan) run at start or pool creation only;
  * a warm restart scans in steps on a worker (spill_scanner_step) while
  * the loop hands out only the extents already classified. Event-loop
@@ -56,12 +59,13 @@
 #include "idmap.h"
 #include "layout.h"
 
-#define SPILL_FORMAT	   3u
-#define SPILL_FORMAT_OLD   2u /* still read: no last-use stamps */
-#define SPILL_FILE_HDR	   4096u
-#define SPILL_PAGE_HDR	   128u
-#define SPILL_PAGE_FIRST   1u /* flag: the parent hash is a chain root */
-#define SPILL_MODEL_ID_MAX 128u
+#define SPILL_FORMAT	     3u
+#define SPILL_FORMAT_OLD     2u /* still read: no last-use stamps */
+#define SPILL_FILE_HDR	     4096u
+#define SPILL_PAGE_HDR	     128u
+#define SPILL_PREALLOC_BYTES (32ull << 20) /* the file's blocks allocated ahead of use */
+#define SPILL_PAGE_FIRST     1u		   /* flag: the parent hash is a chain root */
+#define SPILL_MODEL_ID_MAX   128u
 
 struct spill_page_hdr {
 	XXH128_hash_t hash;    /* the page's chain hash */
@@ -83,10 +87,11 @@ struct spill {
 	XXH128_hash_t root; /* the pool's chain root without salt */
 	uint64_t page_bytes;
 	uint64_t data_off;
-	uint32_t cap;	 /* extents the file may hold */
-	uint32_t hwm;	 /* extents below this were handed out at least once */
-	uint32_t n_used; /* extents holding or receiving a page */
-	uint32_t *free;	 /* freed extents below hwm, a stack */
+	uint32_t cap;	   /* extents the file may hold */
+	uint32_t hwm;	   /* extents below this were handed out at least once */
+	uint32_t prealloc; /* extents below this are allocated in the file */
+	uint32_t n_used;   /* extents holding or receiving a page */
+	uint32_t *free;	   /* freed extents below hwm, a stack */
 	uint32_t n_free;
 	uint64_t seq;
 	uint32_t n_gone; /* valid headers the last scan found past the end of the file */

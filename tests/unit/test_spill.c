@@ -10,6 +10,9 @@
  *    past the end are not found (issue 13 item 5: 40 pages announced
  *    where 16 remained);
  *  - spill_forget: a forgotten extent is not found again;
+ *  - the first extent handed out allocates the file's blocks ahead (so
+ *    O_DIRECT writes need not allocate, which serialises them), and a
+ *    restart finds only the pages written, none in the blocks ahead;
  *  - spill_reclaim: junk named like a spill file and spill files holding
  *    no page are removed at start; a spill file with pages (the warm
  *    restart of a pool not open yet), a file held by another process and
@@ -246,6 +249,37 @@ static void test_forget(void **state)
 	spill_close(&sp);
 }
 
+static void test_prealloc(void **state)
+{
+	struct spill sp;
+	struct found f = {0};
+	struct stat st;
+	uint32_t e;
+
+	(void)state;
+	open_sp(&sp);
+	assert_int_equal(spill_alloc(&sp, &e), 0);
+	assert_int_equal(e, 0);
+	assert_int_equal(fstat(sp.fd_data, &st), 0);
+	if (sp.direct) {
+		/* The whole data region of this small file: its size and its
+		 * blocks, before any byte of data is written. */
+		assert_int_equal(sp.prealloc, CAP);
+		assert_true((uint64_t)st.st_size >= spill_data_off(&sp, CAP));
+		assert_true((uint64_t)st.st_blocks * 512u >= (uint64_t)CAP * PAGE);
+	}
+	assert_int_equal(spill_alloc(&sp, &e), 0);
+	assert_int_equal(e, 1);
+	put_page(&sp, 0, 0x70, 0, 1);
+	put_page(&sp, 1, 0x71, 0, 1);
+	spill_close(&sp);
+	open_sp(&sp);
+	assert_int_equal(spill_scan(&sp, collect, &f), 2);
+	assert_int_equal(sp.n_gone, 0);
+	assert_int_equal(f.extent[0] + f.extent[1], 1);
+	spill_close(&sp);
+}
+
 static int exists(const char *name)
 {
 	char path[256];
@@ -336,6 +370,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_format2_still_read, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_truncated_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_forget, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_prealloc, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reclaim, setup, teardown),
 	};
 
