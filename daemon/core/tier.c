@@ -30,6 +30,11 @@
 /* After this many I/O errors in a row a pool stops spilling (reads of what
  * is on disk still go on, and fail into misses). */
 #define TIER_MAX_ERRORS_IN_ROW 8
+/* A spill batch hands its writes to the kernel each time this many bytes
+ * are started (aio_push), so the disk starts on the first pages while the
+ * loop checksums the rest, and small pages do not cost a system call
+ * each. */
+#define TIER_PUSH_BYTES (512u << 10)
 
 struct tier_io {
 	struct aio_req data;
@@ -498,6 +503,7 @@ static int write_chain(struct cache *c, struct pool *p, struct pindex_entry *e)
 uint32_t tier_spill(struct cache *c, struct pool *p, uint32_t want_free)
 {
 	struct prefix_index *ix = &p->ix;
+	uint64_t started = 0; /* bytes since the last push */
 	int may_write;
 
 	if (!p->spill)
@@ -535,6 +541,10 @@ uint32_t tier_spill(struct cache *c, struct pool *p, uint32_t want_free)
 		}
 		if (!may_write || start_write(c, p, e, 1) < 0)
 			break;
+		if ((started += p->page_bytes) >= TIER_PUSH_BYTES) {
+			aio_push(c->aio);
+			started = 0;
+		}
 	}
 	prefix_index_leaving_batch(ix, 0);
 	return ix->n_leaving;

@@ -342,6 +342,12 @@ void aio_submit(struct aio *a, struct aio_req *r)
 	issue(a, r);
 }
 
+void aio_push(struct aio *a)
+{
+	if (a->mode == AIO_URING)
+		loop_submit(a->loop);
+}
+
 int aio_init(struct aio *a, struct loop *l, struct worker *w, enum aio_mode mode)
 {
 	memset(a, 0, sizeof(*a));

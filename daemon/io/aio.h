@@ -202,6 +202,11 @@ int aio_buffer_remove(struct aio *a, void *base);
  * io_uring the SQE goes to the kernel in the loop's next turn. r must stay
  * valid and untouched until then. */
 void aio_submit(struct aio *a, struct aio_req *r);
+/* Hands the requests queued so far to the kernel now, not at the end of
+ * the loop's turn: a caller starting many (a spill batch, each after a
+ * checksum of its page) lets the disk work on the first ones while it
+ * prepares the rest. A no-op on threads (their jobs start at once). */
+void aio_push(struct aio *a);
 
 /* Requests submitted whose done() has not run yet. */
 static inline uint64_t aio_in_flight(const struct aio *a)
