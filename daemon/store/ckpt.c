@@ -621,6 +621,16 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 	}
 	made = 1;
 
+	/* The file's blocks first: a file system too full for the
+	 * checkpoint fails here, before a byte of it is written (a large
+	 * checkpoint used to find out at its end). Where the file system
+	 * cannot allocate ahead, writes allocate as they go. */
+	step = "reserving the file's space";
+	if (fallocate(fd, 0, 0, (off_t)g.file_bytes) < 0 && errno != EOPNOTSUPP &&
+	    errno != ENOSYS) {
+		ret = -errno;
+		goto fail;
+	}
 	step = "writing the header";
 	ret = pwrite_full(fd, head, g.pages_off, 0);
 	if (ret < 0)

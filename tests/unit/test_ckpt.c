@@ -1250,8 +1250,22 @@ static void test_bad_input(void **state)
 	sample_free(&s);
 }
 
-/* A write that fails part-way (the file-size limit, EFBIG) leaves the
- * previous checkpoint of that name intact and no temporary. */
+/* Fails the third write of a checkpoint with EIO: part-way through its
+ * pages (the header is the first). */
+static int third_write_fails(enum ckpt_io op, size_t *max_bytes)
+{
+	static int writes;
+
+	(void)max_bytes;
+	if (op != CKPT_IO_WRITE)
+		return 0;
+	return ++writes == 3 ? -EIO : 0;
+}
+
+/* A checkpoint bigger than the file-size limit (EFBIG) is refused before
+ * a byte of it is written (its space is reserved first); one whose write
+ * fails part-way (EIO) fails too. Either leaves the previous checkpoint
+ * of that name intact and no temporary. */
 static void test_write_fails_efbig(void **state)
 {
 	struct dir *d = *state;
@@ -1274,8 +1288,19 @@ static void test_write_fails_efbig(void **state)
 	assert_int_equal(setrlimit(RLIMIT_FSIZE, &saved), 0);
 	signal(SIGXFSZ, SIG_DFL);
 	assert_int_equal(ret, -EFBIG);
-	assert_non_null(strstr(why, "writing pages"));
+	assert_non_null(strstr(why, "reserving"));
+	expect_same(d, "keep", &old);
+	assert_int_equal(n_entries(d), 1);
 
+	/* Part-way through the pages: the header is the first write, the
+	 * sample's pages (apart in memory) go one write each. */
+	why[0] = '\0';
+	ckpt_inject = third_write_fails;
+	ret = ckpt_write(d->fd, "keep", &big.m, big.tokens, (const void *const *)big.pages, NULL,
+			 why, sizeof(why));
+	ckpt_inject = NULL;
+	assert_int_equal(ret, -EIO);
+	assert_non_null(strstr(why, "writing pages"));
 	expect_same(d, "keep", &old);
 	assert_int_equal(n_entries(d), 1);
 
