@@ -498,7 +498,7 @@ static void test_close_while_scoring(void **state)
 
 /* ---- the workers' share -------------------------------------------------- */
 
-#define N_GREEDY 4 /* connections of the greedy tenant, one query each */
+#define N_GREEDY 6 /* connections of the greedy tenant, one query each */
 
 struct share {
 	volatile int sent;		  /* the greedy tenant's queries are out */
@@ -572,9 +572,13 @@ static int share_main(void *arg)
 
 /* A tenant that sends many scoring queries at once (one per connection)
  * gets one worker at a time: another tenant's query sent after all of
- * them is answered before the greedy tenant's third — where the greedy
+ * them is answered before the greedy tenant's last — where the greedy
  * one's queries filled the queue (or the loop scored them in arrival
- * order), the other's came after every one of them. */
+ * order), the other's came after every one of them. Fair, it comes about
+ * one query's time after it was sent, while the greedy tenant's last
+ * comes N_GREEDY queries' time after its first (here each query takes
+ * ~45 ms: a margin of ~200 ms for a loaded machine's scheduling, where
+ * comparing with the third answer left ~100 ms and failed once). */
 static void test_worker_share(void **state)
 {
 	struct harness *h = *state;
@@ -599,11 +603,11 @@ static void test_worker_share(void **state)
 	for (int i = 0; i < N_GREEDY; i++)
 		sorted[i] = sh->greedy[i];
 	(void)harness_quantile(sorted, N_GREEDY, 0.0); /* sorts them */
-	print_message("greedy tenant's answers at +%.1f +%.1f +%.1f +%.1f ms, the other's at "
-		      "+%.1f ms\n",
-		      0.0, sorted[1] - sorted[0], sorted[2] - sorted[0], sorted[3] - sorted[0],
-		      sh->other - sorted[0]);
-	assert_true(sh->other < sorted[2]);
+	print_message("greedy tenant's answers at");
+	for (int i = 0; i < N_GREEDY; i++)
+		print_message(" +%.1f", sorted[i] - sorted[0]);
+	print_message(" ms, the other's at +%.1f ms\n", sh->other - sorted[0]);
+	assert_true(sh->other < sorted[N_GREEDY - 1]);
 	munmap(sh, sizeof(*sh));
 }
 
