@@ -34,7 +34,9 @@
  *                page cache (POSIX_FADV_DONTNEED on
  *                <state-dir>/checkpoints/<uid>/<name>, so the restore
  *                reads the disk, as fio's read reference does) and times
- *                kvp_session_restore; MiB/s of the checkpoint file.
+ *                kvp_session_restore; MiB/s of the checkpoint file. Then
+ *                removes the checkpoint (untimed), so each run writes a
+ *                new file, as its dd reference does.
  *  --mode spill  the daemon's own spill rate, apart from how fast a client
  *                fills pages: in a pool of its own (model id per --seed),
  *                commits sessions of --session-pages pages until the host
@@ -486,6 +488,9 @@ static void mode_ckpt(void)
 		n_tok, bytes / MIB, (double)tw / 1e6, bytes / MIB / ((double)tw / 1e9),
 		(double)tr / 1e6, bytes / MIB / ((double)tr / 1e9),
 		ret < 0 ? " (file maybe in the page cache)" : ", from disk");
+	/* Untimed: so the next run writes a new file, as dd does, and does
+	 * not pay in its directory fsync for freeing this one's blocks. */
+	check(c, kvp_checkpoint_remove(c, CKPT_NAME, 0, 0, NULL), "kvp_checkpoint_remove");
 	kvp_pool_close(p);
 	kvp_disconnect(c);
 	free(tokens);
