@@ -11,6 +11,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "ckptop.h"
 #include "clock.h"
 #include "confview.h"
@@ -437,6 +438,9 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 	sigaddset(&mask, SIGHUP);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* A write or fallocate past RLIMIT_FSIZE fails with EFBIG (a spill
+	 * file capped, a checkpoint refused) instead of killing the daemon. */
+	signal(SIGXFSZ, SIG_IGN);
 	s->sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
 	if (s->sigfd < 0) {
 		ret = -errno;
@@ -455,9 +459,13 @@ int server_init(struct server *s, struct config *cfg, int argc, char **argv)
 			cfg->io_backend == AIO_URING && loop_kind(&s->loop) == LOOP_EPOLL
 				? " (the event loop is epoll: io-backend = threads works there)"
 				: "");
+		ckpt_uring = 0;
 	} else {
 		s->have_aio = 1;
 		s->cache.aio = &s->aio;
+		/* Checkpoints use a ring of their own only where disk I/O is
+		 * on io_uring here too. */
+		ckpt_uring = s->aio.mode == AIO_URING;
 		if (cfg->disk_pool_bytes)
 			log_info("disk tier: up to %llu MiB per pool in %s, I/O through %s",
 				 (unsigned long long)(cfg->disk_pool_bytes >> 20), cfg->cache_dir,

@@ -520,9 +520,9 @@ static int hash_page(void *arg)
 /* The pages' batches go out on a private io_uring, one in flight while
  * the writer hashes the next (the two hashes of a page took about a third
  * of a checkpoint's time, the write the rest: in a row, the disk waited
- * for the hashes). Where no ring can be had (io_uring disabled or
- * refused) or the test hook is set, each batch is written with pwritev
- * as it comes, as before. */
+ * for the hashes). Where the daemon's disk I/O does not use io_uring
+ * (ckpt_uring 0), no ring can be had, the ring fails, or the test hook is
+ * set, each batch is written with pwritev as it comes, as before. */
 struct wpipe {
 	struct io_uring ring;
 	int ring_ok;
@@ -533,10 +533,22 @@ struct wpipe {
 	uint64_t at[2], len[2];
 };
 
+int ckpt_uring = 1;
+
 static void wpipe_init(struct wpipe *w)
 {
 	w->busy = w->cur = 0;
-	w->ring_ok = !ckpt_inject && io_uring_queue_init(2, &w->ring, 0) == 0;
+	w->ring_ok = ckpt_uring && !ckpt_inject && io_uring_queue_init(2, &w->ring, 0) == 0;
+}
+
+/* Drops the ring. A write still in flight keeps the arena pages it reads
+ * (the kernel pinned them) and its iovecs (copied at submission); nothing
+ * of the caller's is touched after this. */
+static void wpipe_off(struct wpipe *w)
+{
+	if (w->ring_ok)
+		io_uring_queue_exit(&w->ring);
+	w->ring_ok = w->busy = 0;
 }
 
 /* Waits for the batch in flight, if any. A short write or one O_DIRECT
@@ -552,8 +564,10 @@ static int wpipe_wait(struct wpipe *w, int fd)
 	while ((ret = io_uring_wait_cqe(&w->ring, &cqe)) == -EINTR)
 		;
 	if (ret < 0) {
-		w->busy = 0;
-		return ret; /* the ring failed: the write's fate is unknown */
+		/* The ring failed: the write's fate is unknown. Written again
+		 * without it, so whatever it did is overwritten. */
+		wpipe_off(w);
+		return pwritev_full(fd, w->iov[b], w->n_iov[b], w->at[b]);
 	}
 	res = cqe->res;
 	io_uring_cqe_seen(&w->ring, cqe);
@@ -573,50 +587,38 @@ static int wpipe_put(struct wpipe *w, int fd, int n_iov, uint64_t at, uint64_t l
 	struct io_uring_sqe *sqe;
 	int ret;
 
-	if (!w->ring_ok)
-		return pwritev_full(fd, w->iov[w->cur], n_iov, at);
 	ret = wpipe_wait(w, fd);
 	if (ret < 0)
 		return ret;
-	sqe = io_uring_get_sqe(&w->ring);
+	sqe = w->ring_ok ? io_uring_get_sqe(&w->ring) : NULL;
+	if (!sqe)
+		return pwritev_full(fd, w->iov[w->cur], n_iov, at);
 	io_uring_prep_writev(sqe, fd, w->iov[w->cur], (unsigned)n_iov, at);
 	w->n_iov[w->cur] = n_iov;
 	w->at[w->cur] = at;
 	w->len[w->cur] = len;
-	ret = io_uring_submit(&w->ring);
-	if (ret != 1)
-		return pwritev_full(fd, w->iov[w->cur], n_iov, at); /* not taken: now */
+	if (io_uring_submit(&w->ring) != 1) {
+		/* Not taken, but still queued in the ring (a later submit
+		 * would send it over other bytes): the ring goes, and this
+		 * batch and the rest are written without it. */
+		wpipe_off(w);
+		return pwritev_full(fd, w->iov[w->cur], n_iov, at);
+	}
 	w->busy = 1;
 	w->cur ^= 1;
 	return 0;
 }
 
-/* A failed checkpoint: waits for the write in flight, whatever it gives
- * (it still reads the arena and wp's iovecs), and drops the ring. */
+/* A failed checkpoint: waits for the write in flight, whatever it gives,
+ * and drops the ring. */
 static void wpipe_drop(struct wpipe *w)
 {
 	struct io_uring_cqe *cqe;
 
-	if (!w->ring_ok)
-		return;
 	if (w->busy)
 		while (io_uring_wait_cqe(&w->ring, &cqe) == -EINTR)
 			;
-	io_uring_queue_exit(&w->ring);
-	w->ring_ok = w->busy = 0;
-}
-
-/* Waits for what is in flight and drops the ring. Returns wpipe_wait's. */
-static int wpipe_fini(struct wpipe *w, int fd)
-{
-	int ret = 0;
-
-	if (w->ring_ok) {
-		ret = wpipe_wait(w, fd);
-		io_uring_queue_exit(&w->ring);
-		w->ring_ok = 0;
-	}
-	return ret;
+	wpipe_off(w);
 }
 
 int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
@@ -730,11 +732,10 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 	 * checkpoint used to find out at its end). Where the file system
 	 * cannot allocate ahead, writes allocate as they go. */
 	step = "reserving the file's space";
-	if (fallocate(fd, 0, 0, (off_t)g.file_bytes) < 0 && errno != EOPNOTSUPP &&
-	    errno != ENOSYS) {
-		ret = -errno;
+	while ((ret = fallocate(fd, 0, 0, (off_t)g.file_bytes) < 0 ? -errno : 0) == -EINTR)
+		;
+	if (ret < 0 && ret != -EOPNOTSUPP && ret != -ENOSYS)
 		goto fail;
-	}
 	step = "writing the header";
 	ret = pwrite_full(fd, head, g.pages_off, 0);
 	if (ret < 0)
@@ -783,7 +784,7 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 		}
 		/* Quantized or unaligned: through the bounce buffer, after
 		 * what is in flight. */
-		ret = wpipe_fini(&wp, fd);
+		ret = wpipe_wait(&wp, fd);
 		if (ret < 0)
 			goto fail;
 		struct to_bounce tb = {bounce, pages[i], m, &mm.pool_layout, quantize};
@@ -800,7 +801,8 @@ int ckpt_write(int dir_fd, const char *name, const struct ckpt_meta *m,
 			goto fail;
 		i++;
 	}
-	ret = wpipe_fini(&wp, fd);
+	ret = wpipe_wait(&wp, fd);
+	wpipe_off(&wp);
 	if (ret < 0)
 		goto fail;
 	XXH3_128bits_update(xs, tail, g.trailer_off - g.sums_off);

@@ -222,6 +222,12 @@ enum ckpt_io {
 };
 extern int (*ckpt_inject)(enum ckpt_io op, size_t *max_bytes);
 
+/* Whether ckpt_write may write pages on an io_uring of its own (1, the
+ * default): set once at start, to 0 where the daemon's disk I/O does not
+ * use io_uring (the threads backend: io_uring refused or not trusted with
+ * file I/O there). */
+extern int ckpt_uring;
+
 /* Returns 1 when name may name a checkpoint: 1..CKPT_NAME_MAX bytes of
  * [A-Za-z0-9._-], the first a letter, digit or '_' (so never ".", "..", a
  * hidden file, a temporary or something a command line takes for an
