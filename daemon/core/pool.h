@@ -51,6 +51,7 @@ struct pool {
 	XXH128_hash_t root;	  /* chain root without a salt */
 	struct spill *spill;	  /* the disk tier's file, or NULL */
 	struct tier_scan *scan;	  /* the warm restart's scan while it runs (tier.c) */
+	int preallocating;	  /* the spill file's blocks are being allocated ahead (tier.c) */
 	int spill_data;		  /* its aio handles */
 	int spill_meta;
 	uint32_t spill_dtype; /* quantized format cold pages are written in, or 0 */

@@ -123,7 +123,8 @@ int tier_pool_busy(const struct pool *p)
 {
 	/* Remote puts and fetches too: their completions touch the pool;
 	 * and waiters being woken (tier_wake_all), off the list for now. */
-	return p->io_inflight != 0 || p->scan || rtier_pool_busy(&p->rt) || p->waking;
+	return p->io_inflight != 0 || p->scan || p->preallocating || rtier_pool_busy(&p->rt) ||
+	       p->waking;
 }
 
 static void io_done(struct tier_io *io)
@@ -342,7 +343,8 @@ static int disk_room(struct cache *c, const struct pool *p)
 	uint64_t pb = p->page_bytes, tenant = 0, all = 0;
 	const struct list *it;
 
-	if (!p->spill->n_free && c->disk_avail_bytes != UINT64_MAX) {
+	if (!p->spill->n_free && !spill_preallocated(p->spill, p->spill->hwm) &&
+	    c->disk_avail_bytes != UINT64_MAX) {
 		/* A new extent grows the file. */
 		if (c->disk_avail_bytes < cfg->disk_reserve_bytes + pb)
 			return -ENOSPC;
@@ -382,6 +384,93 @@ static struct pool *largest_of_tenant(struct cache *c, struct pool *p)
 	return best;
 }
 
+/* The spill file's blocks allocated ahead of the extents handed out
+ * (daemon/store/spill.h), on a worker: fallocate waits for the pool's
+ * O_DIRECT transfers in flight. One job a pool at a time; the pool counts
+ * as busy meanwhile (tier_pool_busy). */
+struct tier_prealloc {
+	struct worker_job job;
+	struct cache *c;
+	struct pool *p;
+	uint32_t from, n;
+	int ret;
+};
+
+/* The disk space a successful allocation ahead took, counted until the
+ * next statvfs. */
+static void prealloc_count(struct cache *c, const struct pool *p, uint32_t from, uint32_t n)
+{
+	uint64_t b = (uint64_t)n * p->page_bytes;
+
+	if (!spill_preallocated(p->spill, from + n - 1) || c->disk_avail_bytes == UINT64_MAX)
+		return; /* failed */
+	c->disk_avail_bytes -= c->disk_avail_bytes > b ? b : c->disk_avail_bytes;
+}
+
+static void prealloc_run(struct worker_job *j)
+{
+	struct tier_prealloc *t = container_of(j, struct tier_prealloc, job);
+
+	t->ret = spill_prealloc_run(t->p->spill, t->from, t->n);
+}
+
+static void prealloc_done(struct worker_job *j)
+{
+	struct tier_prealloc *t = container_of(j, struct tier_prealloc, job);
+	struct cache *c = t->c;
+	struct pool *p = t->p;
+
+	spill_prealloc_done(p->spill, t->from, t->n, t->ret);
+	prealloc_count(c, p, t->from, t->n);
+	p->preallocating = 0;
+	free(t);
+}
+
+/* Allocates p's spill file ahead when it is due for want new extents,
+ * never into the free space disk-reserve keeps (writes then allocate as
+ * they go): here when nothing is in flight on the file (fallocate then
+ * waits for nothing: well under a millisecond for 32 MiB here), else on
+ * a worker (it waits for every O_DIRECT transfer on the file, 7-14 ms in
+ * a spill burst here, which the loop must not). A burst of writes calls
+ * it first with what it will write (tier_spill), so its extents are
+ * allocated before the first write goes out; every write then keeps the
+ * file ahead of a steady stream. */
+static void prealloc_maybe(struct cache *c, struct pool *p, uint32_t want)
+{
+	struct tier_prealloc *t;
+	uint32_t from, n;
+
+	if (p->preallocating || !spill_prealloc_due(p->spill, want, &from, &n))
+		return;
+	if (c->disk_avail_bytes != UINT64_MAX) {
+		uint64_t room = c->disk_avail_bytes > c->cfg->disk_reserve_bytes
+					? c->disk_avail_bytes - c->cfg->disk_reserve_bytes
+					: 0;
+
+		if (room / p->page_bytes < n)
+			n = (uint32_t)(room / p->page_bytes);
+		if (!n)
+			return;
+	}
+	if (!p->io_inflight) {
+		spill_prealloc_done(p->spill, from, n, spill_prealloc_run(p->spill, from, n));
+		prealloc_count(c, p, from, n);
+		return;
+	}
+	if (!c->worker || !c->worker->loop)
+		return;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return; /* the writes allocate as they go */
+	*t = (struct tier_prealloc){.job = {.run = prealloc_run, .done = prealloc_done},
+				    .c = c,
+				    .p = p,
+				    .from = from,
+				    .n = n};
+	p->preallocating = 1;
+	worker_submit(c->worker, &t->job);
+}
+
 /* Starts writing e's host copy to a free extent; leaving: the host copy
  * goes once written (else it stays, clean). Returns 0, -ENOSPC (no extent
  * to be had) or -ENOMEM. */
@@ -403,8 +492,10 @@ static int start_write(struct cache *c, struct pool *p, struct pindex_entry *e, 
 			return -ENOSPC;
 	if (ret < 0)
 		return -ENOSPC; /* a scan runs: no classified or fresh extent is free */
-	if (extent >= p->spill->hwm - 1 && c->disk_avail_bytes != UINT64_MAX)
-		/* Grown: counted until the next statvfs. */
+	if (extent >= p->spill->hwm - 1 && !spill_preallocated(p->spill, extent) &&
+	    c->disk_avail_bytes != UINT64_MAX)
+		/* Grown (not into blocks allocated ahead, counted when they
+		 * were): counted until the next statvfs. */
 		c->disk_avail_bytes -=
 			c->disk_avail_bytes > p->page_bytes ? p->page_bytes : c->disk_avail_bytes;
 	io = calloc(1, sizeof(*io));
@@ -469,6 +560,7 @@ static int start_write(struct cache *c, struct pool *p, struct pindex_entry *e, 
 	p->io_inflight++;
 	p->writes_inflight++;
 	aio_submit(c->aio, &io->data);
+	prealloc_maybe(c, p, 0);
 	return 0;
 }
 
@@ -520,6 +612,8 @@ uint32_t tier_spill(struct cache *c, struct pool *p, uint32_t want_free)
 	 * miss after a crash (the start-up scan frees a page whose parent is
 	 * not on disk), never a wrong page. */
 	prefix_index_leaving_batch(ix, 1); /* the remote tier hears of them in one batch */
+	if (may_write && p->pa.n_free + ix->n_leaving < want_free)
+		prealloc_maybe(c, p, want_free - p->pa.n_free - ix->n_leaving);
 	while (p->pa.n_free + ix->n_leaving < want_free) {
 		struct pindex_entry *e = prefix_index_host_next(ix, NULL);
 

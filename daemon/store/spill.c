@@ -434,27 +434,60 @@ static int scan_map_cover(struct spill *sp, uint32_t len)
 	return 0;
 }
 
-/* Extends the file's allocated data past extent e, SPILL_PREALLOC_BYTES
- * at a time: an O_DIRECT write into blocks the file system has allocated
- * (unwritten) and inside the file's size runs beside the others, where
- * one that allocates or extends the file waits for every other (ext4 takes
- * the inode lock exclusively for those). Where the file system cannot
- * (EOPNOTSUPP) or is full, writes allocate as they go, as before. */
-static void prealloc(struct spill *sp, uint32_t e)
+/* Extents in one allocation ahead: SPILL_PREALLOC_BYTES, at least one. */
+static uint32_t prealloc_window(const struct spill *sp)
 {
-	uint32_t n = (uint32_t)(SPILL_PREALLOC_BYTES / sp->page_bytes);
+	uint64_t n = SPILL_PREALLOC_BYTES / sp->page_bytes;
 
-	if (e < sp->prealloc || !sp->direct)
-		return;
-	if (!n)
-		n = 1;
-	if (n > sp->cap - e)
-		n = sp->cap - e;
-	if (fallocate(sp->fd_data, 0, (off_t)spill_data_off(sp, e), (off_t)(n * sp->page_bytes)) ==
-	    0)
-		sp->prealloc = e + n;
-	else if (errno == EOPNOTSUPP)
-		sp->prealloc = sp->cap; /* never again */
+	return n ? (uint32_t)n : 1u;
+}
+
+int spill_prealloc_due(const struct spill *sp, uint32_t want, uint32_t *from, uint32_t *n)
+{
+	uint32_t win = prealloc_window(sp), start = sp->prealloc > sp->hwm ? sp->prealloc : sp->hwm;
+	uint64_t end;
+
+	if (!sp->direct || sp->prealloc_off || sp->hwm < sp->prealloc_retry || start >= sp->cap)
+		return 0;
+	want = want > sp->n_free ? want - sp->n_free : 0; /* new extents only */
+	if (want > SPILL_PREALLOC_MAX_WINDOWS * win)
+		want = SPILL_PREALLOC_MAX_WINDOWS * win;
+	/* The extents wanted and half a window beyond them are there: not
+	 * yet. */
+	if ((uint64_t)sp->prealloc > (uint64_t)sp->hwm + want + win / 2)
+		return 0;
+	end = (uint64_t)sp->hwm + want + win;
+	if (end > sp->cap)
+		end = sp->cap;
+	*from = start;
+	*n = (uint32_t)(end - start);
+	return 1;
+}
+
+int spill_prealloc_run(const struct spill *sp, uint32_t from, uint32_t n)
+{
+	int ret;
+
+	while ((ret = fallocate(sp->fd_data, 0, (off_t)spill_data_off(sp, from),
+				(off_t)((uint64_t)n * sp->page_bytes)) < 0
+			      ? -errno
+			      : 0) == -EINTR)
+		;
+	return ret;
+}
+
+void spill_prealloc_done(struct spill *sp, uint32_t from, uint32_t n, int ret)
+{
+	if (ret == 0) {
+		if (from + n > sp->prealloc)
+			sp->prealloc = from + n;
+	} else if (ret == -EOPNOTSUPP || ret == -ENOSYS) {
+		sp->prealloc_off = 1; /* the file system cannot: never again */
+	} else {
+		/* Full, over a limit, failing: writes allocate as they go
+		 * for a window's worth of extents before the next try. */
+		sp->prealloc_retry = sp->hwm + prealloc_window(sp);
+	}
 }
 
 int spill_alloc(struct spill *sp, uint32_t *ret_extent)
@@ -474,11 +507,9 @@ int spill_alloc(struct spill *sp, uint32_t *ret_extent)
 		sp->scan_virgin_next++;
 		if (e + 1 > sp->hwm)
 			sp->hwm = e + 1; /* handed out: below hwm, as tier_check expects */
-		prealloc(sp, e);
 		*ret_extent = e;
 	} else if (sp->hwm < sp->cap) {
 		*ret_extent = sp->hwm++;
-		prealloc(sp, *ret_extent);
 	} else {
 		return -ENOSPC;
 	}

@@ -38,11 +38,9 @@
  * a wrong one costs a page the wrong turn, never a wrong byte.
  *
  * The file is preallocated lazily: extents are handed out from the lowest
- * free one, the file's blocks are allocated SPILL_PREALLOC_BYTES ahead of
- * the highest (fallocate, so that concurrent O_DIRECT writes land in
- * allocated blocks and are not serialised by the file system), and a
- * write that fails with ENOSPC lowers the capacity to what the file
- * system holds. An exclusive flock keeps a second daemon off it.
+ * free one, the file's blocks are allocated ahead of the highest (below,
+ * spill_prealloc_*), and a write that fails with ENOSPC lowers the
+ * capacity to what the file system holds. An exclusive flock keeps a second daemon off it.
  * Blocking calls (open, spill_scan) run at start or pool creation only;
  * a warm restart scans in steps on a worker (spill_scanner_step) while
  * the loop hands out only the extents already classified. Event-loop
@@ -59,13 +57,14 @@
 #include "idmap.h"
 #include "layout.h"
 
-#define SPILL_FORMAT	     3u
-#define SPILL_FORMAT_OLD     2u /* still read: no last-use stamps */
-#define SPILL_FILE_HDR	     4096u
-#define SPILL_PAGE_HDR	     128u
-#define SPILL_PREALLOC_BYTES (32ull << 20) /* the file's blocks allocated ahead of use */
-#define SPILL_PAGE_FIRST     1u		   /* flag: the parent hash is a chain root */
-#define SPILL_MODEL_ID_MAX   128u
+#define SPILL_FORMAT		   3u
+#define SPILL_FORMAT_OLD	   2u /* still read: no last-use stamps */
+#define SPILL_FILE_HDR		   4096u
+#define SPILL_PAGE_HDR		   128u
+#define SPILL_PREALLOC_BYTES	   (32ull << 20) /* the file's blocks allocated ahead of use */
+#define SPILL_PREALLOC_MAX_WINDOWS 8u		 /* of them for one burst of writes */
+#define SPILL_PAGE_FIRST	   1u		 /* flag: the parent hash is a chain root */
+#define SPILL_MODEL_ID_MAX	   128u
 
 struct spill_page_hdr {
 	XXH128_hash_t hash;    /* the page's chain hash */
@@ -87,11 +86,13 @@ struct spill {
 	XXH128_hash_t root; /* the pool's chain root without salt */
 	uint64_t page_bytes;
 	uint64_t data_off;
-	uint32_t cap;	   /* extents the file may hold */
-	uint32_t hwm;	   /* extents below this were handed out at least once */
-	uint32_t prealloc; /* extents below this are allocated in the file */
-	uint32_t n_used;   /* extents holding or receiving a page */
-	uint32_t *free;	   /* freed extents below hwm, a stack */
+	uint32_t cap;		 /* extents the file may hold */
+	uint32_t hwm;		 /* extents below this were handed out at least once */
+	uint32_t prealloc;	 /* extents below this are allocated in the file */
+	uint32_t prealloc_retry; /* after a failed allocation ahead: not before hwm reaches this */
+	int prealloc_off;	 /* the file system cannot allocate ahead */
+	uint32_t n_used;	 /* extents holding or receiving a page */
+	uint32_t *free;		 /* freed extents below hwm, a stack */
 	uint32_t n_free;
 	uint64_t seq;
 	uint32_t n_gone; /* valid headers the last scan found past the end of the file */
@@ -191,6 +192,38 @@ int spill_scan_advance(struct spill *sp, uint32_t to, const struct spill_found *
  * of use for this run (the next start reads them). seq and n_gone come
  * from the scanner. */
 void spill_scan_end(struct spill *sp, int complete, uint64_t seq, uint32_t n_gone);
+
+/* ---- allocating the file's blocks ahead ------------------------------------
+ *
+ * O_DIRECT writes that extend the file or fill its holes are serialised by
+ * the file system (ext4 takes the inode lock exclusively for them), so a
+ * new spill file took its pages one write at a time however many were in
+ * flight. The blocks of the next SPILL_PREALLOC_BYTES past the highest
+ * extent handed out are allocated (fallocate) before they are needed, and
+ * writes land in allocated blocks inside the file's size, side by side.
+ * fallocate waits for every O_DIRECT transfer in flight on the file, so
+ * it runs on a worker (spill_prealloc_run), never on the loop. */
+
+/* Whether to allocate ahead now, for want extents about to be handed out
+ * (those past the free ones, at most SPILL_PREALLOC_MAX_WINDOWS windows,
+ * are counted): 1, with
+ * the extents [*from, *from + *n) up to a window past them, once fewer
+ * than those and half a window are allocated past hwm; 0 when not due,
+ * not possible (no O_DIRECT, a file system without fallocate), or backing
+ * off after a failure. Loop thread. */
+int spill_prealloc_due(const struct spill *sp, uint32_t want, uint32_t *from, uint32_t *n);
+/* Allocates the blocks of extents [from, from + n). Touches only sp's data
+ * descriptor and constants: runs on a worker thread while the loop uses
+ * sp. Returns 0 or -errno. */
+int spill_prealloc_run(const struct spill *sp, uint32_t from, uint32_t n);
+/* spill_prealloc_run's result, on the loop thread. */
+void spill_prealloc_done(struct spill *sp, uint32_t from, uint32_t n, int ret);
+/* Whether extent e's blocks are allocated already: a write into it does
+ * not grow the file. */
+static inline int spill_preallocated(const struct spill *sp, uint32_t e)
+{
+	return e < sp->prealloc;
+}
 
 /* Takes a free extent. Returns 0, -ENOSPC when the file is full, or
  * -EAGAIN while a scan runs and no classified extent is free. */

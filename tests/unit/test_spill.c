@@ -10,9 +10,10 @@
  *    past the end are not found (issue 13 item 5: 40 pages announced
  *    where 16 remained);
  *  - spill_forget: a forgotten extent is not found again;
- *  - the first extent handed out allocates the file's blocks ahead (so
- *    O_DIRECT writes need not allocate, which serialises them), and a
- *    restart finds only the pages written, none in the blocks ahead;
+ *  - allocating the file's blocks ahead (so O_DIRECT writes need not
+ *    allocate, which serialises them): due on a fresh file, the blocks
+ *    and size there before any data, a restart finds only the pages
+ *    written, none in the blocks ahead; a failure backs off;
  *  - spill_reclaim: junk named like a spill file and spill files holding
  *    no page are removed at start; a spill file with pages (the warm
  *    restart of a pool not open yet), a file held by another process and
@@ -254,29 +255,73 @@ static void test_prealloc(void **state)
 	struct spill sp;
 	struct found f = {0};
 	struct stat st;
-	uint32_t e;
+	uint32_t e, from, n;
+	int ret;
 
 	(void)state;
 	open_sp(&sp);
+	if (!sp.direct) {
+		/* Without O_DIRECT writes are not serialised: none is due. */
+		assert_int_equal(spill_prealloc_due(&sp, 0, &from, &n), 0);
+		spill_close(&sp);
+		skip();
+	}
+	/* A fresh file: due at once, the whole of this small file. */
+	assert_int_equal(spill_prealloc_due(&sp, 0, &from, &n), 1);
+	assert_int_equal(from, 0);
+	assert_int_equal(n, CAP);
+	ret = spill_prealloc_run(&sp, from, n);
+	spill_prealloc_done(&sp, from, n, ret);
+	if (ret == -EOPNOTSUPP) {
+		assert_int_equal(spill_prealloc_due(&sp, 0, &from, &n), 0); /* never again */
+		spill_close(&sp);
+		skip();
+	}
+	assert_int_equal(ret, 0);
+	assert_true(spill_preallocated(&sp, CAP - 1));
+	assert_int_equal(spill_prealloc_due(&sp, 0, &from, &n), 0);
+	/* Its size and its blocks, before any byte of data is written. */
+	assert_int_equal(fstat(sp.fd_data, &st), 0);
+	assert_true((uint64_t)st.st_size >= spill_data_off(&sp, CAP));
+	assert_true((uint64_t)st.st_blocks * 512u >= (uint64_t)CAP * PAGE);
 	assert_int_equal(spill_alloc(&sp, &e), 0);
 	assert_int_equal(e, 0);
-	assert_int_equal(fstat(sp.fd_data, &st), 0);
-	if (sp.direct) {
-		/* The whole data region of this small file: its size and its
-		 * blocks, before any byte of data is written. */
-		assert_int_equal(sp.prealloc, CAP);
-		assert_true((uint64_t)st.st_size >= spill_data_off(&sp, CAP));
-		assert_true((uint64_t)st.st_blocks * 512u >= (uint64_t)CAP * PAGE);
-	}
 	assert_int_equal(spill_alloc(&sp, &e), 0);
 	assert_int_equal(e, 1);
 	put_page(&sp, 0, 0x70, 0, 1);
 	put_page(&sp, 1, 0x71, 0, 1);
 	spill_close(&sp);
+	/* A restart finds the two pages, none in the blocks ahead. */
 	open_sp(&sp);
 	assert_int_equal(spill_scan(&sp, collect, &f), 2);
 	assert_int_equal(sp.n_gone, 0);
 	assert_int_equal(f.extent[0] + f.extent[1], 1);
+	spill_close(&sp);
+}
+
+/* A failed allocation ahead (a full file system) backs off: not due again
+ * until a window's worth of extents was handed out. */
+static void test_prealloc_backoff(void **state)
+{
+	struct spill sp;
+	uint32_t e, from, n;
+
+	(void)state;
+	open_sp(&sp);
+	if (!sp.direct) {
+		spill_close(&sp);
+		skip();
+	}
+	assert_int_equal(spill_prealloc_due(&sp, 0, &from, &n), 1);
+	spill_prealloc_done(&sp, from, n, -ENOSPC);
+	assert_int_equal(spill_prealloc_due(&sp, 0, &from, &n), 0);
+	assert_false(spill_preallocated(&sp, 0));
+	/* The window is the whole file here (CAP pages under 32 MiB): no
+	 * retry before it is all handed out, and then none is left. */
+	for (uint32_t i = 0; i < CAP; i++) {
+		assert_int_equal(spill_alloc(&sp, &e), 0);
+		assert_int_equal(spill_prealloc_due(&sp, 0, &from, &n), 0);
+	}
 	spill_close(&sp);
 }
 
@@ -371,6 +416,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_truncated_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_forget, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_prealloc, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_prealloc_backoff, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reclaim, setup, teardown),
 	};
 
