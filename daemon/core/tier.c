@@ -396,15 +396,29 @@ struct tier_prealloc {
 	int ret;
 };
 
-/* The disk space a successful allocation ahead took, counted until the
- * next statvfs. */
-static void prealloc_count(struct cache *c, const struct pool *p, uint32_t from, uint32_t n)
+/* Counts b more bytes of the cache file system as used (until the next
+ * statvfs), or gives them back (b negative). */
+static void disk_charge(struct cache *c, int64_t b)
 {
-	uint64_t b = (uint64_t)n * p->page_bytes;
+	if (c->disk_avail_bytes == UINT64_MAX)
+		return;
+	if (b >= 0)
+		c->disk_avail_bytes -=
+			c->disk_avail_bytes > (uint64_t)b ? (uint64_t)b : c->disk_avail_bytes;
+	else
+		c->disk_avail_bytes += (uint64_t)-b;
+}
 
-	if (!spill_preallocated(p->spill, from + n - 1) || c->disk_avail_bytes == UINT64_MAX)
-		return; /* failed */
-	c->disk_avail_bytes -= c->disk_avail_bytes > b ? b : c->disk_avail_bytes;
+/* An allocation ahead ended: on failure the space of the extents not
+ * handed out meanwhile goes back (those handed out grew the file as they
+ * were written, uncounted there: spill_preallocated said they were). */
+static void prealloc_end(struct cache *c, struct pool *p, uint32_t from, uint32_t n, int ret)
+{
+	uint32_t hwm = p->spill->hwm, left_from = hwm > from ? hwm : from;
+
+	spill_prealloc_done(p->spill, from, n, ret);
+	if (ret < 0 && from + n > left_from)
+		disk_charge(c, -(int64_t)((uint64_t)(from + n - left_from) * p->page_bytes));
 }
 
 static void prealloc_run(struct worker_job *j)
@@ -420,8 +434,7 @@ static void prealloc_done(struct worker_job *j)
 	struct cache *c = t->c;
 	struct pool *p = t->p;
 
-	spill_prealloc_done(p->spill, t->from, t->n, t->ret);
-	prealloc_count(c, p, t->from, t->n);
+	prealloc_end(c, p, t->from, t->n, t->ret);
 	p->preallocating = 0;
 	free(t);
 }
@@ -440,7 +453,7 @@ static void prealloc_maybe(struct cache *c, struct pool *p, uint32_t want)
 	struct tier_prealloc *t;
 	uint32_t from, n;
 
-	if (p->preallocating || !spill_prealloc_due(p->spill, want, &from, &n))
+	if (p->preallocating || c->stopping || !spill_prealloc_due(p->spill, want, &from, &n))
 		return;
 	if (c->disk_avail_bytes != UINT64_MAX) {
 		uint64_t room = c->disk_avail_bytes > c->cfg->disk_reserve_bytes
@@ -452,9 +465,12 @@ static void prealloc_maybe(struct cache *c, struct pool *p, uint32_t want)
 		if (!n)
 			return;
 	}
-	if (!p->io_inflight) {
-		spill_prealloc_done(p->spill, from, n, spill_prealloc_run(p->spill, from, n));
-		prealloc_count(c, p, from, n);
+	/* Nothing holds the file's inode: no transfer in flight, no purge
+	 * writing its headers, no restart scan reading them. */
+	if (!p->io_inflight && !p->n_forgets && !p->scan) {
+		disk_charge(c, (int64_t)((uint64_t)n * p->page_bytes));
+		spill_prealloc_start(p->spill, from, n);
+		prealloc_end(c, p, from, n, spill_prealloc_run(p->spill, from, n));
 		return;
 	}
 	if (!c->worker || !c->worker->loop)
@@ -467,6 +483,9 @@ static void prealloc_maybe(struct cache *c, struct pool *p, uint32_t want)
 				    .p = p,
 				    .from = from,
 				    .n = n};
+	/* Counted now, so the other pools' allocations and writes see it. */
+	disk_charge(c, (int64_t)((uint64_t)n * p->page_bytes));
+	spill_prealloc_start(p->spill, from, n);
 	p->preallocating = 1;
 	worker_submit(c->worker, &t->job);
 }

@@ -541,9 +541,9 @@ static void wpipe_init(struct wpipe *w)
 	w->ring_ok = ckpt_uring && !ckpt_inject && io_uring_queue_init(2, &w->ring, 0) == 0;
 }
 
-/* Drops the ring. A write still in flight keeps the arena pages it reads
- * (the kernel pinned them) and its iovecs (copied at submission); nothing
- * of the caller's is touched after this. */
+/* Drops the ring. A write still in flight (only after a failed wait)
+ * has its iovecs (copied at submission) and reads the arena, which stays
+ * mapped; nothing else of the caller's is touched after this. */
 static void wpipe_off(struct wpipe *w)
 {
 	if (w->ring_ok)
@@ -564,10 +564,12 @@ static int wpipe_wait(struct wpipe *w, int fd)
 	while ((ret = io_uring_wait_cqe(&w->ring, &cqe)) == -EINTR)
 		;
 	if (ret < 0) {
-		/* The ring failed: the write's fate is unknown. Written again
-		 * without it, so whatever it did is overwritten. */
+		/* The ring failed: the write's fate is unknown, and it may
+		 * still land (after anything written again now): the
+		 * checkpoint fails, and a late write lands in its temporary,
+		 * which is removed. */
 		wpipe_off(w);
-		return pwritev_full(fd, w->iov[b], w->n_iov[b], w->at[b]);
+		return -EIO;
 	}
 	res = cqe->res;
 	io_uring_cqe_seen(&w->ring, cqe);

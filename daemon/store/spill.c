@@ -476,8 +476,14 @@ int spill_prealloc_run(const struct spill *sp, uint32_t from, uint32_t n)
 	return ret;
 }
 
+void spill_prealloc_start(struct spill *sp, uint32_t from, uint32_t n)
+{
+	sp->prealloc_pending = from + n;
+}
+
 void spill_prealloc_done(struct spill *sp, uint32_t from, uint32_t n, int ret)
 {
+	sp->prealloc_pending = 0;
 	if (ret == 0) {
 		if (from + n > sp->prealloc)
 			sp->prealloc = from + n;

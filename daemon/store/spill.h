@@ -86,9 +86,10 @@ struct spill {
 	XXH128_hash_t root; /* the pool's chain root without salt */
 	uint64_t page_bytes;
 	uint64_t data_off;
-	uint32_t cap;		 /* extents the file may hold */
-	uint32_t hwm;		 /* extents below this were handed out at least once */
-	uint32_t prealloc;	 /* extents below this are allocated in the file */
+	uint32_t cap;		   /* extents the file may hold */
+	uint32_t hwm;		   /* extents below this were handed out at least once */
+	uint32_t prealloc;	   /* extents below this are allocated in the file */
+	uint32_t prealloc_pending; /* ... and below this while an allocation runs */
 	uint32_t prealloc_retry; /* after a failed allocation ahead: not before hwm reaches this */
 	int prealloc_off;	 /* the file system cannot allocate ahead */
 	uint32_t n_used;	 /* extents holding or receiving a page */
@@ -216,13 +217,17 @@ int spill_prealloc_due(const struct spill *sp, uint32_t want, uint32_t *from, ui
  * descriptor and constants: runs on a worker thread while the loop uses
  * sp. Returns 0 or -errno. */
 int spill_prealloc_run(const struct spill *sp, uint32_t from, uint32_t n);
-/* spill_prealloc_run's result, on the loop thread. */
+/* On the loop thread: the allocation of [from, from + n) starts (its
+ * extents count as allocated from now on: spill_preallocated), and its
+ * result. */
+void spill_prealloc_start(struct spill *sp, uint32_t from, uint32_t n);
 void spill_prealloc_done(struct spill *sp, uint32_t from, uint32_t n, int ret);
-/* Whether extent e's blocks are allocated already: a write into it does
- * not grow the file. */
+/* Whether extent e's blocks are allocated, or being allocated: a write
+ * into it does not grow the file (its space was counted when the
+ * allocation started). */
 static inline int spill_preallocated(const struct spill *sp, uint32_t e)
 {
-	return e < sp->prealloc;
+	return e < sp->prealloc || e < sp->prealloc_pending;
 }
 
 /* Takes a free extent. Returns 0, -ENOSPC when the file is full, or

@@ -13,7 +13,9 @@
  *  - allocating the file's blocks ahead (so O_DIRECT writes need not
  *    allocate, which serialises them): due on a fresh file, the blocks
  *    and size there before any data, a restart finds only the pages
- *    written, none in the blocks ahead; a failure backs off;
+ *    written, none in the blocks ahead; when one is due and what it
+ *    covers (a window, a burst, free extents first, the cap), a failure
+ *    backs off, a file system without fallocate stops it;
  *  - spill_reclaim: junk named like a spill file and spill files holding
  *    no page are removed at start; a spill file with pages (the warm
  *    restart of a pool not open yet), a file held by another process and
@@ -299,29 +301,68 @@ static void test_prealloc(void **state)
 	spill_close(&sp);
 }
 
-/* A failed allocation ahead (a full file system) backs off: not due again
- * until a window's worth of extents was handed out. */
-static void test_prealloc_backoff(void **state)
+/* When an allocation ahead is due and what it covers, in a file of ten
+ * windows (sparse: the allocations are told done, not made): a window
+ * at first; again once only half of one is left past the highest extent;
+ * for a burst, the extents it wants past the free ones and a window more,
+ * at most eight windows; after a failure, not again until a window's
+ * worth of extents was handed out, then again. */
+static void test_prealloc_due(void **state)
 {
+	const uint32_t win = (uint32_t)(SPILL_PREALLOC_BYTES / PAGE), cap = 10 * win;
 	struct spill sp;
 	uint32_t e, from, n;
+	char why[256];
 
 	(void)state;
-	open_sp(&sp);
+	assert_int_equal(
+		spill_open(&sp, dir, UID, "m", &tiny, root, (uint64_t)cap * PAGE, why, sizeof(why)),
+		0);
 	if (!sp.direct) {
 		spill_close(&sp);
 		skip();
 	}
 	assert_int_equal(spill_prealloc_due(&sp, 0, &from, &n), 1);
+	assert_int_equal(from, 0);
+	assert_int_equal(n, win);
+	spill_prealloc_start(&sp, from, n);
+	assert_true(spill_preallocated(&sp, win - 1)); /* counted while it runs */
+	assert_false(spill_preallocated(&sp, win));
+	spill_prealloc_done(&sp, from, n, 0);
+	assert_true(spill_preallocated(&sp, win - 1));
+	assert_int_equal(spill_prealloc_due(&sp, 0, &from, &n), 0);
+	for (uint32_t i = 0; i < win / 2; i++)
+		assert_int_equal(spill_alloc(&sp, &e), 0);
+	/* Half a window left: the next one, up to a window past hwm. */
+	assert_int_equal(spill_prealloc_due(&sp, 0, &from, &n), 1);
+	assert_int_equal(from, win);
+	assert_int_equal(n, win / 2);
+	/* A burst of three windows: up to four past hwm. */
+	assert_int_equal(spill_prealloc_due(&sp, 3 * win, &from, &n), 1);
+	assert_int_equal(from, win);
+	assert_int_equal(n, win / 2 + 3 * win);
+	/* Free extents are written first: a burst they cover wants none. */
+	for (uint32_t x = 0; x < 8; x++)
+		spill_free(&sp, x);
+	assert_int_equal(spill_prealloc_due(&sp, 8, &from, &n), 1);
+	assert_int_equal(n, win / 2); /* as for no burst */
+	/* At most eight windows wanted (and one more). */
+	assert_int_equal(spill_prealloc_due(&sp, 100 * win, &from, &n), 1);
+	assert_int_equal(from + n, sp.hwm + 9 * win);
+	/* A failure: not due for a window's worth of extents, then again. */
 	spill_prealloc_done(&sp, from, n, -ENOSPC);
 	assert_int_equal(spill_prealloc_due(&sp, 0, &from, &n), 0);
-	assert_false(spill_preallocated(&sp, 0));
-	/* The window is the whole file here (CAP pages under 32 MiB): no
-	 * retry before it is all handed out, and then none is left. */
-	for (uint32_t i = 0; i < CAP; i++) {
+	while (sp.n_free) /* the freed ones first: hwm stays */
 		assert_int_equal(spill_alloc(&sp, &e), 0);
+	for (uint32_t i = 0; i < win; i++) {
 		assert_int_equal(spill_prealloc_due(&sp, 0, &from, &n), 0);
+		assert_int_equal(spill_alloc(&sp, &e), 0);
 	}
+	assert_int_equal(spill_prealloc_due(&sp, 0, &from, &n), 1);
+	assert_int_equal(from, sp.hwm);
+	/* A file system that cannot: never again. */
+	spill_prealloc_done(&sp, from, n, -EOPNOTSUPP);
+	assert_int_equal(spill_prealloc_due(&sp, 0, &from, &n), 0);
 	spill_close(&sp);
 }
 
@@ -416,7 +457,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_truncated_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_forget, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_prealloc, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_prealloc_backoff, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_prealloc_due, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reclaim, setup, teardown),
 	};
 
