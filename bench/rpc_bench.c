@@ -1443,6 +1443,29 @@ static void read_back_child(const struct opts *o, const uint32_t *toks, uint32_t
 	kvp_disconnect(c);
 }
 
+/* BW_BLOCKS blocks of A B B A: write (the session's pages from src),
+ * memcpy, memcpy, write; bytes per ns = GB/s, their ratio added to pr. */
+static void bw_blocks(struct pairs *pr,
+		      uint64_t (*write)(kvp_session *, const struct kvp_layout *, uint32_t,
+					const uint8_t *, size_t),
+		      kvp_session *s, uint32_t n_tok, const uint8_t *src, size_t row, uint8_t *dst,
+		      size_t total, size_t page_data)
+{
+	for (int blk = 0; blk < BW_BLOCKS; blk++) {
+		uint64_t ta = write(s, &bw_layout, n_tok, src, row);
+		uint64_t tc = write_memcpy(dst, src, total, page_data);
+		double a, b;
+
+		tc += write_memcpy(dst, src, total, page_data);
+		ta += write(s, &bw_layout, n_tok, src, row);
+		a = 2.0 * (double)total / (double)ta;
+		b = 2.0 * (double)total / (double)tc;
+		pairs_add(pr, a, b, NULL);
+		fprintf(stderr, "  %-24s %10.2f GB/s   memcpy %.2f GB/s\n", pr->name, a, b);
+	}
+	pairs_print(pr);
+}
+
 static void bench_page_write(const struct opts *o)
 {
 	kvp_client *c = lib_connect(o->socket);
@@ -1498,35 +1521,10 @@ static void bench_page_write(const struct opts *o)
 	/* untimed first passes: fault the pages in on both sides */
 	write_in_place(s, &bw_layout, n_tok, src, row);
 	write_memcpy(dst, src, total, page_data);
-	/* A B B A: in place, memcpy, memcpy, in place; bytes per ns = GB/s */
-	for (int blk = 0; blk < BW_BLOCKS; blk++) {
-		uint64_t ta = write_in_place(s, &bw_layout, n_tok, src, row);
-		uint64_t tc = write_memcpy(dst, src, total, page_data);
-		double a, b;
-
-		tc += write_memcpy(dst, src, total, page_data);
-		ta += write_in_place(s, &bw_layout, n_tok, src, row);
-		a = 2.0 * (double)total / (double)ta;
-		b = 2.0 * (double)total / (double)tc;
-		pairs_add(&pr, a, b, NULL);
-		fprintf(stderr, "  %-24s %10.2f GB/s   memcpy %.2f GB/s\n", pr.name, a, b);
-	}
-	pairs_print(&pr);
-	/* The same, a run of a page's rows per memcpy (the bytes written are
-	 * the same, so the read-back below checks these too). */
-	for (int blk = 0; blk < BW_BLOCKS; blk++) {
-		uint64_t ta = write_runs(s, &bw_layout, n_tok, src, row);
-		uint64_t tc = write_memcpy(dst, src, total, page_data);
-		double a, b;
-
-		tc += write_memcpy(dst, src, total, page_data);
-		ta += write_runs(s, &bw_layout, n_tok, src, row);
-		a = 2.0 * (double)total / (double)ta;
-		b = 2.0 * (double)total / (double)tc;
-		pairs_add(&pr_runs, a, b, NULL);
-		fprintf(stderr, "  %-24s %10.2f GB/s   memcpy %.2f GB/s\n", pr_runs.name, a, b);
-	}
-	pairs_print(&pr_runs);
+	/* Rows, then runs of a page's rows per memcpy (the same bytes, so
+	 * the read-back below checks both). */
+	bw_blocks(&pr, write_in_place, s, n_tok, src, row, dst, total, page_data);
+	bw_blocks(&pr_runs, write_runs, s, n_tok, src, row, dst, total, page_data);
 	if (memcmp(dst, src, total))
 		die("memcpy reference: the copy differs");
 
